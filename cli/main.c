@@ -1,0 +1,156 @@
+/* main.c — kiln's entry point: global options, the command table (generated
+ * from cli/cmd_*.c by the Makefile) and dispatch.  Commands parse their own
+ * arguments and call into the stage libraries. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+#define KILN_CMD(n) extern const struct kiln_command kiln_cmd_##n;
+#include "commands.h"
+#undef KILN_CMD
+
+static const struct kiln_command *const commands[] = {
+#define KILN_CMD(n) &kiln_cmd_##n,
+#include "commands.h"
+#undef KILN_CMD
+	NULL,
+};
+
+static void print_main_usage(FILE *out)
+{
+	fprintf(out, "Usage: kiln [--log LEVEL] COMMAND [ARGS...]\n\n"
+		     "kiln builds sandbox templates from Dockerfiles and serves them.\n\n"
+		     "Commands:\n");
+	for (size_t i = 0; commands[i] != NULL; i++)
+		fprintf(out, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
+	fprintf(out, "  %-12s %s\n", "help", "show help for kiln or for a command");
+	fprintf(out, "\nGlobal options:\n"
+		     "  --log LEVEL  log level: error, warn (default), info, debug, trace (or KILN_LOG)\n"
+		     "  -h, --help   show this help\n"
+		     "  --version    print the version\n\n"
+		     "Run 'kiln COMMAND --help' for a command's options.\n");
+}
+
+int cli_help(const struct kiln_command *cmd)
+{
+	fputs(cmd->usage, stdout);
+	return KILN_EXIT_OK;
+}
+
+int cli_usage_error(const struct kiln_command *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kiln %s: ", cmd->name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\n", stderr);
+	fputs(cmd->usage, stderr);
+	return KILN_EXIT_USAGE;
+}
+
+int cli_fail(kiln_error *err)
+{
+	int code = err && err->kind == KILN_E_USAGE ? KILN_EXIT_USAGE : KILN_EXIT_FAIL;
+	const char *msg = kiln_error_message(err);
+
+	/* One line: a multi-line cause (e.g. a guest's output) is cut at the first newline
+	 * only if it would otherwise scroll the message itself away. */
+	fprintf(stderr, "kiln: %s\n", msg);
+	kiln_error_free(err);
+	return code;
+}
+
+int cli_getopt(const struct kiln_command *cmd, int argc, char **argv, const char *shortopts,
+	       const struct option *longopts)
+{
+	char spec[128];
+	int c;
+
+	/* '+' stops at the first operand; ':' reports a missing argument as ':'. */
+	snprintf(spec, sizeof(spec), "+:%s", shortopts);
+	opterr = 0;
+	c = getopt_long(argc, argv, spec, longopts, NULL);
+	if (c == 'h') {
+		cli_help(cmd);
+		return 'h';
+	}
+	if (c == '?') {
+		if (optopt != 0 && optopt != '?')
+			cli_usage_error(cmd, "unknown option -%c", optopt);
+		else
+			cli_usage_error(cmd, "unknown option %s", argv[optind - 1]);
+		return '?';
+	}
+	if (c == ':') {
+		cli_usage_error(cmd, "option %s needs a value", argv[optind - 1]);
+		return '?';
+	}
+	return c;
+}
+
+const struct kiln_command *cli_find(const struct kiln_command *const *table, const char *name)
+{
+	for (size_t i = 0; table[i] != NULL; i++)
+		if (strcmp(table[i]->name, name) == 0)
+			return table[i];
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	const struct kiln_command *cmd;
+	int i = 1;
+
+	while (i < argc && argv[i][0] == '-') {
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+			print_main_usage(stdout);
+			return KILN_EXIT_OK;
+		} else if (strcmp(argv[i], "--version") == 0) {
+			printf("kiln %s\n", KILN_VERSION);
+			return KILN_EXIT_OK;
+		} else if (strcmp(argv[i], "--log") == 0 || strncmp(argv[i], "--log=", 6) == 0) {
+			const char *lvl = argv[i][5] == '=' ? argv[i] + 6 : (i + 1 < argc ? argv[++i] : NULL);
+			enum kiln_loglevel level;
+			if (lvl == NULL || kiln_log_parse_level(lvl, &level) < 0) {
+				fprintf(stderr, "kiln: --log wants one of error, warn, info, debug, trace\n");
+				print_main_usage(stderr);
+				return KILN_EXIT_USAGE;
+			}
+			kiln_log_set_level(level);
+		} else {
+			fprintf(stderr, "kiln: unknown option %s\n", argv[i]);
+			print_main_usage(stderr);
+			return KILN_EXIT_USAGE;
+		}
+		i++;
+	}
+	if (i >= argc) {
+		print_main_usage(stderr);
+		return KILN_EXIT_USAGE;
+	}
+	if (strcmp(argv[i], "help") == 0) {
+		if (i + 1 >= argc) {
+			print_main_usage(stdout);
+			return KILN_EXIT_OK;
+		}
+		cmd = cli_find(commands, argv[i + 1]);
+		if (cmd == NULL) {
+			fprintf(stderr, "kiln: unknown command '%s'\n", argv[i + 1]);
+			return KILN_EXIT_USAGE;
+		}
+		return cli_help(cmd);
+	}
+	cmd = cli_find(commands, argv[i]);
+	if (cmd == NULL) {
+		fprintf(stderr, "kiln: unknown command '%s'\n\n", argv[i]);
+		print_main_usage(stderr);
+		return KILN_EXIT_USAGE;
+	}
+	optind = 0; /* glibc: 0 forces a full getopt reset */
+	return cmd->run(cmd, argc - i, argv + i);
+}

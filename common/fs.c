@@ -1,0 +1,268 @@
+/* fs.c — small filesystem helpers: atomic replace, whole-file reads,
+ * mkdir -p, rm -rf without following links, kiln's home directory, sizes. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kiln.h"
+
+static int write_all(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static void fsync_parent(const char *path)
+{
+	char *dir = kiln_xstrdup(path);
+	char *slash = strrchr(dir, '/');
+	int fd;
+
+	if (slash == NULL)
+		strcpy(dir, ".");
+	else if (slash == dir)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+	free(dir);
+}
+
+int kiln_write_atomic(const char *path, const void *data, size_t len, mode_t mode, kiln_error **err)
+{
+	char *tmp = kiln_xasprintf("%s.tmp.XXXXXX", path);
+	int fd, ret = -1;
+
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		kiln_err_errno(err, errno, "create temporary file for %s", path);
+		goto out;
+	}
+	if (fchmod(fd, mode) < 0 || write_all(fd, data, len) < 0 || fsync(fd) < 0) {
+		kiln_err_errno(err, errno, "write %s", tmp);
+		goto out_unlink;
+	}
+	if (close(fd) < 0) {
+		fd = -1;
+		kiln_err_errno(err, errno, "close %s", tmp);
+		goto out_unlink;
+	}
+	fd = -1;
+	if (rename(tmp, path) < 0) {
+		kiln_err_errno(err, errno, "rename %s to %s", tmp, path);
+		goto out_unlink;
+	}
+	fsync_parent(path);
+	ret = 0;
+	goto out;
+out_unlink:
+	unlink(tmp);
+out:
+	if (fd >= 0)
+		close(fd);
+	free(tmp);
+	return ret;
+}
+
+int kiln_read_file(const char *path, char **data, size_t *len, size_t max, kiln_error **err)
+{
+	kiln_buf b = KILN_BUF_INIT;
+	int fd, ret = -1;
+
+	fd = strcmp(path, "-") == 0 ? dup(0) : open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return kiln_err_errno(err, errno, "open %s", path);
+	for (;;) {
+		ssize_t n;
+
+		kiln_buf_grow(&b, 65536);
+		n = read(fd, b.buf + b.len, 65536);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			kiln_err_errno(err, errno, "read %s", path);
+			goto out;
+		}
+		if (n == 0)
+			break;
+		b.len += (size_t)n;
+		b.buf[b.len] = '\0';
+		if (max > 0 && b.len > max) {
+			kiln_err(err, KILN_E_LIMIT, "%s: larger than the limit of %zu bytes", path, max);
+			goto out;
+		}
+	}
+	*len = b.len;
+	*data = kiln_buf_detach(&b);
+	ret = 0;
+out:
+	kiln_buf_free(&b);
+	close(fd);
+	return ret;
+}
+
+int kiln_mkdir_p(const char *path, mode_t mode, kiln_error **err)
+{
+	char *p = kiln_xstrdup(path);
+	int ret = 0;
+
+	for (char *s = p + 1;; s++) {
+		if (*s != '/' && *s != '\0')
+			continue;
+		char saved = *s;
+		*s = '\0';
+		if (mkdir(p, mode) < 0 && errno != EEXIST) {
+			ret = kiln_err_errno(err, errno, "mkdir %s", p);
+			break;
+		}
+		*s = saved;
+		if (saved == '\0')
+			break;
+	}
+	if (ret == 0) {
+		struct stat st;
+		if (stat(path, &st) < 0)
+			ret = kiln_err_errno(err, errno, "stat %s", path);
+		else if (!S_ISDIR(st.st_mode))
+			ret = kiln_err(err, KILN_E_EXISTS, "%s exists and is not a directory", path);
+	}
+	free(p);
+	return ret;
+}
+
+static int rm_at(int parent, const char *name, const char *shown, kiln_error **err)
+{
+	struct stat st;
+	int fd, ret = 0;
+	DIR *d;
+
+	if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : kiln_err_errno(err, errno, "stat %s", shown);
+	if (!S_ISDIR(st.st_mode)) {
+		if (unlinkat(parent, name, 0) < 0 && errno != ENOENT)
+			return kiln_err_errno(err, errno, "remove %s", shown);
+		return 0;
+	}
+	fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return kiln_err_errno(err, errno, "open %s", shown);
+	d = fdopendir(fd);
+	if (d == NULL) {
+		close(fd);
+		return kiln_err_errno(err, errno, "open %s", shown);
+	}
+	for (struct dirent *de; ret == 0 && (de = readdir(d)) != NULL;) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		char *sub = kiln_path_join(shown, de->d_name);
+		ret = rm_at(dirfd(d), de->d_name, sub, err);
+		free(sub);
+	}
+	closedir(d);
+	if (ret == 0 && unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		ret = kiln_err_errno(err, errno, "remove %s", shown);
+	return ret;
+}
+
+int kiln_rm_rf(const char *path, kiln_error **err)
+{
+	return rm_at(AT_FDCWD, path, path, err);
+}
+
+char *kiln_path_join(const char *a, const char *b)
+{
+	size_t la = strlen(a);
+
+	while (*b == '/')
+		b++;
+	if (la > 0 && a[la - 1] == '/')
+		return kiln_xasprintf("%s%s", a, b);
+	return kiln_xasprintf("%s/%s", a, b);
+}
+
+char *kiln_home(void)
+{
+	const char *env = getenv("KILN_HOME");
+	const char *xdg, *home;
+
+	if (env != NULL && *env != '\0')
+		return kiln_xstrdup(env);
+	if (geteuid() == 0)
+		return kiln_xstrdup("/var/lib/kiln");
+	xdg = getenv("XDG_DATA_HOME");
+	if (xdg != NULL && *xdg != '\0')
+		return kiln_path_join(xdg, "kiln");
+	home = getenv("HOME");
+	if (home == NULL || *home == '\0') {
+		struct passwd *pw = getpwuid(geteuid());
+		home = pw ? pw->pw_dir : "/tmp";
+	}
+	return kiln_path_join(home, ".local/share/kiln");
+}
+
+char *kiln_mkdtemp(const char *prefix, kiln_error **err)
+{
+	const char *tmp = getenv("TMPDIR");
+	char *path = kiln_xasprintf("%s/%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
+
+	if (mkdtemp(path) == NULL) {
+		kiln_err_errno(err, errno, "create temporary directory %s", path);
+		free(path);
+		return NULL;
+	}
+	return path;
+}
+
+int kiln_parse_size(const char *s, uint64_t *out, kiln_error **err)
+{
+	unsigned long long v;
+	unsigned shift = 0;
+	char *end;
+
+	if (s == NULL || *s < '0' || *s > '9')
+		return kiln_err(err, KILN_E_INVALID, "invalid size \"%s\": want a number with an optional K, M, G or T suffix",
+				s ? s : "");
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno == ERANGE)
+		return kiln_err(err, KILN_E_INVALID, "invalid size \"%s\": too large", s);
+	switch (*end) {
+	case '\0': break;
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: end = (char *)"?"; break;
+	}
+	if (*end == 'i' && shift)
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end != '\0')
+		return kiln_err(err, KILN_E_INVALID, "invalid size \"%s\": want a number with an optional K, M, G or T suffix", s);
+	if (shift && v > (UINT64_MAX >> shift))
+		return kiln_err(err, KILN_E_INVALID, "invalid size \"%s\": too large", s);
+	*out = (uint64_t)v << shift;
+	return 0;
+}

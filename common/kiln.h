@@ -1,0 +1,186 @@
+/* kiln.h — the shared foundation every stage builds on: one error type with a
+ * context chain, logging, digests (openssl), string buffers, JSON helpers
+ * (jansson) and small filesystem helpers (atomic write, mkdir -p, rm -rf).
+ * Nothing here prints to stdout or exits; only cli/ does that. */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#define KILN_VERSION "0.1.0"
+
+#if defined(__GNUC__)
+#define KILN_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define KILN_PRINTF(a, b)
+#endif
+
+/* ---------------------------------------------------------------------------
+ * Errors.
+ *
+ * Every fallible function takes `kiln_error **err` as its last parameter and
+ * returns a negative value (or NULL) on failure, having set *err.  Callers on
+ * the way up add context with kiln_error_wrap(), so the user sees
+ *   "build: step 3/7 RUN: guest exec: connection reset"
+ * The innermost frame is the cause; each wrap adds an outer frame.  *err must
+ * be NULL on entry to a fallible call; the caller owns and frees the result.
+ * ------------------------------------------------------------------------- */
+enum kiln_errkind {
+	KILN_E_GENERIC = 0,
+	KILN_E_USAGE,      /* bad flags or arguments: the CLI exits 2 */
+	KILN_E_NOTFOUND,   /* a named thing does not exist */
+	KILN_E_INVALID,    /* malformed input (syntax, digest, JSON, ...) */
+	KILN_E_EXISTS,
+	KILN_E_LIMIT,      /* a configured limit was hit */
+	KILN_E_IO,
+};
+
+typedef struct kiln_error_frame {
+	char *msg;
+	struct kiln_error_frame *cause; /* inner frame, or NULL */
+} kiln_error_frame;
+
+typedef struct kiln_error {
+	enum kiln_errkind kind;
+	int errnum;              /* errno of the cause, 0 if none */
+	kiln_error_frame *top;   /* outermost context first */
+	char *joined;            /* cache for kiln_error_message() */
+} kiln_error;
+
+/* Set *err to a new error; returns -1 so callers can `return kiln_err(...)`. */
+int kiln_err(kiln_error **err, enum kiln_errkind kind, const char *fmt, ...) KILN_PRINTF(3, 4);
+/* Like kiln_err, with ": strerror(errnum)" appended and errnum recorded. */
+int kiln_err_errno(kiln_error **err, int errnum, const char *fmt, ...) KILN_PRINTF(3, 4);
+/* Add an outer context frame to an existing *err; returns -1. */
+int kiln_error_wrap(kiln_error **err, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* "outer: inner: cause"; owned by the error, valid until it is freed. */
+const char *kiln_error_message(kiln_error *err);
+/* The innermost message alone. */
+const char *kiln_error_cause(const kiln_error *err);
+void kiln_error_free(kiln_error *err);
+/* Free *err (if set) and reset it to NULL. */
+void kiln_error_clear(kiln_error **err);
+
+/* ---------------------------------------------------------------------------
+ * Logging to stderr.  The level comes from KILN_LOG (error, warn, info, debug,
+ * trace; default warn) unless set with kiln_log_set_level().
+ * ------------------------------------------------------------------------- */
+enum kiln_loglevel { KILN_LOG_ERROR, KILN_LOG_WARN, KILN_LOG_INFO, KILN_LOG_DEBUG, KILN_LOG_TRACE };
+
+void kiln_log_set_level(enum kiln_loglevel level);
+enum kiln_loglevel kiln_log_level(void);
+int kiln_log_parse_level(const char *name, enum kiln_loglevel *out);
+void kiln_log(enum kiln_loglevel level, const char *fmt, ...) KILN_PRINTF(2, 3);
+#define kiln_warn(...) kiln_log(KILN_LOG_WARN, __VA_ARGS__)
+#define kiln_info(...) kiln_log(KILN_LOG_INFO, __VA_ARGS__)
+#define kiln_debug(...) kiln_log(KILN_LOG_DEBUG, __VA_ARGS__)
+
+/* ---------------------------------------------------------------------------
+ * String buffer: buf is never NULL (an empty buffer points at a static "")
+ * and is always NUL-terminated.  Allocation failure aborts: kiln treats OOM
+ * as fatal, like git and redis do.
+ * ------------------------------------------------------------------------- */
+typedef struct kiln_buf {
+	char *buf;
+	size_t len;
+	size_t cap;
+} kiln_buf;
+
+#define KILN_BUF_INIT { (char *)kiln_buf_empty, 0, 0 }
+extern const char kiln_buf_empty[];
+
+void kiln_buf_grow(kiln_buf *b, size_t extra);
+void kiln_buf_add(kiln_buf *b, const void *data, size_t len);
+void kiln_buf_adds(kiln_buf *b, const char *s);
+void kiln_buf_addc(kiln_buf *b, char c);
+void kiln_buf_addf(kiln_buf *b, const char *fmt, ...) KILN_PRINTF(2, 3);
+void kiln_buf_vaddf(kiln_buf *b, const char *fmt, va_list ap);
+void kiln_buf_reset(kiln_buf *b);
+/* Hand the string to the caller (who frees it); the buffer is left empty. */
+char *kiln_buf_detach(kiln_buf *b);
+void kiln_buf_free(kiln_buf *b);
+
+/* Allocation helpers that abort on OOM. */
+void *kiln_xmalloc(size_t n);
+void *kiln_xcalloc(size_t n, size_t size);
+void *kiln_xrealloc(void *p, size_t n);
+char *kiln_xstrdup(const char *s);
+char *kiln_xstrndup(const char *s, size_t n);
+char *kiln_xasprintf(const char *fmt, ...) KILN_PRINTF(1, 2);
+
+/* A NULL-terminated, growable vector of owned strings. */
+typedef struct kiln_strv {
+	char **v;   /* v[n] == NULL once anything was pushed; NULL when empty */
+	size_t n;
+	size_t cap;
+} kiln_strv;
+
+#define KILN_STRV_INIT { NULL, 0, 0 }
+void kiln_strv_push(kiln_strv *sv, const char *s);
+void kiln_strv_push_owned(kiln_strv *sv, char *s);
+void kiln_strv_free(kiln_strv *sv);
+
+/* ---------------------------------------------------------------------------
+ * Digests, in OCI form "ALGO:HEX" (sha256 and sha512), via openssl EVP.
+ * ------------------------------------------------------------------------- */
+enum kiln_digest_algo { KILN_SHA256, KILN_SHA512 };
+
+#define KILN_DIGEST_MAX 136 /* "sha512:" + 128 hex + NUL, rounded up */
+
+typedef struct kiln_hasher kiln_hasher;
+
+kiln_hasher *kiln_hasher_new(enum kiln_digest_algo algo);
+void kiln_hasher_update(kiln_hasher *h, const void *data, size_t len);
+/* Writes "ALGO:HEX" into out (KILN_DIGEST_MAX bytes) and frees the hasher. */
+void kiln_hasher_final(kiln_hasher *h, char out[KILN_DIGEST_MAX]);
+void kiln_hasher_free(kiln_hasher *h);
+
+void kiln_digest_buf(enum kiln_digest_algo algo, const void *data, size_t len, char out[KILN_DIGEST_MAX]);
+int kiln_digest_file(enum kiln_digest_algo algo, const char *path, char out[KILN_DIGEST_MAX], kiln_error **err);
+/* Validate "ALGO:HEX" (known algorithm, lowercase hex of the right length). */
+int kiln_digest_parse(const char *s, enum kiln_digest_algo *algo, kiln_error **err);
+const char *kiln_digest_algo_name(enum kiln_digest_algo algo);
+/* The hex part of a valid digest string. */
+const char *kiln_digest_hex(const char *digest);
+
+/* ---------------------------------------------------------------------------
+ * JSON (jansson).  Loaders return a new reference; errors carry file:line:col.
+ * ------------------------------------------------------------------------- */
+json_t *kiln_json_loadb(const char *data, size_t len, const char *what, kiln_error **err);
+json_t *kiln_json_load_file(const char *path, kiln_error **err);
+/* Canonical, compact, key-sorted serialisation (stable bytes for digests). */
+char *kiln_json_dumps_canonical(const json_t *v);
+/* Atomically write v (pretty-printed, trailing newline) to path. */
+int kiln_json_write_file(const char *path, const json_t *v, kiln_error **err);
+/* Typed getters: NULL / fallback when the key is absent or of another type. */
+const char *kiln_json_str(const json_t *obj, const char *key);
+json_int_t kiln_json_int(const json_t *obj, const char *key, json_int_t fallback);
+
+/* ---------------------------------------------------------------------------
+ * Filesystem helpers.
+ * ------------------------------------------------------------------------- */
+/* Write data to path via a temp file in the same directory + fsync + rename,
+ * then fsync the directory: a reader sees the old file or the new, never half. */
+int kiln_write_atomic(const char *path, const void *data, size_t len, mode_t mode, kiln_error **err);
+/* Read a whole file (NUL-terminated; len excludes the NUL); max = 0 means no limit. */
+int kiln_read_file(const char *path, char **data, size_t *len, size_t max, kiln_error **err);
+int kiln_mkdir_p(const char *path, mode_t mode, kiln_error **err);
+/* Remove a tree without following symlinks; a missing path is not an error. */
+int kiln_rm_rf(const char *path, kiln_error **err);
+char *kiln_path_join(const char *a, const char *b);
+/* kiln's state directory: $KILN_HOME, else /var/lib/kiln for root, else
+ * $XDG_DATA_HOME/kiln or ~/.local/share/kiln.  Not created here. */
+char *kiln_home(void);
+/* Make a fresh private temp directory under $TMPDIR (or /tmp). */
+char *kiln_mkdtemp(const char *prefix, kiln_error **err);
+
+/* Parse sizes like "512", "64K", "10M", "2G", "1T" (powers of 1024). */
+int kiln_parse_size(const char *s, uint64_t *out, kiln_error **err);
+
+#endif

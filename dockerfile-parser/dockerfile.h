@@ -1,0 +1,140 @@
+/* dockerfile.h — the Dockerfile stage's contract.  Two passes:
+ *   1. syntax: text → AST (df_parse), the same tree BuildKit's parser builds,
+ *      printable as JSON or in BuildKit's dump format;
+ *   2. semantics: AST + build args + target → build plan (df_plan_build):
+ *      word expansion, ARG/ENV scoping, the stage graph and build order.
+ * Every error message starts "FILE:LINE:COL: " (COL is 1-based; 1 when only
+ * the line is known).  Nothing here prints or exits. */
+#ifndef KILN_DOCKERFILE_H
+#define KILN_DOCKERFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kiln.h"
+
+/* ===========================================================================
+ * Pass 1: syntax (owned by dockerfile-parser/parse*.c, ast*.c)
+ * ========================================================================= */
+
+struct df_heredoc {
+	char *name;      /* delimiter word, quotes removed */
+	char *content;   /* body, lines joined with "\n", ending in "\n" if non-empty */
+	bool expand;     /* unquoted delimiter: variables expand in the body */
+	bool chomp;      /* "<<-": leading tabs stripped */
+};
+
+/* One instruction.  Fields mirror BuildKit's parser.Node so that the dump
+ * format can be reproduced exactly. */
+struct df_node {
+	char *name;          /* lowercase instruction: "from", "run", "onbuild", ... */
+	char *original;      /* the instruction's text as BuildKit records it (Node.Original) */
+	int start_line;      /* 1-based, inclusive */
+	int end_line;
+	int col;             /* 1-based column of the instruction keyword */
+	kiln_strv flags;     /* "--from=build", "--link", as written, in order */
+	kiln_strv args;      /* BuildKit's Next chain values, in order (ENV/LABEL as
+	                      * key,value,sep triples; exec form: one per element) */
+	bool json;           /* exec (JSON) form was used */
+	struct df_heredoc *heredocs;
+	size_t n_heredocs;
+	struct df_node *sub; /* ONBUILD's trigger instruction, else NULL */
+	char *comment;       /* comment lines directly above it, joined with "\n", or NULL */
+};
+
+struct df_ast {
+	char *file;          /* name used in messages ("-" shown as "<stdin>") */
+	char escape;         /* '\\' or '`' */
+	char *syntax;        /* "# syntax=" directive value, or NULL */
+	char *check;         /* "# check=" directive value, or NULL */
+	struct df_node *nodes;
+	size_t n_nodes;
+	kiln_strv warnings;  /* "FILE:LINE:COL: message" for accepted-but-suspect input */
+};
+
+/* Parse Dockerfile text.  `file` is used in messages only. */
+int df_parse(const char *file, const char *text, size_t len, struct df_ast **out, kiln_error **err);
+/* Read and parse a file ("-" for stdin). */
+int df_parse_file(const char *path, struct df_ast **out, kiln_error **err);
+void df_ast_free(struct df_ast *ast);
+
+/* The AST as JSON: {"escape","syntax","check","instructions":[{"instruction",
+ * "flags","args","json","heredocs","original","start_line","end_line",...}]}. */
+json_t *df_ast_to_json(const struct df_ast *ast);
+/* BuildKit's Node.Dump() format, one line per instruction, "\n"-terminated. */
+char *df_ast_dump(const struct df_ast *ast);
+
+/* ===========================================================================
+ * Pass 2: semantics (owned by dockerfile-parser/expand*.c, plan*.c)
+ * ========================================================================= */
+
+/* Variable lookup for word expansion: returns the value or NULL if unset. */
+typedef const char *(*df_lookup_fn)(void *ctx, const char *name);
+
+/* Expand one word as Docker's shell lexer does (ProcessWord): $v, ${v},
+ * ${v:-w} ${v-w} ${v:+w} ${v+w} ${v:?msg} ${v?msg}, quotes and escapes.
+ * Errors (bad substitution, ${v:?msg} with v unset) go in *err without a
+ * location; callers prefix FILE:LINE:COL. */
+int df_expand_word(const char *word, char escape, df_lookup_fn lookup, void *ctx, char **out, kiln_error **err);
+/* Like df_expand_word but splits the result into words (ProcessWords). */
+int df_expand_words(const char *word, char escape, df_lookup_fn lookup, void *ctx, kiln_strv *out, kiln_error **err);
+
+struct df_kv {
+	char *key;
+	char *value;
+};
+
+enum df_kind {
+	DF_FROM, DF_RUN, DF_CMD, DF_LABEL, DF_MAINTAINER, DF_EXPOSE, DF_ENV, DF_ADD, DF_COPY,
+	DF_ENTRYPOINT, DF_VOLUME, DF_USER, DF_WORKDIR, DF_ARG, DF_ONBUILD, DF_STOPSIGNAL,
+	DF_HEALTHCHECK, DF_SHELL,
+};
+
+/* One instruction of a stage, after expansion. */
+struct df_step {
+	enum df_kind kind;
+	const struct df_node *node;  /* where it came from (lines, original text) */
+	kiln_strv args;              /* expanded arguments; exec form: the argv; shell form:
+	                              * one string; COPY/ADD: sources..., dest */
+	bool exec_form;
+	struct df_kv *flags;         /* parsed flags, name without "--" → value ("" if none) */
+	size_t n_flags;
+	struct df_kv *kvs;           /* ENV / LABEL / ARG pairs (ARG value NULL if no default) */
+	size_t n_kvs;
+	kiln_strv env;               /* "K=V" in effect for RUN: ENV plus ARGs in scope */
+	int from_stage;              /* COPY --from=<stage>: its index, else -1 */
+};
+
+struct df_stage {
+	int index;
+	char *name;                  /* "AS name" (lowercased), or NULL */
+	char *base;                  /* expanded FROM image: a reference, "scratch", or a stage name */
+	int base_stage;              /* index of the stage FROM refers to, or -1 */
+	char *platform;              /* expanded --platform, or NULL */
+	struct df_step *steps;
+	size_t n_steps;
+	int *deps;                   /* stages this one needs (FROM and COPY --from), no duplicates */
+	size_t n_deps;
+};
+
+struct df_plan_opts {
+	const struct df_kv *build_args;  /* --build-arg K=V */
+	size_t n_build_args;
+	const char *target;              /* stage name or index; NULL = last stage */
+	const char *platform;            /* "linux/amd64" when NULL */
+};
+
+struct df_plan {
+	struct df_stage *stages;
+	size_t n_stages;
+	int target;                  /* index of the target stage */
+	int *order;                  /* stages to build, dependencies first */
+	size_t n_order;
+	kiln_strv warnings;          /* e.g. build args that no ARG consumed */
+};
+
+int df_plan_build(const struct df_ast *ast, const struct df_plan_opts *opts, struct df_plan **out, kiln_error **err);
+json_t *df_plan_to_json(const struct df_plan *plan);
+void df_plan_free(struct df_plan *plan);
+
+#endif

@@ -1,0 +1,41 @@
+# lib.sh — helpers for the numbered end-to-end tests (tests/e2e/tNNNN-*.sh).
+# Each check prints "ok - NAME" or "not ok - NAME" (counted by tests/run.sh).
+# Tests run from the repository root with KILN pointing at the built binary.
+set -u
+KILN=${KILN:-$PWD/bin/kiln}
+T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-e2e.XXXXXX")
+trap 'rm -rf "$T_TMP"' EXIT
+export KILN_HOME="$T_TMP/home"
+
+ok() { echo "ok - $*"; }
+not_ok() { echo "not ok - $*"; }
+
+# expect_exit CODE NAME CMD... : run CMD, check its exit status; output kept
+# in $T_TMP/out and $T_TMP/err for later checks.
+expect_exit() {
+	local want=$1 name=$2 rc
+	shift 2
+	"$@" >"$T_TMP/out" 2>"$T_TMP/err"
+	rc=$?
+	if [ "$rc" -eq "$want" ]; then ok "$name"; else
+		not_ok "$name (exit $rc, want $want)"
+		sed 's/^/#   stderr: /' "$T_TMP/err" | head -20
+	fi
+}
+
+# expect_grep NAME PATTERN FILE : FILE contains a line matching PATTERN (grep -E).
+expect_grep() {
+	if grep -Eq -- "$2" "$3"; then ok "$1"; else
+		not_ok "$1 (no line matching /$2/ in $(basename "$3"))"
+		sed 's/^/#   /' "$3" | head -20
+	fi
+}
+
+# expect_eq NAME GOT WANT
+expect_eq() {
+	if [ "$2" = "$3" ]; then ok "$1"; else
+		not_ok "$1"
+		echo "#   got:  $2"
+		echo "#   want: $3"
+	fi
+}

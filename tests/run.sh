@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# run.sh — run test programs and scripts, count their TAP-style result lines
+# ("ok - NAME" / "not ok - NAME: why") and close with "N passed, N failed".
+# A program that exits non-zero without reporting a failure counts as one
+# failure, so a crash can never pass silently.
+set -u
+pass=0 fail=0
+failed_names=()
+for t in "$@"; do
+	name=$(basename "$t")
+	echo "# === $name"
+	log=$(mktemp)
+	start=$(date +%s)
+	if [[ $t == *.sh ]]; then
+		bash "$t" >"$log" 2>&1
+	else
+		"$t" >"$log" 2>&1
+	fi
+	rc=$?
+	cat "$log"
+	p=$(grep -c '^ok ' "$log")
+	f=$(grep -c '^not ok ' "$log")
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		echo "not ok - $name exited with status $rc"
+		f=1
+	fi
+	if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then
+		echo "not ok - $name reported no results"
+		f=1
+	fi
+	[ "$f" -gt 0 ] && failed_names+=("$name")
+	echo "# $name: $p passed, $f failed ($(( $(date +%s) - start ))s)"
+	pass=$((pass + p))
+	fail=$((fail + f))
+	rm -f "$log"
+done
+[ ${#failed_names[@]} -gt 0 ] && echo "# failing: ${failed_names[*]}"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

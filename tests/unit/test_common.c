@@ -1,0 +1,158 @@
+/* test_common.c — unit tests for common/: errors and their context chain,
+ * string buffers, digests against known vectors, atomic writes, sizes. */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kiln.h"
+#include "tests/unit/test.h"
+
+static void error_chain(void)
+{
+	kiln_error *err = NULL;
+
+	CHECK(kiln_err_errno(&err, ENOENT, "open %s", "/x") == -1);
+	CHECK_INT(err->kind, KILN_E_NOTFOUND);
+	CHECK_INT(err->errnum, ENOENT);
+	kiln_error_wrap(&err, "guest exec");
+	kiln_error_wrap(&err, "build: step %d/%d RUN", 3, 7);
+	CHECK_STR(kiln_error_message(err), "build: step 3/7 RUN: guest exec: open /x: No such file or directory");
+	CHECK_STR(kiln_error_cause(err), "open /x: No such file or directory");
+	kiln_error_wrap(&err, "outer");
+	CHECK_STR(kiln_error_message(err), "outer: build: step 3/7 RUN: guest exec: open /x: No such file or directory");
+	kiln_error_clear(&err);
+	CHECK(err == NULL);
+}
+
+static void buf_and_strv(void)
+{
+	kiln_buf b = KILN_BUF_INIT;
+	kiln_strv sv = KILN_STRV_INIT;
+	char *s;
+
+	CHECK_STR(b.buf, "");
+	for (int i = 0; i < 1000; i++)
+		kiln_buf_addf(&b, "%d,", i);
+	CHECK(b.len == strlen(b.buf));
+	CHECK(strncmp(b.buf, "0,1,2,", 6) == 0);
+	s = kiln_buf_detach(&b);
+	CHECK_STR(b.buf, "");
+	free(s);
+	kiln_strv_push(&sv, "a");
+	kiln_strv_push(&sv, "b");
+	CHECK_INT(sv.n, 2);
+	CHECK_STR(sv.v[1], "b");
+	CHECK(sv.v[2] == NULL);
+	kiln_strv_free(&sv);
+}
+
+static void digests(void)
+{
+	char d[KILN_DIGEST_MAX];
+	kiln_error *err = NULL;
+	enum kiln_digest_algo algo;
+
+	kiln_digest_buf(KILN_SHA256, "abc", 3, d);
+	CHECK_STR(d, "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	kiln_digest_buf(KILN_SHA512, "", 0, d);
+	CHECK_STR(d, "sha512:cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce"
+		     "47d0d13c5d85f2b0ff8318d2877eec2f63b931bd47417a81a538327af927da3e");
+	CHECK(kiln_digest_parse(d, &algo, &err) == 0 && algo == KILN_SHA512);
+	CHECK(kiln_digest_parse("sha256:ABC", &algo, &err) < 0);
+	CHECK(err != NULL && err->kind == KILN_E_INVALID);
+	kiln_error_clear(&err);
+	CHECK(kiln_digest_parse("md5:d41d8cd98f00b204e9800998ecf8427e", &algo, &err) < 0);
+	kiln_error_clear(&err);
+	CHECK_STR(kiln_digest_hex("sha256:00ff"), "00ff");
+}
+
+static void atomic_write_and_read(void)
+{
+	kiln_error *err = NULL;
+	char *dir = kiln_mkdtemp("kiln-test", &err);
+	char *path, *sub, *data = NULL;
+	char d[KILN_DIGEST_MAX];
+	size_t len = 0;
+	struct stat st;
+
+	CHECK(dir != NULL);
+	if (dir == NULL)
+		return;
+	path = kiln_path_join(dir, "f.txt");
+	CHECK(kiln_write_atomic(path, "hello", 5, 0600, &err) == 0);
+	CHECK(kiln_write_atomic(path, "hello world", 11, 0640, &err) == 0);
+	CHECK(kiln_read_file(path, &data, &len, 0, &err) == 0);
+	CHECK_INT(len, 11);
+	CHECK_STR(data, "hello world");
+	free(data);
+	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0640);
+	CHECK(kiln_digest_file(KILN_SHA256, path, d, &err) == 0);
+	CHECK_STR(d, "sha256:b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9");
+	CHECK(kiln_read_file(path, &data, &len, 4, &err) < 0);
+	CHECK(err != NULL && err->kind == KILN_E_LIMIT);
+	kiln_error_clear(&err);
+	sub = kiln_path_join(dir, "a/b/c");
+	CHECK(kiln_mkdir_p(sub, 0755, &err) == 0);
+	CHECK(kiln_mkdir_p(sub, 0755, &err) == 0);
+	CHECK(symlink("/", path) < 0); /* exists: not replaced */
+	free(sub);
+	sub = kiln_path_join(dir, "a/link");
+	CHECK(symlink("/etc", sub) == 0);
+	CHECK(kiln_rm_rf(dir, &err) == 0);
+	CHECK(access(dir, F_OK) < 0);
+	CHECK(access("/etc/passwd", F_OK) == 0); /* the symlink was not followed */
+	CHECK(kiln_read_file(path, &data, &len, 0, &err) < 0);
+	CHECK(err != NULL && err->kind == KILN_E_NOTFOUND);
+	kiln_error_clear(&err);
+	free(sub);
+	free(path);
+	free(dir);
+}
+
+static void json_helpers(void)
+{
+	kiln_error *err = NULL;
+	json_t *v = kiln_json_loadb("{\"b\":1,\"a\":\"x\"}", 15, "t.json", &err);
+	char *s;
+
+	CHECK(v != NULL);
+	s = kiln_json_dumps_canonical(v);
+	CHECK_STR(s, "{\"a\":\"x\",\"b\":1}");
+	free(s);
+	CHECK_STR(kiln_json_str(v, "a"), "x");
+	CHECK(kiln_json_str(v, "b") == NULL);
+	CHECK_INT(kiln_json_int(v, "b", 0), 1);
+	json_decref(v);
+	v = kiln_json_loadb("{\"a\":1,\n\"a\":2}", 14, "t.json", &err);
+	CHECK(v == NULL);
+	CHECK(err != NULL && strncmp(kiln_error_message(err), "t.json:2:", 9) == 0);
+	kiln_error_clear(&err);
+}
+
+static void sizes(void)
+{
+	kiln_error *err = NULL;
+	uint64_t v = 0;
+
+	CHECK(kiln_parse_size("512", &v, &err) == 0 && v == 512);
+	CHECK(kiln_parse_size("64K", &v, &err) == 0 && v == 65536);
+	CHECK(kiln_parse_size("2GiB", &v, &err) == 0 && v == 2ULL << 30);
+	CHECK(kiln_parse_size("1x", &v, &err) < 0);
+	kiln_error_clear(&err);
+	CHECK(kiln_parse_size("", &v, &err) < 0);
+	kiln_error_clear(&err);
+	CHECK(kiln_parse_size("99999999999T", &v, &err) < 0);
+	kiln_error_clear(&err);
+}
+
+int main(void)
+{
+	RUN(error_chain);
+	RUN(buf_and_strv);
+	RUN(digests);
+	RUN(atomic_write_and_read);
+	RUN(json_helpers);
+	RUN(sizes);
+	return test_done();
+}
