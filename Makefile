@@ -84,10 +84,10 @@ test: deps
 	@tests/run.sh $(UNIT_BINS) $(REPLAY_BINS) $(sort $(wildcard tests/e2e/t*.sh))
 
 deps:
-	@tests/install-deps.sh deps.txt
+	@tests/install-deps.sh deps/*.txt
 
 demo: deps
-	$(MAKE) all clang-check
+	$(MAKE) all
 	@examples/demo.sh
 
 # -- fuzzing with libFuzzer (clang) -------------------------------------------

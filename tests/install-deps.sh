@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# install-deps.sh — install the Debian packages listed in a deps file.
+# install-deps.sh — install the Debian packages listed in deps files
+# (deps/*.txt: one per stage, so stages add packages without conflicts).
 # Skips apt entirely when everything is already installed, so repeated
 # `make test` runs stay fast; otherwise updates the lists once and installs.
 set -euo pipefail
-list=${1:-deps.txt}
-mapfile -t pkgs < <(grep -v '^[[:space:]]*#' "$list" | grep -v '^[[:space:]]*$' | sort -u)
+mapfile -t pkgs < <(cat "$@" | sed 's/#.*//' | grep -v '^[[:space:]]*$' | sort -u)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
