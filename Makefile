@@ -19,6 +19,9 @@ CLI_SRCS := $(sort $(wildcard cli/*.c))
 CMD_SRCS := $(sort $(wildcard cli/cmd_*.c))
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+# The guest agent is a static, libc-only program: guest/agent/*.c plus the
+# protocol codec guest/proto*.c (which is also part of libkiln for the host).
+AGENT_SRCS := $(sort $(wildcard guest/agent/*.c) $(wildcard guest/proto*.c))
 
 OBJ      := build/obj
 ASAN     := build/asan
@@ -31,7 +34,7 @@ FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
 
 .PHONY: all deps check test demo fuzz clean clang-check
 .SECONDARY:
-all: bin/kiln
+all: bin/kiln $(if $(AGENT_SRCS),bin/kiln-agent)
 
 # -- the library and the CLI ------------------------------------------------
 $(OBJ)/%.o: %.c
@@ -54,6 +57,10 @@ $(OBJ)/cli/main.o: build/gen/commands.h
 bin/kiln: $(CLI_OBJS) build/libkiln.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJS) build/libkiln.a $(LDLIBS)
+
+bin/kiln-agent: $(AGENT_SRCS) $(wildcard guest/*.h guest/agent/*.h)
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE -I. $(WARN) -Os -static -o $@ $(AGENT_SRCS)
 
 # -- unit tests under ASan + UBSan ----------------------------------------------
 $(ASAN)/%.o: %.c
