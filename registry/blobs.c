@@ -1,0 +1,121 @@
+/* blobs.c — GET/HEAD/DELETE /v2/NAME/blobs/DIGEST.  Bytes are sent straight
+ * from the store's file (sendfile through libmicrohttpd), with single byte
+ * ranges; a blob is visible in a repository only once linked there. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "registry/internal.h"
+
+/* "bytes=A-B", "bytes=A-", "bytes=-N" against size; 1 ok, 0 unsatisfiable, -1 unparsable. */
+static int parse_range(const char *h, int64_t size, int64_t *start, int64_t *end)
+{
+	char *e;
+	long long a = -1, b = -1;
+
+	if (strncmp(h, "bytes=", 6) != 0)
+		return -1;
+	h += 6;
+	if (*h == '-') {
+		b = strtoll(h + 1, &e, 10);
+		if (e == h + 1 || *e != '\0' || b <= 0)
+			return b == 0 && *e == '\0' ? 0 : -1;
+		*start = b >= size ? 0 : size - b;
+		*end = size - 1;
+		return size > 0;
+	}
+	a = strtoll(h, &e, 10);
+	if (e == h || *e != '-' || a < 0)
+		return -1;
+	h = e + 1;
+	if (*h) {
+		b = strtoll(h, &e, 10);
+		if (*e != '\0' || b < a)
+			return -1;
+	}
+	if (a >= size)
+		return 0;
+	*start = a;
+	*end = b < 0 || b >= size ? size - 1 : b;
+	return 1;
+}
+
+void reg_blob_handle(reg_req *r)
+{
+	reg_server *s = r->srv;
+	enum kiln_digest_algo algo;
+	kiln_error *err = NULL;
+	char *path = NULL, buf[KILN_DIGEST_MAX + 64];
+	int64_t size = 0, start = 0, end = -1;
+	const char *range;
+	struct stat sb;
+	int fd = -1, linked;
+
+	if (kiln_digest_parse(r->ref, &algo, &err) < 0) {
+		reg_error(r, 400, "DIGEST_INVALID", "%s", kiln_error_message(err));
+		kiln_error_free(err);
+		return;
+	}
+	if (strcmp(r->method, "DELETE") == 0) {
+		linked = reg_db_blob_unlink(s->db, r->name, r->ref, &err);
+		if (linked < 0)
+			reg_internal(r, err);
+		else if (linked == 0)
+			reg_error(r, 404, "BLOB_UNKNOWN", "blob %s unknown to repository %s", r->ref, r->name);
+		else
+			reg_respond(r, 202, "", 0, NULL);
+		return;
+	}
+	linked = reg_db_blob_linked(s->db, r->name, r->ref, &size, &err);
+	if (linked < 0) {
+		reg_internal(r, err);
+		return;
+	}
+	path = reg_store_blob_path(&s->store, r->ref);
+	if (linked)
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &sb) < 0) {
+		if (linked && errno != ENOENT)
+			kiln_warn("registry: open %s: %s", path, strerror(errno));
+		reg_error(r, 404, "BLOB_UNKNOWN", "blob %s unknown to repository %s", r->ref, r->name);
+		goto out;
+	}
+	size = sb.st_size;
+	range = reg_req_header(r, "Range");
+	if (range && strcmp(r->method, "GET") == 0) {
+		int ok = parse_range(range, size, &start, &end);
+		if (ok == 0) {
+			reg_error(r, 416, "RANGE_INVALID", "range %s not satisfiable for %" PRId64 " bytes", range, size);
+			snprintf(buf, sizeof(buf), "bytes */%" PRId64, size);
+			reg_header(r, "Content-Range", buf);
+			goto out;
+		}
+		if (ok < 0)
+			range = NULL; /* an unparsable Range is ignored (RFC 9110) */
+	} else {
+		range = NULL;
+	}
+	if (!range) {
+		start = 0;
+		end = size - 1;
+	}
+	reg_respond_fd(r, range ? 206 : 200, fd, start, end - start + 1);
+	fd = -1;
+	reg_header(r, "Content-Type", "application/octet-stream");
+	reg_header(r, "Docker-Content-Digest", r->ref);
+	reg_header(r, "Accept-Ranges", "bytes");
+	snprintf(buf, sizeof(buf), "\"%s\"", r->ref);
+	reg_header(r, "ETag", buf);
+	if (range) {
+		snprintf(buf, sizeof(buf), "bytes %" PRId64 "-%" PRId64 "/%" PRId64, start, end, size);
+		reg_header(r, "Content-Range", buf);
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	free(path);
+}

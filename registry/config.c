@@ -1,0 +1,148 @@
+/* config.c — the registry's settings: embedded defaults that need no file,
+ * a JSON config file that overrides them, and the --addr syntax.  Unknown
+ * keys in the file are errors so a typo never silently changes nothing. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "registry/internal.h"
+
+void reg_config_init(struct reg_config *c)
+{
+	char *home = kiln_home();
+
+	memset(c, 0, sizeof(*c));
+	c->host = kiln_xstrdup("127.0.0.1");
+	c->port = 5000;
+	c->data_dir = kiln_path_join(home, "registry");
+	c->manifest_max = 4 << 20;
+	c->blob_max = 0;
+	c->connection_limit = 1024;
+	c->timeout_s = 60;
+	c->upload_expiry_s = 24 * 3600;
+	c->gc_grace_s = 3600;
+	c->auth = 0;
+	c->service = kiln_xstrdup("kiln");
+	c->token_ttl_s = 3600;
+	free(home);
+}
+
+void reg_config_free(struct reg_config *c)
+{
+	free(c->host);
+	free(c->data_dir);
+	free(c->realm);
+	free(c->service);
+	memset(c, 0, sizeof(*c));
+}
+
+int reg_config_set_addr(struct reg_config *c, const char *addr, kiln_error **err)
+{
+	const char *colon = strrchr(addr, ':');
+	char *host, *end;
+	long port;
+
+	if (colon == NULL)
+		return kiln_err(err, KILN_E_USAGE, "address '%s': want HOST:PORT", addr);
+	errno = 0;
+	port = strtol(colon + 1, &end, 10);
+	if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < 0 || port > 65535)
+		return kiln_err(err, KILN_E_USAGE, "address '%s': bad port", addr);
+	if (colon == addr)
+		host = kiln_xstrdup("127.0.0.1");
+	else if (addr[0] == '[' && colon[-1] == ']')
+		host = kiln_xstrndup(addr + 1, (size_t)(colon - addr - 2));
+	else
+		host = kiln_xstrndup(addr, (size_t)(colon - addr));
+	free(c->host);
+	c->host = host;
+	c->port = (uint16_t)port;
+	return 0;
+}
+
+static int get_size(json_t *v, const char *key, uint64_t *out, kiln_error **err)
+{
+	if (json_is_integer(v) && json_integer_value(v) >= 0) {
+		*out = (uint64_t)json_integer_value(v);
+		return 0;
+	}
+	if (json_is_string(v))
+		return kiln_parse_size(json_string_value(v), out, err) < 0 ? kiln_error_wrap(err, "%s", key) : 0;
+	return kiln_err(err, KILN_E_INVALID, "%s: want a size (number or \"64M\")", key);
+}
+
+static int get_int(json_t *v, const char *key, int64_t min, int64_t *out, kiln_error **err)
+{
+	if (!json_is_integer(v) || json_integer_value(v) < min)
+		return kiln_err(err, KILN_E_INVALID, "%s: want an integer >= %lld", key, (long long)min);
+	*out = json_integer_value(v);
+	return 0;
+}
+
+static int set_str(json_t *v, const char *key, char **dst, kiln_error **err)
+{
+	if (!json_is_string(v))
+		return kiln_err(err, KILN_E_INVALID, "%s: want a string", key);
+	free(*dst);
+	*dst = kiln_xstrdup(json_string_value(v));
+	return 0;
+}
+
+int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
+{
+	json_t *root = kiln_json_load_file(path, err), *v;
+	const char *key;
+	int64_t i = 0;
+	int ret = -1;
+
+	if (root == NULL)
+		return -1;
+	if (!json_is_object(root)) {
+		kiln_err(err, KILN_E_INVALID, "want a JSON object");
+		goto out;
+	}
+	json_object_foreach(root, key, v) {
+		int r = 0;
+		if (strcmp(key, "addr") == 0) {
+			r = json_is_string(v) ? reg_config_set_addr(c, json_string_value(v), err)
+					      : kiln_err(err, KILN_E_INVALID, "addr: want a string");
+		} else if (strcmp(key, "data") == 0) {
+			r = set_str(v, key, &c->data_dir, err);
+		} else if (strcmp(key, "manifest_max") == 0) {
+			r = get_size(v, key, &c->manifest_max, err);
+		} else if (strcmp(key, "blob_max") == 0) {
+			r = get_size(v, key, &c->blob_max, err);
+		} else if (strcmp(key, "connection_limit") == 0) {
+			if ((r = get_int(v, key, 1, &i, err)) == 0)
+				c->connection_limit = (unsigned)i;
+		} else if (strcmp(key, "timeout_s") == 0) {
+			if ((r = get_int(v, key, 1, &i, err)) == 0)
+				c->timeout_s = (unsigned)i;
+		} else if (strcmp(key, "upload_expiry_s") == 0) {
+			r = get_int(v, key, 0, &c->upload_expiry_s, err);
+		} else if (strcmp(key, "gc_grace_s") == 0) {
+			r = get_int(v, key, 0, &c->gc_grace_s, err);
+		} else if (strcmp(key, "token_ttl_s") == 0) {
+			r = get_int(v, key, 1, &c->token_ttl_s, err);
+		} else if (strcmp(key, "auth") == 0) {
+			if (!json_is_boolean(v))
+				r = kiln_err(err, KILN_E_INVALID, "auth: want true or false");
+			else
+				c->auth = json_is_true(v);
+		} else if (strcmp(key, "realm") == 0) {
+			r = set_str(v, key, &c->realm, err);
+		} else if (strcmp(key, "service") == 0) {
+			r = set_str(v, key, &c->service, err);
+		} else {
+			r = kiln_err(err, KILN_E_INVALID, "unknown key '%s'", key);
+		}
+		if (r < 0)
+			goto out;
+	}
+	ret = 0;
+out:
+	if (ret < 0)
+		kiln_error_wrap(err, "config %s", path);
+	json_decref(root);
+	return ret;
+}

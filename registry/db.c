@@ -1,0 +1,447 @@
+/* db.c — the registry's metadata in sqlite (WAL, synchronous=FULL): which
+ * blobs each repository holds, manifests and what they reference, tags and
+ * their history, tokens.  Blob bytes are never here, only in the store.  One
+ * connection per process, serialised by a mutex; other processes (gc, ls)
+ * share the file through WAL. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "registry/internal.h"
+
+static const char schema[] =
+	"CREATE TABLE IF NOT EXISTS repos(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL,"
+	" public INTEGER NOT NULL DEFAULT 0, created INTEGER NOT NULL);"
+	"CREATE TABLE IF NOT EXISTS blob_links(repo INTEGER NOT NULL, digest TEXT NOT NULL,"
+	" size INTEGER NOT NULL, created INTEGER NOT NULL, PRIMARY KEY(repo, digest)) WITHOUT ROWID;"
+	"CREATE INDEX IF NOT EXISTS blob_links_digest ON blob_links(digest);"
+	"CREATE TABLE IF NOT EXISTS manifests(repo INTEGER NOT NULL, digest TEXT NOT NULL,"
+	" media_type TEXT NOT NULL, size INTEGER NOT NULL, artifact_type TEXT, subject TEXT,"
+	" annotations TEXT, created INTEGER NOT NULL, PRIMARY KEY(repo, digest)) WITHOUT ROWID;"
+	"CREATE INDEX IF NOT EXISTS manifests_subject ON manifests(repo, subject);"
+	"CREATE TABLE IF NOT EXISTS manifest_refs(repo INTEGER NOT NULL, manifest TEXT NOT NULL,"
+	" digest TEXT NOT NULL, kind INTEGER NOT NULL, PRIMARY KEY(repo, manifest, digest, kind)) WITHOUT ROWID;"
+	"CREATE INDEX IF NOT EXISTS manifest_refs_digest ON manifest_refs(digest);"
+	"CREATE TABLE IF NOT EXISTS tags(repo INTEGER NOT NULL, name TEXT NOT NULL, digest TEXT NOT NULL,"
+	" updated INTEGER NOT NULL, PRIMARY KEY(repo, name)) WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS tag_history(id INTEGER PRIMARY KEY, repo INTEGER NOT NULL,"
+	" tag TEXT NOT NULL, digest TEXT, at INTEGER NOT NULL);"
+	"CREATE TABLE IF NOT EXISTS tokens(id INTEGER PRIMARY KEY, label TEXT UNIQUE NOT NULL,"
+	" hash TEXT UNIQUE NOT NULL, scopes TEXT NOT NULL, created INTEGER NOT NULL, expires INTEGER NOT NULL);";
+
+int reg_db_fail(reg_db *db, kiln_error **err, const char *what)
+{
+	return kiln_err(err, KILN_E_IO, "metadata db: %s: %s", what, sqlite3_errmsg(db->h));
+}
+
+sqlite3_stmt *reg_db_prep(reg_db *db, const char *sql, kiln_error **err)
+{
+	sqlite3_stmt *st = NULL;
+
+	if (sqlite3_prepare_v2(db->h, sql, -1, &st, NULL) != SQLITE_OK) {
+		reg_db_fail(db, err, "prepare");
+		return NULL;
+	}
+	return st;
+}
+
+int reg_db_exec(reg_db *db, const char *sql, kiln_error **err)
+{
+	char *msg = NULL;
+
+	if (sqlite3_exec(db->h, sql, NULL, NULL, &msg) != SQLITE_OK) {
+		kiln_err(err, KILN_E_IO, "metadata db: %s", msg ? msg : sqlite3_errmsg(db->h));
+		sqlite3_free(msg);
+		return -1;
+	}
+	return 0;
+}
+
+reg_db *reg_db_open(const char *path, kiln_error **err)
+{
+	reg_db *db = kiln_xcalloc(1, sizeof(*db));
+
+	pthread_mutex_init(&db->lock, NULL);
+	if (sqlite3_open_v2(path, &db->h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) !=
+	    SQLITE_OK) {
+		kiln_err(err, KILN_E_IO, "open metadata db %s: %s", path, db->h ? sqlite3_errmsg(db->h) : "out of memory");
+		goto fail;
+	}
+	sqlite3_busy_timeout(db->h, 10000);
+	if (reg_db_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", err) < 0 ||
+	    reg_db_exec(db, schema, err) < 0) {
+		kiln_error_wrap(err, "open metadata db %s", path);
+		goto fail;
+	}
+	return db;
+fail:
+	reg_db_close(db);
+	return NULL;
+}
+
+void reg_db_close(reg_db *db)
+{
+	if (db == NULL)
+		return;
+	sqlite3_close(db->h);
+	pthread_mutex_destroy(&db->lock);
+	free(db);
+}
+
+int64_t reg_db_now(void)
+{
+	return (int64_t)time(NULL);
+}
+
+/* Caller holds the lock. */
+int reg_db_repo_locked(reg_db *db, const char *name, int create, int64_t *id, kiln_error **err)
+{
+	sqlite3_stmt *st = reg_db_prep(db, "SELECT id FROM repos WHERE name = ?", err);
+	int rc;
+
+	*id = 0;
+	if (st == NULL)
+		return -1;
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW)
+		*id = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return reg_db_fail(db, err, "repo lookup");
+	if (*id || !create)
+		return 0;
+	st = reg_db_prep(db, "INSERT INTO repos(name, created) VALUES(?, ?)", err);
+	if (st == NULL)
+		return -1;
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, reg_db_now());
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		return reg_db_fail(db, err, "create repo");
+	*id = sqlite3_last_insert_rowid(db->h);
+	return 0;
+}
+
+int reg_db_repo(reg_db *db, const char *name, int create, int64_t *id, kiln_error **err)
+{
+	int ret;
+
+	pthread_mutex_lock(&db->lock);
+	ret = reg_db_repo_locked(db, name, create, id, err);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+int reg_db_blob_link(reg_db *db, const char *repo, const char *digest, int64_t size, kiln_error **err)
+{
+	sqlite3_stmt *st = NULL;
+	int64_t id;
+	int ret = -1;
+
+	pthread_mutex_lock(&db->lock);
+	if (reg_db_repo_locked(db, repo, 1, &id, err) < 0)
+		goto out;
+	st = reg_db_prep(db, "INSERT OR IGNORE INTO blob_links(repo, digest, size, created) VALUES(?, ?, ?, ?)", err);
+	if (st == NULL)
+		goto out;
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_text(st, 2, digest, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 3, size);
+	sqlite3_bind_int64(st, 4, reg_db_now());
+	if (sqlite3_step(st) != SQLITE_DONE) {
+		reg_db_fail(db, err, "link blob");
+		goto out;
+	}
+	ret = 0;
+out:
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+int reg_db_blob_linked(reg_db *db, const char *repo, const char *digest, int64_t *size, kiln_error **err)
+{
+	sqlite3_stmt *st;
+	int ret = -1, rc;
+
+	pthread_mutex_lock(&db->lock);
+	st = reg_db_prep(db, "SELECT b.size FROM blob_links b JOIN repos r ON r.id = b.repo"
+			     " WHERE r.name = ? AND b.digest = ?", err);
+	if (st == NULL)
+		goto out;
+	sqlite3_bind_text(st, 1, repo, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, digest, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		if (size)
+			*size = sqlite3_column_int64(st, 0);
+		ret = 1;
+	} else if (rc == SQLITE_DONE) {
+		ret = 0;
+	} else {
+		reg_db_fail(db, err, "blob lookup");
+	}
+out:
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+int reg_db_blob_known(reg_db *db, const char *digest, kiln_error **err)
+{
+	sqlite3_stmt *st;
+	int ret = -1, rc;
+
+	pthread_mutex_lock(&db->lock);
+	st = reg_db_prep(db, "SELECT 1 FROM blob_links WHERE digest = ? LIMIT 1", err);
+	if (st) {
+		sqlite3_bind_text(st, 1, digest, -1, SQLITE_STATIC);
+		rc = sqlite3_step(st);
+		ret = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : reg_db_fail(db, err, "blob lookup");
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+/* Runs one statement binding (repo id, text a[, text b]); returns rows changed or -1. */
+int reg_db_change(reg_db *db, const char *sql, int64_t id, const char *a, const char *b, kiln_error **err)
+{
+	sqlite3_stmt *st = reg_db_prep(db, sql, err);
+	int ret;
+
+	if (st == NULL)
+		return -1;
+	sqlite3_bind_int64(st, 1, id);
+	if (a)
+		sqlite3_bind_text(st, 2, a, -1, SQLITE_STATIC);
+	if (b)
+		sqlite3_bind_text(st, 3, b, -1, SQLITE_STATIC);
+	ret = sqlite3_step(st) == SQLITE_DONE ? sqlite3_changes(db->h) : reg_db_fail(db, err, "update");
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int reg_db_blob_unlink(reg_db *db, const char *repo, const char *digest, kiln_error **err)
+{
+	int64_t id;
+	int ret = -1;
+
+	pthread_mutex_lock(&db->lock);
+	if (reg_db_repo_locked(db, repo, 0, &id, err) < 0)
+		goto out;
+	ret = id ? reg_db_change(db, "DELETE FROM blob_links WHERE repo = ? AND digest = ?", id, digest, NULL, err) : 0;
+out:
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+static int add_history(reg_db *db, int64_t id, const char *tag, const char *digest, kiln_error **err)
+{
+	sqlite3_stmt *st = reg_db_prep(db, "INSERT INTO tag_history(repo, tag, digest, at) VALUES(?, ?, ?, ?)", err);
+	int ret;
+
+	if (st == NULL)
+		return -1;
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_text(st, 2, tag, -1, SQLITE_STATIC);
+	if (digest)
+		sqlite3_bind_text(st, 3, digest, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, reg_db_now());
+	ret = sqlite3_step(st) == SQLITE_DONE ? 0 : reg_db_fail(db, err, "tag history");
+	sqlite3_finalize(st);
+	return ret;
+}
+
+static int put_tag(reg_db *db, int64_t id, const char *tag, const char *digest, kiln_error **err)
+{
+	sqlite3_stmt *st = reg_db_prep(db, "SELECT digest FROM tags WHERE repo = ? AND name = ?", err);
+	int same = 0, ret;
+
+	if (st == NULL)
+		return -1;
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_text(st, 2, tag, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		same = strcmp((const char *)sqlite3_column_text(st, 0), digest) == 0;
+	sqlite3_finalize(st);
+	if (same)
+		return 0;
+	st = reg_db_prep(db, "INSERT OR REPLACE INTO tags(repo, name, digest, updated) VALUES(?, ?, ?, ?)", err);
+	if (st == NULL)
+		return -1;
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_text(st, 2, tag, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, digest, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, reg_db_now());
+	ret = sqlite3_step(st) == SQLITE_DONE ? 0 : reg_db_fail(db, err, "set tag");
+	sqlite3_finalize(st);
+	return ret < 0 ? -1 : add_history(db, id, tag, digest, err);
+}
+
+int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_t size,
+			const struct reg_manifest *m, const char *tag, kiln_error **err)
+{
+	sqlite3_stmt *st = NULL;
+	char *ann = NULL;
+	int64_t id;
+	int ret = -1;
+
+	pthread_mutex_lock(&db->lock);
+	if (reg_db_exec(db, "BEGIN IMMEDIATE", err) < 0)
+		goto unlock;
+	if (reg_db_repo_locked(db, repo, 1, &id, err) < 0)
+		goto rollback;
+	st = reg_db_prep(db, "INSERT OR REPLACE INTO manifests(repo, digest, media_type, size, artifact_type, subject,"
+			     " annotations, created) VALUES(?, ?, ?, ?, ?, ?, ?, ?)", err);
+	if (st == NULL)
+		goto rollback;
+	if (m->annotations)
+		ann = json_dumps(m->annotations, JSON_COMPACT | JSON_SORT_KEYS);
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_text(st, 2, digest, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, m->media_type, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, size);
+	if (m->artifact_type)
+		sqlite3_bind_text(st, 5, m->artifact_type, -1, SQLITE_STATIC);
+	if (m->subject[0])
+		sqlite3_bind_text(st, 6, m->subject, -1, SQLITE_STATIC);
+	if (ann)
+		sqlite3_bind_text(st, 7, ann, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 8, reg_db_now());
+	if (sqlite3_step(st) != SQLITE_DONE) {
+		reg_db_fail(db, err, "store manifest");
+		goto rollback;
+	}
+	sqlite3_finalize(st);
+	st = reg_db_prep(db, "INSERT OR IGNORE INTO manifest_refs(repo, manifest, digest, kind) VALUES(?, ?, ?, ?)", err);
+	if (st == NULL)
+		goto rollback;
+	for (size_t i = 0; i < m->nrefs; i++) {
+		sqlite3_reset(st);
+		sqlite3_bind_int64(st, 1, id);
+		sqlite3_bind_text(st, 2, digest, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, 3, m->refs[i].digest, -1, SQLITE_STATIC);
+		sqlite3_bind_int(st, 4, (int)m->refs[i].kind);
+		if (sqlite3_step(st) != SQLITE_DONE) {
+			reg_db_fail(db, err, "store manifest references");
+			goto rollback;
+		}
+	}
+	if (tag && put_tag(db, id, tag, digest, err) < 0)
+		goto rollback;
+	if (reg_db_exec(db, "COMMIT", err) < 0)
+		goto rollback;
+	ret = 0;
+	goto unlock;
+rollback:
+	sqlite3_finalize(st);
+	st = NULL;
+	sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
+unlock:
+	sqlite3_finalize(st);
+	free(ann);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+int reg_db_manifest_get(reg_db *db, const char *repo, const char *ref, char digest[KILN_DIGEST_MAX],
+			char **media_type, int64_t *size, kiln_error **err)
+{
+	int by_digest = strchr(ref, ':') != NULL;
+	sqlite3_stmt *st;
+	int ret = -1, rc;
+
+	pthread_mutex_lock(&db->lock);
+	st = reg_db_prep(db, by_digest ? "SELECT m.digest, m.media_type, m.size FROM manifests m JOIN repos r ON r.id = m.repo"
+					 " WHERE r.name = ? AND m.digest = ?"
+				       : "SELECT m.digest, m.media_type, m.size FROM tags t JOIN repos r ON r.id = t.repo"
+					 " JOIN manifests m ON m.repo = t.repo AND m.digest = t.digest"
+					 " WHERE r.name = ? AND t.name = ?",
+			 err);
+	if (st == NULL)
+		goto out;
+	sqlite3_bind_text(st, 1, repo, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, ref, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		snprintf(digest, KILN_DIGEST_MAX, "%s", (const char *)sqlite3_column_text(st, 0));
+		if (media_type)
+			*media_type = kiln_xstrdup((const char *)sqlite3_column_text(st, 1));
+		if (size)
+			*size = sqlite3_column_int64(st, 2);
+		ret = 1;
+	} else {
+		ret = rc == SQLITE_DONE ? 0 : reg_db_fail(db, err, "manifest lookup");
+	}
+out:
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+int reg_db_manifest_delete(reg_db *db, const char *repo, const char *digest, kiln_error **err)
+{
+	sqlite3_stmt *st = NULL;
+	int64_t id;
+	int ret = -1, n;
+
+	pthread_mutex_lock(&db->lock);
+	if (reg_db_exec(db, "BEGIN IMMEDIATE", err) < 0)
+		goto unlock;
+	if (reg_db_repo_locked(db, repo, 0, &id, err) < 0)
+		goto rollback;
+	if (id == 0) {
+		ret = 0;
+		goto rollback;
+	}
+	n = reg_db_change(db, "DELETE FROM manifests WHERE repo = ? AND digest = ?", id, digest, NULL, err);
+	if (n < 0)
+		goto rollback;
+	if (n == 0) {
+		ret = 0;
+		goto rollback;
+	}
+	/* Record the untagging of every tag that pointed here. */
+	st = reg_db_prep(db, "INSERT INTO tag_history(repo, tag, digest, at) SELECT repo, name, NULL, ? FROM tags"
+			     " WHERE repo = ? AND digest = ?", err);
+	if (st == NULL)
+		goto rollback;
+	sqlite3_bind_int64(st, 1, reg_db_now());
+	sqlite3_bind_int64(st, 2, id);
+	sqlite3_bind_text(st, 3, digest, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) != SQLITE_DONE) {
+		reg_db_fail(db, err, "tag history");
+		goto rollback;
+	}
+	if (reg_db_change(db, "DELETE FROM tags WHERE repo = ? AND digest = ?", id, digest, NULL, err) < 0 ||
+	    reg_db_change(db, "DELETE FROM manifest_refs WHERE repo = ? AND manifest = ?", id, digest, NULL, err) < 0 ||
+	    reg_db_exec(db, "COMMIT", err) < 0)
+		goto rollback;
+	ret = 1;
+	goto unlock;
+rollback:
+	sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
+unlock:
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+int reg_db_tag_delete(reg_db *db, const char *repo, const char *tag, kiln_error **err)
+{
+	int64_t id;
+	int ret = -1;
+
+	pthread_mutex_lock(&db->lock);
+	if (reg_db_repo_locked(db, repo, 0, &id, err) < 0)
+		goto out;
+	ret = 0;
+	if (id && (ret = reg_db_change(db, "DELETE FROM tags WHERE repo = ? AND name = ?", id, tag, NULL, err)) > 0)
+		ret = add_history(db, id, tag, NULL, err) < 0 ? -1 : 1;
+out:
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}

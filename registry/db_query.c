@@ -1,0 +1,251 @@
+/* db_query.c — the read side of the metadata: paginated tag and repository
+ * lists, referrers of a subject, and the administrative listings behind
+ * `kiln registry ls|history|public`. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "registry/internal.h"
+
+/* Collects column 0 of st into out, at most n rows (n < 0: all). */
+static int collect(reg_db *db, sqlite3_stmt *st, long n, kiln_strv *out, int *more, kiln_error **err)
+{
+	int rc;
+
+	*more = 0;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (n >= 0 && (long)out->n >= n) {
+			*more = 1;
+			break;
+		}
+		kiln_strv_push(out, (const char *)sqlite3_column_text(st, 0));
+	}
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return reg_db_fail(db, err, "list");
+	return 0;
+}
+
+int reg_db_tags(reg_db *db, const char *repo, const char *last, long n, kiln_strv *out, int *more, kiln_error **err)
+{
+	sqlite3_stmt *st;
+	int ret = -1;
+
+	pthread_mutex_lock(&db->lock);
+	st = reg_db_prep(db, "SELECT t.name FROM tags t JOIN repos r ON r.id = t.repo WHERE r.name = ? AND t.name > ?"
+			     " ORDER BY t.name LIMIT ?", err);
+	if (st) {
+		sqlite3_bind_text(st, 1, repo, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, 2, last ? last : "", -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 3, n < 0 ? -1 : n + 1);
+		ret = collect(db, st, n, out, more, err);
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+int reg_db_catalog(reg_db *db, const char *last, long n, kiln_strv *out, int *more, kiln_error **err)
+{
+	sqlite3_stmt *st;
+	int ret = -1;
+
+	/* Only repositories that hold something: a deleted one disappears. */
+	pthread_mutex_lock(&db->lock);
+	st = reg_db_prep(db, "SELECT r.name FROM repos r WHERE r.name > ? AND (EXISTS(SELECT 1 FROM manifests m"
+			     " WHERE m.repo = r.id) OR EXISTS(SELECT 1 FROM blob_links b WHERE b.repo = r.id))"
+			     " ORDER BY r.name LIMIT ?", err);
+	if (st) {
+		sqlite3_bind_text(st, 1, last ? last : "", -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, n < 0 ? -1 : n + 1);
+		ret = collect(db, st, n, out, more, err);
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+int reg_db_referrers(reg_db *db, const char *repo, const char *subject, const char *artifact_type,
+		     json_t *out, kiln_error **err)
+{
+	sqlite3_stmt *st;
+	int ret = -1, rc;
+
+	pthread_mutex_lock(&db->lock);
+	st = reg_db_prep(db, "SELECT m.digest, m.media_type, m.size, m.artifact_type, m.annotations FROM manifests m"
+			     " JOIN repos r ON r.id = m.repo WHERE r.name = ? AND m.subject = ?"
+			     " AND (?3 IS NULL OR m.artifact_type = ?3) ORDER BY m.created, m.digest", err);
+	if (st == NULL)
+		goto out;
+	sqlite3_bind_text(st, 1, repo, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, subject, -1, SQLITE_STATIC);
+	if (artifact_type)
+		sqlite3_bind_text(st, 3, artifact_type, -1, SQLITE_STATIC);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		json_t *d = json_object();
+		const char *at = (const char *)sqlite3_column_text(st, 3);
+		const char *ann = (const char *)sqlite3_column_text(st, 4);
+
+		json_object_set_new(d, "mediaType", json_string((const char *)sqlite3_column_text(st, 1)));
+		json_object_set_new(d, "digest", json_string((const char *)sqlite3_column_text(st, 0)));
+		json_object_set_new(d, "size", json_integer(sqlite3_column_int64(st, 2)));
+		if (at)
+			json_object_set_new(d, "artifactType", json_string(at));
+		if (ann) {
+			json_t *a = json_loads(ann, 0, NULL);
+			if (a)
+				json_object_set_new(d, "annotations", a);
+		}
+		json_array_append_new(out, d);
+	}
+	ret = rc == SQLITE_DONE ? 0 : reg_db_fail(db, err, "referrers");
+out:
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+int reg_db_repo_public(reg_db *db, const char *repo, kiln_error **err)
+{
+	sqlite3_stmt *st;
+	int ret = -1, rc;
+
+	pthread_mutex_lock(&db->lock);
+	st = reg_db_prep(db, "SELECT public FROM repos WHERE name = ?", err);
+	if (st) {
+		sqlite3_bind_text(st, 1, repo, -1, SQLITE_STATIC);
+		rc = sqlite3_step(st);
+		ret = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) != 0 : rc == SQLITE_DONE ? 0
+											   : reg_db_fail(db, err, "repo");
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+/* ---- administration (own connection on the data directory) ---- */
+
+reg_db *reg_db_open_cfg(const struct reg_config *c, kiln_error **err)
+{
+	char *path = kiln_path_join(c->data_dir, "meta.db");
+	reg_db *db = NULL;
+
+	if (kiln_mkdir_p(c->data_dir, 0755, err) == 0)
+		db = reg_db_open(path, err);
+	free(path);
+	return db;
+}
+
+int reg_list_repos(const struct reg_config *c, const char *prefix, struct reg_repo_info **out, size_t *n,
+		   kiln_error **err)
+{
+	reg_db *db = reg_db_open_cfg(c, err);
+	sqlite3_stmt *st = NULL;
+	struct reg_repo_info *v = NULL;
+	size_t cnt = 0;
+	int ret = -1, rc;
+
+	*out = NULL;
+	*n = 0;
+	if (db == NULL)
+		return -1;
+	st = reg_db_prep(db, "SELECT r.name, r.public, (SELECT count(*) FROM tags t WHERE t.repo = r.id),"
+			     " (SELECT count(*) FROM manifests m WHERE m.repo = r.id) FROM repos r"
+			     " WHERE substr(r.name, 1, length(?1)) = ?1 ORDER BY r.name", err);
+	if (st == NULL)
+		goto out;
+	sqlite3_bind_text(st, 1, prefix ? prefix : "", -1, SQLITE_STATIC);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		v = kiln_xrealloc(v, (cnt + 1) * sizeof(*v));
+		v[cnt].name = kiln_xstrdup((const char *)sqlite3_column_text(st, 0));
+		v[cnt].public_ = sqlite3_column_int(st, 1);
+		v[cnt].tags = sqlite3_column_int64(st, 2);
+		v[cnt].manifests = sqlite3_column_int64(st, 3);
+		cnt++;
+	}
+	if (rc != SQLITE_DONE) {
+		reg_db_fail(db, err, "list repositories");
+		reg_repo_info_free(v, cnt);
+		goto out;
+	}
+	*out = v;
+	*n = cnt;
+	ret = 0;
+out:
+	sqlite3_finalize(st);
+	reg_db_close(db);
+	return ret;
+}
+
+void reg_repo_info_free(struct reg_repo_info *r, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(r[i].name);
+	free(r);
+}
+
+int reg_tag_history(const struct reg_config *c, const char *repo, const char *tag, kiln_buf *out, kiln_error **err)
+{
+	reg_db *db = reg_db_open_cfg(c, err);
+	sqlite3_stmt *st = NULL;
+	int ret = -1, rc, rows = 0;
+
+	if (db == NULL)
+		return -1;
+	st = reg_db_prep(db, "SELECT h.at, h.digest, h.tag FROM tag_history h JOIN repos r ON r.id = h.repo"
+			     " WHERE r.name = ? AND (?2 IS NULL OR h.tag = ?2) ORDER BY h.id", err);
+	if (st == NULL)
+		goto out;
+	sqlite3_bind_text(st, 1, repo, -1, SQLITE_STATIC);
+	if (tag)
+		sqlite3_bind_text(st, 2, tag, -1, SQLITE_STATIC);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		time_t t = (time_t)sqlite3_column_int64(st, 0);
+		const char *d = (const char *)sqlite3_column_text(st, 1);
+		char when[32];
+		struct tm tm;
+
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+		kiln_buf_addf(out, "%s %s %s\n", when, (const char *)sqlite3_column_text(st, 2), d ? d : "(deleted)");
+		rows++;
+	}
+	if (rc != SQLITE_DONE) {
+		reg_db_fail(db, err, "tag history");
+		goto out;
+	}
+	if (rows == 0) {
+		kiln_err(err, KILN_E_NOTFOUND, "no history for %s%s%s", repo, tag ? ":" : "", tag ? tag : "");
+		goto out;
+	}
+	ret = 0;
+out:
+	sqlite3_finalize(st);
+	reg_db_close(db);
+	return ret;
+}
+
+int reg_set_public(const struct reg_config *c, const char *repo, int public_, kiln_error **err)
+{
+	reg_db *db;
+	int64_t id;
+	int ret = -1;
+
+	if (!reg_name_valid(repo))
+		return kiln_err(err, KILN_E_INVALID, "invalid repository name '%s'", repo);
+	db = reg_db_open_cfg(c, err);
+	if (db == NULL)
+		return -1;
+	if (reg_db_repo_locked(db, repo, 1, &id, err) < 0)
+		goto out;
+	{
+		sqlite3_stmt *st = reg_db_prep(db, "UPDATE repos SET public = ? WHERE id = ?", err);
+		if (st == NULL)
+			goto out;
+		sqlite3_bind_int(st, 1, public_ ? 1 : 0);
+		sqlite3_bind_int64(st, 2, id);
+		ret = sqlite3_step(st) == SQLITE_DONE ? 0 : reg_db_fail(db, err, "set public");
+		sqlite3_finalize(st);
+	}
+out:
+	reg_db_close(db);
+	return ret;
+}

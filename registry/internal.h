@@ -1,0 +1,163 @@
+/* internal.h — what the registry's files share and nothing outside sees: the
+ * server and per-request state, the blob store and upload sessions, the
+ * metadata database and the HTTP response helpers. */
+#ifndef KILN_REGISTRY_INTERNAL_H
+#define KILN_REGISTRY_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <microhttpd.h>
+#include <sqlite3.h>
+
+#include "registry/registry.h"
+
+/* ---- metadata database (db.c, db_query.c) ---- */
+typedef struct reg_db {
+	sqlite3 *h;
+	pthread_mutex_t lock;
+} reg_db;
+
+reg_db *reg_db_open(const char *path, kiln_error **err);
+/* Low-level helpers for db*.c; the caller holds db->lock. */
+int reg_db_fail(reg_db *db, kiln_error **err, const char *what);
+sqlite3_stmt *reg_db_prep(reg_db *db, const char *sql, kiln_error **err);
+int reg_db_exec(reg_db *db, const char *sql, kiln_error **err);
+int reg_db_repo_locked(reg_db *db, const char *name, int create, int64_t *id, kiln_error **err);
+int reg_db_change(reg_db *db, const char *sql, int64_t id, const char *a, const char *b, kiln_error **err);
+int64_t reg_db_now(void);
+/* A connection on c's data directory (for administration). */
+reg_db *reg_db_open_cfg(const struct reg_config *c, kiln_error **err);
+void reg_db_close(reg_db *db);
+/* Repository id; create=0 and missing: returns 0 with *id = 0. */
+int reg_db_repo(reg_db *db, const char *name, int create, int64_t *id, kiln_error **err);
+int reg_db_blob_link(reg_db *db, const char *repo, const char *digest, int64_t size, kiln_error **err);
+/* 1 linked (size set), 0 not, -1 error. */
+int reg_db_blob_linked(reg_db *db, const char *repo, const char *digest, int64_t *size, kiln_error **err);
+int reg_db_blob_unlink(reg_db *db, const char *repo, const char *digest, kiln_error **err);
+/* Any repository has the blob linked: 1/0/-1 (for mounts without from=). */
+int reg_db_blob_known(reg_db *db, const char *digest, kiln_error **err);
+int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_t size,
+			const struct reg_manifest *m, const char *tag, kiln_error **err);
+/* ref is a tag or a digest.  1 found (digest, media type, size), 0 not, -1 error. */
+int reg_db_manifest_get(reg_db *db, const char *repo, const char *ref, char digest[KILN_DIGEST_MAX],
+			char **media_type, int64_t *size, kiln_error **err);
+/* Every ref of the manifests in repo exists: returns the first missing digest as 0. */
+int reg_db_manifest_delete(reg_db *db, const char *repo, const char *digest, kiln_error **err);
+int reg_db_tag_delete(reg_db *db, const char *repo, const char *tag, kiln_error **err);
+/* Sorted names after `last` (may be NULL), at most n (n < 0: all); *more set if cut. */
+int reg_db_tags(reg_db *db, const char *repo, const char *last, long n, kiln_strv *out, int *more, kiln_error **err);
+int reg_db_catalog(reg_db *db, const char *last, long n, kiln_strv *out, int *more, kiln_error **err);
+/* Descriptors (json array) of manifests in repo whose subject is digest. */
+int reg_db_referrers(reg_db *db, const char *repo, const char *subject, const char *artifact_type,
+		     json_t *out, kiln_error **err);
+int reg_db_repo_public(reg_db *db, const char *repo, kiln_error **err);
+
+/* ---- blob store (store.c) and upload sessions (upload_store.c) ---- */
+typedef struct reg_store {
+	char *root, *blobs, *uploads;
+} reg_store;
+
+int reg_store_open(reg_store *st, const char *root, kiln_error **err);
+void reg_store_close(reg_store *st);
+char *reg_store_blob_path(const reg_store *st, const char *digest);
+/* Size of a stored blob: 1 found, 0 missing, -1 error. */
+int reg_store_blob_stat(const reg_store *st, const char *digest, int64_t *size, kiln_error **err);
+/* Store bytes whose digest the caller computed (manifests). */
+int reg_store_put_bytes(const reg_store *st, const char *digest, const void *data, size_t len, kiln_error **err);
+int reg_store_read(const reg_store *st, const char *digest, size_t max, char **data, size_t *len, kiln_error **err);
+/* Rename a verified, fsync'd file src into place as digest. */
+int reg_store_adopt(const reg_store *st, const char *digest, const char *src, kiln_error **err);
+
+typedef struct reg_upload {
+	char uuid[40];
+	char *repo;
+	int fd;              /* append-only data file while acquired */
+	uint64_t offset;     /* bytes received */
+	kiln_hasher *h;      /* sha256 of bytes [0, offset); NULL = recompute */
+	int busy;
+	struct reg_upload *next;
+} reg_upload;
+
+typedef struct reg_uploads {
+	const reg_store *st;
+	pthread_mutex_t lock;
+	reg_upload *list;    /* sessions seen since start; state is on disk */
+} reg_uploads;
+
+void reg_uploads_init(reg_uploads *u, const reg_store *st);
+void reg_uploads_destroy(reg_uploads *u);
+/* New session for repo; the returned one is acquired. */
+reg_upload *reg_upload_new(reg_uploads *u, const char *repo, kiln_error **err);
+/* Acquire an existing session (from memory or disk).  NULL + KILN_E_NOTFOUND
+ * when it does not exist for this repo, KILN_E_EXISTS when in use. */
+reg_upload *reg_upload_acquire(reg_uploads *u, const char *repo, const char *uuid, kiln_error **err);
+int reg_upload_write(reg_upload *up, const void *data, size_t len, kiln_error **err);
+void reg_upload_release(reg_uploads *u, reg_upload *up);
+/* Verify the data against digest and move it into the store (atomically,
+ * fsync'd); the session is ended either way on a digest mismatch
+ * (KILN_E_INVALID).  Returns the size. */
+int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, kiln_error **err);
+void reg_upload_cancel(reg_uploads *u, reg_upload *up);
+
+/* ---- the server and requests (http.c) ---- */
+struct reg_server {
+	struct reg_config cfg;
+	struct MHD_Daemon *mhd;
+	reg_store store;
+	reg_db *db;
+	reg_uploads uploads;
+	uint16_t port;
+};
+
+enum reg_route {
+	R_NONE, R_BASE, R_CATALOG, R_TAGS, R_MANIFEST, R_BLOB, R_UPLOAD_START, R_UPLOAD, R_REFERRERS, R_TOKEN,
+};
+
+enum reg_body { BODY_IGNORE, BODY_MEM, BODY_UPLOAD };
+
+typedef struct reg_req {
+	struct reg_server *srv;
+	struct MHD_Connection *conn;
+	const char *method;
+	enum reg_route route;
+	char *name, *ref;
+	/* body sink */
+	enum reg_body body;
+	kiln_buf mem;
+	uint64_t mem_max;
+	reg_upload *up;
+	uint64_t received;
+	int body_error;            /* a response is already set; drop the rest */
+	/* response */
+	struct MHD_Response *resp;
+	unsigned status;
+} reg_req;
+
+/* Error codes of the distribution spec. */
+void reg_error(reg_req *r, unsigned status, const char *code, const char *fmt, ...) KILN_PRINTF(4, 5);
+void reg_respond(reg_req *r, unsigned status, const void *body, size_t len, const char *content_type);
+void reg_respond_json(reg_req *r, unsigned status, json_t *body, const char *content_type);
+void reg_header(reg_req *r, const char *name, const char *value);
+/* Body from fd (which the response then owns): len bytes at off. */
+void reg_respond_fd(reg_req *r, unsigned status, int fd, int64_t off, int64_t len);
+const char *reg_query(reg_req *r, const char *key);
+const char *reg_req_header(reg_req *r, const char *key);
+/* 500 with the error logged (and freed). */
+void reg_internal(reg_req *r, kiln_error *err);
+
+/* Handlers: begin runs once the headers are in (may set up a body sink or
+ * answer at once), finish once the body is in. */
+void reg_blob_handle(reg_req *r);
+void reg_upload_begin(reg_req *r);
+void reg_upload_finish(reg_req *r);
+void reg_manifest_begin(reg_req *r);
+void reg_manifest_finish(reg_req *r);
+void reg_tags_handle(reg_req *r);
+void reg_catalog_handle(reg_req *r);
+void reg_referrers_handle(reg_req *r);
+
+/* Parse "n" / "last" query args; -1 when n is invalid (response set). */
+int reg_page_args(reg_req *r, long *n, const char **last);
+
+#endif

@@ -1,0 +1,166 @@
+/* manifests.c — GET/HEAD/PUT/DELETE /v2/NAME/manifests/REF (tag or digest).
+ * A pushed manifest is validated, its blobs (and an index's manifests) must
+ * already be in the repository, then its bytes go to the blob store and its
+ * record, references and tag into the metadata db in one transaction. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "registry/internal.h"
+
+static int ref_is_digest(reg_req *r)
+{
+	return strchr(r->ref, ':') != NULL;
+}
+
+static void get(reg_req *r)
+{
+	reg_server *s = r->srv;
+	char digest[KILN_DIGEST_MAX], *mt = NULL, *data = NULL, etag[KILN_DIGEST_MAX + 2];
+	kiln_error *err = NULL;
+	int64_t size;
+	size_t len;
+	int found;
+
+	found = reg_db_manifest_get(s->db, r->name, r->ref, digest, &mt, &size, &err);
+	if (found < 0) {
+		reg_internal(r, err);
+		return;
+	}
+	if (found == 0) {
+		reg_error(r, 404, "MANIFEST_UNKNOWN", "manifest %s unknown to repository %s", r->ref, r->name);
+		return;
+	}
+	if (reg_store_read(&s->store, digest, (size_t)size + 1, &data, &len, &err) < 0) {
+		reg_internal(r, err);
+		goto out;
+	}
+	reg_respond(r, 200, data, len, mt);
+	reg_header(r, "Docker-Content-Digest", digest);
+	snprintf(etag, sizeof(etag), "\"%s\"", digest);
+	reg_header(r, "ETag", etag);
+out:
+	free(data);
+	free(mt);
+}
+
+static void del(reg_req *r)
+{
+	kiln_error *err = NULL;
+	int n;
+
+	if (ref_is_digest(r))
+		n = reg_db_manifest_delete(r->srv->db, r->name, r->ref, &err);
+	else
+		n = reg_db_tag_delete(r->srv->db, r->name, r->ref, &err);
+	if (n < 0)
+		reg_internal(r, err);
+	else if (n == 0)
+		reg_error(r, 404, "MANIFEST_UNKNOWN", "manifest %s unknown to repository %s", r->ref, r->name);
+	else
+		reg_respond(r, 202, "", 0, NULL);
+}
+
+void reg_manifest_begin(reg_req *r)
+{
+	enum kiln_digest_algo algo;
+	kiln_error *err = NULL;
+	const char *cl;
+
+	if (ref_is_digest(r)) {
+		if (kiln_digest_parse(r->ref, &algo, &err) < 0) {
+			reg_error(r, 400, "DIGEST_INVALID", "%s", kiln_error_message(err));
+			kiln_error_free(err);
+			return;
+		}
+	} else if (!reg_tag_valid(r->ref)) {
+		if (strcmp(r->method, "PUT") == 0)
+			reg_error(r, 400, "TAG_INVALID", "invalid tag '%s'", r->ref);
+		else
+			reg_error(r, 404, "MANIFEST_UNKNOWN", "invalid tag '%s'", r->ref);
+		return;
+	}
+	if (strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0) {
+		get(r);
+		return;
+	}
+	if (strcmp(r->method, "DELETE") == 0) {
+		del(r);
+		return;
+	}
+	cl = reg_req_header(r, "Content-Length");
+	if (cl && strtoull(cl, NULL, 10) > r->srv->cfg.manifest_max) {
+		reg_error(r, 413, "SIZE_INVALID", "manifest larger than %llu bytes",
+			  (unsigned long long)r->srv->cfg.manifest_max);
+		return;
+	}
+	r->body = BODY_MEM;
+	r->mem_max = r->srv->cfg.manifest_max;
+}
+
+/* Everything the manifest points at must be here already; 1 ok, 0 answered, -1 error. */
+static int check_refs(reg_req *r, const struct reg_manifest *m, kiln_error **err)
+{
+	for (size_t i = 0; i < m->nrefs; i++) {
+		const struct reg_ref *ref = &m->refs[i];
+		char d[KILN_DIGEST_MAX];
+		int have;
+
+		if (ref->external)
+			continue;
+		if (ref->kind == REG_REF_MANIFEST)
+			have = reg_db_manifest_get(r->srv->db, r->name, ref->digest, d, NULL, NULL, err);
+		else
+			have = reg_db_blob_linked(r->srv->db, r->name, ref->digest, NULL, err);
+		if (have < 0)
+			return -1;
+		if (have == 0) {
+			reg_error(r, 400, "MANIFEST_BLOB_UNKNOWN", "%s %s is not in repository %s",
+				  ref->kind == REG_REF_MANIFEST ? "manifest" : "blob", ref->digest, r->name);
+			return 0;
+		}
+	}
+	return 1;
+}
+
+void reg_manifest_finish(reg_req *r)
+{
+	reg_server *s = r->srv;
+	struct reg_manifest m;
+	enum kiln_digest_algo algo = KILN_SHA256;
+	char digest[KILN_DIGEST_MAX], *loc;
+	kiln_error *err = NULL;
+	int tagged = !ref_is_digest(r), ok;
+
+	if (reg_manifest_parse(r->mem.buf, r->mem.len, reg_req_header(r, "Content-Type"), &m, &err) < 0) {
+		reg_error(r, 400, "MANIFEST_INVALID", "%s", kiln_error_message(err));
+		kiln_error_free(err);
+		return;
+	}
+	if (!tagged)
+		kiln_digest_parse(r->ref, &algo, NULL);
+	kiln_digest_buf(algo, r->mem.buf, r->mem.len, digest);
+	if (!tagged && strcmp(digest, r->ref) != 0) {
+		reg_error(r, 400, "DIGEST_INVALID", "manifest digest is %s, not %s", digest, r->ref);
+		goto out;
+	}
+	ok = check_refs(r, &m, &err);
+	if (ok < 0)
+		goto fail;
+	if (ok == 0)
+		goto out;
+	if (reg_store_put_bytes(&s->store, digest, r->mem.buf, r->mem.len, &err) < 0 ||
+	    reg_db_manifest_put(s->db, r->name, digest, (int64_t)r->mem.len, &m, tagged ? r->ref : NULL, &err) < 0)
+		goto fail;
+	loc = kiln_xasprintf("/v2/%s/manifests/%s", r->name, digest);
+	reg_respond(r, 201, "", 0, NULL);
+	reg_header(r, "Location", loc);
+	reg_header(r, "Docker-Content-Digest", digest);
+	if (m.subject[0])
+		reg_header(r, "OCI-Subject", m.subject);
+	free(loc);
+	goto out;
+fail:
+	reg_internal(r, err);
+out:
+	reg_manifest_free(&m);
+}

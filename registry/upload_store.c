@@ -1,0 +1,273 @@
+/* upload_store.c — upload sessions: each is a directory uploads/UUID with the
+ * received bytes (data) and its repository (repo), so a session survives a
+ * restart.  In memory we keep a running sha256 to avoid re-reading the data
+ * at the end; after a restart it is recomputed from the file. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "registry/internal.h"
+
+void reg_uploads_init(reg_uploads *u, const reg_store *st)
+{
+	u->st = st;
+	u->list = NULL;
+	pthread_mutex_init(&u->lock, NULL);
+}
+
+static void upload_free(reg_upload *up)
+{
+	if (up->fd >= 0)
+		close(up->fd);
+	kiln_hasher_free(up->h);
+	free(up->repo);
+	free(up);
+}
+
+void reg_uploads_destroy(reg_uploads *u)
+{
+	reg_upload *up, *next;
+
+	for (up = u->list; up; up = next) {
+		next = up->next;
+		upload_free(up);
+	}
+	u->list = NULL;
+	pthread_mutex_destroy(&u->lock);
+}
+
+static char *updir(const reg_uploads *u, const char *uuid, const char *file)
+{
+	return file ? kiln_xasprintf("%s/%s/%s", u->st->uploads, uuid, file) : kiln_xasprintf("%s/%s", u->st->uploads, uuid);
+}
+
+static int uuid_valid(const char *s)
+{
+	size_t i;
+
+	for (i = 0; s[i]; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') || s[i] == '-'))
+			return 0;
+	return i == 36;
+}
+
+static void unlink_locked(reg_uploads *u, reg_upload *up)
+{
+	for (reg_upload **pp = &u->list; *pp; pp = &(*pp)->next) {
+		if (*pp == up) {
+			*pp = up->next;
+			return;
+		}
+	}
+}
+
+reg_upload *reg_upload_new(reg_uploads *u, const char *repo, kiln_error **err)
+{
+	unsigned char rnd[16];
+	reg_upload *up = kiln_xcalloc(1, sizeof(*up));
+	char *dir = NULL, *path = NULL;
+
+	up->fd = -1;
+	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
+		kiln_err_errno(err, errno, "getrandom");
+		goto fail;
+	}
+	rnd[6] = (rnd[6] & 0x0f) | 0x40;
+	rnd[8] = (rnd[8] & 0x3f) | 0x80;
+	snprintf(up->uuid, sizeof(up->uuid), "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		 rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7], rnd[8], rnd[9], rnd[10], rnd[11],
+		 rnd[12], rnd[13], rnd[14], rnd[15]);
+	dir = updir(u, up->uuid, NULL);
+	if (mkdir(dir, 0700) < 0) {
+		kiln_err_errno(err, errno, "create upload %s", dir);
+		goto fail;
+	}
+	path = updir(u, up->uuid, "repo");
+	if (kiln_write_atomic(path, repo, strlen(repo), 0600, err) < 0)
+		goto fail;
+	free(path);
+	path = updir(u, up->uuid, "data");
+	up->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
+	if (up->fd < 0) {
+		kiln_err_errno(err, errno, "create %s", path);
+		goto fail;
+	}
+	up->repo = kiln_xstrdup(repo);
+	up->h = kiln_hasher_new(KILN_SHA256);
+	up->busy = 1;
+	pthread_mutex_lock(&u->lock);
+	up->next = u->list;
+	u->list = up;
+	pthread_mutex_unlock(&u->lock);
+	free(path);
+	free(dir);
+	return up;
+fail:
+	if (dir) {
+		kiln_error *e2 = NULL;
+		kiln_rm_rf(dir, &e2);
+		kiln_error_free(e2);
+	}
+	free(path);
+	free(dir);
+	upload_free(up);
+	return NULL;
+}
+
+reg_upload *reg_upload_acquire(reg_uploads *u, const char *repo, const char *uuid, kiln_error **err)
+{
+	reg_upload *up;
+	char *path = NULL, *data = NULL;
+	size_t len;
+	struct stat sb;
+
+	if (!uuid_valid(uuid)) {
+		kiln_err(err, KILN_E_NOTFOUND, "upload %s: unknown", uuid);
+		return NULL;
+	}
+	pthread_mutex_lock(&u->lock);
+	for (up = u->list; up; up = up->next)
+		if (strcmp(up->uuid, uuid) == 0)
+			break;
+	if (up && up->busy) {
+		pthread_mutex_unlock(&u->lock);
+		kiln_err(err, KILN_E_EXISTS, "upload %s: in use by another request", uuid);
+		return NULL;
+	}
+	if (up == NULL) {
+		/* Not seen since start: the on-disk state is the truth. */
+		path = updir(u, uuid, "repo");
+		if (kiln_read_file(path, &data, &len, 4096, err) < 0) {
+			kiln_error_clear(err);
+			goto notfound;
+		}
+		up = kiln_xcalloc(1, sizeof(*up));
+		up->fd = -1;
+		snprintf(up->uuid, sizeof(up->uuid), "%s", uuid);
+		up->repo = data;
+		data = NULL;
+		up->next = u->list;
+		u->list = up;
+	}
+	if (strcmp(up->repo, repo) != 0)
+		goto notfound;
+	free(path);
+	path = updir(u, uuid, "data");
+	up->fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+	if (up->fd < 0 || fstat(up->fd, &sb) < 0) {
+		/* Removed under us (cancel, gc): forget it. */
+		unlink_locked(u, up);
+		upload_free(up);
+		goto notfound;
+	}
+	if ((uint64_t)sb.st_size != up->offset || (up->h == NULL && sb.st_size == 0)) {
+		kiln_hasher_free(up->h);
+		up->h = sb.st_size == 0 ? kiln_hasher_new(KILN_SHA256) : NULL;
+		up->offset = (uint64_t)sb.st_size;
+	}
+	up->busy = 1;
+	pthread_mutex_unlock(&u->lock);
+	free(path);
+	return up;
+notfound:
+	pthread_mutex_unlock(&u->lock);
+	free(path);
+	free(data);
+	kiln_err(err, KILN_E_NOTFOUND, "upload %s: unknown", uuid);
+	return NULL;
+}
+
+int reg_upload_write(reg_upload *up, const void *data, size_t len, kiln_error **err)
+{
+	const char *p = data;
+	size_t left = len;
+
+	while (left > 0) {
+		ssize_t n = write(up->fd, p, left);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			/* Keep offset honest: the file may hold part of this chunk. */
+			kiln_hasher_free(up->h);
+			up->h = NULL;
+			return kiln_err_errno(err, errno, "upload %s: write", up->uuid);
+		}
+		if (up->h)
+			kiln_hasher_update(up->h, p, (size_t)n);
+		p += n;
+		left -= (size_t)n;
+		up->offset += (uint64_t)n;
+	}
+	return 0;
+}
+
+void reg_upload_release(reg_uploads *u, reg_upload *up)
+{
+	pthread_mutex_lock(&u->lock);
+	if (up->fd >= 0)
+		close(up->fd);
+	up->fd = -1;
+	up->busy = 0;
+	pthread_mutex_unlock(&u->lock);
+}
+
+static void remove_session(reg_uploads *u, reg_upload *up)
+{
+	char *dir = updir(u, up->uuid, NULL);
+	kiln_error *err = NULL;
+
+	if (kiln_rm_rf(dir, &err) < 0) {
+		kiln_warn("registry: %s", kiln_error_message(err));
+		kiln_error_free(err);
+	}
+	free(dir);
+	pthread_mutex_lock(&u->lock);
+	unlink_locked(u, up);
+	pthread_mutex_unlock(&u->lock);
+	upload_free(up);
+}
+
+void reg_upload_cancel(reg_uploads *u, reg_upload *up)
+{
+	remove_session(u, up);
+}
+
+int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, kiln_error **err)
+{
+	enum kiln_digest_algo algo;
+	char got[KILN_DIGEST_MAX];
+	char *path = updir(u, up->uuid, "data");
+	int64_t ret = -1;
+
+	if (kiln_digest_parse(digest, &algo, err) < 0)
+		goto out_release;
+	if (fsync(up->fd) < 0) {
+		kiln_err_errno(err, errno, "upload %s: fsync", up->uuid);
+		goto out_release;
+	}
+	if (up->h && algo == KILN_SHA256) {
+		kiln_hasher_final(up->h, got);
+		up->h = NULL;
+	} else if (kiln_digest_file(algo, path, got, err) < 0) {
+		goto out_release;
+	}
+	if (strcmp(got, digest) != 0) {
+		kiln_err(err, KILN_E_INVALID, "digest mismatch: content is %s, client said %s", got, digest);
+		remove_session(u, up);
+		goto out;
+	}
+	if (reg_store_adopt(u->st, digest, path, err) < 0)
+		goto out_release;
+	ret = (int64_t)up->offset;
+	remove_session(u, up);
+	goto out;
+out_release:
+	reg_upload_release(u, up);
+out:
+	free(path);
+	return ret;
+}

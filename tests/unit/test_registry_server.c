@@ -1,0 +1,255 @@
+/* test_registry_server.c — the server in-process under ASan/UBSan: a real
+ * reg_server on an ephemeral 127.0.0.1 port driven with libcurl through
+ * uploads (monolithic, chunked, interrupted), manifests, referrers and tags. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "registry/registry.h"
+#include "test.h"
+
+static reg_server *srv;
+static char base[64];
+
+struct resp {
+	long status;
+	kiln_buf body, hdrs;
+};
+
+static size_t on_data(char *p, size_t sz, size_t n, void *ud)
+{
+	kiln_buf_add(ud, p, sz * n);
+	return sz * n;
+}
+
+/* hdrs: NULL-terminated "Name: value" list. */
+static void http(const char *method, const char *path, const void *body, size_t len, const char *const *hdrs,
+		 struct resp *r)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *hl = NULL;
+	char *url = kiln_xasprintf("%s%s", base, path);
+
+	r->status = 0;
+	r->body = (kiln_buf)KILN_BUF_INIT;
+	r->hdrs = (kiln_buf)KILN_BUF_INIT;
+	for (; hdrs && *hdrs; hdrs++)
+		hl = curl_slist_append(hl, *hdrs);
+	hl = curl_slist_append(hl, "Expect:");
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	if (strcmp(method, "HEAD") == 0)
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	if (body) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+	}
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &r->body);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_data);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, &r->hdrs);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
+	if (curl_easy_perform(c) == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+	curl_slist_free_all(hl);
+	curl_easy_cleanup(c);
+	free(url);
+}
+
+static char *header(struct resp *r, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (char *p = r->hdrs.buf; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+		if (strncasecmp(p, name, n) == 0 && p[n] == ':') {
+			const char *v = p + n + 1 + strspn(p + n + 1, " ");
+			return kiln_xstrndup(v, strcspn(v, "\r\n"));
+		}
+	}
+	return kiln_xstrdup("");
+}
+
+static void resp_free(struct resp *r)
+{
+	kiln_buf_free(&r->body);
+	kiln_buf_free(&r->hdrs);
+}
+
+static int has_error(struct resp *r, const char *code)
+{
+	json_t *j = json_loads(r->body.buf, 0, NULL);
+	const char *got = kiln_json_str(json_array_get(json_object_get(j, "errors"), 0), "code");
+	int ok = got && strcmp(got, code) == 0;
+
+	json_decref(j);
+	return ok;
+}
+
+static void push_blob(const char *repo, const char *data, char digest[KILN_DIGEST_MAX])
+{
+	struct resp r;
+	char *path;
+
+	kiln_digest_buf(KILN_SHA256, data, strlen(data), digest);
+	path = kiln_xasprintf("/v2/%s/blobs/uploads/?digest=%s", repo, digest);
+	http("POST", path, data, strlen(data), NULL, &r);
+	CHECK_INT(r.status, 201);
+	resp_free(&r);
+	free(path);
+}
+
+static void test_chunked_upload(void)
+{
+	struct resp r;
+	char digest[KILN_DIGEST_MAX], *loc, *path;
+	const char *h1[] = { "Content-Range: 0-4", NULL }, *h2[] = { "Content-Range: 5-9", NULL };
+
+	http("POST", "/v2/t/blobs/uploads/", NULL, 0, NULL, &r);
+	CHECK_INT(r.status, 202);
+	loc = header(&r, "Location");
+	resp_free(&r);
+	http("PATCH", loc, "01234", 5, h1, &r);
+	CHECK_INT(r.status, 202);
+	resp_free(&r);
+	http("PATCH", loc, "56789", 5, h1, &r); /* same range again: out of order */
+	CHECK_INT(r.status, 416);
+	CHECK(has_error(&r, "BLOB_UPLOAD_INVALID"));
+	resp_free(&r);
+	http("PATCH", loc, "56789", 5, h2, &r);
+	CHECK_INT(r.status, 202);
+	resp_free(&r);
+	kiln_digest_buf(KILN_SHA256, "0123456789", 10, digest);
+	path = kiln_xasprintf("%s?digest=%s", loc, digest);
+	http("PUT", path, NULL, 0, NULL, &r);
+	CHECK_INT(r.status, 201);
+	resp_free(&r);
+	free(path);
+	path = kiln_xasprintf("/v2/t/blobs/%s", digest);
+	http("GET", path, NULL, 0, NULL, &r);
+	CHECK_INT(r.status, 200);
+	CHECK_STR(r.body.buf, "0123456789");
+	resp_free(&r);
+	free(path);
+	free(loc);
+}
+
+static void test_manifest_and_referrers(void)
+{
+	char cfg[KILN_DIGEST_MAX], layer[KILN_DIGEST_MAX], m1d[KILN_DIGEST_MAX];
+	struct resp r;
+	char *m1, *art, *path, *hv;
+	const char *oci[] = { "Content-Type: application/vnd.oci.image.manifest.v1+json", NULL };
+
+	push_blob("t", "{}", cfg);
+	push_blob("t", "layer-bytes", layer);
+	m1 = kiln_xasprintf("{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+			    "\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"%s\",\"size\":2},"
+			    "\"layers\":[{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar\",\"digest\":\"%s\",\"size\":11}]}",
+			    cfg, layer);
+	kiln_digest_buf(KILN_SHA256, m1, strlen(m1), m1d);
+	http("PUT", "/v2/t/manifests/v1", m1, strlen(m1), oci, &r);
+	CHECK_INT(r.status, 201);
+	hv = header(&r, "Docker-Content-Digest");
+	CHECK_STR(hv, m1d);
+	free(hv);
+	resp_free(&r);
+	/* an artifact pointing at m1 */
+	art = kiln_xasprintf("{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+			     "\"artifactType\":\"application/vnd.kiln.sig\","
+			     "\"config\":{\"mediaType\":\"application/vnd.oci.empty.v1+json\",\"digest\":\"%s\",\"size\":2},"
+			     "\"layers\":[],\"subject\":{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+			     "\"digest\":\"%s\",\"size\":%zu},\"annotations\":{\"who\":\"test\"}}",
+			     cfg, m1d, strlen(m1));
+	http("PUT", "/v2/t/manifests/sig", art, strlen(art), oci, &r);
+	CHECK_INT(r.status, 201);
+	hv = header(&r, "OCI-Subject");
+	CHECK_STR(hv, m1d);
+	free(hv);
+	resp_free(&r);
+	path = kiln_xasprintf("/v2/t/referrers/%s", m1d);
+	http("GET", path, NULL, 0, NULL, &r);
+	CHECK_INT(r.status, 200);
+	CHECK(strstr(r.body.buf, "\"artifactType\":\"application/vnd.kiln.sig\"") != NULL);
+	CHECK(strstr(r.body.buf, "\"who\":\"test\"") != NULL);
+	resp_free(&r);
+	free(path);
+	path = kiln_xasprintf("/v2/t/referrers/%s?artifactType=application/other", m1d);
+	http("GET", path, NULL, 0, NULL, &r);
+	CHECK_INT(r.status, 200);
+	CHECK(strstr(r.body.buf, "\"manifests\":[]") != NULL);
+	hv = header(&r, "OCI-Filters-Applied");
+	CHECK_STR(hv, "artifactType");
+	free(hv);
+	resp_free(&r);
+	free(path);
+	http("GET", "/v2/t/referrers/sha256:nothex", NULL, 0, NULL, &r);
+	CHECK_INT(r.status, 400);
+	CHECK(has_error(&r, "DIGEST_INVALID"));
+	resp_free(&r);
+	http("HEAD", "/v2/t/manifests/v1", NULL, 0, NULL, &r);
+	CHECK_INT(r.status, 200);
+	resp_free(&r);
+	http("GET", "/v2/t/tags/list", NULL, 0, NULL, &r);
+	CHECK_STR(r.body.buf, "{\"name\":\"t\",\"tags\":[\"sig\",\"v1\"]}");
+	resp_free(&r);
+	free(art);
+	free(m1);
+}
+
+static void test_errors(void)
+{
+	struct resp r;
+	const char *big[] = { "Content-Type: application/vnd.oci.image.manifest.v1+json", NULL };
+	char *huge = kiln_xcalloc(1, (5 << 20) + 1);
+
+	memset(huge, ' ', 5 << 20);
+	http("PUT", "/v2/t/manifests/huge", huge, 5 << 20, big, &r);
+	CHECK_INT(r.status, 413);
+	resp_free(&r);
+	http("PUT", "/v2/t/manifests/x", "{}", 2, big, &r);
+	CHECK_INT(r.status, 400);
+	CHECK(has_error(&r, "MANIFEST_INVALID"));
+	resp_free(&r);
+	http("DELETE", "/v2/t/blobs/uploads/zzz", NULL, 0, NULL, &r);
+	CHECK_INT(r.status, 404);
+	CHECK(has_error(&r, "BLOB_UPLOAD_UNKNOWN"));
+	resp_free(&r);
+	http("GET", "/v2/UPPER/tags/list", NULL, 0, NULL, &r);
+	CHECK_INT(r.status, 400);
+	CHECK(has_error(&r, "NAME_INVALID"));
+	resp_free(&r);
+	http("PUT", "/v2/", NULL, 0, NULL, &r);
+	CHECK_INT(r.status, 405);
+	resp_free(&r);
+	free(huge);
+}
+
+int main(void)
+{
+	struct reg_config cfg;
+	kiln_error *err = NULL;
+	char *dir = kiln_mkdtemp("kiln-regsrv", &err);
+
+	curl_global_init(CURL_GLOBAL_ALL);
+	reg_config_init(&cfg);
+	free(cfg.data_dir);
+	cfg.data_dir = kiln_path_join(dir, "data");
+	cfg.port = 0;
+	srv = reg_server_start(&cfg, &err);
+	if (srv == NULL) {
+		printf("not ok - server start: %s\n", kiln_error_message(err));
+		return 1;
+	}
+	snprintf(base, sizeof(base), "http://127.0.0.1:%u", reg_server_port(srv));
+	RUN(test_chunked_upload);
+	RUN(test_manifest_and_referrers);
+	RUN(test_errors);
+	reg_server_stop(srv);
+	reg_config_free(&cfg);
+	kiln_rm_rf(dir, &err);
+	free(dir);
+	curl_global_cleanup();
+	return test_done();
+}
