@@ -19,9 +19,11 @@
 
 struct df_heredoc {
 	char *name;      /* delimiter word, quotes removed */
-	char *content;   /* body, lines joined with "\n", ending in "\n" if non-empty */
+	char *content;   /* body lines exactly as read, each with its line ending
+	                  * (BuildKit's Heredoc.Content; "<<-" tabs NOT yet removed) */
 	bool expand;     /* unquoted delimiter: variables expand in the body */
-	bool chomp;      /* "<<-": leading tabs stripped */
+	bool chomp;      /* "<<-": leading tabs are to be stripped from body lines */
+	int fd;          /* "3<<EOF": 3; 0 when no number was written */
 };
 
 /* One instruction.  Fields mirror BuildKit's parser.Node so that the dump
@@ -38,7 +40,8 @@ struct df_node {
 	bool json;           /* exec (JSON) form was used */
 	struct df_heredoc *heredocs;
 	size_t n_heredocs;
-	struct df_node *sub; /* ONBUILD's trigger instruction, else NULL */
+	struct df_node *sub; /* ONBUILD's trigger instruction, else NULL (its
+	                      * heredocs are attached to the ONBUILD node, as in BuildKit) */
 	char *comment;       /* comment lines directly above it, joined with "\n", or NULL */
 };
 
@@ -52,7 +55,11 @@ struct df_ast {
 	kiln_strv warnings;  /* "FILE:LINE:COL: message" for accepted-but-suspect input */
 };
 
-/* Parse Dockerfile text.  `file` is used in messages only. */
+/* Parse Dockerfile text.  `file` is used in messages only.  Besides BuildKit's
+ * parser errors this also rejects what BuildKit's instructions.Parse rejects
+ * before any variable is expanded: unknown instructions, wrong argument
+ * counts, unknown/duplicate/valueless flags, bad --mount/--network/--security
+ * and HEALTHCHECK options, SHELL not in JSON form, bad ONBUILD triggers. */
 int df_parse(const char *file, const char *text, size_t len, struct df_ast **out, kiln_error **err);
 /* Read and parse a file ("-" for stdin). */
 int df_parse_file(const char *path, struct df_ast **out, kiln_error **err);

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# t0100 — `kiln dockerfile parse`: dumps of real-world-shaped Dockerfiles
+# match the reviewed expectations, JSON output carries lines and heredocs,
+# errors are FILE:LINE:COL with exit 1, usage errors exit 2.
+. tests/e2e/lib.sh
+D=tests/data/dockerfiles
+
+for f in "$D"/*.Dockerfile; do
+	b=$(basename "$f" .Dockerfile)
+	expect_exit 0 "parse --dump $b" "$KILN" dockerfile parse --dump "$f"
+	if cmp -s "$T_TMP/out" "$D/$b.dump"; then ok "dump of $b matches"; else
+		not_ok "dump of $b matches"
+		diff "$D/$b.dump" "$T_TMP/out" | sed 's/^/#   /' | head -20
+	fi
+done
+
+# The examples the demo uses parse too.
+for f in examples/*.Dockerfile; do
+	expect_exit 0 "example $(basename "$f") parses" "$KILN" dockerfile parse "$f"
+done
+
+# JSON is the default; it is valid JSON with lines, flags and heredocs.
+expect_exit 0 "parse (JSON) heredocs example" "$KILN" dockerfile parse "$D/heredocs.Dockerfile"
+if python3 - "$T_TMP/out" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ins = d["instructions"]
+assert d["syntax"] == "docker/dockerfile:1", d["syntax"]
+cp = [i for i in ins if i["instruction"] == "copy"][0]
+assert cp["flags"] == ["--chmod=0755"], cp["flags"]
+assert cp["heredocs"][0]["name"] == "SCRIPT" and cp["heredocs"][0]["expand"] is False
+assert (cp["start_line"], cp["end_line"]) == (13, 16), (cp["start_line"], cp["end_line"])
+two = [i for i in ins if len(i["heredocs"]) == 2][0]
+assert [h["name"] for h in two["heredocs"]] == ["CONF", "ENVFILE"]
+assert two["heredocs"][0]["chomp"] is True
+PY
+then ok "JSON has flags, heredocs and lines"; else not_ok "JSON has flags, heredocs and lines"; fi
+expect_exit 0 "--json explicit, from stdin" "$KILN" dockerfile parse --json - <"$D/official-shaped.Dockerfile"
+expect_grep "stdin JSON names <stdin>" '"file": "<stdin>"' "$T_TMP/out"
+
+# Errors: FILE:LINE:COL and exit 1.
+printf 'FROM alpine\n\nRUN --mount=type=nfs,target=/x true\n' >"$T_TMP/bad-mount"
+expect_exit 1 "bad mount type exits 1" "$KILN" dockerfile parse "$T_TMP/bad-mount"
+expect_grep "bad mount located" "bad-mount:3:5: unsupported mount type \"nfs\"" "$T_TMP/err"
+printf 'FROM alpine\nRUN <<EOF\necho never closed\n' >"$T_TMP/unterminated"
+expect_exit 1 "unterminated heredoc exits 1" "$KILN" dockerfile parse --dump "$T_TMP/unterminated"
+expect_grep "unterminated heredoc located" "unterminated:2:1: unterminated heredoc" "$T_TMP/err"
+printf 'FROM alpine\n  FORM x\n' >"$T_TMP/typo"
+expect_exit 1 "unknown instruction exits 1" "$KILN" dockerfile parse "$T_TMP/typo"
+expect_grep "unknown instruction located" "typo:2:3: unknown instruction: FORM" "$T_TMP/err"
+printf 'FROM alpine\nCOPY --chmown=1 a b\n' >"$T_TMP/flag"
+expect_exit 1 "unknown flag exits 1" "$KILN" dockerfile parse "$T_TMP/flag"
+expect_grep "unknown flag located" "flag:2:6: Unknown flag: chmown" "$T_TMP/err"
+printf '# just a comment\n' >"$T_TMP/empty"
+expect_exit 1 "no instructions exits 1" "$KILN" dockerfile parse "$T_TMP/empty"
+expect_grep "no instructions message" "empty:1:1: file with no instructions" "$T_TMP/err"
+printf 'FROM a\nENV PATH\n' >"$T_TMP/env"
+expect_exit 1 "ENV without value exits 1" "$KILN" dockerfile parse "$T_TMP/env"
+expect_grep "ENV without value located" "env:2:1: ENV must have two arguments" "$T_TMP/err"
+expect_exit 1 "missing file exits 1" "$KILN" dockerfile parse "$T_TMP/does-not-exist"
+expect_grep "missing file named" "does-not-exist" "$T_TMP/err"
+
+# Usage errors exit 2.
+expect_exit 2 "no file is a usage error" "$KILN" dockerfile parse
+expect_exit 2 "unknown option is a usage error" "$KILN" dockerfile parse --yaml "$D/c-build.Dockerfile"
+expect_exit 2 "unknown sub-command is a usage error" "$KILN" dockerfile frobnicate
+expect_exit 0 "parse --help" "$KILN" dockerfile parse --help
+expect_grep "help shows usage" "Usage: kiln dockerfile parse" "$T_TMP/out"
