@@ -1,0 +1,89 @@
+/* agent.h — internal header of the in-VM agent (bin/kiln-agent): the
+ * connection state shared by the event loop (main.c), the process sessions
+ * (session.c) and the file requests (files.c).  Static, libc only. */
+#ifndef KILN_AGENT_H
+#define KILN_AGENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "guest/guest.h"
+
+#define AGENT_VERSION "kiln-agent 0.1.0"
+/* Child pipes are not read while this much output waits for the host, so a
+ * flooding command is slowed down instead of growing the agent. */
+#define AGENT_OUT_HIGH (1u << 20)
+/* Once its process has exited, a session's pipes are closed after this long
+ * without data (a background child may hold them open forever). */
+#define AGENT_LINGER_MS 250
+#define AGENT_ERRCAP 2048
+
+enum session_kind { S_EXEC, S_UPLOAD, S_DOWNLOAD };
+
+struct session {
+	uint32_t id;
+	enum session_kind kind;
+	pid_t pid;             /* also the process group id */
+	bool reaped;
+	int status;            /* from waitpid once reaped */
+	int fd_out, fd_err, fd_in; /* -1 once closed */
+	uint8_t *in;           /* stdin received, not yet written to the child */
+	size_t in_off, in_len, in_cap;
+	bool in_eof;           /* the host closed stdin */
+	uint64_t deadline;     /* monotonic ms, 0 = none */
+	uint64_t quiet_since;  /* last pipe activity after the exit */
+	bool timed_out;
+	char *what;            /* "tar -x into /dir" for transfer errors */
+	char errcap[AGENT_ERRCAP]; /* stderr of transfer sessions */
+	size_t errlen;
+};
+
+struct agent {
+	int chan;              /* the byte stream to the host */
+	bool device;           /* a virtio-serial port: EOF means "host gone", not "exit" */
+	bool connected;
+	bool broken;           /* framing lost: ignore input until the host reconnects */
+	int sigfd;
+	struct guest_framer in;
+	struct guest_wbuf out;
+	size_t out_off;
+	struct session *sess[GUEST_MAX_SESSIONS];
+	char *tar[3];          /* tar program (+ "tar" for busybox), NULL-terminated */
+	uint64_t caps;
+	int verbose;
+};
+
+uint64_t agent_now_ms(void);
+void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Queue frames for the host. */
+void agent_send_error(struct agent *a, uint32_t id, int errnum, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+size_t agent_out_pending(const struct agent *a);
+
+/* session.c */
+struct session *session_find(struct agent *a, uint32_t id);
+void session_exec(struct agent *a, uint32_t id, struct guest_exec_req *req);
+/* Spawn argv with pipes; kind decides what is forwarded.  NULL on failure
+ * (an ERROR frame has been queued). */
+struct session *session_spawn(struct agent *a, uint32_t id, enum session_kind kind, char *const argv[],
+			      char *const env[], const char *cwd, const struct guest_exec_req *cred,
+			      bool want_stdin, uint64_t timeout_ms);
+void session_stdin(struct agent *a, struct session *s, const uint8_t *p, size_t n);
+void session_stdin_eof(struct agent *a, struct session *s);
+void session_kill(struct session *s, int sig);
+/* Handle SIGCHLD: reap every exited child (sessions or adopted orphans). */
+void sessions_reap(struct agent *a);
+/* Service pipes after poll; finish sessions that are done. */
+void session_io(struct agent *a, struct session *s, short rev_out, short rev_err, short rev_in);
+void sessions_tick(struct agent *a);
+/* Kill and forget every session (the host went away). */
+void sessions_drop_all(struct agent *a);
+int sessions_next_timeout(struct agent *a);
+
+/* files.c */
+void files_find_tar(struct agent *a, const char *opt);
+void files_stat(struct agent *a, uint32_t id, const uint8_t *p, size_t n);
+void files_xfer(struct agent *a, uint8_t type, uint32_t id, const uint8_t *p, size_t n);
+
+#endif

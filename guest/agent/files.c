@@ -1,0 +1,172 @@
+/* files.c — the agent's file requests: STAT answered directly, UPLOAD and
+ * DOWNLOAD run the guest's own tar (GNU tar or busybox) with the stream piped
+ * to it, which keeps this static agent free of an archive library; the host
+ * side builds and reads the tars with libarchive. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "guest/agent/agent.h"
+
+static char *search_path(const char *name)
+{
+	const char *path = getenv("PATH");
+	char buf[PATH_MAX];
+
+	if (path == NULL || *path == '\0')
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+	while (*path) {
+		size_t n = strcspn(path, ":");
+		if (n > 0 && n + strlen(name) + 2 < sizeof(buf)) {
+			snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, path, name);
+			if (access(buf, X_OK) == 0)
+				return strdup(buf);
+		}
+		path += n;
+		if (*path == ':')
+			path++;
+	}
+	return NULL;
+}
+
+void files_find_tar(struct agent *a, const char *opt)
+{
+	char *prog = NULL;
+	const char *base;
+
+	if (opt)
+		prog = strchr(opt, '/') ? strdup(opt) : search_path(opt);
+	else if ((prog = search_path("tar")) == NULL)
+		prog = search_path("busybox");
+	if (prog == NULL) {
+		if (opt)
+			agent_log("tar program %s not found: no uploads/downloads", opt);
+		return;
+	}
+	a->tar[0] = prog;
+	base = strrchr(prog, '/');
+	base = base ? base + 1 : prog;
+	/* busybox is multi-call: it needs the applet name. */
+	if (strcmp(base, "busybox") == 0)
+		a->tar[1] = strdup("tar");
+}
+
+void files_stat(struct agent *a, uint32_t id, const uint8_t *p, size_t n)
+{
+	struct guest_stat_req req;
+	struct guest_stat out = { 0 };
+	struct stat st;
+	const char *why = NULL;
+	char link[PATH_MAX];
+
+	if (id == 0) {
+		agent_send_error(a, 0, 0, "request id 0 is reserved");
+		return;
+	}
+	if (guest_decode_stat_req(p, n, &req, &why) < 0) {
+		agent_send_error(a, id, 0, "bad STAT frame: %s", why);
+		return;
+	}
+	if ((req.follow ? stat(req.path, &st) : lstat(req.path, &st)) < 0) {
+		agent_send_error(a, id, errno, "stat %s: %s", req.path, strerror(errno));
+		goto out;
+	}
+	out.mode = st.st_mode;
+	out.uid = st.st_uid;
+	out.gid = st.st_gid;
+	out.size = (uint64_t)st.st_size;
+	out.mtime_sec = st.st_mtim.tv_sec;
+	out.mtime_nsec = (uint32_t)st.st_mtim.tv_nsec;
+	if (S_ISLNK(st.st_mode)) {
+		ssize_t ln = readlink(req.path, link, sizeof(link) - 1);
+		if (ln >= 0) {
+			link[ln] = '\0';
+			out.link = link;
+		}
+	}
+	guest_encode_stat(&a->out, id, &out);
+out:
+	guest_stat_req_free(&req);
+}
+
+static int mkdir_p(char *path)
+{
+	struct stat st;
+
+	for (char *p = path + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char c = *p;
+		*p = '\0';
+		if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+			*p = c;
+			return -1;
+		}
+		*p = c;
+		if (c == '\0')
+			break;
+	}
+	if (stat(path, &st) < 0)
+		return -1;
+	if (!S_ISDIR(st.st_mode)) {
+		errno = ENOTDIR;
+		return -1;
+	}
+	return 0;
+}
+
+void files_xfer(struct agent *a, uint8_t type, uint32_t id, const uint8_t *p, size_t n)
+{
+	struct guest_xfer_req req;
+	const char *why = NULL;
+	const char *argv[12];
+	struct session *s;
+	struct stat st;
+	int k = 0;
+	bool up = type == GUEST_F_UPLOAD;
+
+	if (guest_decode_xfer(p, n, &req, &why) < 0) {
+		agent_send_error(a, id, 0, "bad %s frame: %s", up ? "UPLOAD" : "DOWNLOAD", why);
+		return;
+	}
+	if (a->tar[0] == NULL) {
+		agent_send_error(a, id, ENOENT, "no tar program in the guest (looked for tar and busybox in PATH)");
+		goto out;
+	}
+	if (up && mkdir_p(req.dir) < 0) {
+		agent_send_error(a, id, errno, "create %s: %s", req.dir, strerror(errno));
+		goto out;
+	}
+	if (!up) {
+		int e = stat(req.dir, &st) < 0 ? errno : !S_ISDIR(st.st_mode) ? ENOTDIR : 0;
+		if (e) {
+			agent_send_error(a, id, e, "download %s: %s", req.dir, strerror(e));
+			goto out;
+		}
+	}
+	argv[k++] = a->tar[0];
+	if (a->tar[1])
+		argv[k++] = a->tar[1];
+	argv[k++] = "--numeric-owner";
+	argv[k++] = up ? "-xpf" : "-cf";
+	argv[k++] = "-";
+	argv[k++] = "-C";
+	argv[k++] = req.dir;
+	if (!up)
+		argv[k++] = ".";
+	argv[k] = NULL;
+	s = session_spawn(a, id, up ? S_UPLOAD : S_DOWNLOAD, (char *const *)argv, NULL, "/", NULL, up,
+			  req.timeout_ms);
+	if (s) {
+		size_t len = strlen(req.dir) + 32;
+		s->what = malloc(len);
+		if (s->what)
+			snprintf(s->what, len, "%s %s", up ? "tar -x into" : "tar -c of", req.dir);
+	}
+out:
+	guest_xfer_req_free(&req);
+}

@@ -1,0 +1,461 @@
+/* client.c — the host end of the agent connection: connect to the unix socket
+ * behind the guest's port, the version handshake, the frame pump that routes
+ * the agent's frames to the requests waiting for them, ping and stat.  Any
+ * protocol breach by the agent makes the connection unusable with a clear error. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "guest/internal.h"
+
+uint64_t gc_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t gc_deadline(int timeout_ms)
+{
+	return timeout_ms < 0 ? UINT64_MAX : gc_now() + (uint64_t)timeout_ms;
+}
+
+int gc_remaining(uint64_t deadline)
+{
+	uint64_t now = gc_now();
+
+	if (deadline == UINT64_MAX)
+		return -1;
+	return deadline <= now ? 0 : deadline - now > INT32_MAX ? INT32_MAX : (int)(deadline - now);
+}
+
+static int poll_ms(uint64_t deadline)
+{
+	uint64_t now = gc_now();
+
+	if (deadline == UINT64_MAX)
+		return -1;
+	if (deadline <= now)
+		return 0;
+	return deadline - now > 60000 ? 60000 : (int)(deadline - now);
+}
+
+static void set_broken(guest_conn *c, enum kiln_errkind kind, const char *fmt, ...) KILN_PRINTF(3, 4);
+static void set_broken(guest_conn *c, enum kiln_errkind kind, const char *fmt, ...)
+{
+	kiln_buf b = KILN_BUF_INIT;
+	va_list ap;
+
+	if (c->broken)
+		return;
+	va_start(ap, fmt);
+	kiln_buf_vaddf(&b, fmt, ap);
+	va_end(ap);
+	c->broken = kiln_buf_detach(&b);
+	c->broken_kind = kind;
+}
+
+int gc_check(guest_conn *c, kiln_error **err)
+{
+	if (c->broken)
+		return kiln_err(err, c->broken_kind, "agent connection: %s", c->broken);
+	return 0;
+}
+
+int gc_flush(guest_conn *c, uint64_t deadline, kiln_error **err)
+{
+	size_t off = 0;
+	int rc = -1;
+
+	if (c->out.failed) {
+		/* Only an oversized request (a huge argv or env) can get here. */
+		c->out.failed = false;
+		c->out.len = 0;
+		return kiln_err(err, KILN_E_LIMIT, "request larger than the %u byte frame limit", GUEST_MAX_PAYLOAD);
+	}
+	if (gc_check(c, err) < 0)
+		goto out;
+	while (off < c->out.len) {
+		ssize_t n = write(c->fd, c->out.data + off, c->out.len - off);
+		if (n > 0) {
+			off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno != EAGAIN) {
+			set_broken(c, KILN_E_IO, "write to the agent: %s", strerror(errno));
+			gc_check(c, err);
+			goto out;
+		}
+		struct pollfd p = { c->fd, POLLOUT, 0 };
+		int r = poll(&p, 1, poll_ms(deadline));
+		if (r == 0 && gc_now() >= deadline) {
+			kiln_err(err, KILN_E_IO, "the agent does not read its input");
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	/* A partly written frame cannot be taken back: the stream is unusable then. */
+	if (rc < 0 && off > 0 && off < c->out.len)
+		set_broken(c, KILN_E_IO, "a frame to the agent was cut short");
+	c->out.len = 0;
+	return rc;
+}
+
+static struct guest_proc *find_req(guest_conn *c, uint32_t id)
+{
+	for (struct guest_proc *p = c->reqs; p; p = p->next)
+		if (p->id == id)
+			return p;
+	return NULL;
+}
+
+static void keep_reply(struct guest_proc *p, const struct guest_frame *f)
+{
+	free(p->reply);
+	p->reply = kiln_xmalloc(f->len ? f->len : 1);
+	memcpy(p->reply, f->payload, f->len);
+	p->reply_len = f->len;
+	p->done = true;
+}
+
+static void dispatch(guest_conn *c, const struct guest_frame *f)
+{
+	struct guest_proc *p = f->id ? find_req(c, f->id) : NULL;
+	const char *why = NULL;
+	char tn[8];
+
+	switch (f->type) {
+	case GUEST_F_HELLO:
+		if (c->have_hello)
+			return; /* the answer to our HELLO, or a reconnect announcement */
+		if (guest_decode_hello(f->payload, f->len, &c->hello, &why) < 0) {
+			set_broken(c, KILN_E_INVALID, "bad HELLO from the agent: %s", why);
+			return;
+		}
+		c->have_hello = true;
+		return;
+	case GUEST_F_ERROR: {
+		struct guest_error_msg m;
+		if (guest_decode_error(f->payload, f->len, &m, &why) < 0) {
+			set_broken(c, KILN_E_INVALID, "bad ERROR frame from the agent: %s", why);
+			return;
+		}
+		if (f->id == 0) {
+			set_broken(c, KILN_E_IO, "the agent reported: %s", m.msg);
+		} else if (p) {
+			free(p->errmsg);
+			p->errmsg = m.msg;
+			m.msg = NULL;
+			p->errnum = m.errnum;
+			p->failed = p->done = true;
+		}
+		guest_error_msg_free(&m);
+		return;
+	}
+	case GUEST_F_PONG:
+	case GUEST_F_STAT_REPLY:
+		if (p && p->kind == (f->type == GUEST_F_PONG ? R_PING : R_STAT))
+			keep_reply(p, f);
+		return;
+	case GUEST_F_STARTED:
+	case GUEST_F_WINDOW:
+		if (f->len != 4) {
+			set_broken(c, KILN_E_INVALID, "bad %s frame from the agent", guest_frame_name(f->type, tn));
+			return;
+		}
+		if (p == NULL)
+			return;
+		if (f->type == GUEST_F_STARTED) {
+			p->started = true;
+			p->pid = (pid_t)guest_get_u32(f->payload);
+		} else {
+			p->window += guest_get_u32(f->payload);
+			if (p->window > GUEST_STDIN_WINDOW)
+				set_broken(c, KILN_E_INVALID, "the agent acknowledged more stdin than was sent");
+		}
+		return;
+	case GUEST_F_STDOUT:
+	case GUEST_F_STDERR:
+		if (p == NULL)
+			return; /* output of a process the caller let go of */
+		if (f->type == GUEST_F_STDOUT && p->on_stdout)
+			p->on_stdout(p->user, f->payload, f->len);
+		if (f->type == GUEST_F_STDERR && p->on_stderr)
+			p->on_stderr(p->user, f->payload, f->len);
+		return;
+	case GUEST_F_EXIT: {
+		struct guest_exit ex;
+		if (guest_decode_exit(f->payload, f->len, &ex, &why) < 0) {
+			set_broken(c, KILN_E_INVALID, "bad EXIT frame from the agent: %s", why);
+			return;
+		}
+		if (p) {
+			p->res.exit_code = ex.code;
+			p->res.signal = ex.signal;
+			p->res.timed_out = ex.timed_out;
+			p->done = true;
+		}
+		return;
+	}
+	}
+	set_broken(c, KILN_E_INVALID, "unexpected frame type %s from the agent", guest_frame_name(f->type, tn));
+}
+
+int gc_pump(guest_conn *c, uint64_t deadline, kiln_error **err)
+{
+	struct pollfd pfd = { c->fd, POLLIN, 0 };
+	struct guest_frame f;
+	const char *why = NULL;
+	size_t room;
+	uint8_t *space;
+	ssize_t n;
+	int r;
+
+	if (gc_check(c, err) < 0)
+		return -1;
+	r = poll(&pfd, 1, poll_ms(deadline));
+	if (r < 0 && errno != EINTR)
+		return kiln_err_errno(err, errno, "agent connection: poll");
+	if (r <= 0)
+		return 0;
+	space = guest_framer_space(&c->in, &room);
+	if (space == NULL)
+		return kiln_err(err, KILN_E_IO, "agent connection: out of buffer space");
+	n = read(c->fd, space, room);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n < 0)
+		set_broken(c, KILN_E_IO, "read from the agent: %s", strerror(errno));
+	else if (n == 0)
+		set_broken(c, KILN_E_IO, "the agent closed the connection");
+	else
+		guest_framer_commit(&c->in, (size_t)n);
+	while (!c->broken && (r = guest_framer_next(&c->in, &f, &why)) > 0)
+		dispatch(c, &f);
+	if (!c->broken && r < 0)
+		set_broken(c, KILN_E_INVALID, "agent protocol: %s", why);
+	return gc_check(c, err);
+}
+
+int gc_wait_for(guest_conn *c, const bool *flag, uint64_t deadline, const char *what, kiln_error **err)
+{
+	uint64_t start = gc_now();
+
+	while (!*flag) {
+		if (gc_pump(c, deadline, err) < 0)
+			return -1;
+		if (!*flag && gc_now() >= deadline)
+			return kiln_err(err, KILN_E_IO, "no %s from the agent after %llu ms", what,
+					(unsigned long long)(gc_now() - start));
+	}
+	return 0;
+}
+
+struct guest_proc *gc_req_new(guest_conn *c, enum req_kind kind)
+{
+	struct guest_proc *p = kiln_xcalloc(1, sizeof(*p));
+
+	do {
+		if (++c->next_id == 0)
+			c->next_id = 1;
+	} while (find_req(c, c->next_id));
+	p->c = c;
+	p->kind = kind;
+	p->id = c->next_id;
+	p->next = c->reqs;
+	c->reqs = p;
+	return p;
+}
+
+void gc_req_free(struct guest_proc *p)
+{
+	if (p == NULL)
+		return;
+	for (struct guest_proc **pp = &p->c->reqs; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	}
+	free(p->errmsg);
+	free(p->reply);
+	free(p);
+}
+
+int gc_req_error(struct guest_proc *p, kiln_error **err)
+{
+	enum kiln_errkind kind = p->errnum == ENOENT ? KILN_E_NOTFOUND : p->errnum == EEXIST ? KILN_E_EXISTS
+				 : p->errnum ? KILN_E_IO : KILN_E_GENERIC;
+
+	kiln_err(err, kind, "%s", p->errmsg ? p->errmsg : "failed");
+	if (err && *err)
+		(*err)->errnum = p->errnum;
+	return -1;
+}
+
+/* ---- connecting ----------------------------------------------------------- */
+
+guest_conn *guest_conn_from_fd(int fd, int timeout_ms, kiln_error **err)
+{
+	guest_conn *c = kiln_xcalloc(1, sizeof(*c));
+	uint64_t deadline = gc_deadline(timeout_ms);
+	struct guest_hello mine = { .version = GUEST_PROTO_VERSION, .agent = "kiln " KILN_VERSION, .pid = getpid() };
+
+	c->fd = fd;
+	guest_framer_init(&c->in);
+	fcntl(fd, F_SETFD, FD_CLOEXEC);
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	/* Ours makes the agent announce itself again should its first HELLO predate us. */
+	guest_encode_hello(&c->out, 0, &mine);
+	if (gc_flush(c, deadline, err) < 0 || gc_wait_for(c, &c->have_hello, deadline, "HELLO", err) < 0)
+		goto fail;
+	if (c->hello.version != GUEST_PROTO_VERSION) {
+		kiln_err(err, KILN_E_INVALID,
+			 "the agent (%s) speaks protocol version %u, this kiln speaks %u: rebuild the guest image "
+			 "with a matching kiln-agent",
+			 c->hello.agent ? c->hello.agent : "unknown", c->hello.version, GUEST_PROTO_VERSION);
+		goto fail;
+	}
+	kiln_debug("agent: %s, protocol %u, caps 0x%llx", c->hello.agent ? c->hello.agent : "?", c->hello.version,
+		   (unsigned long long)c->hello.caps);
+	return c;
+fail:
+	kiln_error_wrap(err, "agent handshake");
+	guest_close(c);
+	return NULL;
+}
+
+guest_conn *guest_connect(const char *socket_path, int timeout_ms, kiln_error **err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	uint64_t deadline = gc_deadline(timeout_ms);
+	int fd = -1, last = 0;
+	guest_conn *c;
+
+	if (strlen(socket_path) >= sizeof(sa.sun_path)) {
+		kiln_err(err, KILN_E_INVALID, "agent connect: socket path too long: %s", socket_path);
+		return NULL;
+	}
+	strcpy(sa.sun_path, socket_path);
+	/* QEMU (or a test agent) may not have created the socket yet. */
+	for (;;) {
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			kiln_err_errno(err, errno, "agent connect: socket");
+			return NULL;
+		}
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			break;
+		last = errno;
+		close(fd);
+		if ((last != ENOENT && last != ECONNREFUSED) || gc_now() >= deadline) {
+			kiln_err_errno(err, last, "agent connect: %s", socket_path);
+			return NULL;
+		}
+		usleep(20000);
+	}
+	c = guest_conn_from_fd(fd, poll_ms(deadline), err);
+	if (c == NULL)
+		kiln_error_wrap(err, "agent connect: %s", socket_path);
+	return c;
+}
+
+void guest_close(guest_conn *c)
+{
+	if (c == NULL)
+		return;
+	while (c->reqs)
+		gc_req_free(c->reqs);
+	if (c->fd >= 0)
+		close(c->fd);
+	guest_framer_free(&c->in);
+	guest_wbuf_free(&c->out);
+	guest_hello_free(&c->hello);
+	free(c->broken);
+	free(c);
+}
+
+uint32_t guest_conn_version(const guest_conn *c)
+{
+	return c->hello.version;
+}
+
+uint64_t guest_conn_caps(const guest_conn *c)
+{
+	return c->hello.caps;
+}
+
+const char *guest_conn_agent(const guest_conn *c)
+{
+	return c->hello.agent ? c->hello.agent : "";
+}
+
+/* ---- ping and stat -------------------------------------------------------- */
+
+int guest_ping(guest_conn *c, int timeout_ms, kiln_error **err)
+{
+	uint64_t deadline = gc_deadline(timeout_ms);
+	struct guest_proc *p = gc_req_new(c, R_PING);
+	uint8_t token[8];
+	int rc = -1;
+
+	guest_put_u32(token, p->id);
+	guest_put_u32(token + 4, (uint32_t)gc_now());
+	guest_frame_raw(&c->out, GUEST_F_PING, p->id, token, sizeof(token));
+	if (gc_flush(c, deadline, err) < 0 || gc_wait_for(c, &p->done, deadline, "PONG", err) < 0)
+		goto out;
+	if (p->failed) {
+		gc_req_error(p, err);
+		goto out;
+	}
+	if (p->reply_len != sizeof(token) || memcmp(p->reply, token, sizeof(token)) != 0) {
+		kiln_err(err, KILN_E_INVALID, "PONG does not echo the PING");
+		goto out;
+	}
+	rc = 0;
+out:
+	gc_req_free(p);
+	if (rc < 0)
+		kiln_error_wrap(err, "agent ping");
+	return rc;
+}
+
+int guest_stat_path(guest_conn *c, const char *path, bool follow, struct guest_stat *st, int timeout_ms,
+		    kiln_error **err)
+{
+	uint64_t deadline = gc_deadline(timeout_ms);
+	struct guest_stat_req req = { .path = (char *)path, .follow = follow };
+	struct guest_proc *p = gc_req_new(c, R_STAT);
+	const char *why = NULL;
+	int rc = -1;
+
+	memset(st, 0, sizeof(*st));
+	guest_encode_stat_req(&c->out, p->id, &req);
+	if (gc_flush(c, deadline, err) < 0 || gc_wait_for(c, &p->done, deadline, "stat reply", err) < 0)
+		goto out;
+	if (p->failed) {
+		gc_req_error(p, err);
+		gc_req_free(p);
+		return kiln_error_wrap(err, "agent");
+	}
+	if (guest_decode_stat(p->reply, p->reply_len, st, &why) < 0) {
+		kiln_err(err, KILN_E_INVALID, "bad stat reply: %s", why);
+		goto out;
+	}
+	rc = 0;
+out:
+	gc_req_free(p);
+	if (rc < 0)
+		kiln_error_wrap(err, "agent stat %s", path);
+	return rc;
+}

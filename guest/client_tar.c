@@ -1,0 +1,434 @@
+/* client_tar.c — moving trees between host and guest as tar streams: the
+ * agent pipes them through the guest's tar; here libarchive packs a host
+ * directory (numeric owners, hard links kept) and extracts a downloaded one
+ * safely (no absolute paths, no "..", no writing through symlinks). */
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "guest/internal.h"
+
+static struct guest_proc *xfer_start(guest_conn *c, uint8_t type, const char *dir, uint64_t deadline,
+				     kiln_error **err)
+{
+	struct guest_xfer_req req = { .dir = (char *)dir };
+	struct guest_proc *p;
+
+	if (dir[0] != '/') {
+		kiln_err(err, KILN_E_USAGE, "guest directory must be absolute: %s", dir);
+		return NULL;
+	}
+	if (gc_check(c, err) < 0)
+		return NULL;
+	if (!(c->hello.caps & (type == GUEST_F_UPLOAD ? GUEST_CAP_UPLOAD : GUEST_CAP_DOWNLOAD))) {
+		kiln_err(err, KILN_E_INVALID, "the agent cannot transfer files (no tar in the guest)");
+		return NULL;
+	}
+	/* The agent's own timeout kills tar; ours (deadline) also covers a silent agent. */
+	if (deadline != UINT64_MAX)
+		req.timeout_ms = deadline - gc_now() + 1;
+	p = gc_req_new(c, type == GUEST_F_UPLOAD ? R_UPLOAD : R_DOWNLOAD);
+	p->window = GUEST_STDIN_WINDOW;
+	p->stdin_open = type == GUEST_F_UPLOAD;
+	guest_encode_xfer(&c->out, type, p->id, &req);
+	if (gc_flush(c, deadline, err) < 0)
+		goto fail;
+	while (!p->started && !p->done) {
+		if (gc_pump(c, deadline, err) < 0)
+			goto fail;
+		if (!p->started && !p->done && gc_now() >= deadline) {
+			kiln_err(err, KILN_E_IO, "the agent did not start the transfer in time");
+			goto fail;
+		}
+	}
+	if (p->failed) {
+		gc_req_error(p, err);
+		goto fail;
+	}
+	return p;
+fail:
+	gc_req_free(p);
+	return NULL;
+}
+
+/* Finish a transfer: the agent's verdict wins over local trouble it caused. */
+static int xfer_finish(struct guest_proc *p, uint64_t deadline, kiln_error **err)
+{
+	if (p->stdin_open && guest_proc_close_stdin(p, err) < 0)
+		return -1;
+	if (gc_wait_for(p->c, &p->done, deadline, "end of the transfer", err) < 0)
+		return -1;
+	if (p->failed)
+		return gc_req_error(p, err);
+	return 0;
+}
+
+/* ---- upload --------------------------------------------------------------- */
+
+int guest_upload_tar(guest_conn *c, const char *guest_dir, int tar_fd, int timeout_ms, kiln_error **err)
+{
+	uint64_t deadline = gc_deadline(timeout_ms);
+	struct guest_proc *p = xfer_start(c, GUEST_F_UPLOAD, guest_dir, deadline, err);
+	uint8_t *buf = kiln_xmalloc(GUEST_DATA_CHUNK);
+	int rc = -1;
+
+	if (p == NULL)
+		goto out;
+	for (;;) {
+		ssize_t n = read(tar_fd, buf, GUEST_DATA_CHUNK);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			kiln_err_errno(err, errno, "read the tar");
+			goto out;
+		}
+		if (n == 0)
+			break;
+		if (guest_proc_write(p, buf, (size_t)n, gc_remaining(deadline), err) < 0) {
+			if (p->failed) {
+				kiln_error_clear(err);
+				gc_req_error(p, err);
+			}
+			goto out;
+		}
+	}
+	rc = xfer_finish(p, deadline, err);
+out:
+	free(buf);
+	guest_proc_free(p);
+	if (rc < 0)
+		kiln_error_wrap(err, "agent upload into %s", guest_dir);
+	return rc;
+}
+
+struct up_ctx {
+	struct guest_proc *p;
+	uint64_t deadline;
+	kiln_error *err;
+};
+
+static la_ssize_t up_write(struct archive *a, void *user, const void *buf, size_t n)
+{
+	struct up_ctx *u = user;
+
+	if (u->err == NULL && guest_proc_write(u->p, buf, n, gc_remaining(u->deadline), &u->err) == 0)
+		return (la_ssize_t)n;
+	archive_set_error(a, EIO, "%s", kiln_error_message(u->err));
+	return -1;
+}
+
+static int copy_file(struct archive *aw, const char *path, kiln_error **err)
+{
+	char buf[65536];
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int rc = -1;
+
+	if (fd < 0)
+		return kiln_err_errno(err, errno, "open %s", path);
+	for (;;) {
+		ssize_t n = read(fd, buf, sizeof(buf));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			kiln_err_errno(err, errno, "read %s", path);
+			goto out;
+		}
+		if (n == 0)
+			break;
+		if (archive_write_data(aw, buf, (size_t)n) != n) {
+			kiln_err(err, KILN_E_IO, "%s", archive_error_string(aw));
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	close(fd);
+	return rc;
+}
+
+int guest_upload_dir(guest_conn *c, const char *host_dir, const char *guest_dir, int timeout_ms, kiln_error **err)
+{
+	struct up_ctx u = { .deadline = gc_deadline(timeout_ms) };
+	struct archive *disk = archive_read_disk_new(), *aw = archive_write_new();
+	struct archive_entry_linkresolver *lr = NULL;
+	struct archive_entry *e = archive_entry_new();
+	size_t plen = strlen(host_dir);
+	bool root = true;
+	int r, rc = -1;
+
+	while (plen > 1 && host_dir[plen - 1] == '/')
+		plen--;
+	u.p = xfer_start(c, GUEST_F_UPLOAD, guest_dir, u.deadline, err);
+	if (u.p == NULL)
+		goto out;
+	archive_write_set_format_pax_restricted(aw);
+	archive_write_set_bytes_in_last_block(aw, 1);
+	if (archive_write_open(aw, &u, NULL, up_write, NULL) != ARCHIVE_OK)
+		goto archive_fail;
+	lr = archive_entry_linkresolver_new();
+	archive_entry_linkresolver_set_strategy(lr, archive_format(aw));
+	archive_read_disk_set_symlink_physical(disk);
+	if (archive_read_disk_open(disk, host_dir) != ARCHIVE_OK) {
+		kiln_err(err, KILN_E_IO, "%s", archive_error_string(disk));
+		goto out;
+	}
+	while ((r = archive_read_next_header2(disk, e)) != ARCHIVE_EOF) {
+		struct archive_entry *spare = NULL, *cur = e;
+		const char *path = archive_entry_pathname(e);
+		if (r < ARCHIVE_WARN) {
+			kiln_err(err, KILN_E_IO, "%s", archive_error_string(disk));
+			goto out;
+		}
+		archive_read_disk_descend(disk);
+		if (root) {
+			/* The directory itself: guest_dir keeps its own owner and mode. */
+			root = false;
+			continue;
+		}
+		if (strncmp(path, host_dir, plen) != 0 || path[plen] != '/') {
+			kiln_err(err, KILN_E_IO, "unexpected path %s while reading %s", path, host_dir);
+			goto out;
+		}
+		archive_entry_copy_sourcepath(e, path);
+		archive_entry_copy_pathname(e, path + plen + 1);
+		archive_entry_linkify(lr, &cur, &spare);
+		if (cur == NULL)
+			continue;
+		if (archive_write_header(aw, cur) < ARCHIVE_WARN)
+			goto archive_fail;
+		if (archive_entry_filetype(cur) == AE_IFREG && archive_entry_size(cur) > 0 &&
+		    archive_entry_hardlink(cur) == NULL && copy_file(aw, archive_entry_sourcepath(cur), err) < 0)
+			goto out;
+	}
+	if (archive_write_close(aw) != ARCHIVE_OK)
+		goto archive_fail;
+	rc = xfer_finish(u.p, u.deadline, err);
+	goto out;
+archive_fail:
+	if (u.p && u.p->failed) {
+		gc_req_error(u.p, err);
+	} else if (u.err) {
+		kiln_err(err, u.err->kind, "%s", kiln_error_message(u.err));
+	} else {
+		kiln_err(err, KILN_E_IO, "%s", archive_error_string(aw));
+	}
+out:
+	if (rc < 0 && u.p && u.p->failed) {
+		/* tar in the guest stopped reading: say why it did, not just that it did. */
+		kiln_error_clear(err);
+		gc_req_error(u.p, err);
+	}
+	kiln_error_free(u.err);
+	archive_read_free(disk);
+	archive_write_free(aw);
+	archive_entry_linkresolver_free(lr);
+	archive_entry_free(e);
+	guest_proc_free(u.p);
+	if (rc < 0)
+		kiln_error_wrap(err, "agent upload of %s into %s", host_dir, guest_dir);
+	return rc;
+}
+
+/* ---- download ------------------------------------------------------------- */
+
+struct to_fd {
+	int fd;
+	int errnum;
+};
+
+static void write_fd(void *user, const void *data, size_t len)
+{
+	struct to_fd *t = user;
+	const char *d = data;
+
+	while (len > 0 && t->errnum == 0) {
+		ssize_t n = write(t->fd, d, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			t->errnum = errno;
+			return;
+		}
+		d += n;
+		len -= (size_t)n;
+	}
+}
+
+int guest_download_tar(guest_conn *c, const char *guest_dir, int out_fd, int timeout_ms, kiln_error **err)
+{
+	uint64_t deadline = gc_deadline(timeout_ms);
+	struct to_fd t = { .fd = out_fd };
+	struct guest_proc *p = xfer_start(c, GUEST_F_DOWNLOAD, guest_dir, deadline, err);
+	int rc = -1;
+
+	if (p == NULL)
+		goto out;
+	p->on_stdout = write_fd;
+	p->user = &t;
+	if (xfer_finish(p, deadline, err) < 0)
+		goto out;
+	if (t.errnum) {
+		kiln_err_errno(err, t.errnum, "write the tar");
+		goto out;
+	}
+	rc = 0;
+out:
+	guest_proc_free(p);
+	if (rc < 0)
+		kiln_error_wrap(err, "agent download of %s", guest_dir);
+	return rc;
+}
+
+struct dl_ctx {
+	struct guest_proc *p;
+	kiln_buf data;
+	uint64_t deadline;
+	kiln_error *err;
+};
+
+static void dl_collect(void *user, const void *data, size_t len)
+{
+	kiln_buf_add(&((struct dl_ctx *)user)->data, data, len);
+}
+
+static la_ssize_t dl_read(struct archive *a, void *user, const void **buf)
+{
+	struct dl_ctx *d = user;
+
+	kiln_buf_reset(&d->data);
+	while (d->data.len == 0 && !d->p->done && d->err == NULL) {
+		if (gc_pump(d->p->c, d->deadline, &d->err) == 0 && gc_now() >= d->deadline && d->data.len == 0)
+			kiln_err(&d->err, KILN_E_IO, "the tar stream stalled past the timeout");
+	}
+	if (d->err) {
+		archive_set_error(a, EIO, "%s", kiln_error_message(d->err));
+		return -1;
+	}
+	*buf = d->data.buf;
+	return (la_ssize_t)d->data.len;
+}
+
+/* "./a/b" -> "a/b"; "." and "./" -> "". */
+static const char *rel_name(const char *name)
+{
+	while (name[0] == '.' && name[1] == '/')
+		name += 2;
+	while (name[0] == '/')
+		name++;
+	return strcmp(name, ".") == 0 ? "" : name;
+}
+
+static int extract(struct archive *ar, const char *root, kiln_error **err)
+{
+	int flags = ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+		    ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_UNLINK;
+	struct archive *aw = archive_write_disk_new();
+	struct archive_entry *e;
+	int r, rc = -1;
+
+	if (geteuid() == 0)
+		flags |= ARCHIVE_EXTRACT_OWNER;
+	archive_write_disk_set_options(aw, flags);
+	while ((r = archive_read_next_header(ar, &e)) != ARCHIVE_EOF) {
+		const char *name, *link;
+		char *full;
+		if (r < ARCHIVE_WARN) {
+			kiln_err(err, KILN_E_INVALID, "%s", archive_error_string(ar));
+			goto out;
+		}
+		name = rel_name(archive_entry_pathname(e));
+		if (*name == '\0')
+			continue; /* the root: host_dir keeps its own owner and mode */
+		full = kiln_path_join(root, name);
+		archive_entry_copy_pathname(e, full);
+		free(full);
+		link = archive_entry_hardlink(e);
+		if (link) {
+			full = kiln_path_join(root, rel_name(link));
+			archive_entry_copy_hardlink(e, full);
+			free(full);
+		}
+		if (archive_write_header(aw, e) < ARCHIVE_WARN) {
+			kiln_err(err, KILN_E_INVALID, "%s", archive_error_string(aw));
+			goto out;
+		}
+		if (archive_entry_size(e) > 0) {
+			const void *buf;
+			size_t len;
+			la_int64_t off;
+			while ((r = archive_read_data_block(ar, &buf, &len, &off)) == ARCHIVE_OK) {
+				if (archive_write_data_block(aw, buf, len, off) < ARCHIVE_WARN) {
+					kiln_err(err, KILN_E_IO, "%s", archive_error_string(aw));
+					goto out;
+				}
+			}
+			if (r != ARCHIVE_EOF) {
+				kiln_err(err, KILN_E_INVALID, "%s", archive_error_string(ar));
+				goto out;
+			}
+		}
+		if (archive_write_finish_entry(aw) < ARCHIVE_WARN) {
+			kiln_err(err, KILN_E_IO, "%s", archive_error_string(aw));
+			goto out;
+		}
+	}
+	if (archive_write_close(aw) != ARCHIVE_OK) {
+		kiln_err(err, KILN_E_IO, "%s", archive_error_string(aw));
+		goto out;
+	}
+	rc = 0;
+out:
+	archive_write_free(aw);
+	return rc;
+}
+
+int guest_download_dir(guest_conn *c, const char *guest_dir, const char *host_dir, int timeout_ms,
+		       kiln_error **err)
+{
+	struct dl_ctx d = { .deadline = gc_deadline(timeout_ms), .data = KILN_BUF_INIT };
+	struct archive *ar = archive_read_new();
+	char *root = NULL;
+	int rc = -1;
+
+	if (kiln_mkdir_p(host_dir, 0755, err) < 0)
+		goto out;
+	/* Symlinks above host_dir are the caller's; only those inside are refused. */
+	root = realpath(host_dir, NULL);
+	if (root == NULL) {
+		kiln_err_errno(err, errno, "resolve %s", host_dir);
+		goto out;
+	}
+	d.p = xfer_start(c, GUEST_F_DOWNLOAD, guest_dir, d.deadline, err);
+	if (d.p == NULL)
+		goto out;
+	d.p->on_stdout = dl_collect;
+	d.p->user = &d;
+	archive_read_support_format_tar(ar);
+	if (archive_read_open(ar, &d, NULL, dl_read, NULL) != ARCHIVE_OK || extract(ar, root, err) < 0) {
+		if (d.p->failed || d.err) {
+			kiln_error_clear(err);
+			if (d.p->failed)
+				gc_req_error(d.p, err);
+			else
+				kiln_err(err, d.err->kind, "%s", kiln_error_message(d.err));
+		} else if (err && *err == NULL) {
+			kiln_err(err, KILN_E_INVALID, "%s", archive_error_string(ar));
+		}
+		goto out;
+	}
+	rc = xfer_finish(d.p, d.deadline, err);
+out:
+	archive_read_free(ar);
+	kiln_error_free(d.err);
+	kiln_buf_free(&d.data);
+	guest_proc_free(d.p);
+	free(root);
+	if (rc < 0)
+		kiln_error_wrap(err, "agent download of %s into %s", guest_dir, host_dir);
+	return rc;
+}

@@ -1,0 +1,268 @@
+/* guest.h — the guest agent's contract: the framed wire protocol spoken between
+ * the in-VM agent (bin/kiln-agent) and the host over a virtio-serial port, and
+ * the host-side client that vm/, builder/ and snapshots/ use to run commands and
+ * move files in a guest.  The protocol half (guest/proto*.c) is libc-only because
+ * it is linked into the static agent too.  Wire format: docs/agent-protocol.md. */
+#ifndef KILN_GUEST_H
+#define KILN_GUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ===========================================================================
+ * Protocol constants.
+ * ========================================================================= */
+#define GUEST_PROTO_VERSION 1u
+#define GUEST_PORT_NAME "org.kiln.agent"  /* virtio-serial port name */
+#define GUEST_FRAME_MAGIC 0x4b41u         /* "KA", first two bytes of a frame */
+#define GUEST_HDR_LEN 12u
+#define GUEST_MAX_PAYLOAD (1u << 20)      /* a larger frame ends the connection */
+#define GUEST_DATA_CHUNK (64u << 10)      /* stdout/stderr/stdin data per frame */
+#define GUEST_STDIN_WINDOW (256u << 10)   /* stdin bytes in flight per process */
+#define GUEST_MAX_LIST 4096u              /* argv, env, groups entries per exec */
+#define GUEST_MAX_SESSIONS 64u            /* live exec/upload/download per connection */
+
+enum guest_frame_type {
+	/* either direction */
+	GUEST_F_HELLO = 0x01,     /* version + capabilities; the agent's first one means "ready" */
+	GUEST_F_PING = 0x02,      /* payload echoed back in PONG */
+	GUEST_F_PONG = 0x03,
+	/* host -> agent */
+	GUEST_F_EXEC = 0x10,      /* start a process under a new id */
+	GUEST_F_STDIN = 0x11,     /* data for the process's stdin */
+	GUEST_F_STDIN_EOF = 0x12, /* close its stdin */
+	GUEST_F_KILL = 0x13,      /* u32 signal, to the process group */
+	GUEST_F_UPLOAD = 0x14,    /* tar bytes follow as STDIN frames, extracted into a dir */
+	GUEST_F_DOWNLOAD = 0x15,  /* a dir comes back as a tar in STDOUT frames */
+	GUEST_F_STAT = 0x16,
+	/* agent -> host */
+	GUEST_F_STARTED = 0x20,   /* u32 pid: the process exists */
+	GUEST_F_STDOUT = 0x21,
+	GUEST_F_STDERR = 0x22,
+	GUEST_F_WINDOW = 0x23,    /* u32 stdin bytes consumed: that much more may be sent */
+	GUEST_F_EXIT = 0x24,      /* the id is finished (exit code or signal) */
+	GUEST_F_STAT_REPLY = 0x25,
+	GUEST_F_ERROR = 0x3f,     /* the id failed and is finished; id 0: the connection */
+};
+
+/* Capabilities announced in HELLO. */
+#define GUEST_CAP_EXEC (1u << 0)
+#define GUEST_CAP_STDIN (1u << 1)
+#define GUEST_CAP_KILL (1u << 2)
+#define GUEST_CAP_UPLOAD (1u << 3)   /* the agent found a tar program */
+#define GUEST_CAP_DOWNLOAD (1u << 4)
+#define GUEST_CAP_STAT (1u << 5)
+#define GUEST_CAP_SETUID (1u << 6)   /* the agent runs as root and can switch user */
+
+/* EXEC flags. */
+#define GUEST_EXEC_STDIN (1u << 0)   /* give the process a stdin pipe (else /dev/null) */
+
+/* ===========================================================================
+ * Frames and payload codec (libc only; used by the agent and the host).
+ * ========================================================================= */
+struct guest_frame {
+	uint8_t type;
+	uint32_t id;
+	uint32_t len;
+	const uint8_t *payload; /* valid until the next guest_framer call */
+};
+
+/* Header: magic u16, type u8, flags u8 (0), id u32, len u32; big-endian. */
+void guest_hdr_encode(uint8_t out[GUEST_HDR_LEN], uint8_t type, uint32_t id, uint32_t len);
+/* 0, or -1 with *why set to a static reason (bad magic, flags, oversized). */
+int guest_hdr_decode(const uint8_t in[GUEST_HDR_LEN], struct guest_frame *f, const char **why);
+
+/* Reassembles frames from a byte stream. */
+struct guest_framer {
+	uint8_t *buf;
+	size_t off, len, cap;
+};
+void guest_framer_init(struct guest_framer *fr);
+void guest_framer_free(struct guest_framer *fr);
+void guest_framer_reset(struct guest_framer *fr);
+/* Space for up to *room bytes to read into; commit them with guest_framer_commit.
+ * NULL on allocation failure. */
+uint8_t *guest_framer_space(struct guest_framer *fr, size_t *room);
+void guest_framer_commit(struct guest_framer *fr, size_t n);
+/* 1: a frame in *f; 0: need more bytes; -1: the stream is broken (*why). */
+int guest_framer_next(struct guest_framer *fr, struct guest_frame *f, const char **why);
+
+/* An output buffer of whole frames.  Allocation failure sets `failed`. */
+struct guest_wbuf {
+	uint8_t *data;
+	size_t len, cap;
+	bool failed;
+};
+void guest_wbuf_free(struct guest_wbuf *w);
+void guest_wbuf_put(struct guest_wbuf *w, const void *p, size_t n);
+/* Start a frame; returns its offset for guest_frame_end. */
+size_t guest_frame_begin(struct guest_wbuf *w, uint8_t type, uint32_t id);
+/* Patch the length; -1 (frame dropped) if the payload exceeds the limit. */
+int guest_frame_end(struct guest_wbuf *w, size_t start);
+/* A whole frame with a raw payload. */
+int guest_frame_raw(struct guest_wbuf *w, uint8_t type, uint32_t id, const void *p, size_t n);
+/* Payload fields: tag u16, len u32, value.  Integers are 8 bytes big-endian. */
+void guest_tlv_str(struct guest_wbuf *w, uint16_t tag, const char *s);
+void guest_tlv_u64(struct guest_wbuf *w, uint16_t tag, uint64_t v);
+void guest_tlv_bytes(struct guest_wbuf *w, uint16_t tag, const void *p, size_t n);
+uint32_t guest_get_u32(const uint8_t *p);
+void guest_put_u32(uint8_t *p, uint32_t v);
+
+/* Typed messages.  Decoders validate everything (lengths, NULs in strings,
+ * list sizes), allocate with malloc and return 0, or -1 with *why (static). */
+struct guest_hello {
+	uint32_t version;
+	uint64_t caps;
+	char *agent;   /* "kiln-agent 0.1.0" or "kiln 0.1.0" */
+	int64_t pid;
+};
+struct guest_exec_req {
+	char **argv;   /* NULL-terminated, argc >= 1 */
+	size_t argc;
+	char **env;    /* NULL-terminated; NULL = the default environment */
+	size_t envc;
+	char *cwd;     /* NULL = "/" */
+	int64_t uid, gid; /* -1 = keep the agent's */
+	uint32_t *groups; /* supplementary groups (with uid set); NULL = just gid */
+	size_t ngroups;
+	uint64_t timeout_ms; /* 0 = none */
+	uint32_t flags;      /* GUEST_EXEC_* */
+};
+struct guest_exit {
+	int32_t code;    /* exit status when signal == 0 */
+	int32_t signal;  /* terminating signal, 0 if it exited */
+	bool timed_out;  /* the agent killed it at its timeout */
+};
+struct guest_xfer_req { /* UPLOAD / DOWNLOAD */
+	char *dir;
+	uint64_t timeout_ms;
+};
+struct guest_stat_req {
+	char *path;
+	bool follow;   /* stat() instead of lstat() */
+};
+struct guest_stat {
+	uint32_t mode; /* st_mode: type and permission bits */
+	uint32_t uid, gid;
+	uint64_t size;
+	int64_t mtime_sec;
+	uint32_t mtime_nsec;
+	char *link;    /* symlink target, else NULL */
+};
+struct guest_error_msg {
+	int32_t errnum; /* errno in the guest, 0 if none */
+	char *msg;
+};
+
+void guest_encode_hello(struct guest_wbuf *w, uint32_t id, const struct guest_hello *m);
+int guest_decode_hello(const uint8_t *p, size_t n, struct guest_hello *m, const char **why);
+void guest_hello_free(struct guest_hello *m);
+void guest_encode_exec(struct guest_wbuf *w, uint32_t id, const struct guest_exec_req *m);
+int guest_decode_exec(const uint8_t *p, size_t n, struct guest_exec_req *m, const char **why);
+void guest_exec_req_free(struct guest_exec_req *m);
+void guest_encode_exit(struct guest_wbuf *w, uint32_t id, const struct guest_exit *m);
+int guest_decode_exit(const uint8_t *p, size_t n, struct guest_exit *m, const char **why);
+void guest_encode_xfer(struct guest_wbuf *w, uint8_t type, uint32_t id, const struct guest_xfer_req *m);
+int guest_decode_xfer(const uint8_t *p, size_t n, struct guest_xfer_req *m, const char **why);
+void guest_xfer_req_free(struct guest_xfer_req *m);
+void guest_encode_stat_req(struct guest_wbuf *w, uint32_t id, const struct guest_stat_req *m);
+int guest_decode_stat_req(const uint8_t *p, size_t n, struct guest_stat_req *m, const char **why);
+void guest_stat_req_free(struct guest_stat_req *m);
+void guest_encode_stat(struct guest_wbuf *w, uint32_t id, const struct guest_stat *m);
+int guest_decode_stat(const uint8_t *p, size_t n, struct guest_stat *m, const char **why);
+void guest_stat_free(struct guest_stat *m);
+void guest_encode_error(struct guest_wbuf *w, uint32_t id, const struct guest_error_msg *m);
+int guest_decode_error(const uint8_t *p, size_t n, struct guest_error_msg *m, const char **why);
+void guest_error_msg_free(struct guest_error_msg *m);
+/* "EXEC", "STDOUT", ... or "0x7e" style for unknown types (static or in buf). */
+const char *guest_frame_name(uint8_t type, char buf[8]);
+
+/* ===========================================================================
+ * Host-side client (libkiln).  A connection is used from one thread at a
+ * time; every call pumps the connection and so dispatches output callbacks
+ * of all running processes, which is how several execs run concurrently.
+ * All errors come back as kiln_error with context "agent exec: ...".
+ * ========================================================================= */
+typedef struct kiln_error kiln_error;
+typedef struct guest_conn guest_conn;
+typedef struct guest_proc guest_proc;
+
+/* Connect to the unix socket behind the agent's port (QEMU's chardev, or an
+ * agent run with --listen), retrying until the socket accepts, then wait for
+ * the agent's HELLO and check its version.  timeout_ms covers all of it. */
+guest_conn *guest_connect(const char *socket_path, int timeout_ms, kiln_error **err);
+/* The same over an already connected stream fd (taken over, even on failure). */
+guest_conn *guest_conn_from_fd(int fd, int timeout_ms, kiln_error **err);
+void guest_close(guest_conn *c);
+/* What the agent announced. */
+uint32_t guest_conn_version(const guest_conn *c);
+uint64_t guest_conn_caps(const guest_conn *c);
+const char *guest_conn_agent(const guest_conn *c);
+/* Round trip; fails if no PONG arrives within timeout_ms. */
+int guest_ping(guest_conn *c, int timeout_ms, kiln_error **err);
+
+typedef void (*guest_output_fn)(void *user, const void *data, size_t len);
+
+struct guest_exec_opts {
+	const char *const *argv;  /* either argv ... */
+	const char *shell;        /* ... or a string run as /bin/sh -c STRING */
+	const char *const *env;   /* NULL: PATH=/usr/local/sbin:...:/bin only */
+	const char *cwd;          /* NULL: "/" */
+	int64_t uid, gid;         /* -1: keep (root); set both fields, 0 is root */
+	const uint32_t *groups;   /* supplementary groups, NULL: just gid */
+	size_t ngroups;
+	uint64_t timeout_ms;      /* 0: none; the agent kills the process group */
+	bool want_stdin;          /* guest_proc_write/close_stdin will be used */
+	guest_output_fn on_stdout, on_stderr; /* NULL: discard */
+	void *user;
+};
+/* Fill defaults: uid/gid -1, everything else 0/NULL. */
+void guest_exec_opts_init(struct guest_exec_opts *o);
+
+struct guest_result {
+	int exit_code;   /* valid when signal == 0 */
+	int signal;      /* the signal that ended it, else 0 */
+	bool timed_out;
+};
+
+/* Start a process; returns once the agent reports it started (or failed to:
+ * bad cwd, missing program, ... come back as errors here). */
+guest_proc *guest_spawn(guest_conn *c, const struct guest_exec_opts *o, int timeout_ms, kiln_error **err);
+/* Send stdin; blocks (pumping the connection) while the agent's window is full. */
+int guest_proc_write(guest_proc *p, const void *data, size_t len, int timeout_ms, kiln_error **err);
+int guest_proc_close_stdin(guest_proc *p, kiln_error **err);
+int guest_proc_kill(guest_proc *p, int sig, kiln_error **err);
+pid_t guest_proc_pid(const guest_proc *p);
+/* Wait for the exit (timeout_ms < 0: forever); output callbacks fire meanwhile. */
+int guest_proc_wait(guest_proc *p, int timeout_ms, struct guest_result *res, kiln_error **err);
+/* true once the exit has arrived (after any guest_* call pumped it in). */
+bool guest_proc_done(const guest_proc *p);
+/* Forget the process (killing it with SIGKILL if it still runs). */
+void guest_proc_free(guest_proc *p);
+
+/* spawn + optional stdin data (then EOF) + wait.  wait_ms bounds the whole
+ * call on the host side (<0: forever) independently of o->timeout_ms. */
+int guest_exec(guest_conn *c, const struct guest_exec_opts *o, const void *stdin_data, size_t stdin_len,
+	       int wait_ms, struct guest_result *res, kiln_error **err);
+
+/* Stream a tar read from tar_fd into guest_dir (created if missing), extracted
+ * by the guest's tar with owners, modes and times kept. */
+int guest_upload_tar(guest_conn *c, const char *guest_dir, int tar_fd, int timeout_ms, kiln_error **err);
+/* Pack host_dir (libarchive, numeric owners) and upload it into guest_dir. */
+int guest_upload_dir(guest_conn *c, const char *host_dir, const char *guest_dir, int timeout_ms,
+		     kiln_error **err);
+/* Write guest_dir as a tar to out_fd. */
+int guest_download_tar(guest_conn *c, const char *guest_dir, int out_fd, int timeout_ms, kiln_error **err);
+/* Download guest_dir and extract it under host_dir (libarchive, refusing
+ * absolute paths, ".." and writes through symlinks; owners kept when root). */
+int guest_download_dir(guest_conn *c, const char *guest_dir, const char *host_dir, int timeout_ms,
+		       kiln_error **err);
+
+/* lstat (or stat with follow) a path in the guest.  A missing path is an
+ * error of kind KILN_E_NOTFOUND.  Free st->link with guest_stat_free. */
+int guest_stat_path(guest_conn *c, const char *path, bool follow, struct guest_stat *st, int timeout_ms,
+		    kiln_error **err);
+
+#endif
