@@ -78,12 +78,16 @@ char *df_ast_dump(const struct df_ast *ast);
 /* Variable lookup for word expansion: returns the value or NULL if unset. */
 typedef const char *(*df_lookup_fn)(void *ctx, const char *name);
 
-/* Expand one word as Docker's shell lexer does (ProcessWord): $v, ${v},
- * ${v:-w} ${v-w} ${v:+w} ${v+w} ${v:?msg} ${v?msg}, quotes and escapes.
- * Errors (bad substitution, ${v:?msg} with v unset) go in *err without a
- * location; callers prefix FILE:LINE:COL. */
+/* Expand one word as Docker's shell lexer does (BuildKit ProcessWord): $v,
+ * ${v}, ${v:-w} ${v-w} ${v:+w} ${v+w} ${v:?msg} ${v?msg}, ${v#p} ${v##p}
+ * ${v%p} ${v%%p} ${v/p/r} ${v//p/r} (p: * ? and \-escapes), single and
+ * double quotes, the escape character ('\\' or '`'); an escaped $ is
+ * literal.  Whitespace is kept.  lookup may be NULL (nothing set).  Errors
+ * (bad substitution, ${v:?msg} with v unset, bad pattern) go in *err
+ * without a location; callers prefix FILE:LINE:COL. */
 int df_expand_word(const char *word, char escape, df_lookup_fn lookup, void *ctx, char **out, kiln_error **err);
-/* Like df_expand_word but splits the result into words (ProcessWords). */
+/* Like df_expand_word but splits the result into words on whitespace that
+ * is neither quoted nor escaped (ProcessWords); appends them to *out. */
 int df_expand_words(const char *word, char escape, df_lookup_fn lookup, void *ctx, kiln_strv *out, kiln_error **err);
 
 struct df_kv {
@@ -97,38 +101,67 @@ enum df_kind {
 	DF_HEALTHCHECK, DF_SHELL,
 };
 
-/* One instruction of a stage, after expansion. */
+/* Lowercase instruction name of a kind ("run"). */
+const char *df_kind_name(enum df_kind kind);
+
+/* One instruction of a stage, after expansion.  Expanded, as BuildKit does:
+ * ADD/COPY sources, dest, --chown, --chmod, --checksum, --exclude and
+ * expandable heredoc bodies; ENV and LABEL keys and values; ARG names and
+ * defaults; EXPOSE (split into words); USER, WORKDIR, STOPSIGNAL, VOLUME;
+ * RUN --mount values (except from=).  Left as written: RUN, CMD,
+ * ENTRYPOINT, SHELL, HEALTHCHECK (their shell expands), MAINTAINER, ONBUILD,
+ * COPY --from. */
 struct df_step {
 	enum df_kind kind;
 	const struct df_node *node;  /* where it came from (lines, original text) */
-	kiln_strv args;              /* expanded arguments; exec form: the argv; shell form:
-	                              * one string; COPY/ADD: sources..., dest */
+	kiln_strv args;              /* exec form: the argv; RUN/CMD/ENTRYPOINT shell form:
+	                              * one string; COPY/ADD: sources..., dest (heredoc
+	                              * sources as "<<NAME"); ENV/LABEL/ARG: "K=V" (ARG
+	                              * without value: "K"); HEALTHCHECK: "NONE" or "CMD"
+	                              * then the command; ONBUILD: the trigger text */
 	bool exec_form;
-	struct df_kv *flags;         /* parsed flags, name without "--" → value ("" if none) */
+	struct df_kv *flags;         /* in order, name without "--" → value ("" if none) */
 	size_t n_flags;
-	struct df_kv *kvs;           /* ENV / LABEL / ARG pairs (ARG value NULL if no default) */
+	struct df_kv *kvs;           /* ENV / LABEL / ARG pairs (ARG: the value in effect
+	                              * after --build-arg and global defaults; NULL if none) */
 	size_t n_kvs;
-	kiln_strv env;               /* "K=V" in effect for RUN: ENV plus ARGs in scope */
-	int from_stage;              /* COPY --from=<stage>: its index, else -1 */
+	struct df_heredoc *heredocs; /* content with "<<-" tabs removed; COPY/ADD: also
+	                              * expanded when heredoc.expand (RUN: as written) */
+	size_t n_heredocs;
+	kiln_strv env;               /* "K=V" in effect: ENV and ARG values in scope, last
+	                              * definition wins, inherited from a FROM <stage>; RUN
+	                              * also gets the proxy build args (HTTP_PROXY, ...).
+	                              * The base image's own config env is not included. */
+	char *workdir;               /* WORKDIR in effect (relative ones joined onto the
+	                              * previous, or "/"), NULL = the base image's */
+	char *user;                  /* USER in effect, NULL = the base image's */
+	kiln_strv shell;             /* SHELL in effect, empty = the base image's (/bin/sh -c) */
+	int from_stage;              /* COPY --from=<stage|index> or RUN --mount from=<stage>:
+	                              * the stage index (the first, for several mounts), else -1 */
+	char *from_image;            /* COPY --from=<image> that names no stage, else NULL */
 };
 
 struct df_stage {
 	int index;
+	const struct df_node *node;  /* its FROM */
 	char *name;                  /* "AS name" (lowercased), or NULL */
 	char *base;                  /* expanded FROM image: a reference, "scratch", or a stage name */
 	int base_stage;              /* index of the stage FROM refers to, or -1 */
 	char *platform;              /* expanded --platform, or NULL */
+	bool reachable;              /* in the build order; steps are only expanded for these */
 	struct df_step *steps;
 	size_t n_steps;
-	int *deps;                   /* stages this one needs (FROM and COPY --from), no duplicates */
+	int *deps;                   /* stages this one needs (FROM, COPY --from, RUN --mount
+	                              * from=), ascending, no duplicates */
 	size_t n_deps;
 };
 
 struct df_plan_opts {
 	const struct df_kv *build_args;  /* --build-arg K=V */
 	size_t n_build_args;
-	const char *target;              /* stage name or index; NULL = last stage */
-	const char *platform;            /* "linux/amd64" when NULL */
+	const char *target;              /* stage name (case-insensitive) or index; NULL = last */
+	const char *platform;            /* target platform, "linux/amd64" when NULL */
+	const char *build_platform;      /* "linux/amd64" when NULL */
 };
 
 struct df_plan {
@@ -137,10 +170,19 @@ struct df_plan {
 	int target;                  /* index of the target stage */
 	int *order;                  /* stages to build, dependencies first */
 	size_t n_order;
-	kiln_strv warnings;          /* e.g. build args that no ARG consumed */
+	struct df_kv *global_args;   /* ARGs before the first FROM and the predefined
+	                              * platform ARGs, with their values (NULL = no value) */
+	size_t n_global_args;
+	kiln_strv warnings;          /* "FILE:LINE:COL: ..." e.g. build args no ARG consumed */
 };
 
+/* The semantic pass.  Errors: "FILE:LINE:COL: message" (KILN_E_INVALID),
+ * KILN_E_NOTFOUND for an unknown --target, KILN_E_USAGE for bad options. */
 int df_plan_build(const struct df_ast *ast, const struct df_plan_opts *opts, struct df_plan **out, kiln_error **err);
+/* {"target","target_name","order","global_args","stages":[{"index","name","base",
+ * "base_stage","platform","line","reachable","deps","steps":[{"instruction","line",
+ * "end_line","original","args","exec_form","flags","kvs","heredocs","env","workdir",
+ * "user","shell","from_stage","from_image"}]}],"warnings"}; see docs/dockerfile-plan.md. */
 json_t *df_plan_to_json(const struct df_plan *plan);
 void df_plan_free(struct df_plan *plan);
 

@@ -389,6 +389,10 @@ static int stop_on(struct lex *lx, int stop, bool raw, kiln_buf *res, struct wor
 			kiln_buf_add(res, tmp.buf, tmp.len);
 			words_string(w, &tmp, ch != '$');
 			kiln_buf_free(&tmp);
+			if (res->len > DFX_MAX_LEN) {
+				lex_error(lx, "expansion longer than %d bytes", DFX_MAX_LEN);
+				goto out;
+			}
 			continue;
 		}
 		next(lx);

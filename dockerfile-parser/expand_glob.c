@@ -205,39 +205,96 @@ static size_t offset(const struct runes *r, const char *base, size_t i)
 	return i < r->n ? (size_t)(r->at[i] - base) : strlen(base);
 }
 
+/* Leftmost-longest match starting at or after rune `from`: one pass where
+ * each state remembers the earliest start that reaches it (an earlier start
+ * always wins, so later ones are dropped once a match is known). */
+static bool find_leftmost(const struct tok *t, size_t nt, const struct runes *r, size_t from, size_t *a, size_t *b)
+{
+	long *cur = kiln_xcalloc(nt + 1, sizeof(long)), *nxt = kiln_xcalloc(nt + 1, sizeof(long));
+	long best_a = -1, best_b = -1;
+
+	for (size_t p = 0; p <= nt; p++)
+		cur[p] = -1;
+	for (size_t j = from;; j++) {
+		bool alive = false, nl;
+		long *tmp;
+
+		if (best_a < 0 && (cur[0] < 0 || cur[0] > (long)j))
+			cur[0] = (long)j;
+		for (size_t p = 0; p < nt; p++)
+			if (cur[p] >= 0 && t[p].type == T_STAR && (cur[p + 1] < 0 || cur[p] < cur[p + 1]))
+				cur[p + 1] = cur[p];
+		if (cur[nt] >= 0 && (best_a < 0 || cur[nt] < best_a || (cur[nt] == best_a && (long)j > best_b))) {
+			best_a = cur[nt];
+			best_b = (long)j;
+		}
+		if (j >= r->n)
+			break;
+		nl = r->len[j] == 1 && r->at[j][0] == '\n';
+		for (size_t p = 0; p <= nt; p++)
+			nxt[p] = -1;
+		for (size_t p = 0; p < nt; p++) {
+			size_t to;
+			if (cur[p] < 0 || (best_a >= 0 && cur[p] > best_a))
+				continue;
+			if (t[p].type == T_STAR && !nl)
+				to = p;
+			else if (t[p].type == T_ANY && !nl)
+				to = p + 1;
+			else if (t[p].type == T_LIT && t[p].len == r->len[j] && !memcmp(t[p].lit, r->at[j], t[p].len))
+				to = p + 1;
+			else
+				continue;
+			if (nxt[to] < 0 || cur[p] < nxt[to])
+				nxt[to] = cur[p];
+			alive = true;
+		}
+		tmp = cur;
+		cur = nxt;
+		nxt = tmp;
+		if (!alive && best_a >= 0)
+			break;
+	}
+	free(cur);
+	free(nxt);
+	if (best_a < 0)
+		return false;
+	*a = (size_t)best_a;
+	*b = (size_t)best_b;
+	return true;
+}
+
 char *dfx_glob_replace(const char *value, const char *pattern, const char *repl, bool all, char **emsg)
 {
 	struct tok *t;
 	struct runes r;
-	size_t nt, search = 0, last = 0;
+	size_t nt, search = 0, last = 0, a, b;
 	kiln_buf out = KILN_BUF_INIT;
+	char *res = NULL;
 
 	if (compile(pattern, &t, &nt, emsg) < 0)
 		return NULL;
 	runes_init(&r, value, false);
 	/* Go's Regexp.ReplaceAllString loop: leftmost match from `search`, no
 	 * replacement for an empty match right after the previous one */
-	while (search <= r.n) {
-		long end = -1;
-		size_t a;
-
-		for (a = search; a <= r.n; a++) {
-			end = match_at(t, nt, &r, a, true);
-			if (end >= 0)
-				break;
-		}
-		if (end < 0)
-			break;
+	while (search <= r.n && find_leftmost(t, nt, &r, search, &a, &b)) {
 		kiln_buf_add(&out, value + offset(&r, value, last), offset(&r, value, a) - offset(&r, value, last));
-		if ((size_t)end > last || a == 0)
+		if (b > last || a == 0)
 			kiln_buf_adds(&out, repl);
-		last = (size_t)end;
+		if (out.len > DFX_MAX_LEN) {
+			*emsg = kiln_xasprintf("result longer than %d bytes", DFX_MAX_LEN);
+			goto out;
+		}
+		last = b;
 		if (!all)
 			break;
-		search = (size_t)end > search ? (size_t)end : search + 1;
+		search = b > search ? b : search + 1;
 	}
 	kiln_buf_adds(&out, value + offset(&r, value, last));
+	res = kiln_buf_detach(&out);
+out:
+	kiln_buf_free(&out);
 	runes_free(&r);
 	free(t);
-	return kiln_buf_detach(&out);
+	return res;
 }

@@ -1,0 +1,455 @@
+/* plan_steps.c — one stage's instructions into steps: which words expand
+ * (as BuildKit's instructions.*Command.Expand and dispatch* do), ARG and
+ * ENV scoping (one ordered list, the last definition wins, ARG values taken
+ * from --build-arg, then the default, then the global ARG), the WORKDIR,
+ * USER and SHELL in effect, and ONBUILD triggers of a FROM <stage> base. */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "dockerfile-parser/plan_internal.h"
+
+static const char *const kind_names[] = {
+	[DF_FROM] = "from", [DF_RUN] = "run", [DF_CMD] = "cmd", [DF_LABEL] = "label",
+	[DF_MAINTAINER] = "maintainer", [DF_EXPOSE] = "expose", [DF_ENV] = "env", [DF_ADD] = "add",
+	[DF_COPY] = "copy", [DF_ENTRYPOINT] = "entrypoint", [DF_VOLUME] = "volume", [DF_USER] = "user",
+	[DF_WORKDIR] = "workdir", [DF_ARG] = "arg", [DF_ONBUILD] = "onbuild", [DF_STOPSIGNAL] = "stopsignal",
+	[DF_HEALTHCHECK] = "healthcheck", [DF_SHELL] = "shell",
+};
+
+const char *df_kind_name(enum df_kind kind)
+{
+	if ((size_t)kind < sizeof(kind_names) / sizeof(kind_names[0]) && kind_names[kind])
+		return kind_names[kind];
+	return "?";
+}
+
+static int kind_of(const char *name)
+{
+	for (size_t i = 0; i < sizeof(kind_names) / sizeof(kind_names[0]); i++)
+		if (kind_names[i] && strcmp(kind_names[i], name) == 0)
+			return (int)i;
+	return -1;
+}
+
+static int expand(struct dfp_ctx *c, const struct df_node *n, struct dfp_state *s, const char *word, unsigned opts,
+		  char **out, kiln_strv *words, kiln_error **err)
+{
+	kiln_error *e = NULL;
+	/* heredoc bodies always use backslash (BuildKit's ExpandRaw lexer) */
+	char esc = (opts & DFX_SKIP_QUOTES) ? '\\' : c->ast->escape;
+
+	if (dfx_process(word, esc, opts, dfp_env_lookup, &s->env, out, words, &e) < 0) {
+		dfp_fail(c, n, err, "%s", kiln_error_message(e));
+		kiln_error_free(e);
+		return -1;
+	}
+	return 0;
+}
+
+static int expand_into(struct dfp_ctx *c, const struct df_node *n, struct dfp_state *s, const char *word,
+		       kiln_strv *out, kiln_error **err)
+{
+	char *v = NULL;
+
+	if (expand(c, n, s, word, 0, &v, NULL, err) < 0)
+		return -1;
+	kiln_strv_push_owned(out, v);
+	return 0;
+}
+
+static void add_kv(struct df_step *step, const char *key, const char *value)
+{
+	step->kvs = kiln_xrealloc(step->kvs, (step->n_kvs + 1) * sizeof(*step->kvs));
+	step->kvs[step->n_kvs].key = kiln_xstrdup(key);
+	step->kvs[step->n_kvs].value = value ? kiln_xstrdup(value) : NULL;
+	step->n_kvs++;
+	kiln_strv_push_owned(&step->args, value ? kiln_xasprintf("%s=%s", key, value) : kiln_xstrdup(key));
+}
+
+/* Go's path.Clean for an absolute path. */
+static char *clean_abs(const char *p)
+{
+	kiln_strv parts = KILN_STRV_INIT;
+	kiln_buf out = KILN_BUF_INIT;
+	char *dup = kiln_xstrdup(p), *save = NULL;
+
+	for (char *t = strtok_r(dup, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+		if (!strcmp(t, "."))
+			continue;
+		if (!strcmp(t, "..")) {
+			if (parts.n)
+				free(parts.v[--parts.n]), parts.v[parts.n] = NULL;
+			continue;
+		}
+		kiln_strv_push(&parts, t);
+	}
+	for (size_t i = 0; i < parts.n; i++)
+		kiln_buf_addf(&out, "/%s", parts.v[i]);
+	if (!out.len)
+		kiln_buf_addc(&out, '/');
+	kiln_strv_free(&parts);
+	free(dup);
+	return kiln_buf_detach(&out);
+}
+
+/* RUN --mount=k=v,...: every value but from= expands (BuildKit's
+ * parseMount with an expander). */
+static int expand_mount(struct dfp_ctx *c, const struct df_node *n, struct dfp_state *s, char **spec, kiln_error **err)
+{
+	kiln_buf out = KILN_BUF_INIT;
+	const char *p = *spec;
+	int rc = -1;
+
+	while (*p) {
+		const char *f = p, *e = p, *eq;
+		bool q = false;
+		while (*e && (q || *e != ',')) {
+			if (*e == '"')
+				q = !q;
+			e++;
+		}
+		eq = memchr(f, '=', (size_t)(e - f));
+		if (out.len)
+			kiln_buf_addc(&out, ',');
+		if (!eq || ((size_t)(eq - f) == 4 && !strncasecmp(f, "from", 4))) {
+			kiln_buf_add(&out, f, (size_t)(e - f));
+		} else {
+			char *raw = kiln_xstrndup(eq + 1, (size_t)(e - eq - 1)), *v = NULL;
+			int r = expand(c, n, s, raw, 0, &v, NULL, err);
+			free(raw);
+			if (r < 0)
+				goto out;
+			kiln_buf_add(&out, f, (size_t)(eq - f + 1));
+			kiln_buf_adds(&out, v);
+			free(v);
+		}
+		p = *e ? e + 1 : e;
+	}
+	free(*spec);
+	*spec = kiln_buf_detach(&out);
+	rc = 0;
+out:
+	kiln_buf_free(&out);
+	return rc;
+}
+
+/* "<<-": leading tabs of every line go (BuildKit's ChompHeredocContent). */
+static char *chomp(const char *s)
+{
+	kiln_buf b = KILN_BUF_INIT;
+	bool bol = true;
+
+	for (; *s; s++) {
+		if (bol && *s == '\t')
+			continue;
+		bol = *s == '\n';
+		kiln_buf_addc(&b, *s);
+	}
+	return kiln_buf_detach(&b);
+}
+
+static void copy_heredocs(struct df_step *step, const struct df_node *n)
+{
+	if (!n->n_heredocs)
+		return;
+	step->heredocs = kiln_xcalloc(n->n_heredocs, sizeof(*step->heredocs));
+	step->n_heredocs = n->n_heredocs;
+	for (size_t i = 0; i < n->n_heredocs; i++) {
+		step->heredocs[i] = n->heredocs[i];
+		step->heredocs[i].name = kiln_xstrdup(n->heredocs[i].name ? n->heredocs[i].name : "");
+		step->heredocs[i].content = n->heredocs[i].chomp ? chomp(n->heredocs[i].content ? n->heredocs[i].content : "")
+						: kiln_xstrdup(n->heredocs[i].content ? n->heredocs[i].content : "");
+	}
+}
+
+static int one_arg(struct dfp_ctx *c, const struct df_node *n, kiln_error **err)
+{
+	if (n->args.n != 1)
+		return dfp_fail(c, n, err, "%s requires exactly one argument", n->name);
+	return 0;
+}
+
+static int do_env_label(struct dfp_ctx *c, const struct df_node *n, struct dfp_state *s, struct df_step *step, bool env,
+			kiln_error **err)
+{
+	kiln_strv kv = KILN_STRV_INIT;
+	int rc = -1;
+
+	if (n->args.n == 0 || n->args.n % 3)
+		return dfp_fail(c, n, err, "%s requires at least one key=value pair", env ? "ENV" : "LABEL");
+	/* the whole instruction expands against the env before it (ENV a=1 b=$a
+	 * sees the old a) */
+	for (size_t i = 0; i < n->args.n; i += 3) {
+		if (expand_into(c, n, s, n->args.v[i], &kv, err) < 0 ||
+		    expand_into(c, n, s, n->args.v[i + 1], &kv, err) < 0)
+			goto out;
+		if (!*kv.v[kv.n - 2]) {
+			dfp_fail(c, n, err, "%s names can not be blank", env ? "ENV" : "LABEL");
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < kv.n; i += 2) {
+		add_kv(step, kv.v[i], kv.v[i + 1]);
+		if (env)
+			dfp_env_set(&s->env, kv.v[i], kv.v[i + 1]);
+	}
+	rc = 0;
+out:
+	kiln_strv_free(&kv);
+	return rc;
+}
+
+static int do_arg(struct dfp_ctx *c, const struct df_node *n, struct dfp_state *s, struct df_step *step,
+		  kiln_error **err)
+{
+	if (n->args.n == 0)
+		return dfp_fail(c, n, err, "ARG requires at least one argument");
+	for (size_t i = 0; i < n->args.n; i++) {
+		const char *w = n->args.v[i], *eq = strchr(w, '='), *over;
+		char *raw = eq ? kiln_xstrndup(w, (size_t)(eq - w)) : kiln_xstrdup(w), *key = NULL, *value = NULL;
+		int r = expand(c, n, s, raw, 0, &key, NULL, err);
+
+		free(raw);
+		if (r == 0 && !*key)
+			r = dfp_fail(c, n, err, "ARG names can not be blank");
+		if (r == 0 && eq)
+			r = expand(c, n, s, eq + 1, 0, &value, NULL, err);
+		if (r < 0) {
+			free(key);
+			free(value);
+			return -1;
+		}
+		over = dfp_build_arg(c, key);
+		if (over) {
+			free(value);
+			value = kiln_xstrdup(over);
+		} else if (!eq) {
+			/* ARG NAME inherits the global ARG's value */
+			struct df_kv *g = dfp_env_find(&c->meta, key);
+			if (g && g->value)
+				value = kiln_xstrdup(g->value);
+		}
+		if (value)
+			dfp_env_set(&s->env, key, value);
+		add_kv(step, key, value);
+		free(key);
+		free(value);
+	}
+	return 0;
+}
+
+static int do_copy(struct dfp_ctx *c, int stage, const struct df_node *n, struct dfp_state *s, struct df_step *step,
+		   kiln_error **err)
+{
+	bool copy = step->kind == DF_COPY;
+
+	if (n->args.n < 2)
+		return dfp_fail(c, n, err, "%s requires at least two arguments", copy ? "COPY" : "ADD");
+	for (size_t i = 0; i < step->n_flags; i++) {
+		const char *k = step->flags[i].key;
+		if (copy && !strcmp(k, "from")) {
+			if (dfp_resolve_from(c, n, stage, step->flags[i].value, &step->from_stage, err) < 0)
+				return -1;
+			if (step->from_stage < 0)
+				step->from_image = kiln_xstrdup(step->flags[i].value);
+		} else if (!strcmp(k, "chown") || !strcmp(k, "chmod") || !strcmp(k, "exclude") ||
+			   (!copy && !strcmp(k, "checksum"))) {
+			char *v = NULL;
+			if (expand(c, n, s, step->flags[i].value, 0, &v, NULL, err) < 0)
+				return -1;
+			free(step->flags[i].value);
+			step->flags[i].value = v;
+		}
+	}
+	for (size_t i = 0; i < n->args.n; i++) {
+		/* a heredoc source is a name, not a path */
+		if (n->n_heredocs && !strncmp(n->args.v[i], "<<", 2) && i + 1 < n->args.n)
+			kiln_strv_push(&step->args, n->args.v[i]);
+		else if (expand_into(c, n, s, n->args.v[i], &step->args, err) < 0)
+			return -1;
+	}
+	copy_heredocs(step, n);
+	for (size_t i = 0; i < step->n_heredocs; i++) {
+		char *v = NULL;
+		if (!step->heredocs[i].expand)
+			continue;
+		if (expand(c, n, s, step->heredocs[i].content, DFX_SKIP_QUOTES, &v, NULL, err) < 0)
+			return -1;
+		free(step->heredocs[i].content);
+		step->heredocs[i].content = v;
+	}
+	return 0;
+}
+
+static int do_run(struct dfp_ctx *c, int stage, const struct df_node *n, struct dfp_state *s, struct df_step *step,
+		  kiln_error **err)
+{
+	for (size_t i = 0; i < step->n_flags; i++) {
+		char *from;
+		int to = -1;
+
+		if (strcmp(step->flags[i].key, "mount") != 0)
+			continue;
+		if (expand_mount(c, n, s, &step->flags[i].value, err) < 0)
+			return -1;
+		from = dfp_mount_from(step->flags[i].value);
+		if (from && dfp_resolve_from(c, n, stage, from, &to, err) < 0) {
+			free(from);
+			return -1;
+		}
+		free(from);
+		if (to >= 0 && step->from_stage < 0)
+			step->from_stage = to;
+	}
+	for (size_t i = 0; i < n->args.n; i++)
+		kiln_strv_push(&step->args, n->args.v[i]);
+	copy_heredocs(step, n);
+	return 0;
+}
+
+static void snapshot(struct df_step *step, const struct dfp_state *s, struct dfp_ctx *c)
+{
+	static const char *const proxies[] = { "HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY" };
+
+	for (size_t i = 0; i < s->env.n; i++)
+		if (s->env.v[i].value)
+			kiln_strv_push_owned(&step->env, kiln_xasprintf("%s=%s", s->env.v[i].key, s->env.v[i].value));
+	/* proxy build args reach RUN without an ARG (BuildKit's WithProxy) */
+	for (size_t i = 0; step->kind == DF_RUN && i < c->opts->n_build_args; i++) {
+		const struct df_kv *ba = &c->opts->build_args[i];
+		for (size_t k = 0; k < sizeof(proxies) / sizeof(proxies[0]); k++)
+			if (!strcasecmp(ba->key, proxies[k]) && !dfp_env_find(&s->env, ba->key))
+				kiln_strv_push_owned(&step->env,
+						     kiln_xasprintf("%s=%s", ba->key, ba->value ? ba->value : ""));
+	}
+	step->workdir = s->workdir ? kiln_xstrdup(s->workdir) : NULL;
+	step->user = s->user ? kiln_xstrdup(s->user) : NULL;
+	for (size_t i = 0; i < s->shell.n; i++)
+		kiln_strv_push(&step->shell, s->shell.v[i]);
+}
+
+static int dispatch(struct dfp_ctx *c, int stage, struct dfp_state *s, const struct df_node *n, struct df_step *step,
+		    kiln_error **err)
+{
+	int kind = kind_of(n->name);
+	char *v = NULL;
+
+	step->node = n;
+	step->from_stage = -1;
+	step->exec_form = n->json;
+	if (kind < 0)
+		return dfp_fail(c, n, err, "unknown instruction: %s", n->name);
+	step->kind = (enum df_kind)kind;
+	dfp_parse_flags(n, &step->flags, &step->n_flags);
+	switch (step->kind) {
+	case DF_FROM:
+		return dfp_fail(c, n, err, "FROM is not allowed here");
+	case DF_RUN:
+		if (do_run(c, stage, n, s, step, err) < 0)
+			return -1;
+		break;
+	case DF_CMD:
+	case DF_ENTRYPOINT:
+	case DF_HEALTHCHECK:
+	case DF_MAINTAINER:
+	case DF_SHELL:
+		for (size_t i = 0; i < n->args.n; i++)
+			kiln_strv_push(&step->args, n->args.v[i]);
+		if (step->kind == DF_SHELL) {
+			kiln_strv_free(&s->shell);
+			for (size_t i = 0; i < n->args.n; i++)
+				kiln_strv_push(&s->shell, n->args.v[i]);
+		}
+		break;
+	case DF_ENV:
+	case DF_LABEL:
+		if (do_env_label(c, n, s, step, step->kind == DF_ENV, err) < 0)
+			return -1;
+		break;
+	case DF_ARG:
+		if (do_arg(c, n, s, step, err) < 0)
+			return -1;
+		break;
+	case DF_ADD:
+	case DF_COPY:
+		if (do_copy(c, stage, n, s, step, err) < 0)
+			return -1;
+		break;
+	case DF_EXPOSE:
+		for (size_t i = 0; i < n->args.n; i++)
+			if (expand(c, n, s, n->args.v[i], 0, NULL, &step->args, err) < 0)
+				return -1;
+		break;
+	case DF_VOLUME:
+		for (size_t i = 0; i < n->args.n; i++) {
+			if (expand_into(c, n, s, n->args.v[i], &step->args, err) < 0)
+				return -1;
+			if (!*step->args.v[i])
+				return dfp_fail(c, n, err, "VOLUME specified can not be an empty string");
+		}
+		break;
+	case DF_USER:
+	case DF_WORKDIR:
+	case DF_STOPSIGNAL:
+		if (one_arg(c, n, err) < 0 || expand(c, n, s, n->args.v[0], 0, &v, NULL, err) < 0)
+			return -1;
+		if (step->kind == DF_USER) {
+			free(s->user);
+			s->user = kiln_xstrdup(v);
+		} else if (step->kind == DF_WORKDIR) {
+			char *wd;
+			if (!*v) {
+				free(v);
+				return dfp_fail(c, n, err, "WORKDIR requires a non-empty path");
+			}
+			if (v[0] == '/') {
+				wd = kiln_xstrdup(v);
+			} else {
+				char *joined = kiln_xasprintf("%s/%s", s->workdir ? s->workdir : "", v);
+				wd = clean_abs(joined);
+				free(joined);
+			}
+			free(s->workdir);
+			s->workdir = wd;
+		}
+		kiln_strv_push_owned(&step->args, v);
+		break;
+	case DF_ONBUILD:
+		if (!n->sub)
+			return dfp_fail(c, n, err, "ONBUILD requires an instruction");
+		kiln_strv_push(&step->args, n->sub->original ? n->sub->original : n->sub->name);
+		s->onbuild = kiln_xrealloc(s->onbuild, (s->n_onbuild + 1) * sizeof(*s->onbuild));
+		s->onbuild[s->n_onbuild++] = n;
+		break;
+	}
+	snapshot(step, s, c);
+	return 0;
+}
+
+int dfp_dispatch_stage(struct dfp_ctx *c, int index, kiln_error **err)
+{
+	struct df_stage *st = &c->plan->stages[index];
+	struct dfp_state *s = &c->final[index];
+	const struct dfp_state *base = st->base_stage >= 0 ? &c->final[st->base_stage] : NULL;
+	size_t n_trig = base ? base->n_onbuild : 0, n = c->end[index] - c->first[index];
+
+	if (base) {
+		/* FROM <stage> continues that stage's state (BuildKit copies its
+		 * llb state, whose env includes ARG values) */
+		dfp_env_copy(&s->env, &base->env);
+		s->workdir = base->workdir ? kiln_xstrdup(base->workdir) : NULL;
+		s->user = base->user ? kiln_xstrdup(base->user) : NULL;
+		for (size_t i = 0; i < base->shell.n; i++)
+			kiln_strv_push(&s->shell, base->shell.v[i]);
+	}
+	st->steps = kiln_xcalloc(n_trig + n + 1, sizeof(*st->steps));
+	/* the base stage's ONBUILD triggers run first, at the ONBUILD lines */
+	for (size_t i = 0; i < n_trig; i++)
+		if (dispatch(c, index, s, base->onbuild[i]->sub, &st->steps[st->n_steps++], err) < 0)
+			return -1;
+	for (size_t i = c->first[index]; i < c->end[index]; i++)
+		if (dispatch(c, index, s, &c->ast->nodes[i], &st->steps[st->n_steps++], err) < 0)
+			return -1;
+	return 0;
+}

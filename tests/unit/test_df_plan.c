@@ -1,0 +1,355 @@
+/* test_df_plan.c — the semantic pass on real Dockerfile text: ARG/ENV
+ * scoping, --build-arg, platform ARGs, which instructions expand, heredoc
+ * bodies, WORKDIR/USER/SHELL tracking, errors with FILE:LINE:COL. */
+#include <stdlib.h>
+
+#include "dockerfile-parser/dockerfile.h"
+#include "tests/unit/test.h"
+
+static struct df_ast *g_ast;
+
+/* Parse + plan; the AST stays alive (steps point into it) until done(). */
+static struct df_plan *plan_of(const char *text, const struct df_plan_opts *o, kiln_error **err)
+{
+	struct df_plan *p = NULL;
+
+	df_ast_free(g_ast);
+	g_ast = NULL;
+	if (df_parse("Dockerfile", text, strlen(text), &g_ast, err) < 0)
+		return NULL;
+	if (df_plan_build(g_ast, o, &p, err) < 0)
+		return NULL;
+	return p;
+}
+
+static void done(struct df_plan *p)
+{
+	df_plan_free(p);
+	df_ast_free(g_ast);
+	g_ast = NULL;
+}
+
+static bool has_env(const struct df_step *st, const char *kv)
+{
+	for (size_t i = 0; i < st->env.n; i++)
+		if (strcmp(st->env.v[i], kv) == 0)
+			return true;
+	return false;
+}
+
+static bool has_env_key(const struct df_step *st, const char *key)
+{
+	size_t n = strlen(key);
+	for (size_t i = 0; i < st->env.n; i++)
+		if (strncmp(st->env.v[i], key, n) == 0 && st->env.v[i][n] == '=')
+			return true;
+	return false;
+}
+
+static const char *flag(const struct df_step *st, const char *name)
+{
+	for (size_t i = 0; i < st->n_flags; i++)
+		if (strcmp(st->flags[i].key, name) == 0)
+			return st->flags[i].value;
+	return NULL;
+}
+
+static void print_err(kiln_error *err)
+{
+	if (err)
+		printf("#   error: %s\n", kiln_error_message(err));
+}
+
+static void test_arg_scoping(void)
+{
+	const char *df = "ARG VERSION=1.0\n"
+			 "ARG BASE=alpine\n"
+			 "FROM ${BASE}:3.19 AS build\n"
+			 "RUN echo $VERSION\n"       /* 0: global ARG not in scope */
+			 "ARG VERSION\n"             /* 1: inherits the global default */
+			 "RUN echo $VERSION\n"       /* 2 */
+			 "ARG FOO=bar\n"             /* 3 */
+			 "ENV FOO=env-${FOO}\n"      /* 4: ENV sees the ARG */
+			 "RUN true\n"                /* 5 */
+			 "ARG FOO=again\n"           /* 6: BuildKit: a later ARG wins */
+			 "RUN true\n"                /* 7 */
+			 "ARG EMPTY\n"               /* 8: no value anywhere */
+			 "RUN true\n";               /* 9 */
+	kiln_error *err = NULL;
+	struct df_plan *p = plan_of(df, NULL, &err);
+
+	print_err(err);
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	CHECK_INT(p->n_stages, 1);
+	CHECK_STR(p->stages[0].base, "alpine:3.19");
+	CHECK_STR(p->stages[0].name, "build");
+	CHECK_INT(p->stages[0].n_steps, 10);
+	CHECK(!has_env_key(&p->stages[0].steps[0], "VERSION"));
+	CHECK(!has_env_key(&p->stages[0].steps[0], "BASE"));
+	CHECK_STR(p->stages[0].steps[1].kvs[0].value, "1.0");
+	CHECK(has_env(&p->stages[0].steps[2], "VERSION=1.0"));
+	CHECK(has_env(&p->stages[0].steps[5], "FOO=env-bar"));
+	CHECK(has_env(&p->stages[0].steps[7], "FOO=again"));
+	CHECK(p->stages[0].steps[8].kvs[0].value == NULL);
+	CHECK(!has_env_key(&p->stages[0].steps[9], "EMPTY"));
+	CHECK_INT(p->warnings.n, 0);
+	done(p);
+}
+
+static void test_build_args(void)
+{
+	const char *df = "ARG VERSION=1.0\n"
+			 "ARG BASE=alpine\n"
+			 "FROM ${BASE}:${VERSION}\n"
+			 "ARG VERSION\n"
+			 "ARG FOO=bar\n"
+			 "RUN echo $VERSION $FOO\n";
+	const struct df_kv ba[] = { { "BASE", "debian" },    { "VERSION", "12" }, { "FOO", "override" },
+				    { "UNUSED", "x" },       { "HTTP_PROXY", "http://proxy:3128" },
+				    { "BUILDKIT_INLINE_CACHE", "1" } };
+	struct df_plan_opts o = { ba, 6, NULL, NULL, NULL };
+	kiln_error *err = NULL;
+	struct df_plan *p = plan_of(df, &o, &err);
+	const struct df_step *run;
+
+	print_err(err);
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	CHECK_STR(p->stages[0].base, "debian:12");
+	run = &p->stages[0].steps[2];
+	CHECK(has_env(run, "VERSION=12"));
+	CHECK(has_env(run, "FOO=override"));
+	CHECK(has_env(run, "HTTP_PROXY=http://proxy:3128"));
+	/* proxies reach RUN only */
+	CHECK(!has_env_key(&p->stages[0].steps[1], "HTTP_PROXY"));
+	CHECK_INT(p->warnings.n, 1);
+	if (p->warnings.n)
+		CHECK(strstr(p->warnings.v[0], "UNUSED") != NULL);
+	done(p);
+}
+
+static void test_platform_args(void)
+{
+	const char *df = "FROM --platform=$BUILDPLATFORM golang:1.22 AS build\n"
+			 "ARG TARGETOS TARGETARCH\n"
+			 "RUN GOOS=$TARGETOS GOARCH=$TARGETARCH go build\n"
+			 "FROM --platform=${TARGETPLATFORM} alpine\n"
+			 "COPY --from=build /out /out\n"
+			 "RUN echo $TARGETARCH\n"
+			 "ARG TARGETVARIANT\n"
+			 "ARG TARGETPLATFORM\n"
+			 "RUN true\n";
+	struct df_plan_opts o = { NULL, 0, NULL, "linux/arm", NULL };
+	kiln_error *err = NULL;
+	struct df_plan *p = plan_of(df, &o, &err);
+
+	print_err(err);
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	CHECK_STR(p->stages[0].platform, "linux/amd64");
+	CHECK_STR(p->stages[1].platform, "linux/arm/v7");
+	CHECK(has_env(&p->stages[0].steps[1], "TARGETARCH=arm"));
+	CHECK(has_env(&p->stages[0].steps[1], "TARGETOS=linux"));
+	CHECK_INT(p->stages[1].n_steps, 5);
+	if (p->stages[1].n_steps < 5)
+		goto out;
+	CHECK(!has_env_key(&p->stages[1].steps[1], "TARGETARCH"));
+	CHECK(has_env(&p->stages[1].steps[4], "TARGETVARIANT=v7"));
+	CHECK(has_env(&p->stages[1].steps[4], "TARGETPLATFORM=linux/arm/v7"));
+out:
+	done(p);
+
+	o.platform = "linux";
+	CHECK(plan_of(df, &o, &err) == NULL);
+	CHECK(err && err->kind == KILN_E_USAGE);
+	kiln_error_clear(&err);
+	done(NULL);
+}
+
+static void test_what_expands(void)
+{
+	const char *df = "FROM scratch\n"
+			 "ENV DIR=/app NAME=kiln PORT=8080\n"
+			 "WORKDIR $DIR\n"
+			 "COPY --chown=${NAME}:${NAME} --chmod=755 src/$NAME /opt/$NAME/\n"
+			 "ADD --checksum=sha256:$NAME https://example.com/$NAME.tgz /tmp/\n"
+			 "LABEL org.name=\"$NAME app\" version=${PORT}\n"
+			 "EXPOSE $PORT ${PORT}/udp\n"
+			 "USER ${NAME}\n"
+			 "VOLUME [\"/data/$NAME\"]\n"
+			 "STOPSIGNAL SIG${NAME:+TERM}\n"
+			 "RUN echo $NAME\n"
+			 "CMD echo $NAME\n"
+			 "ENTRYPOINT [\"/bin/$NAME\"]\n"
+			 "MAINTAINER $NAME\n"
+			 "ONBUILD RUN echo $NAME\n"
+			 "HEALTHCHECK CMD curl $NAME\n"
+			 "SHELL [\"/bin/bash\", \"-c\"]\n"
+			 "RUN --mount=type=cache,target=/cache/$NAME,id=$NAME echo\n";
+	kiln_error *err = NULL;
+	struct df_plan *p = plan_of(df, NULL, &err);
+	const struct df_step *s;
+
+	print_err(err);
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	CHECK_INT(p->stages[0].n_steps, 17);
+	s = p->stages[0].steps;
+	CHECK_STR(s[1].args.v[0], "/app");
+	CHECK_STR(s[1].workdir, "/app");
+	CHECK_STR(flag(&s[2], "chown"), "kiln:kiln");
+	CHECK_STR(flag(&s[2], "chmod"), "755");
+	CHECK_STR(s[2].args.v[0], "src/kiln");
+	CHECK_STR(s[2].args.v[1], "/opt/kiln/");
+	CHECK_STR(flag(&s[3], "checksum"), "sha256:kiln");
+	CHECK_STR(s[3].args.v[0], "https://example.com/kiln.tgz");
+	CHECK_INT(s[4].n_kvs, 2);
+	CHECK_STR(s[4].kvs[0].key, "org.name");
+	CHECK_STR(s[4].kvs[0].value, "kiln app");
+	CHECK_STR(s[4].kvs[1].value, "8080");
+	CHECK_INT(s[5].args.n, 2);
+	CHECK_STR(s[5].args.v[1], "8080/udp");
+	CHECK_STR(s[6].args.v[0], "kiln");
+	CHECK_STR(s[6].user, "kiln");
+	CHECK_STR(s[7].args.v[0], "/data/kiln");
+	CHECK(s[7].exec_form);
+	CHECK_STR(s[8].args.v[0], "SIGTERM");
+	/* left to the shell / not expanded */
+	CHECK_STR(s[9].args.v[0], "echo $NAME");
+	CHECK(!s[9].exec_form);
+	CHECK(has_env(&s[9], "NAME=kiln"));
+	CHECK_STR(s[10].args.v[0], "echo $NAME");
+	CHECK_STR(s[11].args.v[0], "/bin/$NAME");
+	CHECK_STR(s[12].args.v[0], "$NAME");
+	CHECK(strstr(s[13].args.v[0], "echo $NAME") != NULL);
+	CHECK_STR(s[14].args.v[0], "CMD");
+	CHECK_INT(s[15].shell.n, 2);
+	CHECK_STR(flag(&s[16], "mount"), "type=cache,target=/cache/kiln,id=kiln");
+	CHECK_STR(s[16].shell.v[0], "/bin/bash");
+	done(p);
+}
+
+static void test_env_sees_previous_values(void)
+{
+	const char *df = "FROM alpine\nENV a=0\nENV a=1 b=$a\nENV c=\"$a $b\" d='$a'\n";
+	kiln_error *err = NULL;
+	struct df_plan *p = plan_of(df, NULL, &err);
+
+	print_err(err);
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	CHECK_STR(p->stages[0].steps[1].kvs[1].value, "0");
+	CHECK(has_env(&p->stages[0].steps[2], "c=1 0"));
+	CHECK(has_env(&p->stages[0].steps[2], "d=$a"));
+	done(p);
+}
+
+static void test_heredoc_and_workdir(void)
+{
+	const char *df = "FROM alpine\n"
+			 "ARG NAME=world\n"
+			 "COPY <<EOF /hello\n"
+			 "hi $NAME \"quoted\"\n"
+			 "EOF\n"
+			 "COPY <<'EOF' /raw\n"
+			 "raw $NAME\n"
+			 "EOF\n"
+			 "WORKDIR /a\n"
+			 "WORKDIR b\n"
+			 "WORKDIR ../c/./d\n"
+			 "RUN <<EOF\n"
+			 "echo $NAME\n"
+			 "EOF\n"
+			 "COPY <<-EOT /chomped\n"
+			 "\t\tindented $NAME\n"
+			 "\tEOT\n";
+	kiln_error *err = NULL;
+	struct df_plan *p = plan_of(df, NULL, &err);
+	const struct df_step *s;
+
+	print_err(err);
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	s = p->stages[0].steps;
+	CHECK_INT(s[1].n_heredocs, 1);
+	if (s[1].n_heredocs)
+		CHECK_STR(s[1].heredocs[0].content, "hi world \"quoted\"\n");
+	CHECK_STR(s[1].args.v[0], "<<EOF");
+	CHECK_INT(s[2].n_heredocs, 1);
+	if (s[2].n_heredocs)
+		CHECK_STR(s[2].heredocs[0].content, "raw $NAME\n");
+	CHECK_STR(s[3].workdir, "/a");
+	CHECK_STR(s[4].workdir, "/a/b");
+	CHECK_STR(s[5].workdir, "/a/c/d");
+	CHECK_INT(s[6].n_heredocs, 1);
+	if (s[6].n_heredocs)
+		CHECK_STR(s[6].heredocs[0].content, "echo $NAME\n");
+	CHECK_INT(s[7].n_heredocs, 1);
+	if (s[7].n_heredocs)
+		CHECK_STR(s[7].heredocs[0].content, "indented world\n");
+	done(p);
+}
+
+static void test_global_arg_without_value(void)
+{
+	const char *df = "ARG TAG\nARG REG=docker.io\nFROM $REG/alpine:${TAG:-latest}\nFROM busybox${TAG-}\n";
+	kiln_error *err = NULL;
+	struct df_plan *p = plan_of(df, NULL, &err);
+
+	print_err(err);
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	CHECK_STR(p->stages[0].base, "docker.io/alpine:latest");
+	CHECK_STR(p->stages[1].base, "busybox");
+	CHECK_INT(p->n_global_args, 10);
+	done(p);
+}
+
+static void expect_error(const char *df, const struct df_plan_opts *o, const char *want)
+{
+	kiln_error *err = NULL;
+	struct df_plan *p = plan_of(df, o, &err);
+
+	CHECK(p == NULL);
+	CHECK(err != NULL);
+	if (err && !strstr(kiln_error_message(err), want))
+		printf("#   got:  %s\n#   want: ...%s...\n", kiln_error_message(err), want);
+	CHECK(err && strstr(kiln_error_message(err), want));
+	kiln_error_free(err);
+	done(p);
+}
+
+static void test_errors(void)
+{
+	expect_error("FROM alpine\nRUN x\nENV A=\"${B:?need B}\"\n", NULL,
+		     "Dockerfile:3:1: failed to process \"\"${B:?need B}\"\": B: need B");
+	expect_error("FROM alpine\n\nWORKDIR /a/${}\n", NULL, "Dockerfile:3:1: failed to process \"/a/${}\": syntax error: bad substitution");
+	expect_error("ARG X\nFROM ${X}\n", NULL, "Dockerfile:2:1: base name (${X}) should not be blank");
+	expect_error("FROM alpine${X:?notag}\n", NULL, "Dockerfile:1:1: failed to process");
+	expect_error("FROM alpine\nCOPY --from=$X a b\n", NULL, "Dockerfile:2:1: 'from' doesn't support variable expansion");
+	expect_error("FROM alpine\n  LABEL a=\"unterminated\n", NULL, "Dockerfile:2:3:");
+	expect_error("FROM alpine\nEXPOSE 80 ${PORT:?setPORT}\n", NULL, "PORT: setPORT");
+	expect_error("FROM alpine\nVOLUME $NOTHING\n", NULL, "VOLUME specified can not be an empty string");
+	expect_error("FROM --platform=$NOPE alpine\n", NULL, "failed to parse platform");
+}
+
+int main(void)
+{
+	RUN(test_arg_scoping);
+	RUN(test_build_args);
+	RUN(test_platform_args);
+	RUN(test_what_expands);
+	RUN(test_env_sees_previous_values);
+	RUN(test_heredoc_and_workdir);
+	RUN(test_global_arg_without_value);
+	RUN(test_errors);
+	return test_done();
+}
