@@ -1,6 +1,7 @@
 /* cmd_dockerfile.c — `kiln dockerfile SUBCOMMAND`: look inside a Dockerfile
  * without building it.  Each sub-command is one entry of `subcommands`;
- * `parse` prints the syntax tree (JSON, or BuildKit's dump format). */
+ * `parse` prints the syntax tree (JSON, or BuildKit's dump format), `plan`
+ * the build plan of the semantic pass. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,9 +82,125 @@ static const struct kiln_command sub_parse = {
 	.run = run_parse,
 };
 
+/* --build-arg K=V; a bare K takes K's value from the environment, as
+ * docker build does (and is dropped when K is not set there). */
+static int add_build_arg(const struct kiln_command *cmd, const char *arg, struct df_kv **v, size_t *n)
+{
+	const char *eq = strchr(arg, '=');
+	char *key = eq ? kiln_xstrndup(arg, (size_t)(eq - arg)) : kiln_xstrdup(arg);
+	const char *value = eq ? eq + 1 : getenv(key);
+
+	if (!*key) {
+		free(key);
+		return cli_usage_error(cmd, "--build-arg '%s': the name is empty (want NAME=VALUE)", arg);
+	}
+	if (!value) {
+		free(key);
+		return 0;
+	}
+	*v = kiln_xrealloc(*v, (*n + 1) * sizeof(**v));
+	(*v)[*n].key = key;
+	(*v)[*n].value = kiln_xstrdup(value);
+	(*n)++;
+	return 0;
+}
+
+static int run_plan(const struct kiln_command *cmd, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "build-arg", required_argument, NULL, 'b' },
+		{ "target", required_argument, NULL, 't' },
+		{ "platform", required_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct df_plan_opts po = { 0 };
+	struct df_kv *args = NULL;
+	size_t n_args = 0;
+	kiln_error *err = NULL;
+	struct df_ast *ast = NULL;
+	struct df_plan *plan = NULL;
+	int c, rc = KILN_EXIT_USAGE;
+
+	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
+		switch (c) {
+		case 'b':
+			if (add_build_arg(cmd, optarg, &args, &n_args) != 0)
+				goto out;
+			break;
+		case 't':
+			po.target = optarg;
+			break;
+		case 'p':
+			po.platform = optarg;
+			break;
+		case 'h':
+			rc = KILN_EXIT_OK;
+			goto out;
+		default:
+			goto out;
+		}
+	}
+	if (optind >= argc) {
+		rc = cli_usage_error(cmd, "missing FILE (use - for standard input)");
+		goto out;
+	}
+	if (optind + 1 < argc) {
+		rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
+		goto out;
+	}
+	po.build_args = args;
+	po.n_build_args = n_args;
+	if (df_parse_file(argv[optind], &ast, &err) < 0 || df_plan_build(ast, &po, &plan, &err) < 0) {
+		rc = cli_fail(err);
+		goto out;
+	}
+	print_warnings(ast);
+	for (size_t i = 0; i < plan->warnings.n; i++)
+		fprintf(stderr, "kiln: warning: %s\n", plan->warnings.v[i]);
+	json_t *j = df_plan_to_json(plan);
+	json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	fputc('\n', stdout);
+	json_decref(j);
+	if (fflush(stdout) != 0) {
+		kiln_err_errno(&err, errno, "write output");
+		rc = cli_fail(err);
+		goto out;
+	}
+	rc = KILN_EXIT_OK;
+out:
+	df_plan_free(plan);
+	df_ast_free(ast);
+	for (size_t i = 0; i < n_args; i++) {
+		free(args[i].key);
+		free(args[i].value);
+	}
+	free(args);
+	return rc;
+}
+
+static const struct kiln_command sub_plan = {
+	.name = "dockerfile plan",
+	.summary = "print a Dockerfile's expanded build plan",
+	.usage = "Usage: kiln dockerfile plan [--build-arg K=V]... [--target T] [--platform P] FILE|-\n\n"
+		 "Parse a Dockerfile (- reads standard input), apply BuildKit's semantics and print\n"
+		 "the build plan as JSON: stages, their dependencies and build order, and per\n"
+		 "instruction the expanded arguments, flags and the environment in effect.\n\n"
+		 "Options:\n"
+		 "  --build-arg K=V  set a build argument (repeatable; a bare K takes $K)\n"
+		 "  --target T       build stage T (name or index) and what it needs; default\n"
+		 "                   the last stage\n"
+		 "  --platform P     target platform os/arch[/variant] (default linux/amd64)\n"
+		 "  -h, --help\n\n"
+		 "Errors in the Dockerfile are reported as FILE:LINE:COL: message, exit status 1;\n"
+		 "build args no ARG uses are reported as warnings.  See docs/dockerfile-plan.md.\n",
+	.run = run_plan,
+};
+
 /* One entry per sub-command. */
 static const struct kiln_command *const subcommands[] = {
 	&sub_parse,
+	&sub_plan,
 	NULL,
 };
 
@@ -107,10 +224,11 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 
 const struct kiln_command kiln_cmd_dockerfile = {
 	.name = "dockerfile",
-	.summary = "inspect Dockerfiles (parse)",
+	.summary = "inspect Dockerfiles (parse, plan)",
 	.usage = "Usage: kiln dockerfile SUBCOMMAND [OPTIONS] FILE|-\n\n"
 		 "Sub-commands:\n"
-		 "  parse   print the syntax tree (JSON, or BuildKit's dump format with --dump)\n\n"
+		 "  parse   print the syntax tree (JSON, or BuildKit's dump format with --dump)\n"
+		 "  plan    print the expanded build plan as JSON (--build-arg, --target, --platform)\n\n"
 		 "Run 'kiln dockerfile SUBCOMMAND --help' for its options.\n",
 	.run = run,
 };

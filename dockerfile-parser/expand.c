@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dockerfile-parser/plan_internal.h"
+#include "dockerfile-parser/internal.h"
 
 #define LEX_EOF (-1)
 /* Each ${...} recurses; a hostile word must not exhaust the stack. */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dockerfile-parser/plan_internal.h"
+#include "dockerfile-parser/internal.h"
 
 enum { T_LIT, T_ANY, T_STAR };
 

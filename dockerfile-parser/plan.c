@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "dockerfile-parser/plan_internal.h"
+#include "dockerfile-parser/internal.h"
 
 /* ---- variable lists ------------------------------------------------------ */
 

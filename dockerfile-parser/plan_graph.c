@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dockerfile-parser/plan_internal.h"
+#include "dockerfile-parser/internal.h"
 
 enum { WHITE, GRAY, BLACK };
 

@@ -3,7 +3,7 @@
  * a plan.  The format is described in docs/dockerfile-plan.md. */
 #include <stdlib.h>
 
-#include "dockerfile-parser/plan_internal.h"
+#include "dockerfile-parser/internal.h"
 
 static json_t *str_or_null(const char *s)
 {

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "dockerfile-parser/plan_internal.h"
+#include "dockerfile-parser/internal.h"
 
 static const char *const kind_names[] = {
 	[DF_FROM] = "from", [DF_RUN] = "run", [DF_CMD] = "cmd", [DF_LABEL] = "label",

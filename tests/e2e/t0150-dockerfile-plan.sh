@@ -51,8 +51,8 @@ expect_eq "runtime deps (COPY --from=build, --from=1)" "$(jq -c '.stages[2].deps
 expect_eq "--mount value expanded" \
 	"$(jq -r '.stages[0].steps[5].flags[] | select(.name=="mount") | .value' "$T_TMP/default.json")" \
 	"type=cache,target=/root/.cache/go-build,id=go-amd64"
-expect_eq "RUN command left to the shell" "$(jq -r '.stages[0].steps[5].args[0]' "$T_TMP/default.json" | tail -c 60)" \
-	'GOARCH=$TARGETARCH go build -ldflags "-X main.version=$VERSION" -o /out/app .'
+expect_eq "RUN command left to the shell" "$(jq -r '.stages[0].steps[5].args[0]' "$T_TMP/default.json")" \
+	'GOOS=$TARGETOS GOARCH=$TARGETARCH go build -ldflags "-X main.version=$VERSION" -o /out/app .'
 expect_eq "RUN env: ENV + ARGs in scope" "$(jq -c '.stages[0].steps[5].env' "$T_TMP/default.json")" \
 	'["TARGETOS=linux","TARGETARCH=amd64","VERSION=dev","CGO_ENABLED=0","GOFLAGS=-trimpath -mod=readonly"]'
 expect_eq "WORKDIR tracked" "$(jq -r '.stages[0].steps[5].workdir' "$T_TMP/default.json")" "/src"
