@@ -234,9 +234,9 @@ int gc_pump(guest_conn *c, uint64_t deadline, kiln_error **err)
 	n = read(c->fd, space, room);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return 0;
-	if (n < 0)
+	if (n < 0 && errno != ECONNRESET)
 		set_broken(c, KILN_E_IO, "read from the agent: %s", strerror(errno));
-	else if (n == 0)
+	else if (n <= 0)
 		set_broken(c, KILN_E_IO, "the agent closed the connection");
 	else
 		guest_framer_commit(&c->in, (size_t)n);

@@ -13,8 +13,10 @@
 
 #include "guest/internal.h"
 
+/* out/user receive the download's tar: they must be in place before the
+ * request goes out, as data may arrive together with STARTED. */
 static struct guest_proc *xfer_start(guest_conn *c, uint8_t type, const char *dir, uint64_t deadline,
-				     kiln_error **err)
+				     guest_output_fn out, void *user, kiln_error **err)
 {
 	struct guest_xfer_req req = { .dir = (char *)dir };
 	struct guest_proc *p;
@@ -35,6 +37,8 @@ static struct guest_proc *xfer_start(guest_conn *c, uint8_t type, const char *di
 	p = gc_req_new(c, type == GUEST_F_UPLOAD ? R_UPLOAD : R_DOWNLOAD);
 	p->window = GUEST_STDIN_WINDOW;
 	p->stdin_open = type == GUEST_F_UPLOAD;
+	p->on_stdout = out;
+	p->user = user;
 	guest_encode_xfer(&c->out, type, p->id, &req);
 	if (gc_flush(c, deadline, err) < 0)
 		goto fail;
@@ -73,7 +77,7 @@ static int xfer_finish(struct guest_proc *p, uint64_t deadline, kiln_error **err
 int guest_upload_tar(guest_conn *c, const char *guest_dir, int tar_fd, int timeout_ms, kiln_error **err)
 {
 	uint64_t deadline = gc_deadline(timeout_ms);
-	struct guest_proc *p = xfer_start(c, GUEST_F_UPLOAD, guest_dir, deadline, err);
+	struct guest_proc *p = xfer_start(c, GUEST_F_UPLOAD, guest_dir, deadline, NULL, NULL, err);
 	uint8_t *buf = kiln_xmalloc(GUEST_DATA_CHUNK);
 	int rc = -1;
 
@@ -163,7 +167,7 @@ int guest_upload_dir(guest_conn *c, const char *host_dir, const char *guest_dir,
 
 	while (plen > 1 && host_dir[plen - 1] == '/')
 		plen--;
-	u.p = xfer_start(c, GUEST_F_UPLOAD, guest_dir, u.deadline, err);
+	u.p = xfer_start(c, GUEST_F_UPLOAD, guest_dir, u.deadline, NULL, NULL, err);
 	if (u.p == NULL)
 		goto out;
 	archive_write_set_format_pax_restricted(aw);
@@ -263,13 +267,11 @@ int guest_download_tar(guest_conn *c, const char *guest_dir, int out_fd, int tim
 {
 	uint64_t deadline = gc_deadline(timeout_ms);
 	struct to_fd t = { .fd = out_fd };
-	struct guest_proc *p = xfer_start(c, GUEST_F_DOWNLOAD, guest_dir, deadline, err);
+	struct guest_proc *p = xfer_start(c, GUEST_F_DOWNLOAD, guest_dir, deadline, write_fd, &t, err);
 	int rc = -1;
 
 	if (p == NULL)
 		goto out;
-	p->on_stdout = write_fd;
-	p->user = &t;
 	if (xfer_finish(p, deadline, err) < 0)
 		goto out;
 	if (t.errnum) {
@@ -287,6 +289,7 @@ out:
 struct dl_ctx {
 	struct guest_proc *p;
 	kiln_buf data;
+	size_t given; /* bytes handed to libarchive by the last read */
 	uint64_t deadline;
 	kiln_error *err;
 };
@@ -300,7 +303,13 @@ static la_ssize_t dl_read(struct archive *a, void *user, const void **buf)
 {
 	struct dl_ctx *d = user;
 
-	kiln_buf_reset(&d->data);
+	/* Drop only what libarchive already had: data may have come in before its first read. */
+	if (d->given) {
+		memmove(d->data.buf, d->data.buf + d->given, d->data.len - d->given);
+		d->data.len -= d->given;
+		d->data.buf[d->data.len] = '\0';
+		d->given = 0;
+	}
 	while (d->data.len == 0 && !d->p->done && d->err == NULL) {
 		if (gc_pump(d->p->c, d->deadline, &d->err) == 0 && gc_now() >= d->deadline && d->data.len == 0)
 			kiln_err(&d->err, KILN_E_IO, "the tar stream stalled past the timeout");
@@ -310,10 +319,11 @@ static la_ssize_t dl_read(struct archive *a, void *user, const void **buf)
 		return -1;
 	}
 	*buf = d->data.buf;
+	d->given = d->data.len;
 	return (la_ssize_t)d->data.len;
 }
 
-/* "./a/b" -> "a/b"; "." and "./" -> "". */
+/* "./a/b" -> "a/b"; "." and "./" -> ""; a leading "/" is dropped, as tar does. */
 static const char *rel_name(const char *name)
 {
 	while (name[0] == '.' && name[1] == '/')
@@ -325,8 +335,10 @@ static const char *rel_name(const char *name)
 
 static int extract(struct archive *ar, const char *root, kiln_error **err)
 {
+	/* Names are made relative (rel_name) and prefixed with the resolved root, so
+	 * NOABSOLUTEPATHS cannot be used; ".." and symlinked parents are refused. */
 	int flags = ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-		    ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_UNLINK;
+		    ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_UNLINK;
 	struct archive *aw = archive_write_disk_new();
 	struct archive_entry *e;
 	int r, rc = -1;
@@ -403,11 +415,9 @@ int guest_download_dir(guest_conn *c, const char *guest_dir, const char *host_di
 		kiln_err_errno(err, errno, "resolve %s", host_dir);
 		goto out;
 	}
-	d.p = xfer_start(c, GUEST_F_DOWNLOAD, guest_dir, d.deadline, err);
+	d.p = xfer_start(c, GUEST_F_DOWNLOAD, guest_dir, d.deadline, dl_collect, &d, err);
 	if (d.p == NULL)
 		goto out;
-	d.p->on_stdout = dl_collect;
-	d.p->user = &d;
 	archive_read_support_format_tar(ar);
 	if (archive_read_open(ar, &d, NULL, dl_read, NULL) != ARCHIVE_OK || extract(ar, root, err) < 0) {
 		if (d.p->failed || d.err) {

@@ -1,0 +1,473 @@
+/* test_guest_robust.c — malformed input on both sides of the agent protocol:
+ * raw bad frames sent to the real agent (error frames, never a crash), fake
+ * agents that lie, babble or stay silent (the client fails with a clear error,
+ * never hangs), the --listen mode with guest_connect, and a flooding command
+ * that must not stall or bloat the agent. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kiln.h"
+#include "guest/guest.h"
+#include "test.h"
+
+static const char *agent_bin(void)
+{
+	const char *p = getenv("KILN_AGENT");
+	return p && *p ? p : "bin/kiln-agent";
+}
+
+/* Start the agent on a socketpair; returns the host end (raw). */
+static int spawn_agent(pid_t *pid)
+{
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return -1;
+	*pid = fork();
+	if (*pid == 0) {
+		dup2(sv[1], 3);
+		execl(agent_bin(), agent_bin(), "--fd", "3", (char *)NULL);
+		_exit(127);
+	}
+	close(sv[1]);
+	return sv[0];
+}
+
+struct raw {
+	int fd;
+	struct guest_framer fr;
+	uint8_t type;
+	uint32_t id;
+	uint8_t payload[4096];
+	uint32_t len;
+};
+
+/* Next frame from the agent: 1, 0 on EOF/timeout, -1 on a framing error. */
+static int next_frame(struct raw *r, int timeout_ms)
+{
+	struct guest_frame f;
+	const char *why = NULL;
+
+	for (;;) {
+		int n = guest_framer_next(&r->fr, &f, &why);
+		struct pollfd p = { r->fd, POLLIN, 0 };
+		size_t room;
+		uint8_t *sp;
+		ssize_t got;
+		if (n > 0) {
+			r->type = f.type;
+			r->id = f.id;
+			r->len = f.len < sizeof(r->payload) ? f.len : sizeof(r->payload);
+			memcpy(r->payload, f.payload, r->len);
+			return 1;
+		}
+		if (n < 0)
+			return -1;
+		if (poll(&p, 1, timeout_ms) <= 0)
+			return 0;
+		sp = guest_framer_space(&r->fr, &room);
+		got = read(r->fd, sp, room);
+		if (got <= 0)
+			return 0;
+		guest_framer_commit(&r->fr, (size_t)got);
+	}
+}
+
+static void send_bytes(int fd, const void *p, size_t n)
+{
+	if (write(fd, p, n) != (ssize_t)n)
+		printf("# short write\n");
+}
+
+static void send_frame(int fd, uint8_t type, uint32_t id, const void *p, size_t n)
+{
+	struct guest_wbuf w = { 0 };
+
+	guest_frame_raw(&w, type, id, p, n);
+	send_bytes(fd, w.data, w.len);
+	guest_wbuf_free(&w);
+}
+
+static char *error_text(struct raw *r)
+{
+	struct guest_error_msg m;
+	const char *why = NULL;
+	static char buf[1024];
+
+	if (r->type != GUEST_F_ERROR || guest_decode_error(r->payload, r->len, &m, &why) < 0)
+		return NULL;
+	snprintf(buf, sizeof(buf), "%s", m.msg);
+	guest_error_msg_free(&m);
+	return buf;
+}
+
+static int exit_status(pid_t pid)
+{
+	int st = -1;
+
+	waitpid(pid, &st, 0);
+	return st;
+}
+
+static void test_bad_frames_keep_connection(void)
+{
+	struct raw r = { 0 };
+	pid_t pid;
+	char *msg;
+	uint8_t kill_short[2] = { 0, 9 };
+	struct guest_wbuf w = { 0 };
+	size_t start;
+
+	r.fd = spawn_agent(&pid);
+	guest_framer_init(&r.fr);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	CHECK_INT(r.type, GUEST_F_HELLO);
+
+	/* unknown type: ERROR for that id */
+	send_frame(r.fd, 0x7e, 5, "x", 1);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	CHECK_INT(r.id, 5);
+	msg = error_text(&r);
+	CHECK(msg && strstr(msg, "unexpected frame type 0x7e"));
+
+	/* an agent-to-host type sent to the agent */
+	send_frame(r.fd, GUEST_F_STDOUT, 6, "x", 1);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	msg = error_text(&r);
+	CHECK(r.id == 6 && msg && strstr(msg, "unexpected frame type STDOUT"));
+
+	/* EXEC with a truncated field */
+	send_frame(r.fd, GUEST_F_EXEC, 7, "\0\1\0\0\0\x09ls", 8);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	msg = error_text(&r);
+	CHECK(r.id == 7 && msg && strstr(msg, "bad EXEC frame: field runs past the end"));
+
+	/* EXEC with id 0 */
+	start = guest_frame_begin(&w, GUEST_F_EXEC, 0);
+	guest_tlv_str(&w, 1, "true");
+	guest_frame_end(&w, start);
+	send_bytes(r.fd, w.data, w.len);
+	w.len = 0;
+	CHECK_INT(next_frame(&r, 5000), 1);
+	msg = error_text(&r);
+	CHECK(r.id == 0 && msg && strstr(msg, "reserved"));
+
+	/* KILL with a 2-byte payload */
+	send_frame(r.fd, GUEST_F_KILL, 8, kill_short, 2);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	msg = error_text(&r);
+	CHECK(msg && strstr(msg, "bad KILL frame"));
+
+	/* STAT without a path, UPLOAD with a relative dir */
+	send_frame(r.fd, GUEST_F_STAT, 9, NULL, 0);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	msg = error_text(&r);
+	CHECK(r.id == 9 && msg && strstr(msg, "stat without a path"));
+	start = guest_frame_begin(&w, GUEST_F_UPLOAD, 10);
+	guest_tlv_str(&w, 1, "relative");
+	guest_frame_end(&w, start);
+	send_bytes(r.fd, w.data, w.len);
+	w.len = 0;
+	CHECK_INT(next_frame(&r, 5000), 1);
+	msg = error_text(&r);
+	CHECK(r.id == 10 && msg && strstr(msg, "absolute"));
+
+	/* HELLO of another protocol version */
+	start = guest_frame_begin(&w, GUEST_F_HELLO, 0);
+	guest_tlv_u64(&w, 1, 99);
+	guest_frame_end(&w, start);
+	send_bytes(r.fd, w.data, w.len);
+	w.len = 0;
+	CHECK_INT(next_frame(&r, 5000), 1);
+	msg = error_text(&r);
+	CHECK(msg && strstr(msg, "host speaks agent protocol 99"));
+
+	/* STDIN / KILL for ids that do not exist are ignored; the agent still answers. */
+	send_frame(r.fd, GUEST_F_STDIN, 77, "data", 4);
+	send_frame(r.fd, GUEST_F_STDIN_EOF, 77, NULL, 0);
+	send_frame(r.fd, GUEST_F_PING, 11, "pp", 2);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	CHECK(r.type == GUEST_F_PONG && r.id == 11 && r.len == 2 && memcmp(r.payload, "pp", 2) == 0);
+
+	/* A frame cut short by EOF: the agent just exits normally. */
+	send_bytes(r.fd, "KA\x02\0\0\0\0\1\0\0\0\x10half", 16);
+	shutdown(r.fd, SHUT_WR);
+	CHECK_INT(next_frame(&r, 5000), 0);
+	{
+		int st = exit_status(pid);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	close(r.fd);
+	guest_framer_free(&r.fr);
+	guest_wbuf_free(&w);
+}
+
+/* Garbage or an oversized frame: an ERROR, then the agent ends the connection. */
+static void fatal_case(const void *bytes, size_t n, const char *want)
+{
+	struct raw r = { 0 };
+	pid_t pid;
+	char *msg;
+	int st;
+
+	r.fd = spawn_agent(&pid);
+	guest_framer_init(&r.fr);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	send_bytes(r.fd, bytes, n);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	msg = error_text(&r);
+	CHECK(r.id == 0 && msg && strstr(msg, want));
+	if (msg && !strstr(msg, want))
+		printf("#   got: %s\n", msg);
+	CHECK_INT(next_frame(&r, 5000), 0); /* closed */
+	st = exit_status(pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1); /* an error exit, not a crash */
+	close(r.fd);
+	guest_framer_free(&r.fr);
+}
+
+static void test_garbage_ends_connection(void)
+{
+	fatal_case("GET / HTTP/1.1\r\n\r\n", 18, "bad frame magic");
+}
+
+static void test_oversized_ends_connection(void)
+{
+	uint8_t h[GUEST_HDR_LEN];
+
+	guest_hdr_encode(h, GUEST_F_STDIN, 1, GUEST_MAX_PAYLOAD + 1);
+	fatal_case(h, sizeof(h), "1 MiB limit");
+}
+
+/* A fake agent: a forked process that writes `script`, after 300 ms `later`
+ * (if any), then waits. */
+static const void *later;
+static size_t later_len;
+
+static guest_conn *fake_agent(const void *script, size_t n, int linger_ms, int timeout_ms, kiln_error **err,
+			      pid_t *pid)
+{
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return NULL;
+	*pid = fork();
+	if (*pid == 0) {
+		close(sv[0]);
+		if (n && write(sv[1], script, n) < 0)
+			_exit(1);
+		if (later_len) {
+			usleep(300000);
+			if (write(sv[1], later, later_len) < 0)
+				_exit(1);
+		}
+		usleep((useconds_t)linger_ms * 1000);
+		_exit(0);
+	}
+	close(sv[1]);
+	return guest_conn_from_fd(sv[0], timeout_ms, err);
+}
+
+static void expect_client_error(const void *script, size_t n, int linger_ms, const char *want)
+{
+	kiln_error *err = NULL;
+	pid_t pid;
+	guest_conn *c = fake_agent(script, n, linger_ms, 1000, &err, &pid);
+
+	CHECK(c == NULL);
+	CHECK(err && strstr(kiln_error_message(err), want));
+	if (err && !strstr(kiln_error_message(err), want))
+		printf("#   got: %s\n", kiln_error_message(err));
+	kiln_error_free(err);
+	guest_close(c);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
+static void test_client_vs_bad_agents(void)
+{
+	struct guest_wbuf w = { 0 };
+	struct guest_hello h = { .version = 2, .agent = "kiln-agent 9.9", .pid = 1 };
+	uint64_t t0;
+	struct timespec ts;
+
+	guest_encode_hello(&w, 0, &h);
+	expect_client_error(w.data, w.len, 2000,
+			    "agent handshake: the agent (kiln-agent 9.9) speaks protocol version 2, this kiln speaks 1");
+	expect_client_error("garbage garbage garbage", 23, 2000, "agent protocol: bad frame magic");
+	expect_client_error("", 0, 0, "the agent closed the connection");
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	expect_client_error("", 0, 3000, "no HELLO from the agent after");
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	CHECK((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 - t0 < 2500); /* gave up at 1 s */
+	/* A HELLO with a field running past the frame */
+	w.len = 0;
+	guest_frame_raw(&w, GUEST_F_HELLO, 0, "\0\1\0\0\0\x20", 6);
+	expect_client_error(w.data, w.len, 2000, "bad HELLO from the agent: field runs past the end");
+	guest_wbuf_free(&w);
+}
+
+static void test_client_vs_bad_frames_later(void)
+{
+	struct guest_wbuf w = { 0 }, w2 = { 0 };
+	struct guest_hello h = { .version = GUEST_PROTO_VERSION, .caps = GUEST_CAP_EXEC, .agent = "fake", .pid = 1 };
+	kiln_error *err = NULL;
+	guest_conn *c;
+	pid_t pid;
+
+	/* A valid HELLO, then (later) an EXIT with a bad field for id 1 (the ping's). */
+	guest_encode_hello(&w, 0, &h);
+	guest_frame_raw(&w2, GUEST_F_EXIT, 1, "\0\1\0\0\0\3abc", 9);
+	later = w2.data;
+	later_len = w2.len;
+	c = fake_agent(w.data, w.len, 2000, 2000, &err, &pid);
+	later_len = 0;
+	CHECK(c != NULL);
+	if (c) {
+		CHECK_INT(guest_ping(c, 1000, &err), -1);
+		CHECK(err && strstr(kiln_error_message(err), "bad EXIT frame from the agent"));
+		kiln_error_clear(&err);
+		/* Broken stays broken, with the same reason. */
+		CHECK_INT(guest_ping(c, 1000, &err), -1);
+		CHECK(err && strstr(kiln_error_message(err), "bad EXIT frame"));
+	}
+	kiln_error_free(err);
+	guest_close(c);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	guest_wbuf_free(&w);
+	guest_wbuf_free(&w2);
+}
+
+static void test_listen_mode(void)
+{
+	kiln_error *err = NULL;
+	char *dir = kiln_mkdtemp("kiln-test-listen", &err);
+	char *sock = dir ? kiln_path_join(dir, "agent.sock") : NULL;
+	struct guest_exec_opts o;
+	struct guest_result res;
+	guest_conn *c;
+	pid_t pid;
+	int st;
+
+	if (sock == NULL) {
+		CHECK(0);
+		kiln_error_free(err);
+		return;
+	}
+	pid = fork();
+	if (pid == 0) {
+		usleep(200000); /* the client must retry until the socket exists */
+		execl(agent_bin(), agent_bin(), "--listen", sock, (char *)NULL);
+		_exit(127);
+	}
+	c = guest_connect(sock, 10000, &err);
+	CHECK(c != NULL);
+	if (c) {
+		guest_exec_opts_init(&o);
+		o.shell = "exit 7";
+		CHECK_INT(guest_exec(c, &o, NULL, 0, 10000, &res, &err), 0);
+		CHECK_INT(res.exit_code, 7);
+		guest_close(c);
+	}
+	st = exit_status(pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(access(sock, F_OK) != 0); /* the agent removed its socket */
+	/* Nobody listening: a clear error after the timeout. */
+	CHECK(guest_connect(sock, 200, &err) == NULL);
+	CHECK(err && strstr(kiln_error_message(err), "agent connect"));
+	kiln_error_free(err);
+	rmdir(dir);
+	free(sock);
+	free(dir);
+}
+
+static long agent_rss_kb(pid_t pid)
+{
+	char path[64], line[256];
+	long kb = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, "VmRSS:", 6) == 0)
+			kb = atol(line + 6);
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+static void count(void *user, const void *data, size_t len)
+{
+	*(size_t *)user += len;
+}
+
+static void test_flood_does_not_stall(void)
+{
+	pid_t pid;
+	int fd = spawn_agent(&pid);
+	kiln_error *err = NULL;
+	guest_conn *c = guest_conn_from_fd(fd, 5000, &err);
+	struct guest_exec_opts o;
+	struct guest_result res;
+	size_t got = 0;
+	guest_proc *p;
+	long rss;
+
+	CHECK(c != NULL);
+	if (c == NULL)
+		return;
+	guest_exec_opts_init(&o);
+	o.shell = "yes flood";
+	o.on_stdout = count;
+	o.user = &got;
+	p = guest_spawn(c, &o, 5000, &err);
+	CHECK(p != NULL);
+	/* Not reading for a while: the agent must hold back, not buffer without end. */
+	usleep(1500000);
+	rss = agent_rss_kb(pid);
+	CHECK(rss > 0 && rss < 16 * 1024);
+	printf("# agent RSS while flooded: %ld KiB\n", rss);
+	/* And it still answers while the flood goes on. */
+	for (int i = 0; i < 5; i++)
+		CHECK_INT(guest_ping(c, 5000, &err), 0);
+	CHECK(got > 1024 * 1024);
+	if (p) {
+		CHECK_INT(guest_proc_kill(p, SIGKILL, &err), 0);
+		CHECK_INT(guest_proc_wait(p, 10000, &res, &err), 0);
+		CHECK_INT(res.signal, SIGKILL);
+		guest_proc_free(p);
+	}
+	if (err)
+		printf("#   %s\n", kiln_error_message(err));
+	kiln_error_free(err);
+	guest_close(c);
+	waitpid(pid, NULL, 0);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	if (access(agent_bin(), X_OK) != 0) {
+		printf("not ok - %s missing: run make all first\n", agent_bin());
+		return 1;
+	}
+	RUN(test_bad_frames_keep_connection);
+	RUN(test_garbage_ends_connection);
+	RUN(test_oversized_ends_connection);
+	RUN(test_client_vs_bad_agents);
+	RUN(test_client_vs_bad_frames_later);
+	RUN(test_listen_mode);
+	RUN(test_flood_does_not_stall);
+	return test_done();
+}
