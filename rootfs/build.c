@@ -1,0 +1,402 @@
+/* build.c — the stage's driver: pass 1 reads every layer's headers into the
+ * merged tree (verifying digests), the ext4 layout is written from the tree,
+ * then pass 2 streams only the live files' bytes from the layers straight
+ * into their pre-allocated blocks.  Shadowed files are never written. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rootfs/internal.h"
+
+void rootfs_options_default(struct rootfs_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->free = 256ULL << 20;
+	rootfs_limits_default(&o->limits);
+}
+
+/* ---- data writes ---------------------------------------------------------- */
+int rootfs_ext4_write(struct rootfs_ext4 *w, struct rootfs_inode *ino, uint64_t off,
+		      const void *data, size_t len, kiln_error **err)
+{
+	const char *p = data;
+	size_t r = 0;
+
+	while (len > 0) {
+		uint64_t lblk = off / 4096;
+		while (r < ino->nruns && lblk >= ino->runs[r].lblk + ino->runs[r].len)
+			r++;
+		if (r == ino->nruns || lblk < ino->runs[r].lblk) {
+			/* runs are sorted; data before the current run means a restart */
+			for (r = 0; r < ino->nruns; r++)
+				if (lblk >= ino->runs[r].lblk && lblk < ino->runs[r].lblk + ino->runs[r].len)
+					break;
+			if (r == ino->nruns)
+				return kiln_err(err, KILN_E_INVALID,
+						"data at offset %llu lies outside the file's declared extents",
+						(unsigned long long)off);
+		}
+		uint64_t run_end = (ino->runs[r].lblk + ino->runs[r].len) * 4096;
+		size_t n = (size_t)(run_end - off < len ? run_end - off : len);
+		off_t phys = (off_t)((ino->runs[r].pblk + (lblk - ino->runs[r].lblk)) * 4096 + off % 4096);
+		ssize_t wr = pwrite(w->fd, p, n, phys);
+		if (wr < 0 && errno == EINTR)
+			continue;
+		if (wr <= 0)
+			return kiln_err_errno(err, wr < 0 ? errno : EIO, "write %s", w->tmp);
+		p += wr;
+		off += (uint64_t)wr;
+		len -= (size_t)wr;
+		w->content_bytes += (uint64_t)wr;
+	}
+	return 0;
+}
+
+int rootfs_ext4_close(struct rootfs_ext4 *w, struct rootfs_stats *st, kiln_error **err)
+{
+	errcode_t e;
+	uint64_t bytes = ext2fs_blocks_count(w->fs->super) * 4096;
+
+	if (st) {
+		st->inodes = w->inodes;
+		st->content_bytes = w->content_bytes;
+		st->image_bytes = bytes;
+	}
+	e = ext2fs_close_free(&w->fs);
+	if (e) {
+		rootfs_ext2_err(err, e, w->tmp);
+		goto fail;
+	}
+	if (fdatasync(w->fd) < 0 || close(w->fd) < 0) {
+		w->fd = -1;
+		kiln_err_errno(err, errno, "write %s", w->tmp);
+		goto fail;
+	}
+	w->fd = -1;
+	if (rename(w->tmp, w->out) < 0) {
+		kiln_err_errno(err, errno, "rename %s to %s", w->tmp, w->out);
+		goto fail;
+	}
+	free(w->tmp);
+	free(w->out);
+	free(w);
+	return 0;
+fail:
+	rootfs_ext4_abort(w);
+	return -1;
+}
+
+/* ---- pass 2: contents ----------------------------------------------------- */
+struct want {
+	uint64_t entry;
+	struct rootfs_inode *ino;
+};
+
+struct wants {
+	struct want *v;
+	size_t n, cap;
+};
+
+static void collect(struct rootfs_node *n, struct wants *per_layer, size_t nlayers,
+		    struct rootfs_inode ***paths, size_t *npaths, size_t *cpaths)
+{
+	struct rootfs_inode *ino = n->inode;
+
+	if (S_ISREG(ino->mode) && ino->nruns > 0 && !ino->mark) {
+		ino->mark = 1;
+		if (ino->src == SRC_LAYER && ino->src_layer < nlayers) {
+			struct wants *w = &per_layer[ino->src_layer];
+			if (w->n == w->cap) {
+				w->cap = w->cap ? w->cap * 2 : 64;
+				w->v = kiln_xrealloc(w->v, w->cap * sizeof(*w->v));
+			}
+			w->v[w->n].entry = ino->src_entry;
+			w->v[w->n++].ino = ino;
+		} else if (ino->src == SRC_PATH) {
+			if (*npaths == *cpaths) {
+				*cpaths = *cpaths ? *cpaths * 2 : 64;
+				*paths = kiln_xrealloc(*paths, *cpaths * sizeof(**paths));
+			}
+			(*paths)[(*npaths)++] = ino;
+		}
+	}
+	for (size_t i = 0; i < n->nkids; i++)
+		collect(n->kids[i], per_layer, nlayers, paths, npaths, cpaths);
+}
+
+static int want_cmp(const void *a, const void *b)
+{
+	const struct want *x = a, *y = b;
+
+	return x->entry < y->entry ? -1 : x->entry > y->entry;
+}
+
+static int stream_layer(struct rootfs_ext4 *w, rootfs_image *img, size_t layer, struct wants *ws,
+			kiln_error **err)
+{
+	struct rootfs_vblob *vb = NULL;
+	struct archive *a = NULL;
+	struct archive_entry *e;
+	uint64_t ordinal = 0;
+	size_t k = 0;
+	int r, rc = -1;
+
+	qsort(ws->v, ws->n, sizeof(*ws->v), want_cmp);
+	if (rootfs_image_layer_open(img, layer, &vb, err) < 0)
+		return -1;
+	a = rootfs_vblob_archive(vb, err);
+	if (a == NULL)
+		goto out;
+	while (k < ws->n && ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN)) {
+		if (ordinal++ != ws->v[k].entry)
+			continue;
+		struct rootfs_inode *ino = ws->v[k++].ino;
+		if (archive_entry_size(e) != (la_int64_t)ino->size) {
+			kiln_err(err, KILN_E_INVALID, "%s: changed while being read", vb->what);
+			goto out;
+		}
+		const void *buf;
+		size_t len;
+		la_int64_t off;
+		while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
+			if (len > 0 && rootfs_ext4_write(w, ino, (uint64_t)off, buf, len, err) < 0) {
+				kiln_error_wrap(err, "%s: '%s'", vb->what, archive_entry_pathname(e));
+				goto out;
+			}
+		}
+		if (r != ARCHIVE_EOF)
+			break;
+	}
+	if (k < ws->n) {
+		kiln_err(err, KILN_E_INVALID, "%s: %s", vb->what,
+			 vb->err ? kiln_error_message(vb->err) : archive_error_string(a));
+		goto out;
+	}
+	rc = rootfs_vblob_finish(vb, err);
+out:
+	archive_read_free(a);
+	rootfs_vblob_close(vb);
+	return rc;
+}
+
+static int stream_path(struct rootfs_ext4 *w, struct rootfs_inode *ino, kiln_error **err)
+{
+	static char buf[1 << 20];
+	int fd = open(ino->src_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int rc = -1;
+
+	if (fd < 0)
+		return kiln_err_errno(err, errno, "open %s", ino->src_path);
+	for (size_t i = 0; i < ino->nexts; i++) {
+		uint64_t off = ino->exts[i].off, end = off + ino->exts[i].len;
+		while (off < end) {
+			size_t want = end - off < sizeof(buf) ? (size_t)(end - off) : sizeof(buf);
+			ssize_t n = pread(fd, buf, want, (off_t)off);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				kiln_err(err, KILN_E_IO, "read %s: %s", ino->src_path,
+					 n < 0 ? strerror(errno) : "file shrank while being read");
+				goto out;
+			}
+			if (rootfs_ext4_write(w, ino, off, buf, (size_t)n, err) < 0)
+				goto out;
+			off += (uint64_t)n;
+		}
+	}
+	rc = 0;
+out:
+	close(fd);
+	return rc;
+}
+
+static int write_contents(struct rootfs_ext4 *w, rootfs_tree *t, rootfs_image *img, size_t nlayers,
+			  kiln_error **err)
+{
+	struct wants *per = kiln_xcalloc(nlayers ? nlayers : 1, sizeof(*per));
+	struct rootfs_inode **paths = NULL;
+	size_t npaths = 0, cpaths = 0;
+	int rc = 0;
+
+	collect(t->root, per, nlayers, &paths, &npaths, &cpaths);
+	for (size_t i = 0; rc == 0 && i < nlayers; i++)
+		if (per[i].n)
+			rc = stream_layer(w, img, i, &per[i], err);
+	for (size_t i = 0; rc == 0 && i < npaths; i++)
+		rc = stream_path(w, paths[i], err);
+	for (size_t i = 0; i < nlayers; i++)
+		free(per[i].v);
+	free(per);
+	free(paths);
+	return rc;
+}
+
+/* ---- drivers ------------------------------------------------------------- */
+static void derive(const char *seed, const char *purpose, unsigned char out[16])
+{
+	char d[KILN_DIGEST_MAX], *s = kiln_xasprintf("kiln rootfs %s %s", purpose, seed);
+	const char *hex;
+
+	kiln_digest_buf(KILN_SHA256, s, strlen(s), d);
+	free(s);
+	hex = kiln_digest_hex(d);
+	for (int i = 0; i < 16; i++) {
+		unsigned v;
+		sscanf(hex + 2 * i, "%2x", &v);
+		out[i] = (unsigned char)v;
+	}
+	out[6] = (out[6] & 0x0f) | 0x50; /* a name-based UUID (version 5 layout) */
+	out[8] = (out[8] & 0x3f) | 0x80;
+}
+
+static int64_t created_time(const json_t *config)
+{
+	const char *c = config ? kiln_json_str(config, "created") : NULL;
+	struct tm tm;
+
+	memset(&tm, 0, sizeof(tm));
+	if (c && sscanf(c, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+			&tm.tm_min, &tm.tm_sec) == 6) {
+		tm.tm_year -= 1900;
+		tm.tm_mon -= 1;
+		time_t t = timegm(&tm);
+		if (t > 0)
+			return (int64_t)t;
+	}
+	return 1; /* libext2fs takes 0 as "now" */
+}
+
+static void ensure_lost_found(rootfs_tree *t)
+{
+	if (rootfs_node_lookup(t, t->root, "lost+found") == NULL) {
+		struct rootfs_inode *ino = rootfs_inode_new(S_IFDIR | 0700);
+		ino->mtime = t->default_mtime;
+		rootfs_node_add(t, t->root, "lost+found", ino);
+	}
+}
+
+static int finish(rootfs_tree *t, rootfs_image *img, size_t nlayers, const char *out,
+		  const struct rootfs_options *o, const char *seed, int64_t fs_time,
+		  struct rootfs_stats *st, kiln_error **err)
+{
+	struct rootfs_ext4_params p;
+	struct rootfs_ext4 *w = NULL;
+
+	memset(&p, 0, sizeof(p));
+	p.size = o->size;
+	p.free = o->free;
+	p.fs_time = fs_time;
+	derive(seed, "uuid", p.uuid);
+	derive(seed, "hash-seed", p.hash_seed);
+	ensure_lost_found(t);
+	rootfs_tree_sort(t);
+	if (rootfs_ext4_create(t, out, &p, &w, err) < 0)
+		return -1;
+	if (write_contents(w, t, img, nlayers, err) < 0) {
+		rootfs_ext4_abort(w);
+		return -1;
+	}
+	return rootfs_ext4_close(w, st, err);
+}
+
+/* A corrupted blob usually fails to decompress before its end is reached;
+ * the digest mismatch is the more useful message, so check for it. */
+static void prefer_digest_error(struct rootfs_vblob *vb, kiln_error **err)
+{
+	kiln_error *derr = NULL;
+
+	if (vb->err) {
+		derr = vb->err;
+		vb->err = NULL;
+	} else if (!vb->eof) {
+		rootfs_vblob_finish(vb, &derr);
+	}
+	if (derr && derr->kind == KILN_E_INVALID) {
+		kiln_error_free(*err);
+		*err = derr;
+	} else {
+		kiln_error_free(derr);
+	}
+}
+
+int rootfs_build_image_open(rootfs_image *img, const char *out, const struct rootfs_options *o,
+			    struct rootfs_stats *st, kiln_error **err)
+{
+	size_t n = rootfs_image_layer_count(img);
+	rootfs_tree *t = rootfs_tree_new(&o->limits);
+	struct rootfs_stats local;
+	int rc = -1;
+
+	if (st == NULL)
+		st = &local;
+	memset(st, 0, sizeof(*st));
+	t->default_mtime = created_time(rootfs_image_config(img));
+	t->root->inode->mtime = t->default_mtime;
+	for (size_t i = 0; i < n; i++) {
+		struct rootfs_vblob *vb = NULL;
+		struct archive *a;
+		if (rootfs_image_layer_open(img, i, &vb, err) < 0)
+			goto out;
+		a = rootfs_vblob_archive(vb, err);
+		int lrc = a ? rootfs_layer_apply(t, (unsigned)i, a, vb->what, err) : -1;
+		if (lrc == 0)
+			lrc = rootfs_vblob_finish(vb, err);
+		else
+			prefer_digest_error(vb, err);
+		archive_read_free(a);
+		rootfs_vblob_close(vb);
+		if (lrc < 0)
+			goto out;
+	}
+	st->layers = n;
+	st->entries = t->entries;
+	rc = finish(t, img, n, out, o, rootfs_image_manifest_digest(img), t->default_mtime, st, err);
+	st->entries = t->entries;
+	st->layers = n;
+out:
+	rootfs_tree_free(t);
+	return rc;
+}
+
+int rootfs_build_image(const char *ref, const char *out, const struct rootfs_options *o,
+		       struct rootfs_stats *st, kiln_error **err)
+{
+	rootfs_image *img = NULL;
+	int rc;
+
+	if (rootfs_image_open(ref, &img, err) < 0)
+		return -1;
+	rc = rootfs_build_image_open(img, out, o, st, err);
+	rootfs_image_close(img);
+	return rc;
+}
+
+int rootfs_build_dir(const char *dir, const char *out, const struct rootfs_options *o,
+		     struct rootfs_stats *st, kiln_error **err)
+{
+	rootfs_tree *t = rootfs_tree_new(&o->limits);
+	struct rootfs_stats local;
+	kiln_buf listing = KILN_BUF_INIT;
+	char seed[KILN_DIGEST_MAX];
+	int rc = -1;
+
+	if (st == NULL)
+		st = &local;
+	memset(st, 0, sizeof(*st));
+	t->default_mtime = 1;
+	if (rootfs_tree_from_dir(t, dir, err) < 0)
+		goto out;
+	/* same tree (names, modes, owners, sizes) → same UUID and hash seed */
+	rootfs_tree_list(t, &listing);
+	kiln_digest_buf(KILN_SHA256, listing.buf, listing.len, seed);
+	st->entries = t->entries;
+	rc = finish(t, NULL, 0, out, o, seed, 1, st, err);
+	st->entries = t->entries;
+out:
+	kiln_buf_free(&listing);
+	rootfs_tree_free(t);
+	return rc;
+}
