@@ -197,3 +197,24 @@ char *df_utf8_sanitize(const char *s, size_t len)
 		return kiln_xstrdup("");
 	return kiln_buf_detach(&b);
 }
+
+char *df_go_lower(const char *s)
+{
+	kiln_buf b = KILN_BUF_INIT;
+	size_t len = strlen(s);
+
+	for (size_t i = 0; i < len;) {
+		int w;
+		int32_t r = df_utf8_decode(s + i, len - i, &w);
+		if (r >= 'A' && r <= 'Z')
+			kiln_buf_addc(&b, (char)(r + 32));
+		else if (r == 0x130) /* LATIN CAPITAL LETTER I WITH DOT ABOVE */
+			kiln_buf_addc(&b, 'i');
+		else if (r == 0x212A) /* KELVIN SIGN */
+			kiln_buf_addc(&b, 'k');
+		else
+			kiln_buf_add(&b, s + i, (size_t)w);
+		i += (size_t)w;
+	}
+	return kiln_buf_detach(&b);
+}

@@ -211,15 +211,28 @@ static int check_kvps(const struct df_src *src, const struct df_node *n, const c
 	return 0;
 }
 
+/* strings.EqualFold(s, "as"): Unicode simple folding also matches the
+ * long s (U+017F) with 's'. */
+static bool equal_fold_as(const char *s)
+{
+	if (s[0] != 'a' && s[0] != 'A')
+		return false;
+	if ((s[1] == 's' || s[1] == 'S') && s[2] == '\0')
+		return true;
+	return strcmp(s + 1, "\xc5\xbf") == 0;
+}
+
 static int check_from(const struct df_src *src, const struct df_node *n, kiln_error **err)
 {
 	struct df_flagval v[MAX_FLAGS];
 
-	if (n->args.n == 3 && strcasecmp(n->args.v[1], "as") == 0) {
+	if (n->args.n == 3 && equal_fold_as(n->args.v[1])) {
 		const char *s = n->args.v[2];
-		bool ok = isalpha((unsigned char)s[0]) != 0;
-		for (const char *p = s; *p && ok; p++)
-			ok = isalnum((unsigned char)*p) || *p == '-' || *p == '_' || *p == '.';
+		char *low = df_go_lower(s);
+		bool ok = low[0] >= 'a' && low[0] <= 'z';
+		for (const char *p = low; *p && ok; p++)
+			ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.';
+		free(low);
 		if (!ok) {
 			kiln_buf q = KILN_BUF_INIT;
 			df_go_quote(&q, s, strlen(s));

@@ -122,16 +122,16 @@ int df_check_mount(const struct df_src *src, const struct df_node *n, const char
 	}
 	for (size_t i = 0; i < fields.n; i++) {
 		char *field = fields.v[i], *eq = strchr(field, '=');
-		char key[16];
-		size_t kl = eq ? (size_t)(eq - field) : strlen(field);
+		char *rawkey = eq ? kiln_xstrndup(field, (size_t)(eq - field)) : kiln_xstrdup(field);
+		char *lowkey = df_go_lower(rawkey);
+		char key[64];
 		const char *val = eq ? eq + 1 : NULL;
 		bool b;
 
-		if (kl >= sizeof(key))
-			kl = sizeof(key) - 1; /* longer than any known key: still unknown */
-		for (size_t k = 0; k < kl; k++)
-			key[k] = (char)tolower((unsigned char)field[k]);
-		key[kl] = '\0';
+		/* a key longer than any known one stays unknown when cut */
+		snprintf(key, sizeof(key), "%s", lowkey);
+		free(rawkey);
+		free(lowkey);
 		if (!eq) {
 			if (!strcmp(key, "readonly") || !strcmp(key, "ro") || !strcmp(key, "readwrite") || !strcmp(key, "rw"))
 				continue;
@@ -160,9 +160,11 @@ int df_check_mount(const struct df_src *src, const struct df_node *n, const char
 				snprintf(type, sizeof(type), "?");
 				continue;
 			}
+			char *low = df_go_lower(val);
 			for (t = 0; types[t]; t++)
-				if (!strcasecmp(types[t], val))
+				if (!strcmp(types[t], low))
 					break;
+			free(low);
 			if (!types[t]) {
 				kiln_buf q = KILN_BUF_INIT;
 				df_go_quote(&q, val, strlen(val));
@@ -203,9 +205,11 @@ int df_check_mount(const struct df_src *src, const struct df_node *n, const char
 			has_sharing = true;
 			if (dollar)
 				continue;
+			char *low = df_go_lower(val);
 			for (t = 0; sharing[t]; t++)
-				if (!strcasecmp(sharing[t], val))
+				if (!strcmp(sharing[t], low))
 					break;
+			free(low);
 			if (!sharing[t]) {
 				kiln_buf q = KILN_BUF_INIT;
 				df_go_quote(&q, val, strlen(val));

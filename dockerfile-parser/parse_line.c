@@ -3,7 +3,6 @@
  * BuildKit dispatches to (JSON or shell form, words, key=value pairs,
  * ONBUILD's nested instruction).  Mirrors BuildKit's split_command.go and
  * line_parsers.go, quirks included, so that dumps compare line for line. */
-#include <ctype.h>
 #include <string.h>
 
 #include "dockerfile-parser/internal.h"
@@ -190,7 +189,7 @@ static void split_ws(const char *rest, size_t len, kiln_strv *out)
 	}
 }
 
-enum json_result { JSON_OK, JSON_NOT_JSON, JSON_NOT_STRINGS };
+enum json_result { JSON_OK, JSON_NOT_JSON, JSON_NOT_STRINGS, JSON_HAS_NUL };
 
 /* parseJSON: a JSON array of strings and nothing after it (BuildKit uses
  * json.Unmarshal, which rejects trailing text: the line is then shell form). */
@@ -207,13 +206,17 @@ static enum json_result parse_json(const char *rest, size_t len, kiln_strv *out)
 	if (len == 0 || rest[0] != '[')
 		return JSON_NOT_JSON;
 	clean = df_utf8_sanitize(rest, len);
-	arr = json_loads(clean, JSON_DECODE_INT_AS_REAL, &jerr);
+	arr = json_loads(clean, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &jerr);
 	free(clean);
 	if (arr == NULL || !json_is_array(arr))
 		goto out;
 	json_array_foreach(arr, i, v) {
 		if (!json_is_string(v)) {
 			res = JSON_NOT_STRINGS;
+			goto out;
+		}
+		if (strlen(json_string_value(v)) != json_string_length(v)) {
+			res = JSON_HAS_NUL;
 			goto out;
 		}
 	}
@@ -237,6 +240,9 @@ static int parse_maybe_json(struct df_node *n, const char *rest, size_t len, boo
 		return 0;
 	case JSON_NOT_STRINGS:
 		return kiln_err(err, KILN_E_INVALID, "%s", not_strings_msg);
+	case JSON_HAS_NUL:
+		/* BuildKit keeps it, but no process can receive such an argument */
+		return kiln_err(err, KILN_E_INVALID, "a JSON string holds \\u0000, which no command argument can contain");
 	case JSON_NOT_JSON:
 		break;
 	}
@@ -310,14 +316,17 @@ static int parse_health(struct df_node *n, const char *rest, size_t len, kiln_er
 
 static char *lower_dup(const char *s, size_t len)
 {
-	char *out = kiln_xstrndup(s, len);
+	char *tmp = kiln_xstrndup(s, len), *out = df_go_lower(tmp);
 
-	for (char *p = out; *p; p++)
-		*p = (char)tolower((unsigned char)*p);
+	free(tmp);
 	return out;
 }
 
-static int dispatch(struct df_node *n, const char *rest, size_t len, char escape, kiln_error **err)
+#define MAX_ONBUILD_DEPTH 8
+
+static int node_from_line(const char *line, size_t len, char escape, struct df_node *n, int depth, kiln_error **err);
+
+static int dispatch(struct df_node *n, const char *rest, size_t len, char escape, int depth, kiln_error **err)
 {
 	const char *c = n->name;
 
@@ -347,11 +356,15 @@ static int dispatch(struct df_node *n, const char *rest, size_t len, char escape
 	if (!strcmp(c, "onbuild")) {
 		if (len == 0)
 			return 0;
+		/* BuildKit recurses without bound; ONBUILD ONBUILD is rejected
+		 * later anyway, so a deep chain can stop here. */
+		if (depth >= MAX_ONBUILD_DEPTH)
+			return kiln_err(err, KILN_E_INVALID, "Chaining ONBUILD via `ONBUILD ONBUILD` isn't allowed");
 		n->sub = kiln_xcalloc(1, sizeof(*n->sub));
 		n->sub->start_line = n->start_line;
 		n->sub->end_line = n->end_line;
 		n->sub->col = n->col;
-		return df_node_from_line(rest, len, escape, n->sub, err);
+		return node_from_line(rest, len, escape, n->sub, depth + 1, err);
 	}
 	/* Unknown instruction: BuildKit's parseIgnore keeps one empty argument;
 	 * the check pass reports it. */
@@ -360,6 +373,11 @@ static int dispatch(struct df_node *n, const char *rest, size_t len, char escape
 }
 
 int df_node_from_line(const char *line, size_t len, char escape, struct df_node *n, kiln_error **err)
+{
+	return node_from_line(line, len, escape, n, 0, err);
+}
+
+static int node_from_line(const char *line, size_t len, char escape, struct df_node *n, int depth, kiln_error **err)
 {
 	const char *s, *rest = NULL;
 	size_t slen = len, cmdlen = 0, rest_len = 0;
@@ -378,5 +396,5 @@ int df_node_from_line(const char *line, size_t len, char escape, struct df_node 
 	} else {
 		rest = s + slen;
 	}
-	return dispatch(n, rest, rest_len, escape, err);
+	return dispatch(n, rest, rest_len, escape, depth, err);
 }
