@@ -169,10 +169,10 @@ int dfp_fail(const struct dfp_ctx *c, const struct df_node *node, kiln_error **e
 const char *dfp_build_arg(struct dfp_ctx *c, const char *key);
 /* A stage named (case-insensitively) `name`, or -1. */
 int dfp_stage_by_name(const struct df_plan *plan, const char *name);
-/* Resolve COPY --from / --mount from= at stage `cur`: *stage gets the stage
- * index, or -1 when ref names an image. */
-int dfp_resolve_from(const struct dfp_ctx *c, const struct df_node *n, int cur, const char *ref, int *stage,
-		     kiln_error **err);
+/* Resolve COPY --from (mount false) or RUN --mount from= (mount true) at
+ * stage `cur`: *stage gets the stage index, or -1 when ref names an image. */
+int dfp_resolve_from(const struct dfp_ctx *c, const struct df_node *n, int cur, const char *ref, bool mount,
+		     int *stage, kiln_error **err);
 /* The value of a mount spec's from= field, or NULL (caller frees). */
 char *dfp_mount_from(const char *spec);
 /* "--name=value" -> {name, value}. */

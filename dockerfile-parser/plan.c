@@ -126,15 +126,17 @@ static bool all_digits(const char *s)
 	return true;
 }
 
-int dfp_resolve_from(const struct dfp_ctx *c, const struct df_node *n, int cur, const char *ref, int *stage,
-		     kiln_error **err)
+int dfp_resolve_from(const struct dfp_ctx *c, const struct df_node *n, int cur, const char *ref, bool mount,
+		     int *stage, kiln_error **err)
 {
 	if (!*ref)
 		return dfp_fail(c, n, err, "--from requires a stage name, index or image");
 	if (strchr(ref, '$'))
 		return dfp_fail(c, n, err,
 				"'from' doesn't support variable expansion, define alias stage instead (--from=%s)", ref);
-	if (all_digits(ref)) {
+	/* a mount's from= is a stage name or an image, never an index
+	 * (BuildKit's detectRunMount) */
+	if (all_digits(ref) && !mount) {
 		unsigned long idx = strtoul(ref, NULL, 10);
 		if (strlen(ref) > 9 || idx >= c->plan->n_stages)
 			return dfp_fail(c, n, err, "invalid stage index %s: the Dockerfile has %zu stages", ref,
@@ -208,9 +210,22 @@ static int platform_parse(const char *s, const char *what, struct platform *p, k
 		*q = (char)tolower((unsigned char)*q);
 	for (tok = strtok_r(dup, "/", &save); tok && n < 4; tok = strtok_r(NULL, "/", &save))
 		parts[n++] = tok;
-	if (n < 2 || n > 3 || strchr(s, ' ') || s[strlen(s) - 1] == '/' || strstr(s, "//")) {
+	if (n < 1 || n > 3 || strchr(s, ' ') || s[strlen(s) - 1] == '/' || strstr(s, "//") || s[0] == '/') {
 		kiln_err(err, KILN_E_USAGE, "invalid %s \"%s\": want os/arch[/variant], e.g. linux/amd64", what, s);
 		goto out;
+	}
+	if (n == 1) {
+		/* containerd: a lone OS gets the host's arch, a lone arch the
+		 * host's OS (kiln's host is linux/amd64) */
+		static const char *const oses[] = { "linux", "windows", "darwin", "freebsd", "netbsd", "openbsd",
+						    "solaris", "illumos", "aix", "android", "ios", "plan9",
+						    "dragonfly", "js", "wasip1", NULL };
+		bool is_os = false;
+		for (size_t i = 0; oses[i]; i++)
+			is_os |= strcmp(oses[i], parts[0]) == 0;
+		parts[1] = is_os ? "amd64" : parts[0];
+		parts[0] = is_os ? parts[0] : "linux";
+		n = 2;
 	}
 	p->os = kiln_xstrdup(parts[0]);
 	if (!strcmp(parts[1], "x86_64") || !strcmp(parts[1], "x86-64"))
@@ -416,7 +431,7 @@ static int collect_edges(struct dfp_ctx *c, kiln_error **err)
 					ref = dfp_mount_from(fl + 8);
 				if (!ref)
 					continue;
-				rc = dfp_resolve_from(c, n, (int)s, ref, &to, err);
+				rc = dfp_resolve_from(c, n, (int)s, ref, run, &to, err);
 				free(ref);
 				if (rc < 0)
 					return -1;

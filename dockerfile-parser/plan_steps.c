@@ -239,8 +239,8 @@ static int do_arg(struct dfp_ctx *c, const struct df_node *n, struct dfp_state *
 	return 0;
 }
 
-static int do_copy(struct dfp_ctx *c, int stage, const struct df_node *n, struct dfp_state *s, struct df_step *step,
-		   kiln_error **err)
+static int do_copy(struct dfp_ctx *c, int stage, const struct df_node *n, const struct df_node *hd, struct dfp_state *s,
+		   struct df_step *step, kiln_error **err)
 {
 	bool copy = step->kind == DF_COPY;
 
@@ -249,7 +249,7 @@ static int do_copy(struct dfp_ctx *c, int stage, const struct df_node *n, struct
 	for (size_t i = 0; i < step->n_flags; i++) {
 		const char *k = step->flags[i].key;
 		if (copy && !strcmp(k, "from")) {
-			if (dfp_resolve_from(c, n, stage, step->flags[i].value, &step->from_stage, err) < 0)
+			if (dfp_resolve_from(c, n, stage, step->flags[i].value, false, &step->from_stage, err) < 0)
 				return -1;
 			if (step->from_stage < 0)
 				step->from_image = kiln_xstrdup(step->flags[i].value);
@@ -264,12 +264,12 @@ static int do_copy(struct dfp_ctx *c, int stage, const struct df_node *n, struct
 	}
 	for (size_t i = 0; i < n->args.n; i++) {
 		/* a heredoc source is a name, not a path */
-		if (n->n_heredocs && !strncmp(n->args.v[i], "<<", 2) && i + 1 < n->args.n)
+		if (hd->n_heredocs && !strncmp(n->args.v[i], "<<", 2) && i + 1 < n->args.n)
 			kiln_strv_push(&step->args, n->args.v[i]);
 		else if (expand_into(c, n, s, n->args.v[i], &step->args, err) < 0)
 			return -1;
 	}
-	copy_heredocs(step, n);
+	copy_heredocs(step, hd);
 	for (size_t i = 0; i < step->n_heredocs; i++) {
 		char *v = NULL;
 		if (!step->heredocs[i].expand)
@@ -282,8 +282,8 @@ static int do_copy(struct dfp_ctx *c, int stage, const struct df_node *n, struct
 	return 0;
 }
 
-static int do_run(struct dfp_ctx *c, int stage, const struct df_node *n, struct dfp_state *s, struct df_step *step,
-		  kiln_error **err)
+static int do_run(struct dfp_ctx *c, int stage, const struct df_node *n, const struct df_node *hd, struct dfp_state *s,
+		  struct df_step *step, kiln_error **err)
 {
 	for (size_t i = 0; i < step->n_flags; i++) {
 		char *from;
@@ -294,7 +294,7 @@ static int do_run(struct dfp_ctx *c, int stage, const struct df_node *n, struct 
 		if (expand_mount(c, n, s, &step->flags[i].value, err) < 0)
 			return -1;
 		from = dfp_mount_from(step->flags[i].value);
-		if (from && dfp_resolve_from(c, n, stage, from, &to, err) < 0) {
+		if (from && dfp_resolve_from(c, n, stage, from, true, &to, err) < 0) {
 			free(from);
 			return -1;
 		}
@@ -304,7 +304,7 @@ static int do_run(struct dfp_ctx *c, int stage, const struct df_node *n, struct 
 	}
 	for (size_t i = 0; i < n->args.n; i++)
 		kiln_strv_push(&step->args, n->args.v[i]);
-	copy_heredocs(step, n);
+	copy_heredocs(step, hd);
 	return 0;
 }
 
@@ -329,8 +329,10 @@ static void snapshot(struct df_step *step, const struct dfp_state *s, struct dfp
 		kiln_strv_push(&step->shell, s->shell.v[i]);
 }
 
-static int dispatch(struct dfp_ctx *c, int stage, struct dfp_state *s, const struct df_node *n, struct df_step *step,
-		    kiln_error **err)
+/* `hd` holds the heredocs: the node itself, or for an ONBUILD trigger the
+ * ONBUILD node (the parser attaches them there, as BuildKit does). */
+static int dispatch(struct dfp_ctx *c, int stage, struct dfp_state *s, const struct df_node *n, const struct df_node *hd,
+		    struct df_step *step, kiln_error **err)
 {
 	int kind = kind_of(n->name);
 	char *v = NULL;
@@ -346,7 +348,7 @@ static int dispatch(struct dfp_ctx *c, int stage, struct dfp_state *s, const str
 	case DF_FROM:
 		return dfp_fail(c, n, err, "FROM is not allowed here");
 	case DF_RUN:
-		if (do_run(c, stage, n, s, step, err) < 0)
+		if (do_run(c, stage, n, hd, s, step, err) < 0)
 			return -1;
 		break;
 	case DF_CMD:
@@ -373,7 +375,7 @@ static int dispatch(struct dfp_ctx *c, int stage, struct dfp_state *s, const str
 		break;
 	case DF_ADD:
 	case DF_COPY:
-		if (do_copy(c, stage, n, s, step, err) < 0)
+		if (do_copy(c, stage, n, hd, s, step, err) < 0)
 			return -1;
 		break;
 	case DF_EXPOSE:
@@ -446,10 +448,10 @@ int dfp_dispatch_stage(struct dfp_ctx *c, int index, kiln_error **err)
 	st->steps = kiln_xcalloc(n_trig + n + 1, sizeof(*st->steps));
 	/* the base stage's ONBUILD triggers run first, at the ONBUILD lines */
 	for (size_t i = 0; i < n_trig; i++)
-		if (dispatch(c, index, s, base->onbuild[i]->sub, &st->steps[st->n_steps++], err) < 0)
+		if (dispatch(c, index, s, base->onbuild[i]->sub, base->onbuild[i], &st->steps[st->n_steps++], err) < 0)
 			return -1;
 	for (size_t i = c->first[index]; i < c->end[index]; i++)
-		if (dispatch(c, index, s, &c->ast->nodes[i], &st->steps[st->n_steps++], err) < 0)
+		if (dispatch(c, index, s, &c->ast->nodes[i], &c->ast->nodes[i], &st->steps[st->n_steps++], err) < 0)
 			return -1;
 	return 0;
 }

@@ -110,8 +110,8 @@ expect_grep "bad substitution message" "badsubst:2:1: failed to process .*missin
 # usage errors: exit 2
 expect_exit 2 "no FILE exits 2" "$KILN" dockerfile plan
 expect_exit 2 "empty --build-arg name exits 2" "$KILN" dockerfile plan --build-arg =x "$D"
-expect_exit 2 "bad --platform exits 2" "$KILN" dockerfile plan --platform linux "$D"
-expect_grep "bad --platform message" 'invalid platform "linux"' "$T_TMP/err"
+expect_exit 2 "bad --platform exits 2" "$KILN" dockerfile plan --platform linux/ "$D"
+expect_grep "bad --platform message" 'invalid platform "linux/"' "$T_TMP/err"
 expect_exit 2 "unknown option exits 2" "$KILN" dockerfile plan --bogus "$D"
 expect_exit 0 "plan --help" "$KILN" dockerfile plan --help
 expect_grep "usage names the options" 'build-arg' "$T_TMP/out"

@@ -163,7 +163,13 @@ static void test_platform_args(void)
 out:
 	done(p);
 
-	o.platform = "linux";
+	o.platform = "arm64";
+	p = plan_of(df, &o, &err);
+	CHECK(p != NULL);
+	if (p)
+		CHECK(has_env(&p->stages[0].steps[1], "TARGETARCH=arm64"));
+	done(p);
+	o.platform = "linux/arm64/v8/x";
 	CHECK(plan_of(df, &o, &err) == NULL);
 	CHECK(err && err->kind == KILN_E_USAGE);
 	kiln_error_clear(&err);

@@ -80,6 +80,14 @@ static void test_default_target(void)
 	CHECK_STR(p->stages[4].steps[2].from_image, "nginx:latest");
 	CHECK_INT(p->stages[4].steps[3].from_stage, 3);
 	done(p);
+	/* a mount's from= is never an index: "0" is an image, as in BuildKit */
+	p = plan_of("FROM alpine\nFROM alpine\nRUN --mount=from=0,target=/x true\n", NULL, &err);
+	CHECK(p != NULL);
+	if (p) {
+		CHECK_INT(p->stages[1].steps[0].from_stage, -1);
+		CHECK_INT(p->stages[1].n_deps, 0);
+	}
+	done(p);
 }
 
 static void test_targets(void)
@@ -172,18 +180,28 @@ static void test_onbuild_trigger(void)
 	struct df_plan *p = plan_of("FROM alpine AS base\n"
 				    "ENV X=base\n"
 				    "ONBUILD RUN echo $X\n"
+				    "ONBUILD COPY <<EOF /f\n"
+				    "hi $X\n"
+				    "EOF\n"
 				    "FROM base\n"
-				    "RUN echo child\n",
-				    NULL, &err);
+				    "RUN echo child\n"
+				    "FROM base AS again\n",
+				    "1", &err);
 
 	CHECK(p != NULL);
 	if (!p)
 		return;
-	CHECK_INT(p->stages[1].n_steps, 2);
+	CHECK_INT(p->stages[1].n_steps, 3);
 	CHECK_INT(p->stages[1].steps[0].kind, DF_RUN);
 	CHECK_INT(p->stages[1].steps[0].node->start_line, 3);
 	CHECK_STR(p->stages[1].steps[0].args.v[0], "echo $X");
-	CHECK_STR(p->stages[1].steps[1].env.v[0], "X=base");
+	CHECK_INT(p->stages[1].steps[1].kind, DF_COPY);
+	CHECK_INT(p->stages[1].steps[1].n_heredocs, 1);
+	if (p->stages[1].steps[1].n_heredocs)
+		CHECK_STR(p->stages[1].steps[1].heredocs[0].content, "hi base\n");
+	CHECK_STR(p->stages[1].steps[2].env.v[0], "X=base");
+	/* the ONBUILD line itself is a step of the stage that declares it */
+	CHECK_INT(p->stages[0].steps[1].kind, DF_ONBUILD);
 	done(p);
 }
 
