@@ -128,14 +128,14 @@ struct df_step {
 	struct df_heredoc *heredocs; /* content with "<<-" tabs removed; COPY/ADD: also
 	                              * expanded when heredoc.expand (RUN: as written) */
 	size_t n_heredocs;
-	kiln_strv env;               /* "K=V" in effect: ENV and ARG values in scope, last
-	                              * definition wins, inherited from a FROM <stage>; RUN
-	                              * also gets the proxy build args (HTTP_PROXY, ...).
-	                              * The base image's own config env is not included. */
+	kiln_strv env;               /* "K=V" in effect: the base image's env (see
+	                              * image_config; scratch: PATH), ENV and ARG values
+	                              * in scope, last definition wins, inherited from a
+	                              * FROM <stage>; RUN also gets the proxy build args */
 	char *workdir;               /* WORKDIR in effect (relative ones joined onto the
-	                              * previous, or "/"), NULL = the base image's */
-	char *user;                  /* USER in effect, NULL = the base image's */
-	kiln_strv shell;             /* SHELL in effect, empty = the base image's (/bin/sh -c) */
+	                              * previous, or "/"), NULL = unknown (image's) */
+	char *user;                  /* USER in effect, NULL = unknown (image's) */
+	kiln_strv shell;             /* SHELL in effect, empty = default (/bin/sh -c) */
 	int from_stage;              /* COPY --from=<stage|index> or RUN --mount from=<stage>:
 	                              * the stage index (the first, for several mounts), else -1 */
 	char *from_image;            /* COPY --from=<image> that names no stage, else NULL */
@@ -156,12 +156,29 @@ struct df_stage {
 	size_t n_deps;
 };
 
+/* What a base image's config contributes to a stage (filled by the caller's
+ * image_config hook; df_plan_build frees the fields). */
+struct df_image_config {
+	kiln_strv env;                   /* "K=V" */
+	char *workdir;                   /* or NULL */
+	char *user;                      /* or NULL */
+	kiln_strv shell;                 /* empty = /bin/sh -c */
+};
+
 struct df_plan_opts {
 	const struct df_kv *build_args;  /* --build-arg K=V */
 	size_t n_build_args;
 	const char *target;              /* stage name (case-insensitive) or index; NULL = last */
 	const char *platform;            /* target platform, "linux/amd64" when NULL */
 	const char *build_platform;      /* "linux/amd64" when NULL */
+	/* Optional: the config of base image `ref` (expanded FROM, never
+	 * "scratch" or a stage) for `platform`, called once per built stage.
+	 * Its env, WORKDIR, USER and SHELL then start the stage, as in BuildKit
+	 * (PATH added when the image has none).  Without it steps only carry
+	 * what the Dockerfile sets (scratch: PATH only). */
+	int (*image_config)(void *ctx, const char *ref, const char *platform, struct df_image_config *out,
+			    kiln_error **err);
+	void *image_ctx;
 };
 
 struct df_plan {

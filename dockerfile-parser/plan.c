@@ -309,6 +309,11 @@ static int global_arg(struct dfp_ctx *c, const struct df_node *n, kiln_error **e
 			return -1;
 		}
 		over = dfp_build_arg(c, key);
+		/* a bare re-declaration (ARG TARGETPLATFORM) keeps the value */
+		if (!eq && !over && dfp_env_find(&c->meta, key)) {
+			free(key);
+			continue;
+		}
 		dfp_env_set(&c->meta, key, over ? over : value);
 		free(key);
 		free(value);

@@ -429,6 +429,48 @@ static int dispatch(struct dfp_ctx *c, int stage, struct dfp_state *s, const str
 	return 0;
 }
 
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+/* A stage FROM an image starts with the image's config (when the caller can
+ * tell) and always with a PATH (BuildKit's "make sure that PATH is always
+ * set"); without the hook only scratch is known to be empty. */
+static int image_start(struct dfp_ctx *c, struct df_stage *st, struct dfp_state *s, kiln_error **err)
+{
+	struct df_image_config ic = { KILN_STRV_INIT, NULL, NULL, KILN_STRV_INIT };
+	bool scratch = strcasecmp(st->base, "scratch") == 0;
+	int rc = -1;
+
+	if (!scratch && c->opts->image_config) {
+		kiln_error *e = NULL;
+		const struct df_kv *tp = dfp_env_find(&c->meta, "TARGETPLATFORM");
+		const char *plat = st->platform ? st->platform : tp && tp->value ? tp->value : "linux/amd64";
+		if (c->opts->image_config(c->opts->image_ctx, st->base, plat, &ic, &e) < 0) {
+			dfp_fail(c, st->node, err, "base image %s: %s", st->base, e ? kiln_error_message(e) : "failed");
+			kiln_error_free(e);
+			goto out;
+		}
+		for (size_t i = 0; i < ic.env.n; i++) {
+			char *eq = strchr(ic.env.v[i], '='), *k;
+			k = eq ? kiln_xstrndup(ic.env.v[i], (size_t)(eq - ic.env.v[i])) : kiln_xstrdup(ic.env.v[i]);
+			dfp_env_set(&s->env, k, eq ? eq + 1 : "");
+			free(k);
+		}
+		s->workdir = ic.workdir && *ic.workdir ? kiln_xstrdup(ic.workdir) : NULL;
+		s->user = ic.user && *ic.user ? kiln_xstrdup(ic.user) : NULL;
+		for (size_t i = 0; i < ic.shell.n; i++)
+			kiln_strv_push(&s->shell, ic.shell.v[i]);
+	}
+	if ((scratch || c->opts->image_config) && !dfp_env_find(&s->env, "PATH"))
+		dfp_env_set(&s->env, "PATH", DEFAULT_PATH);
+	rc = 0;
+out:
+	kiln_strv_free(&ic.env);
+	free(ic.workdir);
+	free(ic.user);
+	kiln_strv_free(&ic.shell);
+	return rc;
+}
+
 int dfp_dispatch_stage(struct dfp_ctx *c, int index, kiln_error **err)
 {
 	struct df_stage *st = &c->plan->stages[index];
@@ -444,6 +486,8 @@ int dfp_dispatch_stage(struct dfp_ctx *c, int index, kiln_error **err)
 		s->user = base->user ? kiln_xstrdup(base->user) : NULL;
 		for (size_t i = 0; i < base->shell.n; i++)
 			kiln_strv_push(&s->shell, base->shell.v[i]);
+	} else if (image_start(c, st, s, err) < 0) {
+		return -1;
 	}
 	st->steps = kiln_xcalloc(n_trig + n + 1, sizeof(*st->steps));
 	/* the base stage's ONBUILD triggers run first, at the ONBUILD lines */

@@ -12,7 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const struct df_kv args[] = { { "VERSION", "1.0" }, { "BASE", "alpine" }, { "A", "a b" } };
 	static const char *const targets[] = { NULL, "0", "1", "build", "app", "nope" };
-	struct df_plan_opts o = { args, 3, NULL, NULL, NULL };
+	struct df_plan_opts o = { args, 3, NULL, NULL, NULL, NULL, NULL };
 	struct df_ast *ast = NULL;
 	struct df_plan *plan = NULL;
 	kiln_error *err = NULL;

@@ -109,7 +109,7 @@ static void test_build_args(void)
 	const struct df_kv ba[] = { { "BASE", "debian" },    { "VERSION", "12" }, { "FOO", "override" },
 				    { "UNUSED", "x" },       { "HTTP_PROXY", "http://proxy:3128" },
 				    { "BUILDKIT_INLINE_CACHE", "1" } };
-	struct df_plan_opts o = { ba, 6, NULL, NULL, NULL };
+	struct df_plan_opts o = { ba, 6, NULL, NULL, NULL, NULL, NULL };
 	kiln_error *err = NULL;
 	struct df_plan *p = plan_of(df, &o, &err);
 	const struct df_step *run;
@@ -142,7 +142,7 @@ static void test_platform_args(void)
 			 "ARG TARGETVARIANT\n"
 			 "ARG TARGETPLATFORM\n"
 			 "RUN true\n";
-	struct df_plan_opts o = { NULL, 0, NULL, "linux/arm", NULL };
+	struct df_plan_opts o = { NULL, 0, NULL, "linux/arm", NULL, NULL, NULL };
 	kiln_error *err = NULL;
 	struct df_plan *p = plan_of(df, &o, &err);
 
@@ -347,6 +347,70 @@ static void test_errors(void)
 	expect_error("FROM --platform=$NOPE alpine\n", NULL, "failed to parse platform");
 }
 
+static int fake_image(void *ctx, const char *ref, const char *platform, struct df_image_config *out, kiln_error **err)
+{
+	int *calls = ctx;
+
+	(*calls)++;
+	if (strcmp(platform, "linux/amd64") != 0)
+		return kiln_err(err, KILN_E_INVALID, "unexpected platform %s", platform);
+	if (strcmp(ref, "broken:1") == 0)
+		return kiln_err(err, KILN_E_NOTFOUND, "manifest unknown");
+	if (strcmp(ref, "golang:1.22") == 0) {
+		kiln_strv_push(&out->env, "PATH=/usr/local/go/bin:/usr/bin");
+		kiln_strv_push(&out->env, "GOLANG_VERSION=1.22");
+		out->workdir = kiln_xstrdup("/go");
+		out->user = kiln_xstrdup("gopher");
+	}
+	return 0;
+}
+
+/* The base image's config starts the stage's env, WORKDIR and USER when the
+ * caller can supply it; PATH is always there (BuildKit). */
+static void test_image_config(void)
+{
+	const char *df = "ARG TARGETPLATFORM\n"
+			 "FROM --platform=$TARGETPLATFORM golang:1.22 AS build\n"
+			 "ENV PATH=/opt/bin:$PATH\n"
+			 "WORKDIR src\n"
+			 "RUN go version\n"
+			 "FROM alpine:3.19\n"
+			 "COPY --from=build /go/bin/app /app\n"
+			 "RUN true\n";
+	int calls = 0;
+	struct df_plan_opts o = { NULL, 0, NULL, NULL, NULL, fake_image, &calls };
+	kiln_error *err = NULL;
+	struct df_plan *p = plan_of(df, &o, &err);
+
+	print_err(err);
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	CHECK_INT(calls, 2);
+	CHECK_STR(p->stages[0].platform, "linux/amd64");
+	CHECK(has_env(&p->stages[0].steps[2], "PATH=/opt/bin:/usr/local/go/bin:/usr/bin"));
+	CHECK(has_env(&p->stages[0].steps[2], "GOLANG_VERSION=1.22"));
+	CHECK_STR(p->stages[0].steps[2].workdir, "/go/src");
+	CHECK_STR(p->stages[0].steps[2].user, "gopher");
+	CHECK(has_env(&p->stages[1].steps[1], "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
+	CHECK(p->stages[1].steps[1].workdir == NULL);
+	done(p);
+
+	CHECK(plan_of("FROM broken:1\n", &o, &err) == NULL);
+	CHECK(err && !strcmp(kiln_error_message(err), "Dockerfile:1:1: base image broken:1: manifest unknown"));
+	kiln_error_clear(&err);
+	done(NULL);
+
+	/* without the hook: scratch has PATH, an image is unknown */
+	p = plan_of("FROM scratch\nRUN a\nFROM alpine\nCOPY --from=0 / /\nRUN b\n", NULL, &err);
+	CHECK(p != NULL);
+	if (p) {
+		CHECK_INT(p->stages[0].steps[0].env.n, 1);
+		CHECK_INT(p->stages[1].steps[1].env.n, 0);
+	}
+	done(p);
+}
+
 int main(void)
 {
 	RUN(test_arg_scoping);
@@ -357,5 +421,6 @@ int main(void)
 	RUN(test_heredoc_and_workdir);
 	RUN(test_global_arg_without_value);
 	RUN(test_errors);
+	RUN(test_image_config);
 	return test_done();
 }

@@ -11,7 +11,7 @@ static struct df_ast *g_ast;
 
 static struct df_plan *plan_of(const char *text, const char *target, kiln_error **err)
 {
-	struct df_plan_opts o = { NULL, 0, target, NULL, NULL };
+	struct df_plan_opts o = { NULL, 0, target, NULL, NULL, NULL, NULL };
 	struct df_plan *p = NULL;
 
 	df_ast_free(g_ast);
