@@ -56,11 +56,16 @@ guest_proc *guest_spawn(guest_conn *c, const struct guest_exec_opts *o, int time
 		.ngroups = o->groups ? o->ngroups : 0,
 		.timeout_ms = o->timeout_ms,
 		.flags = o->want_stdin ? GUEST_EXEC_STDIN : 0,
+		.user = (char *)o->run_as,
 	};
 	struct guest_proc *p = NULL;
 
 	if ((o->shell != NULL) == (o->argv != NULL && o->argv[0] != NULL)) {
 		kiln_err(err, KILN_E_USAGE, "give either argv or a shell string");
+		goto fail;
+	}
+	if (o->run_as && (o->uid >= 0 || o->gid >= 0 || o->groups)) {
+		kiln_err(err, KILN_E_USAGE, "give either a user name or numeric uid/gid");
 		goto fail;
 	}
 	if (req.argc > GUEST_MAX_LIST || req.envc > GUEST_MAX_LIST || req.ngroups > GUEST_MAX_LIST) {

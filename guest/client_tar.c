@@ -157,6 +157,12 @@ out:
 
 int guest_upload_dir(guest_conn *c, const char *host_dir, const char *guest_dir, int timeout_ms, kiln_error **err)
 {
+	return guest_upload_dir_owned(c, host_dir, guest_dir, -1, -1, timeout_ms, err);
+}
+
+int guest_upload_dir_owned(guest_conn *c, const char *host_dir, const char *guest_dir, int64_t uid, int64_t gid,
+			   int timeout_ms, kiln_error **err)
+{
 	struct up_ctx u = { .deadline = gc_deadline(timeout_ms) };
 	struct archive *disk = archive_read_disk_new(), *aw = archive_write_new();
 	struct archive_entry_linkresolver *lr = NULL;
@@ -200,6 +206,10 @@ int guest_upload_dir(guest_conn *c, const char *host_dir, const char *guest_dir,
 		}
 		archive_entry_copy_sourcepath(e, path);
 		archive_entry_copy_pathname(e, path + plen + 1);
+		if (uid >= 0)
+			archive_entry_set_uid(e, uid);
+		if (gid >= 0)
+			archive_entry_set_gid(e, gid);
 		archive_entry_linkify(lr, &cur, &spare);
 		if (cur == NULL)
 			continue;

@@ -129,6 +129,7 @@ struct guest_exec_req {
 	size_t ngroups;
 	uint64_t timeout_ms; /* 0 = none */
 	uint32_t flags;      /* GUEST_EXEC_* */
+	char *user;          /* "user[:group]" resolved in the guest; excludes uid/gid/groups */
 };
 struct guest_exit {
 	int32_t code;    /* exit status when signal == 0 */
@@ -210,7 +211,9 @@ struct guest_exec_opts {
 	const char *shell;        /* ... or a string run as /bin/sh -c STRING */
 	const char *const *env;   /* NULL: PATH=/usr/local/sbin:...:/bin only */
 	const char *cwd;          /* NULL: "/" */
-	int64_t uid, gid;         /* -1: keep (root); set both fields, 0 is root */
+	const char *run_as;       /* "name|uid[:group|gid]", resolved against the guest's
+				   * /etc/passwd and /etc/group (sets HOME unless env has it) */
+	int64_t uid, gid;         /* or numeric ids; -1: keep (root) */
 	const uint32_t *groups;   /* supplementary groups, NULL: just gid */
 	size_t ngroups;
 	uint64_t timeout_ms;      /* 0: none; the agent kills the process group */
@@ -253,6 +256,10 @@ int guest_upload_tar(guest_conn *c, const char *guest_dir, int tar_fd, int timeo
 /* Pack host_dir (libarchive, numeric owners) and upload it into guest_dir. */
 int guest_upload_dir(guest_conn *c, const char *host_dir, const char *guest_dir, int timeout_ms,
 		     kiln_error **err);
+/* The same with every entry owned by uid:gid (-1 keeps the host's), as for
+ * COPY --chown or for a build context that must land as root's. */
+int guest_upload_dir_owned(guest_conn *c, const char *host_dir, const char *guest_dir, int64_t uid, int64_t gid,
+			   int timeout_ms, kiln_error **err);
 /* Write guest_dir as a tar to out_fd. */
 int guest_download_tar(guest_conn *c, const char *guest_dir, int out_fd, int timeout_ms, kiln_error **err);
 /* Download guest_dir and extract it under host_dir (libarchive, refusing

@@ -9,7 +9,10 @@
 
 /* Field tags, per message. */
 enum { HELLO_VERSION = 1, HELLO_CAPS, HELLO_AGENT, HELLO_PID };
-enum { EXEC_ARG = 1, EXEC_ENV, EXEC_CWD, EXEC_UID, EXEC_GID, EXEC_GROUP, EXEC_ENV_SET, EXEC_TIMEOUT, EXEC_FLAGS };
+enum {
+	EXEC_ARG = 1, EXEC_ENV, EXEC_CWD, EXEC_UID, EXEC_GID, EXEC_GROUP, EXEC_ENV_SET, EXEC_TIMEOUT, EXEC_FLAGS,
+	EXEC_USER,
+};
 enum { EXIT_CODE = 1, EXIT_SIGNAL, EXIT_TIMED_OUT };
 enum { XFER_DIR = 1, XFER_TIMEOUT };
 enum { STATQ_PATH = 1, STATQ_FOLLOW };
@@ -199,6 +202,8 @@ void guest_encode_exec(struct guest_wbuf *w, uint32_t id, const struct guest_exe
 		guest_tlv_u64(w, EXEC_TIMEOUT, m->timeout_ms);
 	if (m->flags)
 		guest_tlv_u64(w, EXEC_FLAGS, m->flags);
+	if (m->user)
+		guest_tlv_str(w, EXEC_USER, m->user);
 	guest_frame_end(w, start);
 }
 
@@ -272,6 +277,10 @@ int guest_decode_exec(const uint8_t *p, size_t n, struct guest_exec_req *m, cons
 			if (get_u64(&t, &m->timeout_ms, why) < 0)
 				goto fail;
 			break;
+		case EXEC_USER:
+			if (get_str(&t, &m->user, why) < 0)
+				goto fail;
+			break;
 		case EXEC_FLAGS:
 			if (get_u64(&t, &v, why) < 0)
 				goto fail;
@@ -311,6 +320,10 @@ int guest_decode_exec(const uint8_t *p, size_t n, struct guest_exec_req *m, cons
 		*why = "supplementary groups without a uid";
 		goto fail;
 	}
+	if (m->user && (m->uid >= 0 || m->gid >= 0 || m->ngroups > 0 || m->user[0] == '\0')) {
+		*why = "user must be non-empty and excludes uid, gid and groups";
+		goto fail;
+	}
 	return 0;
 fail:
 	guest_exec_req_free(m);
@@ -323,6 +336,7 @@ void guest_exec_req_free(struct guest_exec_req *m)
 	free_strv(m->env, m->envc);
 	free(m->cwd);
 	free(m->groups);
+	free(m->user);
 	memset(m, 0, sizeof(*m));
 	m->uid = m->gid = -1;
 }

@@ -81,6 +81,18 @@ void sessions_tick(struct agent *a);
 void sessions_drop_all(struct agent *a);
 int sessions_next_timeout(struct agent *a);
 
+/* user.c */
+#define USER_MAX_GROUPS 256
+struct user_cred {
+	int64_t uid, gid;
+	uint32_t groups[USER_MAX_GROUPS];
+	size_t ngroups;
+	char name[256];
+	char home[1024];
+};
+/* Resolve "user[:group]" in the guest's /etc/passwd and /etc/group; -1 with why. */
+int user_resolve(const char *spec, struct user_cred *out, char *why, size_t whylen);
+
 /* files.c */
 void files_find_tar(struct agent *a, const char *opt);
 void files_stat(struct agent *a, uint32_t id, const uint8_t *p, size_t n);

@@ -197,12 +197,52 @@ fail:
 
 void session_exec(struct agent *a, uint32_t id, struct guest_exec_req *req)
 {
+	char **env = req->env ? req->env : default_env, **with_home = NULL, *home = NULL;
+	struct user_cred uc;
+	char why[512];
+	bool has_home = false;
+	size_t n;
+
+	if (req->user) {
+		if (user_resolve(req->user, &uc, why, sizeof(why)) < 0) {
+			agent_send_error(a, id, ENOENT, "%s", why);
+			return;
+		}
+		req->uid = uc.uid;
+		req->gid = uc.gid;
+		if (uc.ngroups > 0) {
+			req->groups = malloc(uc.ngroups * sizeof(uint32_t));
+			if (req->groups == NULL) {
+				agent_send_error(a, id, ENOMEM, "out of memory");
+				return;
+			}
+			memcpy(req->groups, uc.groups, uc.ngroups * sizeof(uint32_t));
+			req->ngroups = uc.ngroups;
+		}
+		/* As docker does: HOME follows the user unless it was given. */
+		for (n = 0; env[n]; n++)
+			has_home |= strncmp(env[n], "HOME=", 5) == 0;
+		if (!has_home) {
+			with_home = calloc(n + 2, sizeof(char *));
+			home = malloc(strlen(uc.home) + 6);
+			if (with_home == NULL || home == NULL) {
+				agent_send_error(a, id, ENOMEM, "out of memory");
+				goto out;
+			}
+			memcpy(with_home, env, n * sizeof(char *));
+			sprintf(home, "HOME=%s", uc.home);
+			with_home[n] = home;
+			env = with_home;
+		}
+	}
 	if ((req->uid >= 0 || req->gid >= 0) && !(a->caps & GUEST_CAP_SETUID)) {
 		agent_send_error(a, id, EPERM, "the agent does not run as root and cannot switch user");
-		return;
+		goto out;
 	}
-	session_spawn(a, id, S_EXEC, req->argv, req->env, req->cwd, req, req->flags & GUEST_EXEC_STDIN,
-		      req->timeout_ms);
+	session_spawn(a, id, S_EXEC, req->argv, env, req->cwd, req, req->flags & GUEST_EXEC_STDIN, req->timeout_ms);
+out:
+	free(with_home);
+	free(home);
 }
 
 static void drop_stdin(struct agent *a, struct session *s)

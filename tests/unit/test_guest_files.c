@@ -297,6 +297,29 @@ static void test_transfer_errors(void)
 	free(file);
 }
 
+static void test_upload_owned(void)
+{
+	kiln_error *err = NULL;
+	char *src = kiln_path_join(tmp, "src-gnu");
+	char *dst = kiln_path_join(tmp, "owned");
+	const char *names[] = { "secret", "sub", "sub/deeper/data.bin", "sub/link-to-hello", NULL };
+	struct guest_stat st;
+
+	if (geteuid() != 0)
+		return;
+	CHECK_INT(guest_upload_dir_owned(conn, src, dst, 77, 88, 20000, &err), 0);
+	for (int i = 0; names[i]; i++) {
+		char *p = kiln_path_join(dst, names[i]);
+		CHECK_INT(guest_stat_path(conn, p, false, &st, 5000, &err), 0);
+		CHECK(st.uid == 77 && st.gid == 88);
+		guest_stat_free(&st);
+		free(p);
+	}
+	kiln_error_free(err);
+	free(src);
+	free(dst);
+}
+
 static void test_roundtrip_busybox_tar(void)
 {
 	stop_agent();
@@ -329,6 +352,7 @@ int main(void)
 	RUN(test_roundtrip_gnu_tar);
 	RUN(test_raw_tar_fd);
 	RUN(test_transfer_errors);
+	RUN(test_upload_owned);
 	RUN(test_roundtrip_busybox_tar);
 	stop_agent();
 	kiln_rm_rf(tmp, &err);
