@@ -66,4 +66,172 @@ const struct build_entry *build_tree_find(const build_tree *t, const char *path)
 /* Index range [*begin, *end) of the entries strictly below `dir` ("." = all). */
 void build_tree_children(const build_tree *t, const char *dir, size_t *begin, size_t *end);
 
+/* ===========================================================================
+ * The image so far (fsindex.c): every path with its type, mode, owner and
+ * link target, from layer tar headers with whiteouts applied; also the
+ * image's /etc/passwd and /etc/group, which --chown names resolve against.
+ * Paths are relative to the image root, without a leading "/" ("" = root).
+ * ========================================================================= */
+typedef struct build_fsindex build_fsindex;
+
+struct build_fsnode {
+	char *path;
+	mode_t mode;   /* type and permission bits */
+	uid_t uid;
+	gid_t gid;
+	char *link;    /* symlink target */
+};
+
+build_fsindex *build_fsindex_new(void);
+void build_fsindex_free(build_fsindex *x);
+/* Apply one layer blob (tar, gzip or zstd) on top. */
+int build_fsindex_apply_layer(build_fsindex *x, const char *blob, kiln_error **err);
+const struct build_fsnode *build_fsindex_get(const build_fsindex *x, const char *path);
+/* Resolve symlinks (scoped to the image root) in every component but the
+ * last, and in the last too when follow_last.  Returns index form. */
+char *build_fsindex_resolve(const build_fsindex *x, const char *path, bool follow_last);
+/* Contents of "etc/passwd" / "etc/group" in the image, or NULL. */
+const char *build_fsindex_file(const build_fsindex *x, const char *path);
+
+/* ===========================================================================
+ * COPY / ADD (copy.c, fetch.c): what a step adds, as a sorted list of items.
+ * ========================================================================= */
+struct build_item {
+	char *dest;        /* image path, index form ("app/main.c") */
+	char *src;         /* host file with the content (regular files), else NULL */
+	mode_t mode;       /* type and permission bits as they go in the layer */
+	uid_t uid;
+	gid_t gid;
+	char *link;        /* symlink target */
+	uint64_t size;
+	/* the input file's own metadata, for the cache key */
+	mode_t src_mode;
+	uid_t src_uid;
+	gid_t src_gid;
+};
+
+struct build_changes {
+	struct build_item *v;
+	size_t n, cap;
+	kiln_strv tmpdirs; /* scratch (downloads, extracted archives), removed on free */
+};
+
+void build_changes_free(struct build_changes *c);
+/* Sort by destination path, the later of two equal paths winning. */
+void build_changes_finish(struct build_changes *c);
+
+struct build_copy_opts {
+	bool add;                  /* ADD: URLs and local archive extraction */
+	const char *chown;         /* "USER[:GROUP]", names or ids; NULL = 0:0 (or kept) */
+	const char *chmod;         /* octal; NULL = kept */
+	const char *checksum;      /* ADD --checksum=sha256:... for URLs */
+	const char *const *excludes; /* --exclude patterns */
+	size_t n_excludes;
+	bool parents;              /* --parents */
+	bool keep_owner;           /* sources keep their owners (COPY --from=stage) */
+	const char *workdir;       /* for a relative destination; NULL = "/" */
+	const char *scratch;       /* directory for temporary files */
+	/* heredoc sources "<<NAME": their bodies */
+	const char *const *heredoc_names;
+	const char *const *heredoc_bodies;
+	size_t n_heredocs;
+};
+
+/* Resolve COPY/ADD `srcs` → `dest` against a source tree and the image:
+ * globs, directory contents, trailing-slash rules, --parents, --exclude,
+ * --chown (names from the image's /etc/passwd and /etc/group), --chmod,
+ * ADD's archive extraction and URLs.  Appends to *out. */
+int build_copy_resolve(const build_tree *tree, const char *const *srcs, size_t n_srcs, const char *dest,
+		       const struct build_copy_opts *o, const build_fsindex *img, struct build_changes *out,
+		       kiln_error **err);
+/* "USER[:GROUP]" → ids: numbers as they are (a lone uid is also the gid),
+ * names looked up in passwd/group texts (either may be NULL). */
+int build_chown_parse(const char *spec, const char *passwd, const char *group, uid_t *uid, gid_t *gid,
+		      kiln_error **err);
+/* Fetch a URL (http/https) to a file, checking `checksum` ("sha256:...") if set. */
+int build_fetch_url(const char *url, const char *path, const char *checksum, kiln_error **err);
+
+/* ===========================================================================
+ * The local store (store.c) under kiln_home(): blobs/sha256/HEX, written to
+ * tmp/ then fsync'd and renamed (a killed build leaves no partial blob
+ * visible), images.json (name:tag → manifest digest) and the cache.  Builds
+ * hold a shared flock on "lock"; prune/GC holds it exclusively.
+ * ========================================================================= */
+typedef struct build_store build_store;
+typedef struct build_blob_writer build_blob_writer;
+
+/* home NULL = kiln_home().  Creates the layout if missing. */
+int build_store_open(const char *home, build_store **out, kiln_error **err);
+void build_store_close(build_store *s);
+const char *build_store_home(const build_store *s);
+int build_store_lock(build_store *s, bool exclusive, kiln_error **err);
+char *build_store_blob_path(const build_store *s, const char *digest);
+bool build_store_has_blob(const build_store *s, const char *digest);
+int build_blob_begin(build_store *s, build_blob_writer **w, kiln_error **err);
+int build_blob_write(build_blob_writer *w, const void *data, size_t len, kiln_error **err);
+/* Finish: verify against `expect` (if not NULL), make visible; frees w. */
+int build_blob_commit(build_blob_writer *w, const char *expect, char digest[KILN_DIGEST_MAX], int64_t *size,
+		      kiln_error **err);
+void build_blob_abort(build_blob_writer *w);
+int build_store_put(build_store *s, const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err);
+/* Read a blob (at most max bytes, 0 = no limit), verifying its digest. */
+int build_store_read(const build_store *s, const char *digest, char **data, size_t *len, size_t max,
+		     kiln_error **err);
+/* Copy a file into the store, verifying it against `expect`. */
+int build_store_import_file(build_store *s, const char *path, const char *expect, kiln_error **err);
+/* Point NAME[:TAG] (":latest" added when missing) at a manifest. */
+int build_store_tag(build_store *s, const char *name, const char *manifest_digest, kiln_error **err);
+/* {"NAME:TAG": {"digest": ..., "created": ...}} */
+json_t *build_store_images(const build_store *s, kiln_error **err);
+/* "busybox" → "busybox:latest"; "host:5000/a" → "host:5000/a:latest". */
+char *build_ref_normalize(const char *name);
+
+/* ===========================================================================
+ * Layers (layer.c): one OCI layer from a change list, deterministic (sorted,
+ * fixed timestamps, no user/group names, no gzip timestamp), so equal
+ * inputs give equal digests.
+ * ========================================================================= */
+enum build_compression { BUILD_GZIP, BUILD_ZSTD, BUILD_NONE };
+
+struct build_layer {
+	char digest[KILN_DIGEST_MAX];  /* the blob as stored */
+	char diff_id[KILN_DIGEST_MAX]; /* the uncompressed tar */
+	int64_t size;
+	const char *media_type;        /* static string */
+};
+
+const char *build_layer_media_type(enum build_compression c);
+int build_layer_write(build_store *s, const struct build_changes *ch, enum build_compression comp, int64_t mtime,
+		      struct build_layer *out, kiln_error **err);
+
+/* ===========================================================================
+ * The step cache (cache.c).  key = sha256 over the parent key, the step as
+ * expanded, and per input item: destination, type, mode, owner (as written
+ * and as found), link target and content digest — never mtimes.  Entries
+ * live in cache/HEX.json and are only written after the layer is stored, so
+ * a failed step leaves none.
+ * ========================================================================= */
+int build_cache_key(const char *parent, const char *instruction, const struct build_changes *ch,
+		    char out[KILN_DIGEST_MAX], kiln_error **err);
+/* 1 on a hit (layer filled, last use recorded), 0 on a miss. */
+int build_cache_get(build_store *s, const char *key, struct build_layer *out, kiln_error **err);
+int build_cache_put(build_store *s, const char *key, const struct build_layer *l, const char *instruction,
+		    kiln_error **err);
+/* [{"key","layer","size","instruction","created","last_used"}], oldest first. */
+json_t *build_cache_list(build_store *s, kiln_error **err);
+
+struct build_prune_stats {
+	size_t entries;   /* cache entries removed */
+	size_t blobs;     /* unreferenced blobs removed */
+	uint64_t bytes;   /* bytes freed by blob removal */
+};
+
+/* Remove cache entries (all, or unused for older_than seconds; -1 = none
+ * by age), then every blob no image or remaining entry references, and
+ * stale temp files.  Takes the store lock exclusively. */
+int build_cache_prune(build_store *s, bool all, int64_t older_than, struct build_prune_stats *st,
+		      kiln_error **err);
+/* "90s", "30m", "12h", "7d" (a bare number is seconds) → seconds. */
+int build_parse_duration(const char *s, int64_t *out, kiln_error **err);
+
 #endif

@@ -1,0 +1,298 @@
+/* cache.c — the step cache: keys from what a step reads (content, mode,
+ * owner; never mtimes), entries as small JSON files naming a stored layer,
+ * and prune + garbage collection of blobs nothing references any more. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "builder/builder.h"
+
+int build_cache_key(const char *parent, const char *instruction, const struct build_changes *ch,
+		    char out[KILN_DIGEST_MAX], kiln_error **err)
+{
+	kiln_hasher *h = kiln_hasher_new(KILN_SHA256);
+	kiln_buf line = KILN_BUF_INIT;
+
+	kiln_buf_addf(&line, "kiln-build-cache/1\nparent %s\nstep %zu:%s\n", parent ? parent : "",
+		      strlen(instruction), instruction);
+	kiln_hasher_update(h, line.buf, line.len);
+	for (size_t i = 0; ch && i < ch->n; i++) {
+		const struct build_item *it = &ch->v[i];
+		char digest[KILN_DIGEST_MAX] = "-";
+
+		if (it->src && kiln_digest_file(KILN_SHA256, it->src, digest, err) < 0) {
+			kiln_hasher_free(h);
+			kiln_buf_free(&line);
+			return kiln_error_wrap(err, "cache key");
+		}
+		kiln_buf_reset(&line);
+		kiln_buf_addf(&line, "%zu:%s %o %u:%u %o %u:%u %zu:%s %s\n", strlen(it->dest), it->dest,
+			      (unsigned)it->mode, (unsigned)it->uid, (unsigned)it->gid, (unsigned)it->src_mode,
+			      (unsigned)it->src_uid, (unsigned)it->src_gid, it->link ? strlen(it->link) : 0,
+			      it->link ? it->link : "", digest);
+		kiln_hasher_update(h, line.buf, line.len);
+	}
+	kiln_hasher_final(h, out);
+	kiln_buf_free(&line);
+	return 0;
+}
+
+static char *entry_path(build_store *s, const char *key)
+{
+	return kiln_xasprintf("%s/cache/%s.json", build_store_home(s), kiln_digest_hex(key));
+}
+
+static const char *static_media(const char *mt)
+{
+	static const enum build_compression all[] = { BUILD_GZIP, BUILD_ZSTD, BUILD_NONE };
+	for (size_t i = 0; mt && i < 3; i++)
+		if (strcmp(mt, build_layer_media_type(all[i])) == 0)
+			return build_layer_media_type(all[i]);
+	return NULL;
+}
+
+int build_cache_get(build_store *s, const char *key, struct build_layer *out, kiln_error **err)
+{
+	char *p = entry_path(s, key);
+	json_t *j = NULL;
+	int rc = 0;
+
+	if (access(p, F_OK) < 0)
+		goto out;
+	j = kiln_json_load_file(p, err);
+	if (!j) {
+		/* a damaged entry is a miss, not a failed build */
+		kiln_warn("cache entry %s unreadable: %s", p, kiln_error_message(*err));
+		kiln_error_clear(err);
+		goto out;
+	}
+	const char *digest = kiln_json_str(j, "layer"), *diff = kiln_json_str(j, "diff_id");
+	const char *mt = static_media(kiln_json_str(j, "media_type"));
+	if (!digest || !diff || !mt || kiln_digest_parse(digest, NULL, err) < 0 ||
+	    kiln_digest_parse(diff, NULL, err) < 0 || !build_store_has_blob(s, digest)) {
+		kiln_error_clear(err);
+		goto out;
+	}
+	snprintf(out->digest, sizeof(out->digest), "%s", digest);
+	snprintf(out->diff_id, sizeof(out->diff_id), "%s", diff);
+	out->size = kiln_json_int(j, "size", 0);
+	out->media_type = mt;
+	json_object_set_new(j, "last_used", json_integer((json_int_t)time(NULL)));
+	if (kiln_json_write_file(p, j, err) < 0)
+		kiln_error_clear(err); /* last_used is advisory */
+	rc = 1;
+out:
+	json_decref(j);
+	free(p);
+	return rc;
+}
+
+int build_cache_put(build_store *s, const char *key, const struct build_layer *l, const char *instruction,
+		    kiln_error **err)
+{
+	char *p = entry_path(s, key);
+	json_int_t now = (json_int_t)time(NULL);
+	json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:I}", "key", key, "layer", l->digest, "diff_id",
+			      l->diff_id, "media_type", l->media_type, "size", (json_int_t)l->size, "instruction",
+			      instruction, "created", now, "last_used", now);
+	int rc = kiln_json_write_file(p, j, err);
+
+	json_decref(j);
+	free(p);
+	return rc;
+}
+
+static int cmp_used(const void *a, const void *b)
+{
+	json_int_t x = kiln_json_int(*(json_t *const *)a, "last_used", 0);
+	json_int_t y = kiln_json_int(*(json_t *const *)b, "last_used", 0);
+	return x < y ? -1 : x > y;
+}
+
+json_t *build_cache_list(build_store *s, kiln_error **err)
+{
+	char *dir = kiln_path_join(build_store_home(s), "cache");
+	DIR *d = opendir(dir);
+	json_t *arr = json_array();
+	struct dirent *de;
+
+	if (!d) {
+		if (errno != ENOENT) {
+			kiln_err_errno(err, errno, "cache %s", dir);
+			json_decref(arr);
+			arr = NULL;
+		}
+		free(dir);
+		return arr;
+	}
+	while ((de = readdir(d)) != NULL) {
+		size_t n = strlen(de->d_name);
+		if (n < 6 || strcmp(de->d_name + n - 5, ".json") != 0)
+			continue;
+		char *p = kiln_path_join(dir, de->d_name);
+		kiln_error *e2 = NULL;
+		json_t *j = kiln_json_load_file(p, &e2);
+		if (j && json_is_object(j))
+			json_array_append_new(arr, j);
+		else
+			json_decref(j);
+		kiln_error_free(e2);
+		free(p);
+	}
+	closedir(d);
+	free(dir);
+	/* sort by last use, oldest first */
+	size_t n = json_array_size(arr);
+	json_t **v = kiln_xcalloc(n ? n : 1, sizeof(*v));
+	for (size_t i = 0; i < n; i++)
+		v[i] = json_incref(json_array_get(arr, i));
+	qsort(v, n, sizeof(*v), cmp_used);
+	json_array_clear(arr);
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, v[i]);
+	free(v);
+	return arr;
+}
+
+int build_parse_duration(const char *s, int64_t *out, kiln_error **err)
+{
+	char *end;
+	long long v = strtoll(s, &end, 10);
+	int64_t mul = 1;
+
+	if (end == s || v < 0)
+		return kiln_err(err, KILN_E_USAGE, "bad duration '%s' (want e.g. 90s, 30m, 12h, 7d)", s);
+	if (*end == 's')
+		end++;
+	else if (*end == 'm' && (end++, 1))
+		mul = 60;
+	else if (*end == 'h' && (end++, 1))
+		mul = 3600;
+	else if (*end == 'd' && (end++, 1))
+		mul = 86400;
+	if (*end)
+		return kiln_err(err, KILN_E_USAGE, "bad duration '%s' (want e.g. 90s, 30m, 12h, 7d)", s);
+	*out = (int64_t)v * mul;
+	return 0;
+}
+
+static void keep(json_t *set, const char *digest)
+{
+	if (digest)
+		json_object_set_new(set, digest, json_true());
+}
+
+/* Everything an image references: its manifest, config and layers. */
+static void mark_image(build_store *s, json_t *set, const char *manifest)
+{
+	char *data = NULL;
+	size_t len = 0;
+	kiln_error *err = NULL;
+
+	keep(set, manifest);
+	if (build_store_read(s, manifest, &data, &len, 16 << 20, &err) < 0) {
+		kiln_error_free(err);
+		return;
+	}
+	json_t *m = kiln_json_loadb(data, len, manifest, &err);
+	free(data);
+	if (!m) {
+		kiln_error_free(err);
+		return;
+	}
+	keep(set, kiln_json_str(json_object_get(m, "config"), "digest"));
+	json_t *layers = json_object_get(m, "layers"), *l;
+	size_t i;
+	json_array_foreach(layers, i, l)
+		keep(set, kiln_json_str(l, "digest"));
+	json_decref(m);
+}
+
+static int sweep_dir(const char *dir, json_t *set, const char *algo, struct build_prune_stats *st,
+		     kiln_error **err)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	if (!d)
+		return errno == ENOENT ? 0 : kiln_err_errno(err, errno, "prune %s", dir);
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		char *p = kiln_path_join(dir, de->d_name);
+		char *digest = algo ? kiln_xasprintf("%s:%s", algo, de->d_name) : NULL;
+		struct stat sb;
+		if (!algo && lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+			kiln_error *e2 = NULL;
+			if (kiln_rm_rf(p, &e2) < 0)
+				kiln_error_free(e2);
+		} else if (!digest || !json_object_get(set, digest)) {
+			if (lstat(p, &sb) == 0 && unlink(p) == 0 && algo) {
+				st->blobs++;
+				st->bytes += (uint64_t)sb.st_size;
+			}
+		}
+		free(digest);
+		free(p);
+	}
+	closedir(d);
+	return 0;
+}
+
+int build_cache_prune(build_store *s, bool all, int64_t older_than, struct build_prune_stats *st,
+		      kiln_error **err)
+{
+	json_t *entries = NULL, *images = NULL, *set = json_object();
+	time_t now = time(NULL);
+	int rc = -1;
+	char *dir = NULL;
+
+	memset(st, 0, sizeof(*st));
+	if (build_store_lock(s, true, err) < 0)
+		goto out;
+	entries = build_cache_list(s, err);
+	if (!entries)
+		goto out;
+	size_t i;
+	json_t *e;
+	json_array_foreach(entries, i, e) {
+		json_int_t used = kiln_json_int(e, "last_used", 0);
+		const char *key = kiln_json_str(e, "key");
+		bool drop = all || (older_than >= 0 && (int64_t)(now - used) >= older_than);
+		if (drop && key && kiln_digest_parse(key, NULL, err) == 0) {
+			char *p = entry_path(s, key);
+			if (unlink(p) == 0)
+				st->entries++;
+			free(p);
+		} else {
+			kiln_error_clear(err);
+			keep(set, kiln_json_str(e, "layer"));
+		}
+	}
+	images = build_store_images(s, err);
+	if (!images)
+		goto out;
+	const char *name;
+	json_t *img;
+	json_object_foreach(images, name, img)
+		mark_image(s, set, kiln_json_str(img, "digest"));
+	dir = kiln_path_join(build_store_home(s), "blobs/sha256");
+	if (sweep_dir(dir, set, "sha256", st, err) < 0)
+		goto out;
+	free(dir);
+	/* temp files: with the lock held exclusively no build is writing them */
+	dir = kiln_path_join(build_store_home(s), "tmp");
+	if (sweep_dir(dir, set, NULL, st, err) < 0)
+		goto out;
+	rc = 0;
+out:
+	free(dir);
+	json_decref(entries);
+	json_decref(images);
+	json_decref(set);
+	return rc;
+}
