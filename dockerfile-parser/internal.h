@@ -67,6 +67,10 @@ void df_node_clear(struct df_node *n);
 int df_check_errf(const struct df_src *src, const struct df_node *n, const char *needle, kiln_error **err,
 		  const char *fmt, ...) KILN_PRINTF(5, 6);
 
+/* BuildKit's util/suggest: the option within edit distance 2 of val (the
+ * first closest), or NULL; NULL too when val is itself an option. */
+const char *df_suggest(const char *val, const char *const *opts);
+
 /* BuildKit's BFlags: the flags one instruction accepts. */
 enum df_flagtype { DF_FLAG_STRING, DF_FLAG_BOOL, DF_FLAG_STRINGS };
 typedef int (*df_flagcheck_fn)(const struct df_src *src, const struct df_node *n, const char *flag,

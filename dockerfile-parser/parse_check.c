@@ -64,6 +64,52 @@ static bool locate(const struct df_src *src, const struct df_node *n, const char
 	return false;
 }
 
+/* Levenshtein distance over bytes, two rows. */
+static size_t distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), *prev, *cur, d;
+
+	if (la > 64 || lb > 64) /* no option is that long: never a suggestion */
+		return SIZE_MAX;
+	prev = kiln_xcalloc(lb + 1, sizeof(*prev));
+	cur = kiln_xcalloc(lb + 1, sizeof(*cur));
+	for (size_t j = 0; j <= lb; j++)
+		prev[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		cur[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+			size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+			cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+		}
+		size_t *t = prev;
+		prev = cur;
+		cur = t;
+	}
+	d = prev[lb];
+	free(prev);
+	free(cur);
+	return d;
+}
+
+const char *df_suggest(const char *val, const char *const *opts)
+{
+	const char *match = NULL;
+	size_t best = 3; /* BuildKit's util/suggest threshold */
+
+	for (size_t i = 0; opts[i]; i++) {
+		size_t d;
+		if (strcmp(val, opts[i]) == 0)
+			return NULL;
+		d = distance(val, opts[i]);
+		if (d < best) {
+			best = d;
+			match = opts[i];
+		}
+	}
+	return match;
+}
+
 /* ---- flags (BuildKit's BFlags) ------------------------------------------ */
 
 int df_parse_flags(const struct df_src *src, const struct df_node *n, const struct df_flagspec *spec,
@@ -414,10 +460,17 @@ static int check_one(const struct df_src *src, const struct df_node *n, kiln_str
 	if (!strcmp(c, "shell"))
 		return check_shell(src, n, err);
 	{
+		static const char *const names[] = { "add", "arg", "cmd", "copy", "entrypoint", "env", "expose",
+						     "from", "healthcheck", "label", "maintainer", "onbuild", "run",
+						     "shell", "stopsignal", "user", "volume", "workdir", NULL };
 		kiln_buf up = KILN_BUF_INIT;
+		const char *hint = df_suggest(c, names);
 		for (const char *p = c; *p; p++)
 			kiln_buf_addc(&up, (char)toupper((unsigned char)*p));
-		df_check_errf(src, n, NULL, err, "unknown instruction: %s", up.buf);
+		if (hint)
+			df_check_errf(src, n, NULL, err, "unknown instruction: %s (did you mean %s?)", up.buf, hint);
+		else
+			df_check_errf(src, n, NULL, err, "unknown instruction: %s", up.buf);
 		kiln_buf_free(&up);
 		return -1;
 	}

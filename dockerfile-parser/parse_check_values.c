@@ -167,8 +167,13 @@ int df_check_mount(const struct df_src *src, const struct df_node *n, const char
 			free(low);
 			if (!types[t]) {
 				kiln_buf q = KILN_BUF_INIT;
+				const char *hint = df_suggest(val, types);
 				df_go_quote(&q, val, strlen(val));
-				df_check_errf(src, n, flag, err, "unsupported mount type %s", q.buf);
+				if (hint)
+					df_check_errf(src, n, flag, err, "unsupported mount type %s (did you mean %s?)", q.buf,
+						      hint);
+				else
+					df_check_errf(src, n, flag, err, "unsupported mount type %s", q.buf);
 				kiln_buf_free(&q);
 				goto out;
 			}
@@ -237,7 +242,17 @@ int df_check_mount(const struct df_src *src, const struct df_node *n, const char
 			has_env |= key[0] == 'e';
 			continue;
 		}
-		df_check_errf(src, n, flag, err, "unexpected key '%s' in '%s'", key, field);
+		{
+			static const char *const keys[] = { "type", "from", "source", "target", "readonly", "id",
+							    "sharing", "required", "mode", "uid", "gid", "src", "dst",
+							    "ro", "rw", "readwrite", "size", "env", NULL };
+			const char *hint = df_suggest(key, keys);
+			if (hint)
+				df_check_errf(src, n, flag, err, "unexpected key '%s' in '%s' (did you mean %s?)", key,
+					      field, hint);
+			else
+				df_check_errf(src, n, flag, err, "unexpected key '%s' in '%s'", key, field);
+		}
 		goto out;
 	}
 	if (strcmp(type, "?") != 0) {

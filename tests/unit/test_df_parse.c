@@ -195,7 +195,7 @@ static void test_mounts(void)
 		   "(from \"a\")\n(run [\"--mount=type=tmpfs,target=/t,size=64m\" \"--mount=type=ssh\"] \"true\")\n");
 	CHECK_DUMP("FROM a\nRUN --mount=type=nfs,target=/x true\n", "ERR: Dockerfile:2:5: unsupported mount type \"nfs\"");
 	CHECK_DUMP("FROM a\nRUN --mount=type=cache,tgt=/x true\n",
-		   "ERR: Dockerfile:2:5: unexpected key 'tgt' in 'tgt=/x'");
+		   "ERR: Dockerfile:2:5: unexpected key 'tgt' in 'tgt=/x' (did you mean dst?)");
 	CHECK_DUMP("FROM a\nRUN --mount=target=/x,required true\n",
 		   "ERR: Dockerfile:2:5: unexpected key 'required' for mount type 'bind'");
 	CHECK_DUMP("FROM a\nRUN --mount=type=cache,target=/x,sharing=wide true\n",
@@ -266,7 +266,9 @@ static void test_errors(void)
 {
 	CHECK_DUMP("", "ERR: Dockerfile:1:1: file with no instructions");
 	CHECK_DUMP("# only a comment\n\n", "ERR: Dockerfile:2:1: file with no instructions");
-	CHECK_DUMP("FROM a\n  FOO bar\n", "ERR: Dockerfile:2:3: unknown instruction: FOO");
+	CHECK_DUMP("FROM a\n  FOO bar\n", "ERR: Dockerfile:2:3: unknown instruction: FOO (did you mean from?)");
+	CHECK_DUMP("FROM a\nBLAHBLAH x\n", "ERR: Dockerfile:2:1: unknown instruction: BLAHBLAH");
+	CHECK_DUMP("FROM a\nRUN --mount=type=cach true\n", "ERR: Dockerfile:2:5: unsupported mount type \"cach\" (did you mean cache?)");
 	CHECK_DUMP("FROM\n", "ERR: Dockerfile:1:1: FROM requires either one or three arguments");
 	CHECK_DUMP("FROM a b\n", "ERR: Dockerfile:1:1: FROM requires either one or three arguments");
 	CHECK_DUMP("FROM a AS 1x\n",
