@@ -129,7 +129,7 @@ struct df_step {
 	                              * expanded when heredoc.expand (RUN: as written) */
 	size_t n_heredocs;
 	kiln_strv env;               /* "K=V" in effect: the base image's env (see
-	                              * image_config; scratch: PATH), ENV and ARG values
+	                              * image_config; else PATH), ENV and ARG values
 	                              * in scope, last definition wins, inherited from a
 	                              * FROM <stage>; RUN also gets the proxy build args */
 	char *workdir;               /* WORKDIR in effect (relative ones joined onto the
@@ -174,8 +174,8 @@ struct df_plan_opts {
 	/* Optional: the config of base image `ref` (expanded FROM, never
 	 * "scratch" or a stage) for `platform`, called once per built stage.
 	 * Its env, WORKDIR, USER and SHELL then start the stage, as in BuildKit
-	 * (PATH added when the image has none).  Without it steps only carry
-	 * what the Dockerfile sets (scratch: PATH only). */
+	 * (PATH added when the image has none).  Without it an image is taken
+	 * to set only the default PATH, like scratch. */
 	int (*image_config)(void *ctx, const char *ref, const char *platform, struct df_image_config *out,
 			    kiln_error **err);
 	void *image_ctx;

@@ -433,7 +433,8 @@ static int dispatch(struct dfp_ctx *c, int stage, struct dfp_state *s, const str
 
 /* A stage FROM an image starts with the image's config (when the caller can
  * tell) and always with a PATH (BuildKit's "make sure that PATH is always
- * set"); without the hook only scratch is known to be empty. */
+ * set"); without the hook the image is taken to set nothing else, which is
+ * true of scratch, debian, ubuntu, alpine, busybox... */
 static int image_start(struct dfp_ctx *c, struct df_stage *st, struct dfp_state *s, kiln_error **err)
 {
 	struct df_image_config ic = { KILN_STRV_INIT, NULL, NULL, KILN_STRV_INIT };
@@ -460,7 +461,7 @@ static int image_start(struct dfp_ctx *c, struct df_stage *st, struct dfp_state 
 		for (size_t i = 0; i < ic.shell.n; i++)
 			kiln_strv_push(&s->shell, ic.shell.v[i]);
 	}
-	if ((scratch || c->opts->image_config) && !dfp_env_find(&s->env, "PATH"))
+	if (!dfp_env_find(&s->env, "PATH"))
 		dfp_env_set(&s->env, "PATH", DEFAULT_PATH);
 	rc = 0;
 out:

@@ -401,12 +401,14 @@ static void test_image_config(void)
 	kiln_error_clear(&err);
 	done(NULL);
 
-	/* without the hook: scratch has PATH, an image is unknown */
-	p = plan_of("FROM scratch\nRUN a\nFROM alpine\nCOPY --from=0 / /\nRUN b\n", NULL, &err);
+	/* without the hook an image sets only PATH, like scratch */
+	p = plan_of("FROM scratch\nRUN a\nFROM alpine\nCOPY --from=0 / /\nENV PATH=/x:$PATH\n", NULL, &err);
 	CHECK(p != NULL);
 	if (p) {
 		CHECK_INT(p->stages[0].steps[0].env.n, 1);
-		CHECK_INT(p->stages[1].steps[1].env.n, 0);
+		CHECK(has_env(&p->stages[0].steps[0], "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
+		CHECK_INT(p->stages[1].steps[1].env.n, 1);
+		CHECK(has_env(&p->stages[1].steps[1], "PATH=/x:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
 	}
 	done(p);
 }

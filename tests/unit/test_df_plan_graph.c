@@ -199,7 +199,7 @@ static void test_onbuild_trigger(void)
 	CHECK_INT(p->stages[1].steps[1].n_heredocs, 1);
 	if (p->stages[1].steps[1].n_heredocs)
 		CHECK_STR(p->stages[1].steps[1].heredocs[0].content, "hi base\n");
-	CHECK_STR(p->stages[1].steps[2].env.v[0], "X=base");
+	CHECK_STR(p->stages[1].steps[2].env.v[1], "X=base");
 	/* the ONBUILD line itself is a step of the stage that declares it */
 	CHECK_INT(p->stages[0].steps[1].kind, DF_ONBUILD);
 	done(p);
