@@ -1,7 +1,7 @@
 /* parse_heredoc.c — finding heredoc words (<<EOF, <<-EOF, 3<<"EOF") on an
  * instruction line the way BuildKit does: the line is split into words by
  * its shell lexer with quotes and escapes kept and unset variables left as
- * written, each word matched against ^(\d*)<<(-?)([^<]*)$, and the delimiter
+ * written, each word matched against ^(\d*)<<(-?)\s*([^<]*)$, and the delimiter
  * lexed twice (with and without quotes) to learn whether it was quoted. */
 #include <ctype.h>
 #include <string.h>
@@ -264,6 +264,23 @@ static int dollar(struct lex *lx, kiln_buf *out)
 	return ret;
 }
 
+/* An unquoted "<<" keeps the blanks right after it, so "<< EOF" stays one
+ * word (BuildKit's processPossibleHeredoc). */
+static void possible_heredoc(struct lex *lx, kiln_buf *out)
+{
+	int32_t ch;
+
+	next(lx);
+	if (peek(lx) != '<') {
+		kiln_buf_addc(out, '<');
+		return;
+	}
+	next(lx);
+	kiln_buf_adds(out, "<<");
+	while ((ch = peek(lx)) == ' ' || ch == '\t' || ch == '\r' || ch == '\n')
+		kiln_buf_addc(out, (char)next(lx));
+}
+
 static int process_stop_on(struct lex *lx, int32_t stop, kiln_buf *result, kiln_strv *words)
 {
 	struct words w = { KILN_BUF_INIT, words, false };
@@ -276,6 +293,13 @@ static int process_stop_on(struct lex *lx, int32_t stop, kiln_buf *result, kiln_
 			next(lx);
 			ret = 0;
 			goto out;
+		}
+		if (ch == '<') {
+			kiln_buf_reset(&tmp);
+			possible_heredoc(lx, &tmp);
+			kiln_buf_add(result, tmp.buf, tmp.len);
+			w_raw_string(&w, tmp.buf, tmp.len);
+			continue;
 		}
 		if (ch == '\'' || ch == '"' || ch == '$') {
 			kiln_buf_reset(&tmp);
@@ -358,6 +382,8 @@ static int heredoc_from_word(const char *word, struct df_heredoc *h, kiln_error 
 	p += 2;
 	h->chomp = *p == '-';
 	if (h->chomp)
+		p++;
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\f' || *p == '\r')
 		p++;
 	rest = p;
 	if (*rest == '\0' || strchr(rest, '<') != NULL)

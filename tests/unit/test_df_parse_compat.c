@@ -220,6 +220,51 @@ static void test_heredoc_words(void)
 	df_ast_free(ast);
 }
 
+/* BuildKit's heredoc word rules: blanks after "<<", unset variables kept,
+ * escaped quotes not quoting, quoted blanks, bodies read in order. */
+static void test_heredoc_names(void)
+{
+	static const char df[] = "FROM a\n"
+				 "RUN <<  EOF\nEOF\n"
+				 "RUN <<  EOF  > out\nEOF\n"
+				 "RUN << -EOF\n-EOF\n"
+				 "RUN <<$EOF\n$EOF\n"
+				 "RUN <<eo\\'f\nbody\neo'f\n"
+				 "RUN <<'e'o\\'f\nbody\neo'f\n"
+				 "RUN <<'one two'\nbody\none two\n"
+				 "COPY <<X <<Y /dest\nY\nX\nX\nY\n"
+				 "RUN <<<EOF cat\n";
+	static const struct {
+		const char *name, *content;
+		bool expand;
+	} want[] = {
+		{ "EOF", "", true },         { "EOF", "", true },          { "-EOF", "", true },
+		{ "$EOF", "", true },        { "eo'f", "body\n", true },   { "eo'f", "body\n", false },
+		{ "one two", "body\n", false }, { "X", "Y\n", true },       { "Y", "X\n", true },
+	};
+	struct df_ast *ast = NULL;
+	kiln_error *err = NULL;
+	size_t k = 0;
+
+	CHECK(df_parse("Dockerfile", df, strlen(df), &ast, &err) == 0);
+	if (err)
+		printf("#   %s\n", kiln_error_message(err));
+	kiln_error_free(err);
+	if (!ast)
+		return;
+	CHECK_INT(ast->n_nodes, 10);
+	for (size_t i = 1; i < ast->n_nodes; i++) {
+		for (size_t j = 0; j < ast->nodes[i].n_heredocs && k < 9; j++, k++) {
+			CHECK_STR(ast->nodes[i].heredocs[j].name, want[k].name);
+			CHECK_STR(ast->nodes[i].heredocs[j].content, want[k].content);
+			CHECK(ast->nodes[i].heredocs[j].expand == want[k].expand);
+		}
+	}
+	CHECK_INT(k, 9);
+	CHECK_INT(ast->nodes[9].n_heredocs, 0); /* <<<EOF is not a heredoc */
+	df_ast_free(ast);
+}
+
 int main(void)
 {
 	RUN(test_continuation_indent);
@@ -230,5 +275,6 @@ int main(void)
 	RUN(test_unicode_case);
 	RUN(test_long_lines);
 	RUN(test_heredoc_words);
+	RUN(test_heredoc_names);
 	return test_done();
 }
