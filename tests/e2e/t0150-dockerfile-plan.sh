@@ -115,3 +115,10 @@ expect_grep "bad --platform message" 'invalid platform "linux/"' "$T_TMP/err"
 expect_exit 2 "unknown option exits 2" "$KILN" dockerfile plan --bogus "$D"
 expect_exit 0 "plan --help" "$KILN" dockerfile plan --help
 expect_grep "usage names the options" 'build-arg' "$T_TMP/out"
+
+# a bare --build-arg K takes $K from the environment, as docker build does
+printf 'FROM alpine\nARG FOO\nENV X=${FOO:?}\n' >"$T_TMP/bare"
+expect_exit 1 "bare --build-arg with K unset: K stays unset" env -u FOO "$KILN" dockerfile plan --build-arg FOO "$T_TMP/bare"
+expect_grep "... so \${FOO:?} fails" 'bare:3:1: failed to process "\$\{FOO:\?\}": FOO: is not allowed to be unset' "$T_TMP/err"
+expect_exit 0 "bare --build-arg with K set" env FOO=fromenv "$KILN" dockerfile plan --build-arg FOO "$T_TMP/bare"
+expect_eq "... takes its value" "$(jq -r '.stages[0].steps[1].kvs[0].value' "$T_TMP/out")" "fromenv"
