@@ -55,10 +55,18 @@ static int run_parse(const struct kiln_command *cmd, int argc, char **argv)
 		fputs(s, stdout);
 		free(s);
 	} else {
+		/* one write of the whole text: json_dumpf writes token by token */
 		json_t *j = df_ast_to_json(ast);
-		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-		fputc('\n', stdout);
+		char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 		json_decref(j);
+		if (s == NULL) {
+			df_ast_free(ast);
+			kiln_err(&err, KILN_E_GENERIC, "cannot serialise the syntax tree as JSON");
+			return cli_fail(err);
+		}
+		fputs(s, stdout);
+		fputc('\n', stdout);
+		free(s);
 	}
 	df_ast_free(ast);
 	if (fflush(stdout) != 0) {
