@@ -193,6 +193,41 @@ static int flush_out(struct agent *a)
 	return 0;
 }
 
+/* A HELLO from the host starts a new session.  Over a virtio port a quick
+ * reconnect shows no EOF, so this is where the previous host's processes die
+ * and its unsent output is dropped (all but a frame already half written,
+ * which must be completed to keep the stream framed). */
+static void new_session(struct agent *a)
+{
+	size_t keep = 0;
+
+	sessions_drop_all(a);
+	while (keep < a->out_off)
+		keep += GUEST_HDR_LEN + guest_get_u32(a->out.data + keep + 8);
+	a->out.len = keep;
+}
+
+/* Device mode after a framing error: skip to the next host HELLO header,
+ * which is how every new connection starts.  true once found. */
+static bool resync(struct agent *a)
+{
+	static const uint8_t hello[8] = { GUEST_FRAME_MAGIC >> 8, GUEST_FRAME_MAGIC & 0xff, GUEST_F_HELLO, 0, 0, 0, 0, 0 };
+	struct guest_framer *fr = &a->in;
+
+	for (size_t i = fr->off; i + sizeof(hello) <= fr->len; i++) {
+		if (memcmp(fr->buf + i, hello, sizeof(hello)) == 0) {
+			fr->off = i;
+			a->broken = false;
+			agent_log("resynchronised on a new HELLO");
+			return true;
+		}
+	}
+	/* The header may straddle two reads. */
+	if (fr->len - fr->off > sizeof(hello))
+		fr->off = fr->len - sizeof(hello);
+	return false;
+}
+
 static void dispatch(struct agent *a, const struct guest_frame *f)
 {
 	const char *why = NULL;
@@ -206,6 +241,7 @@ static void dispatch(struct agent *a, const struct guest_frame *f)
 			agent_send_error(a, 0, 0, "bad HELLO frame: %s", why);
 			return;
 		}
+		new_session(a);
 		if (h.version != GUEST_PROTO_VERSION)
 			agent_send_error(a, 0, 0, "host speaks agent protocol %u, this agent speaks %u", h.version,
 					 GUEST_PROTO_VERSION);
@@ -274,11 +310,13 @@ static int read_chan(struct agent *a)
 		return errno == EAGAIN || errno == EINTR ? 0 : -1;
 	if (n == 0)
 		return -1;
-	if (a->broken) {
+	if (a->broken && !a->device) {
 		guest_framer_reset(&a->in);
 		return 0;
 	}
 	guest_framer_commit(&a->in, (size_t)n);
+	if (a->broken && !resync(a))
+		return 0;
 	while ((r = guest_framer_next(&a->in, &f, &why)) > 0)
 		dispatch(a, &f);
 	if (r < 0) {

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -206,6 +207,61 @@ static void test_bad_frames_keep_connection(void)
 		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	}
 	close(r.fd);
+	guest_framer_free(&r.fr);
+	guest_wbuf_free(&w);
+}
+
+/* A virtio port shows no EOF when the host reconnects quickly: the new host's
+ * HELLO is what ends the old session, its processes and its pending output. */
+static void test_hello_starts_new_session(void)
+{
+	struct raw r = { 0 };
+	struct guest_wbuf w = { 0 };
+	struct guest_hello h = { .version = GUEST_PROTO_VERSION, .agent = "test", .pid = 1 };
+	pid_t pid, sleeper = 0;
+	size_t start;
+	bool exited = false;
+
+	r.fd = spawn_agent(&pid);
+	guest_framer_init(&r.fr);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	start = guest_frame_begin(&w, GUEST_F_EXEC, 1);
+	guest_tlv_str(&w, 1, "sleep");
+	guest_tlv_str(&w, 1, "100");
+	guest_frame_end(&w, start);
+	send_bytes(r.fd, w.data, w.len);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	CHECK_INT(r.type, GUEST_F_STARTED);
+	if (r.type == GUEST_F_STARTED)
+		sleeper = (pid_t)guest_get_u32(r.payload);
+	/* "Reconnect": a new HELLO, then the same id again. */
+	w.len = 0;
+	guest_encode_hello(&w, 0, &h);
+	start = guest_frame_begin(&w, GUEST_F_EXEC, 1);
+	guest_tlv_str(&w, 1, "true");
+	guest_frame_end(&w, start);
+	send_bytes(r.fd, w.data, w.len);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	CHECK_INT(r.type, GUEST_F_HELLO);
+	/* No EXIT for the old id 1 may come: it belonged to the old host. */
+	for (int i = 0; i < 4 && next_frame(&r, 5000) == 1; i++) {
+		CHECK(r.type != GUEST_F_ERROR);
+		if (r.type == GUEST_F_EXIT) {
+			struct guest_exit ex;
+			const char *why;
+			CHECK_INT(guest_decode_exit(r.payload, r.len, &ex, &why), 0);
+			CHECK(ex.code == 0 && ex.signal == 0); /* true's, not the killed sleep's */
+			exited = true;
+			break;
+		}
+	}
+	CHECK(exited);
+	/* The old process is gone. */
+	for (int i = 0; i < 50 && sleeper > 0 && kill(sleeper, 0) == 0; i++)
+		usleep(20000);
+	CHECK(sleeper > 0 && kill(sleeper, 0) < 0);
+	close(r.fd);
+	exit_status(pid);
 	guest_framer_free(&r.fr);
 	guest_wbuf_free(&w);
 }
@@ -463,6 +519,7 @@ int main(void)
 		return 1;
 	}
 	RUN(test_bad_frames_keep_connection);
+	RUN(test_hello_starts_new_session);
 	RUN(test_garbage_ends_connection);
 	RUN(test_oversized_ends_connection);
 	RUN(test_client_vs_bad_agents);
