@@ -1,0 +1,255 @@
+/* cmd_vm.c — `kiln vm`: debugging commands for the microVM layer.
+ *   kiln vm kernel [--fetch] [--dir DIR]      show (or fetch) the guest kernel
+ *   kiln vm boot [OPTIONS] ROOTFS [-- CMD...] boot a rootfs, optionally run CMD
+ * (`kiln vm run` is the same as `kiln vm boot`). */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "vm/vm.h"
+
+static const struct kiln_command vm_kernel_cmd, vm_boot_cmd, vm_run_cmd;
+
+/* vm/fetch-kernel.sh from the source tree this kiln was built in (bin/kiln
+ * sits beside vm/), or $KILN_FETCH_KERNEL. */
+static char *fetch_script(void)
+{
+	const char *env = getenv("KILN_FETCH_KERNEL");
+	char self[PATH_MAX], *slash;
+	ssize_t n;
+
+	if (env && *env)
+		return kiln_xstrdup(env);
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return NULL;
+	self[n] = '\0';
+	for (int up = 0; up < 2 && (slash = strrchr(self, '/')); up++)
+		*slash = '\0';
+	return kiln_xasprintf("%s/vm/fetch-kernel.sh", self);
+}
+
+static int run_kernel(const struct kiln_command *cmd, int argc, char **argv)
+{
+	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
+					      { "fetch", no_argument, NULL, 'f' },
+					      { "dir", required_argument, NULL, 'd' },
+					      { NULL, 0, NULL, 0 } };
+	const char *dir_opt = NULL;
+	struct vm_kernel k;
+	kiln_error *err = NULL;
+	bool fetch = false;
+	char *dir;
+	int c;
+
+	while ((c = cli_getopt(cmd, argc, argv, "hfd:", opts)) != -1) {
+		switch (c) {
+		case 'f': fetch = true; break;
+		case 'd': dir_opt = optarg; break;
+		case 'h': return KILN_EXIT_OK;
+		default: return KILN_EXIT_USAGE;
+		}
+	}
+	if (optind < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	dir = dir_opt ? kiln_xstrdup(dir_opt) : vm_kernel_default_dir();
+	if (fetch) {
+		char *script = fetch_script();
+		pid_t pid;
+		int status = 0;
+		if (script == NULL || access(script, X_OK) < 0) {
+			kiln_err(&err, KILN_E_NOTFOUND, "cannot find vm/fetch-kernel.sh (set KILN_FETCH_KERNEL)");
+			free(script);
+			free(dir);
+			return cli_fail(err);
+		}
+		fflush(NULL);
+		pid = fork();
+		if (pid == 0) {
+			execl(script, script, dir, (char *)NULL);
+			_exit(127);
+		}
+		while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+		if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			kiln_err(&err, KILN_E_GENERIC, "%s %s failed", script, dir);
+			free(script);
+			free(dir);
+			return cli_fail(err);
+		}
+		free(script);
+	}
+	if (vm_kernel_open(dir, &k, &err) < 0) {
+		free(dir);
+		return cli_fail(err);
+	}
+	printf("release  %s\nkernel   %s\nmodules  %s\n", k.release, k.vmlinuz, k.modules);
+	vm_kernel_free(&k);
+	free(dir);
+	return KILN_EXIT_OK;
+}
+
+static int parse_uint(const struct kiln_command *cmd, const char *opt, const char *s, unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *s == '\0' || *end != '\0' || v == 0 || v > 1024 * 1024)
+		return cli_usage_error(cmd, "%s wants a positive number, not '%s'", opt, s);
+	*out = (unsigned)v;
+	return 0;
+}
+
+static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
+{
+	enum { O_NET = 256, O_WRITABLE, O_NO_AGENT, O_TIMEOUT, O_CONSOLE, O_WAIT, O_TCG, O_KERNEL, O_VERBOSE, O_APPEND };
+	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
+					      { "cpus", required_argument, NULL, 'c' },
+					      { "memory", required_argument, NULL, 'm' },
+					      { "net", no_argument, NULL, O_NET },
+					      { "writable", no_argument, NULL, O_WRITABLE },
+					      { "no-agent", no_argument, NULL, O_NO_AGENT },
+					      { "timeout", required_argument, NULL, O_TIMEOUT },
+					      { "console", no_argument, NULL, O_CONSOLE },
+					      { "verbose-console", no_argument, NULL, O_VERBOSE },
+					      { "wait", no_argument, NULL, O_WAIT },
+					      { "tcg", no_argument, NULL, O_TCG },
+					      { "kernel-dir", required_argument, NULL, O_KERNEL },
+					      { "append", required_argument, NULL, O_APPEND },
+					      { NULL, 0, NULL, 0 } };
+	struct vm_config cfg;
+	kiln_error *err = NULL;
+	vm_instance *v;
+	bool show_console = false, wait = false;
+	unsigned timeout_s = 0;
+	int c, rc = KILN_EXIT_OK;
+
+	vm_config_init(&cfg);
+	while ((c = cli_getopt(cmd, argc, argv, "hc:m:", opts)) != -1) {
+		switch (c) {
+		case 'c':
+			if (parse_uint(cmd, "--cpus", optarg, &cfg.cpus))
+				return KILN_EXIT_USAGE;
+			break;
+		case 'm':
+			if (parse_uint(cmd, "--memory", optarg, &cfg.memory_mib))
+				return KILN_EXIT_USAGE;
+			break;
+		case O_NET: cfg.net = true; break;
+		case O_WRITABLE: cfg.root_mode = VM_ROOT_WRITABLE; break;
+		case O_NO_AGENT: cfg.no_agent = true; break;
+		case O_TIMEOUT:
+			if (parse_uint(cmd, "--timeout", optarg, &timeout_s))
+				return KILN_EXIT_USAGE;
+			cfg.boot_timeout_ms = (int)(timeout_s > 3600 ? 3600000 : timeout_s * 1000);
+			break;
+		case O_CONSOLE: show_console = true; break;
+		case O_VERBOSE: cfg.console_verbose = true; break;
+		case O_WAIT: wait = true; break;
+		case O_TCG: cfg.accel = VM_ACCEL_TCG; break;
+		case O_KERNEL: cfg.kernel_dir = optarg; break;
+		case O_APPEND: cfg.extra_cmdline = optarg; break;
+		case 'h': return KILN_EXIT_OK;
+		default: return KILN_EXIT_USAGE;
+		}
+	}
+	if (optind >= argc)
+		return cli_usage_error(cmd, "no rootfs image given");
+	cfg.rootfs = argv[optind++];
+	if (optind < argc && strcmp(argv[optind], "--") != 0)
+		return cli_usage_error(cmd, "unexpected argument '%s' (put the command after --)", argv[optind]);
+	if (optind < argc)
+		optind++;
+	if (optind < argc) {
+		kiln_err(&err, KILN_E_GENERIC, "running a command needs the guest agent, which this kiln does not have yet");
+		return cli_fail(err);
+	}
+
+	vm_cleanup_on_signals();
+	v = vm_boot(&cfg, &err);
+	if (v == NULL)
+		return cli_fail(err);
+	fprintf(stderr, "kiln: VM booted in %.0f ms (%s%s), console %s\n", vm_boot_ms(v),
+		vm_accel_used(v) == VM_ACCEL_KVM ? "kvm" : "tcg", vm_has_agent(v) ? ", agent" : "",
+		vm_console_path(v));
+	if (wait)
+		vm_wait_exit(v, -1, &err);
+	if (show_console) {
+		char *log = NULL;
+		size_t len = 0;
+		if (kiln_read_file(vm_console_path(v), &log, &len, 0, &err) == 0)
+			fwrite(log, 1, len, stderr);
+		free(log);
+		kiln_error_clear(&err);
+	}
+	vm_destroy(v);
+	return rc;
+}
+
+static const struct kiln_command vm_kernel_cmd = {
+	.name = "kernel",
+	.summary = "show or fetch the guest kernel",
+	.usage = "Usage: kiln vm kernel [--fetch] [--dir DIR]\n\n"
+		 "Show the guest kernel kiln boots (Debian's linux-image-cloud-amd64, unpacked in\n"
+		 "$KILN_KERNEL_DIR or $KILN_HOME/kernel).  --fetch downloads it first with\n"
+		 "vm/fetch-kernel.sh (apt-get download + dpkg-deb -x; nothing is installed).\n",
+	.run = run_kernel,
+};
+
+#define BOOT_USAGE(verb)                                                                                  \
+	"Usage: kiln vm " verb " [OPTIONS] ROOTFS.ext4 [-- CMD [ARG...]]\n\n"                             \
+	"Boot ROOTFS in a QEMU microVM (KVM if /dev/kvm is usable, else TCG); the image itself\n"   \
+	"is never written.  With CMD, run it in the guest through the agent, stream its output\n"   \
+	"and exit with its exit code; without, report the boot and stop.\n\n"                          \
+	"Options:\n"                                                                                      \
+	"  -c, --cpus N         vCPUs (default 1)\n"                                                      \
+	"  -m, --memory MIB     guest memory in MiB (default 256)\n"                                      \
+	"  --net                user-mode network (off by default)\n"                                     \
+	"  --writable           mount the disk read-write (default: read-only under an overlay)\n"       \
+	"  --no-agent           boot without the guest agent\n"                                           \
+	"  --timeout SECONDS    give up when init is not ready by then (default 120 TCG, 30 KVM)\n"     \
+	"  --tcg                use TCG even when KVM is available\n"                                     \
+	"  --kernel-dir DIR     guest kernel directory (see 'kiln vm kernel')\n"                         \
+	"  --append ARGS        add ARGS to the guest kernel's command line\n"                         \
+	"  --wait               keep the VM until the guest powers off or kiln is interrupted\n"        \
+	"  --console            print the serial console log to stderr at the end\n"                     \
+	"  --verbose-console    boot without 'quiet' (kernel messages on the console)\n"
+
+static const struct kiln_command vm_boot_cmd = {
+	.name = "boot", .summary = "boot a rootfs image in a microVM", .usage = BOOT_USAGE("boot"), .run = run_boot,
+};
+static const struct kiln_command vm_run_cmd = {
+	.name = "run", .summary = "the same as boot", .usage = BOOT_USAGE("run"), .run = run_boot,
+};
+
+static int run(const struct kiln_command *cmd, int argc, char **argv)
+{
+	static const struct kiln_command *const subs[] = { &vm_kernel_cmd, &vm_boot_cmd, &vm_run_cmd, NULL };
+	const struct kiln_command *sub;
+
+	if (argc < 2)
+		return cli_usage_error(cmd, "which one: kernel, boot or run?");
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
+		return cli_help(cmd);
+	sub = cli_find(subs, argv[1]);
+	if (sub == NULL)
+		return cli_usage_error(cmd, "unknown subcommand '%s'", argv[1]);
+	optind = 1;
+	return sub->run(sub, argc - 1, argv + 1);
+}
+
+const struct kiln_command kiln_cmd_vm = {
+	.name = "vm",
+	.summary = "microVM debugging: boot a rootfs, run a command in it, show the kernel",
+	.usage = "Usage: kiln vm kernel [--fetch] [--dir DIR]\n"
+		 "       kiln vm boot [OPTIONS] ROOTFS.ext4 [-- CMD [ARG...]]\n"
+		 "       kiln vm run  [OPTIONS] ROOTFS.ext4 [-- CMD [ARG...]]\n\n"
+		 "Run 'kiln vm SUBCOMMAND --help' for details.\n",
+	.run = run,
+};

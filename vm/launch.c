@@ -1,0 +1,464 @@
+/* launch.c — booting a microVM: a private directory per VM (initramfs, qcow2
+ * overlay over the base rootfs, sockets, console log; guest RAM in /dev/shm),
+ * QEMU `-M microvm` under KVM or TCG, and the wait for init's ready marker on
+ * the serial console.  Every failure and vm_destroy remove all of it. */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vm/internal.h"
+
+#define READY_MARKER "kiln-init: ready"
+#define FAILED_MARKER "kiln-init: FAILED"
+
+enum { F_CONSOLE, F_QMP, F_AGENT, F_INITRD, F_INITRD_TMP, F_OVERLAY, F_MEM, F_QEMU_LOG, F_COUNT };
+
+struct vm_instance {
+	struct vm_files files;
+	vm_qmp *qmp;
+	bool agent;
+	bool exited;             /* QEMU reaped */
+	int exit_status;
+	enum vm_accel accel;
+	uint32_t tsc_khz;
+	double boot_ms;
+};
+
+void vm_config_init(struct vm_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->cpus = 1;
+	c->memory_mib = 256;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+static void nap_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+const char *vm_dir(const vm_instance *v) { return v->files.dir; }
+const char *vm_console_path(const vm_instance *v) { return v->files.paths[F_CONSOLE]; }
+const char *vm_agent_socket(const vm_instance *v) { return v->files.paths[F_AGENT]; }
+const char *vm_memory_path(const vm_instance *v) { return v->files.paths[F_MEM]; }
+vm_qmp *vm_get_qmp(vm_instance *v) { return v->qmp; }
+pid_t vm_qemu_pid(const vm_instance *v) { return v->files.pid; }
+bool vm_has_agent(const vm_instance *v) { return v->agent; }
+enum vm_accel vm_accel_used(const vm_instance *v) { return v->accel; }
+uint32_t vm_tsc_khz_used(const vm_instance *v) { return v->tsc_khz; }
+double vm_boot_ms(const vm_instance *v) { return v->boot_ms; }
+
+/* The agent binary: explicit, $KILN_AGENT, or kiln-agent beside this program. */
+static char *find_agent(const struct vm_config *c, kiln_error **err)
+{
+	const char *env = getenv("KILN_AGENT");
+	char self[PATH_MAX], *slash, *path;
+	ssize_t n;
+
+	if (c->no_agent)
+		return NULL;
+	if (c->agent || (env && *env)) {
+		path = kiln_xstrdup(c->agent ? c->agent : env);
+		if (access(path, X_OK) < 0) {
+			kiln_err_errno(err, errno, "guest agent %s", path);
+			free(path);
+			return (char *)-1;
+		}
+		return path;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return NULL;
+	self[n] = '\0';
+	slash = strrchr(self, '/');
+	if (slash == NULL)
+		return NULL;
+	*slash = '\0';
+	path = kiln_path_join(self, "kiln-agent");
+	if (access(path, X_OK) == 0)
+		return path;
+	kiln_debug("vm: no guest agent at %s; booting without one", path);
+	free(path);
+	return NULL;
+}
+
+/* The console's last lines, for an error message. */
+static char *console_tail(const vm_instance *v, size_t max)
+{
+	char *data = NULL, *start, *out;
+	size_t len = 0;
+	kiln_error *e = NULL;
+
+	if (kiln_read_file(v->files.paths[F_CONSOLE], &data, &len, 0, &e) < 0) {
+		kiln_error_free(e);
+		return kiln_xstrdup("(no console output)");
+	}
+	start = len > max ? data + len - max : data;
+	if (start != data) {
+		char *nl = strchr(start, '\n');
+		if (nl)
+			start = nl + 1;
+	}
+	for (char *p = start; *p; p++)
+		if (*p == '\r')
+			*p = ' ';
+	out = kiln_xstrdup(*start ? start : "(no console output)");
+	free(data);
+	return out;
+}
+
+/* Reap QEMU if it has exited; true when it is gone. */
+static bool qemu_gone(vm_instance *v, int flags)
+{
+	int status;
+	pid_t r;
+
+	if (v->exited || v->files.pid <= 0)
+		return true;
+	do
+		r = waitpid(v->files.pid, &status, flags);
+	while (r < 0 && errno == EINTR);
+	if (r == v->files.pid || (r < 0 && errno == ECHILD)) {
+		v->exited = true;
+		v->exit_status = r == v->files.pid ? status : 0;
+		return true;
+	}
+	return false;
+}
+
+static int qemu_died(vm_instance *v, const char *when, kiln_error **err)
+{
+	char *tail = console_tail(v, 1500), *log = NULL;
+	size_t len = 0;
+	kiln_error *e = NULL;
+
+	if (kiln_read_file(v->files.paths[F_QEMU_LOG], &log, &len, 4096, &e) < 0) {
+		kiln_error_free(e);
+		log = kiln_xstrdup("");
+	}
+	while (len > 0 && log[len - 1] == '\n')
+		log[--len] = '\0';
+	kiln_err(err, KILN_E_GENERIC, "QEMU exited %s (%s %d)%s%s; console:\n%s", when,
+		 WIFSIGNALED(v->exit_status) ? "signal" : "status",
+		 WIFSIGNALED(v->exit_status) ? WTERMSIG(v->exit_status) : WEXITSTATUS(v->exit_status),
+		 *log ? ": " : "", log, tail);
+	free(tail);
+	free(log);
+	return -1;
+}
+
+/* Watch the console log until init's marker, a failure marker, QEMU's exit or
+ * the deadline.  The log only grows, so only new bytes (plus a marker's length
+ * of overlap) are scanned. */
+static int wait_ready(vm_instance *v, int timeout_ms, kiln_error **err)
+{
+	double deadline = now_ms() + timeout_ms;
+	kiln_buf seen = KILN_BUF_INIT;
+	FILE *f = NULL;
+	int rc = -1;
+
+	for (;;) {
+		if (f == NULL)
+			f = fopen(v->files.paths[F_CONSOLE], "re");
+		if (f) {
+			char chunk[8192];
+			size_t n;
+			clearerr(f);
+			while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+				size_t keep = 64;
+				if (seen.len > keep) {
+					memmove(seen.buf, seen.buf + seen.len - keep, keep);
+					seen.len = keep;
+				}
+				kiln_buf_add(&seen, chunk, n);
+				for (size_t i = 0; i < seen.len; i++)
+					if (seen.buf[i] == '\0')
+						seen.buf[i] = ' ';
+				if (strstr(seen.buf, READY_MARKER)) {
+					rc = 0;
+					goto out;
+				}
+				if (strstr(seen.buf, FAILED_MARKER)) {
+					char *tail = console_tail(v, 1500);
+					kiln_err(err, KILN_E_GENERIC, "guest init failed; console:\n%s", tail);
+					free(tail);
+					goto out;
+				}
+			}
+		}
+		if (qemu_gone(v, WNOHANG)) {
+			qemu_died(v, "during boot", err);
+			goto out;
+		}
+		if (now_ms() >= deadline) {
+			char *tail = console_tail(v, 1500);
+			kiln_err(err, KILN_E_GENERIC, "guest did not reach init's ready marker within %d ms; console:\n%s",
+				 timeout_ms, tail);
+			free(tail);
+			goto out;
+		}
+		nap_ms(5);
+	}
+out:
+	if (f)
+		fclose(f);
+	kiln_buf_free(&seen);
+	return rc;
+}
+
+static char *kernel_cmdline(const struct vm_config *c, const vm_instance *v)
+{
+	kiln_buf b = KILN_BUF_INIT;
+
+	/* panic=-1 + QEMU's -no-reboot: a guest panic ends QEMU at once. */
+	kiln_buf_adds(&b, "console=ttyS0 panic=-1 rdinit=/init");
+	if (!c->console_verbose)
+		kiln_buf_adds(&b, " quiet");
+	kiln_buf_addf(&b, " kiln.root=%s kiln.net=%d", c->root_mode == VM_ROOT_WRITABLE ? "rw" : "overlay",
+		      c->net ? 1 : 0);
+	/* See docs/vm.md: microvm's ACPI tables route IRQ0 nowhere, so a guest
+	 * that cannot calibrate its TSC against the PIT has no timer at all.
+	 * Under TCG the guest's TSC is the host's: tell it the rate. */
+	if (v->tsc_khz)
+		kiln_buf_addf(&b, " tsc_early_khz=%u", v->tsc_khz);
+	if (c->extra_cmdline && *c->extra_cmdline)
+		kiln_buf_addf(&b, " %s", c->extra_cmdline);
+	return kiln_buf_detach(&b);
+}
+
+static int start_qemu(const struct vm_config *c, vm_instance *v, const char *vmlinuz, kiln_error **err)
+{
+	const char *qemu = getenv("KILN_QEMU");
+	char *cmdline = kernel_cmdline(c, v);
+	kiln_strv av = KILN_STRV_INIT;
+	pid_t pid;
+
+	kiln_strv_push(&av, qemu && *qemu ? qemu : "qemu-system-x86_64");
+	kiln_strv_push(&av, "-M");
+	kiln_strv_push(&av, "microvm,x-option-roms=off,auto-kernel-cmdline=off,memory-backend=mem");
+	kiln_strv_push(&av, "-accel");
+	kiln_strv_push(&av, v->accel == VM_ACCEL_KVM ? "kvm" : "tcg");
+	kiln_strv_push(&av, "-cpu");
+	kiln_strv_push(&av, v->accel == VM_ACCEL_KVM ? "host" : "max");
+	kiln_strv_push(&av, "-smp");
+	kiln_strv_push_owned(&av, kiln_xasprintf("%u", c->cpus));
+	kiln_strv_push(&av, "-m");
+	kiln_strv_push_owned(&av, kiln_xasprintf("%uM", c->memory_mib));
+	kiln_strv_push(&av, "-object");
+	kiln_strv_push_owned(&av, kiln_xasprintf("memory-backend-file,id=mem,size=%uM,mem-path=%s,share=on",
+						 c->memory_mib, v->files.paths[F_MEM]));
+	kiln_strv_push(&av, "-nodefaults");
+	kiln_strv_push(&av, "-no-user-config");
+	kiln_strv_push(&av, "-display");
+	kiln_strv_push(&av, "none");
+	kiln_strv_push(&av, "-no-reboot");
+	kiln_strv_push(&av, "-chardev");
+	kiln_strv_push_owned(&av, kiln_xasprintf("file,id=con,path=%s", v->files.paths[F_CONSOLE]));
+	kiln_strv_push(&av, "-serial");
+	kiln_strv_push(&av, "chardev:con");
+	kiln_strv_push(&av, "-qmp");
+	kiln_strv_push_owned(&av, kiln_xasprintf("unix:%s,server=on,wait=off", v->files.paths[F_QMP]));
+	kiln_strv_push(&av, "-kernel");
+	kiln_strv_push(&av, vmlinuz);
+	kiln_strv_push(&av, "-initrd");
+	kiln_strv_push(&av, v->files.paths[F_INITRD]);
+	kiln_strv_push(&av, "-append");
+	kiln_strv_push(&av, cmdline);
+	kiln_strv_push(&av, "-drive");
+	kiln_strv_push_owned(&av, kiln_xasprintf("id=root,file=%s,format=qcow2,if=none", v->files.paths[F_OVERLAY]));
+	kiln_strv_push(&av, "-device");
+	kiln_strv_push(&av, "virtio-blk-device,drive=root");
+	kiln_strv_push(&av, "-device");
+	kiln_strv_push(&av, "virtio-serial-device");
+	kiln_strv_push(&av, "-chardev");
+	kiln_strv_push_owned(&av, kiln_xasprintf("socket,id=agent,path=%s,server=on,wait=off", v->files.paths[F_AGENT]));
+	kiln_strv_push(&av, "-device");
+	kiln_strv_push(&av, "virtserialport,chardev=agent,name=org.kiln.agent");
+	if (c->net) {
+		kiln_strv_push(&av, "-netdev");
+		kiln_strv_push(&av, "user,id=net0");
+		kiln_strv_push(&av, "-device");
+		kiln_strv_push(&av, "virtio-net-device,netdev=net0");
+	}
+	if (kiln_log_level() >= KILN_LOG_DEBUG) {
+		kiln_buf line = KILN_BUF_INIT;
+		for (size_t i = 0; i < av.n; i++)
+			kiln_buf_addf(&line, "%s%s", i ? " " : "", av.v[i]);
+		kiln_debug("vm: %s", line.buf);
+		kiln_buf_free(&line);
+	}
+	pid = vm_spawn(av.v, v->files.paths[F_QEMU_LOG], err);
+	kiln_strv_free(&av);
+	free(cmdline);
+	if (pid < 0)
+		return -1;
+	v->files.pid = pid; /* the signal handler may kill it from now on */
+	return 0;
+}
+
+static void files_init(vm_instance *v, const char *dir)
+{
+	static const char *const names[F_COUNT] = {
+		[F_CONSOLE] = "console.log", [F_QMP] = "qmp.sock", [F_AGENT] = "agent.sock",
+		[F_INITRD] = "initramfs.cpio", [F_INITRD_TMP] = "initramfs.cpio.tmp", [F_OVERLAY] = "root.qcow2",
+		[F_QEMU_LOG] = "qemu.log",
+	};
+	const char *base = strrchr(dir, '/');
+	struct stat st;
+
+	v->files.dir = kiln_xstrdup(dir);
+	for (int i = 0; i < F_COUNT; i++)
+		if (names[i])
+			v->files.paths[i] = kiln_path_join(dir, names[i]);
+	/* Guest RAM lives in shared memory when there is some: on a disk it would
+	 * be written back for nothing.  Snapshots map this file. */
+	if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0)
+		v->files.paths[F_MEM] = kiln_xasprintf("/dev/shm/%s.mem", base ? base + 1 : dir);
+	else
+		v->files.paths[F_MEM] = kiln_path_join(dir, "guest.mem");
+}
+
+vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
+{
+	struct vm_kernel k = { 0 };
+	vm_instance *v = kiln_xcalloc(1, sizeof(*v));
+	char *dir = NULL, *agent = NULL, *base = NULL;
+	double t0;
+	int timeout;
+
+	if (c->rootfs == NULL) {
+		kiln_err(err, KILN_E_USAGE, "vm: no rootfs image given");
+		goto fail;
+	}
+	if (c->cpus < 1 || c->cpus > 64 || c->memory_mib < 64 || c->memory_mib > 1024 * 1024) {
+		kiln_err(err, KILN_E_USAGE, "vm: want 1-64 vCPUs and at least 64 MiB of memory (got %u, %u MiB)",
+			 c->cpus, c->memory_mib);
+		goto fail;
+	}
+	if ((base = realpath(c->rootfs, NULL)) == NULL) {
+		kiln_err_errno(err, errno, "vm: rootfs %s", c->rootfs);
+		goto fail;
+	}
+	if (vm_kernel_open(c->kernel_dir, &k, err) < 0)
+		goto fail;
+	agent = find_agent(c, err);
+	if (agent == (char *)-1) {
+		agent = NULL;
+		goto fail;
+	}
+	v->agent = agent != NULL;
+	v->accel = c->accel;
+	if (v->accel == VM_ACCEL_AUTO)
+		v->accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG;
+	if (v->accel == VM_ACCEL_TCG) {
+		v->tsc_khz = c->tsc_khz;
+		if (v->tsc_khz == 0 && vm_host_tsc_khz(&v->tsc_khz, err) < 0)
+			goto fail;
+	}
+	if ((dir = kiln_mkdtemp("kiln-vm", err)) == NULL)
+		goto fail;
+	files_init(v, dir);
+	vm_registry_add(&v->files);
+
+	struct vm_initramfs_opts io = { .kernel = &k, .busybox = c->busybox, .agent = agent,
+					.modules = vm_default_modules(c->net) };
+	if (vm_initramfs_write(&io, v->files.paths[F_INITRD], err) < 0)
+		goto fail;
+	char *const img[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", base,
+			      v->files.paths[F_OVERLAY], NULL };
+	if (vm_run_tool(img, err) < 0) {
+		kiln_error_wrap(err, "vm: creating the rootfs overlay");
+		goto fail;
+	}
+	t0 = now_ms();
+	if (start_qemu(c, v, k.vmlinuz, err) < 0)
+		goto fail;
+	timeout = c->boot_timeout_ms > 0 ? c->boot_timeout_ms : v->accel == VM_ACCEL_KVM ? 30000 : 120000;
+	v->qmp = vm_qmp_connect(v->files.paths[F_QMP], timeout < 20000 ? timeout : 20000, err);
+	if (v->qmp == NULL) {
+		/* Most often QEMU refused its arguments: say why, from its log. */
+		for (int i = 0; i < 100 && !qemu_gone(v, WNOHANG); i++)
+			nap_ms(10);
+		if (qemu_gone(v, WNOHANG)) {
+			kiln_error_clear(err);
+			qemu_died(v, "at start", err);
+		}
+		goto fail;
+	}
+	if (wait_ready(v, timeout, err) < 0)
+		goto fail;
+	v->boot_ms = now_ms() - t0;
+	kiln_info("vm: %s booted in %.0f ms (%s%s)", v->files.dir, v->boot_ms, v->accel == VM_ACCEL_KVM ? "kvm" : "tcg",
+		  v->agent ? ", agent" : "");
+	vm_kernel_free(&k);
+	free(agent);
+	free(base);
+	free(dir);
+	return v;
+fail:
+	kiln_error_wrap(err, "booting a VM");
+	vm_kernel_free(&k);
+	free(agent);
+	free(base);
+	free(dir);
+	vm_destroy(v);
+	return NULL;
+}
+
+int vm_wait_exit(vm_instance *v, int timeout_ms, kiln_error **err)
+{
+	double deadline = now_ms() + timeout_ms;
+
+	(void)err;
+	while (!qemu_gone(v, WNOHANG)) {
+		if (timeout_ms >= 0 && now_ms() >= deadline)
+			return 0;
+		nap_ms(10);
+	}
+	return 1;
+}
+
+void vm_destroy(vm_instance *v)
+{
+	kiln_error *e = NULL;
+
+	if (v == NULL)
+		return;
+	if (!qemu_gone(v, WNOHANG) && v->qmp) {
+		json_t *r = vm_qmp_execute(v->qmp, "quit", NULL, 2000, &e);
+		json_decref(r);
+		kiln_error_clear(&e);
+		for (int i = 0; i < 200 && !qemu_gone(v, WNOHANG); i++)
+			nap_ms(5);
+	}
+	if (!qemu_gone(v, WNOHANG)) {
+		kill(v->files.pid, SIGKILL);
+		qemu_gone(v, 0);
+	}
+	vm_qmp_close(v->qmp);
+	vm_registry_remove(&v->files);
+	if (v->files.paths[F_MEM])
+		unlink(v->files.paths[F_MEM]);
+	if (v->files.dir && kiln_rm_rf(v->files.dir, &e) < 0) {
+		kiln_warn("vm: cleaning up %s: %s", v->files.dir, kiln_error_message(e));
+		kiln_error_clear(&e);
+	}
+	for (int i = 0; i < VM_MAX_FILES; i++)
+		free(v->files.paths[i]);
+	free(v->files.dir);
+	free(v);
+}

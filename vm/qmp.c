@@ -1,0 +1,266 @@
+/* qmp.c — a small QMP client: one unix socket, newline-delimited JSON (jansson).
+ * Commands carry an "id" so a reply is matched to its request; events read
+ * while waiting are queued.  Every wait is bounded by a deadline. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vm/vm.h"
+
+#define QMP_MAX_LINE (16u << 20) /* a longer line is a broken peer */
+
+struct vm_qmp {
+	int fd;
+	char *path;
+	kiln_buf in;          /* bytes read, not yet consumed */
+	json_t *events;       /* array of queued events */
+	json_t *greeting;
+	json_int_t next_id;
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int remaining(int64_t deadline)
+{
+	int64_t r = deadline - now_ms();
+	return r < 0 ? 0 : (int)r;
+}
+
+/* Read one JSON object (one line) before the deadline; NULL on error/timeout. */
+static json_t *read_msg(vm_qmp *q, int64_t deadline, kiln_error **err)
+{
+	for (;;) {
+		char *nl = memchr(q->in.buf, '\n', q->in.len);
+		if (nl) {
+			size_t n = (size_t)(nl - q->in.buf) + 1;
+			json_t *v = kiln_json_loadb(q->in.buf, n, "QMP message", err);
+			memmove(q->in.buf, q->in.buf + n, q->in.len - n);
+			q->in.len -= n;
+			q->in.buf[q->in.len] = '\0';
+			if (v == NULL)
+				return NULL;
+			if (!json_is_object(v)) {
+				json_decref(v);
+				kiln_err(err, KILN_E_INVALID, "QMP %s: message is not a JSON object", q->path);
+				return NULL;
+			}
+			return v;
+		}
+		if (q->in.len > QMP_MAX_LINE) {
+			kiln_err(err, KILN_E_LIMIT, "QMP %s: message longer than %u bytes", q->path, QMP_MAX_LINE);
+			return NULL;
+		}
+		struct pollfd p = { .fd = q->fd, .events = POLLIN };
+		int r = poll(&p, 1, remaining(deadline));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			kiln_err_errno(err, errno, "QMP %s: poll", q->path);
+			return NULL;
+		}
+		if (r == 0) {
+			kiln_err(err, KILN_E_GENERIC, "QMP %s: no answer from QEMU in time", q->path);
+			return NULL;
+		}
+		kiln_buf_grow(&q->in, 65536);
+		ssize_t got = read(q->fd, q->in.buf + q->in.len, 65536);
+		if (got < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (got < 0) {
+			kiln_err_errno(err, errno, "QMP %s: read", q->path);
+			return NULL;
+		}
+		if (got == 0) {
+			kiln_err(err, KILN_E_IO, "QMP %s: QEMU closed the connection", q->path);
+			return NULL;
+		}
+		q->in.len += (size_t)got;
+		q->in.buf[q->in.len] = '\0';
+	}
+}
+
+static int write_all(vm_qmp *q, const char *s, size_t len, int64_t deadline, kiln_error **err)
+{
+	while (len > 0) {
+		ssize_t n = send(q->fd, s, len, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			struct pollfd p = { .fd = q->fd, .events = POLLOUT };
+			if (poll(&p, 1, remaining(deadline)) == 0)
+				return kiln_err(err, KILN_E_GENERIC, "QMP %s: QEMU does not read", q->path);
+			continue;
+		}
+		if (n < 0)
+			return kiln_err_errno(err, errno, "QMP %s: write", q->path);
+		s += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Send a command and wait for the reply with our id; events go to the queue. */
+static json_t *transact(vm_qmp *q, const char *command, json_t *args, int64_t deadline, kiln_error **err)
+{
+	json_t *req = json_object(), *ret = NULL;
+	json_int_t id = ++q->next_id;
+	char *text;
+	int rc;
+
+	json_object_set_new(req, "execute", json_string(command));
+	if (args)
+		json_object_set(req, "arguments", args);
+	json_object_set_new(req, "id", json_integer(id));
+	text = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	kiln_buf line = KILN_BUF_INIT;
+	kiln_buf_adds(&line, text);
+	kiln_buf_addc(&line, '\n');
+	free(text);
+	rc = write_all(q, line.buf, line.len, deadline, err);
+	kiln_buf_free(&line);
+	if (rc < 0)
+		return NULL;
+	for (;;) {
+		json_t *m = read_msg(q, deadline, err), *mid;
+		if (m == NULL)
+			return NULL;
+		if (json_object_get(m, "event")) {
+			json_array_append_new(q->events, m);
+			continue;
+		}
+		mid = json_object_get(m, "id");
+		if (!json_is_integer(mid) || json_integer_value(mid) != id) {
+			json_decref(m); /* a late reply to a command that timed out */
+			continue;
+		}
+		if ((ret = json_object_get(m, "return")) != NULL) {
+			json_incref(ret);
+		} else {
+			json_t *e = json_object_get(m, "error");
+			const char *cls = kiln_json_str(e, "class"), *desc = kiln_json_str(e, "desc");
+			kiln_err(err, KILN_E_GENERIC, "QMP %s: %s", command, desc ? desc : "malformed error reply");
+			if (cls && strcmp(cls, "CommandNotFound") == 0)
+				(*err)->kind = KILN_E_NOTFOUND;
+		}
+		json_decref(m);
+		return ret;
+	}
+}
+
+vm_qmp *vm_qmp_connect(const char *socket_path, int timeout_ms, kiln_error **err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int64_t deadline = now_ms() + timeout_ms;
+	vm_qmp *q = NULL;
+	json_t *m = NULL, *ret = NULL;
+	int fd = -1;
+
+	if (strlen(socket_path) >= sizeof(sa.sun_path)) {
+		kiln_err(err, KILN_E_INVALID, "QMP socket path too long: %s", socket_path);
+		return NULL;
+	}
+	strcpy(sa.sun_path, socket_path);
+	/* QEMU creates the socket shortly after it starts: retry until then. */
+	for (;;) {
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			kiln_err_errno(err, errno, "QMP socket");
+			return NULL;
+		}
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			break;
+		int e = errno;
+		close(fd);
+		fd = -1;
+		if ((e != ENOENT && e != ECONNREFUSED) || now_ms() >= deadline) {
+			kiln_err_errno(err, e, "QMP connect %s", socket_path);
+			return NULL;
+		}
+		struct timespec nap = { 0, 5 * 1000 * 1000 };
+		nanosleep(&nap, NULL);
+	}
+	q = kiln_xcalloc(1, sizeof(*q));
+	q->fd = fd;
+	q->path = kiln_xstrdup(socket_path);
+	q->in = (kiln_buf)KILN_BUF_INIT;
+	q->events = json_array();
+	if ((m = read_msg(q, deadline, err)) == NULL)
+		goto fail;
+	if (!json_is_object(json_object_get(m, "QMP"))) {
+		kiln_err(err, KILN_E_INVALID, "QMP %s: the greeting has no \"QMP\" object", socket_path);
+		goto fail;
+	}
+	q->greeting = m;
+	m = NULL;
+	if ((ret = transact(q, "qmp_capabilities", NULL, deadline, err)) == NULL)
+		goto fail;
+	json_decref(ret);
+	return q;
+fail:
+	json_decref(m);
+	vm_qmp_close(q);
+	return NULL;
+}
+
+json_t *vm_qmp_execute(vm_qmp *q, const char *command, json_t *args, int timeout_ms, kiln_error **err)
+{
+	return transact(q, command, args, now_ms() + timeout_ms, err);
+}
+
+json_t *vm_qmp_wait_event(vm_qmp *q, const char *name, int timeout_ms, kiln_error **err)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+
+	for (;;) {
+		for (size_t i = 0; i < json_array_size(q->events); i++) {
+			json_t *ev = json_array_get(q->events, i);
+			const char *evname = kiln_json_str(ev, "event");
+			if (name == NULL || (evname && strcmp(evname, name) == 0)) {
+				json_incref(ev);
+				json_array_remove(q->events, i);
+				return ev;
+			}
+		}
+		json_t *m = read_msg(q, deadline, err);
+		if (m == NULL) {
+			if (name)
+				kiln_error_wrap(err, "waiting for QMP event %s", name);
+			return NULL;
+		}
+		if (json_object_get(m, "event"))
+			json_array_append_new(q->events, m);
+		else
+			json_decref(m); /* a stray reply */
+	}
+}
+
+const json_t *vm_qmp_version(const vm_qmp *q)
+{
+	return json_object_get(json_object_get(q->greeting, "QMP"), "version");
+}
+
+void vm_qmp_close(vm_qmp *q)
+{
+	if (q == NULL)
+		return;
+	if (q->fd >= 0)
+		close(q->fd);
+	kiln_buf_free(&q->in);
+	json_decref(q->events);
+	json_decref(q->greeting);
+	free(q->path);
+	free(q);
+}

@@ -1,0 +1,140 @@
+/* vm.h — kiln's microVM layer: the guest kernel (Debian's cloud kernel, fetched
+ * into a cache by vm/fetch-kernel.sh), the initramfs kiln generates for it, the
+ * QEMU `-M microvm` launcher (KVM when /dev/kvm is usable, TCG otherwise) and a
+ * small QMP client.  Formats, boot protocol and the clock fix: docs/vm.md. */
+#ifndef KILN_VM_H
+#define KILN_VM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "kiln.h"
+
+/* ---------------------------------------------------------------------------
+ * Guest kernel.  A kernel directory holds `release` (e.g. 6.1.0-57-cloud-amd64)
+ * and `root/` = the unpacked Debian package with boot/vmlinuz-R and
+ * lib/modules/R (with modules.dep from depmod).
+ * ------------------------------------------------------------------------- */
+struct vm_kernel {
+	char *dir;      /* the kernel directory */
+	char *release;
+	char *vmlinuz;  /* dir/root/boot/vmlinuz-RELEASE */
+	char *modules;  /* dir/root/lib/modules/RELEASE */
+};
+
+/* $KILN_KERNEL_DIR, else $KILN_HOME/kernel (see kiln_home()). */
+char *vm_kernel_default_dir(void);
+/* Check a kernel directory and fill k (dir NULL: the default).  A missing
+ * kernel is KILN_E_NOTFOUND and says how to fetch one. */
+int vm_kernel_open(const char *dir, struct vm_kernel *k, kiln_error **err);
+void vm_kernel_free(struct vm_kernel *k);
+/* The module files (relative to k->modules) needed for `names` (module names
+ * like "virtio_blk"), dependencies first, each once, read from modules.dep. */
+int vm_kernel_resolve_modules(const struct vm_kernel *k, const char *const *names, kiln_strv *out,
+			      kiln_error **err);
+
+/* ---------------------------------------------------------------------------
+ * Initramfs: an uncompressed cpio (newc) archive written with libarchive,
+ * holding busybox, the modules (with their dependencies), kiln's init and
+ * optionally the guest agent.
+ * ------------------------------------------------------------------------- */
+struct vm_initramfs_opts {
+	const struct vm_kernel *kernel;
+	const char *busybox;             /* a static busybox; NULL: /bin/busybox */
+	const char *agent;               /* kiln-agent binary, or NULL for none */
+	const char *const *modules;      /* module names; NULL: vm_default_modules(false) */
+};
+/* The modules init needs: virtio-mmio, block, console, overlay (+ net). */
+const char *const *vm_default_modules(bool net);
+int vm_initramfs_write(const struct vm_initramfs_opts *o, const char *path, kiln_error **err);
+/* The init script kiln puts at /init (also documented in docs/vm.md). */
+extern const char vm_init_script[];
+
+/* ---------------------------------------------------------------------------
+ * Host facts.
+ * ------------------------------------------------------------------------- */
+/* true when /dev/kvm speaks the stable KVM API and is backed by hardware
+ * virtualisation (kvm_intel/kvm_amd).  KILN_ACCEL=tcg|kvm overrides. */
+bool vm_kvm_usable(void);
+/* The host's TSC rate in kHz, measured against CLOCK_MONOTONIC_RAW (median of
+ * several short windows).  Under TCG the guest's TSC ticks at exactly this rate. */
+int vm_host_tsc_khz(uint32_t *khz, kiln_error **err);
+
+/* ---------------------------------------------------------------------------
+ * QMP client (unix socket, one JSON object per line).  Events that arrive
+ * while waiting for a reply are queued for vm_qmp_wait_event().
+ * ------------------------------------------------------------------------- */
+typedef struct vm_qmp vm_qmp;
+
+/* Connect (retrying until the socket exists and accepts, within timeout_ms),
+ * read the greeting and negotiate capabilities. */
+vm_qmp *vm_qmp_connect(const char *socket_path, int timeout_ms, kiln_error **err);
+/* Run a command; args may be NULL (borrowed).  Returns the "return" value (new
+ * reference); a QMP error becomes a kiln_error "CMD: CLASS: DESC". */
+json_t *vm_qmp_execute(vm_qmp *q, const char *command, json_t *args, int timeout_ms, kiln_error **err);
+/* Wait for the next event named `name` (NULL: any); returns the whole event. */
+json_t *vm_qmp_wait_event(vm_qmp *q, const char *name, int timeout_ms, kiln_error **err);
+/* The greeting's {"qemu": ...} version object (borrowed). */
+const json_t *vm_qmp_version(const vm_qmp *q);
+void vm_qmp_close(vm_qmp *q);
+
+/* ---------------------------------------------------------------------------
+ * A running microVM.
+ * ------------------------------------------------------------------------- */
+enum vm_accel { VM_ACCEL_AUTO = 0, VM_ACCEL_KVM, VM_ACCEL_TCG };
+
+/* How init mounts the rootfs disk (always a per-VM qcow2 over the base image,
+ * so the base is never written).  OVERLAY: the disk read-only under an
+ * overlayfs whose upper dir is a tmpfs at /run/kiln/upper — a build step's
+ * changes are exactly that directory.  WRITABLE: the disk mounted read-write. */
+enum vm_root_mode { VM_ROOT_OVERLAY = 0, VM_ROOT_WRITABLE };
+
+struct vm_config {
+	const char *rootfs;        /* ext4 image (required) */
+	unsigned cpus;             /* default 1 */
+	unsigned memory_mib;       /* default 256 */
+	bool net;                  /* user-mode network (virtio-net), off by default */
+	enum vm_accel accel;
+	enum vm_root_mode root_mode;
+	const char *kernel_dir;    /* NULL: vm_kernel_default_dir() */
+	const char *agent;         /* kiln-agent path; NULL: $KILN_AGENT, else next to this program */
+	bool no_agent;             /* boot without the agent (init idles after the marker) */
+	const char *busybox;       /* NULL: /bin/busybox */
+	int boot_timeout_ms;       /* until init's ready marker; 0: 120 s TCG, 30 s KVM */
+	uint32_t tsc_khz;          /* TCG only; 0: measure the host (vm_host_tsc_khz) */
+	bool console_verbose;      /* kernel messages on the console (no "quiet") */
+	const char *extra_cmdline; /* appended to the kernel command line */
+};
+void vm_config_init(struct vm_config *c);
+
+typedef struct vm_instance vm_instance;
+
+/* Start QEMU and wait until the guest's init prints its ready marker (the
+ * agent, if any, is starting then).  On failure everything is cleaned up and
+ * the error quotes the console's last lines. */
+vm_instance *vm_boot(const struct vm_config *c, kiln_error **err);
+/* Stop QEMU (QMP quit, then SIGKILL) and remove every file of the VM. */
+void vm_destroy(vm_instance *v);
+
+const char *vm_dir(const vm_instance *v);            /* the VM's private directory */
+const char *vm_console_path(const vm_instance *v);   /* serial console log */
+const char *vm_agent_socket(const vm_instance *v);   /* unix socket of the agent's port */
+const char *vm_memory_path(const vm_instance *v);    /* guest RAM file (share=on) */
+vm_qmp *vm_get_qmp(vm_instance *v);
+pid_t vm_qemu_pid(const vm_instance *v);
+bool vm_has_agent(const vm_instance *v);
+enum vm_accel vm_accel_used(const vm_instance *v);
+uint32_t vm_tsc_khz_used(const vm_instance *v);      /* 0 under KVM */
+double vm_boot_ms(const vm_instance *v);             /* QEMU start to init's marker */
+/* Block until QEMU exits on its own (guest poweroff) or timeout_ms passes
+ * (<0: forever); returns 1 if it exited, 0 on timeout. */
+int vm_wait_exit(vm_instance *v, int timeout_ms, kiln_error **err);
+
+/* Install SIGINT/SIGTERM/SIGHUP handlers that kill every live VM's QEMU and
+ * remove its files before the process dies of the signal.  For programs (the
+ * CLI); idempotent. */
+void vm_cleanup_on_signals(void);
+
+#endif
