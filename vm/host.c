@@ -45,19 +45,25 @@ static uint64_t mono_raw_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* A TSC reading bracketed by two clock reads; retried when the pair is wide
- * (we were preempted in between), so the pairing error stays sub-microsecond. */
-static int sample(uint64_t *ns, uint64_t *tsc)
+/* A TSC reading bracketed by two clock reads: the narrowest bracket of many
+ * tries, so a preemption between the reads does not skew the pairing.  A busy
+ * host (or one whose clock reads trap to the hypervisor) may never give a
+ * tight pair; the window is then lengthened to keep the error small. */
+static uint64_t sample(uint64_t *ns, uint64_t *tsc)
 {
-	for (int tries = 0; tries < 100; tries++) {
+	uint64_t best = UINT64_MAX;
+
+	for (int tries = 0; tries < 64; tries++) {
 		uint64_t a = mono_raw_ns(), t = __rdtsc(), b = mono_raw_ns();
-		if (b - a < 2000) {
+		if (b - a < best) {
+			best = b - a;
 			*ns = a + (b - a) / 2;
 			*tsc = t;
-			return 0;
+			if (best < 500)
+				break;
 		}
 	}
-	return -1;
+	return best;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -68,24 +74,27 @@ static int cmp_u64(const void *a, const void *b)
 
 int vm_host_tsc_khz(uint32_t *khz, kiln_error **err)
 {
-	enum { WINDOWS = 5, WINDOW_NS = 10 * 1000 * 1000 };
+	enum { WINDOWS = 5 };
 	uint64_t rates[WINDOWS];
 
 	for (int i = 0; i < WINDOWS; i++) {
-		uint64_t ns0, tsc0, ns1, tsc1;
-		struct timespec nap = { 0, WINDOW_NS };
-		if (sample(&ns0, &tsc0) < 0)
-			return kiln_err(err, KILN_E_GENERIC, "measuring the host TSC: the clock reads were never close together");
+		uint64_t ns0, tsc0, ns1, tsc1, w0, w1, window;
+		w0 = sample(&ns0, &tsc0);
+		/* 10 ms, or long enough that the brackets are < 0.01% of it. */
+		window = 10000000u;
+		if (w0 * 10000 > window)
+			window = w0 * 10000 > 1000000000u ? 1000000000u : w0 * 10000;
+		struct timespec nap = { (time_t)(window / 1000000000u), (long)(window % 1000000000u) };
 		while (nanosleep(&nap, &nap) < 0 && errno == EINTR)
 			;
-		if (sample(&ns1, &tsc1) < 0)
-			return kiln_err(err, KILN_E_GENERIC, "measuring the host TSC: the clock reads were never close together");
+		w1 = sample(&ns1, &tsc1);
 		if (ns1 <= ns0 || tsc1 <= tsc0)
 			return kiln_err(err, KILN_E_GENERIC, "measuring the host TSC: it does not advance");
+		(void)w1;
 		rates[i] = (tsc1 - tsc0) * 1000000u / (ns1 - ns0); /* ticks per ms = kHz */
 	}
 	qsort(rates, WINDOWS, sizeof(rates[0]), cmp_u64);
-	if (rates[WINDOWS / 2] == 0 || rates[WINDOWS / 2] > UINT32_MAX)
+	if (rates[WINDOWS / 2] < 1000 || rates[WINDOWS / 2] > UINT32_MAX)
 		return kiln_err(err, KILN_E_GENERIC, "measuring the host TSC: implausible rate %llu kHz",
 				(unsigned long long)rates[WINDOWS / 2]);
 	*khz = (uint32_t)rates[WINDOWS / 2];

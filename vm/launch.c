@@ -365,9 +365,11 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 	if (v->accel == VM_ACCEL_AUTO)
 		v->accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG;
 	if (v->accel == VM_ACCEL_TCG) {
-		v->tsc_khz = c->tsc_khz;
-		if (v->tsc_khz == 0 && vm_host_tsc_khz(&v->tsc_khz, err) < 0)
+		/* The rate is a property of the host: measure once per process. */
+		static uint32_t host_khz;
+		if (c->tsc_khz == 0 && host_khz == 0 && vm_host_tsc_khz(&host_khz, err) < 0)
 			goto fail;
+		v->tsc_khz = c->tsc_khz ? c->tsc_khz : host_khz;
 	}
 	if ((dir = kiln_mkdtemp("kiln-vm", err)) == NULL)
 		goto fail;
