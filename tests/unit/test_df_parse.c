@@ -340,6 +340,11 @@ static void test_quoting(void)
 		   "(from \"a\")\n(run \"echo \\\"\\\\t\\\" \\x01 \\x7f \\xff é \\u00a0x \\u200b 😀\")\n");
 	CHECK_DUMP("FROM a\nRUN a\rb\vc\fd\ae\bf\n", "(from \"a\")\n(run \"a\\rb\\vc\\fd\\ae\\bf\")\n");
 	CHECK_DUMP("FROM a\nRUN \xf3\xa0\x80\x81\n", "(from \"a\")\n(run \"\\U000e0001\")\n");
+	/* format characters, private use and unassigned code points are escaped;
+	 * trailing Unicode spaces are trimmed like any space */
+	CHECK_DUMP("FROM a\nRUN x\xc2\xad\xef\xbb\xbf\xee\x80\x80\xcd\xb8\xef\xbf\xbd\xc2\x85\xc2\xa0\xe2\x80\xa8\n",
+		   "(from \"a\")\n(run \"x\\u00ad\\ufeff\\ue000\\u0378\xef\xbf\xbd\")\n");
+	CHECK_DUMP("FROM a\nRUN \xc2\x85x\xc2\x9f\n", "(from \"a\")\n(run \"x\\u009f\")\n");
 }
 
 static void test_json_output(void)
