@@ -218,3 +218,53 @@ char *df_go_lower(const char *s)
 	}
 	return kiln_buf_detach(&b);
 }
+
+static int hex4(const char *s)
+{
+	int v = 0;
+
+	for (int i = 0; i < 4; i++) {
+		char c = s[i];
+		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+		if (d < 0)
+			return -1;
+		v = v * 16 + d;
+	}
+	return v;
+}
+
+char *df_json_fix_surrogates(const char *s, size_t len)
+{
+	kiln_buf b = KILN_BUF_INIT;
+	bool in_string = false;
+
+	for (size_t i = 0; i < len;) {
+		char c = s[i];
+		int v, lo;
+
+		if (!in_string || c != '\\' || i + 1 >= len) {
+			if (c == '"')
+				in_string = !in_string;
+			kiln_buf_addc(&b, c);
+			i++;
+			continue;
+		}
+		if (s[i + 1] != 'u' || i + 6 > len || (v = hex4(s + i + 2)) < 0) {
+			kiln_buf_add(&b, s + i, 2); /* any other escape, kept for jansson to judge */
+			i += 2;
+			continue;
+		}
+		if (v >= 0xD800 && v <= 0xDBFF && i + 12 <= len && s[i + 6] == '\\' && s[i + 7] == 'u' &&
+		    (lo = hex4(s + i + 8)) >= 0xDC00 && lo <= 0xDFFF) {
+			kiln_buf_add(&b, s + i, 12); /* a proper pair */
+			i += 12;
+		} else if (v >= 0xD800 && v <= 0xDFFF) {
+			kiln_buf_adds(&b, "\\ufffd");
+			i += 6;
+		} else {
+			kiln_buf_add(&b, s + i, 6);
+			i += 6;
+		}
+	}
+	return kiln_buf_detach(&b);
+}

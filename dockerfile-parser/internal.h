@@ -30,6 +30,10 @@ void df_go_quote(kiln_buf *b, const char *s, size_t len);
 /* A copy of s with each invalid UTF-8 byte replaced by U+FFFD (what Go's
  * encoding/json does on both decode and encode). */
 char *df_utf8_sanitize(const char *s, size_t len);
+/* Go's encoding/json decodes a \uXXXX escape that is half of a UTF-16
+ * surrogate pair without its other half as U+FFFD; jansson rejects it.  This
+ * rewrites such escapes (inside JSON strings only) as \ufffd. */
+char *df_json_fix_surrogates(const char *s, size_t len);
 /* strings.ToLower as far as it matters here: ASCII, plus the two non-ASCII
  * letters Go lowercases to ASCII (U+0130 to 'i', U+212A KELVIN SIGN to 'k');
  * other characters are kept as they are. */

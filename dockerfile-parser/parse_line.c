@@ -198,14 +198,16 @@ static enum json_result parse_json(const char *rest, size_t len, kiln_strv *out)
 	enum json_result res = JSON_NOT_JSON;
 	json_t *arr = NULL;
 	json_error_t jerr;
-	char *clean;
+	char *utf8, *clean;
 	size_t i;
 	json_t *v;
 
 	rest = df_trim_left_space(rest, &len);
 	if (len == 0 || rest[0] != '[')
 		return JSON_NOT_JSON;
-	clean = df_utf8_sanitize(rest, len);
+	utf8 = df_utf8_sanitize(rest, len);
+	clean = df_json_fix_surrogates(utf8, strlen(utf8));
+	free(utf8);
 	arr = json_loads(clean, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &jerr);
 	free(clean);
 	if (arr == NULL || !json_is_array(arr))

@@ -73,6 +73,9 @@ static void test_add_copy_json(void)
 		CHECK_DUMP(df, "ERR: Dockerfile:2:1: when using JSON array syntax, arrays must be comprised of strings only");
 		free(df);
 	}
+	/* a lone surrogate escape is U+FFFD, a proper pair one rune (Go's decoder) */
+	CHECK_DUMP("FROM a\nCMD [\"\\ud800\", \"\\udc00x\", \"\\ud83d\\ude00\", \"\\ud800\\u0041\", \"\\ud800\\ud800\\udc00\"]\n",
+		   "(from \"a\")\n(cmd \"\xef\xbf\xbd\" \"\xef\xbf\xbdx\" \"\xf0\x9f\x98\x80\" \"\xef\xbf\xbd" "A\" \"\xef\xbf\xbd\xf0\x90\x80\x80\")\n");
 	/* invalid UTF-8 inside a JSON string becomes U+FFFD, as Go decodes it */
 	CHECK_DUMP("FROM a\nCMD [\"a\xff\"]\n", "(from \"a\")\n(cmd \"a\xef\xbf\xbd\")\n");
 }
