@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "kiln.h"
+#include "dockerfile-parser/dockerfile.h"
 
 /* ===========================================================================
  * Patterns (ignore.c): .dockerignore and COPY --exclude, as moby's
@@ -233,5 +234,102 @@ int build_cache_prune(build_store *s, bool all, int64_t older_than, struct build
 		      kiln_error **err);
 /* "90s", "30m", "12h", "7d" (a bare number is seconds) → seconds. */
 int build_parse_duration(const char *s, int64_t *out, kiln_error **err);
+
+/* ===========================================================================
+ * Images (base.c, image.c): a base read into the store, pinned by digest.
+ * ========================================================================= */
+struct build_image {
+	char manifest_digest[KILN_DIGEST_MAX]; /* the pin, "" for scratch */
+	json_t *config;                        /* the whole OCI image config */
+	struct build_layer *layers;
+	size_t n_layers;
+};
+
+/* oci:DIR[:TAG], oci-archive:FILE[:TAG], docker-archive:FILE (via rootfs),
+ * or NAME[:TAG] of an image in the local store.  Blobs land in the store. */
+int build_image_load(build_store *s, const char *ref, struct build_image **out, kiln_error **err);
+void build_image_free(struct build_image *im);
+/* Extract layers in order into dir (whiteouts applied, owners kept). */
+int build_layers_extract(build_store *s, const struct build_layer *layers, size_t n, const char *dir,
+			 kiln_error **err);
+/* Write a manifest (and its blobs) into an OCI image layout at dir, named
+ * `refname` (org.opencontainers.image.ref.name) if not NULL; other entries
+ * of an existing layout are kept. */
+int build_oci_export(build_store *s, const char *manifest, const char *dir, const char *refname, kiln_error **err);
+
+/* ===========================================================================
+ * Running a build (build.c, exec.c).
+ * ========================================================================= */
+/* What a RUN step gets: the command and its environment, and the stage's
+ * filesystem as layers in the store.  The executor returns the step's
+ * changes as one layer written to the store (tar diff, whiteouts). */
+struct build_run_request {
+	const struct df_step *step;
+	const char *instruction;          /* "RUN make", expanded */
+	json_t *argv;                     /* array of strings: shell form already wrapped */
+	char *const *env;                 /* "K=V" */
+	size_t n_env;
+	const char *workdir;              /* "/" when unset */
+	const char *user;                 /* "" = root */
+	build_store *store;
+	const struct build_layer *layers; /* the stage so far, bottom first */
+	size_t n_layers;
+	enum build_compression compression;
+	const char *scratch;              /* a private temp directory */
+};
+
+/* Where RUN steps execute.  The builder only ever calls through this table,
+ * so the microVM executor plugs in as one more const instance. */
+struct build_executor_ops {
+	const char *name;
+	/* Run the step; on success fill *out (a layer already in the store). A
+	 * non-zero exit of the command is an error naming its exit code. */
+	int (*run)(void *ctx, const struct build_run_request *req, struct build_layer *out, kiln_error **err);
+};
+
+/* The executor available without a microVM: RUN fails with a clear error. */
+extern const struct build_executor_ops build_executor_none;
+
+enum build_event_kind { BUILD_EV_STEP, BUILD_EV_STEP_DONE, BUILD_EV_DONE };
+
+struct build_event {
+	enum build_event_kind kind;
+	int step, total;            /* 1-based over the stages built (FROM counts) */
+	const char *stage;          /* stage name, or its index as text */
+	const char *instruction;    /* expanded text */
+	const char *file;
+	int line;
+	bool has_cache;             /* the step has a cache key (layer steps) */
+	bool cached;                /* a hit */
+	double seconds;
+	const char *digest;         /* BUILD_EV_DONE: manifest digest */
+};
+
+struct build_options {
+	const char *context;               /* directory */
+	const char *dockerfile;            /* NULL = CONTEXT/Dockerfile; "-" = stdin */
+	const char *const *tags;
+	size_t n_tags;
+	const struct df_kv *build_args;
+	size_t n_build_args;
+	const char *target;
+	bool no_cache;
+	const char *oci_out;               /* OCI layout directory, or NULL */
+	enum build_compression compression;
+	const char *home;                  /* NULL = kiln_home() */
+	const struct build_executor_ops *executor; /* NULL = build_executor_none */
+	void *executor_ctx;
+	void (*on_event)(void *ud, const struct build_event *ev);
+	void *event_ud;
+};
+
+struct build_result {
+	char manifest[KILN_DIGEST_MAX];
+	char config[KILN_DIGEST_MAX];
+	size_t steps, cached;
+};
+
+/* Build.  Errors name the failing step and its Dockerfile line. */
+int build_run(const struct build_options *o, struct build_result *res, kiln_error **err);
 
 #endif

@@ -266,7 +266,7 @@ static int extract_archive(const char *path, const char *dir, kiln_error **err)
 	archive_read_support_filter_all(a);
 	archive_read_support_format_tar(a);
 	archive_write_disk_set_options(w, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-						  ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
+						  ARCHIVE_EXTRACT_SECURE_NODOTDOT);
 	if (archive_read_open_filename(a, path, 65536) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_INVALID, "ADD %s: %s", path, archive_error_string(a));
 		goto out;

@@ -154,14 +154,12 @@ const char *build_fsindex_file(const build_fsindex *x, const char *path)
 /* Layer paths as they appear in tars ("./a/b/", "/a") in the index's form ("a/b"). */
 char *build_layer_path(const char *name)
 {
-	char *c = build_path_clean(name);
-	const char *p = c;
+	/* cleaned as if rooted, so ".." can never climb above the root */
+	char *rooted = kiln_xasprintf("/%s", name);
+	char *c = build_path_clean(rooted);
+	char *r = kiln_xstrdup(c + 1);
 
-	while (*p == '/')
-		p++;
-	if (strcmp(p, ".") == 0)
-		p = "";
-	char *r = kiln_xstrdup(p);
+	free(rooted);
 	free(c);
 	return r;
 }

@@ -12,4 +12,17 @@ void build_fsindex_put(build_fsindex *x, const char *path, mode_t mode, uid_t ui
 /* Remember the contents of /etc/passwd or /etc/group (other paths ignored). */
 void build_fsindex_set_file(build_fsindex *x, const char *path, const char *data, size_t len);
 
+#include "dockerfile-parser/dockerfile.h"
+
+/* image.c */
+json_t *build_config_scratch(void);
+/* Apply a non-filesystem step to the image config; *cmd_set tracks whether
+ * this stage set CMD (ENTRYPOINT resets an inherited one). */
+int build_config_step(json_t *root, const struct df_step *st, bool *cmd_set, kiln_error **err);
+json_t *build_command_json(const struct df_step *st);
+void build_config_history(json_t *root, const char *created, const char *created_by, bool empty_layer);
+int build_image_commit(build_store *s, json_t *root, const struct build_layer *layers, size_t n,
+		       const char *created, char manifest[KILN_DIGEST_MAX], char config[KILN_DIGEST_MAX],
+		       kiln_error **err);
+
 #endif

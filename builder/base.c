@@ -1,0 +1,303 @@
+/* base.c — base images for FROM and COPY --from=<image>: read through the
+ * rootfs stage's image reader (oci:, oci-archive:, docker-archive:) or taken
+ * from kiln's own store by name, their blobs copied into the store with
+ * digests verified; and a stage's layers extracted to a directory (whiteouts
+ * applied) when COPY --from needs its files. */
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "builder/internal.h"
+#include "rootfs/rootfs.h"
+
+void build_image_free(struct build_image *im)
+{
+	if (!im)
+		return;
+	free(im->layers);
+	json_decref(im->config);
+	free(im);
+}
+
+/* Docker media types of layers become their OCI equivalents. */
+static const char *oci_layer_type(const char *mt)
+{
+	if (mt && strstr(mt, "zstd"))
+		return build_layer_media_type(BUILD_ZSTD);
+	if (mt && strstr(mt, "gzip"))
+		return build_layer_media_type(BUILD_GZIP);
+	return build_layer_media_type(BUILD_NONE);
+}
+
+static int copy_blob(build_store *s, const struct rootfs_source_ops *ops, void *src, const char *digest,
+		     int64_t *size, kiln_error **err)
+{
+	build_blob_writer *w = NULL;
+	void *blob = NULL;
+	char buf[65536];
+	ssize_t n;
+
+	if (build_store_has_blob(s, digest)) {
+		char *p = build_store_blob_path(s, digest);
+		struct stat st;
+		if (stat(p, &st) == 0)
+			*size = st.st_size;
+		free(p);
+		return 0;
+	}
+	if (ops->blob_open(src, digest, &blob, err) < 0)
+		return -1;
+	if (build_blob_begin(s, &w, err) < 0)
+		goto fail;
+	while ((n = ops->blob_read(blob, buf, sizeof(buf), err)) > 0)
+		if (build_blob_write(w, buf, (size_t)n, err) < 0)
+			goto fail;
+	if (n < 0)
+		goto fail;
+	ops->blob_close(blob);
+	return build_blob_commit(w, digest, NULL, size, err);
+fail:
+	ops->blob_close(blob);
+	build_blob_abort(w);
+	return kiln_error_wrap(err, "blob %s", digest);
+}
+
+/* A layer's diff_id: the config's rootfs.diff_ids[i]. */
+static const char *diff_id_at(const json_t *config, size_t i)
+{
+	json_t *ids = json_object_get(json_object_get(config, "rootfs"), "diff_ids");
+	return json_string_value(json_array_get(ids, i));
+}
+
+static int import_rootfs(build_store *s, const char *ref, struct build_image *im, kiln_error **err)
+{
+	const struct rootfs_source_ops *ops;
+	char *loc = NULL, *tag = NULL;
+	void *src = NULL;
+	rootfs_image *img = NULL;
+	int rc = -1;
+
+	if (rootfs_ref_parse(ref, &ops, &loc, &tag, err) < 0 || ops->open(loc, &src, err) < 0)
+		goto out;
+	if (rootfs_image_open_source(ops, src, tag, ref, &img, err) < 0)
+		goto out; /* the image closed the source */
+	snprintf(im->manifest_digest, sizeof(im->manifest_digest), "%s", rootfs_image_manifest_digest(img));
+	im->config = json_deep_copy(rootfs_image_config(img));
+	im->n_layers = rootfs_image_layer_count(img);
+	im->layers = kiln_xcalloc(im->n_layers ? im->n_layers : 1, sizeof(*im->layers));
+	for (size_t i = 0; i < im->n_layers; i++) {
+		const struct rootfs_layer_desc *d = rootfs_image_layer(img, i);
+		const char *diff = diff_id_at(im->config, i);
+		struct build_layer *l = &im->layers[i];
+		if (!diff) {
+			kiln_err(err, KILN_E_INVALID, "%s: config has no diff_id for layer %zu", ref, i);
+			goto out;
+		}
+		if (copy_blob(s, ops, src, d->digest, &l->size, err) < 0)
+			goto out;
+		snprintf(l->digest, sizeof(l->digest), "%s", d->digest);
+		snprintf(l->diff_id, sizeof(l->diff_id), "%s", diff);
+		l->media_type = oci_layer_type(d->media_type);
+	}
+	rc = 0;
+out:
+	rootfs_image_close(img);
+	free(loc);
+	free(tag);
+	return rc;
+}
+
+static int import_local(build_store *s, const char *name, const char *manifest, struct build_image *im,
+			kiln_error **err)
+{
+	char *data = NULL;
+	size_t len = 0;
+	json_t *m = NULL, *c = NULL;
+	int rc = -1;
+
+	if (build_store_read(s, manifest, &data, &len, 16 << 20, err) < 0)
+		goto out;
+	m = kiln_json_loadb(data, len, manifest, err);
+	free(data);
+	data = NULL;
+	if (!m)
+		goto out;
+	const char *cd = kiln_json_str(json_object_get(m, "config"), "digest");
+	if (!cd || build_store_read(s, cd, &data, &len, 16 << 20, err) < 0) {
+		if (!*err)
+			kiln_err(err, KILN_E_INVALID, "%s: manifest without config", name);
+		goto out;
+	}
+	c = kiln_json_loadb(data, len, cd, err);
+	if (!c)
+		goto out;
+	snprintf(im->manifest_digest, sizeof(im->manifest_digest), "%s", manifest);
+	json_t *layers = json_object_get(m, "layers");
+	im->n_layers = json_array_size(layers);
+	im->layers = kiln_xcalloc(im->n_layers ? im->n_layers : 1, sizeof(*im->layers));
+	for (size_t i = 0; i < im->n_layers; i++) {
+		json_t *d = json_array_get(layers, i);
+		const char *dg = kiln_json_str(d, "digest"), *diff = diff_id_at(c, i);
+		if (!dg || !diff || !build_store_has_blob(s, dg)) {
+			kiln_err(err, KILN_E_INVALID, "%s: layer %zu missing from the store", name, i);
+			goto out;
+		}
+		snprintf(im->layers[i].digest, KILN_DIGEST_MAX, "%s", dg);
+		snprintf(im->layers[i].diff_id, KILN_DIGEST_MAX, "%s", diff);
+		im->layers[i].size = kiln_json_int(d, "size", 0);
+		im->layers[i].media_type = oci_layer_type(kiln_json_str(d, "mediaType"));
+	}
+	im->config = c;
+	c = NULL;
+	rc = 0;
+out:
+	free(data);
+	json_decref(m);
+	json_decref(c);
+	return rc;
+}
+
+int build_image_load(build_store *s, const char *ref, struct build_image **out, kiln_error **err)
+{
+	struct build_image *im = kiln_xcalloc(1, sizeof(*im));
+	int rc;
+
+	if (strncmp(ref, "oci:", 4) == 0 || strncmp(ref, "oci-archive:", 12) == 0 ||
+	    strncmp(ref, "docker-archive:", 15) == 0) {
+		rc = import_rootfs(s, ref, im, err);
+	} else {
+		json_t *images = build_store_images(s, err);
+		char *norm = build_ref_normalize(ref);
+		const char *dg = images ? kiln_json_str(json_object_get(images, norm), "digest") : NULL;
+		if (!images)
+			rc = -1;
+		else if (dg)
+			rc = import_local(s, ref, dg, im, err);
+		else
+			rc = kiln_err(err, KILN_E_NOTFOUND,
+				      "base image '%s': not a local kiln image, and registry pulls are not "
+				      "supported yet (use oci:DIR, oci-archive:FILE or docker-archive:FILE)",
+				      ref);
+		json_decref(images);
+		free(norm);
+	}
+	if (rc < 0) {
+		build_image_free(im);
+		return kiln_error_wrap(err, "FROM %s", ref);
+	}
+	if (!json_is_object(im->config))
+		json_decref(im->config), im->config = json_object();
+	*out = im;
+	return 0;
+}
+
+/* Apply one layer blob to a directory: whiteouts delete, the rest is
+ * extracted with owners and modes, never through symlinks or "..". */
+static int extract_layer(const char *blob, const char *dir, kiln_error **err)
+{
+	struct archive *a = archive_read_new(), *w = archive_write_disk_new();
+	struct archive_entry *e;
+	int r, rc = -1;
+
+	archive_read_support_filter_all(a);
+	archive_read_support_format_tar(a);
+	archive_write_disk_set_options(w, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_XATTR |
+						  ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+						  ARCHIVE_EXTRACT_UNLINK);
+	if (archive_read_open_filename(a, blob, 65536) != ARCHIVE_OK) {
+		kiln_err(err, KILN_E_INVALID, "layer %s: %s", blob, archive_error_string(a));
+		goto out;
+	}
+	while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+		char *rel = build_layer_path(archive_entry_pathname(e));
+		char *slash = strrchr(rel, '/');
+		const char *base = slash ? slash + 1 : rel;
+		if (strncmp(base, ".wh.", 4) == 0) {
+			char *parent = slash ? kiln_xstrndup(rel, (size_t)(slash - rel)) : kiln_xstrdup("");
+			char *victim = strcmp(base, ".wh..wh..opq") == 0
+					       ? NULL
+					       : kiln_xasprintf("%s/%s%s%s", dir, parent, parent[0] ? "/" : "", base + 4);
+			if (victim) {
+				if (kiln_rm_rf(victim, err) < 0)
+					kiln_error_clear(err);
+			} else {
+				/* opaque: empty the directory, keep it */
+				char *pd = kiln_xasprintf("%s/%s", dir, parent);
+				build_tree *t = NULL;
+				if (build_tree_open(pd, NULL, &t, err) == 0) {
+					for (size_t i = 0; i < build_tree_count(t); i++) {
+						const char *p = build_tree_entry(t, i)->path;
+						if (!strchr(p, '/')) {
+							char *full = kiln_path_join(pd, p);
+							if (kiln_rm_rf(full, err) < 0)
+								kiln_error_clear(err);
+							free(full);
+						}
+					}
+				}
+				kiln_error_clear(err);
+				build_tree_free(t);
+				free(pd);
+			}
+			free(victim);
+			free(parent);
+			free(rel);
+			continue;
+		}
+		char *full = kiln_xasprintf("%s/%s", dir, rel);
+		archive_entry_set_pathname(e, full);
+		free(full);
+		free(rel);
+		const char *hl = archive_entry_hardlink(e);
+		if (hl) {
+			char *hr = build_layer_path(hl), *hf = kiln_xasprintf("%s/%s", dir, hr);
+			archive_entry_set_hardlink(e, hf);
+			free(hr);
+			free(hf);
+		}
+		if (archive_write_header(w, e) != ARCHIVE_OK) {
+			kiln_err(err, KILN_E_INVALID, "layer %s: %s", blob, archive_error_string(w));
+			goto out;
+		}
+		const void *buf;
+		size_t len;
+		la_int64_t off;
+		while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
+			if (archive_write_data_block(w, buf, len, off) != ARCHIVE_OK) {
+				kiln_err(err, KILN_E_IO, "layer %s: %s", blob, archive_error_string(w));
+				goto out;
+			}
+		if (r != ARCHIVE_EOF) {
+			kiln_err(err, KILN_E_INVALID, "layer %s: %s", blob, archive_error_string(a));
+			goto out;
+		}
+		archive_write_finish_entry(w);
+	}
+	if (r != ARCHIVE_EOF) {
+		kiln_err(err, KILN_E_INVALID, "layer %s: %s", blob, archive_error_string(a));
+		goto out;
+	}
+	rc = 0;
+out:
+	archive_read_free(a);
+	archive_write_free(w);
+	return rc;
+}
+
+int build_layers_extract(build_store *s, const struct build_layer *layers, size_t n, const char *dir,
+			 kiln_error **err)
+{
+	if (kiln_mkdir_p(dir, 0755, err) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		char *p = build_store_blob_path(s, layers[i].digest);
+		int rc = extract_layer(p, dir, err);
+		free(p);
+		if (rc < 0)
+			return -1;
+	}
+	return 0;
+}

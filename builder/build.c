@@ -1,0 +1,625 @@
+/* build.c — `kiln build`: parse and plan the Dockerfile, then build each
+ * stage the target needs in order.  Filesystem steps (COPY, ADD, WORKDIR)
+ * become layers on the host, RUN goes through the executor table, the rest
+ * edits the image config; every layer step is cached by content. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "builder/internal.h"
+
+struct stage_state {
+	bool built;
+	json_t *config;
+	struct build_layer *layers;
+	size_t n_layers, cap;
+	build_fsindex *idx;
+	char key[KILN_DIGEST_MAX];
+	bool cmd_set;
+	build_tree *files; /* extracted for COPY --from, on demand */
+};
+
+struct img_slot {
+	char *ref;
+	struct build_image *im;
+	build_tree *files;
+};
+
+struct run {
+	const struct build_options *o;
+	build_store *s;
+	struct df_ast *ast;
+	struct df_plan *plan;
+	char *scratch;
+	build_ignore *ig;
+	build_tree *context;
+	struct stage_state *st;
+	struct img_slot *imgs;
+	size_t n_imgs;
+	int step, total;
+	char created[32];
+	size_t cached;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void emit(struct run *r, const struct build_event *ev)
+{
+	if (r->o->on_event)
+		r->o->on_event(r->o->event_ud, ev);
+}
+
+static int load_image(struct run *r, const char *ref, struct img_slot **out, kiln_error **err)
+{
+	for (size_t i = 0; i < r->n_imgs; i++)
+		if (strcmp(r->imgs[i].ref, ref) == 0) {
+			*out = &r->imgs[i];
+			return 0;
+		}
+	struct build_image *im;
+	if (build_image_load(r->s, ref, &im, err) < 0)
+		return -1;
+	r->imgs = kiln_xrealloc(r->imgs, (r->n_imgs + 1) * sizeof(*r->imgs));
+	r->imgs[r->n_imgs] = (struct img_slot){ .ref = kiln_xstrdup(ref), .im = im };
+	*out = &r->imgs[r->n_imgs++];
+	return 0;
+}
+
+/* plan hook: a base image's env, WORKDIR, USER and SHELL start its stage */
+static int image_config_hook(void *ctx, const char *ref, const char *platform, struct df_image_config *out,
+			     kiln_error **err)
+{
+	struct run *r = ctx;
+	struct img_slot *slot;
+	size_t i;
+	json_t *v;
+
+	if (load_image(r, ref, &slot, err) < 0)
+		return -1;
+	json_t *cfg = json_object_get(slot->im->config, "config");
+	json_array_foreach(json_object_get(cfg, "Env"), i, v)
+		if (json_is_string(v))
+			kiln_strv_push(&out->env, json_string_value(v));
+	json_array_foreach(json_object_get(cfg, "Shell"), i, v)
+		if (json_is_string(v))
+			kiln_strv_push(&out->shell, json_string_value(v));
+	const char *wd = kiln_json_str(cfg, "WorkingDir"), *user = kiln_json_str(cfg, "User");
+	out->workdir = wd && wd[0] ? kiln_xstrdup(wd) : NULL;
+	out->user = user && user[0] ? kiln_xstrdup(user) : NULL;
+	return 0;
+}
+
+static const char *flag(const struct df_step *st, const char *name)
+{
+	const char *v = NULL;
+	for (size_t i = 0; i < st->n_flags; i++)
+		if (strcmp(st->flags[i].key, name) == 0)
+			v = st->flags[i].value;
+	return v;
+}
+
+/* The step as expanded: the text logged and hashed into the cache key. */
+static char *step_text(const struct df_step *st)
+{
+	kiln_buf b = KILN_BUF_INIT;
+	const char *name = df_kind_name(st->kind);
+
+	for (const char *p = name; *p; p++)
+		kiln_buf_addc(&b, (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p));
+	for (size_t i = 0; i < st->n_flags; i++)
+		kiln_buf_addf(&b, " --%s%s%s", st->flags[i].key, st->flags[i].value[0] ? "=" : "",
+			      st->flags[i].value);
+	if (st->exec_form) {
+		json_t *a = json_array();
+		for (size_t i = 0; i < st->args.n; i++)
+			json_array_append_new(a, json_string(st->args.v[i]));
+		char *s = json_dumps(a, JSON_COMPACT);
+		kiln_buf_addf(&b, " %s", s);
+		free(s);
+		json_decref(a);
+	} else {
+		for (size_t i = 0; i < st->args.n; i++)
+			kiln_buf_addf(&b, " %s", st->args.v[i]);
+	}
+	return kiln_buf_detach(&b);
+}
+
+static void push_layer(struct stage_state *ss, const struct build_layer *l)
+{
+	if (ss->n_layers == ss->cap) {
+		ss->cap = ss->cap ? 2 * ss->cap : 8;
+		ss->layers = kiln_xrealloc(ss->layers, ss->cap * sizeof(*ss->layers));
+	}
+	ss->layers[ss->n_layers++] = *l;
+}
+
+static int add_layer(struct run *r, struct stage_state *ss, const struct build_layer *l, kiln_error **err)
+{
+	char *p = build_store_blob_path(r->s, l->digest);
+	int rc = build_fsindex_apply_layer(ss->idx, p, err);
+
+	free(p);
+	if (rc == 0)
+		push_layer(ss, l);
+	return rc;
+}
+
+static void key_chain(char key[KILN_DIGEST_MAX], const char *text)
+{
+	kiln_error *err = NULL;
+	char parent[KILN_DIGEST_MAX];
+
+	memcpy(parent, key, KILN_DIGEST_MAX);
+	build_cache_key(parent, text, NULL, key, &err); /* no files: cannot fail */
+	kiln_error_free(err);
+}
+
+/* A layer step: cache lookup by the key over its changes, else write it. */
+static int layer_step(struct run *r, struct stage_state *ss, const char *text, const struct build_changes *ch,
+		      bool *cached, kiln_error **err)
+{
+	char key[KILN_DIGEST_MAX];
+	struct build_layer l;
+	int hit = 0;
+
+	if (build_cache_key(ss->key, text, ch, key, err) < 0)
+		return -1;
+	if (!r->o->no_cache) {
+		hit = build_cache_get(r->s, key, &l, err);
+		if (hit < 0)
+			return -1;
+	}
+	if (!hit) {
+		int64_t epoch = 0;
+		const char *sde = getenv("SOURCE_DATE_EPOCH");
+		if (sde && *sde)
+			epoch = strtoll(sde, NULL, 10);
+		if (build_layer_write(r->s, ch, r->o->compression, epoch, &l, err) < 0 ||
+		    build_cache_put(r->s, key, &l, text, err) < 0)
+			return -1;
+	}
+	*cached = hit == 1;
+	memcpy(ss->key, key, KILN_DIGEST_MAX);
+	return add_layer(r, ss, &l, err);
+}
+
+static int source_tree(struct run *r, const struct df_step *st, const build_tree **tree, bool *keep_owner,
+		       kiln_error **err)
+{
+	*keep_owner = false;
+	if (st->from_stage >= 0) {
+		struct stage_state *from = &r->st[st->from_stage];
+		if (!from->built)
+			return kiln_err(err, KILN_E_INVALID, "stage %d is not built", st->from_stage);
+		if (!from->files) {
+			char *dir = kiln_xasprintf("%s/stage-%d", r->scratch, st->from_stage);
+			int rc = build_layers_extract(r->s, from->layers, from->n_layers, dir, err);
+			if (rc == 0)
+				rc = build_tree_open(dir, NULL, &from->files, err);
+			free(dir);
+			if (rc < 0)
+				return -1;
+		}
+		*tree = from->files;
+		*keep_owner = true;
+		return 0;
+	}
+	if (st->from_image) {
+		struct img_slot *slot;
+		if (load_image(r, st->from_image, &slot, err) < 0)
+			return -1;
+		if (!slot->files) {
+			char *dir = kiln_xasprintf("%s/image-%zu", r->scratch, (size_t)(slot - r->imgs));
+			int rc = build_layers_extract(r->s, slot->im->layers, slot->im->n_layers, dir, err);
+			if (rc == 0)
+				rc = build_tree_open(dir, NULL, &slot->files, err);
+			free(dir);
+			if (rc < 0)
+				return -1;
+		}
+		*tree = slot->files;
+		*keep_owner = true;
+		return 0;
+	}
+	if (!r->context && build_tree_open(r->o->context, r->ig, &r->context, err) < 0)
+		return -1;
+	*tree = r->context;
+	return 0;
+}
+
+static int copy_step(struct run *r, struct stage_state *ss, const struct df_step *st, const char *text,
+		     bool *cached, kiln_error **err)
+{
+	struct build_changes ch = { 0 };
+	struct build_copy_opts o = { .add = st->kind == DF_ADD, .workdir = st->workdir, .scratch = r->scratch };
+	kiln_strv excl = KILN_STRV_INIT, hn = KILN_STRV_INIT, hb = KILN_STRV_INIT;
+	const build_tree *tree = NULL;
+	build_tree *empty = NULL;
+	int rc = -1;
+
+	if (st->args.n < 2) {
+		kiln_err(err, KILN_E_INVALID, "%s requires at least two arguments", st->kind == DF_ADD ? "ADD" : "COPY");
+		goto out;
+	}
+	for (size_t i = 0; i < st->n_flags; i++) {
+		const char *k = st->flags[i].key;
+		if (strcmp(k, "exclude") == 0)
+			kiln_strv_push(&excl, st->flags[i].value);
+		else if (strcmp(k, "parents") == 0)
+			o.parents = strcmp(st->flags[i].value, "false") != 0;
+	}
+	o.chown = flag(st, "chown");
+	o.chmod = flag(st, "chmod");
+	o.checksum = flag(st, "checksum");
+	if (o.chown && !o.chown[0])
+		o.chown = NULL;
+	if (o.chmod && !o.chmod[0])
+		o.chmod = NULL;
+	o.excludes = (const char *const *)excl.v;
+	o.n_excludes = excl.n;
+	for (size_t i = 0; i < st->n_heredocs; i++) {
+		kiln_strv_push(&hn, st->heredocs[i].name);
+		kiln_strv_push(&hb, st->heredocs[i].content);
+	}
+	o.heredoc_names = (const char *const *)hn.v;
+	o.heredoc_bodies = (const char *const *)hb.v;
+	o.n_heredocs = hn.n;
+	bool all_heredoc = true;
+	for (size_t i = 0; i + 1 < st->args.n; i++)
+		all_heredoc = all_heredoc && strncmp(st->args.v[i], "<<", 2) == 0 && st->n_heredocs;
+	if (all_heredoc)
+		tree = NULL;
+	else if (source_tree(r, st, &tree, &o.keep_owner, err) < 0)
+		goto out;
+	if (!tree) {
+		if (build_tree_open(r->scratch, NULL, &empty, err) < 0)
+			goto out;
+		tree = empty;
+	}
+	rc = build_copy_resolve(tree, (const char *const *)st->args.v, st->args.n - 1, st->args.v[st->args.n - 1], &o,
+				ss->idx, &ch, err);
+	if (rc < 0)
+		goto out;
+	build_changes_finish(&ch);
+	rc = layer_step(r, ss, text, &ch, cached, err);
+out:
+	build_tree_free(empty);
+	build_changes_free(&ch);
+	kiln_strv_free(&excl);
+	kiln_strv_free(&hn);
+	kiln_strv_free(&hb);
+	return rc;
+}
+
+/* WORKDIR creates the directory when the image lacks it (a layer, as BuildKit). */
+static int workdir_step(struct run *r, struct stage_state *ss, const struct df_step *st, const char *text,
+			bool *cached, bool *layer, kiln_error **err)
+{
+	char *path = build_fsindex_resolve(ss->idx, st->workdir ? st->workdir : "/", true);
+	struct build_changes ch = { 0 };
+	int rc = 0;
+
+	*layer = false;
+	for (char *q = path; *q; q++) {
+		if (q[1] != '/' && q[1] != '\0')
+			continue;
+		char save = q[1];
+		q[1] = '\0';
+		const struct build_fsnode *n = build_fsindex_get(ss->idx, path);
+		if (n && !S_ISDIR(n->mode)) {
+			rc = kiln_err(err, KILN_E_INVALID, "WORKDIR %s: /%s is not a directory", st->workdir, path);
+			q[1] = save;
+			goto out;
+		}
+		if (!n) {
+			if (ch.n == ch.cap) {
+				ch.cap = ch.cap ? 2 * ch.cap : 8;
+				ch.v = kiln_xrealloc(ch.v, ch.cap * sizeof(*ch.v));
+			}
+			struct build_item *it = &ch.v[ch.n++];
+			memset(it, 0, sizeof(*it));
+			it->dest = kiln_xstrdup(path);
+			it->mode = it->src_mode = S_IFDIR | 0755;
+		}
+		q[1] = save;
+	}
+	if (ch.n) {
+		*layer = true;
+		rc = layer_step(r, ss, text, &ch, cached, err);
+	}
+out:
+	build_changes_free(&ch);
+	free(path);
+	return rc;
+}
+
+static int run_step(struct run *r, struct stage_state *ss, const struct df_step *st, const char *text,
+		    bool *cached, kiln_error **err)
+{
+	kiln_buf keytext = KILN_BUF_INIT;
+	char key[KILN_DIGEST_MAX];
+	struct build_layer l;
+	int hit = 0, rc = -1;
+	json_t *argv = build_command_json(st);
+	const struct build_executor_ops *ex = r->o->executor ? r->o->executor : &build_executor_none;
+
+	/* the command's environment is part of what it does */
+	kiln_buf_addf(&keytext, "%s\n", text);
+	for (size_t i = 0; i < st->env.n; i++)
+		kiln_buf_addf(&keytext, "env %s\n", st->env.v[i]);
+	kiln_buf_addf(&keytext, "workdir %s\nuser %s\n", st->workdir ? st->workdir : "/", st->user ? st->user : "");
+	build_cache_key(ss->key, keytext.buf, NULL, key, err);
+	if (!r->o->no_cache && (hit = build_cache_get(r->s, key, &l, err)) < 0)
+		goto out;
+	if (!hit) {
+		struct build_run_request req = {
+			.step = st, .instruction = text, .argv = argv, .env = st->env.v, .n_env = st->env.n,
+			.workdir = st->workdir ? st->workdir : "/", .user = st->user ? st->user : "",
+			.store = r->s, .layers = ss->layers, .n_layers = ss->n_layers,
+			.compression = r->o->compression, .scratch = r->scratch,
+		};
+		if (ex->run(r->o->executor_ctx, &req, &l, err) < 0 || build_cache_put(r->s, key, &l, text, err) < 0)
+			goto out;
+	}
+	*cached = hit == 1;
+	memcpy(ss->key, key, KILN_DIGEST_MAX);
+	rc = add_layer(r, ss, &l, err);
+out:
+	json_decref(argv);
+	kiln_buf_free(&keytext);
+	return rc;
+}
+
+static int start_stage(struct run *r, const struct df_stage *sg, struct stage_state *ss, char **pin,
+		       kiln_error **err)
+{
+	ss->idx = build_fsindex_new();
+	if (sg->base_stage >= 0) {
+		struct stage_state *from = &r->st[sg->base_stage];
+		ss->config = json_deep_copy(from->config);
+		memcpy(ss->key, from->key, KILN_DIGEST_MAX);
+		for (size_t i = 0; i < from->n_layers; i++)
+			if (add_layer(r, ss, &from->layers[i], err) < 0)
+				return -1;
+		*pin = kiln_xstrdup("");
+		return 0;
+	}
+	if (strcmp(sg->base, "scratch") == 0) {
+		ss->config = build_config_scratch();
+		build_cache_key(NULL, "FROM scratch", NULL, ss->key, err);
+		*pin = kiln_xstrdup("");
+		return 0;
+	}
+	struct img_slot *slot;
+	if (load_image(r, sg->base, &slot, err) < 0)
+		return -1;
+	json_t *onbuild = json_object_get(json_object_get(slot->im->config, "config"), "OnBuild");
+	if (json_array_size(onbuild) > 0)
+		return kiln_err(err, KILN_E_INVALID,
+				"base image %s has ONBUILD triggers, which kiln does not run yet (first: %s)",
+				sg->base, json_string_value(json_array_get(onbuild, 0)));
+	ss->config = json_deep_copy(slot->im->config);
+	/* the base's own config carries on; its OnBuild list is consumed */
+	json_object_del(json_object_get(ss->config, "config"), "OnBuild");
+	char *text = kiln_xasprintf("FROM %s", slot->im->manifest_digest);
+	build_cache_key(NULL, text, NULL, ss->key, err);
+	free(text);
+	for (size_t i = 0; i < slot->im->n_layers; i++)
+		if (add_layer(r, ss, &slot->im->layers[i], err) < 0)
+			return -1;
+	*pin = kiln_xasprintf("@%s", slot->im->manifest_digest);
+	return 0;
+}
+
+static int build_stage(struct run *r, int index, kiln_error **err)
+{
+	const struct df_stage *sg = &r->plan->stages[index];
+	struct stage_state *ss = &r->st[index];
+	char label[32];
+	const char *stage_name = sg->name;
+	char *pin = NULL;
+	double t0 = now_s();
+	int rc = -1;
+
+	if (!stage_name) {
+		snprintf(label, sizeof(label), "%d", index);
+		stage_name = label;
+	}
+	char *from_text = kiln_xasprintf("FROM %s", sg->base);
+	struct build_event ev = { .kind = BUILD_EV_STEP, .step = ++r->step, .total = r->total, .stage = stage_name,
+				  .instruction = from_text, .file = r->ast->file,
+				  .line = sg->node ? sg->node->start_line : 0 };
+	emit(r, &ev);
+	if (start_stage(r, sg, ss, &pin, err) < 0) {
+		kiln_error_wrap(err, "%s:%d: [%d/%d] %s", r->ast->file, ev.line, ev.step, ev.total, from_text);
+		free(from_text);
+		goto out;
+	}
+	char *pinned = kiln_xasprintf("%s%s", from_text, pin);
+	ev.kind = BUILD_EV_STEP_DONE;
+	ev.instruction = pinned;
+	ev.seconds = now_s() - t0;
+	emit(r, &ev);
+	free(pinned);
+	free(from_text);
+	for (size_t i = 0; i < sg->n_steps; i++) {
+		const struct df_step *st = &sg->steps[i];
+		char *text = step_text(st);
+		bool cached = false, layer = false;
+		int src;
+
+		t0 = now_s();
+		ev = (struct build_event){ .kind = BUILD_EV_STEP, .step = ++r->step, .total = r->total,
+					   .stage = stage_name, .instruction = text, .file = r->ast->file,
+					   .line = st->node ? st->node->start_line : 0 };
+		emit(r, &ev);
+		switch (st->kind) {
+		case DF_COPY:
+		case DF_ADD:
+			src = copy_step(r, ss, st, text, &cached, err);
+			layer = true;
+			break;
+		case DF_RUN:
+			src = run_step(r, ss, st, text, &cached, err);
+			layer = true;
+			break;
+		case DF_WORKDIR:
+			src = workdir_step(r, ss, st, text, &cached, &layer, err);
+			if (src == 0)
+				src = build_config_step(ss->config, st, &ss->cmd_set, err);
+			if (src == 0 && !layer)
+				key_chain(ss->key, text);
+			break;
+		case DF_ARG:
+			src = 0;
+			key_chain(ss->key, text);
+			break;
+		default:
+			src = build_config_step(ss->config, st, &ss->cmd_set, err);
+			key_chain(ss->key, text);
+			break;
+		}
+		if (src < 0) {
+			kiln_error_wrap(err, "%s:%d: [%d/%d] %s", r->ast->file, ev.line, ev.step, ev.total, text);
+			free(text);
+			goto out;
+		}
+		if (st->kind != DF_ARG) {
+			char *by = layer ? kiln_xasprintf("%s # buildkit", text) : kiln_xstrdup(text);
+			build_config_history(ss->config, r->created, by, !layer);
+			free(by);
+		}
+		r->cached += cached;
+		ev.kind = BUILD_EV_STEP_DONE;
+		ev.has_cache = layer;
+		ev.cached = cached;
+		ev.seconds = now_s() - t0;
+		emit(r, &ev);
+		free(text);
+	}
+	ss->built = true;
+	rc = 0;
+out:
+	free(pin);
+	return rc;
+}
+
+static void set_created(struct run *r)
+{
+	const char *sde = getenv("SOURCE_DATE_EPOCH");
+	time_t t = sde && *sde ? (time_t)strtoll(sde, NULL, 10) : time(NULL);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(r->created, sizeof(r->created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* The tag part of NAME[:TAG] for the OCI layout's ref.name. */
+static char *tag_of(const char *name)
+{
+	char *n = build_ref_normalize(name);
+	const char *slash = strrchr(n, '/'), *colon = strrchr(slash ? slash : n, ':');
+	char *t = kiln_xstrdup(colon ? colon + 1 : "latest");
+	free(n);
+	return t;
+}
+
+static int load_ignore(struct run *r, const char *dockerfile, kiln_error **err)
+{
+	/* BuildKit prefers DOCKERFILE.dockerignore next to the Dockerfile */
+	if (dockerfile && strcmp(dockerfile, "-") != 0) {
+		char *own = kiln_xasprintf("%s.dockerignore", dockerfile);
+		if (access(own, F_OK) == 0) {
+			int rc = build_ignore_load(own, &r->ig, err);
+			free(own);
+			return rc;
+		}
+		free(own);
+	}
+	char *p = kiln_path_join(r->o->context, ".dockerignore");
+	int rc = build_ignore_load(p, &r->ig, err);
+	free(p);
+	return rc;
+}
+
+int build_run(const struct build_options *o, struct build_result *res, kiln_error **err)
+{
+	struct run r = { .o = o };
+	char *dockerfile = o->dockerfile ? kiln_xstrdup(o->dockerfile) : kiln_path_join(o->context, "Dockerfile");
+	struct df_plan_opts po = { .build_args = o->build_args, .n_build_args = o->n_build_args,
+				   .target = o->target, .image_config = image_config_hook, .image_ctx = &r };
+	int rc = -1;
+
+	memset(res, 0, sizeof(*res));
+	set_created(&r);
+	if (build_store_open(o->home, &r.s, err) < 0 || build_store_lock(r.s, false, err) < 0)
+		goto out;
+	r.scratch = kiln_xasprintf("%s/tmp/build-XXXXXX", build_store_home(r.s));
+	if (!mkdtemp(r.scratch)) {
+		kiln_err_errno(err, errno, "build scratch directory");
+		free(r.scratch);
+		r.scratch = NULL;
+		goto out;
+	}
+	if (df_parse_file(dockerfile, &r.ast, err) < 0 || df_plan_build(r.ast, &po, &r.plan, err) < 0 ||
+	    load_ignore(&r, dockerfile, err) < 0)
+		goto out;
+	r.st = kiln_xcalloc(r.plan->n_stages, sizeof(*r.st));
+	for (size_t i = 0; i < r.plan->n_order; i++)
+		r.total += 1 + (int)r.plan->stages[r.plan->order[i]].n_steps;
+	for (size_t i = 0; i < r.plan->n_order; i++)
+		if (build_stage(&r, r.plan->order[i], err) < 0)
+			goto out;
+	struct stage_state *t = &r.st[r.plan->target];
+	if (build_image_commit(r.s, t->config, t->layers, t->n_layers, r.created, res->manifest, res->config, err) < 0)
+		goto out;
+	for (size_t i = 0; i < o->n_tags; i++)
+		if (build_store_tag(r.s, o->tags[i], res->manifest, err) < 0)
+			goto out;
+	if (o->oci_out) {
+		char *ref = tag_of(o->n_tags ? o->tags[0] : "latest");
+		int erc = build_oci_export(r.s, res->manifest, o->oci_out, ref, err);
+		free(ref);
+		if (erc < 0)
+			goto out;
+	}
+	res->steps = (size_t)r.step;
+	res->cached = r.cached;
+	struct build_event ev = { .kind = BUILD_EV_DONE, .step = r.step, .total = r.total, .digest = res->manifest };
+	emit(&r, &ev);
+	rc = 0;
+out:
+	if (r.scratch) {
+		kiln_error *e2 = NULL;
+		if (kiln_rm_rf(r.scratch, &e2) < 0)
+			kiln_error_free(e2);
+		free(r.scratch);
+	}
+	for (size_t i = 0; r.st && i < r.plan->n_stages; i++) {
+		json_decref(r.st[i].config);
+		free(r.st[i].layers);
+		build_fsindex_free(r.st[i].idx);
+		build_tree_free(r.st[i].files);
+	}
+	free(r.st);
+	for (size_t i = 0; i < r.n_imgs; i++) {
+		free(r.imgs[i].ref);
+		build_image_free(r.imgs[i].im);
+		build_tree_free(r.imgs[i].files);
+	}
+	free(r.imgs);
+	build_tree_free(r.context);
+	build_ignore_free(r.ig);
+	df_plan_free(r.plan);
+	df_ast_free(r.ast);
+	build_store_close(r.s);
+	free(dockerfile);
+	return rc;
+}

@@ -1,0 +1,209 @@
+/* cmd_build.c — `kiln build`: flags to build_options, progress to stderr as
+ * "[2/7] COPY . /app" lines (cache hit/miss and time), or JSON events on
+ * stdout with --json for CI.  Exit 1 names the failing step and line. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "builder/builder.h"
+#include "cli/cli.h"
+
+static void on_event(void *ud, const struct build_event *ev)
+{
+	bool json = *(bool *)ud;
+
+	if (json) {
+		json_t *j = NULL;
+		switch (ev->kind) {
+		case BUILD_EV_STEP:
+			j = json_pack("{s:s,s:i,s:i,s:s,s:s,s:i}", "event", "step", "step", ev->step, "total", ev->total,
+				      "stage", ev->stage, "instruction", ev->instruction, "line", ev->line);
+			break;
+		case BUILD_EV_STEP_DONE:
+			j = json_pack("{s:s,s:i,s:i,s:s,s:s,s:i,s:f}", "event", "step_done", "step", ev->step, "total",
+				      ev->total, "stage", ev->stage, "instruction", ev->instruction, "line", ev->line,
+				      "seconds", ev->seconds);
+			if (ev->has_cache)
+				json_object_set_new(j, "cache", json_string(ev->cached ? "hit" : "miss"));
+			break;
+		case BUILD_EV_DONE:
+			j = json_pack("{s:s,s:s,s:i}", "event", "done", "digest", ev->digest, "steps", ev->step);
+			break;
+		}
+		char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		printf("%s\n", s);
+		fflush(stdout);
+		free(s);
+		json_decref(j);
+		return;
+	}
+	switch (ev->kind) {
+	case BUILD_EV_STEP:
+		fprintf(stderr, "[%d/%d] %s\n", ev->step, ev->total, ev->instruction);
+		break;
+	case BUILD_EV_STEP_DONE:
+		if (ev->has_cache)
+			fprintf(stderr, "  cache %s, %.2fs\n", ev->cached ? "hit" : "miss", ev->seconds);
+		else if (strncmp(ev->instruction, "FROM ", 5) == 0 && strchr(ev->instruction, '@'))
+			fprintf(stderr, "  %s %.2fs\n", strchr(ev->instruction, '@') + 1, ev->seconds);
+		break;
+	case BUILD_EV_DONE:
+		break;
+	}
+}
+
+static int parse_kv(const char *s, struct df_kv *kv)
+{
+	const char *eq = strchr(s, '=');
+	if (eq == s)
+		return -1;
+	if (eq) {
+		kv->key = kiln_xstrndup(s, (size_t)(eq - s));
+		kv->value = kiln_xstrdup(eq + 1);
+	} else {
+		/* a bare K takes $K, as docker does; unset means no value */
+		const char *v = getenv(s);
+		kv->key = kiln_xstrdup(s);
+		kv->value = v ? kiln_xstrdup(v) : NULL;
+	}
+	return 0;
+}
+
+static int run(const struct kiln_command *cmd, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "file", required_argument, NULL, 'f' },   { "tag", required_argument, NULL, 't' },
+		{ "build-arg", required_argument, NULL, 'a' }, { "target", required_argument, NULL, 'T' },
+		{ "no-cache", no_argument, NULL, 'n' },      { "oci-out", required_argument, NULL, 'o' },
+		{ "json", no_argument, NULL, 'j' },          { "compression", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
+	};
+	struct build_options o = { .compression = BUILD_GZIP };
+	struct build_result res;
+	kiln_strv tags = KILN_STRV_INIT;
+	struct df_kv *args = NULL;
+	size_t n_args = 0;
+	kiln_error *err = NULL;
+	bool json = false;
+	int c, rc = KILN_EXIT_USAGE;
+
+	while ((c = cli_getopt(cmd, argc, argv, "f:t:h", opts)) != -1) {
+		switch (c) {
+		case 'f':
+			o.dockerfile = optarg;
+			break;
+		case 't':
+			kiln_strv_push(&tags, optarg);
+			break;
+		case 'a':
+			args = kiln_xrealloc(args, (n_args + 1) * sizeof(*args));
+			if (parse_kv(optarg, &args[n_args]) < 0) {
+				rc = cli_usage_error(cmd, "--build-arg '%s': want K=V", optarg);
+				goto out;
+			}
+			n_args++;
+			break;
+		case 'T':
+			o.target = optarg;
+			break;
+		case 'n':
+			o.no_cache = true;
+			break;
+		case 'o':
+			o.oci_out = optarg;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'c':
+			if (strcmp(optarg, "gzip") == 0)
+				o.compression = BUILD_GZIP;
+			else if (strcmp(optarg, "zstd") == 0)
+				o.compression = BUILD_ZSTD;
+			else if (strcmp(optarg, "none") == 0)
+				o.compression = BUILD_NONE;
+			else {
+				rc = cli_usage_error(cmd, "--compression '%s': want gzip, zstd or none", optarg);
+				goto out;
+			}
+			break;
+		case 'h':
+			rc = KILN_EXIT_OK;
+			goto out;
+		default:
+			goto out;
+		}
+	}
+	if (optind >= argc) {
+		rc = cli_usage_error(cmd, "missing CONTEXT directory");
+		goto out;
+	}
+	if (optind + 1 < argc) {
+		rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
+		goto out;
+	}
+	for (size_t i = 0; i < tags.n; i++)
+		if (!tags.v[i][0] || strpbrk(tags.v[i], " \t\n@")) {
+			rc = cli_usage_error(cmd, "invalid tag '%s'", tags.v[i]);
+			goto out;
+		}
+	o.context = argv[optind];
+	o.tags = (const char *const *)tags.v;
+	o.n_tags = tags.n;
+	o.build_args = args;
+	o.n_build_args = n_args;
+	o.on_event = on_event;
+	o.event_ud = &json;
+	if (build_run(&o, &res, &err) < 0) {
+		if (json) {
+			json_t *j = json_pack("{s:s,s:s}", "event", "error", "message", kiln_error_message(err));
+			char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			printf("%s\n", s);
+			free(s);
+			json_decref(j);
+		}
+		rc = cli_fail(err);
+		goto out;
+	}
+	if (!json) {
+		fprintf(stderr, "built %s (%zu steps, %zu cached)\n", res.manifest, res.steps, res.cached);
+		printf("%s\n", res.manifest);
+	}
+	rc = KILN_EXIT_OK;
+	if (fflush(stdout) != 0) {
+		kiln_err_errno(&err, errno, "write output");
+		rc = cli_fail(err);
+	}
+out:
+	kiln_strv_free(&tags);
+	for (size_t i = 0; i < n_args; i++) {
+		free(args[i].key);
+		free(args[i].value);
+	}
+	free(args);
+	return rc;
+}
+
+const struct kiln_command kiln_cmd_build = {
+	.name = "build",
+	.summary = "build an image from a Dockerfile",
+	.usage = "Usage: kiln build [-f Dockerfile] [-t NAME[:TAG]]... [--build-arg K=V]... [--target STAGE]\n"
+		 "                  [--no-cache] [--oci-out DIR] [--compression gzip|zstd|none] [--json] CONTEXT\n\n"
+		 "Build the Dockerfile (default CONTEXT/Dockerfile) with CONTEXT as the build\n"
+		 "context (.dockerignore honoured).  Bases: scratch, oci:DIR[:TAG],\n"
+		 "oci-archive:FILE[:TAG], docker-archive:FILE, or a local kiln image by name;\n"
+		 "pinned by digest.  Steps are cached by content; RUN needs the builder microVM.\n\n"
+		 "Options:\n"
+		 "  -f, --file FILE      the Dockerfile (- for standard input)\n"
+		 "  -t, --tag NAME[:TAG] store the image under this name (repeatable)\n"
+		 "  --build-arg K=V      set a build argument (repeatable; a bare K takes $K)\n"
+		 "  --target STAGE       build this stage (and what it needs)\n"
+		 "  --no-cache           do not reuse cached steps\n"
+		 "  --oci-out DIR        also write an OCI image layout to DIR\n"
+		 "  --compression C      layer compression: gzip (default), zstd or none\n"
+		 "  --json               one JSON event per line on stdout (step, step_done, done, error)\n"
+		 "  -h, --help\n\n"
+		 "Progress goes to stderr; the manifest digest is printed on stdout.\n",
+	.run = run,
+};

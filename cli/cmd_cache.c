@@ -1,0 +1,140 @@
+/* cmd_cache.c — `kiln cache ls|prune`: the build step cache. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "builder/builder.h"
+#include "cli/cli.h"
+
+static int run_ls(const struct kiln_command *cmd, int argc, char **argv)
+{
+	static const struct option opts[] = { { "json", no_argument, NULL, 'j' },
+					      { "help", no_argument, NULL, 'h' },
+					      { NULL, 0, NULL, 0 } };
+	kiln_error *err = NULL;
+	build_store *s = NULL;
+	json_t *list = NULL, *e;
+	bool json = false;
+	size_t i;
+	int c;
+
+	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
+		if (c == 'j')
+			json = true;
+		else
+			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
+	}
+	if (optind < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if (build_store_open(NULL, &s, &err) < 0 || !(list = build_cache_list(s, &err))) {
+		build_store_close(s);
+		return cli_fail(err);
+	}
+	if (json) {
+		json_dumpf(list, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
+		fputc('\n', stdout);
+	} else {
+		printf("%-19s %-19s %10s %-20s %s\n", "KEY", "LAYER", "SIZE", "LAST USED", "STEP");
+		json_array_foreach(list, i, e) {
+			time_t t = (time_t)kiln_json_int(e, "last_used", 0);
+			struct tm tm;
+			char when[32];
+			const char *k = kiln_json_str(e, "key"), *l = kiln_json_str(e, "layer");
+			gmtime_r(&t, &tm);
+			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+			printf("%-19.19s %-19.19s %10lld %-20s %s\n", k ? k : "?", l ? l : "?",
+			       (long long)kiln_json_int(e, "size", 0), when, kiln_json_str(e, "instruction"));
+		}
+	}
+	json_decref(list);
+	build_store_close(s);
+	return KILN_EXIT_OK;
+}
+
+static int run_prune(const struct kiln_command *cmd, int argc, char **argv)
+{
+	static const struct option opts[] = { { "all", no_argument, NULL, 'a' },
+					      { "older-than", required_argument, NULL, 'o' },
+					      { "help", no_argument, NULL, 'h' },
+					      { NULL, 0, NULL, 0 } };
+	kiln_error *err = NULL;
+	build_store *s = NULL;
+	struct build_prune_stats st;
+	bool all = false;
+	int64_t older = -1;
+	int c;
+
+	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
+		if (c == 'a') {
+			all = true;
+		} else if (c == 'o') {
+			if (build_parse_duration(optarg, &older, &err) < 0) {
+				c = cli_usage_error(cmd, "%s", kiln_error_message(err));
+				kiln_error_free(err);
+				return c;
+			}
+		} else {
+			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
+		}
+	}
+	if (optind < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if (build_store_open(NULL, &s, &err) < 0 || build_cache_prune(s, all, older, &st, &err) < 0) {
+		build_store_close(s);
+		return cli_fail(err);
+	}
+	printf("removed %zu cache entries, %zu blobs (%llu bytes)\n", st.entries, st.blobs,
+	       (unsigned long long)st.bytes);
+	build_store_close(s);
+	return KILN_EXIT_OK;
+}
+
+static const struct kiln_command sub_ls = {
+	.name = "cache ls",
+	.summary = "list cached build steps",
+	.usage = "Usage: kiln cache ls [--json]\n\nList the cached build steps, least recently used first.\n",
+	.run = run_ls,
+};
+
+static const struct kiln_command sub_prune = {
+	.name = "cache prune",
+	.summary = "remove cached build steps",
+	.usage = "Usage: kiln cache prune [--all] [--older-than DURATION]\n\n"
+		 "Remove cache entries (all of them with --all, or those unused for DURATION,\n"
+		 "e.g. 90s, 30m, 12h, 7d), then every blob no image or remaining entry uses,\n"
+		 "and temp files of interrupted builds.  Waits for running builds.  Without\n"
+		 "options only unreferenced blobs and temp files go.\n",
+	.run = run_prune,
+};
+
+static const struct kiln_command *const subcommands[] = { &sub_ls, &sub_prune, NULL };
+
+static int run(const struct kiln_command *cmd, int argc, char **argv)
+{
+	const struct kiln_command *sub;
+	char *key;
+
+	if (argc < 2)
+		return cli_usage_error(cmd, "missing sub-command");
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0)
+		return cli_help(cmd);
+	key = kiln_xasprintf("cache %s", argv[1]);
+	sub = cli_find(subcommands, key);
+	free(key);
+	if (sub == NULL)
+		return cli_usage_error(cmd, "unknown sub-command '%s'", argv[1]);
+	optind = 0;
+	return sub->run(sub, argc - 1, argv + 1);
+}
+
+const struct kiln_command kiln_cmd_cache = {
+	.name = "cache",
+	.summary = "inspect and prune the build cache (ls, prune)",
+	.usage = "Usage: kiln cache SUBCOMMAND [OPTIONS]\n\n"
+		 "Sub-commands:\n"
+		 "  ls      list cached build steps\n"
+		 "  prune   remove cached steps (--all, --older-than D) and unused blobs\n",
+	.run = run,
+};

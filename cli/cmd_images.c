@@ -1,0 +1,66 @@
+/* cmd_images.c — `kiln images`: the images in the local store by name. */
+#include <errno.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "builder/builder.h"
+#include "cli/cli.h"
+
+static int run(const struct kiln_command *cmd, int argc, char **argv)
+{
+	static const struct option opts[] = { { "json", no_argument, NULL, 'j' },
+					      { "help", no_argument, NULL, 'h' },
+					      { NULL, 0, NULL, 0 } };
+	kiln_error *err = NULL;
+	build_store *s = NULL;
+	json_t *images = NULL;
+	bool json = false;
+	int c;
+
+	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
+		if (c == 'j')
+			json = true;
+		else
+			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
+	}
+	if (optind < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if (build_store_open(NULL, &s, &err) < 0 || !(images = build_store_images(s, &err))) {
+		build_store_close(s);
+		return cli_fail(err);
+	}
+	if (json) {
+		json_dumpf(images, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
+		fputc('\n', stdout);
+	} else {
+		const char *name;
+		json_t *v;
+		void *tmp;
+		printf("%-40s %-71s %s\n", "NAME", "DIGEST", "CREATED");
+		json_object_foreach_safe(images, tmp, name, v) {
+			time_t t = (time_t)kiln_json_int(v, "created", 0);
+			struct tm tm;
+			char when[32];
+			gmtime_r(&t, &tm);
+			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+			const char *d = kiln_json_str(v, "digest");
+			printf("%-40s %-71s %s\n", name, d ? d : "?", when);
+		}
+	}
+	json_decref(images);
+	build_store_close(s);
+	if (fflush(stdout) != 0) {
+		kiln_err_errno(&err, errno, "write output");
+		return cli_fail(err);
+	}
+	return KILN_EXIT_OK;
+}
+
+const struct kiln_command kiln_cmd_images = {
+	.name = "images",
+	.summary = "list the images in the local store",
+	.usage = "Usage: kiln images [--json]\n\n"
+		 "List the images `kiln build -t` stored under $KILN_HOME: name, manifest\n"
+		 "digest and when the name was set.\n",
+	.run = run,
+};
