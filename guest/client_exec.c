@@ -55,7 +55,7 @@ guest_proc *guest_spawn(guest_conn *c, const struct guest_exec_opts *o, int time
 		.groups = (uint32_t *)o->groups,
 		.ngroups = o->groups ? o->ngroups : 0,
 		.timeout_ms = o->timeout_ms,
-		.flags = o->want_stdin ? GUEST_EXEC_STDIN : 0,
+		.flags = (o->want_stdin ? GUEST_EXEC_STDIN : 0) | (o->detach ? GUEST_EXEC_DETACH : 0),
 		.user = (char *)o->run_as,
 	};
 	struct guest_proc *p = NULL;
@@ -86,6 +86,7 @@ guest_proc *guest_spawn(guest_conn *c, const struct guest_exec_opts *o, int time
 	p->user = o->user;
 	p->window = GUEST_STDIN_WINDOW;
 	p->stdin_open = o->want_stdin;
+	p->detached = o->detach;
 	guest_encode_exec(&c->out, p->id, &req);
 	if (gc_flush(c, deadline, err) < 0)
 		goto fail;
@@ -197,7 +198,7 @@ void guest_proc_free(guest_proc *p)
 {
 	if (p == NULL)
 		return;
-	if (!p->done)
+	if (!p->done && !p->detached)
 		send_kill(p->c, p->id, SIGKILL);
 	gc_req_free(p);
 }

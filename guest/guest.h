@@ -58,6 +58,7 @@ enum guest_frame_type {
 
 /* EXEC flags. */
 #define GUEST_EXEC_STDIN (1u << 0)   /* give the process a stdin pipe (else /dev/null) */
+#define GUEST_EXEC_DETACH (1u << 1)  /* outlive the session (start commands, snapshots) */
 
 /* ===========================================================================
  * Frames and payload codec (libc only; used by the agent and the host).
@@ -218,6 +219,8 @@ struct guest_exec_opts {
 	size_t ngroups;
 	uint64_t timeout_ms;      /* 0: none; the agent kills the process group */
 	bool want_stdin;          /* guest_proc_write/close_stdin will be used */
+	bool detach;              /* keep running when this connection ends (or the VM is
+				   * snapshotted and restored): output is then discarded */
 	guest_output_fn on_stdout, on_stderr; /* NULL: discard */
 	void *user;
 };
@@ -242,7 +245,8 @@ pid_t guest_proc_pid(const guest_proc *p);
 int guest_proc_wait(guest_proc *p, int timeout_ms, struct guest_result *res, kiln_error **err);
 /* true once the exit has arrived (after any guest_* call pumped it in). */
 bool guest_proc_done(const guest_proc *p);
-/* Forget the process (killing it with SIGKILL if it still runs). */
+/* Forget the process (killing it with SIGKILL if it still runs, unless it
+ * was started with detach). */
 void guest_proc_free(guest_proc *p);
 
 /* spawn + optional stdin data (then EOF) + wait.  wait_ms bounds the whole

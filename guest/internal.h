@@ -21,6 +21,7 @@ struct guest_proc {
 	int errnum;
 	size_t window;         /* stdin bytes we may still send */
 	bool stdin_open;
+	bool detached;         /* not killed when the handle is freed */
 	guest_output_fn on_stdout, on_stderr;
 	void *user;
 	uint8_t *reply;        /* PONG / STAT_REPLY payload */

@@ -284,7 +284,7 @@ int guest_decode_exec(const uint8_t *p, size_t n, struct guest_exec_req *m, cons
 		case EXEC_FLAGS:
 			if (get_u64(&t, &v, why) < 0)
 				goto fail;
-			if (v & ~(uint64_t)GUEST_EXEC_STDIN) {
+			if (v & ~(uint64_t)(GUEST_EXEC_STDIN | GUEST_EXEC_DETACH)) {
 				*why = "unknown exec flags";
 				goto fail;
 			}

@@ -34,6 +34,7 @@ struct session {
 	uint64_t deadline;     /* monotonic ms, 0 = none */
 	uint64_t quiet_since;  /* last pipe activity after the exit */
 	bool timed_out;
+	bool detached;         /* survives the end of its session (then id 0: orphaned) */
 	char *what;            /* "tar -x into /dir" for transfer errors */
 	char errcap[AGENT_ERRCAP]; /* stderr of transfer sessions */
 	size_t errlen;
@@ -77,9 +78,12 @@ void sessions_reap(struct agent *a);
 /* Service pipes after poll; finish sessions that are done. */
 void session_io(struct agent *a, struct session *s, short rev_out, short rev_err, short rev_in);
 void sessions_tick(struct agent *a);
-/* Kill and forget every session (the host went away). */
+/* End the host's session: kill and forget its processes; detached ones are
+ * kept as orphans (id 0) whose output is drained and discarded. */
 void sessions_drop_all(struct agent *a);
 int sessions_next_timeout(struct agent *a);
+/* While no host is connected: keep orphans' pipes flowing (output discarded). */
+void sessions_drain_orphans(struct agent *a);
 
 /* user.c */
 #define USER_MAX_GROUPS 256

@@ -343,6 +343,7 @@ static void wait_host(struct agent *a)
 		poll(&p[1], 1, 50);
 		if (p[1].revents & POLLIN)
 			sessions_reap(a);
+		sessions_drain_orphans(a);
 	}
 	a->connected = true;
 	send_hello(a);

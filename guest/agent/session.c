@@ -28,6 +28,8 @@ static const char *const step_names[] = { "set up stdio", "setgroups", "setgid",
 
 struct session *session_find(struct agent *a, uint32_t id)
 {
+	if (id == 0)
+		return NULL; /* orphans are nobody's */
 	for (unsigned i = 0; i < GUEST_MAX_SESSIONS; i++)
 		if (a->sess[i] && a->sess[i]->id == id)
 			return a->sess[i];
@@ -198,6 +200,7 @@ fail:
 void session_exec(struct agent *a, uint32_t id, struct guest_exec_req *req)
 {
 	char **env = req->env ? req->env : default_env, **with_home = NULL, *home = NULL;
+	struct session *s;
 	struct user_cred uc;
 	char why[512];
 	bool has_home = false;
@@ -239,7 +242,10 @@ void session_exec(struct agent *a, uint32_t id, struct guest_exec_req *req)
 		agent_send_error(a, id, EPERM, "the agent does not run as root and cannot switch user");
 		goto out;
 	}
-	session_spawn(a, id, S_EXEC, req->argv, env, req->cwd, req, req->flags & GUEST_EXEC_STDIN, req->timeout_ms);
+	s = session_spawn(a, id, S_EXEC, req->argv, env, req->cwd, req, req->flags & GUEST_EXEC_STDIN,
+			  req->timeout_ms);
+	if (s)
+		s->detached = req->flags & GUEST_EXEC_DETACH;
 out:
 	free(with_home);
 	free(home);
@@ -341,6 +347,10 @@ static void finish(struct agent *a, struct session *s)
 {
 	struct guest_exit ex = { .timed_out = s->timed_out };
 
+	if (s->id == 0) {
+		free_session(a, s);
+		return;
+	}
 	if (WIFEXITED(s->status))
 		ex.code = WEXITSTATUS(s->status);
 	else if (WIFSIGNALED(s->status))
@@ -379,6 +389,8 @@ static void pump_pipe(struct agent *a, struct session *s, int *fd, uint8_t type)
 		return;
 	}
 	s->quiet_since = agent_now_ms();
+	if (s->id == 0)
+		return;
 	if (type == GUEST_F_STDERR && s->kind != S_EXEC) {
 		size_t take = (size_t)n;
 		if (take > AGENT_ERRCAP - s->errlen)
@@ -453,6 +465,23 @@ void sessions_tick(struct agent *a)
 	}
 }
 
+void sessions_drain_orphans(struct agent *a)
+{
+	for (unsigned i = 0; i < GUEST_MAX_SESSIONS; i++) {
+		struct session *s = a->sess[i];
+		if (s == NULL || s->id != 0)
+			continue;
+		/* Bounded, so one chatty daemon cannot keep the agent here. */
+		for (int k = 0; k < 16 && (s->fd_out >= 0 || s->fd_err >= 0); k++) {
+			if (s->fd_out >= 0)
+				pump_pipe(a, s, &s->fd_out, GUEST_F_STDOUT);
+			if (s->fd_err >= 0)
+				pump_pipe(a, s, &s->fd_err, GUEST_F_STDERR);
+		}
+	}
+	sessions_tick(a);
+}
+
 int sessions_next_timeout(struct agent *a)
 {
 	uint64_t now = agent_now_ms(), best = UINT64_MAX;
@@ -482,6 +511,11 @@ void sessions_drop_all(struct agent *a)
 		struct session *s = a->sess[i];
 		if (s == NULL)
 			continue;
+		if (s->detached && !s->reaped) {
+			s->id = 0;
+			drop_stdin(a, s);
+			continue;
+		}
 		if (!s->reaped)
 			kill(-s->pid, SIGKILL);
 		free_session(a, s);

@@ -324,6 +324,42 @@ static void test_kill_and_signal(void)
 	kiln_error_free(err);
 }
 
+static void test_detach_handle(void)
+{
+	struct guest_exec_opts opts;
+	kiln_error *err = NULL;
+	guest_proc *p;
+	pid_t pid;
+
+	/* Freeing the handle of a detached process leaves it running ... */
+	guest_exec_opts_init(&opts);
+	opts.shell = "exec sleep 30";
+	opts.detach = true;
+	p = guest_spawn(conn, &opts, 5000, &err);
+	CHECK(p != NULL);
+	if (p == NULL)
+		return;
+	pid = guest_proc_pid(p);
+	guest_proc_free(p);
+	CHECK_INT(guest_ping(conn, 5000, &err), 0);
+	CHECK(kill(pid, 0) == 0);
+	kill(pid, SIGKILL);
+	/* ... while an ordinary one is killed. */
+	opts.detach = false;
+	p = guest_spawn(conn, &opts, 5000, &err);
+	CHECK(p != NULL);
+	if (p == NULL)
+		return;
+	pid = guest_proc_pid(p);
+	guest_proc_free(p);
+	for (int i = 0; i < 100 && kill(pid, 0) == 0; i++) {
+		usleep(20000);
+		guest_ping(conn, 5000, &err);
+	}
+	CHECK(kill(pid, 0) < 0);
+	kiln_error_free(err);
+}
+
 static void test_concurrent(void)
 {
 	enum { N = 6 };
@@ -485,6 +521,7 @@ int main(void)
 	RUN(test_user);
 	RUN(test_timeout);
 	RUN(test_kill_and_signal);
+	RUN(test_detach_handle);
 	RUN(test_concurrent);
 	RUN(test_exec_errors);
 	RUN(test_no_fd_leaks);

@@ -266,6 +266,79 @@ static void test_hello_starts_new_session(void)
 	guest_wbuf_free(&w);
 }
 
+static pid_t raw_exec(struct raw *r, uint32_t id, const char *script, uint32_t flags)
+{
+	struct guest_wbuf w = { 0 };
+	size_t start = guest_frame_begin(&w, GUEST_F_EXEC, id);
+
+	guest_tlv_str(&w, 1, "/bin/sh");
+	guest_tlv_str(&w, 1, "-c");
+	guest_tlv_str(&w, 1, script);
+	guest_tlv_u64(&w, 9, flags);
+	guest_frame_end(&w, start);
+	send_bytes(r->fd, w.data, w.len);
+	guest_wbuf_free(&w);
+	if (next_frame(r, 5000) != 1 || r->type != GUEST_F_STARTED || r->id != id)
+		return -1;
+	return (pid_t)guest_get_u32(r->payload);
+}
+
+/* Detached processes (start commands) outlive their session; their later
+ * output is drained, never blocking them, and their id is free again. */
+static void test_detached_survives(void)
+{
+	struct raw r = { 0 };
+	struct guest_wbuf w = { 0 };
+	struct guest_hello h = { .version = GUEST_PROTO_VERSION, .agent = "test", .pid = 1 };
+	char *dir = kiln_mkdtemp("kiln-test-detach", NULL), *marker = kiln_path_join(dir, "done");
+	char *script = kiln_xasprintf("sleep 0.5; seq 1 300000; seq 1 300000 >&2; touch '%s'; sleep 100", marker);
+	pid_t pid, kept, killed;
+	bool exit1 = false;
+
+	r.fd = spawn_agent(&pid);
+	guest_framer_init(&r.fr);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	kept = raw_exec(&r, 1, script, GUEST_EXEC_DETACH);
+	killed = raw_exec(&r, 2, "sleep 100", 0);
+	CHECK(kept > 0 && killed > 0);
+	guest_encode_hello(&w, 0, &h);
+	send_bytes(r.fd, w.data, w.len);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	CHECK_INT(r.type, GUEST_F_HELLO);
+	/* The ordinary one dies with the session ... */
+	for (int i = 0; i < 100 && kill(killed, 0) == 0; i++)
+		usleep(20000);
+	CHECK(kill(killed, 0) < 0);
+	/* ... the detached one writes 4 MB nobody reads and carries on. */
+	for (int i = 0; i < 250 && access(marker, F_OK) != 0; i++)
+		usleep(20000);
+	CHECK(access(marker, F_OK) == 0);
+	CHECK(kill(kept, 0) == 0);
+	/* Its old id belongs to the new session now; nothing of the orphan shows. */
+	raw_exec(&r, 1, "exit 5", 0);
+	for (int i = 0; i < 5 && next_frame(&r, 5000) == 1; i++) {
+		CHECK(r.id == 1 && (r.type == GUEST_F_EXIT));
+		if (r.type == GUEST_F_EXIT) {
+			struct guest_exit ex;
+			const char *why;
+			CHECK_INT(guest_decode_exit(r.payload, r.len, &ex, &why), 0);
+			CHECK_INT(ex.code, 5);
+			exit1 = true;
+			break;
+		}
+	}
+	CHECK(exit1);
+	close(r.fd);
+	exit_status(pid);
+	kill(-kept, SIGKILL); /* its process group: sh and its sleep */
+	kiln_rm_rf(dir, NULL);
+	free(dir);
+	free(marker);
+	free(script);
+	guest_framer_free(&r.fr);
+	guest_wbuf_free(&w);
+}
+
 /* Garbage or an oversized frame: an ERROR, then the agent ends the connection. */
 static void fatal_case(const void *bytes, size_t n, const char *want)
 {
@@ -520,6 +593,7 @@ int main(void)
 	}
 	RUN(test_bad_frames_keep_connection);
 	RUN(test_hello_starts_new_session);
+	RUN(test_detached_survives);
 	RUN(test_garbage_ends_connection);
 	RUN(test_oversized_ends_connection);
 	RUN(test_client_vs_bad_agents);
