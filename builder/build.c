@@ -169,7 +169,11 @@ static int layer_step(struct run *r, struct stage_state *ss, const char *text, c
 	struct build_layer l;
 	int hit = 0;
 
-	if (build_cache_key(ss->key, text, ch, key, err) < 0)
+	/* the same content compressed differently is a different layer */
+	char *keytext = kiln_xasprintf("%s\ncompression %s", text, build_layer_media_type(r->o->compression));
+	int krc = build_cache_key(ss->key, keytext, ch, key, err);
+	free(keytext);
+	if (krc < 0)
 		return -1;
 	if (!r->o->no_cache) {
 		hit = build_cache_get(r->s, key, &l, err);
@@ -355,6 +359,7 @@ static int run_step(struct run *r, struct stage_state *ss, const struct df_step 
 	for (size_t i = 0; i < st->env.n; i++)
 		kiln_buf_addf(&keytext, "env %s\n", st->env.v[i]);
 	kiln_buf_addf(&keytext, "workdir %s\nuser %s\n", st->workdir ? st->workdir : "/", st->user ? st->user : "");
+	kiln_buf_addf(&keytext, "compression %s\n", build_layer_media_type(r->o->compression));
 	build_cache_key(ss->key, keytext.buf, NULL, key, err);
 	if (!r->o->no_cache && (hit = build_cache_get(r->s, key, &l, err)) < 0)
 		goto out;

@@ -167,3 +167,42 @@ expect_exit 0 "rebuild after prune" "$KILN" build --json -t demo:1 "$C"
 expect_eq "after prune: misses" "$(grep -c '"cache":"hit"' "$T_TMP/out")" 0
 expect_exit 2 "bad flag is a usage error" "$KILN" build --bogus "$C"
 expect_exit 2 "bad --older-than" "$KILN" cache prune --older-than 3x
+
+# other base transports: the busybox base as docker-archive and oci-archive
+expect_exit 0 "skopeo makes a docker-archive" skopeo copy "oci:$B:base" "docker-archive:$T_TMP/bb-docker.tar:bb:1"
+printf 'FROM docker-archive:%s\nCOPY a.txt /x\n' "$T_TMP/bb-docker.tar" >"$T_TMP/Dockerfile.da"
+expect_exit 0 "FROM docker-archive:" "$KILN" build -f "$T_TMP/Dockerfile.da" --oci-out "$T_TMP/oci4" "$C"
+expect_exit 0 "umoci unpacks the docker-archive build" umoci unpack --image "$T_TMP/oci4:latest" "$T_TMP/b4"
+expect_eq "docker-archive base files and the COPY" "$(ls "$T_TMP/b4/rootfs/bin/busybox" "$T_TMP/b4/rootfs/x" | wc -l)" 2
+expect_exit 0 "skopeo makes an oci-archive" skopeo copy "oci:$B:base" "oci-archive:$T_TMP/bb-oci.tar:base"
+printf 'FROM oci-archive:%s:base\nCOPY a.txt /x\n' "$T_TMP/bb-oci.tar" >"$T_TMP/Dockerfile.oa"
+expect_exit 0 "FROM oci-archive:" "$KILN" build -f "$T_TMP/Dockerfile.oa" "$C"
+
+# zstd layers, read back by skopeo
+expect_exit 0 "zstd layers" "$KILN" build --compression zstd --oci-out "$T_TMP/oci5" "$C"
+expect_eq "zstd media type" "$(cfg "$T_TMP/oci5" 'sorted(set(l["mediaType"] for l in m["layers"]))')" '["application/vnd.oci.image.layer.v1.tar+zstd"]'
+expect_exit 0 "skopeo copies the zstd image" skopeo copy "oci:$T_TMP/oci5" "dir:$T_TMP/dir5"
+
+# heredoc COPY, and ONBUILD in a base is refused clearly
+printf 'FROM scratch\nCOPY <<EOT /etc/motd\nhello $HOSTNAME\nEOT\nONBUILD COPY a.txt /\n' >"$T_TMP/Dockerfile.hd"
+expect_exit 0 "heredoc COPY" "$KILN" build -f "$T_TMP/Dockerfile.hd" -t onb --oci-out "$T_TMP/oci6" "$C"
+expect_exit 0 "umoci unpacks the heredoc build" umoci unpack --image "$T_TMP/oci6:latest" "$T_TMP/b6"
+expect_eq "heredoc file" "$(cat "$T_TMP/b6/rootfs/etc/motd")" "hello "
+expect_eq "OnBuild recorded" "$(cfg "$T_TMP/oci6" 'c["config"]["OnBuild"]')" '["COPY a.txt /"]'
+printf 'FROM onb\nCOPY a.txt /y\n' >"$T_TMP/Dockerfile.onb"
+expect_exit 1 "a base with ONBUILD triggers is refused" "$KILN" build -f "$T_TMP/Dockerfile.onb" "$C"
+expect_grep "ONBUILD named" 'has ONBUILD triggers.*COPY a.txt /' "$T_TMP/err"
+
+# a build killed midway leaves no partial blob visible; prune clears its temp files
+head -c 64M /dev/urandom >"$C/big.bin"
+printf 'FROM scratch\nCOPY big.bin /\n' >"$T_TMP/Dockerfile.big"
+"$KILN" build --no-cache -f "$T_TMP/Dockerfile.big" "$C" >/dev/null 2>&1 & PB=$!
+sleep 1; kill -9 $PB 2>/dev/null; wait $PB 2>/dev/null
+bad=0
+for f in "$KILN_HOME"/blobs/sha256/*; do
+	[ "sha256:$(sha256sum "$f" | cut -c1-64)" = "sha256:$(basename "$f")" ] || bad=$((bad + 1))
+done
+expect_eq "every visible blob matches its digest" "$bad" 0
+expect_exit 0 "prune after a killed build" "$KILN" cache prune
+expect_eq "temp files gone" "$(ls -A "$KILN_HOME/tmp" | wc -l)" 0
+rm -f "$C/big.bin"
