@@ -50,6 +50,9 @@ int df_node_from_line(const char *line, size_t len, char escape, struct df_node 
  * heredocsFromLine.  Returns the count (0: none), <0 on error. */
 int df_heredocs_from_line(const char *line, struct df_heredoc **out, size_t *n_out, kiln_error **err);
 
+/* BuildKit's MustParseHeredoc: is this one argument a heredoc word? */
+bool df_is_heredoc_word(const char *word);
+
 /* Instruction checks (parse_check.c): what BuildKit's instructions.Parse
  * rejects without expanding variables.  `src` is the whole text so errors can
  * point at the column of an offending flag. */

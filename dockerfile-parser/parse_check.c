@@ -304,7 +304,11 @@ static int check_copy(const struct df_src *src, const struct df_node *n, const c
 				     "%s requires at least two arguments, but only one was provided. Destination could "
 				     "not be determined.",
 				     what);
-	return df_parse_flags(src, n, spec, v, err);
+	if (df_parse_flags(src, n, spec, v, err) < 0)
+		return -1;
+	if (df_is_heredoc_word(n->args.v[n->args.n - 1]))
+		return df_check_errf(src, n, NULL, err, "%s cannot accept a heredoc as a destination", what);
+	return 0;
 }
 
 static int check_run(const struct df_src *src, const struct df_node *n, kiln_error **err)

@@ -445,3 +445,15 @@ out:
 	kiln_strv_free(&words);
 	return ret;
 }
+
+bool df_is_heredoc_word(const char *word)
+{
+	struct df_heredoc h = { 0 };
+	kiln_error *err = NULL;
+	int r = heredoc_from_word(word, &h, &err);
+
+	/* MustParseHeredoc: an error counts as "not a heredoc" */
+	kiln_error_free(err);
+	free(h.name);
+	return r == 1;
+}

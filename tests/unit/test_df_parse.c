@@ -330,6 +330,8 @@ static void test_heredocs(void)
 	/* a heredoc word inside quotes is not one */
 	CHECK_DUMP("FROM a\nRUN echo '<<EOF'\n", "(from \"a\")\n(run \"echo '<<EOF'\")\n");
 	CHECK_DUMP("FROM a\nRUN <<EOF\nno end\n", "ERR: Dockerfile:2:1: unterminated heredoc");
+	CHECK_DUMP("FROM a\nCOPY <<A <<B\na\nA\nb\nB\n", "ERR: Dockerfile:2:1: COPY cannot accept a heredoc as a destination");
+	CHECK_DUMP("FROM a\nADD a <<-B\n\tB\n", "ERR: Dockerfile:2:1: ADD cannot accept a heredoc as a destination");
 	CHECK_DUMP("FROM a\nRUN <<EOF cat\nEOF\nRUN <<B\n", "ERR: Dockerfile:4:1: unterminated heredoc");
 }
 
