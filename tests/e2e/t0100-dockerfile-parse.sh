@@ -38,6 +38,13 @@ then ok "JSON has flags, heredocs and lines"; else not_ok "JSON has flags, hered
 expect_exit 0 "--json explicit, from stdin" "$KILN" dockerfile parse --json - <"$D/official-shaped.Dockerfile"
 expect_grep "stdin JSON names <stdin>" '"file": "<stdin>"' "$T_TMP/out"
 
+# Directives and warnings: the escape directive changes continuations; an
+# empty continuation line is a warning on stderr, with its place.
+printf '# escape=`\nFROM alpine\nRUN echo \\ `\n\n  done\n' >"$T_TMP/escape"
+expect_exit 0 "backtick escape, from stdin" "$KILN" dockerfile parse --dump - <"$T_TMP/escape"
+expect_eq "backtick continuation joined" "$(sed -n 2p "$T_TMP/out")" '(run "echo \\   done")'
+expect_grep "empty continuation warned with its line" "warning: <stdin>:4:1: empty continuation line" "$T_TMP/err"
+
 # Errors: FILE:LINE:COL and exit 1.
 printf 'FROM alpine\n\nRUN --mount=type=nfs,target=/x true\n' >"$T_TMP/bad-mount"
 expect_exit 1 "bad mount type exits 1" "$KILN" dockerfile parse "$T_TMP/bad-mount"
