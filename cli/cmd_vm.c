@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "guest/guest.h"
 #include "vm/vm.h"
 
 static const struct kiln_command vm_kernel_cmd, vm_boot_cmd, vm_run_cmd;
@@ -106,9 +107,57 @@ static int parse_uint(const struct kiln_command *cmd, const char *opt, const cha
 	return 0;
 }
 
+static void write_fd(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return; /* our reader went away: the output is dropped, the command runs on */
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static void on_stdout(void *user, const void *data, size_t len) { (void)user; write_fd(1, data, len); }
+static void on_stderr(void *user, const void *data, size_t len) { (void)user; write_fd(2, data, len); }
+
+struct exec_args {
+	char **argv;
+	kiln_strv env;
+	const char *cwd;
+	const char *user;     /* "name|uid[:group|gid]" resolved in the guest */
+	unsigned timeout_s;
+};
+
+/* Run the command in the guest, output to ours; returns the exit code kiln
+ * exits with (128+N for a signal, like a shell). */
+static int exec_in_guest(vm_instance *v, const struct exec_args *a, kiln_error **err)
+{
+	struct guest_exec_opts o;
+	struct guest_result res;
+
+	guest_exec_opts_init(&o);
+	o.argv = (const char *const *)a->argv;
+	o.env = a->env.n ? (const char *const *)a->env.v : NULL;
+	o.cwd = a->cwd;
+	o.run_as = a->user;
+	o.timeout_ms = (uint64_t)a->timeout_s * 1000;
+	o.on_stdout = on_stdout;
+	o.on_stderr = on_stderr;
+	if (guest_exec(vm_agent(v), &o, NULL, 0, -1, &res, err) < 0)
+		return -1;
+	if (res.timed_out)
+		fprintf(stderr, "kiln: the command timed out after %u s and was killed\n", a->timeout_s);
+	return res.signal ? 128 + res.signal : res.exit_code;
+}
+
 static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 {
-	enum { O_NET = 256, O_WRITABLE, O_NO_AGENT, O_TIMEOUT, O_CONSOLE, O_WAIT, O_TCG, O_KERNEL, O_VERBOSE, O_APPEND };
+	enum { O_NET = 256, O_WRITABLE, O_NO_AGENT, O_TIMEOUT, O_CONSOLE, O_WAIT, O_TCG, O_KERNEL, O_VERBOSE, O_APPEND, O_CMD_TIMEOUT };
 	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
 					      { "cpus", required_argument, NULL, 'c' },
 					      { "memory", required_argument, NULL, 'm' },
@@ -122,8 +171,13 @@ static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 					      { "tcg", no_argument, NULL, O_TCG },
 					      { "kernel-dir", required_argument, NULL, O_KERNEL },
 					      { "append", required_argument, NULL, O_APPEND },
+					      { "env", required_argument, NULL, 'e' },
+					      { "workdir", required_argument, NULL, 'w' },
+					      { "user", required_argument, NULL, 'u' },
+					      { "cmd-timeout", required_argument, NULL, O_CMD_TIMEOUT },
 					      { NULL, 0, NULL, 0 } };
 	struct vm_config cfg;
+	struct exec_args ea = { .env = KILN_STRV_INIT };
 	kiln_error *err = NULL;
 	vm_instance *v;
 	bool show_console = false, wait = false;
@@ -131,7 +185,7 @@ static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 	int c, rc = KILN_EXIT_OK;
 
 	vm_config_init(&cfg);
-	while ((c = cli_getopt(cmd, argc, argv, "hc:m:", opts)) != -1) {
+	while ((c = cli_getopt(cmd, argc, argv, "hc:m:e:w:u:", opts)) != -1) {
 		switch (c) {
 		case 'c':
 			if (parse_uint(cmd, "--cpus", optarg, &cfg.cpus))
@@ -155,6 +209,19 @@ static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 		case O_TCG: cfg.accel = VM_ACCEL_TCG; break;
 		case O_KERNEL: cfg.kernel_dir = optarg; break;
 		case O_APPEND: cfg.extra_cmdline = optarg; break;
+		case 'e':
+			if (strchr(optarg, '=') == NULL || optarg[0] == '=') {
+				kiln_strv_free(&ea.env);
+				return cli_usage_error(cmd, "--env wants NAME=VALUE, not '%s'", optarg);
+			}
+			kiln_strv_push(&ea.env, optarg);
+			break;
+		case 'w': ea.cwd = optarg; break;
+		case 'u': ea.user = optarg; break;
+		case O_CMD_TIMEOUT:
+			if (parse_uint(cmd, "--cmd-timeout", optarg, &ea.timeout_s))
+				return KILN_EXIT_USAGE;
+			break;
 		case 'h': return KILN_EXIT_OK;
 		default: return KILN_EXIT_USAGE;
 		}
@@ -167,28 +234,51 @@ static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 	if (optind < argc)
 		optind++;
 	if (optind < argc) {
-		kiln_err(&err, KILN_E_GENERIC, "running a command needs the guest agent, which this kiln does not have yet");
-		return cli_fail(err);
+		ea.argv = argv + optind;
+		if (cfg.no_agent) {
+			kiln_strv_free(&ea.env);
+			return cli_usage_error(cmd, "a command needs the agent: drop --no-agent");
+		}
 	}
 
 	vm_cleanup_on_signals();
 	v = vm_boot(&cfg, &err);
-	if (v == NULL)
+	if (v == NULL) {
+		kiln_strv_free(&ea.env);
 		return cli_fail(err);
-	fprintf(stderr, "kiln: VM booted in %.0f ms (%s%s), console %s\n", vm_boot_ms(v),
-		vm_accel_used(v) == VM_ACCEL_KVM ? "kvm" : "tcg", vm_has_agent(v) ? ", agent" : "",
-		vm_console_path(v));
-	if (wait)
+	}
+	if (ea.argv && !vm_has_agent(v)) {
+		kiln_err(&err, KILN_E_NOTFOUND, "a command needs the guest agent: build bin/kiln-agent or set KILN_AGENT");
+		goto out;
+	}
+	/* With a command, kiln's stdout and stderr are the command's alone. */
+	if (ea.argv == NULL || kiln_log_level() >= KILN_LOG_INFO)
+		fprintf(stderr, "kiln: VM booted in %.0f ms%s (%s%s), console %s\n", vm_boot_ms(v),
+			vm_has_agent(v) ? "" : "", vm_accel_used(v) == VM_ACCEL_KVM ? "kvm" : "tcg",
+			vm_has_agent(v) ? ", agent" : "", vm_console_path(v));
+	if (vm_has_agent(v) && (ea.argv == NULL || kiln_log_level() >= KILN_LOG_INFO))
+		fprintf(stderr, "kiln: agent ready %.0f ms after QEMU started\n", vm_agent_ms(v));
+	if (ea.argv) {
+		rc = exec_in_guest(v, &ea, &err);
+		if (rc < 0)
+			kiln_error_wrap(&err, "running %s in the guest", ea.argv[0]);
+	} else if (wait) {
 		vm_wait_exit(v, -1, &err);
+	}
+out:
 	if (show_console) {
 		char *log = NULL;
 		size_t len = 0;
-		if (kiln_read_file(vm_console_path(v), &log, &len, 0, &err) == 0)
+		kiln_error *e2 = NULL;
+		if (kiln_read_file(vm_console_path(v), &log, &len, 0, &e2) == 0)
 			fwrite(log, 1, len, stderr);
 		free(log);
-		kiln_error_clear(&err);
+		kiln_error_free(e2);
 	}
 	vm_destroy(v);
+	kiln_strv_free(&ea.env);
+	if (err)
+		return cli_fail(err);
 	return rc;
 }
 
@@ -219,7 +309,12 @@ static const struct kiln_command vm_kernel_cmd = {
 	"  --append ARGS        add ARGS to the guest kernel's command line\n"                         \
 	"  --wait               keep the VM until the guest powers off or kiln is interrupted\n"        \
 	"  --console            print the serial console log to stderr at the end\n"                     \
-	"  --verbose-console    boot without 'quiet' (kernel messages on the console)\n"
+	"  --verbose-console    boot without 'quiet' (kernel messages on the console)\n"                \
+	"\nFor CMD:\n"                                                                                    \
+	"  -e, --env NAME=VALUE environment (repeatable; default: PATH only)\n"                           \
+	"  -w, --workdir DIR    working directory in the guest (default /)\n"                            \
+	"  -u, --user USER      user[:group] or uid[:gid] in the guest (default root)\n"                \
+	"  --cmd-timeout SECS   kill the command after SECS seconds\n"
 
 static const struct kiln_command vm_boot_cmd = {
 	.name = "boot", .summary = "boot a rootfs image in a microVM", .usage = BOOT_USAGE("boot"), .run = run_boot,

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "guest/guest.h"
 #include "vm/internal.h"
 
 #define READY_MARKER "kiln-init: ready"
@@ -22,12 +23,14 @@ enum { F_CONSOLE, F_QMP, F_AGENT, F_INITRD, F_INITRD_TMP, F_OVERLAY, F_MEM, F_QE
 struct vm_instance {
 	struct vm_files files;
 	vm_qmp *qmp;
+	guest_conn *conn;
 	bool agent;
 	bool exited;             /* QEMU reaped */
 	int exit_status;
 	enum vm_accel accel;
 	uint32_t tsc_khz;
 	double boot_ms;
+	double agent_ms;
 };
 
 void vm_config_init(struct vm_config *c)
@@ -61,6 +64,8 @@ bool vm_has_agent(const vm_instance *v) { return v->agent; }
 enum vm_accel vm_accel_used(const vm_instance *v) { return v->accel; }
 uint32_t vm_tsc_khz_used(const vm_instance *v) { return v->tsc_khz; }
 double vm_boot_ms(const vm_instance *v) { return v->boot_ms; }
+double vm_agent_ms(const vm_instance *v) { return v->agent_ms; }
+guest_conn *vm_agent(vm_instance *v) { return v->conn; }
 
 /* The agent binary: explicit, $KILN_AGENT, or kiln-agent beside this program. */
 static char *find_agent(const struct vm_config *c, kiln_error **err)
@@ -404,6 +409,17 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 	if (wait_ready(v, timeout, err) < 0)
 		goto fail;
 	v->boot_ms = now_ms() - t0;
+	if (v->agent) {
+		int left = timeout - (int)v->boot_ms;
+		v->conn = guest_connect(v->files.paths[F_AGENT], left > 5000 ? left : 5000, err);
+		if (v->conn == NULL) {
+			char *tail = console_tail(v, 1500);
+			kiln_error_wrap(err, "the guest agent did not answer; console:\n%s\n", tail);
+			free(tail);
+			goto fail;
+		}
+		v->agent_ms = now_ms() - t0;
+	}
 	kiln_info("vm: %s booted in %.0f ms (%s%s)", v->files.dir, v->boot_ms, v->accel == VM_ACCEL_KVM ? "kvm" : "tcg",
 		  v->agent ? ", agent" : "");
 	vm_kernel_free(&k);
@@ -440,6 +456,7 @@ void vm_destroy(vm_instance *v)
 
 	if (v == NULL)
 		return;
+	guest_close(v->conn);
 	if (!qemu_gone(v, WNOHANG) && v->qmp) {
 		json_t *r = vm_qmp_execute(v->qmp, "quit", NULL, 2000, &e);
 		json_decref(r);

@@ -110,11 +110,14 @@ struct vm_config {
 void vm_config_init(struct vm_config *c);
 
 typedef struct vm_instance vm_instance;
+typedef struct guest_conn guest_conn; /* guest/guest.h */
 
-/* Start QEMU and wait until the guest's init prints its ready marker (the
- * agent, if any, is starting then).  On failure everything is cleaned up and
- * the error quotes the console's last lines. */
+/* Start QEMU, wait until the guest's init prints its ready marker and, when
+ * the VM has the agent, connect to it (HELLO exchanged).  On failure
+ * everything is cleaned up and the error quotes the console's last lines. */
 vm_instance *vm_boot(const struct vm_config *c, kiln_error **err);
+/* The agent connection made by vm_boot (owned by the VM), NULL without agent. */
+guest_conn *vm_agent(vm_instance *v);
 /* Stop QEMU (QMP quit, then SIGKILL) and remove every file of the VM. */
 void vm_destroy(vm_instance *v);
 
@@ -128,6 +131,7 @@ bool vm_has_agent(const vm_instance *v);
 enum vm_accel vm_accel_used(const vm_instance *v);
 uint32_t vm_tsc_khz_used(const vm_instance *v);      /* 0 under KVM */
 double vm_boot_ms(const vm_instance *v);             /* QEMU start to init's marker */
+double vm_agent_ms(const vm_instance *v);            /* QEMU start to the agent's HELLO (0: none) */
 /* Block until QEMU exits on its own (guest poweroff) or timeout_ms passes
  * (<0: forever); returns 1 if it exited, 0 on timeout. */
 int vm_wait_exit(vm_instance *v, int timeout_ms, kiln_error **err);

@@ -1,6 +1,7 @@
 # vmlib.sh — shared setup for the microVM tests (t03xx): the guest kernel in a
 # cache shared across runs, a private TMPDIR (so leftovers are visible), and a
-# small busybox ext4 rootfs made with mke2fs -d.
+# small busybox ext4 rootfs made with mke2fs -d (with the mount points an
+# image normally has).
 export KILN_KERNEL_DIR=${KILN_KERNEL_DIR:-$PWD/build/kernel}
 export TMPDIR=$T_TMP/tmp
 mkdir -p "$TMPDIR"
@@ -12,9 +13,12 @@ vm_setup() {
 		sed 's/^/#   /' "$T_TMP/fetch.log"
 		exit 0
 	fi
-	mkdir -p "$T_TMP/root/bin" "$T_TMP/root/etc" "$T_TMP/root/tmp"
+	mkdir -p "$T_TMP/root/bin" "$T_TMP/root/etc" "$T_TMP/root/tmp" "$T_TMP/root/proc" "$T_TMP/root/sys" \
+		"$T_TMP/root/dev" "$T_TMP/root/run"
 	cp /bin/busybox "$T_TMP/root/bin/busybox"
-	ln -sf busybox "$T_TMP/root/bin/sh"
+	for a in $(/bin/busybox --list); do
+		[ "$a" = busybox ] || ln -sf busybox "$T_TMP/root/bin/$a"
+	done
 	echo "kiln test rootfs" >"$T_TMP/root/etc/motd"
 	mke2fs -q -F -t ext4 -d "$T_TMP/root" "$T_TMP/root.ext4" 32M >/dev/null
 }
