@@ -43,6 +43,9 @@ struct session {
 struct agent {
 	int chan;              /* the byte stream to the host */
 	bool device;           /* a virtio-serial port: EOF means "host gone", not "exit" */
+	int listen_fd;         /* --listen: the next host connects here (-1 otherwise) */
+	bool once;             /* --listen --once: exit after the first connection */
+	bool quit;             /* SIGTERM or SIGINT arrived */
 	bool connected;
 	bool broken;           /* framing lost: ignore input until the host reconnects */
 	int sigfd;
@@ -73,7 +76,8 @@ struct session *session_spawn(struct agent *a, uint32_t id, enum session_kind ki
 void session_stdin(struct agent *a, struct session *s, const uint8_t *p, size_t n);
 void session_stdin_eof(struct agent *a, struct session *s);
 void session_kill(struct session *s, int sig);
-/* Handle SIGCHLD: reap every exited child (sessions or adopted orphans). */
+/* Handle the signalfd: reap every exited child (sessions or adopted
+ * orphans); SIGTERM/SIGINT set a->quit. */
 void sessions_reap(struct agent *a);
 /* Service pipes after poll; finish sessions that are done. */
 void session_io(struct agent *a, struct session *s, short rev_out, short rev_err, short rev_in);

@@ -21,10 +21,11 @@
 #include "guest/agent/agent.h"
 
 static const char usage[] =
-	"Usage: kiln-agent [--port DEV | --fd N | --listen SOCKET] [--tar PROGRAM] [-v]\n"
+	"Usage: kiln-agent [--port DEV | --fd N | --listen SOCKET [--once]] [--tar PROGRAM] [-v]\n"
 	"Serve the kiln host over the virtio-serial port " GUEST_PORT_NAME " (default),\n"
-	"a port device DEV, an inherited stream fd N, or the first connection to a unix\n"
-	"socket SOCKET.  --tar names the tar (or busybox) used for uploads/downloads.\n";
+	"a port device DEV, an inherited stream fd N, or connections to a unix socket\n"
+	"SOCKET, one after another (--once: only the first), as QEMU's chardev would.\n"
+	"--tar names the tar (or busybox) used for uploads/downloads.\n";
 
 uint64_t agent_now_ms(void)
 {
@@ -141,10 +142,10 @@ static int open_port(const char *dev)
 	return fd;
 }
 
-static int listen_accept(const char *path)
+static int listen_open(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int ls, fd;
+	int ls;
 
 	if (strlen(path) >= sizeof(sa.sun_path)) {
 		agent_log("socket path too long: %s", path);
@@ -158,12 +159,7 @@ static int listen_accept(const char *path)
 			close(ls);
 		return -1;
 	}
-	fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
-	if (fd < 0)
-		agent_log("accept on %s: %s", path, strerror(errno));
-	close(ls);
-	unlink(path);
-	return fd;
+	return ls;
 }
 
 /* The host disconnected: its processes go with it. */
@@ -330,6 +326,33 @@ static int read_chan(struct agent *a)
 	return 0;
 }
 
+/* Listen mode: accept the next host, keeping orphans drained meanwhile. */
+static int wait_accept(struct agent *a)
+{
+	for (;;) {
+		struct pollfd p[2] = { { a->listen_fd, POLLIN, 0 }, { a->sigfd, POLLIN, 0 } };
+		if (poll(p, 2, 50) < 0 && errno != EINTR)
+			return -1;
+		if (p[1].revents & POLLIN)
+			sessions_reap(a);
+		if (a->quit)
+			return -1;
+		sessions_drain_orphans(a);
+		if (p[0].revents & POLLIN) {
+			a->chan = accept4(a->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+			if (a->chan >= 0)
+				break;
+			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+				agent_log("accept: %s", strerror(errno));
+				return -1;
+			}
+		}
+	}
+	a->connected = true;
+	send_hello(a);
+	return 0;
+}
+
 /* Device mode: wait until the host end of the port is open (no POLLHUP). */
 static void wait_host(struct agent *a)
 {
@@ -343,6 +366,8 @@ static void wait_host(struct agent *a)
 		poll(&p[1], 1, 50);
 		if (p[1].revents & POLLIN)
 			sessions_reap(a);
+		if (a->quit)
+			return;
 		sessions_drain_orphans(a);
 	}
 	a->connected = true;
@@ -355,7 +380,7 @@ static int serve(struct agent *a)
 	int idx[GUEST_MAX_SESSIONS][3];
 	struct session *at[GUEST_MAX_SESSIONS];
 
-	if (!a->device) {
+	if (!a->device && a->listen_fd < 0) {
 		a->connected = true;
 		send_hello(a);
 	}
@@ -363,8 +388,14 @@ static int serve(struct agent *a)
 		int np = 2, timeout;
 		bool room = agent_out_pending(a) < AGENT_OUT_HIGH;
 
-		if (!a->connected)
+		if (!a->connected && a->device)
 			wait_host(a);
+		if (!a->connected && a->listen_fd >= 0 && wait_accept(a) < 0)
+			return a->quit ? 0 : 1;
+		if (a->quit) {
+			lost(a);
+			return 0;
+		}
 		pf[0] = (struct pollfd){ a->chan, POLLIN | (agent_out_pending(a) ? POLLOUT : 0), 0 };
 		pf[1] = (struct pollfd){ a->sigfd, POLLIN, 0 };
 		for (unsigned i = 0; i < GUEST_MAX_SESSIONS; i++) {
@@ -393,6 +424,10 @@ static int serve(struct agent *a)
 		}
 		if (pf[1].revents & POLLIN)
 			sessions_reap(a);
+		if (a->quit) {
+			lost(a);
+			return 0;
+		}
 		for (unsigned i = 0; i < GUEST_MAX_SESSIONS; i++) {
 			short rv[3] = { 0, 0, 0 };
 			if (at[i] == NULL || a->sess[i] != at[i])
@@ -410,7 +445,11 @@ static int serve(struct agent *a)
 		if (a->broken && !a->device && agent_out_pending(a) == 0) {
 			/* The error frame is out; ending the connection is the only way to resync. */
 			shutdown(a->chan, SHUT_RDWR);
-			return 1;
+			if (a->listen_fd < 0 || a->once) {
+				lost(a);
+				return 1;
+			}
+			goto gone;
 		}
 		if (a->out.failed) {
 			agent_log("out of memory for output");
@@ -418,13 +457,15 @@ static int serve(struct agent *a)
 		}
 		continue;
 gone:
-		if (!a->device) {
-			lost(a);
-			return 0;
-		}
 		if (a->verbose)
 			agent_log("host disconnected");
 		lost(a);
+		if (a->device)
+			continue;
+		if (a->listen_fd < 0 || a->once)
+			return 0;
+		close(a->chan);
+		a->chan = -1;
 	}
 }
 
@@ -446,11 +487,13 @@ int main(int argc, char **argv)
 {
 	struct agent a;
 	const char *port = NULL, *listen_path = NULL, *tar = NULL;
+	bool once = false;
 	int fd = -1, rc;
 	sigset_t mask;
 
 	memset(&a, 0, sizeof(a));
 	a.chan = -1;
+	a.listen_fd = -1;
 	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i];
 		const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -462,6 +505,8 @@ int main(int argc, char **argv)
 			return 0;
 		} else if (strcmp(arg, "-v") == 0) {
 			a.verbose++;
+		} else if (strcmp(arg, "--once") == 0) {
+			once = true;
 		} else if (val && strcmp(arg, "--port") == 0) {
 			port = val, i++;
 		} else if (val && strcmp(arg, "--listen") == 0) {
@@ -487,6 +532,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	a.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (a.sigfd < 0) {
@@ -505,14 +552,18 @@ int main(int argc, char **argv)
 		a.chan = fd;
 		fcntl(fd, F_SETFD, FD_CLOEXEC);
 	} else if (listen_path) {
-		a.chan = listen_accept(listen_path);
+		a.listen_fd = listen_open(listen_path);
+		a.once = once;
+		if (a.listen_fd < 0)
+			return 1;
 	} else {
 		a.device = true;
 		a.chan = open_port(port);
 	}
-	if (a.chan < 0)
+	if (a.chan < 0 && a.listen_fd < 0)
 		return 1;
-	fcntl(a.chan, F_SETFL, fcntl(a.chan, F_GETFL) | O_NONBLOCK);
+	if (a.chan >= 0)
+		fcntl(a.chan, F_SETFL, fcntl(a.chan, F_GETFL) | O_NONBLOCK);
 	if (a.verbose)
 		agent_log("serving (pid %d, tar %s)", (int)getpid(), a.tar[0] ? a.tar[0] : "none");
 	rc = serve(&a);
@@ -520,7 +571,12 @@ int main(int argc, char **argv)
 	guest_wbuf_free(&a.out);
 	for (int i = 0; i < 2; i++)
 		free(a.tar[i]);
-	close(a.chan);
+	if (a.chan >= 0)
+		close(a.chan);
+	if (a.listen_fd >= 0) {
+		close(a.listen_fd);
+		unlink(listen_path);
+	}
 	close(a.sigfd);
 	return rc;
 }

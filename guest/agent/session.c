@@ -316,7 +316,8 @@ void sessions_reap(struct agent *a)
 	int st;
 
 	while (read(a->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-		;
+		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)
+			a->quit = true;
 	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
 		for (unsigned i = 0; i < GUEST_MAX_SESSIONS; i++) {
 			struct session *s = a->sess[i];

@@ -152,7 +152,7 @@ t, i, p = c.recv()
 check("then the agent closes the connection", t is None, t)
 EOF
 
-"$AGENT" --listen "$T_TMP/agent.sock" 2>"$T_TMP/agent.err" &
+"$AGENT" --listen "$T_TMP/agent.sock" --once 2>"$T_TMP/agent.err" &
 apid=$!
 python3 "$T_TMP/client.py" "$T_TMP/agent.sock" >"$T_TMP/py.out" 2>&1
 cat "$T_TMP/py.out"

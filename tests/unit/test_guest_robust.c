@@ -477,13 +477,28 @@ static void test_client_vs_bad_frames_later(void)
 	guest_wbuf_free(&w2);
 }
 
+static int exec_code(guest_conn *c, const char *script)
+{
+	struct guest_exec_opts o;
+	struct guest_result res = { -1, 0, false };
+	kiln_error *err = NULL;
+
+	guest_exec_opts_init(&o);
+	o.shell = script;
+	if (guest_exec(c, &o, NULL, 0, 10000, &res, &err) < 0) {
+		printf("#   %s\n", kiln_error_message(err));
+		kiln_error_free(err);
+		return -1;
+	}
+	return res.exit_code;
+}
+
+/* --listen serves one connection after another, as QEMU's socket does. */
 static void test_listen_mode(void)
 {
 	kiln_error *err = NULL;
 	char *dir = kiln_mkdtemp("kiln-test-listen", &err);
 	char *sock = dir ? kiln_path_join(dir, "agent.sock") : NULL;
-	struct guest_exec_opts o;
-	struct guest_result res;
 	guest_conn *c;
 	pid_t pid;
 	int st;
@@ -499,18 +514,35 @@ static void test_listen_mode(void)
 		execl(agent_bin(), agent_bin(), "--listen", sock, (char *)NULL);
 		_exit(127);
 	}
+	for (int round = 0; round < 3; round++) {
+		c = guest_connect(sock, 10000, &err);
+		CHECK(c != NULL);
+		if (c == NULL)
+			break;
+		CHECK_INT(exec_code(c, round == 0 ? "exit 7" : "exit 8"), round == 0 ? 7 : 8);
+		guest_close(c);
+	}
+	/* SIGTERM ends it cleanly, socket removed. */
+	kill(pid, SIGTERM);
+	st = exit_status(pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(access(sock, F_OK) != 0);
+
+	/* --once: the first connection only. */
+	pid = fork();
+	if (pid == 0) {
+		execl(agent_bin(), agent_bin(), "--listen", sock, "--once", (char *)NULL);
+		_exit(127);
+	}
 	c = guest_connect(sock, 10000, &err);
 	CHECK(c != NULL);
 	if (c) {
-		guest_exec_opts_init(&o);
-		o.shell = "exit 7";
-		CHECK_INT(guest_exec(c, &o, NULL, 0, 10000, &res, &err), 0);
-		CHECK_INT(res.exit_code, 7);
+		CHECK_INT(exec_code(c, "exit 9"), 9);
 		guest_close(c);
 	}
 	st = exit_status(pid);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	CHECK(access(sock, F_OK) != 0); /* the agent removed its socket */
+	CHECK(access(sock, F_OK) != 0);
 	/* Nobody listening: a clear error after the timeout. */
 	CHECK(guest_connect(sock, 200, &err) == NULL);
 	CHECK(err && strstr(kiln_error_message(err), "agent connect"));
