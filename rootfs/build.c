@@ -269,6 +269,14 @@ static int64_t created_time(const json_t *config)
 	return 1; /* libext2fs takes 0 as "now" */
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static void ensure_lost_found(rootfs_tree *t)
 {
 	if (rootfs_node_lookup(t, t->root, "lost+found") == NULL) {
@@ -291,15 +299,22 @@ static int finish(rootfs_tree *t, rootfs_image *img, size_t nlayers, const char 
 	p.fs_time = fs_time;
 	derive(seed, "uuid", p.uuid);
 	derive(seed, "hash-seed", p.hash_seed);
+	double t0 = now_s(), t1, t2;
 	ensure_lost_found(t);
 	rootfs_tree_sort(t);
 	if (rootfs_ext4_create(t, out, &p, &w, err) < 0)
 		return -1;
+	t1 = now_s();
+	kiln_info("rootfs: ext4 layout and %llu inodes in %.2fs", (unsigned long long)w->inodes, t1 - t0);
 	if (write_contents(w, t, img, nlayers, err) < 0) {
 		rootfs_ext4_abort(w);
 		return -1;
 	}
-	return rootfs_ext4_close(w, st, err);
+	t2 = now_s();
+	kiln_info("rootfs: %.1f MiB of file data in %.2fs", (double)w->content_bytes / 1048576.0, t2 - t1);
+	int rc = rootfs_ext4_close(w, st, err);
+	kiln_info("rootfs: closed the image in %.2fs", now_s() - t2);
+	return rc;
 }
 
 /* A corrupted blob usually fails to decompress before its end is reached;
@@ -333,6 +348,7 @@ int rootfs_build_image_open(rootfs_image *img, const char *out, const struct roo
 	if (st == NULL)
 		st = &local;
 	memset(st, 0, sizeof(*st));
+	double t0 = now_s();
 	t->default_mtime = created_time(rootfs_image_config(img));
 	t->root->inode->mtime = t->default_mtime;
 	for (size_t i = 0; i < n; i++) {
@@ -353,6 +369,8 @@ int rootfs_build_image_open(rootfs_image *img, const char *out, const struct roo
 	}
 	st->layers = n;
 	st->entries = t->entries;
+	kiln_info("rootfs: read %zu layers, %llu entries, in %.2fs", n, (unsigned long long)t->entries,
+		  now_s() - t0);
 	rc = finish(t, img, n, out, o, rootfs_image_manifest_digest(img), t->default_mtime, st, err);
 	st->entries = t->entries;
 	st->layers = n;
