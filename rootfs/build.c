@@ -22,6 +22,15 @@ void rootfs_options_default(struct rootfs_options *o)
 int rootfs_ext4_write(struct rootfs_ext4 *w, struct rootfs_inode *ino, uint64_t off,
 		      const void *data, size_t len, kiln_error **err)
 {
+	if (rootfs_runs_write(w->fd, w->tmp, ino, off, data, len, err) < 0)
+		return -1;
+	w->content_bytes += len;
+	return 0;
+}
+
+int rootfs_runs_write(int fd, const char *name, const struct rootfs_inode *ino, uint64_t off,
+		      const void *data, size_t len, kiln_error **err)
+{
 	const char *p = data;
 	size_t r = 0;
 
@@ -42,15 +51,14 @@ int rootfs_ext4_write(struct rootfs_ext4 *w, struct rootfs_inode *ino, uint64_t 
 		uint64_t run_end = (ino->runs[r].lblk + ino->runs[r].len) * 4096;
 		size_t n = (size_t)(run_end - off < len ? run_end - off : len);
 		off_t phys = (off_t)((ino->runs[r].pblk + (lblk - ino->runs[r].lblk)) * 4096 + off % 4096);
-		ssize_t wr = pwrite(w->fd, p, n, phys);
+		ssize_t wr = pwrite(fd, p, n, phys);
 		if (wr < 0 && errno == EINTR)
 			continue;
 		if (wr <= 0)
-			return kiln_err_errno(err, wr < 0 ? errno : EIO, "write %s", w->tmp);
+			return kiln_err_errno(err, wr < 0 ? errno : EIO, "write %s", name);
 		p += wr;
 		off += (uint64_t)wr;
 		len -= (size_t)wr;
-		w->content_bytes += (uint64_t)wr;
 	}
 	return 0;
 }
@@ -286,33 +294,120 @@ static void ensure_lost_found(rootfs_tree *t)
 	}
 }
 
+struct run_ref {
+	uint64_t pblk, len;
+};
+
+static void live_runs(struct rootfs_node *n, struct run_ref **v, size_t *len, size_t *cap)
+{
+	struct rootfs_inode *ino = n->inode;
+
+	if (!ino->mark) {
+		ino->mark = 1;
+		for (size_t i = 0; i < ino->nruns; i++) {
+			if (*len == *cap) {
+				*cap = *cap ? *cap * 2 : 256;
+				*v = kiln_xrealloc(*v, *cap * sizeof(**v));
+			}
+			(*v)[*len].pblk = ino->runs[i].pblk;
+			(*v)[(*len)++].len = ino->runs[i].len;
+		}
+	}
+	for (size_t i = 0; i < n->nkids; i++)
+		live_runs(n->kids[i], v, len, cap);
+}
+
+static void clear_marks(struct rootfs_node *n)
+{
+	n->inode->mark = 0;
+	for (size_t i = 0; i < n->nkids; i++)
+		clear_marks(n->kids[i]);
+}
+
+static void drop_runs(struct rootfs_node *n)
+{
+	free(n->inode->runs);
+	n->inode->runs = NULL;
+	n->inode->nruns = 0;
+	for (size_t i = 0; i < n->nkids; i++)
+		drop_runs(n->kids[i]);
+}
+
+static int run_cmp(const void *a, const void *b)
+{
+	const struct run_ref *x = a, *y = b;
+
+	return x->pblk < y->pblk ? -1 : x->pblk > y->pblk;
+}
+
+/* Bytes of files that later layers removed or replaced must not stay in the
+ * image (nor its free space): punch them out before anything reuses them. */
+static int punch_dead(rootfs_tree *t, kiln_error **err)
+{
+	struct run_ref *v = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t pos = t->data_start;
+	int rc = 0;
+
+	live_runs(t->root, &v, &n, &cap);
+	clear_marks(t->root);
+	qsort(v, n, sizeof(*v), run_cmp);
+	for (size_t i = 0; i <= n && rc == 0; i++) {
+		uint64_t next = i < n ? v[i].pblk : t->data_next;
+		if (next > pos && fallocate(t->data_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+					    (off_t)(pos * 4096), (off_t)((next - pos) * 4096)) < 0 &&
+		    errno != EOPNOTSUPP)
+			rc = kiln_err_errno(err, errno, "punch %s", t->data_name);
+		if (i < n && v[i].pblk + v[i].len > pos)
+			pos = v[i].pblk + v[i].len;
+	}
+	free(v);
+	return rc;
+}
+
 static int finish(rootfs_tree *t, rootfs_image *img, size_t nlayers, const char *out,
 		  const struct rootfs_options *o, const char *seed, int64_t fs_time,
 		  struct rootfs_stats *st, kiln_error **err)
 {
 	struct rootfs_ext4_params p;
 	struct rootfs_ext4 *w = NULL;
+	int rc;
 
 	memset(&p, 0, sizeof(p));
 	p.size = o->size;
 	p.free = o->free;
 	p.fs_time = fs_time;
+	p.fd = t->data_fd;
+	p.data_start = t->data_start;
+	p.data_end = t->data_next;
 	derive(seed, "uuid", p.uuid);
 	derive(seed, "hash-seed", p.hash_seed);
 	double t0 = now_s(), t1, t2;
 	ensure_lost_found(t);
 	rootfs_tree_sort(t);
-	if (rootfs_ext4_create(t, out, &p, &w, err) < 0)
+	rc = rootfs_ext4_create(t, out, &p, &w, err);
+	if (rc == ROOTFS_NO_FIT) {
+		/* the placed data cannot stay where it is: lay out afresh, then stream */
+		kiln_info("rootfs: placed data does not fit the layout; using a data pass");
+		drop_runs(t->root);
+		close(t->data_fd);
+		t->data_fd = p.fd = -1;
+		rc = rootfs_ext4_create(t, out, &p, &w, err);
+	}
+	t->data_fd = -1; /* the writer owns the file now (or closed it on failure) */
+	if (rc < 0)
 		return -1;
 	t1 = now_s();
 	kiln_info("rootfs: ext4 layout and %llu inodes in %.2fs", (unsigned long long)w->inodes, t1 - t0);
-	if (write_contents(w, t, img, nlayers, err) < 0) {
+	if (w->placed)
+		w->content_bytes = t->data_bytes;
+	else if (write_contents(w, t, img, nlayers, err) < 0) {
 		rootfs_ext4_abort(w);
 		return -1;
 	}
 	t2 = now_s();
 	kiln_info("rootfs: %.1f MiB of file data in %.2fs", (double)w->content_bytes / 1048576.0, t2 - t1);
-	int rc = rootfs_ext4_close(w, st, err);
+	rc = rootfs_ext4_close(w, st, err);
 	kiln_info("rootfs: closed the image in %.2fs", now_s() - t2);
 	return rc;
 }
@@ -349,6 +444,17 @@ int rootfs_build_image_open(rootfs_image *img, const char *out, const struct roo
 		st = &local;
 	memset(st, 0, sizeof(*st));
 	double t0 = now_s();
+	char *tmp = kiln_xasprintf("%s.kiln-tmp", out);
+	/* pass 1 writes file bytes straight into the image, from group 1 on */
+	t->data_fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (t->data_fd < 0) {
+		kiln_err_errno(err, errno, "create %s", tmp);
+		free(tmp);
+		rootfs_tree_free(t);
+		return -1;
+	}
+	t->data_name = tmp;
+	t->data_start = t->data_next = ROOTFS_GROUP_BLOCKS + ROOTFS_BACKUP_RESERVE;
 	t->default_mtime = created_time(rootfs_image_config(img));
 	t->root->inode->mtime = t->default_mtime;
 	for (size_t i = 0; i < n; i++) {
@@ -369,12 +475,19 @@ int rootfs_build_image_open(rootfs_image *img, const char *out, const struct roo
 	}
 	st->layers = n;
 	st->entries = t->entries;
-	kiln_info("rootfs: read %zu layers, %llu entries, in %.2fs", n, (unsigned long long)t->entries,
-		  now_s() - t0);
+	kiln_info("rootfs: read %zu layers, %llu entries, %.1f MiB placed, in %.2fs", n,
+		  (unsigned long long)t->entries, (double)t->data_bytes / 1048576.0, now_s() - t0);
+	if (punch_dead(t, err) < 0)
+		goto out;
 	rc = finish(t, img, n, out, o, rootfs_image_manifest_digest(img), t->default_mtime, st, err);
 	st->entries = t->entries;
 	st->layers = n;
 out:
+	if (t->data_fd >= 0) { /* failed before the writer took the file over */
+		close(t->data_fd);
+		unlink(tmp);
+	}
+	free(tmp);
 	rootfs_tree_free(t);
 	return rc;
 }

@@ -71,14 +71,16 @@ static uint64_t file_blocks(const struct rootfs_inode *ino)
 	return n;
 }
 
-static void count(const struct rootfs_node *n, uint64_t *blocks, uint64_t *inodes)
+static void count(const struct rootfs_node *n, int placed, uint64_t *blocks, uint64_t *inodes)
 {
 	struct rootfs_inode *ino = n->inode;
 
 	if (ino->mark == 0) {
 		ino->mark = 1;
 		(*inodes)++;
-		if (S_ISREG(ino->mode))
+		if (S_ISREG(ino->mode) && placed)
+			*blocks += ino->nruns > 4 ? ino->nruns / 300 + 2 : 0; /* extent tree blocks */
+		else if (S_ISREG(ino->mode))
 			*blocks += file_blocks(ino);
 		else if (S_ISLNK(ino->mode) && strlen(ino->symlink) >= 60)
 			*blocks += 1;
@@ -92,7 +94,7 @@ static void count(const struct rootfs_node *n, uint64_t *blocks, uint64_t *inode
 		uint64_t b = dirent_bytes(n);
 		*blocks += wants_htree(n) ? 3 + (2 * b) / BS : 1;
 		for (size_t i = 0; i < n->nkids; i++)
-			count(n->kids[i], blocks, inodes);
+			count(n->kids[i], placed, blocks, inodes);
 	}
 }
 
@@ -103,7 +105,7 @@ static void unmark(const struct rootfs_node *n)
 		unmark(n->kids[i]);
 }
 
-static errcode_t fs_init(const char *path, uint64_t blocks, uint64_t inodes, ext2_filsys *fs)
+static errcode_t fs_init(const char *path, uint64_t blocks, uint64_t inodes, int placed, ext2_filsys *fs)
 {
 	struct ext2_super_block param;
 
@@ -113,7 +115,9 @@ static errcode_t fs_init(const char *path, uint64_t blocks, uint64_t inodes, ext
 	param.s_rev_level = EXT2_DYNAMIC_REV;
 	param.s_inode_size = INODE_SIZE;
 	param.s_inodes_count = (__u32)(inodes > 0xfffffff0ULL ? 0xfffffff0ULL : inodes);
-	param.s_log_groups_per_flex = 4;
+	/* placed data fills the groups after group 0: keep every group's
+	 * bitmaps and inode table together in front of it */
+	param.s_log_groups_per_flex = placed ? 10 : 4;
 	param.s_desc_size = EXT2_MIN_DESC_SIZE_64BIT;
 	param.s_min_extra_isize = param.s_want_extra_isize = 32;
 	param.s_feature_compat = EXT2_FEATURE_COMPAT_EXT_ATTR | EXT2_FEATURE_COMPAT_RESIZE_INODE |
@@ -129,11 +133,11 @@ static errcode_t fs_init(const char *path, uint64_t blocks, uint64_t inodes, ext
 }
 
 /* Blocks left for content once the layout and the journal are in place. */
-static int avail_blocks(const char *path, uint64_t blocks, uint64_t inodes, int64_t *avail,
+static int avail_blocks(const char *path, uint64_t blocks, uint64_t inodes, int placed, int64_t *avail,
 			kiln_error **err)
 {
 	ext2_filsys fs = NULL;
-	errcode_t rc = fs_init(path, blocks, inodes, &fs);
+	errcode_t rc = fs_init(path, blocks, inodes, placed, &fs);
 	int j;
 
 	if (rc)
@@ -271,6 +275,48 @@ static int alloc_data(struct rootfs_ext4 *w, ext2_ino_t ino, struct rootfs_inode
 	if (rc != EXT2_ET_EXTENT_NO_NEXT && rc != EXT2_ET_NO_CURRENT_NODE)
 		return rootfs_ext2_err(err, rc, what);
 	return 0;
+}
+
+/* Placed files: their blocks were written in pass 1; point extents at them. */
+static int set_extents(struct rootfs_ext4 *w, ext2_ino_t ino, struct rootfs_inode *ri,
+		       const char *what, kiln_error **err)
+{
+	struct ext2_inode_large in;
+	ext2_extent_handle_t h = NULL;
+	uint64_t total = 0;
+	errcode_t e;
+
+	if (ri->nruns == 0)
+		return 0;
+	e = ext2fs_extent_open(w->fs, ino, &h);
+	for (size_t i = 0; !e && i < ri->nruns; i++) {
+		uint64_t done = 0;
+		while (!e && done < ri->runs[i].len) {
+			struct ext2fs_extent ex;
+			uint64_t n = ri->runs[i].len - done;
+			if (n > EXT_INIT_MAX_LEN)
+				n = EXT_INIT_MAX_LEN;
+			memset(&ex, 0, sizeof(ex));
+			ex.e_lblk = (blk64_t)(ri->runs[i].lblk + done);
+			ex.e_pblk = ri->runs[i].pblk + done;
+			ex.e_len = (__u32)n;
+			e = ext2fs_extent_insert(h, EXT2_EXTENT_INSERT_AFTER, &ex);
+			if (!e)
+				e = ext2fs_extent_fix_parents(h);
+			done += n;
+			total += n;
+		}
+	}
+	if (h)
+		ext2fs_extent_free(h);
+	if (e)
+		return rootfs_ext2_err(err, e, what);
+	if (read_inode(w, ino, &in, what, err) < 0)
+		return -1;
+	e = ext2fs_iblk_add_blocks(w->fs, (struct ext2_inode *)&in, total);
+	if (e)
+		return rootfs_ext2_err(err, e, what);
+	return write_inode(w, ino, &in, what, err);
 }
 
 static int make_dir(struct rootfs_ext4 *w, ext2_ino_t parent, struct rootfs_node *n,
@@ -445,7 +491,8 @@ static int make_other(struct rootfs_ext4 *w, ext2_ino_t dir, struct rootfs_node 
 	in.i_links_count = (__u16)(ri->nlink > EXT2_LINK_MAX ? EXT2_LINK_MAX : ri->nlink);
 	if (write_inode(w, ino, &in, n->name, err) < 0)
 		return -1;
-	if (S_ISREG(ri->mode) && alloc_data(w, ino, ri, n->name, err) < 0)
+	if (S_ISREG(ri->mode) &&
+	    (w->placed ? set_extents(w, ino, ri, n->name, err) : alloc_data(w, ino, ri, n->name, err)) < 0)
 		return -1;
 	if (set_xattrs(w, ino, ri, n->name, err) < 0)
 		return -1;
@@ -477,6 +524,19 @@ static int build(struct rootfs_ext4 *w, struct rootfs_node *dir, ext2_ino_t dino
 	return 0;
 }
 
+static void mark_runs(struct rootfs_ext4 *w, const struct rootfs_node *n)
+{
+	struct rootfs_inode *ino = n->inode;
+
+	if (!ino->mark) {
+		ino->mark = 1;
+		for (size_t i = 0; i < ino->nruns; i++)
+			ext2fs_block_alloc_stats_range(w->fs, ino->runs[i].pblk, (unsigned)ino->runs[i].len, +1);
+	}
+	for (size_t i = 0; i < n->nkids; i++)
+		mark_runs(w, n->kids[i]);
+}
+
 static int lay_out(struct rootfs_ext4 *w, const struct rootfs_ext4_params *p, kiln_error **err)
 {
 	ext2_filsys fs = w->fs;
@@ -495,6 +555,18 @@ static int lay_out(struct rootfs_ext4 *w, const struct rootfs_ext4_params *p, ki
 	fs->super->s_checksum_type = EXT2_CRC32C_CHKSUM;
 	fs->super->s_r_blocks_count = 0;
 	snprintf((char *)fs->super->s_volume_name, sizeof(fs->super->s_volume_name), "rootfs");
+	if (w->placed) {
+		/* claim the placed data first, so nothing else lands on it */
+		for (dgrp_t g = 1; g < fs->group_desc_count; g++) {
+			blk64_t sb = 0, od = 0, nd = 0;
+			blk_t used = 0;
+			if (ext2fs_super_and_bgd_loc2(fs, g, &sb, &od, &nd, &used) == 0 &&
+			    used > ROOTFS_BACKUP_RESERVE)
+				return ROOTFS_NO_FIT;
+		}
+		mark_runs(w, w->tree->root);
+		unmark(w->tree->root);
+	}
 	e = ext2fs_allocate_tables(fs);
 	if (e)
 		return rootfs_ext2_err(err, e, "allocating group tables");
@@ -517,7 +589,8 @@ static int lay_out(struct rootfs_ext4 *w, const struct rootfs_ext4_params *p, ki
 		return rootfs_ext2_err(err, e, "reserved inodes");
 	e = ext2fs_get_journal_params(&jp, fs);
 	if (!e)
-		e = ext2fs_add_journal_inode3(fs, &jp, ~0ULL, EXT2_MKJOURNAL_LAZYINIT | EXT2_MKJOURNAL_NO_MNT_CHECK);
+		e = ext2fs_add_journal_inode3(fs, &jp, w->placed ? p->data_end : ~0ULL,
+					      EXT2_MKJOURNAL_LAZYINIT | EXT2_MKJOURNAL_NO_MNT_CHECK);
 	if (e)
 		return rootfs_ext2_err(err, e, "creating the journal");
 	if (read_inode(w, EXT2_ROOT_INO, &in, "/", err) < 0)
@@ -536,41 +609,56 @@ int rootfs_ext4_create(rootfs_tree *t, const char *out, const struct rootfs_ext4
 		       struct rootfs_ext4 **wp, kiln_error **err)
 {
 	struct rootfs_ext4 *w = kiln_xcalloc(1, sizeof(*w));
-	uint64_t content = 0, inodes = 0, blocks;
+	uint64_t content = 0, inodes = 0, blocks, floor_blocks = 0;
+	uint64_t free_blocks = p->size ? 0 : (p->free + BS - 1) / BS;
 	int64_t avail = 0;
 	errcode_t e;
+	int rc;
 
 	w->tree = t;
-	w->fd = -1;
+	w->fd = p->fd;
+	w->placed = p->fd >= 0;
 	w->out = kiln_xstrdup(out);
 	w->tmp = kiln_xasprintf("%s.kiln-tmp", out);
-	count(t->root, &content, &inodes);
+	count(t->root, w->placed, &content, &inodes);
 	unmark(t->root);
 	inodes += EXT2_GOOD_OLD_FIRST_INO + 16;
-	w->fd = open(w->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (w->fd < 0) {
-		kiln_err_errno(err, errno, "create %s", w->tmp);
-		goto fail;
+	if (w->placed) {
+		/* the placed region is fixed; the rest must fit after it */
+		content += p->data_end - p->data_start;
+		floor_blocks = p->data_end + 64;
+	} else {
+		w->fd = open(w->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (w->fd < 0) {
+			kiln_err_errno(err, errno, "create %s", w->tmp);
+			goto fail;
+		}
 	}
 	if (p->size) {
 		blocks = p->size / BS;
 		inodes += p->size / 16384 / 4;
+		if (blocks < floor_blocks)
+			goto no_fit;
 	} else {
 		/* content + layout overhead + the free margin, grown until it fits */
-		uint64_t want = content + (p->free + BS - 1) / BS;
 		inodes += p->free / 16384;
-		blocks = want + want / 16 + 4096;
+		blocks = content + free_blocks;
+		blocks += blocks / 16 + 4096;
+		if (blocks < floor_blocks + free_blocks)
+			blocks = floor_blocks + free_blocks;
 	}
 	for (int tries = 0;; tries++) {
 		if (ftruncate(w->fd, (off_t)(blocks * BS)) < 0) {
 			kiln_err_errno(err, errno, "size %s", w->tmp);
 			goto fail;
 		}
-		if (avail_blocks(w->tmp, blocks, inodes, &avail, err) < 0)
+		if (avail_blocks(w->tmp, blocks, inodes, w->placed, &avail, err) < 0)
 			goto fail;
-		uint64_t need = content + (p->size ? 0 : (p->free + BS - 1) / BS);
+		uint64_t need = content + free_blocks;
 		if (avail >= 0 && (uint64_t)avail >= need)
 			break;
+		if (p->size && w->placed)
+			goto no_fit; /* a tighter layout without placement may still fit */
 		if (p->size || tries > 8) {
 			kiln_err(err, KILN_E_LIMIT,
 				 "the content needs about %llu MiB (%llu inodes) but the image is %llu MiB; "
@@ -580,20 +668,37 @@ int rootfs_ext4_create(rootfs_tree *t, const char *out, const struct rootfs_ext4
 		}
 		blocks += (avail < 0 ? blocks / 4 : need - (uint64_t)avail) + 1024;
 	}
-	blocks = (blocks + 255) & ~255ULL; /* whole MiB */
-	if (ftruncate(w->fd, 0) < 0 || ftruncate(w->fd, (off_t)(blocks * BS)) < 0) {
+	if (!p->size)
+		blocks = (blocks + 255) & ~255ULL; /* whole MiB */
+	if (w->placed) {
+		if (ftruncate(w->fd, (off_t)(blocks * BS)) < 0) {
+			kiln_err_errno(err, errno, "size %s", w->tmp);
+			goto fail;
+		}
+	} else if (ftruncate(w->fd, 0) < 0 || ftruncate(w->fd, (off_t)(blocks * BS)) < 0) {
 		kiln_err_errno(err, errno, "size %s", w->tmp);
 		goto fail;
 	}
-	e = fs_init(w->tmp, blocks, inodes, &w->fs);
+	e = fs_init(w->tmp, blocks, inodes, w->placed, &w->fs);
 	if (e) {
 		rootfs_ext2_err(err, e, w->tmp);
 		goto fail;
 	}
-	if (lay_out(w, p, err) < 0)
+	rc = lay_out(w, p, err);
+	if (rc == ROOTFS_NO_FIT)
+		goto no_fit;
+	if (rc < 0)
 		goto fail;
 	*wp = w;
 	return 0;
+no_fit:
+	/* the caller owns the placed file and redoes the build without it */
+	if (w->fs)
+		ext2fs_free(w->fs);
+	free(w->tmp);
+	free(w->out);
+	free(w);
+	return ROOTFS_NO_FIT;
 fail:
 	rootfs_ext4_abort(w);
 	return -1;

@@ -91,6 +91,12 @@ struct rootfs_tree {
 	uint64_t entries, bytes;
 	uint64_t nnodes;
 	int64_t default_mtime;
+	/* Placement (build.c): when data_fd >= 0, pass 1 writes each regular
+	 * file's bytes straight into the image file at block data_next and up,
+	 * skipping the backup-superblock areas, so no second pass is needed. */
+	int data_fd;
+	uint64_t data_start, data_next, data_bytes;
+	const char *data_name;
 };
 
 struct rootfs_inode *rootfs_inode_new(mode_t mode);
@@ -112,6 +118,17 @@ void rootfs_path_free(char **comps, size_t n);
 /* Sort every directory's children by name (bytewise), for a stable order. */
 void rootfs_tree_sort(rootfs_tree *t);
 
+/* Blocks reserved at the start of each backup group for the superblock,
+ * group descriptors (up to 64 blocks) and reserved GDT blocks (up to 1024). */
+#define ROOTFS_BACKUP_RESERVE 1089u
+#define ROOTFS_GROUP_BLOCKS 32768u
+int rootfs_backup_group(uint64_t g);
+/* Give a regular file physical runs at the tree's placement cursor. */
+void rootfs_place(rootfs_tree *t, struct rootfs_inode *ino);
+/* Write file bytes [off, off+len) through the inode's runs into fd. */
+int rootfs_runs_write(int fd, const char *name, const struct rootfs_inode *ino, uint64_t off,
+		      const void *data, size_t len, kiln_error **err);
+
 /* ---- layers (layer.c) ------------------------------------------------- */
 /* Apply every entry of a libarchive reader (layer index `layer`). */
 int rootfs_layer_apply(rootfs_tree *t, unsigned layer, struct archive *a, const char *name,
@@ -127,6 +144,7 @@ struct rootfs_ext4 {
 	char *out, *tmp;  /* written as tmp, renamed to out when complete */
 	rootfs_tree *tree;
 	blk64_t goal;     /* next block to allocate near: keeps files contiguous */
+	int placed;       /* file data already in place (pass 1 wrote it) */
 	uint64_t inodes, content_bytes;
 };
 const char *rootfs_ext2_strerror(errcode_t code);
@@ -135,7 +153,10 @@ struct rootfs_ext4_params {
 	uint64_t size, free;
 	unsigned char uuid[16], hash_seed[16];
 	int64_t fs_time;
+	int fd;              /* the image file when data was placed in pass 1, else -1 */
+	uint64_t data_start, data_end; /* placed data region, in blocks */
 };
+#define ROOTFS_NO_FIT (-2) /* placed data cannot be kept: redo with a data pass */
 int rootfs_ext4_create(rootfs_tree *t, const char *out, const struct rootfs_ext4_params *p,
 		       struct rootfs_ext4 **w, kiln_error **err);
 /* Write `len` bytes at offset `off` of a regular file's content. */

@@ -192,7 +192,7 @@ out:
 }
 
 static int apply_entry(rootfs_tree *t, unsigned layer, uint64_t ordinal, struct archive_entry *e,
-		       kiln_error **err)
+		       struct rootfs_inode **placed, kiln_error **err)
 {
 	const char *path = entry_path(e);
 	char **comps = NULL;
@@ -268,6 +268,8 @@ static int apply_entry(rootfs_tree *t, unsigned layer, uint64_t ordinal, struct 
 	node = rootfs_node_add(t, dir, comps[n - 1], ino);
 	node->layer = layer;
 	node->declared = 1;
+	if (t->data_fd >= 0 && type == AE_IFREG && ino->nexts > 0)
+		*placed = ino;
 	ino = NULL;
 	rc = 0;
 out:
@@ -277,6 +279,30 @@ out:
 	}
 	rootfs_path_free(comps, n);
 	return rc;
+}
+
+/* Pass-1 placement: the entry's bytes go to their final blocks right away. */
+static int place_data(rootfs_tree *t, struct rootfs_inode *ino, struct archive *a, kiln_error **err)
+{
+	const void *buf;
+	size_t len;
+	la_int64_t off;
+	int r;
+
+	rootfs_place(t, ino);
+	while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
+		if (len == 0)
+			continue;
+		if (off < 0 || rootfs_runs_write(t->data_fd, t->data_name, ino, (uint64_t)off, buf, len, err) < 0) {
+			if (*err == NULL)
+				kiln_err(err, KILN_E_INVALID, "negative data offset");
+			return -1;
+		}
+		t->data_bytes += len;
+	}
+	if (r != ARCHIVE_EOF)
+		return kiln_err(err, KILN_E_INVALID, "%s", archive_error_string(a));
+	return 0;
 }
 
 int rootfs_layer_apply(rootfs_tree *t, unsigned layer, struct archive *a, const char *name,
@@ -290,7 +316,9 @@ int rootfs_layer_apply(rootfs_tree *t, unsigned layer, struct archive *a, const 
 		if (++t->entries > t->limits.max_entries)
 			return kiln_err(err, KILN_E_LIMIT, "%s: more than %llu entries in the image's layers",
 					name, (unsigned long long)t->limits.max_entries);
-		if (apply_entry(t, layer, ordinal, e, err) < 0) {
+		struct rootfs_inode *placed = NULL;
+		if (apply_entry(t, layer, ordinal, e, &placed, err) < 0 ||
+		    (placed && place_data(t, placed, a, err) < 0)) {
 			const char *p = entry_path(e);
 			return kiln_error_wrap(err, "%s: entry '%s'", name, p ? p : "?");
 		}

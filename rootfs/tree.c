@@ -78,6 +78,7 @@ rootfs_tree *rootfs_tree_new(const struct rootfs_limits *limits)
 		t->limits = *limits;
 	else
 		rootfs_limits_default(&t->limits);
+	t->data_fd = -1;
 	t->root = kiln_xcalloc(1, sizeof(*t->root));
 	t->root->name = kiln_xstrdup("");
 	t->root->inode = rootfs_inode_new(S_IFDIR | 0755);
@@ -380,3 +381,65 @@ void rootfs_tree_list(const rootfs_tree *t, kiln_buf *out)
 }
 
 uint64_t rootfs_tree_entries(const rootfs_tree *t) { return t->entries; }
+
+/* ---- placement ---------------------------------------------------------- */
+/* sparse_super keeps backups in groups 0, 1 and powers of 3, 5 and 7 */
+int rootfs_backup_group(uint64_t g)
+{
+	if (g <= 1)
+		return 1;
+	for (uint64_t b = 3; b <= 7; b += 2) {
+		uint64_t p = b;
+		while (p < g)
+			p *= b;
+		if (p == g)
+			return 1;
+	}
+	return 0;
+}
+
+static void add_run(struct rootfs_inode *ino, uint64_t lblk, uint64_t pblk, uint64_t len, size_t *cap)
+{
+	struct rootfs_run *last = ino->nruns ? &ino->runs[ino->nruns - 1] : NULL;
+
+	if (last && last->lblk + last->len == lblk && last->pblk + last->len == pblk) {
+		last->len += len;
+		return;
+	}
+	if (ino->nruns == *cap) {
+		*cap = *cap ? *cap * 2 : 2;
+		ino->runs = kiln_xrealloc(ino->runs, *cap * sizeof(*ino->runs));
+	}
+	ino->runs[ino->nruns].lblk = lblk;
+	ino->runs[ino->nruns].pblk = pblk;
+	ino->runs[ino->nruns++].len = len;
+}
+
+void rootfs_place(rootfs_tree *t, struct rootfs_inode *ino)
+{
+	uint64_t last_end = 0;
+	size_t cap = 0;
+
+	for (size_t i = 0; i < ino->nexts; i++) {
+		uint64_t a = ino->exts[i].off / 4096, b = (ino->exts[i].off + ino->exts[i].len + 4095) / 4096;
+		if (a < last_end)
+			a = last_end;
+		while (a < b) {
+			uint64_t g = t->data_next / ROOTFS_GROUP_BLOCKS, gstart = g * ROOTFS_GROUP_BLOCKS;
+			if (rootfs_backup_group(g) && t->data_next < gstart + ROOTFS_BACKUP_RESERVE) {
+				t->data_next = gstart + ROOTFS_BACKUP_RESERVE;
+				continue;
+			}
+			uint64_t gb = g + 1;
+			while (!rootfs_backup_group(gb))
+				gb++;
+			uint64_t room = gb * ROOTFS_GROUP_BLOCKS - t->data_next;
+			uint64_t n = b - a < room ? b - a : room;
+			add_run(ino, a, t->data_next, n, &cap);
+			t->data_next += n;
+			a += n;
+		}
+		if (b > last_end)
+			last_end = b;
+	}
+}
