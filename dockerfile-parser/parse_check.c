@@ -1,8 +1,7 @@
 /* parse_check.c — what BuildKit's instructions.Parse rejects before any
- * variable is expanded: unknown instructions, argument counts, the flags
- * each instruction accepts (BFlags rules: unknown, duplicate, missing value,
- * boolean values), RUN --mount/--network/--security, HEALTHCHECK options,
- * SHELL's JSON form and ONBUILD's triggers.  Messages are BuildKit's. */
+ * variable is expanded: unknown instructions, argument counts, each
+ * instruction's flags (BFlags rules), RUN --network/--security, HEALTHCHECK
+ * options, SHELL's JSON form, ONBUILD triggers.  Messages are BuildKit's. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>

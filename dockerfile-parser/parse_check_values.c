@@ -1,8 +1,7 @@
-/* parse_check_values.c — checks of flag values that need more than a list:
- * RUN --mount (a CSV record of key=value fields, as BuildKit's parseMount
- * reads it with encoding/csv) and HEALTHCHECK's durations (Go's
- * time.ParseDuration) and retry count (strconv.ParseInt).  Values holding a
- * '$' are left to the expansion pass, as BuildKit checks them after it. */
+/* parse_check_values.c — flag values that need parsing: RUN --mount (a CSV
+ * record of key=value fields, read as encoding/csv does), HEALTHCHECK
+ * durations (Go's time.ParseDuration) and retries.  Values holding a '$' wait
+ * for the expansion pass, as BuildKit checks them after expanding. */
 #include <ctype.h>
 #include <stdint.h>
 #include <string.h>

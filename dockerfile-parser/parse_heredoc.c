@@ -1,8 +1,7 @@
-/* parse_heredoc.c — finding heredoc words (<<EOF, <<-EOF, 3<<"EOF") on an
- * instruction line the way BuildKit does: the line is split into words by
- * its shell lexer with quotes and escapes kept and unset variables left as
- * written, each word matched against ^(\d*)<<(-?)\s*([^<]*)$, and the delimiter
- * lexed twice (with and without quotes) to learn whether it was quoted. */
+/* parse_heredoc.c — heredoc words (<<EOF, <<-EOF, 3<<"EOF") on a line as
+ * BuildKit finds them: words from its shell lexer with quotes, escapes and
+ * unset variables kept, matched against ^(\d*)<<(-?)\s*([^<]*)$, the
+ * delimiter lexed with and without quotes to learn whether it was quoted. */
 #include <ctype.h>
 #include <string.h>
 

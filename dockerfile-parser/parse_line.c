@@ -1,8 +1,7 @@
-/* parse_line.c — one logical Dockerfile line to one AST node: the
- * instruction word, leading --flags, and the per-instruction argument parser
- * BuildKit dispatches to (JSON or shell form, words, key=value pairs,
- * ONBUILD's nested instruction).  Mirrors BuildKit's split_command.go and
- * line_parsers.go, quirks included, so that dumps compare line for line. */
+/* parse_line.c — one logical line to one AST node: instruction word,
+ * leading --flags, then the argument parser BuildKit dispatches to (JSON or
+ * shell form, words, key=value triples, ONBUILD's trigger), mirroring
+ * split_command.go and line_parsers.go, quirks included. */
 #include <string.h>
 
 #include "dockerfile-parser/internal.h"
