@@ -82,6 +82,7 @@ typedef struct reg_upload {
 typedef struct reg_uploads {
 	const reg_store *st;
 	pthread_mutex_t lock;
+	pthread_cond_t released;
 	reg_upload *list;    /* sessions seen since start; state is on disk */
 } reg_uploads;
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "registry/internal.h"
@@ -17,6 +18,7 @@ void reg_uploads_init(reg_uploads *u, const reg_store *st)
 	u->st = st;
 	u->list = NULL;
 	pthread_mutex_init(&u->lock, NULL);
+	pthread_cond_init(&u->released, NULL);
 }
 
 static void upload_free(reg_upload *up)
@@ -37,6 +39,7 @@ void reg_uploads_destroy(reg_uploads *u)
 		upload_free(up);
 	}
 	u->list = NULL;
+	pthread_cond_destroy(&u->released);
 	pthread_mutex_destroy(&u->lock);
 }
 
@@ -130,9 +133,21 @@ reg_upload *reg_upload_acquire(reg_uploads *u, const char *repo, const char *uui
 		return NULL;
 	}
 	pthread_mutex_lock(&u->lock);
-	for (up = u->list; up; up = up->next)
-		if (strcmp(up->uuid, uuid) == 0)
+	for (;;) {
+		struct timespec deadline;
+
+		for (up = u->list; up; up = up->next)
+			if (strcmp(up->uuid, uuid) == 0)
+				break;
+		if (up == NULL || !up->busy)
 			break;
+		/* A client may send the next chunk before the previous request is
+		 * fully wound down: give that request a moment to let go. */
+		clock_gettime(CLOCK_REALTIME, &deadline);
+		deadline.tv_sec += 5;
+		if (pthread_cond_timedwait(&u->released, &u->lock, &deadline) != 0)
+			break;
+	}
 	if (up && up->busy) {
 		pthread_mutex_unlock(&u->lock);
 		kiln_err(err, KILN_E_EXISTS, "upload %s: in use by another request", uuid);
@@ -212,6 +227,7 @@ void reg_upload_release(reg_uploads *u, reg_upload *up)
 		close(up->fd);
 	up->fd = -1;
 	up->busy = 0;
+	pthread_cond_broadcast(&u->released);
 	pthread_mutex_unlock(&u->lock);
 }
 
@@ -227,6 +243,7 @@ static void remove_session(reg_uploads *u, reg_upload *up)
 	free(dir);
 	pthread_mutex_lock(&u->lock);
 	unlink_locked(u, up);
+	pthread_cond_broadcast(&u->released);
 	pthread_mutex_unlock(&u->lock);
 	upload_free(up);
 }

@@ -18,6 +18,12 @@ static void upload_headers(reg_req *r, reg_upload *up)
 	reg_header(r, "Docker-Upload-UUID", up->uuid);
 }
 
+static void release(reg_req *r)
+{
+	reg_upload_release(&r->srv->uploads, r->up);
+	r->up = NULL;
+}
+
 static void blob_created(reg_req *r, const char *digest)
 {
 	char *loc = kiln_xasprintf("/v2/%s/blobs/%s", r->name, digest);
@@ -156,17 +162,22 @@ void reg_upload_begin(reg_req *r)
 	if (strcmp(r->method, "GET") == 0) {
 		reg_respond(r, 204, "", 0, NULL);
 		upload_headers(r, up);
+		release(r);
 	} else if (strcmp(r->method, "DELETE") == 0) {
 		reg_upload_cancel(&s->uploads, up);
 		r->up = NULL;
 		reg_respond(r, 204, "", 0, NULL);
 	} else if (strcmp(r->method, "PUT") == 0) {
-		if (digest_arg(r, reg_query(r, "digest")) < 0 || check_content_range(r, up) < 0 || check_length(r) < 0)
+		if (digest_arg(r, reg_query(r, "digest")) < 0 || check_content_range(r, up) < 0 || check_length(r) < 0) {
+			release(r);
 			return;
+		}
 		r->body = BODY_UPLOAD;
 	} else { /* PATCH */
-		if (check_content_range(r, up) < 0 || check_length(r) < 0)
+		if (check_content_range(r, up) < 0 || check_length(r) < 0) {
+			release(r);
 			return;
+		}
 		r->body = BODY_UPLOAD;
 	}
 }
@@ -181,6 +192,8 @@ void reg_upload_finish(reg_req *r)
 	if (strcmp(r->method, "PATCH") == 0) {
 		reg_respond(r, 202, "", 0, NULL);
 		upload_headers(r, r->up);
+		/* Let go before the client sees the answer and sends the next chunk. */
+		release(r);
 		return;
 	}
 	/* PUT or monolithic POST: verify, then make the blob visible. */

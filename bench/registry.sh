@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# registry.sh — kiln serve against Debian's docker-registry (distribution 2.8),
+# in one run on this machine: skopeo push and pull of the same ~100 MB,
+# 5-layer image into each (median of RUNS runs, fresh data directories each run),
+# then a bounded concurrent pull of a 10 MB blob (wrk, CONNS connections for
+# DURATION) and manifest GETs per second.  Prints a markdown block for
+# bench/RESULTS.md.  Usage: bench/registry.sh [RUNS]   (env: CONNS, DURATION)
+set -euo pipefail
+RUNS=${1:-5}
+CONNS=${CONNS:-256}
+DURATION=${DURATION:-10s}
+KILN=${KILN:-$PWD/bin/kiln}
+W=$(mktemp -d /tmp/kiln-bench-registry.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$W"; }
+trap cleanup EXIT
+unset AWS_CA_BUNDLE
+cd "$W"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 1 200); do curl -sf -o /dev/null "http://$1/v2/" && return 0; sleep 0.05; done; echo "no server at $1" >&2; return 1; }
+now() { date +%s.%N; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+# -- peers ------------------------------------------------------------------------
+start_kiln() { # DATA -> sets ADDR
+	local port; port=$(free_port)
+	"$KILN" serve --addr "127.0.0.1:$port" --data "$1" 2>"$1.log" &
+	PIDS+=($!); ADDR=127.0.0.1:$port; wait_http "$ADDR"
+}
+start_distribution() { # DATA -> sets ADDR
+	local port; port=$(free_port)
+	cat >"$1.yml" <<EOC
+version: 0.1
+log: {level: error, accesslog: {disabled: true}}
+storage:
+  filesystem: {rootdirectory: $1}
+  delete: {enabled: true}
+http: {addr: "127.0.0.1:$port"}
+EOC
+	docker-registry serve "$1.yml" 2>"$1.log" &
+	PIDS+=($!); ADDR=127.0.0.1:$port; wait_http "$ADDR"
+}
+stop_last() { local p=${PIDS[-1]}; kill "$p"; wait "$p" 2>/dev/null || true; unset 'PIDS[-1]'; }
+
+# -- the image: 5 layers of ~20 MB incompressible data, built once ------------------
+umoci init --layout img >/dev/null
+umoci new --image img:v1 >/dev/null
+for i in 1 2 3 4 5; do
+	head -c 20000000 /dev/urandom >"layer$i"
+	umoci insert --image img:v1 "layer$i" "/layer$i" >/dev/null
+	rm -f "layer$i"
+done
+SIZE=$(skopeo inspect --raw oci:img:v1 | jq '[.layers[].size] | add')
+SRC=$(skopeo inspect --raw oci:img:v1 | sha256sum | cut -d' ' -f1)
+
+push_pull() { # NAME START_FN -> appends "push pull" seconds to $W/NAME.times
+	local name=$1 start=$2 t0 t1 t2 got
+	for r in $(seq 1 "$RUNS"); do
+		rm -rf "$W/data-$name" "$W/pull"
+		"$start" "$W/data-$name"
+		t0=$(now)
+		skopeo copy -q --dest-tls-verify=false oci:img:v1 "docker://$ADDR/bench/img:v1" >/dev/null
+		t1=$(now)
+		skopeo copy -q --src-tls-verify=false "docker://$ADDR/bench/img:v1" oci:pull:v1 >/dev/null
+		t2=$(now)
+		got=$(skopeo inspect --raw oci:pull:v1 | sha256sum | cut -d' ' -f1)
+		[ "$got" = "$SRC" ] || { echo "$name: pulled digest differs" >&2; exit 1; }
+		echo "$(echo "$t1 - $t0" | bc -l) $(echo "$t2 - $t1" | bc -l)" >>"$W/$name.times"
+		stop_last
+	done
+}
+
+load() { # NAME START_FN -> wrk figures in $W/NAME.wrk and $W/NAME.mwrk
+	local name=$1 start=$2 loc
+	rm -rf "$W/data-$name"
+	"$start" "$W/data-$name"
+	skopeo copy -q --dest-tls-verify=false oci:img:v1 "docker://$ADDR/bench/img:v1" >/dev/null
+	head -c 10485760 /dev/urandom >blob10m
+	BLOB=sha256:$(sha256sum blob10m | cut -d' ' -f1)
+	loc=$(curl -s -X POST -D - -o /dev/null "http://$ADDR/v2/bench/blob/blobs/uploads/" | tr -d '\r' | awk 'tolower($1)=="location:" {print $2}')
+	case $loc in http*) ;; *) loc="http://$ADDR$loc" ;; esac
+	case $loc in *\?*) loc="$loc&digest=$BLOB" ;; *) loc="$loc?digest=$BLOB" ;; esac
+	curl -sf -X PUT --data-binary @blob10m -H 'Content-Type: application/octet-stream' "$loc" >/dev/null
+	curl -sf -o /dev/null "http://$ADDR/v2/bench/blob/blobs/$BLOB"
+	wrk -t2 -c"$CONNS" -d"$DURATION" --timeout 60s --latency "http://$ADDR/v2/bench/blob/blobs/$BLOB" >"$W/$name.wrk"
+	wrk -t2 -c64 -d5s --timeout 10s --latency -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+		"http://$ADDR/v2/bench/img/manifests/v1" >"$W/$name.mwrk"
+	stop_last
+}
+
+wrkfig() { # FILE -> "req/s p50 p99 errors"
+	local f=$1 rps p50 p99 errs non2xx
+	rps=$(awk '/^Requests\/sec/ {print $2}' "$f")
+	p50=$(awk '$1=="50%" {print $2}' "$f")
+	p99=$(awk '$1=="99%" {print $2}' "$f")
+	errs=$(awk '/Socket errors/ {gsub(",",""); print $4+$6+$8+$10}' "$f")
+	non2xx=$(awk '/Non-2xx/ {print $5}' "$f")
+	echo "$rps ${p50:-?} ${p99:-?} $(( ${errs:-0} + ${non2xx:-0} ))"
+}
+
+push_pull kiln start_kiln
+push_pull distribution start_distribution
+load kiln start_kiln
+load distribution start_distribution
+
+echo "## registry"
+echo
+echo "\`bench/registry.sh $RUNS\` (CONNS=$CONNS DURATION=$DURATION) on $(nproc) cores, $(date -u +%Y-%m-%d);"
+echo "image: 5 layers, $SIZE bytes compressed; skopeo $(skopeo --version | awk '{print $3}'), docker-registry $(dpkg-query -W -f '${Version}' docker-registry)."
+echo
+echo "| | kiln serve | docker-registry 2.8 |"
+echo "| --- | --- | --- |"
+for what in push pull; do
+	col=$([ $what = push ] && echo 1 || echo 2)
+	k=$(cut -d' ' -f$col "$W/kiln.times" | median)
+	d=$(cut -d' ' -f$col "$W/distribution.times" | median)
+	printf '| skopeo %s, median of %s (s) | %.3f | %.3f |\n' "$what" "$RUNS" "$k" "$d"
+done
+k=$(awk '{s+=$1+$2} END {print s/NR}' "$W/kiln.times"); d=$(awk '{s+=$1+$2} END {print s/NR}' "$W/distribution.times")
+kp=$(awk '{print $1+$2}' "$W/kiln.times" | median); dp=$(awk '{print $1+$2}' "$W/distribution.times" | median)
+printf '| push + pull, median (s) | %.3f | %.3f |\n' "$kp" "$dp"
+read -r kr k50 k99 ke <<<"$(wrkfig "$W/kiln.wrk")"
+read -r dr d50 d99 de <<<"$(wrkfig "$W/distribution.wrk")"
+echo "| 10 MB blob GET, $CONNS conns $DURATION: req/s | $kr | $dr |"
+echo "| ... p50 / p99 latency | $k50 / $k99 | $d50 / $d99 |"
+echo "| ... errors (socket + non-2xx) | $ke | $de |"
+read -r kr k50 k99 ke <<<"$(wrkfig "$W/kiln.mwrk")"
+read -r dr d50 d99 de <<<"$(wrkfig "$W/distribution.mwrk")"
+echo "| manifest GET, 64 conns 5s: req/s | $kr | $dr |"
+echo "| ... p50 / p99 latency | $k50 / $k99 | $d50 / $d99 |"
+echo "| ... errors | $ke | $de |"
+echo
+echo "raw push/pull seconds per run:"
+echo; echo '```'; echo "kiln:"; cat "$W/kiln.times"; echo "distribution:"; cat "$W/distribution.times"; echo '```'
