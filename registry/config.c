@@ -19,6 +19,7 @@ void reg_config_init(struct reg_config *c)
 	c->blob_max = 0;
 	c->connection_limit = 1024;
 	c->timeout_s = 60;
+	c->sndbuf = 256 << 10;
 	c->upload_expiry_s = 24 * 3600;
 	c->gc_grace_s = 3600;
 	c->auth = 0;
@@ -110,11 +111,17 @@ int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 			r = set_str(v, key, &c->data_dir, err);
 		} else if (strcmp(key, "manifest_max") == 0) {
 			r = get_size(v, key, &c->manifest_max, err);
+		} else if (strcmp(key, "sndbuf") == 0) {
+			if ((r = get_size(v, key, &c->sndbuf, err)) == 0 && c->sndbuf > (1 << 30))
+				r = kiln_err(err, KILN_E_INVALID, "sndbuf: at most 1G");
 		} else if (strcmp(key, "blob_max") == 0) {
 			r = get_size(v, key, &c->blob_max, err);
 		} else if (strcmp(key, "connection_limit") == 0) {
 			if ((r = get_int(v, key, 1, &i, err)) == 0)
 				c->connection_limit = (unsigned)i;
+		} else if (strcmp(key, "threads") == 0) {
+			if ((r = get_int(v, key, 0, &i, err)) == 0)
+				c->threads = (unsigned)i;
 		} else if (strcmp(key, "timeout_s") == 0) {
 			if ((r = get_int(v, key, 1, &i, err)) == 0)
 				c->timeout_s = (unsigned)i;

@@ -21,6 +21,8 @@ struct reg_config {
 	uint64_t blob_max;          /* bytes per blob upload; 0 = no limit */
 	unsigned connection_limit;  /* concurrent connections */
 	unsigned timeout_s;         /* idle connection timeout (slow clients) */
+	uint64_t sndbuf;            /* socket send buffer per connection; 0 = kernel's autotuning */
+	unsigned threads;           /* 0: a thread per connection; N: N event-loop threads */
 	int64_t upload_expiry_s;    /* gc removes uploads idle longer than this */
 	int64_t gc_grace_s;         /* gc keeps unreferenced blobs younger than this */
 	int auth;                   /* 1: Bearer tokens required (anonymous pull of public repos only) */
