@@ -19,6 +19,7 @@ static const char schema[] =
 	" media_type TEXT NOT NULL, size INTEGER NOT NULL, artifact_type TEXT, subject TEXT,"
 	" annotations TEXT, created INTEGER NOT NULL, PRIMARY KEY(repo, digest)) WITHOUT ROWID;"
 	"CREATE INDEX IF NOT EXISTS manifests_subject ON manifests(repo, subject);"
+	"CREATE INDEX IF NOT EXISTS manifests_digest ON manifests(digest);"
 	"CREATE TABLE IF NOT EXISTS manifest_refs(repo INTEGER NOT NULL, manifest TEXT NOT NULL,"
 	" digest TEXT NOT NULL, kind INTEGER NOT NULL, PRIMARY KEY(repo, manifest, digest, kind)) WITHOUT ROWID;"
 	"CREATE INDEX IF NOT EXISTS manifest_refs_digest ON manifest_refs(digest);"
@@ -161,6 +162,21 @@ out:
 	return ret;
 }
 
+/* Already linked in repo id (a mount onto itself): 1/0. */
+int reg_db_blob_linked_locked(reg_db *db, int64_t id, const char *digest)
+{
+	sqlite3_stmt *st = reg_db_prep(db, "SELECT 1 FROM blob_links WHERE repo = ? AND digest = ?", NULL);
+	int ret;
+
+	if (st == NULL)
+		return 0;
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_text(st, 2, digest, -1, SQLITE_STATIC);
+	ret = sqlite3_step(st) == SQLITE_ROW;
+	sqlite3_finalize(st);
+	return ret;
+}
+
 int reg_db_blob_linked(reg_db *db, const char *repo, const char *digest, int64_t *size, kiln_error **err)
 {
 	sqlite3_stmt *st;
@@ -281,8 +297,44 @@ static int put_tag(reg_db *db, int64_t id, const char *tag, const char *digest, 
 	return ret < 0 ? -1 : add_history(db, id, tag, digest, err);
 }
 
+/* Inside the manifest's transaction, so gc (which unlinks in its own write
+ * transaction) can never remove what a manifest is being made to reference.
+ * Returns the index of the first missing ref, nrefs when all exist, -1 error. */
+static long missing_ref(reg_db *db, int64_t id, const struct reg_manifest *m, kiln_error **err)
+{
+	sqlite3_stmt *blob = reg_db_prep(db, "SELECT 1 FROM blob_links WHERE repo = ? AND digest = ?", err);
+	sqlite3_stmt *man = blob ? reg_db_prep(db, "SELECT 1 FROM manifests WHERE repo = ? AND digest = ?", err) : NULL;
+	long ret = -1;
+	size_t i;
+
+	if (man == NULL)
+		goto out;
+	for (i = 0; i < m->nrefs; i++) {
+		sqlite3_stmt *st = m->refs[i].kind == REG_REF_MANIFEST ? man : blob;
+		int rc;
+
+		if (m->refs[i].external)
+			continue;
+		sqlite3_reset(st);
+		sqlite3_bind_int64(st, 1, id);
+		sqlite3_bind_text(st, 2, m->refs[i].digest, -1, SQLITE_STATIC);
+		rc = sqlite3_step(st);
+		if (rc == SQLITE_DONE)
+			break;
+		if (rc != SQLITE_ROW) {
+			reg_db_fail(db, err, "reference lookup");
+			goto out;
+		}
+	}
+	ret = (long)i;
+out:
+	sqlite3_finalize(blob);
+	sqlite3_finalize(man);
+	return ret;
+}
+
 int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_t size,
-			const struct reg_manifest *m, const char *tag, kiln_error **err)
+			const struct reg_manifest *m, const char *tag, long *missing, kiln_error **err)
 {
 	sqlite3_stmt *st = NULL;
 	char *ann = NULL;
@@ -294,6 +346,13 @@ int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_
 		goto unlock;
 	if (reg_db_repo_locked(db, repo, 1, &id, err) < 0)
 		goto rollback;
+	*missing = missing_ref(db, id, m, err);
+	if (*missing < 0)
+		goto rollback;
+	if ((size_t)*missing < m->nrefs) {
+		ret = 0;
+		goto rollback;
+	}
 	st = reg_db_prep(db, "INSERT OR REPLACE INTO manifests(repo, digest, media_type, size, artifact_type, subject,"
 			     " annotations, created) VALUES(?, ?, ?, ?, ?, ?, ?, ?)", err);
 	if (st == NULL)
@@ -334,7 +393,7 @@ int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_
 		goto rollback;
 	if (reg_db_exec(db, "COMMIT", err) < 0)
 		goto rollback;
-	ret = 0;
+	ret = 1;
 	goto unlock;
 rollback:
 	sqlite3_finalize(st);
@@ -442,6 +501,35 @@ int reg_db_tag_delete(reg_db *db, const char *repo, const char *tag, kiln_error 
 	if (id && (ret = reg_db_change(db, "DELETE FROM tags WHERE repo = ? AND name = ?", id, tag, NULL, err)) > 0)
 		ret = add_history(db, id, tag, NULL, err) < 0 ? -1 : 1;
 out:
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+int reg_db_blob_mount(reg_db *db, const char *repo, const char *from, const char *digest, kiln_error **err)
+{
+	sqlite3_stmt *st = NULL;
+	int64_t id;
+	int ret = -1;
+
+	pthread_mutex_lock(&db->lock);
+	if (reg_db_repo_locked(db, repo, 1, &id, err) < 0)
+		goto out;
+	/* One statement: the link is copied only if the source still has it. */
+	st = reg_db_prep(db, "INSERT OR IGNORE INTO blob_links(repo, digest, size, created) SELECT ?, b.digest, b.size, ?"
+			     " FROM blob_links b JOIN repos r ON r.id = b.repo WHERE r.name = ? AND b.digest = ?", err);
+	if (st == NULL)
+		goto out;
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int64(st, 2, reg_db_now());
+	sqlite3_bind_text(st, 3, from, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 4, digest, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) != SQLITE_DONE) {
+		reg_db_fail(db, err, "mount blob");
+		goto out;
+	}
+	ret = sqlite3_changes(db->h) > 0 ? 1 : reg_db_blob_linked_locked(db, id, digest);
+out:
+	sqlite3_finalize(st);
 	pthread_mutex_unlock(&db->lock);
 	return ret;
 }

@@ -200,7 +200,12 @@ static void begin(reg_req *r)
 		reg_error(r, 400, "NAME_INVALID", "invalid repository name '%s'", r->name);
 		return;
 	}
+	if (reg_auth_request(r) < 0)
+		return;
 	switch (r->route) {
+	case R_TOKEN:
+		reg_token_handle(r);
+		return;
 	case R_BASE:
 		if (!get)
 			break;
@@ -343,6 +348,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	if (r->resp)
 		MHD_destroy_response(r->resp);
 	kiln_buf_free(&r->mem);
+	free(r->scopes);
 	free(r->name);
 	free(r->ref);
 	free(r);
@@ -416,6 +422,8 @@ reg_server *reg_server_start(const struct reg_config *c, kiln_error **err)
 	if (reg_store_open(&s->store, c->data_dir, err) < 0)
 		goto fail;
 	reg_uploads_init(&s->uploads, &s->store);
+	if (c->auth && reg_auth_key(c->data_dir, s->auth_key, err) < 0)
+		goto fail;
 	dbpath = kiln_path_join(c->data_dir, "meta.db");
 	s->db = reg_db_open(dbpath, err);
 	if (s->db == NULL)

@@ -37,12 +37,16 @@ int reg_db_blob_linked(reg_db *db, const char *repo, const char *digest, int64_t
 int reg_db_blob_unlink(reg_db *db, const char *repo, const char *digest, kiln_error **err);
 /* Any repository has the blob linked: 1/0/-1 (for mounts without from=). */
 int reg_db_blob_known(reg_db *db, const char *digest, kiln_error **err);
+/* Records a manifest whose refs all exist in repo (checked in the same
+ * transaction): 1 stored; 0 when m->refs[*missing] is not there; -1 error. */
 int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_t size,
-			const struct reg_manifest *m, const char *tag, kiln_error **err);
+			const struct reg_manifest *m, const char *tag, long *missing, kiln_error **err);
+/* Link digest into repo if `from` has it (atomically): 1 mounted, 0 not, -1 error. */
+int reg_db_blob_mount(reg_db *db, const char *repo, const char *from, const char *digest, kiln_error **err);
+int reg_db_blob_linked_locked(reg_db *db, int64_t id, const char *digest);
 /* ref is a tag or a digest.  1 found (digest, media type, size), 0 not, -1 error. */
 int reg_db_manifest_get(reg_db *db, const char *repo, const char *ref, char digest[KILN_DIGEST_MAX],
 			char **media_type, int64_t *size, kiln_error **err);
-/* Every ref of the manifests in repo exists: returns the first missing digest as 0. */
 int reg_db_manifest_delete(reg_db *db, const char *repo, const char *digest, kiln_error **err);
 int reg_db_tag_delete(reg_db *db, const char *repo, const char *tag, kiln_error **err);
 /* Sorted names after `last` (may be NULL), at most n (n < 0: all); *more set if cut. */
@@ -109,6 +113,7 @@ struct reg_server {
 	reg_db *db;
 	reg_uploads uploads;
 	uint16_t port;
+	unsigned char auth_key[32];
 };
 
 enum reg_route {
@@ -130,6 +135,10 @@ typedef struct reg_req {
 	reg_upload *up;
 	uint64_t received;
 	int body_error;            /* a response is already set; drop the rest */
+	/* identity (auth.c): who is asking, with which grants */
+	int authed;                /* 1: a valid token (tok_id 0 = anonymous token) */
+	int64_t tok_id;
+	char *scopes;              /* "NS:ACTIONS;..." of the token, or NULL */
 	/* response */
 	struct MHD_Response *resp;
 	unsigned status;
@@ -157,6 +166,16 @@ void reg_manifest_finish(reg_req *r);
 void reg_tags_handle(reg_req *r);
 void reg_catalog_handle(reg_req *r);
 void reg_referrers_handle(reg_req *r);
+
+/* Auth (auth.c).  reg_auth_request() decides whether r may proceed (0) or
+ * sets a 401/403 answer (-1); reg_auth_allows() asks about another repository
+ * (a mount's source).  Actions: "pull", "push", "delete". */
+enum reg_action { REG_PULL = 1, REG_PUSH = 2, REG_DELETE = 4 };
+int reg_auth_request(reg_req *r);
+int reg_auth_allows(reg_req *r, const char *repo, enum reg_action a);
+void reg_token_handle(reg_req *r);
+/* The server's HMAC key for issued tokens (DATA/auth.key, made on first use). */
+int reg_auth_key(const char *data_dir, unsigned char key[32], kiln_error **err);
 
 /* Parse "n" / "last" query args; -1 when n is invalid (response set). */
 int reg_page_args(reg_req *r, long *n, const char **last);

@@ -97,31 +97,6 @@ void reg_manifest_begin(reg_req *r)
 	r->mem_max = r->srv->cfg.manifest_max;
 }
 
-/* Everything the manifest points at must be here already; 1 ok, 0 answered, -1 error. */
-static int check_refs(reg_req *r, const struct reg_manifest *m, kiln_error **err)
-{
-	for (size_t i = 0; i < m->nrefs; i++) {
-		const struct reg_ref *ref = &m->refs[i];
-		char d[KILN_DIGEST_MAX];
-		int have;
-
-		if (ref->external)
-			continue;
-		if (ref->kind == REG_REF_MANIFEST)
-			have = reg_db_manifest_get(r->srv->db, r->name, ref->digest, d, NULL, NULL, err);
-		else
-			have = reg_db_blob_linked(r->srv->db, r->name, ref->digest, NULL, err);
-		if (have < 0)
-			return -1;
-		if (have == 0) {
-			reg_error(r, 400, "MANIFEST_BLOB_UNKNOWN", "%s %s is not in repository %s",
-				  ref->kind == REG_REF_MANIFEST ? "manifest" : "blob", ref->digest, r->name);
-			return 0;
-		}
-	}
-	return 1;
-}
-
 void reg_manifest_finish(reg_req *r)
 {
 	reg_server *s = r->srv;
@@ -130,6 +105,7 @@ void reg_manifest_finish(reg_req *r)
 	char digest[KILN_DIGEST_MAX], *loc;
 	kiln_error *err = NULL;
 	int tagged = !ref_is_digest(r), ok;
+	long missing = 0;
 
 	if (reg_manifest_parse(r->mem.buf, r->mem.len, reg_req_header(r, "Content-Type"), &m, &err) < 0) {
 		reg_error(r, 400, "MANIFEST_INVALID", "%s", kiln_error_message(err));
@@ -143,14 +119,19 @@ void reg_manifest_finish(reg_req *r)
 		reg_error(r, 400, "DIGEST_INVALID", "manifest digest is %s, not %s", digest, r->ref);
 		goto out;
 	}
-	ok = check_refs(r, &m, &err);
+	/* Bytes first: a manifest record never points at missing bytes. */
+	if (reg_store_put_bytes(&s->store, digest, r->mem.buf, r->mem.len, &err) < 0)
+		goto fail;
+	ok = reg_db_manifest_put(s->db, r->name, digest, (int64_t)r->mem.len, &m, tagged ? r->ref : NULL, &missing,
+				 &err);
 	if (ok < 0)
 		goto fail;
-	if (ok == 0)
+	if (ok == 0) {
+		const struct reg_ref *ref = &m.refs[missing];
+		reg_error(r, 400, "MANIFEST_BLOB_UNKNOWN", "%s %s is not in repository %s",
+			  ref->kind == REG_REF_MANIFEST ? "manifest" : "blob", ref->digest, r->name);
 		goto out;
-	if (reg_store_put_bytes(&s->store, digest, r->mem.buf, r->mem.len, &err) < 0 ||
-	    reg_db_manifest_put(s->db, r->name, digest, (int64_t)r->mem.len, &m, tagged ? r->ref : NULL, &err) < 0)
-		goto fail;
+	}
 	loc = kiln_xasprintf("/v2/%s/manifests/%s", r->name, digest);
 	reg_respond(r, 201, "", 0, NULL);
 	reg_header(r, "Location", loc);

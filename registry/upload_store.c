@@ -262,7 +262,8 @@ int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, ki
 
 	if (kiln_digest_parse(digest, &algo, err) < 0)
 		goto out_release;
-	if (fsync(up->fd) < 0) {
+	/* Fresh mtime: gc's grace period counts from the commit, not the first byte. */
+	if (futimens(up->fd, NULL) < 0 || fsync(up->fd) < 0) {
 		kiln_err_errno(err, errno, "upload %s: fsync", up->uuid);
 		goto out_release;
 	}

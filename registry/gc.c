@@ -1,0 +1,189 @@
+/* gc.c — garbage collection of a data directory, safe while the server runs:
+ * a blob goes when no manifest references it and it is older than the grace
+ * period (a push in flight uploads blobs before its manifest); its links are
+ * dropped in a write transaction that re-checks the references first, so a
+ * concurrent manifest PUT either sees the blob gone or keeps it.  Upload
+ * sessions idle past their expiry and stale temp files go too. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "registry/internal.h"
+
+struct gc {
+	const struct reg_config *c;
+	reg_db *db;
+	reg_store st;
+	int dry;
+	time_t now;
+	struct reg_gc_stats *stats;
+};
+
+/* 1 referenced by some manifest (or is one), 0 not, -1 error. */
+static int referenced(reg_db *db, const char *digest, kiln_error **err)
+{
+	sqlite3_stmt *st = reg_db_prep(db, "SELECT 1 FROM manifest_refs WHERE digest = ?1 UNION ALL"
+					   " SELECT 1 FROM manifests WHERE digest = ?1 LIMIT 1", err);
+	int rc;
+
+	if (st == NULL)
+		return -1;
+	sqlite3_bind_text(st, 1, digest, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return reg_db_fail(db, err, "reference check");
+	return rc == SQLITE_ROW;
+}
+
+static int collect_blob(struct gc *g, const char *digest, const char *path, const struct stat *sb, kiln_error **err)
+{
+	sqlite3_stmt *st = NULL;
+	int ref, ret = -1;
+
+	if (g->now - sb->st_mtime < g->c->gc_grace_s) {
+		g->stats->blobs_kept++;
+		return 0;
+	}
+	if (reg_db_exec(g->db, "BEGIN IMMEDIATE", err) < 0)
+		return -1;
+	ref = referenced(g->db, digest, err);
+	if (ref < 0)
+		goto rollback;
+	if (ref || g->dry) {
+		ref ? g->stats->blobs_kept++ : (g->stats->blobs_removed++, g->stats->bytes_removed += (uint64_t)sb->st_size);
+		ret = 0;
+		goto rollback;
+	}
+	st = reg_db_prep(g->db, "DELETE FROM blob_links WHERE digest = ?", err);
+	if (st == NULL)
+		goto rollback;
+	sqlite3_bind_text(st, 1, digest, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) != SQLITE_DONE) {
+		reg_db_fail(g->db, err, "unlink blob");
+		goto rollback;
+	}
+	if (reg_db_exec(g->db, "COMMIT", err) < 0)
+		goto rollback;
+	/* Links are gone and committed: no one can be handed this blob now. */
+	if (unlink(path) < 0 && errno != ENOENT) {
+		kiln_err_errno(err, errno, "remove %s", path);
+		goto out;
+	}
+	g->stats->blobs_removed++;
+	g->stats->bytes_removed += (uint64_t)sb->st_size;
+	ret = 0;
+	goto out;
+rollback:
+	sqlite3_exec(g->db->h, "ROLLBACK", NULL, NULL, NULL);
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+/* blobs/ALGO/XX/NAME */
+static int sweep_blobs(struct gc *g, kiln_error **err)
+{
+	static const char *const algos[] = { "sha256", "sha512" };
+	int ret = 0;
+
+	for (size_t a = 0; a < 2 && ret == 0; a++) {
+		char *adir = kiln_xasprintf("%s/%s", g->st.blobs, algos[a]);
+		DIR *d1 = opendir(adir);
+		struct dirent *e1;
+
+		while (d1 && ret == 0 && (e1 = readdir(d1))) {
+			char *sub;
+			DIR *d2;
+			struct dirent *e2;
+
+			if (e1->d_name[0] == '.')
+				continue;
+			sub = kiln_xasprintf("%s/%s", adir, e1->d_name);
+			d2 = opendir(sub);
+			while (d2 && ret == 0 && (e2 = readdir(d2))) {
+				char *path = kiln_xasprintf("%s/%s", sub, e2->d_name);
+				char *digest = kiln_xasprintf("%s:%s", algos[a], e2->d_name);
+				struct stat sb;
+
+				if (e2->d_name[0] != '.' && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+					if (kiln_digest_parse(digest, NULL, NULL) == 0) {
+						ret = collect_blob(g, digest, path, &sb, err);
+					} else if (strstr(e2->d_name, ".tmp.") && g->now - sb.st_mtime > g->c->gc_grace_s) {
+						/* a write interrupted by a crash */
+						if (!g->dry)
+							unlink(path);
+					}
+				}
+				free(digest);
+				free(path);
+			}
+			if (d2)
+				closedir(d2);
+			free(sub);
+		}
+		if (d1)
+			closedir(d1);
+		free(adir);
+	}
+	return ret;
+}
+
+static int sweep_uploads(struct gc *g, kiln_error **err)
+{
+	DIR *d = opendir(g->st.uploads);
+	struct dirent *e;
+	int ret = 0;
+
+	if (d == NULL)
+		return 0;
+	while (ret == 0 && (e = readdir(d))) {
+		char *dir, *data;
+		struct stat sb;
+		time_t last;
+
+		if (e->d_name[0] == '.')
+			continue;
+		dir = kiln_xasprintf("%s/%s", g->st.uploads, e->d_name);
+		data = kiln_xasprintf("%s/data", dir);
+		/* Idle since the last byte written (or since creation without data). */
+		if (stat(data, &sb) == 0 || stat(dir, &sb) == 0) {
+			last = sb.st_mtime;
+			if (g->now - last >= g->c->upload_expiry_s) {
+				if (!g->dry)
+					ret = kiln_rm_rf(dir, err);
+				g->stats->uploads_removed++;
+			}
+		}
+		free(data);
+		free(dir);
+	}
+	closedir(d);
+	return ret;
+}
+
+int reg_gc(const struct reg_config *c, int dry_run, struct reg_gc_stats *st, kiln_error **err)
+{
+	struct gc g = { .c = c, .dry = dry_run, .now = time(NULL), .stats = st };
+	int ret = -1;
+
+	memset(st, 0, sizeof(*st));
+	if (reg_store_open(&g.st, c->data_dir, err) < 0)
+		return kiln_error_wrap(err, "gc");
+	g.db = reg_db_open_cfg(c, err);
+	if (g.db == NULL)
+		goto out;
+	if (sweep_uploads(&g, err) < 0 || sweep_blobs(&g, err) < 0)
+		goto out;
+	ret = 0;
+out:
+	if (ret < 0)
+		kiln_error_wrap(err, "gc %s", c->data_dir);
+	reg_db_close(g.db);
+	reg_store_close(&g.st);
+	return ret;
+}
