@@ -15,7 +15,7 @@
 #include "guest/guest.h"
 
 enum { O_SOCKET = 256, O_CONNECT_TIMEOUT, O_ENV, O_CWD, O_USER, O_TIMEOUT, O_STDIN, O_DETACH, O_CHOWN, O_FOLLOW,
-       O_COUNT };
+       O_COUNT, O_XATTRS };
 
 #define COMMON_OPTS                                                                   \
 	{ "help", no_argument, NULL, 'h' }, { "socket", required_argument, NULL, O_SOCKET }, \
@@ -272,11 +272,11 @@ static const char *type_name(uint32_t mode)
 static int run_stat(const struct kiln_command *cmd, int argc, char **argv)
 {
 	static const struct option opts[] = { COMMON_OPTS, { "follow", no_argument, NULL, O_FOLLOW },
-					      { NULL, 0, NULL, 0 } };
+					      { "xattrs", no_argument, NULL, O_XATTRS }, { NULL, 0, NULL, 0 } };
 	struct common co = { NULL, 30000 };
 	struct guest_stat st;
 	kiln_error *err = NULL;
-	bool follow = false;
+	unsigned flags = 0;
 	guest_conn *c;
 	int ch, rc = KILN_EXIT_OK, r;
 
@@ -286,8 +286,8 @@ static int run_stat(const struct kiln_command *cmd, int argc, char **argv)
 				return KILN_EXIT_USAGE;
 			continue;
 		}
-		if (ch == O_FOLLOW) {
-			follow = true;
+		if (ch == O_FOLLOW || ch == O_XATTRS) {
+			flags |= ch == O_FOLLOW ? GUEST_STAT_FOLLOW : GUEST_STAT_XATTRS;
 			continue;
 		}
 		return ch == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
@@ -296,7 +296,7 @@ static int run_stat(const struct kiln_command *cmd, int argc, char **argv)
 		return cli_usage_error(cmd, "want exactly one guest path");
 	if ((c = open_conn(cmd, &co, &rc)) == NULL)
 		return rc;
-	if (guest_stat_path(c, argv[optind], follow, &st, 10000, &err) < 0) {
+	if (guest_stat_path(c, argv[optind], flags, &st, 10000, &err) < 0) {
 		rc = cli_fail(err);
 	} else {
 		printf("type %s\nmode %04o\nuid %u\ngid %u\nsize %llu\nmtime %lld.%09u\n", type_name(st.mode),
@@ -304,6 +304,13 @@ static int run_stat(const struct kiln_command *cmd, int argc, char **argv)
 		       st.mtime_nsec);
 		if (st.link)
 			printf("link %s\n", st.link);
+		for (size_t i = 0; i < st.nxattrs; i++) {
+			/* Values are bytes: hex, as getfattr -e hex prints them. */
+			printf("xattr %s=0x", st.xattrs[i].name);
+			for (size_t k = 0; k < st.xattrs[i].len; k++)
+				printf("%02x", st.xattrs[i].value[k]);
+			printf("\n");
+		}
 		guest_stat_free(&st);
 	}
 	guest_close(c);
@@ -399,8 +406,9 @@ static const struct kiln_command sub_ping = {
 static const struct kiln_command sub_stat = {
 	.name = "agent stat",
 	.summary = "stat a path in the guest",
-	.usage = "Usage: kiln agent stat --socket PATH [--follow] GUEST_PATH\n\n"
-		 "Print type, mode, owner, size, mtime and symlink target (lstat unless --follow).\n\n" COMMON_HELP,
+	.usage = "Usage: kiln agent stat --socket PATH [--follow] [--xattrs] GUEST_PATH\n\n"
+		 "Print type, mode, owner, size, mtime and symlink target (lstat unless --follow),\n"
+		 "and with --xattrs the extended attributes (values in hex).\n\n" COMMON_HELP,
 	.run = run_stat,
 };
 

@@ -430,11 +430,15 @@ out:
 	return rc;
 }
 
-int guest_stat_path(guest_conn *c, const char *path, bool follow, struct guest_stat *st, int timeout_ms,
+int guest_stat_path(guest_conn *c, const char *path, unsigned flags, struct guest_stat *st, int timeout_ms,
 		    kiln_error **err)
 {
 	uint64_t deadline = gc_deadline(timeout_ms);
-	struct guest_stat_req req = { .path = (char *)path, .follow = follow };
+	struct guest_stat_req req = {
+		.path = (char *)path,
+		.follow = flags & GUEST_STAT_FOLLOW,
+		.xattrs = flags & GUEST_STAT_XATTRS,
+	};
 	struct guest_proc *p = gc_req_new(c, R_STAT);
 	const char *why = NULL;
 	int rc = -1;
@@ -458,4 +462,12 @@ out:
 	if (rc < 0)
 		kiln_error_wrap(err, "agent stat %s", path);
 	return rc;
+}
+
+const struct guest_xattr *guest_stat_xattr(const struct guest_stat *st, const char *name)
+{
+	for (size_t i = 0; i < st->nxattrs; i++)
+		if (strcmp(st->xattrs[i].name, name) == 0)
+			return &st->xattrs[i];
+	return NULL;
 }

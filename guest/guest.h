@@ -144,7 +144,14 @@ struct guest_xfer_req { /* UPLOAD / DOWNLOAD */
 struct guest_stat_req {
 	char *path;
 	bool follow;   /* stat() instead of lstat() */
+	bool xattrs;   /* also list extended attributes */
 };
+struct guest_xattr {
+	char *name;    /* "trusted.overlay.opaque", "security.capability", ... */
+	uint8_t *value;
+	size_t len;
+};
+#define GUEST_MAX_XATTRS 256u
 struct guest_stat {
 	uint32_t mode; /* st_mode: type and permission bits */
 	uint32_t uid, gid;
@@ -152,6 +159,8 @@ struct guest_stat {
 	int64_t mtime_sec;
 	uint32_t mtime_nsec;
 	char *link;    /* symlink target, else NULL */
+	struct guest_xattr *xattrs; /* with GUEST_STAT_XATTRS */
+	size_t nxattrs;
 };
 struct guest_error_msg {
 	int32_t errnum; /* errno in the guest, 0 if none */
@@ -172,7 +181,8 @@ void guest_xfer_req_free(struct guest_xfer_req *m);
 void guest_encode_stat_req(struct guest_wbuf *w, uint32_t id, const struct guest_stat_req *m);
 int guest_decode_stat_req(const uint8_t *p, size_t n, struct guest_stat_req *m, const char **why);
 void guest_stat_req_free(struct guest_stat_req *m);
-void guest_encode_stat(struct guest_wbuf *w, uint32_t id, const struct guest_stat *m);
+/* -1 (nothing written) if the reply would exceed the frame limit. */
+int guest_encode_stat(struct guest_wbuf *w, uint32_t id, const struct guest_stat *m);
 int guest_decode_stat(const uint8_t *p, size_t n, struct guest_stat *m, const char **why);
 void guest_stat_free(struct guest_stat *m);
 void guest_encode_error(struct guest_wbuf *w, uint32_t id, const struct guest_error_msg *m);
@@ -271,9 +281,15 @@ int guest_download_tar(guest_conn *c, const char *guest_dir, int out_fd, int tim
 int guest_download_dir(guest_conn *c, const char *guest_dir, const char *host_dir, int timeout_ms,
 		       kiln_error **err);
 
-/* lstat (or stat with follow) a path in the guest.  A missing path is an
- * error of kind KILN_E_NOTFOUND.  Free st->link with guest_stat_free. */
-int guest_stat_path(guest_conn *c, const char *path, bool follow, struct guest_stat *st, int timeout_ms,
+/* lstat a path in the guest (stat with GUEST_STAT_FOLLOW; its extended
+ * attributes too with GUEST_STAT_XATTRS — how overlayfs marks opaque
+ * directories, how file capabilities are kept).  A missing path is an error
+ * of kind KILN_E_NOTFOUND.  Free the result with guest_stat_free. */
+#define GUEST_STAT_FOLLOW 1u
+#define GUEST_STAT_XATTRS 2u
+int guest_stat_path(guest_conn *c, const char *path, unsigned flags, struct guest_stat *st, int timeout_ms,
 		    kiln_error **err);
+/* The value of one attribute from a guest_stat_path reply, or NULL. */
+const struct guest_xattr *guest_stat_xattr(const struct guest_stat *st, const char *name);
 
 #endif

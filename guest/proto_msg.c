@@ -15,8 +15,8 @@ enum {
 };
 enum { EXIT_CODE = 1, EXIT_SIGNAL, EXIT_TIMED_OUT };
 enum { XFER_DIR = 1, XFER_TIMEOUT };
-enum { STATQ_PATH = 1, STATQ_FOLLOW };
-enum { STAT_MODE = 1, STAT_UID, STAT_GID, STAT_SIZE, STAT_MTIME, STAT_MTIME_NSEC, STAT_LINK };
+enum { STATQ_PATH = 1, STATQ_FOLLOW, STATQ_XATTRS };
+enum { STAT_MODE = 1, STAT_UID, STAT_GID, STAT_SIZE, STAT_MTIME, STAT_MTIME_NSEC, STAT_LINK, STAT_XNAME, STAT_XVALUE };
 enum { ERR_ERRNO = 1, ERR_MSG };
 
 struct tlv {
@@ -433,6 +433,8 @@ void guest_encode_stat_req(struct guest_wbuf *w, uint32_t id, const struct guest
 	guest_tlv_str(w, STATQ_PATH, m->path);
 	if (m->follow)
 		guest_tlv_u64(w, STATQ_FOLLOW, 1);
+	if (m->xattrs)
+		guest_tlv_u64(w, STATQ_XATTRS, 1);
 	guest_frame_end(w, start);
 }
 
@@ -446,10 +448,13 @@ int guest_decode_stat_req(const uint8_t *p, size_t n, struct guest_stat_req *m, 
 	while ((r = tlv_next(&p, &n, &t, why)) > 0) {
 		if (t.tag == STATQ_PATH && get_str(&t, &m->path, why) < 0)
 			goto fail;
-		if (t.tag == STATQ_FOLLOW) {
+		if (t.tag == STATQ_FOLLOW || t.tag == STATQ_XATTRS) {
 			if (get_u64(&t, &v, why) < 0)
 				goto fail;
-			m->follow = v != 0;
+			if (t.tag == STATQ_FOLLOW)
+				m->follow = v != 0;
+			else
+				m->xattrs = v != 0;
 		}
 	}
 	if (r < 0)
@@ -470,7 +475,7 @@ void guest_stat_req_free(struct guest_stat_req *m)
 	memset(m, 0, sizeof(*m));
 }
 
-void guest_encode_stat(struct guest_wbuf *w, uint32_t id, const struct guest_stat *m)
+int guest_encode_stat(struct guest_wbuf *w, uint32_t id, const struct guest_stat *m)
 {
 	size_t start = guest_frame_begin(w, GUEST_F_STAT_REPLY, id);
 
@@ -482,7 +487,11 @@ void guest_encode_stat(struct guest_wbuf *w, uint32_t id, const struct guest_sta
 	guest_tlv_u64(w, STAT_MTIME_NSEC, m->mtime_nsec);
 	if (m->link)
 		guest_tlv_str(w, STAT_LINK, m->link);
-	guest_frame_end(w, start);
+	for (size_t i = 0; i < m->nxattrs; i++) {
+		guest_tlv_str(w, STAT_XNAME, m->xattrs[i].name);
+		guest_tlv_bytes(w, STAT_XVALUE, m->xattrs[i].value, m->xattrs[i].len);
+	}
+	return guest_frame_end(w, start);
 }
 
 int guest_decode_stat(const uint8_t *p, size_t n, struct guest_stat *m, const char **why)
@@ -497,6 +506,43 @@ int guest_decode_stat(const uint8_t *p, size_t n, struct guest_stat *m, const ch
 		if (t.tag == STAT_LINK) {
 			if (get_str(&t, &m->link, why) < 0)
 				goto fail;
+			continue;
+		}
+		if (t.tag == STAT_XNAME) {
+			struct guest_xattr *nx;
+			if (m->nxattrs > 0 && m->xattrs[m->nxattrs - 1].value == NULL) {
+				*why = "xattr name without a value";
+				goto fail;
+			}
+			if (m->nxattrs >= GUEST_MAX_XATTRS) {
+				*why = "too many xattrs";
+				goto fail;
+			}
+			nx = realloc(m->xattrs, (m->nxattrs + 1) * sizeof(*nx));
+			if (nx == NULL) {
+				*why = "out of memory";
+				goto fail;
+			}
+			m->xattrs = nx;
+			memset(&nx[m->nxattrs], 0, sizeof(*nx));
+			if (get_str(&t, &nx[m->nxattrs].name, why) < 0)
+				goto fail;
+			m->nxattrs++;
+			continue;
+		}
+		if (t.tag == STAT_XVALUE) {
+			struct guest_xattr *x = m->nxattrs ? &m->xattrs[m->nxattrs - 1] : NULL;
+			if (x == NULL || x->value != NULL) {
+				*why = "xattr value without a name";
+				goto fail;
+			}
+			x->value = malloc(t.len ? t.len : 1);
+			if (x->value == NULL) {
+				*why = "out of memory";
+				goto fail;
+			}
+			memcpy(x->value, t.val, t.len);
+			x->len = t.len;
 			continue;
 		}
 		if (t.tag < STAT_MODE || t.tag > STAT_MTIME_NSEC)
@@ -522,6 +568,10 @@ int guest_decode_stat(const uint8_t *p, size_t n, struct guest_stat *m, const ch
 		*why = "stat reply without a mode";
 		goto fail;
 	}
+	if (m->nxattrs > 0 && m->xattrs[m->nxattrs - 1].value == NULL) {
+		*why = "xattr name without a value";
+		goto fail;
+	}
 	return 0;
 fail:
 	guest_stat_free(m);
@@ -530,7 +580,14 @@ fail:
 
 void guest_stat_free(struct guest_stat *m)
 {
+	for (size_t i = 0; i < m->nxattrs; i++) {
+		free(m->xattrs[i].name);
+		free(m->xattrs[i].value);
+	}
+	free(m->xattrs);
 	free(m->link);
+	m->xattrs = NULL;
+	m->nxattrs = 0;
 	m->link = NULL;
 }
 

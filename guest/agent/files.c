@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "guest/agent/agent.h"
@@ -55,6 +56,52 @@ void files_find_tar(struct agent *a, const char *opt)
 		a->tar[1] = strdup("tar");
 }
 
+/* The path's extended attributes into out; -1 with errno. */
+static int read_xattrs(const char *path, bool follow, struct guest_stat *out)
+{
+	ssize_t len = follow ? listxattr(path, NULL, 0) : llistxattr(path, NULL, 0);
+	char *names = NULL;
+	int rc = -1;
+
+	if (len < 0)
+		return errno == ENOTSUP ? 0 : -1;
+	if (len == 0)
+		return 0;
+	names = malloc((size_t)len);
+	if (names == NULL)
+		return -1;
+	len = follow ? listxattr(path, names, (size_t)len) : llistxattr(path, names, (size_t)len);
+	if (len < 0)
+		goto out;
+	out->xattrs = calloc(GUEST_MAX_XATTRS, sizeof(*out->xattrs));
+	if (out->xattrs == NULL)
+		goto out;
+	for (char *nm = names; nm < names + len && out->nxattrs < GUEST_MAX_XATTRS; nm += strlen(nm) + 1) {
+		struct guest_xattr *x = &out->xattrs[out->nxattrs];
+		ssize_t vl = follow ? getxattr(path, nm, NULL, 0) : lgetxattr(path, nm, NULL, 0);
+		if (vl < 0)
+			continue; /* removed meanwhile */
+		x->value = malloc(vl ? (size_t)vl : 1);
+		x->name = strdup(nm);
+		if (x->value == NULL || x->name == NULL)
+			goto out;
+		vl = follow ? getxattr(path, nm, x->value, (size_t)vl) : lgetxattr(path, nm, x->value, (size_t)vl);
+		if (vl < 0) {
+			free(x->value);
+			free(x->name);
+			x->value = NULL;
+			x->name = NULL;
+			continue;
+		}
+		x->len = (size_t)vl;
+		out->nxattrs++;
+	}
+	rc = 0;
+out:
+	free(names);
+	return rc;
+}
+
 void files_stat(struct agent *a, uint32_t id, const uint8_t *p, size_t n)
 {
 	struct guest_stat_req req;
@@ -88,8 +135,15 @@ void files_stat(struct agent *a, uint32_t id, const uint8_t *p, size_t n)
 			out.link = link;
 		}
 	}
-	guest_encode_stat(&a->out, id, &out);
+	if (req.xattrs && read_xattrs(req.path, req.follow, &out) < 0) {
+		agent_send_error(a, id, errno, "xattrs of %s: %s", req.path, strerror(errno));
+		goto out;
+	}
+	if (guest_encode_stat(&a->out, id, &out) < 0)
+		agent_send_error(a, id, E2BIG, "stat %s: the reply exceeds the frame limit", req.path);
 out:
+	out.link = NULL; /* not ours to free */
+	guest_stat_free(&out);
 	guest_stat_req_free(&req);
 }
 

@@ -38,6 +38,11 @@ expect_exit 2 "exec: bad --env" A exec --env NOEQUALS -- true
 
 expect_exit 0 "stat a symlink" A stat /proc/self
 expect_grep "stat shows the type" '^type symlink$' "$T_TMP/out"
+mkdir -p "$T_TMP/xd"
+if python3 -c 'import os,sys; os.setxattr(sys.argv[1], "user.kiln", b"\x01y")' "$T_TMP/xd" 2>/dev/null; then
+	expect_exit 0 "stat --xattrs" A stat --xattrs "$T_TMP/xd"
+	expect_grep "xattrs shown in hex" '^xattr user\.kiln=0x0179$' "$T_TMP/out"
+fi
 expect_exit 1 "stat a missing path" A stat /no/such/path
 expect_grep "stat names the path" 'stat /no/such/path: No such file' "$T_TMP/err"
 

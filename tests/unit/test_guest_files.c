@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -155,7 +156,7 @@ static void test_stat(void)
 
 	make_tree(dir, true);
 	p = kiln_path_join(dir, "run.sh");
-	CHECK_INT(guest_stat_path(conn, p, false, &st, 5000, &err), 0);
+	CHECK_INT(guest_stat_path(conn, p, 0, &st, 5000, &err), 0);
 	CHECK(S_ISREG(st.mode));
 	CHECK_INT(st.mode & 07777, 0755);
 	CHECK_INT(st.size, 18);
@@ -165,22 +166,45 @@ static void test_stat(void)
 	free(p);
 
 	p = kiln_path_join(dir, "sub/link-to-hello");
-	CHECK_INT(guest_stat_path(conn, p, false, &st, 5000, &err), 0);
+	CHECK_INT(guest_stat_path(conn, p, 0, &st, 5000, &err), 0);
 	CHECK(S_ISLNK(st.mode));
 	CHECK_STR(st.link, "../hello.txt");
 	if (geteuid() == 0)
 		CHECK(st.uid == 42 && st.gid == 43);
 	guest_stat_free(&st);
-	CHECK_INT(guest_stat_path(conn, p, true, &st, 5000, &err), 0); /* followed */
+	CHECK_INT(guest_stat_path(conn, p, GUEST_STAT_FOLLOW, &st, 5000, &err), 0); /* followed */
 	CHECK(S_ISREG(st.mode) && st.size == 12 && st.link == NULL);
 	guest_stat_free(&st);
 	free(p);
 
-	CHECK_INT(guest_stat_path(conn, dir, false, &st, 5000, &err), 0);
+	CHECK_INT(guest_stat_path(conn, dir, 0, &st, 5000, &err), 0);
 	CHECK(S_ISDIR(st.mode));
 	guest_stat_free(&st);
 
-	CHECK_INT(guest_stat_path(conn, "/nonexistent/x", false, &st, 5000, &err), -1);
+	/* Extended attributes, as overlayfs marks an opaque directory. */
+	p = kiln_path_join(dir, "sub");
+	if (setxattr(p, "user.kiln", "v\0bin", 5, 0) == 0) {
+		const struct guest_xattr *x;
+		bool root = geteuid() == 0 && setxattr(p, "trusted.overlay.opaque", "y", 1, 0) == 0;
+		CHECK_INT(guest_stat_path(conn, p, GUEST_STAT_XATTRS, &st, 5000, &err), 0);
+		x = guest_stat_xattr(&st, "user.kiln");
+		CHECK(x && x->len == 5 && memcmp(x->value, "v\0bin", 5) == 0);
+		if (root) {
+			x = guest_stat_xattr(&st, "trusted.overlay.opaque");
+			CHECK(x && x->len == 1 && x->value[0] == 'y');
+		}
+		CHECK(guest_stat_xattr(&st, "user.none") == NULL);
+		guest_stat_free(&st);
+		/* Without the flag none are sent. */
+		CHECK_INT(guest_stat_path(conn, p, 0, &st, 5000, &err), 0);
+		CHECK_INT(st.nxattrs, 0);
+		guest_stat_free(&st);
+	} else {
+		printf("# no user xattrs on this filesystem\n");
+	}
+	free(p);
+
+	CHECK_INT(guest_stat_path(conn, "/nonexistent/x", 0, &st, 5000, &err), -1);
 	CHECK(err && err->kind == KILN_E_NOTFOUND && err->errnum == ENOENT);
 	CHECK(err && strstr(kiln_error_message(err), "stat /nonexistent/x: No such file or directory"));
 	kiln_error_clear(&err);
@@ -204,7 +228,7 @@ static void roundtrip(const char *label, bool symlink_owner)
 	kiln_error_clear(&err);
 	/* What landed in the "guest", seen through the agent. */
 	p = kiln_path_join(guest, "secret");
-	CHECK_INT(guest_stat_path(conn, p, false, &st, 5000, &err), 0);
+	CHECK_INT(guest_stat_path(conn, p, 0, &st, 5000, &err), 0);
 	CHECK_INT(st.mode & 07777, 0600);
 	if (geteuid() == 0)
 		CHECK(st.uid == 1234 && st.gid == 5678);
@@ -310,7 +334,7 @@ static void test_upload_owned(void)
 	CHECK_INT(guest_upload_dir_owned(conn, src, dst, 77, 88, 20000, &err), 0);
 	for (int i = 0; names[i]; i++) {
 		char *p = kiln_path_join(dst, names[i]);
-		CHECK_INT(guest_stat_path(conn, p, false, &st, 5000, &err), 0);
+		CHECK_INT(guest_stat_path(conn, p, 0, &st, 5000, &err), 0);
 		CHECK(st.uid == 77 && st.gid == 88);
 		guest_stat_free(&st);
 		free(p);

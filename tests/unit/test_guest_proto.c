@@ -244,13 +244,36 @@ static void test_other_messages(void)
 	CHECK(ex2.signal == 9 && ex2.code == 0 && ex2.timed_out);
 	w.len = 0;
 
-	guest_encode_stat(&w, 3, &st);
+	struct guest_xattr xs[2] = { { "trusted.overlay.opaque", (uint8_t *)"y", 1 },
+				     { "security.capability", (uint8_t *)"\0\1\0", 3 } };
+	st.xattrs = xs;
+	st.nxattrs = 2;
+	CHECK_INT(guest_encode_stat(&w, 3, &st), 0);
 	CHECK_INT(guest_decode_stat(w.data + GUEST_HDR_LEN, w.len - GUEST_HDR_LEN, &st2, &why), 0);
+	CHECK_INT(st2.nxattrs, 2);
+	CHECK(st2.nxattrs == 2 && st2.xattrs[1].len == 3 && memcmp(st2.xattrs[1].value, "\0\1\0", 3) == 0);
+	CHECK(guest_stat_xattr(&st2, "trusted.overlay.opaque") != NULL);
 	CHECK(st2.mode == 0120777 && st2.uid == 5 && st2.gid == 6 && st2.size == 1ull << 40);
 	CHECK(st2.mtime_sec == -5 && st2.mtime_nsec == 999);
 	CHECK_STR(st2.link, "../t");
 	guest_stat_free(&st2);
 	w.len = 0;
+
+	/* A value without its name, and a name without its value, are refused. */
+	{
+		struct guest_wbuf b = { 0 };
+		uint8_t mode[8] = { 0, 0, 0, 0, 0, 0, 0x81, 0xa4 };
+		put_tlv(&b, 1, mode, 8);
+		put_tlv(&b, 9, "y", 1);
+		CHECK_INT(guest_decode_stat(b.data, b.len, &st2, &why), -1);
+		CHECK(strstr(why, "without a name") != NULL);
+		b.len = 0;
+		put_tlv(&b, 1, mode, 8);
+		put_tlv(&b, 8, "user.x", 6);
+		CHECK_INT(guest_decode_stat(b.data, b.len, &st2, &why), -1);
+		CHECK(strstr(why, "without a value") != NULL);
+		guest_wbuf_free(&b);
+	}
 
 	guest_encode_error(&w, 3, &em);
 	CHECK_INT(guest_decode_error(w.data + GUEST_HDR_LEN, w.len - GUEST_HDR_LEN, &em2, &why), 0);
