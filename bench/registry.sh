@@ -107,7 +107,7 @@ load distribution start_distribution
 echo "## registry"
 echo
 echo "\`bench/registry.sh $RUNS\` (CONNS=$CONNS DURATION=$DURATION) on $(nproc) cores, $(date -u +%Y-%m-%d);"
-echo "image: 5 layers, $SIZE bytes compressed; skopeo $(skopeo --version | awk '{print $3}'), docker-registry $(dpkg-query -W -f '${Version}' docker-registry)."
+echo "load average at the end: $(cut -d" " -f1-3 /proc/loadavg); image: 5 layers, $SIZE bytes compressed; skopeo $(skopeo --version | awk '{print $3}'), docker-registry $(dpkg-query -W -f '${Version}' docker-registry)."
 echo
 echo "| | kiln serve | docker-registry 2.8 |"
 echo "| --- | --- | --- |"

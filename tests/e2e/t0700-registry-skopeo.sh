@@ -45,3 +45,13 @@ expect_exit 0 "skopeo list-tags" $S list-tags --tls-verify=false "docker://$REG/
 expect_grep "list-tags shows v1" '"v1"' "$T_TMP/out"
 expect_exit 0 "skopeo delete" $S delete --tls-verify=false "docker://$REG/other/copy:v2"
 expect_exit 1 "deleted image is gone" $S inspect --tls-verify=false "docker://$REG/other/copy:v2"
+
+# A second client: buildah pulls from kiln serve and pushes (re-compressing the layers) back.
+B="buildah --root $T_TMP/bst/root --runroot $T_TMP/bst/run --storage-driver vfs"
+cfg=$(skopeo inspect --raw oci:img:v1 | jq -r .config.digest)
+expect_exit 0 "buildah pull from kiln serve" $B pull -q --tls-verify=false "docker://$REG/team/app:v1"
+expect_eq "buildah's image ID is the config digest" "sha256:$(head -1 "$T_TMP/out")" "$cfg"
+expect_exit 0 "buildah push to kiln serve" $B push -q --tls-verify=false "$REG/team/app:v1" "docker://$REG/team/rebuilt:v1"
+got=$(skopeo inspect --raw --tls-verify=false "docker://$REG/team/rebuilt:v1" | jq -r .config.digest)
+expect_eq "image pushed by buildah has the same config" "$got" "$cfg"
+$B rmi -a -f >/dev/null 2>&1
