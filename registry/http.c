@@ -13,6 +13,7 @@
 #include "registry/internal.h"
 
 #define JSON_TYPE "application/json"
+#define DISCARD_MAX (16u << 20)
 
 /* ---- responses ---- */
 
@@ -320,11 +321,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (*upload_data_size > 0) {
 		if (r->resp == NULL)
 			sink(r, upload_data, *upload_data_size);
+		else
+			r->discarded += *upload_data_size;
 		*upload_data_size = 0;
-		if (r->resp && !r->body_error) {
-			r->body_error = 1;
-			return MHD_queue_response(conn, r->status, r->resp);
-		}
+		/* After an error (e.g. over a limit) the rest of the body is read and
+		 * dropped so the client gets the answer, but only so much of it. */
+		if (r->discarded > DISCARD_MAX)
+			return MHD_NO;
 		return MHD_YES;
 	}
 	if (r->body_error)

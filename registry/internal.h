@@ -80,6 +80,7 @@ typedef struct reg_upload {
 	uint64_t offset;     /* bytes received */
 	kiln_hasher *h;      /* sha256 of bytes [0, offset); NULL = recompute */
 	int busy;
+	int64_t last_used;   /* for dropping idle sessions from memory */
 	struct reg_upload *next;
 } reg_upload;
 
@@ -134,7 +135,8 @@ typedef struct reg_req {
 	uint64_t mem_max;
 	reg_upload *up;
 	uint64_t received;
-	int body_error;            /* a response is already set; drop the rest */
+	int body_error;            /* the response is already queued; drop the rest */
+	uint64_t discarded;        /* body bytes dropped after an error */
 	/* identity (auth.c): who is asking, with which grants */
 	int authed;                /* 1: a valid token (tok_id 0 = anonymous token) */
 	int64_t tok_id;

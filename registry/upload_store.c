@@ -68,6 +68,24 @@ static void unlink_locked(reg_uploads *u, reg_upload *up)
 	}
 }
 
+/* Sessions idle for an hour leave memory (their state stays on disk and is
+ * reloaded, hash recomputed, if the client comes back): abandoned uploads
+ * must not grow the server. */
+static void prune_locked(reg_uploads *u, int64_t now)
+{
+	reg_upload **pp = &u->list;
+
+	while (*pp) {
+		reg_upload *up = *pp;
+		if (!up->busy && now - up->last_used > 3600) {
+			*pp = up->next;
+			upload_free(up);
+		} else {
+			pp = &up->next;
+		}
+	}
+}
+
 reg_upload *reg_upload_new(reg_uploads *u, const char *repo, kiln_error **err)
 {
 	unsigned char rnd[16];
@@ -102,7 +120,9 @@ reg_upload *reg_upload_new(reg_uploads *u, const char *repo, kiln_error **err)
 	up->repo = kiln_xstrdup(repo);
 	up->h = kiln_hasher_new(KILN_SHA256);
 	up->busy = 1;
+	up->last_used = (int64_t)time(NULL);
 	pthread_mutex_lock(&u->lock);
+	prune_locked(u, up->last_used);
 	up->next = u->list;
 	u->list = up;
 	pthread_mutex_unlock(&u->lock);
@@ -227,6 +247,7 @@ void reg_upload_release(reg_uploads *u, reg_upload *up)
 		close(up->fd);
 	up->fd = -1;
 	up->busy = 0;
+	up->last_used = (int64_t)time(NULL);
 	pthread_cond_broadcast(&u->released);
 	pthread_mutex_unlock(&u->lock);
 }
