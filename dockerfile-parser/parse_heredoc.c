@@ -162,7 +162,7 @@ static void process_name(struct lex *lx, kiln_buf *name)
 				df_utf8_encode(name, next(lx));
 			return;
 		}
-		if (name->len == 0 && strchr("@*#?-$!0", (int)ch) != NULL && ch != 0) {
+		if (name->len == 0 && ch > 0 && ch < 0x80 && strchr("@*#?-$!0", (int)ch) != NULL) {
 			df_utf8_encode(name, next(lx));
 			return;
 		}
