@@ -124,7 +124,7 @@ int df_check_mount(const struct df_src *src, const struct df_node *n, const char
 		char *rawkey = eq ? kiln_xstrndup(field, (size_t)(eq - field)) : kiln_xstrdup(field);
 		char *lowkey = df_go_lower(rawkey);
 		char key[64];
-		const char *val = eq ? eq + 1 : NULL;
+		const char *val = eq ? eq + 1 : "";
 		bool b;
 
 		/* a key longer than any known one stays unknown when cut */
