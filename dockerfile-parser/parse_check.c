@@ -213,7 +213,7 @@ static const struct df_flagspec add_flags[] = {
 	{ "chown", DF_FLAG_STRING, NULL },       { "chmod", DF_FLAG_STRING, NULL },
 	{ "link", DF_FLAG_BOOL, NULL },          { "keep-git-dir", DF_FLAG_BOOL, NULL },
 	{ "checksum", DF_FLAG_STRING, NULL },    { "exclude", DF_FLAG_STRINGS, NULL },
-	{ NULL, 0, NULL },
+	{ "unpack", DF_FLAG_BOOL, NULL },        { NULL, 0, NULL },
 };
 static const struct df_flagspec health_flags[] = {
 	{ "interval", DF_FLAG_STRING, NULL },     { "timeout", DF_FLAG_STRING, NULL },

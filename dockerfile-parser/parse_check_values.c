@@ -439,8 +439,8 @@ int df_check_retries(const struct df_src *src, const struct df_node *n, const ch
 	if (range || v > 0x7fffffffLL || v < -0x80000000LL)
 		return df_check_errf(src, n, "--retries", err, "strconv.ParseInt: parsing \"%s\": value out of range",
 				     value);
-	if (v < 1)
-		return df_check_errf(src, n, "--retries", err, "--retries must be at least 1 (not %lld)", v);
+	if (v < 0) /* current BuildKit accepts 0 (older releases wanted at least 1) */
+		return df_check_errf(src, n, "--retries", err, "--retries cannot be negative (%lld)", v);
 	return 0;
 syntax:
 	return df_check_errf(src, n, "--retries", err, "strconv.ParseInt: parsing \"%s\": invalid syntax", value);

@@ -180,6 +180,7 @@ static void test_flags(void)
 	CHECK_DUMP("FROM a\nADD --checksum=sha256:00 --keep-git-dir https://x/y.git /d\n",
 		   "(from \"a\")\n(add [\"--checksum=sha256:00\" \"--keep-git-dir\"] \"https://x/y.git\" \"/d\")\n");
 	CHECK_DUMP("FROM a\nADD --parents a b\n", "ERR: Dockerfile:2:5: Unknown flag: parents");
+	CHECK_DUMP("FROM a\nADD --unpack=false x.tar.gz /d\n", "(from \"a\")\n(add [\"--unpack=false\"] \"x.tar.gz\" \"/d\")\n");
 	CHECK_DUMP("FROM a\nRUN \\\n  --network=bogus true\n", "ERR: Dockerfile:3:3: unsupported network mode \"bogus\"");
 	CHECK_DUMP("FROM a\nRUN --security=insecure true\n", "(from \"a\")\n(run [\"--security=insecure\"] \"true\")\n");
 	CHECK_DUMP("FROM a\nRUN --security=root true\n", "ERR: Dockerfile:2:5: unsupported security mode \"root\"");
@@ -235,8 +236,11 @@ static void test_healthcheck(void)
 		   "ERR: Dockerfile:2:13: time: unknown unit \"y\" in duration \"3y\"");
 	CHECK_DUMP("FROM a\nHEALTHCHECK --timeout=100us CMD x\n",
 		   "ERR: Dockerfile:2:13: Interval \"timeout\" cannot be less than 1ms");
-	CHECK_DUMP("FROM a\nHEALTHCHECK --retries=0 CMD x\n",
-		   "ERR: Dockerfile:2:13: --retries must be at least 1 (not 0)");
+	CHECK_DUMP("FROM a\nHEALTHCHECK --retries=-1 CMD x\n",
+		   "ERR: Dockerfile:2:13: --retries cannot be negative (-1)");
+	CHECK_DUMP("FROM a\nHEALTHCHECK --retries=0 CMD x\n", "(from \"a\")\n(healthcheck [\"--retries=0\"] \"CMD\" \"x\")\n");
+	CHECK_DUMP("FROM a\nHEALTHCHECK --retries=2147483648 CMD x\n",
+		   "ERR: Dockerfile:2:13: strconv.ParseInt: parsing \"2147483648\": value out of range");
 	CHECK_DUMP("FROM a\nHEALTHCHECK --retries=x CMD x\n",
 		   "ERR: Dockerfile:2:13: strconv.ParseInt: parsing \"x\": invalid syntax");
 	CHECK_DUMP("FROM a\nHEALTHCHECK --interval=1m30.5s --timeout=0s CMD x\n",
