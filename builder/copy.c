@@ -328,7 +328,13 @@ static int add_archive(struct ctx *c, const char *host, const char *destdir, kil
 	    build_tree_open(dir, NULL, &t, err) < 0)
 		goto out;
 	ensure_dirs(c, destdir);
+	/* as buildah: extracted entries keep the archive's owners and modes;
+	 * --chown/--chmod only reach the directories created for them */
+	bool chown = c->chown, chmod = c->chmod;
+	c->chown = c->chmod = false;
 	rc = copy_tree_contents(c, t, ".", destdir, true);
+	c->chown = chown;
+	c->chmod = chmod;
 out:
 	build_tree_free(t);
 	free(dir);
