@@ -163,9 +163,6 @@ int df_parse_flags(const struct df_src *src, const struct df_node *n, const stru
 			}
 			vals[i].value = value;
 			vals[i].index = f;
-			if (spec[i].type == DF_FLAG_STRINGS && spec[i].check &&
-			    spec[i].check(src, n, n->flags.v[f], value, err) < 0)
-				goto fail;
 			break;
 		}
 		free(name);
@@ -173,6 +170,17 @@ int df_parse_flags(const struct df_src *src, const struct df_node *n, const stru
 fail:
 		free(name);
 		return -1;
+	}
+	/* values are checked once every flag is known, as BuildKit's RUN hooks do */
+	for (size_t f = 0; f < n->flags.n; f++) {
+		const char *arg = n->flags.v[f] + 2, *eq = strchr(arg, '=');
+		if (strcmp(n->flags.v[f], "--") == 0)
+			break;
+		for (size_t i = 0; eq && spec[i].name; i++)
+			if (spec[i].check && strlen(spec[i].name) == (size_t)(eq - arg) &&
+			    strncmp(spec[i].name, arg, (size_t)(eq - arg)) == 0 &&
+			    spec[i].check(src, n, n->flags.v[f], eq + 1, err) < 0)
+				return -1;
 	}
 	return 0;
 }

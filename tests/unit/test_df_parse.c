@@ -195,6 +195,8 @@ static void test_mounts(void)
 	CHECK_DUMP("FROM a\nRUN --mount=type=tmpfs,target=/t,size=64m --mount=type=ssh true\n",
 		   "(from \"a\")\n(run [\"--mount=type=tmpfs,target=/t,size=64m\" \"--mount=type=ssh\"] \"true\")\n");
 	CHECK_DUMP("FROM a\nRUN --mount=type=nfs,target=/x true\n", "ERR: Dockerfile:2:5: unsupported mount type \"nfs\"");
+	/* every flag is known before any mount is read, as in BuildKit */
+	CHECK_DUMP("FROM a\nRUN --mount=type=nfs --bogus x\n", "ERR: Dockerfile:2:22: Unknown flag: bogus");
 	CHECK_DUMP("FROM a\nRUN --mount=type=cache,tgt=/x true\n",
 		   "ERR: Dockerfile:2:5: unexpected key 'tgt' in 'tgt=/x' (did you mean dst?)");
 	CHECK_DUMP("FROM a\nRUN --mount=target=/x,required true\n",
