@@ -595,6 +595,8 @@ int build_run(const struct build_options *o, struct build_result *res, kiln_erro
 		if (erc < 0)
 			goto out;
 	}
+	if (o->rootfs_out && build_rootfs_write(r.s, res->manifest, o->rootfs_out, err) < 0)
+		goto out;
 	res->steps = (size_t)r.step;
 	res->cached = r.cached;
 	struct build_event ev = { .kind = BUILD_EV_DONE, .step = r.step, .total = r.total, .digest = res->manifest };

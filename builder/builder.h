@@ -256,6 +256,8 @@ int build_layers_extract(build_store *s, const struct build_layer *layers, size_
  * `refname` (org.opencontainers.image.ref.name) if not NULL; other entries
  * of an existing layout are kept. */
 int build_oci_export(build_store *s, const char *manifest, const char *dir, const char *refname, kiln_error **err);
+/* The image's merged filesystem as an ext4 file, by the rootfs stage. */
+int build_rootfs_write(build_store *s, const char *manifest, const char *out, kiln_error **err);
 
 /* ===========================================================================
  * Running a build (build.c, exec.c).
@@ -315,6 +317,7 @@ struct build_options {
 	const char *target;
 	bool no_cache;
 	const char *oci_out;               /* OCI layout directory, or NULL */
+	const char *rootfs_out;            /* ext4 file of the result, or NULL */
 	enum build_compression compression;
 	const char *home;                  /* NULL = kiln_home() */
 	const struct build_executor_ops *executor; /* NULL = build_executor_none */

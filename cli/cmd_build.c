@@ -77,6 +77,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		{ "build-arg", required_argument, NULL, 'a' }, { "target", required_argument, NULL, 'T' },
 		{ "no-cache", no_argument, NULL, 'n' },      { "oci-out", required_argument, NULL, 'o' },
 		{ "json", no_argument, NULL, 'j' },          { "compression", required_argument, NULL, 'c' },
+		{ "rootfs-out", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
 	};
 	struct build_options o = { .compression = BUILD_GZIP };
@@ -115,6 +116,9 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 			break;
 		case 'j':
 			json = true;
+			break;
+		case 'r':
+			o.rootfs_out = optarg;
 			break;
 		case 'c':
 			if (strcmp(optarg, "gzip") == 0)
@@ -189,7 +193,8 @@ const struct kiln_command kiln_cmd_build = {
 	.name = "build",
 	.summary = "build an image from a Dockerfile",
 	.usage = "Usage: kiln build [-f Dockerfile] [-t NAME[:TAG]]... [--build-arg K=V]... [--target STAGE]\n"
-		 "                  [--no-cache] [--oci-out DIR] [--compression gzip|zstd|none] [--json] CONTEXT\n\n"
+		 "                  [--no-cache] [--oci-out DIR] [--rootfs-out FILE] [--compression gzip|zstd|none]\n"
+		 "                  [--json] CONTEXT\n\n"
 		 "Build the Dockerfile (default CONTEXT/Dockerfile) with CONTEXT as the build\n"
 		 "context (.dockerignore honoured).  Bases: scratch, oci:DIR[:TAG],\n"
 		 "oci-archive:FILE[:TAG], docker-archive:FILE, or a local kiln image by name;\n"
@@ -201,6 +206,7 @@ const struct kiln_command kiln_cmd_build = {
 		 "  --target STAGE       build this stage (and what it needs)\n"
 		 "  --no-cache           do not reuse cached steps\n"
 		 "  --oci-out DIR        also write an OCI image layout to DIR\n"
+		 "  --rootfs-out FILE    also write the image's filesystem as ext4 (rootfs stage)\n"
 		 "  --compression C      layer compression: gzip (default), zstd or none\n"
 		 "  --json               one JSON event per line on stdout (step, step_done, done, error)\n"
 		 "  -h, --help\n\n"

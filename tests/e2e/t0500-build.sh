@@ -137,6 +137,11 @@ expect_eq "base Cmd and WorkingDir kept" "$(cfg "$T_TMP/oci2" '[c["config"]["Cmd
 expect_exit 0 "umoci unpacks the busybox build" umoci unpack --image "$T_TMP/oci2:latest" "$T_TMP/b2"
 expect_eq "tree on busybox" "$(tree "$T_TMP/b2" | tr ';' '\n' | grep -E '^./(home|from-stage|unpacked)' | tr '\n' ';')" "./from-stage 755 0:0;./from-stage/main.c 644 7:8;./from-stage/sub 755 7:8;./from-stage/sub/x.h 644 7:8;./home 755 0:0;./home/app 755 0:0;./home/app/a.txt 644 1000:50;./unpacked 755 1000:1000;./unpacked/d 755 0:0;./unpacked/d/f 644 0:0;"
 expect_eq "busybox still runs from the image" "$("$T_TMP/b2/rootfs/bin/busybox" echo ok)" ok
+# the ext4 rootfs of the result, made by the rootfs stage from the store
+expect_exit 0 "--rootfs-out" "$KILN" build -f "$C/Dockerfile.bb" --rootfs-out "$T_TMP/r.ext4" "$C"
+expect_exit 0 "e2fsck -fn accepts the rootfs" e2fsck -fn "$T_TMP/r.ext4"
+expect_eq "rootfs holds the COPY" "$(debugfs -R 'cat /home/app/a.txt' "$T_TMP/r.ext4" 2>/dev/null)" hello
+expect_eq "rootfs holds the base" "$(debugfs -R 'stat /bin/busybox' "$T_TMP/r.ext4" 2>/dev/null | grep -c 'Type: regular')" 1
 printf 'FROM bb\nCOPY a.txt /again\n' >"$T_TMP/Dockerfile.local"
 expect_exit 0 "FROM a local kiln image by name" "$KILN" build -f "$T_TMP/Dockerfile.local" "$C"
 
