@@ -98,6 +98,9 @@ struct guest_wbuf {
 };
 void guest_wbuf_free(struct guest_wbuf *w);
 void guest_wbuf_put(struct guest_wbuf *w, const void *p, size_t n);
+/* Room for n more bytes at w->data + w->len (the caller adds to w->len what
+ * it used), so data can be read straight into a frame; NULL on failure. */
+uint8_t *guest_wbuf_reserve(struct guest_wbuf *w, size_t n);
 /* Start a frame; returns its offset for guest_frame_end. */
 size_t guest_frame_begin(struct guest_wbuf *w, uint8_t type, uint32_t id);
 /* Patch the length; -1 (frame dropped) if the payload exceeds the limit. */

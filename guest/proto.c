@@ -125,10 +125,10 @@ void guest_wbuf_free(struct guest_wbuf *w)
 	memset(w, 0, sizeof(*w));
 }
 
-void guest_wbuf_put(struct guest_wbuf *w, const void *p, size_t n)
+uint8_t *guest_wbuf_reserve(struct guest_wbuf *w, size_t n)
 {
-	if (w->failed || n == 0)
-		return;
+	if (w->failed)
+		return NULL;
 	if (w->cap - w->len < n) {
 		size_t ncap = w->cap ? w->cap : 4096;
 		uint8_t *nd;
@@ -137,12 +137,21 @@ void guest_wbuf_put(struct guest_wbuf *w, const void *p, size_t n)
 		nd = realloc(w->data, ncap);
 		if (nd == NULL) {
 			w->failed = true;
-			return;
+			return NULL;
 		}
 		w->data = nd;
 		w->cap = ncap;
 	}
-	memcpy(w->data + w->len, p, n);
+	return w->data + w->len;
+}
+
+void guest_wbuf_put(struct guest_wbuf *w, const void *p, size_t n)
+{
+	uint8_t *dst;
+
+	if (n == 0 || (dst = guest_wbuf_reserve(w, n)) == NULL)
+		return;
+	memcpy(dst, p, n);
 	w->len += n;
 }
 

@@ -86,6 +86,8 @@ void sessions_tick(struct agent *a);
  * kept as orphans (id 0) whose output is drained and discarded. */
 void sessions_drop_all(struct agent *a);
 int sessions_next_timeout(struct agent *a);
+/* At exit: forget what is left (detached orphans keep running). */
+void sessions_free_all(struct agent *a);
 /* While no host is connected: keep orphans' pipes flowing (output discarded). */
 void sessions_drain_orphans(struct agent *a);
 

@@ -567,6 +567,7 @@ int main(int argc, char **argv)
 	if (a.verbose)
 		agent_log("serving (pid %d, tar %s)", (int)getpid(), a.tar[0] ? a.tar[0] : "none");
 	rc = serve(&a);
+	sessions_free_all(&a);
 	guest_framer_free(&a.in);
 	guest_wbuf_free(&a.out);
 	for (int i = 0; i < 2; i++)

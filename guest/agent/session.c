@@ -374,35 +374,41 @@ static void finish(struct agent *a, struct session *s)
 	free_session(a, s);
 }
 
-/* Read one chunk from a child pipe and forward or capture it. */
-static void pump_pipe(struct agent *a, struct session *s, int *fd, uint8_t type)
+/* Read one chunk from a child pipe and forward or capture it; forwarded
+ * data is read straight into its STDOUT/STDERR frame.  Returns the bytes read. */
+static size_t pump_pipe(struct agent *a, struct session *s, int *fd, uint8_t type)
 {
-	uint8_t buf[GUEST_DATA_CHUNK];
-	ssize_t n = read(*fd, buf, sizeof(buf));
+	bool capture = type == GUEST_F_STDERR && s->kind != S_EXEC;
+	bool forward = s->id != 0 && !capture && !(type == GUEST_F_STDOUT && s->kind == S_UPLOAD);
+	uint8_t scratch[4096], *dst = scratch;
+	size_t start = 0, cap = sizeof(scratch);
+	ssize_t n;
 
-	if (n < 0) {
-		if (errno != EAGAIN && errno != EINTR)
-			close_fd(fd);
-		return;
+	if (forward) {
+		start = guest_frame_begin(&a->out, type, s->id);
+		dst = guest_wbuf_reserve(&a->out, GUEST_DATA_CHUNK);
+		if (dst == NULL)
+			return 0; /* out.failed: the loop reports it */
+		cap = GUEST_DATA_CHUNK;
 	}
-	if (n == 0) {
-		close_fd(fd);
-		return;
+	n = read(*fd, dst, cap);
+	if (n <= 0) {
+		if (forward)
+			a->out.len = start;
+		if (n == 0 || (errno != EAGAIN && errno != EINTR))
+			close_fd(fd);
+		return 0;
 	}
 	s->quiet_since = agent_now_ms();
-	if (s->id == 0)
-		return;
-	if (type == GUEST_F_STDERR && s->kind != S_EXEC) {
-		size_t take = (size_t)n;
-		if (take > AGENT_ERRCAP - s->errlen)
-			take = AGENT_ERRCAP - s->errlen;
-		memcpy(s->errcap + s->errlen, buf, take);
+	if (forward) {
+		a->out.len += (size_t)n;
+		guest_frame_end(&a->out, start);
+	} else if (capture && s->errlen < AGENT_ERRCAP) {
+		size_t take = (size_t)n < AGENT_ERRCAP - s->errlen ? (size_t)n : AGENT_ERRCAP - s->errlen;
+		memcpy(s->errcap + s->errlen, dst, take);
 		s->errlen += take;
-		return;
 	}
-	if (type == GUEST_F_STDOUT && s->kind == S_UPLOAD)
-		return;
-	guest_frame_raw(&a->out, type, s->id, buf, (size_t)n);
+	return (size_t)n;
 }
 
 static void push_stdin(struct agent *a, struct session *s)
@@ -427,10 +433,17 @@ static void push_stdin(struct agent *a, struct session *s)
 
 void session_io(struct agent *a, struct session *s, short rev_out, short rev_err, short rev_in)
 {
+	/* A few chunks per wakeup while they come full: fewer polls under load. */
 	if (rev_out & (POLLIN | POLLHUP | POLLERR))
-		pump_pipe(a, s, &s->fd_out, GUEST_F_STDOUT);
+		for (int k = 0; k < 8 && pump_pipe(a, s, &s->fd_out, GUEST_F_STDOUT) == GUEST_DATA_CHUNK &&
+				agent_out_pending(a) < AGENT_OUT_HIGH;
+		     k++)
+			;
 	if (rev_err & (POLLIN | POLLHUP | POLLERR))
-		pump_pipe(a, s, &s->fd_err, GUEST_F_STDERR);
+		for (int k = 0; k < 8 && pump_pipe(a, s, &s->fd_err, GUEST_F_STDERR) == GUEST_DATA_CHUNK &&
+				agent_out_pending(a) < AGENT_OUT_HIGH;
+		     k++)
+			;
 	if (rev_in & (POLLOUT | POLLERR | POLLHUP))
 		push_stdin(a, s);
 	if (s->reaped && s->fd_out < 0 && s->fd_err < 0)
@@ -521,4 +534,11 @@ void sessions_drop_all(struct agent *a)
 			kill(-s->pid, SIGKILL);
 		free_session(a, s);
 	}
+}
+
+void sessions_free_all(struct agent *a)
+{
+	for (unsigned i = 0; i < GUEST_MAX_SESSIONS; i++)
+		if (a->sess[i])
+			free_session(a, a->sess[i]);
 }
