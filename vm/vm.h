@@ -141,4 +141,41 @@ int vm_wait_exit(vm_instance *v, int timeout_ms, kiln_error **err);
  * CLI); idempotent. */
 void vm_cleanup_on_signals(void);
 
+/* ===========================================================================
+ * Snapshot support (vm/snapshot*.c; used by snapshots/).  A snapshot is the
+ * guest RAM file of a VM booted by vm_boot plus its device state saved with
+ * x-ignore-shared (the RAM is not in the stream).  A restore starts QEMU with
+ * the same machine and devices, the RAM file mapped private (copy-on-write)
+ * and `-incoming defer`, then loads the state.  docs/snapshots.md.
+ * ========================================================================= */
+/* The machine and device options that a restore must repeat exactly, as one
+ * stable string (recorded in a snapshot and compared on restore). */
+char *vm_machine_signature(enum vm_accel accel, unsigned cpus, unsigned memory_mib, bool net);
+/* The qcow2 overlay of a booted VM (flushed and inactive once saved). */
+char *vm_overlay_path(const vm_instance *v);
+
+/* Pause the guest and write its device state to state_path (RAM excluded). */
+int vm_snapshot_save(vm_instance *v, const char *state_path, int timeout_ms, kiln_error **err);
+
+struct vm_restore_config {
+	enum vm_accel accel;       /* KVM or TCG, as recorded */
+	unsigned cpus, memory_mib;
+	bool net;
+	const char *memory_file;   /* the snapshot's RAM, mapped share=off */
+	const char *disk;          /* qcow2 disk, opened with snapshot=on: writes go to
+				    * a temp overlay under $TMPDIR (set it to dir) */
+	const char *dir;           /* holds qmp.sock, agent.sock, console.log */
+};
+/* The QEMU command line (argv[0] = $KILN_QEMU or qemu-system-x86_64) of a VM
+ * waiting for its state with `-incoming defer`. */
+void vm_restore_argv(const struct vm_restore_config *c, kiln_strv *av);
+/* Load device state into a QEMU started from vm_restore_argv, reachable at q;
+ * the guest runs when this returns 0.  A refused state is an error quoting
+ * QEMU's reason (QEMU then exits). */
+int vm_snapshot_load(vm_qmp *q, const char *state_path, int timeout_ms, kiln_error **err);
+/* Point a qcow2 overlay at another backing file (qemu-img rebase -u). */
+int vm_overlay_rebase(const char *overlay, const char *backing_raw, kiln_error **err);
+/* Ask QEMU for its version string ("7.2.22") from a QMP greeting. */
+char *vm_qmp_version_string(const vm_qmp *q);
+
 #endif

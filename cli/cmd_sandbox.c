@@ -1,0 +1,222 @@
+/* cmd_sandbox.c — `kiln sandbox create|exec|ls|kill|gc`: sandboxes restored
+ * from templates, each a detached QEMU with its state in $KILN_HOME/sandboxes.
+ * Commands get the template's user, workdir and env. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "snapshots/snapshots.h"
+
+static void to_stdout(void *user, const void *data, size_t len)
+{
+	(void)user;
+	fwrite(data, 1, len, stdout);
+	fflush(stdout);
+}
+
+static void to_stderr(void *user, const void *data, size_t len)
+{
+	(void)user;
+	fwrite(data, 1, len, stderr);
+}
+
+/* The exit code kiln exits with (128+N for a signal), or -1 with *err. */
+static int sandbox_exec(const char *id, const char *const *argv, kiln_error **err)
+{
+	struct guest_result res = { 0 };
+
+	if (snap_sandbox_exec(id, argv, to_stdout, to_stderr, NULL, &res, err) < 0)
+		return -1;
+	return res.signal ? 128 + res.signal : res.exit_code;
+}
+
+static int run_create(const struct kiln_command *cmd, int argc, char **argv)
+{
+	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
+					      { "json", no_argument, NULL, 'j' },
+					      { NULL, 0, NULL, 0 } };
+	struct snap_create_stats st;
+	kiln_error *err = NULL;
+	bool json = false;
+	char *id;
+	int c;
+
+	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
+		if (c == 'j')
+			json = true;
+		else
+			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
+	}
+	if (optind != argc - 1)
+		return cli_usage_error(cmd, "one template, please");
+	if ((id = snap_sandbox_create(argv[optind], &st, &err)) == NULL)
+		return cli_fail(err);
+	if (json) {
+		json_t *j = json_pack("{s:s, s:s, s:{s:f, s:f, s:f, s:f, s:f, s:f}}", "id", id, "template", argv[optind],
+				      "timings_ms", "total", st.total_ms, "check", st.check_ms, "spawn", st.spawn_ms,
+				      "load", st.load_ms, "agent", st.agent_ms, "setup", st.setup_ms);
+		char *s = json_dumps(j, JSON_COMPACT);
+		printf("%s\n", s);
+		free(s);
+		json_decref(j);
+	} else {
+		printf("%s\n", id);
+	}
+	free(id);
+	return KILN_EXIT_OK;
+}
+
+static int run_exec(const struct kiln_command *cmd, int argc, char **argv)
+{
+	kiln_error *err = NULL;
+	int c, code;
+
+	while ((c = cli_getopt(cmd, argc, argv, "h", (const struct option[]){ { "help", no_argument, NULL, 'h' },
+										  { NULL, 0, NULL, 0 } })) != -1)
+		return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
+	if (optind >= argc)
+		return cli_usage_error(cmd, "which sandbox?");
+	const char *id = argv[optind++];
+	if (optind < argc && strcmp(argv[optind], "--") == 0)
+		optind++;
+	if (optind >= argc)
+		return cli_usage_error(cmd, "no command given (kiln sandbox exec ID -- CMD [ARG...])");
+	code = sandbox_exec(id, (const char *const *)argv + optind, &err);
+	return code < 0 ? cli_fail(err) : code;
+}
+
+static int run_ls(const struct kiln_command *cmd, int argc, char **argv)
+{
+	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
+					      { "json", no_argument, NULL, 'j' },
+					      { NULL, 0, NULL, 0 } };
+	kiln_error *err = NULL;
+	bool json = false;
+	json_t *list;
+	int c;
+
+	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
+		if (c == 'j')
+			json = true;
+		else
+			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
+	}
+	if (optind < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if ((list = snap_sandbox_list(&err)) == NULL)
+		return cli_fail(err);
+	if (json) {
+		char *s = json_dumps(list, JSON_INDENT(2));
+		printf("%s\n", s);
+		free(s);
+	} else {
+		printf("%-12s  %-8s  %-8s  %-20s  %s\n", "ID", "STATE", "PID", "CREATED", "TEMPLATE");
+		for (size_t i = 0; i < json_array_size(list); i++) {
+			const json_t *it = json_array_get(list, i);
+			const char *t = kiln_json_str(it, "template"), *cr = kiln_json_str(it, "created");
+			printf("%-12s  %-8s  %-8lld  %-20s  %.19s\n", kiln_json_str(it, "id"), kiln_json_str(it, "state"),
+			       (long long)kiln_json_int(it, "pid", 0), cr ? cr : "-", t ? t : "-");
+		}
+	}
+	json_decref(list);
+	return KILN_EXIT_OK;
+}
+
+static int run_kill(const struct kiln_command *cmd, int argc, char **argv)
+{
+	int c, rc = KILN_EXIT_OK;
+
+	while ((c = cli_getopt(cmd, argc, argv, "h", (const struct option[]){ { "help", no_argument, NULL, 'h' },
+										  { NULL, 0, NULL, 0 } })) != -1)
+		return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
+	if (optind >= argc)
+		return cli_usage_error(cmd, "which sandbox?");
+	for (; optind < argc; optind++) {
+		kiln_error *err = NULL;
+		if (snap_sandbox_kill(argv[optind], &err) < 0)
+			rc = cli_fail(err);
+	}
+	return rc;
+}
+
+static int run_gc(const struct kiln_command *cmd, int argc, char **argv)
+{
+	kiln_error *err = NULL;
+	int c, n;
+
+	while ((c = cli_getopt(cmd, argc, argv, "h", (const struct option[]){ { "help", no_argument, NULL, 'h' },
+										  { NULL, 0, NULL, 0 } })) != -1)
+		return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
+	if (optind < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if ((n = snap_sandbox_gc(&err)) < 0)
+		return cli_fail(err);
+	printf("removed %d\n", n);
+	return KILN_EXIT_OK;
+}
+
+static const struct kiln_command sb_create = {
+	.name = "create",
+	.summary = "restore a sandbox from a template",
+	.usage = "Usage: kiln sandbox create [--json] TEMPLATE\n\n"
+		 "Restore a new sandbox from TEMPLATE (NAME[:TAG] or digest) and print its id;\n"
+		 "with --json, also where the time went.\n",
+	.run = run_create,
+};
+static const struct kiln_command sb_exec = {
+	.name = "exec",
+	.summary = "run a command in a sandbox",
+	.usage = "Usage: kiln sandbox exec ID -- CMD [ARG...]\n\n"
+		 "Run CMD in the sandbox as the template's user, in its workdir with its env;\n"
+		 "stream its output and exit with its exit code (128+N if killed by signal N).\n",
+	.run = run_exec,
+};
+static const struct kiln_command sb_ls = {
+	.name = "ls",
+	.summary = "list sandboxes",
+	.usage = "Usage: kiln sandbox ls [--json]\n\n"
+		 "List sandboxes with their real state: running, creating, or dead (its QEMU is gone).\n",
+	.run = run_ls,
+};
+static const struct kiln_command sb_kill = {
+	.name = "kill",
+	.summary = "stop sandboxes and remove their files",
+	.usage = "Usage: kiln sandbox kill ID [ID...]\n",
+	.run = run_kill,
+};
+static const struct kiln_command sb_gc = {
+	.name = "gc",
+	.summary = "remove what dead sandboxes and interrupted creates left",
+	.usage = "Usage: kiln sandbox gc\n\n"
+		 "Remove dead sandboxes, and kill QEMUs of sandboxes whose state is gone.\n",
+	.run = run_gc,
+};
+
+static int run(const struct kiln_command *cmd, int argc, char **argv)
+{
+	static const struct kiln_command *const subs[] = { &sb_create, &sb_exec, &sb_ls, &sb_kill, &sb_gc, NULL };
+	const struct kiln_command *sub;
+
+	if (argc < 2)
+		return cli_usage_error(cmd, "which one: create, exec, ls, kill or gc?");
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
+		return cli_help(cmd);
+	if ((sub = cli_find(subs, argv[1])) == NULL)
+		return cli_usage_error(cmd, "unknown subcommand '%s'", argv[1]);
+	optind = 1;
+	return sub->run(sub, argc - 1, argv + 1);
+}
+
+const struct kiln_command kiln_cmd_sandbox = {
+	.name = "sandbox",
+	.summary = "sandboxes restored from templates: create, exec, ls, kill, gc",
+	.usage = "Usage: kiln sandbox create [--json] TEMPLATE\n"
+		 "       kiln sandbox exec ID -- CMD [ARG...]\n"
+		 "       kiln sandbox ls [--json]\n"
+		 "       kiln sandbox kill ID [ID...]\n"
+		 "       kiln sandbox gc\n\n"
+		 "Run 'kiln sandbox SUBCOMMAND --help' for details.\n",
+	.run = run,
+};

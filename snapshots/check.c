@@ -1,0 +1,228 @@
+/* check.c — refusing a template this host cannot restore (another QEMU, a
+ * different machine, agent protocol, accelerator or TSC rate) or whose blobs
+ * are not what the config says, before any guest runs; and listing the store.
+ * The host's TSC rate costs ~60 ms to measure, so it is cached per boot. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "snapshots/internal.h"
+
+/* A restored TCG guest keeps the TSC rate it calibrated at boot; beyond this
+ * difference its clock would visibly run fast or slow. */
+#define TSC_TOLERANCE 0.002
+
+char *snap_boot_id(void)
+{
+	char *id = NULL;
+	size_t len = 0;
+	kiln_error *e = NULL;
+
+	if (kiln_read_file("/proc/sys/kernel/random/boot_id", &id, &len, 100, &e) < 0) {
+		kiln_error_free(e);
+		return NULL;
+	}
+	while (len && id[len - 1] == '\n')
+		id[--len] = '\0';
+	return id;
+}
+
+int snap_host_tsc_khz(uint32_t *khz, kiln_error **err)
+{
+	char *boot_id = snap_boot_id(), *store = snap_store_dir(), *path = kiln_path_join(store, "host-tsc.json");
+	json_t *j = NULL;
+	int rc = -1;
+
+	if (boot_id == NULL) {
+		kiln_err(err, KILN_E_IO, "cannot read /proc/sys/kernel/random/boot_id");
+		goto out;
+	}
+	j = kiln_json_load_file(path, NULL);
+	if (j && kiln_json_str(j, "boot_id") && strcmp(kiln_json_str(j, "boot_id"), boot_id) == 0 &&
+	    kiln_json_int(j, "tsc_khz", 0) > 0) {
+		*khz = (uint32_t)kiln_json_int(j, "tsc_khz", 0);
+		rc = 0;
+		goto out;
+	}
+	if (vm_host_tsc_khz(khz, err) < 0)
+		goto out;
+	json_decref(j);
+	j = json_pack("{s:s, s:I}", "boot_id", boot_id, "tsc_khz", (json_int_t)*khz);
+	kiln_error *e = NULL;
+	if (kiln_mkdir_p(store, 0755, &e) < 0 || kiln_json_write_file(path, j, &e) < 0) {
+		kiln_debug("snapshots: not caching the TSC rate: %s", kiln_error_message(e));
+		kiln_error_free(e);
+	}
+	rc = 0;
+out:
+	json_decref(j);
+	free(boot_id);
+	free(store);
+	free(path);
+	return rc;
+}
+
+static const char *dep(const snap_template *t, const char *key)
+{
+	const char *s = kiln_json_str(json_object_get(t->config, "depends"), key);
+	return s ? s : "";
+}
+
+int snap_check_depends(const snap_template *t, const char *qemu_version, kiln_error **err)
+{
+	const json_t *c = t->config, *d = json_object_get(c, "depends");
+	enum vm_accel accel = strcmp(dep(t, "accel"), "kvm") == 0 ? VM_ACCEL_KVM : VM_ACCEL_TCG;
+	char *sig = vm_machine_signature(accel, (unsigned)kiln_json_int(c, "cpus", 0),
+					 (unsigned)kiln_json_int(c, "memory_mib", 0), false);
+	int rc = -1;
+
+	if (!json_is_object(d)) {
+		kiln_err(err, KILN_E_INVALID, "the template records no dependencies");
+		goto out;
+	}
+	if (kiln_json_int(d, "agent_protocol", 0) != GUEST_PROTO_VERSION) {
+		kiln_err(err, KILN_E_INVALID, "the template's guest agent speaks protocol %d, this kiln speaks %u",
+			 (int)kiln_json_int(d, "agent_protocol", 0), GUEST_PROTO_VERSION);
+		goto out;
+	}
+	if (strcmp(dep(t, "machine"), sig) != 0) {
+		kiln_err(err, KILN_E_INVALID, "the template was made for machine \"%s\", this kiln restores \"%s\"",
+			 dep(t, "machine"), sig);
+		goto out;
+	}
+	if ((accel == VM_ACCEL_KVM) != vm_kvm_usable()) {
+		kiln_err(err, KILN_E_INVALID, "the template was made under %s, this host runs %s", dep(t, "accel"),
+			 accel == VM_ACCEL_KVM ? "TCG (no usable /dev/kvm)" : "KVM");
+		goto out;
+	}
+	if (qemu_version && strcmp(dep(t, "qemu"), qemu_version) != 0) {
+		kiln_err(err, KILN_E_INVALID, "the template was made with QEMU %s, this host has QEMU %s", dep(t, "qemu"),
+			 qemu_version);
+		goto out;
+	}
+	if (accel == VM_ACCEL_TCG) {
+		uint32_t khz = 0, want = (uint32_t)kiln_json_int(d, "tsc_khz", 0);
+		if (snap_host_tsc_khz(&khz, err) < 0)
+			goto out;
+		if (want == 0 || fabs((double)khz - (double)want) > TSC_TOLERANCE * (double)want) {
+			kiln_err(err, KILN_E_INVALID,
+				 "the template's guest counts time with a %u kHz TSC, this host's runs at %u kHz "
+				 "(its clock would drift: make the template on this host)",
+				 want, khz);
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	free(sig);
+	return rc;
+}
+
+static int check_blob(const snap_template *t, const char *key, const char *path, bool hash, kiln_error **err)
+{
+	const json_t *o = json_object_get(t->config, key);
+	const char *want = kiln_json_str(o, "digest");
+	json_int_t size = kiln_json_int(o, "size", -1);
+	char got[KILN_DIGEST_MAX];
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		return kiln_err_errno(err, errno, "the template's %s blob %s", key, path);
+	if ((json_int_t)st.st_size != size)
+		return kiln_err(err, KILN_E_INVALID, "the template's %s blob is corrupted: %lld bytes, want %lld", key,
+				(long long)st.st_size, (long long)size);
+	if (!hash)
+		return 0;
+	if (kiln_digest_file(KILN_SHA256, path, got, err) < 0)
+		return -1;
+	if (strcmp(got, want) != 0)
+		return kiln_err(err, KILN_E_INVALID, "the template's %s blob is corrupted: digest %s, want %s", key, got,
+				want);
+	return 0;
+}
+
+int snap_template_check(const snap_template *t, bool full, kiln_error **err)
+{
+	int rc = -1;
+
+	if (snap_check_depends(t, NULL, err) < 0)
+		goto out;
+	/* The state is small and decides whether QEMU accepts the rest: always hashed. */
+	if (check_blob(t, "state", t->state, true, err) < 0 || check_blob(t, "memory", t->memory, full, err) < 0 ||
+	    check_blob(t, "disk", t->disk, full, err) < 0)
+		goto out;
+	if (full) {
+		const char *rootfs = kiln_json_str(json_object_get(t->config, "rootfs"), "digest");
+		char *p = rootfs ? snap_blob_path(rootfs) : NULL;
+		int r = p ? check_blob(t, "rootfs", p, true, err) : kiln_err(err, KILN_E_INVALID, "no rootfs recorded");
+		free(p);
+		if (r < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	if (rc < 0)
+		kiln_error_wrap(err, "template %.19s", t->digest);
+	return rc;
+}
+
+static void list_refs(const char *root, const char *rel, json_t *out)
+{
+	char *dir = *rel ? kiln_path_join(root, rel) : kiln_xstrdup(root);
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	while (d && (de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		char *sub = *rel ? kiln_xasprintf("%s/%s", rel, de->d_name) : kiln_xstrdup(de->d_name);
+		char *full = kiln_path_join(root, sub);
+		struct stat st;
+		if (stat(full, &st) == 0 && S_ISDIR(st.st_mode)) {
+			list_refs(root, sub, out);
+		} else if (*rel) {
+			char *ref = kiln_xasprintf("%s:%s", rel, de->d_name);
+			kiln_error *e = NULL;
+			snap_template *t = snap_template_open(ref, &e);
+			json_t *item = json_pack("{s:s}", "name", ref);
+			if (t) {
+				const json_t *c = t->config;
+				json_object_set_new(item, "digest", json_string(t->digest));
+				json_object_set(item, "created", json_object_get(c, "created"));
+				json_object_set(item, "cpus", json_object_get(c, "cpus"));
+				json_object_set(item, "memory_mib", json_object_get(c, "memory_mib"));
+				struct stat ms;
+				if (stat(t->memory, &ms) == 0)
+					json_object_set_new(item, "memory_stored_bytes",
+							    json_integer((json_int_t)ms.st_blocks * 512));
+			} else {
+				json_object_set_new(item, "error", json_string(kiln_error_message(e)));
+			}
+			kiln_error_free(e);
+			snap_template_free(t);
+			json_array_append_new(out, item);
+			free(ref);
+		}
+		free(sub);
+		free(full);
+	}
+	if (d)
+		closedir(d);
+	free(dir);
+}
+
+json_t *snap_template_list(kiln_error **err)
+{
+	char *store = snap_store_dir(), *refs = kiln_path_join(store, "refs");
+	json_t *out = json_array();
+
+	(void)err;
+	list_refs(refs, "", out);
+	free(store);
+	free(refs);
+	return out;
+}

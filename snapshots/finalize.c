@@ -1,0 +1,258 @@
+/* finalize.c — making a template: boot the rootfs (disk writable, so the
+ * start command's files land on it), start the start command detached through
+ * the agent, poll the ready command, then pause and save device state, the
+ * RAM file and the disk overlay into the store with what they depend on. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "snapshots/internal.h"
+
+#define READY_POLL_MS 100
+
+static void nap_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+static void collect(void *user, const void *data, size_t len)
+{
+	kiln_buf *b = user;
+
+	if (b->len < 16384)
+		kiln_buf_add(b, data, len);
+}
+
+static void exec_opts(const struct snap_finalize_opts *o, struct guest_exec_opts *x)
+{
+	guest_exec_opts_init(x);
+	x->env = o->env;
+	x->cwd = o->workdir;
+	x->run_as = o->user;
+}
+
+/* Poll the ready command until it exits 0. */
+static int wait_ready(guest_conn *c, const struct snap_finalize_opts *o, kiln_error **err)
+{
+	int timeout = o->ready_timeout_ms > 0 ? o->ready_timeout_ms : 60000;
+	double deadline = snap_now_ms() + timeout;
+	kiln_buf out = KILN_BUF_INIT;
+	struct guest_result res = { 0 };
+	int tries = 0, rc = -1;
+
+	for (;;) {
+		struct guest_exec_opts x;
+		double left = deadline - snap_now_ms();
+		exec_opts(o, &x);
+		x.shell = o->ready_cmd;
+		x.on_stdout = x.on_stderr = collect;
+		x.user = &out;
+		x.timeout_ms = left > 1000 ? (uint64_t)left : 1000;
+		kiln_buf_reset(&out);
+		tries++;
+		if (guest_exec(c, &x, NULL, 0, (int)x.timeout_ms + 5000, &res, err) < 0)
+			goto out;
+		if (res.signal == 0 && res.exit_code == 0) {
+			kiln_info("snapshot: ready after %d tries", tries);
+			rc = 0;
+			goto out;
+		}
+		if (snap_now_ms() + READY_POLL_MS >= deadline)
+			break;
+		nap_ms(READY_POLL_MS);
+	}
+	while (out.len && (out.buf[out.len - 1] == '\n' || out.buf[out.len - 1] == ' '))
+		out.buf[--out.len] = '\0';
+	if (res.signal)
+		kiln_err(err, KILN_E_GENERIC, "ready command '%s' did not succeed within %d ms (%d tries, last killed by "
+			 "signal %d); its output: %s", o->ready_cmd, timeout, tries, res.signal, out.len ? out.buf : "(none)");
+	else
+		kiln_err(err, KILN_E_GENERIC, "ready command '%s' did not succeed within %d ms (%d tries, last exit %d); "
+			 "its output: %s", o->ready_cmd, timeout, tries, res.exit_code, out.len ? out.buf : "(none)");
+out:
+	kiln_buf_free(&out);
+	return rc;
+}
+
+static int start_and_wait(vm_instance *v, const struct snap_finalize_opts *o, kiln_error **err)
+{
+	struct guest_exec_opts x;
+	struct guest_result res;
+	guest_conn *c = guest_connect(vm_agent_socket(v), 30000, err);
+	guest_proc *p;
+	int rc = -1;
+
+	if (c == NULL)
+		return -1;
+	if (o->start_cmd && *o->start_cmd) {
+		exec_opts(o, &x);
+		x.shell = o->start_cmd;
+		x.detach = true;
+		if ((p = guest_spawn(c, &x, 10000, err)) == NULL) {
+			kiln_error_wrap(err, "start command '%s'", o->start_cmd);
+			goto out;
+		}
+		guest_proc_free(p);
+	}
+	if (o->ready_cmd && *o->ready_cmd && wait_ready(c, o, err) < 0)
+		goto out;
+	/* The disk blob should hold what the guest wrote so far. */
+	guest_exec_opts_init(&x);
+	x.shell = "sync";
+	if (guest_exec(c, &x, NULL, 0, 30000, &res, err) < 0)
+		goto out;
+	rc = 0;
+out:
+	guest_close(c);
+	return rc;
+}
+
+static json_t *blob_json(const char *media, const char *digest, uint64_t size)
+{
+	return json_pack("{s:s, s:s, s:I}", "mediaType", media, "digest", digest, "size", (json_int_t)size);
+}
+
+static char *iso_now(void)
+{
+	char buf[64];
+	time_t t = time(NULL);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return kiln_xstrdup(buf);
+}
+
+/* Copy a file (the overlay, before vm_destroy removes it). */
+static int copy_file(const char *src, const char *dst, kiln_error **err)
+{
+	char *data = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (kiln_read_file(src, &data, &len, 0, err) < 0)
+		return -1;
+	rc = kiln_write_atomic(dst, data, len, 0644, err);
+	free(data);
+	return rc;
+}
+
+char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
+{
+	struct vm_config vc;
+	struct vm_kernel k = { 0 };
+	vm_instance *v = NULL;
+	json_t *cfg = NULL, *env = json_array();
+	char *tmpdir = NULL, *state = NULL, *overlay = NULL, *disk = NULL, *qemu = NULL, *sig = NULL;
+	char *created = iso_now(), *text = NULL, *result = NULL, *boot_id = snap_boot_id();
+	char d_mem[KILN_DIGEST_MAX], d_state[KILN_DIGEST_MAX], d_root[KILN_DIGEST_MAX], d_disk[KILN_DIGEST_MAX];
+	char d_kernel[KILN_DIGEST_MAX], d_cfg[KILN_DIGEST_MAX];
+	uint64_t s_mem = 0, s_state = 0, s_root = 0, s_disk = 0;
+	uint32_t khz = 0;
+	double t0 = snap_now_ms();
+
+	vm_config_init(&vc);
+	vc.rootfs = o->rootfs;
+	vc.cpus = o->cpus ? o->cpus : 1;
+	vc.memory_mib = o->memory_mib ? o->memory_mib : 256;
+	vc.root_mode = VM_ROOT_WRITABLE;
+	vc.kernel_dir = o->kernel_dir;
+	if (o->rootfs == NULL) {
+		kiln_err(err, KILN_E_USAGE, "no rootfs given");
+		goto out;
+	}
+	if (o->name && snap_ref_check(o->name, err) < 0)
+		goto out;
+	if (vm_kernel_open(o->kernel_dir, &k, err) < 0 || kiln_digest_file(KILN_SHA256, k.vmlinuz, d_kernel, err) < 0)
+		goto out;
+	if (!vm_kvm_usable()) {
+		if (snap_host_tsc_khz(&khz, err) < 0)
+			goto out;
+		vc.tsc_khz = khz;
+	}
+	/* The rootfs goes into the store first: the disk overlay will point there. */
+	if (snap_blob_put_file(o->rootfs, true, d_root, &s_root, err) < 0)
+		goto out;
+	if ((tmpdir = kiln_mkdtemp("kiln-snap", err)) == NULL)
+		goto out;
+	if ((v = vm_boot(&vc, err)) == NULL)
+		goto out;
+	if (!vm_has_agent(v)) {
+		kiln_err(err, KILN_E_NOTFOUND, "no guest agent (bin/kiln-agent or $KILN_AGENT) to run the start command");
+		goto out;
+	}
+	if (start_and_wait(v, o, err) < 0)
+		goto out;
+	state = kiln_path_join(tmpdir, "state");
+	overlay = vm_overlay_path(v);
+	disk = kiln_path_join(tmpdir, "disk.qcow2");
+	qemu = vm_qmp_version_string(vm_get_qmp(v));
+	double t_save = snap_now_ms();
+	if (vm_snapshot_save(v, state, 60000, err) < 0)
+		goto out;
+	kiln_info("snapshot: device state saved in %.0f ms", snap_now_ms() - t_save);
+	if (snap_blob_put_file(vm_memory_path(v), true, d_mem, &s_mem, err) < 0 ||
+	    snap_blob_put_file(state, false, d_state, &s_state, err) < 0 || copy_file(overlay, disk, err) < 0)
+		goto out;
+	vm_destroy(v);
+	v = NULL;
+	char *root_blob = snap_blob_path(d_root);
+	int r = vm_overlay_rebase(disk, root_blob, err);
+	free(root_blob);
+	if (r < 0 || snap_blob_put_file(disk, false, d_disk, &s_disk, err) < 0)
+		goto out;
+
+	for (size_t i = 0; o->env && o->env[i]; i++)
+		json_array_append_new(env, json_string(o->env[i]));
+	enum vm_accel accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG;
+	sig = vm_machine_signature(accel, vc.cpus, vc.memory_mib, false);
+	cfg = json_pack("{s:i, s:s, s:s, s:s?, s:s?, s:s?, s:s?, s:o, s:i, s:i}", "schemaVersion", SNAP_SCHEMA,
+			"mediaType", SNAP_CONFIG_MEDIA, "created", created, "start", o->start_cmd, "ready", o->ready_cmd,
+			"user", o->user, "workdir", o->workdir, "env", env, "cpus", (int)vc.cpus, "memory_mib",
+			(int)vc.memory_mib);
+	env = NULL;
+	json_object_set_new(cfg, "depends",
+			    json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:I}", "kernel_digest", d_kernel,
+				      "kernel_release", k.release, "qemu", qemu, "machine", sig, "agent_protocol",
+				      (int)GUEST_PROTO_VERSION, "accel", accel == VM_ACCEL_KVM ? "kvm" : "tcg",
+				      "tsc_khz", (json_int_t)khz));
+	if (boot_id)
+		json_object_set_new(json_object_get(cfg, "depends"), "boot_id", json_string(boot_id));
+	json_object_set_new(cfg, "rootfs", blob_json("application/vnd.kiln.rootfs.ext4", d_root, s_root));
+	json_object_set_new(cfg, "disk", blob_json("application/vnd.kiln.disk.qcow2", d_disk, s_disk));
+	json_object_set_new(cfg, "memory", blob_json("application/vnd.kiln.memory.raw", d_mem, s_mem));
+	json_object_set_new(cfg, "state", blob_json("application/vnd.kiln.qemu-state", d_state, s_state));
+	text = kiln_json_dumps_canonical(cfg);
+	if (snap_blob_put_data(text, strlen(text), d_cfg, err) < 0)
+		goto out;
+	if (o->name && snap_ref_set(o->name, d_cfg, err) < 0)
+		goto out;
+	kiln_info("snapshot: template %s made in %.0f ms", d_cfg, snap_now_ms() - t0);
+	result = kiln_xstrdup(d_cfg);
+out:
+	if (result == NULL)
+		kiln_error_wrap(err, "snapshot of %s", o->rootfs ? o->rootfs : "(none)");
+	vm_destroy(v);
+	if (tmpdir) {
+		kiln_error *e = NULL;
+		if (kiln_rm_rf(tmpdir, &e) < 0)
+			kiln_error_free(e);
+	}
+	vm_kernel_free(&k);
+	json_decref(cfg);
+	json_decref(env);
+	free(tmpdir);
+	free(state);
+	free(overlay);
+	free(disk);
+	free(qemu);
+	free(sig);
+	free(created);
+	free(boot_id);
+	free(text);
+	return result;
+}

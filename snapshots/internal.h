@@ -1,0 +1,60 @@
+/* internal.h — what the snapshots/ sources share: the store's paths, blob
+ * writing (sparse, hashed on the way in), the template record, host facts
+ * cached per boot, and the detached spawn of a sandbox's QEMU. */
+#ifndef KILN_SNAPSHOTS_INTERNAL_H
+#define KILN_SNAPSHOTS_INTERNAL_H
+
+#include "snapshots/snapshots.h"
+#include "vm/vm.h"
+
+#define SNAP_SCHEMA 1
+#define SNAP_CONFIG_MEDIA "application/vnd.kiln.template.config.v1+json"
+
+struct snap_template {
+	char *digest;          /* of the config blob */
+	json_t *config;
+	char *memory, *state, *disk; /* blob paths */
+	kiln_strv env;
+};
+
+/* $KILN_HOME/snapshots and $KILN_HOME/sandboxes (not created). */
+char *snap_store_dir(void);
+char *snap_sandboxes_dir(void);
+/* The path of a blob "sha256:HEX" in the store. */
+char *snap_blob_path(const char *digest);
+/* Copy src into the blob store, hashing it; with sparse, 4 KiB blocks of
+ * zeros become holes.  Fills digest and size. */
+int snap_blob_put_file(const char *src, bool sparse, char digest[KILN_DIGEST_MAX], uint64_t *size, kiln_error **err);
+int snap_blob_put_data(const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err);
+/* Whether NAME[:TAG] is a valid template name. */
+int snap_ref_check(const char *ref, kiln_error **err);
+/* Point NAME[:TAG] at a config digest. */
+int snap_ref_set(const char *name, const char *digest, kiln_error **err);
+
+/* This host boot's id (/proc/sys/kernel/random/boot_id), or NULL. */
+char *snap_boot_id(void);
+/* The host's TSC rate, measured once per host boot (cached in the store). */
+int snap_host_tsc_khz(uint32_t *khz, kiln_error **err);
+/* Whether the recorded dependencies match a restore on this host with the
+ * QEMU that reported qemu_version (NULL: not checked here). */
+int snap_check_depends(const snap_template *t, const char *qemu_version, kiln_error **err);
+
+/* Sandboxes (sandbox_admin.c).  A sandbox directory holds state.json:
+ * {"id","template","state":"creating"|"running","creator","pid","pid_start",...}. */
+char *snap_sandbox_dir(const char *id);
+/* Load state.json of a sandbox; NOTFOUND if the sandbox does not exist. */
+json_t *snap_sandbox_state(const char *id, kiln_error **err);
+/* "running", "creating" or "dead", from the state and the live processes. */
+const char *snap_sandbox_liveness(const json_t *state);
+/* The start time (clock ticks since boot) of a process, 0 if it is gone. */
+unsigned long long snap_proc_start(pid_t pid);
+/* Start argv as a daemon (own session, not a child of kiln, outliving it),
+ * output to log_path, $TMPDIR=tmpdir.  Returns its pid. */
+pid_t snap_spawn_detached(char *const argv[], const char *log_path, const char *tmpdir, kiln_error **err);
+/* Kill a sandbox's QEMU (if it is still the recorded process) and remove its directory. */
+int snap_sandbox_remove(const char *id, const json_t *state, kiln_error **err);
+
+/* Milliseconds on CLOCK_MONOTONIC. */
+double snap_now_ms(void);
+
+#endif

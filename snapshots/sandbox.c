@@ -1,0 +1,318 @@
+/* sandbox.c — restoring a sandbox from a template and running commands in
+ * it.  A restore starts a detached QEMU waiting with -incoming defer (RAM
+ * file mapped private, the template disk under a private temporary overlay),
+ * loads the device state, and gives the resumed guest its own clock, hostname
+ * and entropy through the agent.  Signals that arrive meanwhile are held and,
+ * if one came, the half-made sandbox is removed before kiln dies of it. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "snapshots/internal.h"
+
+#define AGENT_TIMEOUT_MS 10000
+
+static int write_state(const char *dir, json_t *state, kiln_error **err)
+{
+	char *path = kiln_path_join(dir, "state.json");
+	int rc = kiln_json_write_file(path, state, err);
+
+	free(path);
+	return rc;
+}
+
+static char *new_id(void)
+{
+	unsigned char r[6];
+
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+		for (size_t i = 0; i < sizeof(r); i++)
+			r[i] = (unsigned char)(rand() ^ getpid() ^ (int)time(NULL));
+	return kiln_xasprintf("%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2], r[3], r[4], r[5]);
+}
+
+static char *log_tail(const char *dir, const char *name)
+{
+	char *path = kiln_path_join(dir, name), *data = NULL, *out;
+	size_t len = 0;
+	kiln_error *e = NULL;
+
+	if (kiln_read_file(path, &data, &len, 0, &e) < 0 || len == 0) {
+		kiln_error_free(e);
+		free(path);
+		free(data);
+		return kiln_xstrdup("");
+	}
+	while (len && (data[len - 1] == '\n' || data[len - 1] == '\r'))
+		data[--len] = '\0';
+	out = kiln_xstrdup(len > 600 ? data + len - 600 : data);
+	free(path);
+	free(data);
+	return out;
+}
+
+/* The guest's identity and clock: hostname = sandbox id, fresh entropy
+ * mixed into its pool (each sandbox would otherwise replay the template's
+ * random state), and the wall clock, which stood still while the template
+ * was stored (the guest's TSC is QEMU's virtual one).  `date -s` takes whole
+ * seconds: set the nearest one now, then a background step sets the next
+ * whole second when it begins on the host (good to the exec latency). */
+static int setup_guest(guest_conn *c, const char *id, kiln_error **err)
+{
+	unsigned char seed[32];
+	char hex[65];
+	struct timespec now;
+	struct guest_exec_opts x;
+	struct guest_result res;
+	char *script;
+	int rc;
+
+	if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
+		return kiln_err_errno(err, errno, "getrandom");
+	for (size_t i = 0; i < sizeof(seed); i++)
+		snprintf(hex + 2 * i, 3, "%02x", seed[i]);
+	clock_gettime(CLOCK_REALTIME, &now);
+	kiln_buf b = KILN_BUF_INIT;
+	long long sec = (long long)now.tv_sec, next = sec + 1;
+	long wait_us = 1000000L - now.tv_nsec / 1000;
+	if (wait_us < 200000L) { /* too close to make it: the second after */
+		next++;
+		wait_us += 1000000L;
+	}
+	kiln_buf_addf(&b, "hostname %s; echo %s > /dev/urandom", id, hex);
+	kiln_buf_addf(&b, "; date -s @%lld >/dev/null; (usleep %ld; date -s @%lld) >/dev/null 2>&1 &",
+		      sec + (now.tv_nsec >= 500000000L), wait_us, next);
+	script = kiln_buf_detach(&b);
+	guest_exec_opts_init(&x);
+	x.argv = (const char *const[]){ "/run/kiln/bin/busybox", "sh", "-c", script, NULL };
+	x.env = (const char *const[]){ "PATH=/run/kiln/bin", NULL };
+	rc = guest_exec(c, &x, NULL, 0, AGENT_TIMEOUT_MS, &res, err);
+	if (rc == 0 && (res.signal || res.exit_code))
+		rc = kiln_err(err, KILN_E_GENERIC, "setting the sandbox's identity failed (exit %d)", res.exit_code);
+	free(script);
+	return rc;
+}
+
+static int restore(snap_template *t, const char *id, const char *dir, json_t *state, struct snap_create_stats *s,
+		   kiln_error **err)
+{
+	const json_t *cfg = t->config;
+	struct vm_restore_config rc_ = { 0 };
+	kiln_strv av = KILN_STRV_INIT;
+	char *log = kiln_path_join(dir, "qemu.log"), *qmp_path = kiln_path_join(dir, "qmp.sock");
+	char *agent = kiln_path_join(dir, "agent.sock"), *version = NULL;
+	vm_qmp *q = NULL;
+	guest_conn *g = NULL;
+	pid_t pid;
+	double t0;
+	int rc = -1;
+
+	const char *accel = kiln_json_str(json_object_get(cfg, "depends"), "accel");
+	rc_.accel = accel && strcmp(accel, "kvm") == 0 ? VM_ACCEL_KVM : VM_ACCEL_TCG;
+	rc_.cpus = (unsigned)kiln_json_int(cfg, "cpus", 1);
+	rc_.memory_mib = (unsigned)kiln_json_int(cfg, "memory_mib", 256);
+	rc_.memory_file = t->memory;
+	rc_.disk = t->disk;
+	rc_.dir = dir;
+	vm_restore_argv(&rc_, &av);
+	t0 = snap_now_ms();
+	if ((pid = snap_spawn_detached(av.v, log, dir, err)) < 0)
+		goto out;
+	json_object_set_new(state, "pid", json_integer(pid));
+	json_object_set_new(state, "pid_start", json_integer((json_int_t)snap_proc_start(pid)));
+	if (write_state(dir, state, err) < 0)
+		goto out;
+	if ((q = vm_qmp_connect(qmp_path, 10000, err)) == NULL)
+		goto died;
+	s->spawn_ms = snap_now_ms() - t0;
+	version = vm_qmp_version_string(q);
+	if (snap_check_depends(t, version, err) < 0)
+		goto out;
+	t0 = snap_now_ms();
+	if (vm_snapshot_load(q, t->state, 30000, err) < 0)
+		goto died;
+	s->load_ms = snap_now_ms() - t0;
+	t0 = snap_now_ms();
+	if ((g = guest_connect(agent, AGENT_TIMEOUT_MS, err)) == NULL)
+		goto died;
+	s->agent_ms = snap_now_ms() - t0;
+	t0 = snap_now_ms();
+	if (setup_guest(g, id, err) < 0)
+		goto died;
+	s->setup_ms = snap_now_ms() - t0;
+	rc = 0;
+	goto out;
+died:
+	if (snap_proc_start(pid) == 0) {
+		char *tail = log_tail(dir, "qemu.log");
+		kiln_error_wrap(err, "QEMU exited%s%s", *tail ? ": " : "", tail);
+		free(tail);
+	} else if (g == NULL && q != NULL) {
+		kiln_error_wrap(err, "the restored guest did not answer (is the snapshot intact?)");
+	}
+out:
+	guest_close(g);
+	vm_qmp_close(q);
+	kiln_strv_free(&av);
+	free(log);
+	free(qmp_path);
+	free(agent);
+	free(version);
+	return rc;
+}
+
+char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *stats, kiln_error **err)
+{
+	struct snap_create_stats dummy;
+	struct snap_create_stats *s = stats ? stats : &dummy;
+	double t0 = snap_now_ms();
+	snap_template *t = NULL;
+	json_t *state = NULL;
+	char *root = snap_sandboxes_dir(), *id = NULL, *dir = NULL, *created = NULL, *result = NULL;
+	sigset_t block, old, pending;
+
+	memset(s, 0, sizeof(*s));
+	/* A ^C during the restore is held until the sandbox is whole or gone. */
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGHUP);
+	sigprocmask(SIG_BLOCK, &block, &old);
+
+	if ((t = snap_template_open(template_ref, err)) == NULL || snap_template_check(t, false, err) < 0)
+		goto out;
+	s->check_ms = snap_now_ms() - t0;
+	if (kiln_mkdir_p(root, 0755, err) < 0)
+		goto out;
+	for (int tries = 0; dir == NULL && tries < 5; tries++) {
+		free(id);
+		id = new_id();
+		char *d = kiln_path_join(root, id);
+		if (mkdir(d, 0700) == 0)
+			dir = d;
+		else if (errno != EEXIST) {
+			kiln_err_errno(err, errno, "mkdir %s", d);
+			free(d);
+			goto out;
+		} else
+			free(d);
+	}
+	if (dir == NULL) {
+		kiln_err(err, KILN_E_GENERIC, "could not pick a sandbox id");
+		goto out;
+	}
+	if (strlen(dir) + sizeof("/agent.sock") > sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		kiln_err(err, KILN_E_LIMIT, "sandbox directory %s is too long for a unix socket path (set KILN_HOME shorter)",
+			 dir);
+		goto out;
+	}
+	{
+		time_t now = time(NULL);
+		struct tm tm;
+		char buf[32];
+		gmtime_r(&now, &tm);
+		strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		created = kiln_xstrdup(buf);
+	}
+	state = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:O?, s:O?, s:O?}", "id", id, "template", t->digest, "state",
+			  "creating", "created", created, "creator", (json_int_t)getpid(), "creator_start",
+			  (json_int_t)snap_proc_start(getpid()), "env", json_object_get(t->config, "env"), "workdir",
+			  json_object_get(t->config, "workdir"), "user", json_object_get(t->config, "user"));
+	if (write_state(dir, state, err) < 0 || restore(t, id, dir, state, s, err) < 0)
+		goto out;
+	json_object_set_new(state, "state", json_string("running"));
+	if (write_state(dir, state, err) < 0)
+		goto out;
+	s->total_ms = snap_now_ms() - t0;
+	result = id;
+	id = NULL;
+out:
+	sigpending(&pending);
+	if (result && (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) || sigismember(&pending, SIGHUP))) {
+		free(result);
+		result = NULL;
+		kiln_err(err, KILN_E_GENERIC, "interrupted");
+	}
+	if (result == NULL) {
+		kiln_error_wrap(err, "creating a sandbox from %s", template_ref);
+		if (dir) {
+			kiln_error *e = NULL;
+			if (snap_sandbox_remove(strrchr(dir, '/') + 1, state, &e) < 0) {
+				kiln_warn("sandbox: cleaning up %s: %s", dir, kiln_error_message(e));
+				kiln_error_free(e);
+			}
+		}
+	}
+	snap_template_free(t);
+	json_decref(state);
+	free(root);
+	free(id);
+	free(dir);
+	free(created);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return result;
+}
+
+guest_conn *snap_sandbox_connect(const char *id, int timeout_ms, kiln_error **err)
+{
+	json_t *st = snap_sandbox_state(id, err);
+	char *dir = NULL, *sock = NULL;
+	guest_conn *c = NULL;
+
+	if (st == NULL)
+		return NULL;
+	if (strcmp(snap_sandbox_liveness(st), "running") != 0) {
+		kiln_err(err, KILN_E_GENERIC, "sandbox %s is %s (kiln sandbox gc removes dead ones)", id,
+			 snap_sandbox_liveness(st));
+		goto out;
+	}
+	dir = snap_sandbox_dir(id);
+	sock = kiln_path_join(dir, "agent.sock");
+	c = guest_connect(sock, timeout_ms, err);
+	if (c == NULL)
+		kiln_error_wrap(err, "sandbox %s", id);
+out:
+	json_decref(st);
+	free(dir);
+	free(sock);
+	return c;
+}
+
+int snap_sandbox_exec(const char *id, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
+		      void *user, struct guest_result *res, kiln_error **err)
+{
+	json_t *st = snap_sandbox_state(id, err), *env;
+	struct guest_exec_opts x;
+	kiln_strv envv = KILN_STRV_INIT;
+	guest_conn *c = NULL;
+	int rc = -1;
+
+	if (st == NULL)
+		return -1;
+	if ((c = snap_sandbox_connect(id, AGENT_TIMEOUT_MS, err)) == NULL)
+		goto out;
+	guest_exec_opts_init(&x);
+	x.argv = argv;
+	env = json_object_get(st, "env");
+	for (size_t i = 0; json_is_array(env) && i < json_array_size(env); i++)
+		if (json_is_string(json_array_get(env, i)))
+			kiln_strv_push(&envv, json_string_value(json_array_get(env, i)));
+	x.env = envv.n ? (const char *const *)envv.v : NULL;
+	x.cwd = kiln_json_str(st, "workdir");
+	x.run_as = kiln_json_str(st, "user");
+	x.on_stdout = on_stdout;
+	x.on_stderr = on_stderr;
+	x.user = user;
+	rc = guest_exec(c, &x, NULL, 0, -1, res, err);
+out:
+	guest_close(c);
+	json_decref(st);
+	kiln_strv_free(&envv);
+	return rc;
+}

@@ -1,0 +1,299 @@
+/* sandbox_admin.c — the bookkeeping of sandboxes: their directories and
+ * state files, whether the recorded QEMU is really alive (pid plus start
+ * time, so a reused pid is not mistaken for it), the detached spawn, and
+ * ls / kill / gc, which also find QEMUs whose directory is gone. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "snapshots/internal.h"
+
+static bool valid_id(const char *id)
+{
+	return strlen(id) == 12 && strspn(id, "0123456789abcdef") == 12;
+}
+
+char *snap_sandbox_dir(const char *id)
+{
+	char *root = snap_sandboxes_dir(), *d = kiln_path_join(root, id);
+
+	free(root);
+	return d;
+}
+
+json_t *snap_sandbox_state(const char *id, kiln_error **err)
+{
+	char *dir, *path;
+	json_t *j = NULL;
+	struct stat st;
+
+	if (!valid_id(id)) {
+		kiln_err(err, KILN_E_NOTFOUND, "no sandbox %s (ids are 12 hex digits; see kiln sandbox ls)", id);
+		return NULL;
+	}
+	dir = snap_sandbox_dir(id);
+	path = kiln_path_join(dir, "state.json");
+	if (stat(dir, &st) < 0)
+		kiln_err(err, KILN_E_NOTFOUND, "no sandbox %s", id);
+	else if ((j = kiln_json_load_file(path, err)) == NULL)
+		kiln_error_wrap(err, "sandbox %s has no readable state (kiln sandbox gc removes it)", id);
+	free(dir);
+	free(path);
+	return j;
+}
+
+unsigned long long snap_proc_start(pid_t pid)
+{
+	char path[64], *data = NULL, *p;
+	size_t len = 0;
+	unsigned long long start = 0;
+	kiln_error *e = NULL;
+
+	if (pid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+	if (kiln_read_file(path, &data, &len, 4096, &e) < 0) {
+		kiln_error_free(e);
+		return 0;
+	}
+	/* Field 22 (starttime), counted after the command name's closing ')'. */
+	p = strrchr(data, ')');
+	if (p) {
+		int field = 2;
+		char state = 0;
+		for (char *q = p + 1; *q; q++) {
+			if (*q != ' ')
+				continue;
+			field++;
+			if (field == 3)
+				state = q[1];
+			if (field == 22) {
+				start = strtoull(q + 1, NULL, 10);
+				break;
+			}
+		}
+		if (state == 'Z' || state == 'X')
+			start = 0; /* exited, not yet reaped */
+	}
+	free(data);
+	return start;
+}
+
+static bool recorded_alive(const json_t *state, const char *pid_key, const char *start_key)
+{
+	pid_t pid = (pid_t)kiln_json_int(state, pid_key, 0);
+	unsigned long long start = snap_proc_start(pid);
+
+	if (start == 0)
+		return false;
+	return start_key == NULL || (unsigned long long)kiln_json_int(state, start_key, 0) == start;
+}
+
+const char *snap_sandbox_liveness(const json_t *state)
+{
+	const char *s = kiln_json_str(state, "state");
+
+	if (s && strcmp(s, "creating") == 0)
+		return recorded_alive(state, "creator", "creator_start") ? "creating" : "dead";
+	if (s && strcmp(s, "running") == 0)
+		return recorded_alive(state, "pid", "pid_start") ? "running" : "dead";
+	return "dead";
+}
+
+pid_t snap_spawn_detached(char *const argv[], const char *log_path, const char *tmpdir, kiln_error **err)
+{
+	int pfd[2], status;
+	pid_t mid, pid = -1;
+
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return kiln_err_errno(err, errno, "pipe");
+	mid = fork();
+	if (mid < 0) {
+		close(pfd[0]);
+		close(pfd[1]);
+		return kiln_err_errno(err, errno, "fork");
+	}
+	if (mid == 0) {
+		/* The middle process makes the daemon an orphan of init, in its
+		 * own session: no signal to kiln or its terminal reaches it. */
+		setsid();
+		pid_t g = fork();
+		if (g == 0) {
+			int null = open("/dev/null", O_RDWR);
+			int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+			sigset_t none;
+			if (null >= 0)
+				dup2(null, 0);
+			if (log >= 0) {
+				dup2(log, 1);
+				dup2(log, 2);
+			}
+			sigemptyset(&none);
+			sigprocmask(SIG_SETMASK, &none, NULL);
+			signal(SIGPIPE, SIG_DFL);
+			setenv("TMPDIR", tmpdir, 1);
+			execvp(argv[0], argv);
+			dprintf(2, "kiln: cannot run %s: %s\n", argv[0], strerror(errno));
+			_exit(127);
+		}
+		(void)!write(pfd[1], &g, sizeof(g));
+		_exit(g > 0 ? 0 : 1);
+	}
+	close(pfd[1]);
+	while (waitpid(mid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (read(pfd[0], &pid, sizeof(pid)) != (ssize_t)sizeof(pid) || pid <= 0)
+		pid = kiln_err(err, KILN_E_GENERIC, "could not start %s", argv[0]);
+	close(pfd[0]);
+	return pid;
+}
+
+static void kill_and_wait(pid_t pid, unsigned long long start)
+{
+	if (pid <= 0 || snap_proc_start(pid) != start)
+		return;
+	kill(pid, SIGKILL);
+	for (int i = 0; i < 400 && snap_proc_start(pid) == start; i++)
+		nanosleep(&(struct timespec){ 0, 5000000 }, NULL);
+}
+
+int snap_sandbox_remove(const char *id, const json_t *state, kiln_error **err)
+{
+	char *dir = snap_sandbox_dir(id);
+	int rc;
+
+	if (state) {
+		pid_t pid = (pid_t)kiln_json_int(state, "pid", 0);
+		unsigned long long start = (unsigned long long)kiln_json_int(state, "pid_start", 0);
+		if (pid > 0 && start == 0)
+			start = snap_proc_start(pid); /* recorded before its start time was read */
+		kill_and_wait(pid, start);
+	}
+	rc = kiln_rm_rf(dir, err);
+	free(dir);
+	return rc;
+}
+
+int snap_sandbox_kill(const char *id, kiln_error **err)
+{
+	json_t *st = snap_sandbox_state(id, err);
+	int rc;
+
+	if (st == NULL) {
+		if (*err && (*err)->kind == KILN_E_NOTFOUND)
+			return -1;
+		kiln_error_clear(err); /* unreadable state: remove what is there */
+	}
+	rc = snap_sandbox_remove(id, st, err);
+	json_decref(st);
+	return rc;
+}
+
+json_t *snap_sandbox_list(kiln_error **err)
+{
+	char *root = snap_sandboxes_dir();
+	DIR *d = opendir(root);
+	struct dirent *de;
+	json_t *out = json_array();
+
+	(void)err;
+	while (d && (de = readdir(d)) != NULL) {
+		if (!valid_id(de->d_name))
+			continue;
+		kiln_error *e = NULL;
+		json_t *st = snap_sandbox_state(de->d_name, &e), *item;
+		if (st == NULL) {
+			item = json_pack("{s:s, s:s}", "id", de->d_name, "state", "dead");
+		} else {
+			item = json_pack("{s:s, s:s, s:O?, s:O?, s:O?}", "id", de->d_name, "state",
+					 snap_sandbox_liveness(st), "template", json_object_get(st, "template"), "pid",
+					 json_object_get(st, "pid"), "created", json_object_get(st, "created"));
+		}
+		kiln_error_free(e);
+		json_decref(st);
+		json_array_append_new(out, item);
+	}
+	if (d)
+		closedir(d);
+	free(root);
+	return out;
+}
+
+/* QEMUs started for a sandbox whose directory no longer says they run (kiln
+ * killed between the spawn and recording the pid, or a directory removed by
+ * hand): found by the sandbox path in their command line. */
+static int reap_strays(const char *root)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	size_t rl = strlen(root);
+	int n = 0;
+
+	while (d && (de = readdir(d)) != NULL) {
+		pid_t pid = (pid_t)atol(de->d_name);
+		char path[64], *cmd = NULL;
+		size_t len = 0;
+		kiln_error *e = NULL;
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/cmdline", (long)pid);
+		if (kiln_read_file(path, &cmd, &len, 65536, &e) < 0) {
+			kiln_error_free(e);
+			continue;
+		}
+		for (size_t i = 0; i < len; i += strlen(cmd + i) + 1) {
+			const char *a = cmd + i;
+			if (strncmp(a, "unix:", 5) != 0 || strncmp(a + 5, root, rl) != 0 || a[5 + rl] != '/')
+				continue;
+			char id[13] = { 0 };
+			memcpy(id, a + 6 + rl, strnlen(a + 6 + rl, 12));
+			json_t *st = snap_sandbox_state(id, &e);
+			kiln_error_clear(&e);
+			bool ours = st && (pid_t)kiln_json_int(st, "pid", 0) == pid &&
+				    strcmp(snap_sandbox_liveness(st), "dead") != 0;
+			if (!ours && strcmp(snap_sandbox_liveness(st), "creating") != 0) {
+				kill_and_wait(pid, snap_proc_start(pid));
+				n++;
+			}
+			json_decref(st);
+			break;
+		}
+		free(cmd);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+int snap_sandbox_gc(kiln_error **err)
+{
+	json_t *list = snap_sandbox_list(err);
+	char *root = snap_sandboxes_dir();
+	int n = 0, rc = 0;
+
+	for (size_t i = 0; list && i < json_array_size(list); i++) {
+		const json_t *item = json_array_get(list, i);
+		const char *id = kiln_json_str(item, "id");
+		if (strcmp(kiln_json_str(item, "state"), "dead") != 0)
+			continue;
+		kiln_error *e = NULL;
+		json_t *st = snap_sandbox_state(id, &e);
+		kiln_error_free(e);
+		if (snap_sandbox_remove(id, st, err) < 0)
+			rc = -1;
+		else
+			n++;
+		json_decref(st);
+	}
+	n += reap_strays(root);
+	json_decref(list);
+	free(root);
+	return rc < 0 ? -1 : n;
+}

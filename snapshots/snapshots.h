@@ -1,0 +1,87 @@
+/* snapshots.h — templates and sandboxes.  Finalize boots a rootfs, runs its
+ * start command until the ready command succeeds and snapshots the VM into
+ * the template store ($KILN_HOME/snapshots); a sandbox is a QEMU restored from
+ * a template (RAM mapped private copy-on-write, private disk overlay) that
+ * outlives kiln, with its state in $KILN_HOME/sandboxes/ID.  docs/snapshots.md. */
+#ifndef KILN_SNAPSHOTS_H
+#define KILN_SNAPSHOTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "guest/guest.h"
+#include "kiln.h"
+
+/* ---------------------------------------------------------------------------
+ * Templates.
+ * ------------------------------------------------------------------------- */
+struct snap_finalize_opts {
+	const char *rootfs;            /* ext4 image (required) */
+	const char *name;              /* NAME[:TAG] to tag the template with, or NULL */
+	const char *start_cmd;         /* run with /bin/sh -c in the background; NULL: none */
+	const char *ready_cmd;         /* polled with /bin/sh -c until exit 0; NULL: none */
+	const char *user;              /* USER (name|uid[:group|gid]); NULL: root */
+	const char *workdir;           /* WORKDIR; NULL: / */
+	const char *const *env;        /* ENV as NAME=VALUE, NULL-terminated; NULL: default PATH */
+	unsigned cpus, memory_mib;     /* 0: 1 vCPU, 256 MiB */
+	int ready_timeout_ms;          /* 0: 60 s */
+	const char *kernel_dir;        /* NULL: the default kernel */
+};
+
+/* Boot, start, wait until ready, snapshot, store.  Returns the template's
+ * digest ("sha256:...") or NULL.  A ready command that never succeeds is an
+ * error quoting its last output. */
+char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err);
+
+typedef struct snap_template snap_template;
+
+/* A template by NAME[:TAG] (tag "latest" by default), by digest
+ * "sha256:HEX" or by a unique prefix of at least 8 hex digits.  The config
+ * blob's digest is checked; NOTFOUND if there is none. */
+snap_template *snap_template_open(const char *ref, kiln_error **err);
+void snap_template_free(snap_template *t);
+const char *snap_template_digest(const snap_template *t);
+const json_t *snap_template_config(const snap_template *t);
+/* Refuse what this host cannot restore: another QEMU, machine, kernel, agent
+ * protocol, TSC rate or accelerator, a state or disk blob whose digest is
+ * wrong, a memory file of the wrong size.  With full, the memory and the disk
+ * blobs are hashed too (slow; `kiln snapshot verify`). */
+int snap_template_check(const snap_template *t, bool full, kiln_error **err);
+/* Every tagged template: [{"name","digest","created","memory_bytes",...}]. */
+json_t *snap_template_list(kiln_error **err);
+
+/* ---------------------------------------------------------------------------
+ * Sandboxes.
+ * ------------------------------------------------------------------------- */
+struct snap_create_stats {
+	double total_ms;     /* request to a sandbox that answered a command */
+	double check_ms;     /* template lookup and dependency checks */
+	double spawn_ms;     /* QEMU process start until QMP answers */
+	double load_ms;      /* device state load (RAM is mapped, not copied) */
+	double agent_ms;     /* guest resume until the agent's HELLO */
+	double setup_ms;     /* clock, hostname and entropy set through the agent */
+};
+
+/* Restore a new sandbox from a template; returns its id (12 hex digits).
+ * stats may be NULL. */
+char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *stats, kiln_error **err);
+/* Connect to a running sandbox's agent. */
+guest_conn *snap_sandbox_connect(const char *id, int timeout_ms, kiln_error **err);
+/* Stop a sandbox's QEMU and remove everything it had.  NOTFOUND if unknown. */
+int snap_sandbox_kill(const char *id, kiln_error **err);
+/* [{"id","template","state":"running"|"dead"|"creating","pid","created"}],
+ * checked against the processes that really exist. */
+json_t *snap_sandbox_list(kiln_error **err);
+/* Remove every sandbox that is not running (dead QEMU, a create that was
+ * interrupted); returns how many were removed. */
+int snap_sandbox_gc(kiln_error **err);
+
+/* Run argv in a sandbox as the template's USER, in its WORKDIR with its ENV,
+ * streaming output to the callbacks (NULL: discard). */
+int snap_sandbox_exec(const char *id, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
+		      void *user, struct guest_result *res, kiln_error **err);
+
+#endif

@@ -1,0 +1,384 @@
+/* store.c — the template store under $KILN_HOME/snapshots: blobs by digest
+ * (memory files sparse, so zero pages take no space), refs NAME/TAG -> config
+ * digest, loading a template with its config blob verified, and the checks
+ * that refuse a template this host cannot restore. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "snapshots/internal.h"
+
+double snap_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+char *snap_store_dir(void)
+{
+	char *home = kiln_home(), *d = kiln_path_join(home, "snapshots");
+
+	free(home);
+	return d;
+}
+
+char *snap_sandboxes_dir(void)
+{
+	char *home = kiln_home(), *d = kiln_path_join(home, "sandboxes");
+
+	free(home);
+	return d;
+}
+
+char *snap_blob_path(const char *digest)
+{
+	char *store = snap_store_dir();
+	char *p = kiln_xasprintf("%s/blobs/sha256/%s", store, kiln_digest_hex(digest));
+
+	free(store);
+	return p;
+}
+
+static bool all_zero(const unsigned char *p, size_t n)
+{
+	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* Move a finished temp file to its digest's name (an existing blob with that
+ * digest is the same content: keep it). */
+static int commit_blob(const char *tmp, const char *digest, kiln_error **err)
+{
+	char *path = snap_blob_path(digest);
+	int rc = 0;
+
+	chmod(tmp, 0444);
+	if (access(path, F_OK) == 0)
+		unlink(tmp);
+	else if (rename(tmp, path) < 0)
+		rc = kiln_err_errno(err, errno, "storing blob %s", path);
+	free(path);
+	return rc;
+}
+
+static char *blob_tmp(kiln_error **err)
+{
+	char *store = snap_store_dir(), *dir = kiln_xasprintf("%s/blobs/sha256", store);
+	char *tmp = NULL;
+
+	if (kiln_mkdir_p(dir, 0755, err) == 0)
+		tmp = kiln_xasprintf("%s/.tmp-%ld-XXXXXX", dir, (long)getpid());
+	free(store);
+	free(dir);
+	return tmp;
+}
+
+int snap_blob_put_file(const char *src, bool sparse, char digest[KILN_DIGEST_MAX], uint64_t *size, kiln_error **err)
+{
+	enum { BLK = 4096, CHUNK = 1 << 20 };
+	unsigned char *buf = kiln_xmalloc(CHUNK);
+	kiln_hasher *h = kiln_hasher_new(KILN_SHA256);
+	char *tmp = blob_tmp(err);
+	int in = -1, out = -1, rc = -1;
+	uint64_t total = 0;
+
+	if (tmp == NULL)
+		goto out;
+	if ((in = open(src, O_RDONLY | O_CLOEXEC)) < 0) {
+		kiln_err_errno(err, errno, "open %s", src);
+		goto out;
+	}
+	if ((out = mkstemp(tmp)) < 0) {
+		kiln_err_errno(err, errno, "create %s", tmp);
+		goto out;
+	}
+	for (;;) {
+		ssize_t n = read(in, buf, CHUNK);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			kiln_err_errno(err, errno, "read %s", src);
+			goto out;
+		}
+		if (n == 0)
+			break;
+		kiln_hasher_update(h, buf, (size_t)n);
+		for (ssize_t off = 0; off < n; off += BLK) {
+			size_t len = (size_t)(n - off < BLK ? n - off : BLK);
+			if (sparse && all_zero(buf + off, len))
+				continue; /* a hole: ftruncate below gives the length */
+			if (pwrite(out, buf + off, len, (off_t)(total + (uint64_t)off)) != (ssize_t)len) {
+				kiln_err_errno(err, errno, "write %s", tmp);
+				goto out;
+			}
+		}
+		total += (uint64_t)n;
+	}
+	if (ftruncate(out, (off_t)total) < 0 || fsync(out) < 0) {
+		kiln_err_errno(err, errno, "write %s", tmp);
+		goto out;
+	}
+	kiln_hasher_final(h, digest);
+	h = NULL;
+	close(out);
+	out = -1;
+	if (commit_blob(tmp, digest, err) < 0)
+		goto out;
+	if (size)
+		*size = total;
+	rc = 0;
+out:
+	if (rc < 0 && tmp)
+		unlink(tmp);
+	if (h)
+		kiln_hasher_final(h, (char[KILN_DIGEST_MAX]){ 0 });
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	free(tmp);
+	free(buf);
+	return rc;
+}
+
+int snap_blob_put_data(const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err)
+{
+	char *tmp = blob_tmp(err), *path = NULL;
+	int rc = -1;
+
+	if (tmp == NULL)
+		return -1;
+	kiln_digest_buf(KILN_SHA256, data, len, digest);
+	path = snap_blob_path(digest);
+	rc = kiln_write_atomic(path, data, len, 0444, err);
+	free(path);
+	free(tmp);
+	return rc;
+}
+
+/* NAME[:TAG] with the tag defaulting to "latest"; names as in OCI. */
+static int split_ref(const char *ref, char **name, char **tag, kiln_error **err)
+{
+	const char *colon = strrchr(ref, ':');
+
+	if (colon && strchr(colon, '/'))
+		colon = NULL;
+	*name = colon ? kiln_xstrndup(ref, (size_t)(colon - ref)) : kiln_xstrdup(ref);
+	*tag = kiln_xstrdup(colon ? colon + 1 : "latest");
+	bool ok = **name && **tag && (*name)[0] != '/' && (*name)[0] != '.' && strlen(*tag) <= 128;
+	for (const char *p = *name; ok && *p; p++)
+		ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || strchr("._-/", *p) ||
+		     (*p == '.' && p[1] != '.');
+	ok = ok && strstr(*name, "..") == NULL && strstr(*name, "//") == NULL;
+	for (const char *p = *tag; ok && *p; p++)
+		ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		     strchr("._-", *p);
+	ok = ok && (*tag)[0] != '.' && (*tag)[0] != '-';
+	if (!ok) {
+		free(*name);
+		free(*tag);
+		*name = *tag = NULL;
+		return kiln_err(err, KILN_E_USAGE,
+				"bad template name '%s' (want NAME[:TAG], lower-case name of [a-z0-9._-/])", ref);
+	}
+	return 0;
+}
+
+int snap_ref_check(const char *ref, kiln_error **err)
+{
+	char *name = NULL, *tag = NULL;
+
+	if (split_ref(ref, &name, &tag, err) < 0)
+		return -1;
+	free(name);
+	free(tag);
+	return 0;
+}
+
+int snap_ref_set(const char *ref, const char *digest, kiln_error **err)
+{
+	char *name = NULL, *tag = NULL, *store = snap_store_dir(), *dir = NULL, *path = NULL;
+	int rc = -1;
+
+	if (split_ref(ref, &name, &tag, err) < 0)
+		goto out;
+	dir = kiln_xasprintf("%s/refs/%s", store, name);
+	path = kiln_xasprintf("%s/%s", dir, tag);
+	if (kiln_mkdir_p(dir, 0755, err) < 0)
+		goto out;
+	char *line = kiln_xasprintf("%s\n", digest);
+	rc = kiln_write_atomic(path, line, strlen(line), 0644, err);
+	free(line);
+out:
+	free(name);
+	free(tag);
+	free(store);
+	free(dir);
+	free(path);
+	return rc;
+}
+
+static bool is_hex(const char *s, size_t min)
+{
+	size_t n = strspn(s, "0123456789abcdef");
+	return n >= min && s[n] == '\0';
+}
+
+/* A unique blob whose hex starts with prefix. */
+static char *resolve_prefix(const char *prefix, kiln_error **err)
+{
+	char *store = snap_store_dir(), *dir = kiln_xasprintf("%s/blobs/sha256", store), *found = NULL;
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	while (d && (de = readdir(d)) != NULL) {
+		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 && is_hex(de->d_name, 64)) {
+			if (n++ == 0)
+				found = kiln_xasprintf("sha256:%s", de->d_name);
+		}
+	}
+	if (d)
+		closedir(d);
+	if (n != 1) {
+		free(found);
+		found = NULL;
+		kiln_err(err, n ? KILN_E_USAGE : KILN_E_NOTFOUND, "template %s: %s", prefix,
+			 n ? "ambiguous digest prefix" : "no such template");
+	}
+	free(store);
+	free(dir);
+	return found;
+}
+
+static char *resolve_ref(const char *ref, kiln_error **err)
+{
+	char *name = NULL, *tag = NULL, *store = NULL, *path = NULL, *data = NULL, *digest = NULL;
+	size_t len = 0;
+
+	if (strncmp(ref, "sha256:", 7) == 0) {
+		if (!is_hex(ref + 7, 64)) {
+			kiln_err(err, KILN_E_USAGE, "bad digest '%s'", ref);
+			return NULL;
+		}
+		return kiln_xstrdup(ref);
+	}
+	if (is_hex(ref, 8) && strlen(ref) <= 64) {
+		kiln_error *e = NULL;
+		digest = resolve_prefix(ref, &e);
+		if (digest)
+			return digest;
+		if (strstr(kiln_error_message(e), "ambiguous")) {
+			if (err)
+				*err = e;
+			else
+				kiln_error_free(e);
+			return NULL;
+		}
+		kiln_error_free(e); /* not a digest: maybe a name made of hex digits */
+	}
+	if (split_ref(ref, &name, &tag, err) < 0)
+		return NULL;
+	store = snap_store_dir();
+	path = kiln_xasprintf("%s/refs/%s/%s", store, name, tag);
+	if (kiln_read_file(path, &data, &len, 200, err) < 0) {
+		kiln_error_clear(err);
+		kiln_err(err, KILN_E_NOTFOUND, "no template %s:%s (kiln snapshot makes one)", name, tag);
+	} else {
+		while (len && (data[len - 1] == '\n' || data[len - 1] == ' '))
+			data[--len] = '\0';
+		if (strncmp(data, "sha256:", 7) == 0 && is_hex(data + 7, 64))
+			digest = kiln_xstrdup(data);
+		else
+			kiln_err(err, KILN_E_INVALID, "template ref %s is corrupted", path);
+	}
+	free(name);
+	free(tag);
+	free(store);
+	free(path);
+	free(data);
+	return digest;
+}
+
+static const char *blob_digest(const json_t *cfg, const char *key)
+{
+	const json_t *o = json_object_get(cfg, key);
+	return o ? kiln_json_str(o, "digest") : NULL;
+}
+
+snap_template *snap_template_open(const char *ref, kiln_error **err)
+{
+	snap_template *t = kiln_xcalloc(1, sizeof(*t));
+	char *path = NULL, *data = NULL;
+	char got[KILN_DIGEST_MAX];
+	size_t len = 0;
+	const json_t *env;
+
+	if ((t->digest = resolve_ref(ref, err)) == NULL)
+		goto fail;
+	path = snap_blob_path(t->digest);
+	if (kiln_read_file(path, &data, &len, 1 << 20, err) < 0) {
+		kiln_error_clear(err);
+		kiln_err(err, KILN_E_NOTFOUND, "template %s: config blob %s is missing", ref, path);
+		goto fail;
+	}
+	kiln_digest_buf(KILN_SHA256, data, len, got);
+	if (strcmp(got, t->digest) != 0) {
+		kiln_err(err, KILN_E_INVALID, "template %s is corrupted: its config blob has digest %s, not %s", ref, got,
+			 t->digest);
+		goto fail;
+	}
+	if ((t->config = kiln_json_loadb(data, len, path, err)) == NULL)
+		goto fail;
+	if (kiln_json_int(t->config, "schemaVersion", 0) != SNAP_SCHEMA ||
+	    strcmp(kiln_json_str(t->config, "mediaType") ? kiln_json_str(t->config, "mediaType") : "",
+		   SNAP_CONFIG_MEDIA) != 0) {
+		kiln_err(err, KILN_E_INVALID, "template %s: not a kiln template config (schema %d)", ref,
+			 (int)kiln_json_int(t->config, "schemaVersion", 0));
+		goto fail;
+	}
+	const char *m = blob_digest(t->config, "memory"), *s = blob_digest(t->config, "state"),
+		   *d = blob_digest(t->config, "disk");
+	if (!m || !s || !d) {
+		kiln_err(err, KILN_E_INVALID, "template %s: config names no memory, state or disk blob", ref);
+		goto fail;
+	}
+	t->memory = snap_blob_path(m);
+	t->state = snap_blob_path(s);
+	t->disk = snap_blob_path(d);
+	env = json_object_get(t->config, "env");
+	for (size_t i = 0; json_is_array(env) && i < json_array_size(env); i++)
+		if (json_is_string(json_array_get(env, i)))
+			kiln_strv_push(&t->env, json_string_value(json_array_get(env, i)));
+	free(path);
+	free(data);
+	return t;
+fail:
+	kiln_error_wrap(err, "opening template %s", ref);
+	free(path);
+	free(data);
+	snap_template_free(t);
+	return NULL;
+}
+
+void snap_template_free(snap_template *t)
+{
+	if (t == NULL)
+		return;
+	free(t->digest);
+	json_decref(t->config);
+	free(t->memory);
+	free(t->state);
+	free(t->disk);
+	kiln_strv_free(&t->env);
+	free(t);
+}
+
+const char *snap_template_digest(const snap_template *t) { return t->digest; }
+const json_t *snap_template_config(const snap_template *t) { return t->config; }

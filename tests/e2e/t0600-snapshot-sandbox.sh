@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# t0600-snapshot-sandbox.sh — one template (busybox httpd started by the start
+# command, polled by the ready command) shared by every check: sandboxes
+# restored from it answer through the server at once, see the start command's
+# file, keep state between execs, are private to each other, get their own
+# hostname and a correct clock; corrupted or mismatched templates are refused;
+# dead sandboxes and a kiln killed mid-restore leave nothing after gc.
+. tests/e2e/lib.sh
+. tests/e2e/vmlib.sh
+vm_setup
+mkdir -p "$T_TMP/root/www"
+for a in cat ls hostname date head sleep; do ln -sf busybox "$T_TMP/root/bin/$a"; done
+echo "hello from the template" >"$T_TMP/root/www/index.html"
+expect_exit 0 "rootfs from a directory" $KILN rootfs --from-dir "$T_TMP/root" -o "$T_TMP/web.ext4" --free 16M
+SB="$KILN_HOME/sandboxes"
+
+# strays: QEMU processes started for this test's sandboxes.
+strays() { pgrep -f "$SB/" | wc -l; }
+
+start='busybox httpd -p 127.0.0.1:8080 -h /www; echo started-$$ > /tmp/marker; sync'
+ready='busybox wget -q -O- http://127.0.0.1:8080/index.html'
+expect_exit 1 "a ready command that never succeeds fails the snapshot" \
+	$KILN snapshot -t never --ready 'echo not yet; exit 3' --ready-timeout 2 "$T_TMP/web.ext4"
+expect_grep "the failure quotes the ready command's output" "ready command .* did not succeed.*exit 3.*not yet" "$T_TMP/err"
+expect_exit 0 "snapshot with a start and a ready command" \
+	$KILN snapshot -t web:v1 --start "$start" --ready "$ready" -e GREETING=hi --workdir /www "$T_TMP/web.ext4"
+expect_grep "the template's digest is printed" '^sha256:[0-9a-f]{64}$' "$T_TMP/out"
+digest=$(cat "$T_TMP/out")
+expect_exit 0 "snapshot ls" $KILN snapshot ls --json
+expect_grep "ls names the template" '"name": "web:v1"' "$T_TMP/out"
+cfg="$KILN_HOME/snapshots/blobs/sha256/${digest#sha256:}"
+mem=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["memory"]["digest"][7:])' "$cfg")
+memf="$KILN_HOME/snapshots/blobs/sha256/$mem"
+if [ "$(du -k "$memf" | cut -f1)" -lt $(( $(stat -c %s "$memf") / 1024 / 2 )) ]; then
+	ok "zero pages of the memory file take no space"
+else not_ok "zero pages of the memory file take no space ($(du -k "$memf"))"; fi
+expect_exit 0 "snapshot verify" $KILN snapshot verify web:v1
+
+expect_exit 0 "sandbox create" $KILN sandbox create --json web:v1
+a=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$T_TMP/out")
+expect_exit 0 "second sandbox create" $KILN sandbox create web:v1
+b=$(cat "$T_TMP/out")
+expect_exit 0 "the server started by the start command answers at once" \
+	$KILN sandbox exec "$a" -- busybox wget -q -O- http://127.0.0.1:8080/index.html
+expect_grep "...with the page" '^hello from the template$' "$T_TMP/out"
+expect_exit 0 "the start command's file is there" $KILN sandbox exec "$a" -- cat /tmp/marker
+expect_grep "...with its content" '^started-[0-9]+$' "$T_TMP/out"
+expect_exit 0 "exec gets the template's env and workdir" $KILN sandbox exec "$a" -- sh -c 'echo $GREETING $(pwd)'
+expect_eq "...GREETING and /www" "$(cat "$T_TMP/out")" "hi /www"
+expect_exit 7 "exec returns the command's exit code" $KILN sandbox exec "$a" -- sh -c 'echo to-err >&2; exit 7'
+expect_grep "...and its stderr" '^to-err$' "$T_TMP/err"
+expect_exit 0 "sandbox A writes a file" $KILN sandbox exec "$a" -- sh -c 'echo A > /tmp/mine-a; sleep 1000 & echo $! > /tmp/bg'
+expect_exit 0 "sandbox B writes another" $KILN sandbox exec "$b" -- sh -c 'echo B > /tmp/mine-b'
+expect_exit 0 "A's state persists between execs" $KILN sandbox exec "$a" -- sh -c 'cat /tmp/mine-a; kill -0 $(cat /tmp/bg) && echo bg-alive'
+expect_eq "...its file and background process" "$(tr '\n' ' ' <"$T_TMP/out")" "A bg-alive "
+expect_exit 1 "A does not see B's file" $KILN sandbox exec "$a" -- cat /tmp/mine-b
+expect_exit 1 "B does not see A's file" $KILN sandbox exec "$b" -- cat /tmp/mine-a
+expect_exit 0 "a third sandbox (kiln run) sees neither" $KILN run web:v1 -- ls /tmp
+expect_eq "...only the template's file" "$(cat "$T_TMP/out")" "marker"
+expect_exit 0 "hostname is the sandbox id" $KILN sandbox exec "$a" -- hostname
+expect_eq "...for A" "$(cat "$T_TMP/out")" "$a"
+expect_exit 0 "guest clock" $KILN sandbox exec "$b" -- date +%s
+d=$(( $(cat "$T_TMP/out") - $(date +%s) ))
+if [ "${d#-}" -le 1 ]; then ok "the restored guest's clock is right (off by ${d}s)"; else not_ok "guest clock off by ${d}s"; fi
+expect_exit 0 "random state differs between sandboxes" $KILN sandbox exec "$a" -- head -c 16 /dev/urandom
+ra=$(od -An -tx1 <"$T_TMP/out")
+$KILN sandbox exec "$b" -- head -c 16 /dev/urandom >"$T_TMP/rb"
+expect_eq "...(A and B read different bytes)" "$([ "$ra" != "$(od -An -tx1 <"$T_TMP/rb")" ] && echo differ)" "differ"
+
+expect_exit 0 "sandbox ls" $KILN sandbox ls
+expect_eq "ls shows both running" "$(grep -c running "$T_TMP/out")" "2"
+expect_exit 0 "kill A" $KILN sandbox kill "$a"
+expect_exit 1 "exec in a killed sandbox fails" $KILN sandbox exec "$a" -- true
+expect_grep "...saying there is no such sandbox" "no sandbox $a" "$T_TMP/err"
+pkill -KILL -f "$SB/$b/" # B's QEMU dies under it
+sleep 0.5
+expect_exit 0 "ls after B's QEMU died" $KILN sandbox ls
+expect_grep "ls says B is dead" "^$b +dead" "$T_TMP/out"
+expect_exit 1 "exec in a dead sandbox fails clearly" $KILN sandbox exec "$b" -- true
+expect_grep "...saying it is dead" "sandbox $b is dead" "$T_TMP/err"
+
+# kiln killed mid-restore (at several points): gc leaves nothing.
+for delay in 0.05 0.2 0.4; do
+	$KILN sandbox create web:v1 >/dev/null 2>&1 &
+	sleep $delay
+	kill -KILL $! 2>/dev/null
+	wait $! 2>/dev/null
+done
+expect_exit 0 "sandbox gc" $KILN sandbox gc
+expect_eq "no sandbox directories left" "$(ls -A "$SB")" ""
+expect_eq "no QEMU left" "$(strays)" "0"
+$KILN sandbox create web:v1 >/dev/null 2>&1 &
+sleep 0.3
+kill -TERM $! 2>/dev/null
+wait $! 2>/dev/null
+$KILN sandbox ls >"$T_TMP/ls" 2>&1
+n=$(ls -A "$SB" | wc -l)
+if ! grep -Eq 'dead|creating' "$T_TMP/ls" && [ "$(strays)" = "$n" ]; then
+	ok "SIGTERM during a create leaves nothing half-made ($n whole sandbox)"
+else not_ok "SIGTERM during a create left: $(cat "$T_TMP/ls"), $(strays) QEMU"; fi
+[ "$n" = 0 ] || $KILN sandbox kill $(ls "$SB") >/dev/null 2>&1
+
+# Refusals.  A corrupted state blob: clear error, nothing left.
+st=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["state"]["digest"][7:])' "$cfg")
+stf="$KILN_HOME/snapshots/blobs/sha256/$st"
+cp "$stf" "$T_TMP/state.bak"
+chmod u+w "$stf"
+printf 'X' | dd of="$stf" bs=1 seek=100 conv=notrunc 2>/dev/null
+expect_exit 1 "a corrupted state blob is refused" $KILN sandbox create web:v1
+expect_grep "...with a clear error" "state blob is corrupted" "$T_TMP/err"
+cp "$T_TMP/state.bak" "$stf"
+mv "$memf" "$memf.orig"
+cp --sparse=always "$memf.orig" "$memf" && truncate -s -4096 "$memf"
+expect_exit 1 "a truncated memory file is refused" $KILN sandbox create web:v1
+expect_grep "...with a clear error" "memory blob is corrupted" "$T_TMP/err"
+mv -f "$memf.orig" "$memf"
+# A template made with another QEMU (its config says so, digest intact).
+python3 - "$cfg" "$KILN_HOME/snapshots" <<'EOF'
+import hashlib, json, os, sys
+c = json.load(open(sys.argv[1]))
+c["depends"]["qemu"] = "99.0.0"
+data = json.dumps(c, sort_keys=True, separators=(",", ":")).encode()
+h = hashlib.sha256(data).hexdigest()
+open(os.path.join(sys.argv[2], "blobs/sha256", h), "wb").write(data)
+os.makedirs(os.path.join(sys.argv[2], "refs/otherqemu"), exist_ok=True)
+open(os.path.join(sys.argv[2], "refs/otherqemu/latest"), "w").write("sha256:" + h + "\n")
+EOF
+expect_exit 1 "a template made with another QEMU is refused" $KILN sandbox create otherqemu
+expect_grep "...naming both versions" "made with QEMU 99.0.0, this host has QEMU" "$T_TMP/err"
+# A host whose TSC runs at another rate (the cached measurement edited).
+cp "$KILN_HOME/snapshots/host-tsc.json" "$T_TMP/tsc.bak"
+python3 - "$KILN_HOME/snapshots/host-tsc.json" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1])); j["tsc_khz"] = j["tsc_khz"] * 2
+json.dump(j, open(sys.argv[1], "w"))
+EOF
+expect_exit 1 "a template from a host with another TSC rate is refused" $KILN sandbox create web:v1
+expect_grep "...saying why" "TSC, this host's runs at" "$T_TMP/err"
+cp "$T_TMP/tsc.bak" "$KILN_HOME/snapshots/host-tsc.json"
+# A config blob whose bytes do not match its digest.
+chmod u+w "$cfg"; cp "$cfg" "$T_TMP/cfg.bak"; sed -i 's/"cpus":1/"cpus":2/' "$cfg"
+expect_exit 1 "a corrupted config is refused" $KILN sandbox create web:v1
+expect_grep "...with a clear error" "is corrupted: its config blob has digest" "$T_TMP/err"
+cp "$T_TMP/cfg.bak" "$cfg"
+expect_exit 1 "an unknown template" $KILN sandbox create nosuch:tag
+expect_grep "...is named" "no template nosuch:tag" "$T_TMP/err"
+expect_exit 0 "the restored template still works" $KILN run web:v1 -- cat /www/index.html
+expect_eq "nothing left after the refusals" "$(ls -A "$SB")$(strays)" "0"
+$KILN sandbox gc >/dev/null 2>&1

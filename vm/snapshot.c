@@ -1,0 +1,220 @@
+/* snapshot.c — the VM side of snapshots: saving a paused guest's device state
+ * with x-ignore-shared (the RAM file stays where it is), the command line of a
+ * QEMU that restores it (same machine, RAM mapped private copy-on-write,
+ * `-incoming defer`) and loading the state into it over QMP.  The machine
+ * options repeat launch.c's start_qemu: vm_machine_signature is what a
+ * snapshot records so that a drift between the two is refused, not hung. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vm/internal.h"
+
+static void nap_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+#define MACHINE "microvm,x-option-roms=off,auto-kernel-cmdline=off,memory-backend=mem"
+
+char *vm_machine_signature(enum vm_accel accel, unsigned cpus, unsigned memory_mib, bool net)
+{
+	bool kvm = accel == VM_ACCEL_KVM;
+
+	return kiln_xasprintf("-M %s -accel %s -cpu %s -smp %u -m %uM virtio-blk-device virtio-serial-device"
+			      " virtserialport:org.kiln.agent serial:ttyS0%s",
+			      MACHINE, kvm ? "kvm" : "tcg", kvm ? "host" : "max", cpus, memory_mib,
+			      net ? " virtio-net-device:user" : "");
+}
+
+char *vm_overlay_path(const vm_instance *v)
+{
+	return kiln_path_join(vm_dir(v), "root.qcow2");
+}
+
+char *vm_qmp_version_string(const vm_qmp *q)
+{
+	const json_t *v = vm_qmp_version(q);
+	const json_t *qe = v ? json_object_get(v, "qemu") : NULL;
+	const char *pkg = v ? kiln_json_str(v, "package") : NULL;
+
+	if (qe == NULL)
+		return kiln_xstrdup("unknown");
+	return kiln_xasprintf("%d.%d.%d%s%s", (int)kiln_json_int(qe, "major", 0), (int)kiln_json_int(qe, "minor", 0),
+			      (int)kiln_json_int(qe, "micro", 0), pkg && *pkg ? " " : "", pkg ? pkg : "");
+}
+
+/* Paths go through QEMU's exec: (a shell); kiln names them, but be sure. */
+static int shell_safe(const char *path, kiln_error **err)
+{
+	if (strchr(path, '\'') || strchr(path, '\n'))
+		return kiln_err(err, KILN_E_INVALID, "snapshot path %s contains a quote or newline", path);
+	return 0;
+}
+
+static int set_ignore_shared(vm_qmp *q, bool events, kiln_error **err)
+{
+	json_t *caps = json_array(), *r;
+
+	json_array_append_new(caps, json_pack("{s:s, s:b}", "capability", "x-ignore-shared", "state", 1));
+	if (events)
+		json_array_append_new(caps, json_pack("{s:s, s:b}", "capability", "events", "state", 1));
+	json_t *args = json_pack("{s:o}", "capabilities", caps);
+	r = vm_qmp_execute(q, "migrate-set-capabilities", args, 5000, err);
+	json_decref(args);
+	if (r == NULL)
+		return -1;
+	json_decref(r);
+	return 0;
+}
+
+/* Poll query-migrate until the migration ends. */
+static int wait_migration(vm_qmp *q, double deadline, kiln_error **err)
+{
+	for (;;) {
+		json_t *r = vm_qmp_execute(q, "query-migrate", NULL, 5000, err);
+		const char *st;
+		int rc = 1;
+		if (r == NULL)
+			return -1;
+		st = kiln_json_str(r, "status");
+		if (st && strcmp(st, "completed") == 0)
+			rc = 0;
+		else if (st && (strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0)) {
+			const char *why = kiln_json_str(r, "error-desc");
+			rc = kiln_err(err, KILN_E_GENERIC, "migration %s: %s", st, why ? why : "no reason given");
+		}
+		json_decref(r);
+		if (rc <= 0)
+			return rc;
+		if (now_ms() >= deadline)
+			return kiln_err(err, KILN_E_GENERIC, "saving the VM state did not finish in time");
+		nap_ms(2);
+	}
+}
+
+int vm_snapshot_save(vm_instance *v, const char *state_path, int timeout_ms, kiln_error **err)
+{
+	vm_qmp *q = vm_get_qmp(v);
+	double deadline = now_ms() + timeout_ms;
+	json_t *r = NULL, *args = NULL;
+	char *uri = NULL;
+	int rc = -1;
+
+	if (q == NULL || shell_safe(state_path, err) < 0)
+		goto out;
+	if ((r = vm_qmp_execute(q, "stop", NULL, 5000, err)) == NULL)
+		goto out;
+	json_decref(r);
+	if (set_ignore_shared(q, false, err) < 0)
+		goto out;
+	uri = kiln_xasprintf("exec:cat > '%s'", state_path);
+	args = json_pack("{s:s}", "uri", uri);
+	if ((r = vm_qmp_execute(q, "migrate", args, 5000, err)) == NULL)
+		goto out;
+	json_decref(r);
+	rc = wait_migration(q, deadline, err);
+out:
+	if (rc < 0)
+		kiln_error_wrap(err, "saving the VM state to %s", state_path);
+	json_decref(args);
+	free(uri);
+	return rc;
+}
+
+void vm_restore_argv(const struct vm_restore_config *c, kiln_strv *av)
+{
+	const char *qemu = getenv("KILN_QEMU");
+	bool kvm = c->accel == VM_ACCEL_KVM;
+
+	kiln_strv_push(av, qemu && *qemu ? qemu : "qemu-system-x86_64");
+	kiln_strv_push(av, "-M");
+	kiln_strv_push(av, MACHINE);
+	kiln_strv_push(av, "-accel");
+	kiln_strv_push(av, kvm ? "kvm" : "tcg");
+	kiln_strv_push(av, "-cpu");
+	kiln_strv_push(av, kvm ? "host" : "max");
+	kiln_strv_push(av, "-smp");
+	kiln_strv_push_owned(av, kiln_xasprintf("%u", c->cpus));
+	kiln_strv_push(av, "-m");
+	kiln_strv_push_owned(av, kiln_xasprintf("%uM", c->memory_mib));
+	kiln_strv_push(av, "-object");
+	kiln_strv_push_owned(av, kiln_xasprintf("memory-backend-file,id=mem,size=%uM,mem-path=%s,share=off",
+						c->memory_mib, c->memory_file));
+	kiln_strv_push(av, "-nodefaults");
+	kiln_strv_push(av, "-no-user-config");
+	kiln_strv_push(av, "-display");
+	kiln_strv_push(av, "none");
+	kiln_strv_push(av, "-no-reboot");
+	kiln_strv_push(av, "-chardev");
+	kiln_strv_push_owned(av, kiln_xasprintf("file,id=con,path=%s/console.log", c->dir));
+	kiln_strv_push(av, "-serial");
+	kiln_strv_push(av, "chardev:con");
+	kiln_strv_push(av, "-qmp");
+	kiln_strv_push_owned(av, kiln_xasprintf("unix:%s/qmp.sock,server=on,wait=off", c->dir));
+	kiln_strv_push(av, "-drive");
+	kiln_strv_push_owned(av, kiln_xasprintf("id=root,file=%s,format=qcow2,if=none,snapshot=on", c->disk));
+	kiln_strv_push(av, "-device");
+	kiln_strv_push(av, "virtio-blk-device,drive=root");
+	kiln_strv_push(av, "-device");
+	kiln_strv_push(av, "virtio-serial-device");
+	kiln_strv_push(av, "-chardev");
+	kiln_strv_push_owned(av, kiln_xasprintf("socket,id=agent,path=%s/agent.sock,server=on,wait=off", c->dir));
+	kiln_strv_push(av, "-device");
+	kiln_strv_push(av, "virtserialport,chardev=agent,name=org.kiln.agent");
+	if (c->net) {
+		kiln_strv_push(av, "-netdev");
+		kiln_strv_push(av, "user,id=net0");
+		kiln_strv_push(av, "-device");
+		kiln_strv_push(av, "virtio-net-device,netdev=net0");
+	}
+	kiln_strv_push(av, "-incoming");
+	kiln_strv_push(av, "defer");
+}
+
+int vm_snapshot_load(vm_qmp *q, const char *state_path, int timeout_ms, kiln_error **err)
+{
+	double deadline = now_ms() + timeout_ms;
+	json_t *r, *args = NULL;
+	char *uri = NULL;
+	int rc = -1;
+
+	if (shell_safe(state_path, err) < 0 || set_ignore_shared(q, false, err) < 0)
+		goto out;
+	uri = kiln_xasprintf("exec:cat '%s'", state_path);
+	args = json_pack("{s:s}", "uri", uri);
+	if ((r = vm_qmp_execute(q, "migrate-incoming", args, 5000, err)) == NULL)
+		goto out;
+	json_decref(r);
+	if ((rc = wait_migration(q, deadline, err)) < 0)
+		goto out;
+	/* The state says "paused" (it was saved from a stopped guest). */
+	if ((r = vm_qmp_execute(q, "cont", NULL, 5000, err)) == NULL)
+		rc = -1;
+	json_decref(r);
+out:
+	if (rc < 0)
+		kiln_error_wrap(err, "loading the VM state from %s", state_path);
+	json_decref(args);
+	free(uri);
+	return rc;
+}
+
+int vm_overlay_rebase(const char *overlay, const char *backing_raw, kiln_error **err)
+{
+	char *const av[] = { "qemu-img", "rebase", "-q", "-u", "-f", "qcow2", "-F", "raw", "-b", (char *)backing_raw,
+			     (char *)overlay, NULL };
+
+	if (vm_run_tool(av, err) < 0)
+		return kiln_error_wrap(err, "rebasing %s onto %s", overlay, backing_raw);
+	return 0;
+}
