@@ -82,12 +82,12 @@ static int start_and_wait(vm_instance *v, const struct snap_finalize_opts *o, ki
 {
 	struct guest_exec_opts x;
 	struct guest_result res;
-	guest_conn *c = guest_connect(vm_agent_socket(v), 30000, err);
+	guest_conn *c = vm_agent(v); /* owned by the VM */
 	guest_proc *p;
 	int rc = -1;
 
 	if (c == NULL)
-		return -1;
+		return kiln_err(err, KILN_E_GENERIC, "the VM has no agent connection");
 	if (o->start_cmd && *o->start_cmd) {
 		exec_opts(o, &x);
 		x.shell = o->start_cmd;
@@ -107,7 +107,6 @@ static int start_and_wait(vm_instance *v, const struct snap_finalize_opts *o, ki
 		goto out;
 	rc = 0;
 out:
-	guest_close(c);
 	return rc;
 }
 
