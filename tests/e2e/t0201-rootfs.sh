@@ -53,6 +53,9 @@ expect_exit 0 "kiln rootfs oci:DIR:TAG" "$KILN" rootfs "oci:$W/oci:t" -o "$W/a.e
 expect_grep "summary names the layers" '4 layers' "$T_TMP/err"
 expect_exit 0 "e2fsck -fn passes" e2fsck -fn "$W/a.ext4"
 expect_grep "files are contiguous" '\(0\.0% non-contiguous\)' "$T_TMP/out"
+dumpe2fs -h "$W/a.ext4" >"$W/sb" 2>/dev/null
+expect_grep "journal, htree, extents, checksums" '^Filesystem features:.*has_journal.*dir_index.*extent.*metadata_csum' "$W/sb"
+expect_grep "4 KiB blocks" '^Block size: +4096$' "$W/sb"
 listing "$W/a.ext4" "$W/a.list"
 umoci unpack --image "$W/oci:t" "$W/u" >/dev/null 2>&1
 python3 "$D/treelist.py" "$W/u/rootfs" >"$W/u.list"
