@@ -186,6 +186,11 @@ int dfp_resolve_from(const struct dfp_ctx *c, const struct df_node *n, int cur, 
 		     int *stage, kiln_error **err);
 /* The value of a mount spec's from= field, or NULL (caller frees). */
 char *dfp_mount_from(const char *spec);
+/* 0 if ref is a valid image reference (distribution/reference grammar),
+ * else -1 with *why set (caller frees). */
+int dfp_check_reference(const char *ref, char **why);
+/* Fail at node n unless ref (a stage base or --from image) parses. */
+int dfp_require_reference(const struct dfp_ctx *c, const struct df_node *n, const char *ref, kiln_error **err);
 /* "--name=value" -> {name, value}. */
 void dfp_parse_flags(const struct df_node *n, struct df_kv **out, size_t *n_out);
 

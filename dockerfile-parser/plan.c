@@ -61,9 +61,23 @@ const char *dfp_env_lookup(void *ctx, const char *name)
 
 /* In FROM lines a global ARG declared without a value counts as set to ""
  * (BuildKit's metaArgsToMap). */
+struct meta_ctx {
+	const struct dfp_env *env;
+	kiln_strv *missing; /* names looked up but not declared, or NULL */
+};
+
 static const char *meta_lookup(void *ctx, const char *name)
 {
-	struct df_kv *kv = dfp_env_find(ctx, name);
+	struct meta_ctx *m = ctx;
+	struct df_kv *kv = dfp_env_find(m->env, name);
+
+	if (!kv && m->missing) {
+		bool seen = false;
+		for (size_t i = 0; i < m->missing->n; i++)
+			seen |= strcmp(m->missing->v[i], name) == 0;
+		if (!seen)
+			kiln_strv_push(m->missing, name);
+	}
 	return kv ? (kv->value ? kv->value : "") : NULL;
 }
 
@@ -278,16 +292,32 @@ static int init_meta(struct dfp_ctx *c, kiln_error **err)
 
 /* ---- global ARGs and stages ---------------------------------------------- */
 
-static int expand_meta(struct dfp_ctx *c, const struct df_node *n, const char *word, char **out, kiln_error **err)
+/* Expand with the global ARGs; in FROM lines (from == true) a name no ARG
+ * declares gets BuildKit's UndefinedArgInFrom warning. */
+static int expand_meta(struct dfp_ctx *c, const struct df_node *n, const char *word, bool from, char **out,
+		       kiln_error **err)
 {
+	kiln_strv missing = KILN_STRV_INIT;
+	struct meta_ctx m = { &c->meta, from ? &missing : NULL };
 	kiln_error *e = NULL;
+	int rc = -1;
 
-	if (df_expand_word(word, c->ast->escape, meta_lookup, &c->meta, out, &e) < 0) {
+	if (df_expand_word(word, c->ast->escape, meta_lookup, &m, out, &e) < 0) {
 		dfp_fail(c, n, err, "%s", kiln_error_message(e));
 		kiln_error_free(e);
-		return -1;
+		goto out;
 	}
-	return 0;
+	for (size_t i = 0; i < missing.n; i++) {
+		char *where = dfp_where(c->ast, n);
+		kiln_strv_push_owned(&c->plan->warnings,
+				     kiln_xasprintf("%sFROM argument '%s' is not declared (UndefinedArgInFrom)", where,
+						    missing.v[i]));
+		free(where);
+	}
+	rc = 0;
+out:
+	kiln_strv_free(&missing);
+	return rc;
 }
 
 static int global_arg(struct dfp_ctx *c, const struct df_node *n, kiln_error **err)
@@ -304,7 +334,7 @@ static int global_arg(struct dfp_ctx *c, const struct df_node *n, kiln_error **e
 			return dfp_fail(c, n, err, "ARG names can not be blank");
 		}
 		/* the default is expanded (and may fail) even when overridden */
-		if (eq && expand_meta(c, n, eq + 1, &value, err) < 0) {
+		if (eq && expand_meta(c, n, eq + 1, false, &value, err) < 0) {
 			free(key);
 			return -1;
 		}
@@ -365,7 +395,7 @@ static int add_stage(struct dfp_ctx *c, const struct df_node *n, size_t node_ind
 				return dfp_fail(c, n, err, "duplicate stage name \"%s\" (first defined at line %d)",
 						st->name, p->stages[i].node->start_line);
 	}
-	if (expand_meta(c, n, n->args.v[0], &st->base, err) < 0)
+	if (expand_meta(c, n, n->args.v[0], true, &st->base, err) < 0)
 		return -1;
 	if (!*st->base)
 		return dfp_fail(c, n, err, "base name (%s) should not be blank", n->args.v[0]);
@@ -382,7 +412,7 @@ static int add_stage(struct dfp_ctx *c, const struct df_node *n, size_t node_ind
 			continue;
 		free(st->platform);
 		st->platform = NULL;
-		if (expand_meta(c, n, flags[i].value, &st->platform, err) < 0)
+		if (expand_meta(c, n, flags[i].value, true, &st->platform, err) < 0)
 			goto out;
 		if (platform_parse(st->platform, "platform", &plat, &e) < 0) {
 			dfp_fail(c, n, err, "failed to parse platform %s: %s", st->platform, kiln_error_cause(e));

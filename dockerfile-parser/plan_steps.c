@@ -251,8 +251,11 @@ static int do_copy(struct dfp_ctx *c, int stage, const struct df_node *n, const 
 		if (copy && !strcmp(k, "from")) {
 			if (dfp_resolve_from(c, n, stage, step->flags[i].value, false, &step->from_stage, err) < 0)
 				return -1;
-			if (step->from_stage < 0)
+			if (step->from_stage < 0) {
+				if (dfp_require_reference(c, n, step->flags[i].value, err) < 0)
+					return -1;
 				step->from_image = kiln_xstrdup(step->flags[i].value);
+			}
 		} else if (!strcmp(k, "chown") || !strcmp(k, "chmod") || !strcmp(k, "exclude") ||
 			   (!copy && !strcmp(k, "checksum"))) {
 			char *v = NULL;
@@ -294,7 +297,8 @@ static int do_run(struct dfp_ctx *c, int stage, const struct df_node *n, const s
 		if (expand_mount(c, n, s, &step->flags[i].value, err) < 0)
 			return -1;
 		from = dfp_mount_from(step->flags[i].value);
-		if (from && dfp_resolve_from(c, n, stage, from, true, &to, err) < 0) {
+		if (from && (dfp_resolve_from(c, n, stage, from, true, &to, err) < 0 ||
+			     (to < 0 && *from && dfp_require_reference(c, n, from, err) < 0))) {
 			free(from);
 			return -1;
 		}
@@ -438,9 +442,11 @@ static int dispatch(struct dfp_ctx *c, int stage, struct dfp_state *s, const str
 static int image_start(struct dfp_ctx *c, struct df_stage *st, struct dfp_state *s, kiln_error **err)
 {
 	struct df_image_config ic = { KILN_STRV_INIT, NULL, NULL, KILN_STRV_INIT };
-	bool scratch = strcasecmp(st->base, "scratch") == 0;
+	bool scratch = strcmp(st->base, "scratch") == 0;
 	int rc = -1;
 
+	if (!scratch && dfp_require_reference(c, st->node, st->base, err) < 0)
+		return -1;
 	if (!scratch && c->opts->image_config) {
 		kiln_error *e = NULL;
 		const struct df_kv *tp = dfp_env_find(&c->meta, "TARGETPLATFORM");

@@ -122,3 +122,11 @@ expect_exit 1 "bare --build-arg with K unset: K stays unset" env -u FOO "$KILN" 
 expect_grep "... so \${FOO:?} fails" 'bare:3:1: failed to process "\$\{FOO:\?\}": FOO: is not allowed to be unset' "$T_TMP/err"
 expect_exit 0 "bare --build-arg with K set" env FOO=fromenv "$KILN" dockerfile plan --build-arg FOO "$T_TMP/bare"
 expect_eq "... takes its value" "$(jq -r '.stages[0].steps[1].kvs[0].value' "$T_TMP/out")" "fromenv"
+
+# FROM with an empty ARG is a bad reference, as BuildKit reports it
+printf 'ARG TAG\nFROM alpine:$TAG\n' >"$T_TMP/emptytag"
+expect_exit 1 "empty tag exits 1" "$KILN" dockerfile plan "$T_TMP/emptytag"
+expect_grep "empty tag message" 'emptytag:2:1: failed to parse stage name "alpine:": invalid reference format' "$T_TMP/err"
+printf 'FROM alpine:${TAG:-3.19}\n' >"$T_TMP/undeclared"
+expect_exit 0 "undeclared FROM arg only warns" "$KILN" dockerfile plan "$T_TMP/undeclared"
+expect_grep "UndefinedArgInFrom warning" "undeclared:1:1: FROM argument 'TAG' is not declared" "$T_TMP/err"

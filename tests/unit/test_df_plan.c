@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "dockerfile-parser/dockerfile.h"
+#include "dockerfile-parser/internal.h"
 #include "tests/unit/test.h"
 
 static struct df_ast *g_ast;
@@ -345,6 +346,13 @@ static void test_errors(void)
 	expect_error("FROM alpine\nEXPOSE 80 ${PORT:?setPORT}\n", NULL, "PORT: setPORT");
 	expect_error("FROM alpine\nVOLUME $NOTHING\n", NULL, "VOLUME specified can not be an empty string");
 	expect_error("FROM --platform=$NOPE alpine\n", NULL, "failed to parse platform");
+	/* image references are checked as BuildKit's ParseNormalizedNamed does */
+	expect_error("ARG TAG\nFROM alpine:$TAG\n", NULL,
+		     "Dockerfile:2:1: failed to parse stage name \"alpine:\": invalid reference format");
+	expect_error("FROM Alpine\n", NULL, "invalid reference format: repository name must be lowercase");
+	expect_error("FROM alpine\nCOPY --from=Bad/Image /a /b\n", NULL,
+		     "Dockerfile:2:1: failed to parse stage name \"Bad/Image\"");
+	expect_error("FROM alpine\nRUN --mount=from=x//y,target=/m true\n", NULL, "Dockerfile:2:1: failed to parse stage name");
 }
 
 static int fake_image(void *ctx, const char *ref, const char *platform, struct df_image_config *out, kiln_error **err)
@@ -413,6 +421,49 @@ static void test_image_config(void)
 	done(p);
 }
 
+static void test_references_and_from_warnings(void)
+{
+	static const char *const good[] = { "alpine", "alpine:3.19", "docker.io/library/alpine:3.19",
+					    "localhost:5000/a/b:t", "my-reg.io:443/team/app_x__y.z:v1.2-rc",
+					    "[::1]:5000/x", "a--b", "REG.io/x",
+					    "alpine@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+					    NULL };
+	static const char *const bad[] = { "alpine:", "Alpine", "a//b", "x@sha256:12", ":tag", "-x", "a___b",
+					   "ghcr.io/Org/x", "a:b:c", "alpine:-x", NULL };
+	const char *df = "ARG A\nFROM alpine:${TAG:-3}${A}\nFROM --platform=${PLAT:-linux/arm64} ${X}busybox\n";
+	kiln_error *err = NULL;
+	struct df_plan *p;
+
+	for (size_t i = 0; good[i]; i++) {
+		char *why = NULL;
+		if (dfp_check_reference(good[i], &why) != 0)
+			printf("#   %s: %s\n", good[i], why);
+		CHECK_INT(dfp_check_reference(good[i], &why), 0);
+		free(why);
+	}
+	for (size_t i = 0; bad[i]; i++) {
+		char *why = NULL;
+		if (dfp_check_reference(bad[i], &why) == 0)
+			printf("#   %s: accepted\n", bad[i]);
+		else
+			CHECK(why && strstr(why, "invalid reference format"));
+		free(why);
+	}
+	p = plan_of(df, NULL, &err);
+	print_err(err);
+	CHECK(p != NULL);
+	if (p) {
+		CHECK_INT(p->warnings.n, 3);
+		if (p->warnings.n == 3) {
+			CHECK_STR(p->warnings.v[0], "Dockerfile:2:1: FROM argument 'TAG' is not declared (UndefinedArgInFrom)");
+			CHECK_STR(p->warnings.v[2], "Dockerfile:3:1: FROM argument 'PLAT' is not declared (UndefinedArgInFrom)");
+		}
+		CHECK_STR(p->stages[0].base, "alpine:3");
+		CHECK_STR(p->stages[1].platform, "linux/arm64");
+	}
+	done(p);
+}
+
 int main(void)
 {
 	RUN(test_arg_scoping);
@@ -424,5 +475,6 @@ int main(void)
 	RUN(test_global_arg_without_value);
 	RUN(test_errors);
 	RUN(test_image_config);
+	RUN(test_references_and_from_warnings);
 	return test_done();
 }
