@@ -91,6 +91,11 @@ enum vm_accel { VM_ACCEL_AUTO = 0, VM_ACCEL_KVM, VM_ACCEL_TCG };
  * changes are exactly that directory.  WRITABLE: the disk mounted read-write. */
 enum vm_root_mode { VM_ROOT_OVERLAY = 0, VM_ROOT_WRITABLE };
 
+/* Paths inside the guest (see docs/vm.md, "Init protocol"). */
+#define VM_GUEST_UPPER_DIR "/run/kiln/upper" /* overlay mode: everything changed */
+#define VM_GUEST_LOWER_DIR "/run/kiln/lower" /* overlay mode: the base, read-only */
+#define VM_GUEST_BUSYBOX "/run/kiln/bin/busybox"
+
 struct vm_config {
 	const char *rootfs;        /* ext4 image (required) */
 	unsigned cpus;             /* default 1 */
