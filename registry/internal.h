@@ -179,6 +179,30 @@ void reg_token_handle(reg_req *r);
 /* The server's HMAC key for issued tokens (DATA/auth.key, made on first use). */
 int reg_auth_key(const char *data_dir, unsigned char key[32], kiln_error **err);
 
+/* S3 client (s3.c) for the object-storage backend: path-style requests
+ * signed with AWS SigV4. */
+struct reg_s3_cfg {
+	char *endpoint;     /* "http://127.0.0.1:8000" */
+	char *region;       /* "us-east-1" */
+	char *bucket;
+	char *access_key, *secret_key;
+};
+/* The Authorization header value for a request (headers: "name:value", any
+ * order and case); path and query already URI-encoded and canonical. */
+char *reg_s3_authorization(const struct reg_s3_cfg *s3, const char *method, const char *path, const char *query,
+			   const char *const *headers, const char *payload_sha256, const char *amz_date);
+void reg_s3_uri_encode(kiln_buf *b, const char *s, int keep_slash);
+int reg_s3_create_bucket(const struct reg_s3_cfg *s3, kiln_error **err);
+int reg_s3_put(const struct reg_s3_cfg *s3, const char *key, const void *data, size_t len, kiln_error **err);
+int reg_s3_put_multipart(const struct reg_s3_cfg *s3, const char *key, const void *data, size_t len, size_t part_size,
+			 kiln_error **err);
+/* 1 exists (size set), 0 missing, -1 error. */
+int reg_s3_head(const struct reg_s3_cfg *s3, const char *key, int64_t *size, kiln_error **err);
+/* len < 0: to the end.  sink returns < 0 to stop. */
+int reg_s3_get(const struct reg_s3_cfg *s3, const char *key, int64_t off, int64_t len,
+	       int (*sink)(void *ud, const void *data, size_t len), void *ud, kiln_error **err);
+int reg_s3_delete(const struct reg_s3_cfg *s3, const char *key, kiln_error **err);
+
 /* Parse "n" / "last" query args; -1 when n is invalid (response set). */
 int reg_page_args(reg_req *r, long *n, const char **last);
 

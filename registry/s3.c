@@ -1,0 +1,411 @@
+/* s3.c — a small S3 client for the registry's object-storage backend: AWS
+ * Signature V4 (openssl HMAC-SHA256) over libcurl, path-style URLs, objects
+ * put whole or by multipart upload, ranged GETs, HEAD and DELETE.  Zero-byte
+ * objects are ordinary objects (no Range on them). */
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "registry/internal.h"
+
+#define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+static void hexify(const unsigned char *in, size_t n, char *out)
+{
+	static const char h[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = h[in[i] >> 4];
+		out[2 * i + 1] = h[in[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
+static void hmac(const void *key, size_t keylen, const char *msg, unsigned char out[32])
+{
+	unsigned int len = 32;
+
+	HMAC(EVP_sha256(), key, (int)keylen, (const unsigned char *)msg, strlen(msg), out, &len);
+}
+
+static void sha256_hex(const void *data, size_t len, char out[65])
+{
+	char d[KILN_DIGEST_MAX];
+
+	kiln_digest_buf(KILN_SHA256, data, len, d);
+	memcpy(out, d + 7, 65);
+}
+
+/* RFC 3986 unreserved characters stay; '/' stays in paths. */
+void reg_s3_uri_encode(kiln_buf *b, const char *s, int keep_slash)
+{
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/'))
+			kiln_buf_addc(b, (char)c);
+		else
+			kiln_buf_addf(b, "%%%02X", c);
+	}
+}
+
+static int cmp_hdr(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+char *reg_s3_authorization(const struct reg_s3_cfg *s3, const char *method, const char *path, const char *query,
+			   const char *const *headers, const char *payload_sha256, const char *amz_date)
+{
+	kiln_buf canon = KILN_BUF_INIT, signed_h = KILN_BUF_INIT, sts = KILN_BUF_INIT;
+	kiln_strv hv = KILN_STRV_INIT;
+	char creq_hash[65], date[9], sig[65];
+	unsigned char k[32], k2[32];
+	char *secret, *out;
+
+	/* Canonical headers: lowercase names, trimmed values, sorted by name. */
+	for (size_t i = 0; headers[i]; i++) {
+		const char *colon = strchr(headers[i], ':'), *v;
+		kiln_buf h = KILN_BUF_INIT;
+
+		if (colon == NULL)
+			continue;
+		for (const char *p = headers[i]; p < colon; p++)
+			kiln_buf_addc(&h, (char)tolower((unsigned char)*p));
+		kiln_buf_addc(&h, ':');
+		for (v = colon + 1; *v == ' '; v++)
+			;
+		kiln_buf_adds(&h, v);
+		while (h.len && h.buf[h.len - 1] == ' ')
+			h.buf[--h.len] = '\0';
+		kiln_strv_push_owned(&hv, kiln_buf_detach(&h));
+	}
+	qsort(hv.v, hv.n, sizeof(char *), cmp_hdr);
+	kiln_buf_addf(&canon, "%s\n%s\n%s\n", method, path, query ? query : "");
+	for (size_t i = 0; i < hv.n; i++) {
+		kiln_buf_addf(&canon, "%s\n", hv.v[i]);
+		kiln_buf_addf(&signed_h, "%s%.*s", i ? ";" : "", (int)strcspn(hv.v[i], ":"), hv.v[i]);
+	}
+	kiln_buf_addf(&canon, "\n%s\n%s", signed_h.buf, payload_sha256);
+	sha256_hex(canon.buf, canon.len, creq_hash);
+	snprintf(date, sizeof(date), "%.8s", amz_date);
+	kiln_buf_addf(&sts, "AWS4-HMAC-SHA256\n%s\n%s/%s/s3/aws4_request\n%s", amz_date, date, s3->region, creq_hash);
+	secret = kiln_xasprintf("AWS4%s", s3->secret_key);
+	hmac(secret, strlen(secret), date, k);
+	hmac(k, 32, s3->region, k2);
+	hmac(k2, 32, "s3", k);
+	hmac(k, 32, "aws4_request", k2);
+	hmac(k2, 32, sts.buf, k);
+	hexify(k, 32, sig);
+	out = kiln_xasprintf("AWS4-HMAC-SHA256 Credential=%s/%s/%s/s3/aws4_request, SignedHeaders=%s, Signature=%s",
+			     s3->access_key, date, s3->region, signed_h.buf, sig);
+	free(secret);
+	kiln_strv_free(&hv);
+	kiln_buf_free(&canon);
+	kiln_buf_free(&signed_h);
+	kiln_buf_free(&sts);
+	return out;
+}
+
+/* ---- requests ---- */
+
+struct s3_req {
+	const char *body;           /* request body in memory */
+	size_t body_len, body_off;
+	kiln_buf *resp;             /* response body, or NULL to use `sink` */
+	int (*sink)(void *ud, const void *data, size_t len);
+	void *ud;
+	char etag[128];
+	int64_t length;
+};
+
+static size_t on_read(char *buf, size_t sz, size_t n, void *ud)
+{
+	struct s3_req *q = ud;
+	size_t left = q->body_len - q->body_off, want = sz * n;
+
+	if (want > left)
+		want = left;
+	memcpy(buf, q->body + q->body_off, want);
+	q->body_off += want;
+	return want;
+}
+
+static size_t on_write(char *p, size_t sz, size_t n, void *ud)
+{
+	struct s3_req *q = ud;
+
+	if (q->resp) {
+		kiln_buf_add(q->resp, p, sz * n);
+		return sz * n;
+	}
+	return q->sink && q->sink(q->ud, p, sz * n) < 0 ? 0 : sz * n;
+}
+
+static size_t on_header(char *p, size_t sz, size_t n, void *ud)
+{
+	struct s3_req *q = ud;
+	size_t len = sz * n;
+
+	if (len > 5 && strncasecmp(p, "ETag:", 5) == 0) {
+		const char *v = p + 5;
+		while (*v == ' ')
+			v++;
+		snprintf(q->etag, sizeof(q->etag), "%.*s", (int)strcspn(v, "\r\n"), v);
+	} else if (len > 15 && strncasecmp(p, "Content-Length:", 15) == 0) {
+		q->length = strtoll(p + 15, NULL, 10);
+	}
+	return len;
+}
+
+/* One signed request; returns the HTTP status or -1 (transport error). */
+static long s3_do(const struct reg_s3_cfg *s3, const char *method, const char *key, const char *query,
+		  const char *range, struct s3_req *q, kiln_error **err)
+{
+	kiln_buf path = KILN_BUF_INIT, url = KILN_BUF_INIT;
+	char amz_date[17], payload[65], errbuf[CURL_ERROR_SIZE] = "";
+	const char *host = strstr(s3->endpoint, "://");
+	struct curl_slist *hl = NULL;
+	const char *hdrs[5];
+	char *h_host, *h_date, *h_sha, *h_range = NULL, *auth, *h_auth;
+	time_t now = time(NULL);
+	struct tm tm;
+	CURL *c;
+	long status = -1;
+	int nh = 0;
+
+	host = host ? host + 3 : s3->endpoint;
+	strftime(amz_date, sizeof(amz_date), "%Y%m%dT%H%M%SZ", gmtime_r(&now, &tm));
+	if (q->body && q->body_len)
+		sha256_hex(q->body, q->body_len, payload);
+	else
+		strcpy(payload, EMPTY_SHA256);
+	kiln_buf_addc(&path, '/');
+	reg_s3_uri_encode(&path, s3->bucket, 0);
+	if (key) {
+		kiln_buf_addc(&path, '/');
+		reg_s3_uri_encode(&path, key, 1);
+	}
+	kiln_buf_addf(&url, "%s%s%s%s", s3->endpoint, path.buf, query ? "?" : "", query ? query : "");
+	h_host = kiln_xasprintf("host:%.*s", (int)strcspn(host, "/"), host);
+	h_date = kiln_xasprintf("x-amz-date:%s", amz_date);
+	h_sha = kiln_xasprintf("x-amz-content-sha256:%s", payload);
+	hdrs[nh++] = h_host;
+	hdrs[nh++] = h_date;
+	hdrs[nh++] = h_sha;
+	if (range) {
+		h_range = kiln_xasprintf("range:%s", range);
+		hdrs[nh++] = h_range;
+	}
+	hdrs[nh] = NULL;
+	auth = reg_s3_authorization(s3, method, path.buf, query, hdrs, payload, amz_date);
+	h_auth = kiln_xasprintf("Authorization: %s", auth);
+	for (int i = 1; i < nh; i++)
+		hl = curl_slist_append(hl, hdrs[i]);
+	hl = curl_slist_append(hl, h_auth);
+	hl = curl_slist_append(hl, "Expect:");
+	c = curl_easy_init();
+	curl_easy_setopt(c, CURLOPT_URL, url.buf);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
+	if (strcmp(method, "HEAD") == 0) {
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	} else if (strcmp(method, "PUT") == 0) {
+		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(c, CURLOPT_READDATA, q);
+		curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
+	} else if (strcmp(method, "POST") == 0) {
+		curl_easy_setopt(c, CURLOPT_POST, 1L);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, q->body ? q->body : "");
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
+	} else if (strcmp(method, "GET") != 0) {
+		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	}
+	q->length = -1;
+	if (curl_easy_perform(c) != CURLE_OK)
+		kiln_err(err, KILN_E_IO, "s3 %s %s: %s", method, url.buf, errbuf);
+	else
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(c);
+	curl_slist_free_all(hl);
+	free(h_host);
+	free(h_date);
+	free(h_sha);
+	free(h_range);
+	free(auth);
+	free(h_auth);
+	kiln_buf_free(&path);
+	kiln_buf_free(&url);
+	return status;
+}
+
+static int status_err(long st, const char *what, const char *key, const kiln_buf *body, kiln_error **err)
+{
+	return kiln_err(err, st == 404 ? KILN_E_NOTFOUND : KILN_E_IO, "s3 %s %s: HTTP %ld %.200s", what,
+			key ? key : "", st, body && body->len ? body->buf : "");
+}
+
+int reg_s3_create_bucket(const struct reg_s3_cfg *s3, kiln_error **err)
+{
+	kiln_buf body = KILN_BUF_INIT;
+	struct s3_req q = { .resp = &body };
+	long st = s3_do(s3, "PUT", NULL, NULL, NULL, &q, err);
+	int ret = 0;
+
+	/* 409 BucketAlreadyOwnedByYou: fine. */
+	if (st < 0)
+		ret = -1;
+	else if (st != 200 && !(st == 409 && strstr(body.buf, "BucketAlreadyOwnedByYou")))
+		ret = status_err(st, "create bucket", s3->bucket, &body, err);
+	kiln_buf_free(&body);
+	return ret;
+}
+
+int reg_s3_put(const struct reg_s3_cfg *s3, const char *key, const void *data, size_t len, kiln_error **err)
+{
+	kiln_buf body = KILN_BUF_INIT;
+	struct s3_req q = { .body = data, .body_len = len, .resp = &body };
+	long st = s3_do(s3, "PUT", key, NULL, NULL, &q, err);
+	int ret = st == 200 ? 0 : st < 0 ? -1 : status_err(st, "put", key, &body, err);
+
+	kiln_buf_free(&body);
+	return ret;
+}
+
+/* The text of <TAG>...</TAG> in a small S3 XML answer (UploadId): S3's
+ * replies put it on its own, so no general XML parser is needed. */
+static char *xml_text(const char *xml, const char *tag)
+{
+	char *open = kiln_xasprintf("<%s>", tag), *close = kiln_xasprintf("</%s>", tag);
+	const char *a = strstr(xml, open), *b = a ? strstr(a, close) : NULL;
+	char *out = a && b ? kiln_xstrndup(a + strlen(open), (size_t)(b - a - strlen(open))) : NULL;
+
+	free(open);
+	free(close);
+	return out;
+}
+
+int reg_s3_put_multipart(const struct reg_s3_cfg *s3, const char *key, const void *data, size_t len, size_t part_size,
+			 kiln_error **err)
+{
+	kiln_buf body = KILN_BUF_INIT, done = KILN_BUF_INIT, qs = KILN_BUF_INIT;
+	struct s3_req q = { .resp = &body };
+	char *upload_id = NULL;
+	long st;
+	int ret = -1, part = 0;
+
+	st = s3_do(s3, "POST", key, "uploads=", NULL, &q, err);
+	if (st != 200 || (upload_id = xml_text(body.buf, "UploadId")) == NULL) {
+		if (st >= 0)
+			status_err(st, "start multipart upload", key, &body, err);
+		goto out;
+	}
+	kiln_buf_adds(&done, "<CompleteMultipartUpload>");
+	for (size_t off = 0; off < len || part == 0; off += part_size) {
+		size_t n = len - off < part_size ? len - off : part_size;
+		struct s3_req pq = { .body = (const char *)data + off, .body_len = n, .resp = &body };
+
+		part++;
+		kiln_buf_reset(&body);
+		kiln_buf_reset(&qs);
+		kiln_buf_addf(&qs, "partNumber=%d&uploadId=", part);
+		reg_s3_uri_encode(&qs, upload_id, 0);
+		st = s3_do(s3, "PUT", key, qs.buf, NULL, &pq, err);
+		if (st != 200) {
+			if (st >= 0)
+				status_err(st, "upload part", key, &body, err);
+			goto abort;
+		}
+		kiln_buf_addf(&done, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", part, pq.etag);
+		if (n < part_size)
+			break;
+	}
+	kiln_buf_adds(&done, "</CompleteMultipartUpload>");
+	kiln_buf_reset(&qs);
+	kiln_buf_adds(&qs, "uploadId=");
+	reg_s3_uri_encode(&qs, upload_id, 0);
+	kiln_buf_reset(&body);
+	q = (struct s3_req){ .body = done.buf, .body_len = done.len, .resp = &body };
+	st = s3_do(s3, "POST", key, qs.buf, NULL, &q, err);
+	/* S3 may answer 200 with an <Error> body when completion fails late. */
+	if (st != 200 || strstr(body.buf, "<Error>")) {
+		if (st >= 0)
+			status_err(st, "complete multipart upload", key, &body, err);
+		goto abort;
+	}
+	ret = 0;
+	goto out;
+abort:
+	{
+		kiln_error *e2 = NULL;
+		struct s3_req aq = { .resp = &body };
+		s3_do(s3, "DELETE", key, qs.buf, NULL, &aq, &e2);
+		kiln_error_free(e2);
+	}
+out:
+	free(upload_id);
+	kiln_buf_free(&body);
+	kiln_buf_free(&done);
+	kiln_buf_free(&qs);
+	return ret;
+}
+
+int reg_s3_head(const struct reg_s3_cfg *s3, const char *key, int64_t *size, kiln_error **err)
+{
+	struct s3_req q = { 0 };
+	long st = s3_do(s3, "HEAD", key, NULL, NULL, &q, err);
+
+	if (st == 200) {
+		*size = q.length;
+		return 1;
+	}
+	return st == 404 ? 0 : st < 0 ? -1 : status_err(st, "head", key, NULL, err);
+}
+
+int reg_s3_get(const struct reg_s3_cfg *s3, const char *key, int64_t off, int64_t len,
+	       int (*sink)(void *ud, const void *data, size_t len), void *ud, kiln_error **err)
+{
+	kiln_buf body = KILN_BUF_INIT;
+	struct s3_req q = { .sink = sink, .ud = ud };
+	char range[64];
+	long st;
+
+	/* A zero-length read needs no request: a Range on an empty object is 416. */
+	if (len == 0)
+		return 0;
+	if (len > 0)
+		snprintf(range, sizeof(range), "bytes=%" PRId64 "-%" PRId64, off, off + len - 1);
+	else if (off > 0)
+		snprintf(range, sizeof(range), "bytes=%" PRId64 "-", off);
+	st = s3_do(s3, "GET", key, NULL, len > 0 || off > 0 ? range : NULL, &q, err);
+	if (st == 200 || st == 206)
+		return 0;
+	if (st >= 0)
+		status_err(st, "get", key, &body, err);
+	kiln_buf_free(&body);
+	return -1;
+}
+
+int reg_s3_delete(const struct reg_s3_cfg *s3, const char *key, kiln_error **err)
+{
+	kiln_buf body = KILN_BUF_INIT;
+	struct s3_req q = { .resp = &body };
+	long st = s3_do(s3, "DELETE", key, NULL, NULL, &q, err);
+	int ret = st == 204 || st == 200 || st == 404 ? 0 : st < 0 ? -1 : status_err(st, "delete", key, &body, err);
+
+	kiln_buf_free(&body);
+	return ret;
+}
