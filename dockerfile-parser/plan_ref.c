@@ -1,7 +1,8 @@
 /* plan_ref.c — is an expanded FROM / COPY --from / --mount from= image a
  * valid reference?  The grammar of distribution/reference, which BuildKit's
  * ParseNormalizedNamed applies to the stages it builds, so `FROM alpine:`
- * (an empty ARG) or `FROM Alpine` fails at plan time, at its line. */
+ * (an empty ARG) or `FROM Alpine` fails at plan time, at its line.
+ * Transport references (oci:DIR, docker-archive:FILE, ...) pass as they are. */
 #include <ctype.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -104,11 +105,30 @@ static bool digest_ok(const char *s)
 	return hex >= 32;
 }
 
+/* kiln (like buildah and skopeo) also takes containers-image transports:
+ * their location syntax is the transport's business (rootfs/builder). */
+static bool transport_ref(const char *ref)
+{
+	static const char *const transports[] = { "oci:", "oci-archive:", "docker-archive:", "dir:",
+						  "containers-storage:", "docker-daemon:", "tarball:", "sif:", NULL };
+	for (size_t i = 0; transports[i]; i++)
+		if (!strncmp(ref, transports[i], strlen(transports[i])))
+			return true;
+	return false;
+}
+
 int dfp_check_reference(const char *ref, char **why)
 {
-	char *dup = kiln_xstrdup(ref), *at, *name = dup, *slash, *colon;
+	char *dup, *at, *name, *slash, *colon;
 	const char *msg = NULL;
 	size_t remote_start = 0;
+
+	if (transport_ref(ref))
+		return 0;
+	if (!strncmp(ref, "docker://", 9))
+		ref += 9;
+	dup = kiln_xstrdup(ref);
+	name = dup;
 
 	at = strchr(dup, '@');
 	if (at) {

@@ -427,9 +427,10 @@ static void test_references_and_from_warnings(void)
 					    "localhost:5000/a/b:t", "my-reg.io:443/team/app_x__y.z:v1.2-rc",
 					    "[::1]:5000/x", "a--b", "REG.io/x",
 					    "alpine@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-					    NULL };
+					    "oci:/tmp/x y/layout:base", "oci-archive:/t/a.tar:Tag", "docker-archive:/t/A.tar",
+					    "docker://docker.io/library/alpine:3", NULL };
 	static const char *const bad[] = { "alpine:", "Alpine", "a//b", "x@sha256:12", ":tag", "-x", "a___b",
-					   "ghcr.io/Org/x", "a:b:c", "alpine:-x", NULL };
+					   "ghcr.io/Org/x", "a:b:c", "alpine:-x", "docker://Alpine", NULL };
 	const char *df = "ARG A\nFROM alpine:${TAG:-3}${A}\nFROM --platform=${PLAT:-linux/arm64} ${X}busybox\n";
 	kiln_error *err = NULL;
 	struct df_plan *p;
