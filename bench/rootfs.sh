@@ -50,36 +50,38 @@ EOF
 	echo "$PARTS" >"$W/parts"
 fi
 
-# seconds and peak RSS (KiB) of a command, via GNU time's format
+# wall seconds, peak RSS (KiB) and CPU seconds (user + sys) of a command
 timed() {
-	/usr/bin/time -f '%e %M' -o "$W/time" "$@" >/dev/null 2>"$W/stderr" || { cat "$W/stderr" >&2; exit 1; }
-	cat "$W/time"
+	/usr/bin/time -f '%e %M %U %S' -o "$W/time" "$@" >/dev/null 2>"$W/stderr" || { cat "$W/stderr" >&2; exit 1; }
+	awk '{printf "%s %s %.2f\n", $1, $2, $3 + $4}' "$W/time"
 }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 ENTRIES=$(tar -tzf "$W/layer.tar.gz" | wc -l)
 BYTES=$(gzip -dc "$W/layer.tar.gz" | wc -c)
-: >"$W/k.t"; : >"$W/x.t"; : >"$W/m.t"; : >"$W/k.m"; : >"$W/m.m"
+: >"$W/k.t"; : >"$W/x.t"; : >"$W/m.t"; : >"$W/k.m"; : >"$W/m.m"; : >"$W/k.c"; : >"$W/x.c"; : >"$W/m.c"
 for i in $(seq 1 "$RUNS"); do
 	rm -f "$W/k.ext4" "$W/p.ext4"; rm -rf "$W/x"
-	read -r s m < <(timed "$KILN" rootfs "oci:$W/oci:bench" -o "$W/k.ext4")
-	echo "$s" >>"$W/k.t"; echo "$m" >>"$W/k.m"
+	read -r s m c < <(timed "$KILN" rootfs "oci:$W/oci:bench" -o "$W/k.ext4")
+	echo "$s" >>"$W/k.t"; echo "$m" >>"$W/k.m"; echo "$c" >>"$W/k.c"
 	SIZE=$(stat -c %s "$W/k.ext4")
 	mkdir "$W/x"
-	read -r s m < <(timed tar --xattrs --xattrs-include='*' -xzpf "$W/layer.tar.gz" -C "$W/x")
-	echo "$s" >>"$W/x.t"
-	read -r s m < <(timed mke2fs -q -F -t ext4 -b 4096 -d "$W/x" "$W/p.ext4" "$((SIZE / 1024))k")
-	echo "$s" >>"$W/m.t"; echo "$m" >>"$W/m.m"
+	read -r s m c < <(timed tar --xattrs --xattrs-include='*' -xzpf "$W/layer.tar.gz" -C "$W/x")
+	echo "$s" >>"$W/x.t"; echo "$c" >>"$W/x.c"
+	read -r s m c < <(timed mke2fs -q -F -t ext4 -b 4096 -d "$W/x" "$W/p.ext4" "$((SIZE / 1024))k")
+	echo "$s" >>"$W/m.t"; echo "$m" >>"$W/m.m"; echo "$c" >>"$W/m.c"
 	echo "run $i: kiln $(tail -1 "$W/k.t")s, tar -x $(tail -1 "$W/x.t")s + mke2fs -d $(tail -1 "$W/m.t")s" >&2
 done
 e2fsck -fn "$W/k.ext4" >/dev/null 2>&1 && fsck=pass || fsck=FAIL
 K=$(median <"$W/k.t"); X=$(median <"$W/x.t"); M=$(median <"$W/m.t")
 KM=$(median <"$W/k.m"); MM=$(median <"$W/m.m")
+KC=$(median <"$W/k.c"); XC=$(median <"$W/x.c"); MC=$(median <"$W/m.c")
 awk -v k="$K" -v x="$X" -v m="$M" -v b="$BYTES" -v e="$ENTRIES" -v km="$KM" -v mm="$MM" \
-	-v runs="$RUNS" -v fsck="$fsck" -v size="$(stat -c %s "$W/k.ext4")" 'BEGIN {
+	-v kc="$KC" -v xc="$XC" -v mc="$MC" -v runs="$RUNS" -v fsck="$fsck" -v size="$(stat -c %s "$W/k.ext4")" 'BEGIN {
 	printf "image: one gzip layer, %.0f MB uncompressed, %d entries; ext4 %.0f MiB; median of %d runs\n", b/1e6, e, size/1048576, runs
 	printf "kiln rootfs:          %6.1f s  %6.1f MB/s  %7.0f entries/s  peak RSS %.0f MiB  (e2fsck -fn: %s)\n", k, b/1e6/k, e/k, km/1024, fsck
 	printf "tar -x + mke2fs -d:   %6.1f s  (tar -x %.1f s + mke2fs -d %.1f s; mke2fs peak RSS %.0f MiB)\n", x+m, x, m, mm/1024
 	printf "speedup:              %6.2fx (vs mke2fs -d alone: %.2fx)\n", (x+m)/k, m/k
+	printf "CPU (user+sys):       kiln %.1f s; tar -x %.1f s + mke2fs -d %.1f s\n", kc, xc, mc
 }'
 rm -rf "$W/x" "$W/p.ext4"

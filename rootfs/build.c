@@ -192,16 +192,18 @@ out:
 
 static int stream_path(struct rootfs_ext4 *w, struct rootfs_inode *ino, kiln_error **err)
 {
-	static char buf[1 << 20];
+	enum { BUFSZ = 1 << 20 };
 	int fd = open(ino->src_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	char *buf;
 	int rc = -1;
 
 	if (fd < 0)
 		return kiln_err_errno(err, errno, "open %s", ino->src_path);
+	buf = kiln_xmalloc(BUFSZ);
 	for (size_t i = 0; i < ino->nexts; i++) {
 		uint64_t off = ino->exts[i].off, end = off + ino->exts[i].len;
 		while (off < end) {
-			size_t want = end - off < sizeof(buf) ? (size_t)(end - off) : sizeof(buf);
+			size_t want = end - off < BUFSZ ? (size_t)(end - off) : BUFSZ;
 			ssize_t n = pread(fd, buf, want, (off_t)off);
 			if (n < 0 && errno == EINTR)
 				continue;
@@ -217,6 +219,7 @@ static int stream_path(struct rootfs_ext4 *w, struct rootfs_inode *ino, kiln_err
 	}
 	rc = 0;
 out:
+	free(buf);
 	close(fd);
 	return rc;
 }

@@ -8,6 +8,7 @@
 #include "rootfs/internal.h"
 
 #define DOC_MAX (8u << 20)
+#define VBLOB_CHUNK (1u << 17)
 
 struct rootfs_image {
 	const struct rootfs_source_ops *ops;
@@ -82,10 +83,11 @@ ssize_t rootfs_vblob_read(struct rootfs_vblob *vb, void *buf, size_t len, kiln_e
 
 int rootfs_vblob_finish(struct rootfs_vblob *vb, kiln_error **err)
 {
-	static char sink[1 << 16];
 	ssize_t n;
 
-	while ((n = rootfs_vblob_read(vb, sink, sizeof(sink), err)) > 0)
+	if (vb->chunk == NULL)
+		vb->chunk = kiln_xmalloc(VBLOB_CHUNK);
+	while ((n = rootfs_vblob_read(vb, vb->chunk, VBLOB_CHUNK, err)) > 0)
 		;
 	return n < 0 ? -1 : 0;
 }
@@ -97,6 +99,7 @@ void rootfs_vblob_close(struct rootfs_vblob *vb)
 	vb->ops->blob_close(vb->blob);
 	kiln_hasher_free(vb->hasher);
 	kiln_error_free(vb->err);
+	free(vb->chunk);
 	free(vb->what);
 	free(vb);
 }
@@ -104,15 +107,19 @@ void rootfs_vblob_close(struct rootfs_vblob *vb)
 /* libarchive pulls through this callback; our error is kept for the caller. */
 static la_ssize_t vblob_archive_read(struct archive *a, void *ctx, const void **buf)
 {
-	static _Thread_local char chunk[1 << 17];
 	struct rootfs_vblob *vb = ctx;
-	ssize_t n = rootfs_vblob_read(vb, chunk, sizeof(chunk), &vb->err);
+	ssize_t n;
+
+	/* the block must stay valid until libarchive's next read: one per stream */
+	if (vb->chunk == NULL)
+		vb->chunk = kiln_xmalloc(VBLOB_CHUNK);
+	n = rootfs_vblob_read(vb, vb->chunk, VBLOB_CHUNK, &vb->err);
 
 	if (n < 0) {
 		archive_set_error(a, EIO, "%s", kiln_error_message(vb->err));
 		return -1;
 	}
-	*buf = chunk;
+	*buf = vb->chunk;
 	return n;
 }
 

@@ -20,6 +20,7 @@ struct rootfs_vblob {
 	uint64_t got;
 	int eof;
 	char *what; /* "layer 2 sha256:..." for messages */
+	char *chunk; /* read buffer handed to libarchive */
 	kiln_error *err;
 };
 
