@@ -21,6 +21,8 @@ static void to_stderr(void *user, const void *data, size_t len)
 	fwrite(data, 1, len, stderr);
 }
 
+void cli_pool_refill(const char *tmpl); /* cmd_sandbox.c */
+
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
 	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
@@ -29,6 +31,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	struct snap_create_stats st;
 	struct guest_result res = { 0 };
 	kiln_error *err = NULL, *e2 = NULL;
+	guest_conn *conn = NULL;
 	bool timing = false;
 	char *id;
 	int c, rc;
@@ -46,17 +49,21 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		optind++;
 	if (optind >= argc)
 		return cli_usage_error(cmd, "no command given (kiln run TEMPLATE -- CMD [ARG...])");
-	if ((id = snap_sandbox_create(tmpl, &st, &err)) == NULL)
+	if ((id = snap_sandbox_create(tmpl, &st, &conn, &err)) == NULL)
 		return cli_fail(err);
 	if (timing)
-		fprintf(stderr, "kiln: sandbox %s started in %.1f ms (check %.1f, qemu %.1f, load %.1f, agent %.1f, "
-			"setup %.1f)\n", id, st.total_ms, st.check_ms, st.spawn_ms, st.load_ms, st.agent_ms, st.setup_ms);
-	rc = snap_sandbox_exec(id, (const char *const *)argv + optind, to_stdout, to_stderr, NULL, &res, &err);
+		fprintf(stderr, "kiln: sandbox %s started in %.1f ms%s (check %.1f, qemu %.1f, %s %.1f, agent %.1f, "
+			"setup %.1f)\n", id, st.total_ms, st.pooled ? " from the pool" : "", st.check_ms, st.spawn_ms,
+			st.pooled ? "cont" : "load", st.load_ms, st.agent_ms, st.setup_ms);
+	rc = snap_sandbox_exec_conn(conn, id, (const char *const *)argv + optind, to_stdout, to_stderr, NULL, &res, &err);
+	guest_close(conn);
 	if (snap_sandbox_kill(id, &e2) < 0) {
 		fprintf(stderr, "kiln: removing sandbox %s: %s\n", id, kiln_error_message(e2));
 		kiln_error_free(e2);
 	}
 	free(id);
+	if (st.pooled)
+		cli_pool_refill(tmpl);
 	if (rc < 0)
 		return cli_fail(err);
 	return res.signal ? 128 + res.signal : res.exit_code;

@@ -1,9 +1,11 @@
 /* cmd_sandbox.c — `kiln sandbox create|exec|ls|kill|gc`: sandboxes restored
  * from templates, each a detached QEMU with its state in $KILN_HOME/sandboxes.
  * Commands get the template's user, workdir and env. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -32,6 +34,57 @@ static int sandbox_exec(const char *id, const char *const *argv, kiln_error **er
 	return res.signal ? 128 + res.signal : res.exit_code;
 }
 
+/* After a claim, top the pool up again in the background (a detached
+ * `kiln sandbox pool TEMPLATE`), so the next create finds one too. */
+void cli_pool_refill(const char *tmpl);
+void cli_pool_refill(const char *tmpl)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		setsid();
+		if (fork() == 0) {
+			int null = open("/dev/null", O_RDWR);
+			if (null >= 0) {
+				dup2(null, 0);
+				dup2(null, 1);
+				dup2(null, 2);
+			}
+			execl("/proc/self/exe", "kiln", "sandbox", "pool", tmpl, (char *)NULL);
+			_exit(127);
+		}
+		_exit(0);
+	}
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+}
+
+static int run_pool(const struct kiln_command *cmd, int argc, char **argv)
+{
+	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
+					      { "size", required_argument, NULL, 'n' },
+					      { NULL, 0, NULL, 0 } };
+	kiln_error *err = NULL;
+	int c, n = -1, made;
+	char *end;
+
+	while ((c = cli_getopt(cmd, argc, argv, "hn:", opts)) != -1) {
+		if (c == 'n') {
+			long v = strtol(optarg, &end, 10);
+			if (*optarg == '\0' || *end || v < 0 || v > 64)
+				return cli_usage_error(cmd, "--size wants 0 to 64, not '%s'", optarg);
+			n = (int)v;
+		} else
+			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
+	}
+	if (optind != argc - 1)
+		return cli_usage_error(cmd, "one template, please");
+	if ((made = snap_pool_fill(argv[optind], n, &err)) < 0)
+		return cli_fail(err);
+	printf("started %d\n", made);
+	return KILN_EXIT_OK;
+}
+
 static int run_create(const struct kiln_command *cmd, int argc, char **argv)
 {
 	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
@@ -51,11 +104,11 @@ static int run_create(const struct kiln_command *cmd, int argc, char **argv)
 	}
 	if (optind != argc - 1)
 		return cli_usage_error(cmd, "one template, please");
-	if ((id = snap_sandbox_create(argv[optind], &st, &err)) == NULL)
+	if ((id = snap_sandbox_create(argv[optind], &st, NULL, &err)) == NULL)
 		return cli_fail(err);
 	if (json) {
-		json_t *j = json_pack("{s:s, s:s, s:{s:f, s:f, s:f, s:f, s:f, s:f}}", "id", id, "template", argv[optind],
-				      "timings_ms", "total", st.total_ms, "check", st.check_ms, "spawn", st.spawn_ms,
+		json_t *j = json_pack("{s:s, s:s, s:b, s:{s:f, s:f, s:f, s:f, s:f, s:f}}", "id", id, "template",
+				      argv[optind], "pooled", st.pooled, "timings_ms", "total", st.total_ms, "check", st.check_ms, "spawn", st.spawn_ms,
 				      "load", st.load_ms, "agent", st.agent_ms, "setup", st.setup_ms);
 		char *s = json_dumps(j, JSON_COMPACT);
 		printf("%s\n", s);
@@ -65,6 +118,8 @@ static int run_create(const struct kiln_command *cmd, int argc, char **argv)
 		printf("%s\n", id);
 	}
 	free(id);
+	if (st.pooled)
+		cli_pool_refill(argv[optind]);
 	return KILN_EXIT_OK;
 }
 
@@ -157,6 +212,15 @@ static int run_gc(const struct kiln_command *cmd, int argc, char **argv)
 	return KILN_EXIT_OK;
 }
 
+static const struct kiln_command sb_pool = {
+	.name = "pool",
+	.summary = "keep restored sandboxes of a template ready",
+	.usage = "Usage: kiln sandbox pool [-n N] TEMPLATE\n\n"
+		 "Keep N sandboxes of TEMPLATE restored, warmed up and paused, so that 'kiln sandbox\n"
+		 "create' and 'kiln run' only resume one (and refill the pool in the background).\n"
+		 "Without -n, refill to the size last set; -n 0 empties the pool.\n",
+	.run = run_pool,
+};
 static const struct kiln_command sb_create = {
 	.name = "create",
 	.summary = "restore a sandbox from a template",
@@ -177,7 +241,8 @@ static const struct kiln_command sb_ls = {
 	.name = "ls",
 	.summary = "list sandboxes",
 	.usage = "Usage: kiln sandbox ls [--json]\n\n"
-		 "List sandboxes with their real state: running, creating, or dead (its QEMU is gone).\n",
+		 "List sandboxes with their real state: running, pooled (ready to be claimed),\n"
+		 "creating, or dead (its QEMU is gone).\n",
 	.run = run_ls,
 };
 static const struct kiln_command sb_kill = {
@@ -196,7 +261,7 @@ static const struct kiln_command sb_gc = {
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct kiln_command *const subs[] = { &sb_create, &sb_exec, &sb_ls, &sb_kill, &sb_gc, NULL };
+	static const struct kiln_command *const subs[] = { &sb_create, &sb_exec, &sb_ls, &sb_kill, &sb_gc, &sb_pool, NULL };
 	const struct kiln_command *sub;
 
 	if (argc < 2)
@@ -211,12 +276,13 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 
 const struct kiln_command kiln_cmd_sandbox = {
 	.name = "sandbox",
-	.summary = "sandboxes restored from templates: create, exec, ls, kill, gc",
+	.summary = "sandboxes restored from templates: create, exec, ls, kill, gc, pool",
 	.usage = "Usage: kiln sandbox create [--json] TEMPLATE\n"
 		 "       kiln sandbox exec ID -- CMD [ARG...]\n"
 		 "       kiln sandbox ls [--json]\n"
 		 "       kiln sandbox kill ID [ID...]\n"
-		 "       kiln sandbox gc\n\n"
+		 "       kiln sandbox gc\n"
+		 "       kiln sandbox pool [-n N] TEMPLATE\n\n"
 		 "Run 'kiln sandbox SUBCOMMAND --help' for details.\n",
 	.run = run,
 };

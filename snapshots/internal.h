@@ -54,6 +54,19 @@ pid_t snap_spawn_detached(char *const argv[], const char *log_path, const char *
 /* Kill a sandbox's QEMU (if it is still the recorded process) and remove its directory. */
 int snap_sandbox_remove(const char *id, const json_t *state, kiln_error **err);
 
+/* Pools (pool.c, sandbox.c).  A pooled sandbox is restored, warmed up and
+ * paused, state "pooled", with the file SNAP_POOL_MARK in its directory; a
+ * claim renames that file to "claim-PID" (one rename wins). */
+#define SNAP_POOL_MARK "pool"
+/* Restore a sandbox (pooled: warmed up and paused for the pool). */
+char *snap_sandbox_make(snap_template *t, bool pooled, struct snap_create_stats *s, guest_conn **conn,
+			kiln_error **err);
+/* Claim a pooled sandbox of t and resume it; NULL without error when the pool is empty. */
+char *snap_pool_claim(snap_template *t, struct snap_create_stats *s, guest_conn **conn, kiln_error **err);
+/* Hostname, entropy and clock through the agent (refine: the sub-second step). */
+int snap_guest_setup(guest_conn *c, const char *id, bool refine, kiln_error **err);
+json_t *snap_sandbox_new_state(const snap_template *t, const char *id, const char *state);
+
 /* Milliseconds on CLOCK_MONOTONIC. */
 double snap_now_ms(void);
 

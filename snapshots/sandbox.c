@@ -63,7 +63,7 @@ static char *log_tail(const char *dir, const char *name)
  * was stored (the guest's TSC is QEMU's virtual one).  `date -s` takes whole
  * seconds: set the nearest one now, then a background step sets the next
  * whole second when it begins on the host (good to the exec latency). */
-static int setup_guest(guest_conn *c, const char *id, kiln_error **err)
+int snap_guest_setup(guest_conn *c, const char *id, bool refine, kiln_error **err)
 {
 	unsigned char seed[32];
 	char hex[65];
@@ -86,8 +86,9 @@ static int setup_guest(guest_conn *c, const char *id, kiln_error **err)
 		wait_us += 1000000L;
 	}
 	kiln_buf_addf(&b, "hostname %s; echo %s > /dev/urandom", id, hex);
-	kiln_buf_addf(&b, "; date -s @%lld >/dev/null; (usleep %ld; date -s @%lld) >/dev/null 2>&1 &",
-		      sec + (now.tv_nsec >= 500000000L), wait_us, next);
+	kiln_buf_addf(&b, "; date -s @%lld >/dev/null", sec + (now.tv_nsec >= 500000000L));
+	if (refine)
+		kiln_buf_addf(&b, "; (usleep %ld; date -s @%lld) >/dev/null 2>&1 &", wait_us, next);
 	script = kiln_buf_detach(&b);
 	guest_exec_opts_init(&x);
 	x.argv = (const char *const[]){ "/run/kiln/bin/busybox", "sh", "-c", script, NULL };
@@ -99,8 +100,12 @@ static int setup_guest(guest_conn *c, const char *id, kiln_error **err)
 	return rc;
 }
 
+/* Start QEMU for a sandbox, load the template and connect to its agent.  A
+ * pooled one is warmed up (the same exec a claim runs, so the code it needs
+ * is translated already under TCG) and paused; otherwise the guest gets its
+ * identity and the connection is handed to *conn (if conn). */
 static int restore(snap_template *t, const char *id, const char *dir, json_t *state, struct snap_create_stats *s,
-		   kiln_error **err)
+		   bool pooled, guest_conn **conn, kiln_error **err)
 {
 	const json_t *cfg = t->config;
 	struct vm_restore_config rc_ = { 0 };
@@ -143,9 +148,18 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		goto died;
 	s->agent_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
-	if (setup_guest(g, id, err) < 0)
+	if (snap_guest_setup(g, pooled ? "kiln-pool" : id, !pooled, err) < 0)
 		goto died;
 	s->setup_ms = snap_now_ms() - t0;
+	if (pooled) {
+		json_t *r = vm_qmp_execute(q, "stop", NULL, 5000, err);
+		if (r == NULL)
+			goto died;
+		json_decref(r);
+	} else if (conn) {
+		*conn = g;
+		g = NULL;
+	}
 	rc = 0;
 	goto out;
 died:
@@ -167,27 +181,34 @@ out:
 	return rc;
 }
 
-char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *stats, kiln_error **err)
+static char *iso_now(void)
 {
-	struct snap_create_stats dummy;
-	struct snap_create_stats *s = stats ? stats : &dummy;
-	double t0 = snap_now_ms();
-	snap_template *t = NULL;
+	time_t now = time(NULL);
+	struct tm tm;
+	char buf[32];
+
+	gmtime_r(&now, &tm);
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return kiln_xstrdup(buf);
+}
+
+json_t *snap_sandbox_new_state(const snap_template *t, const char *id, const char *state)
+{
+	char *created = iso_now();
+	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:O?, s:O?, s:O?}", "id", id, "template", t->digest,
+			      "state", state, "created", created, "creator", (json_int_t)getpid(), "creator_start",
+			      (json_int_t)snap_proc_start(getpid()), "env", json_object_get(t->config, "env"), "workdir",
+			      json_object_get(t->config, "workdir"), "user", json_object_get(t->config, "user"));
+	free(created);
+	return j;
+}
+
+char *snap_sandbox_make(snap_template *t, bool pooled, struct snap_create_stats *s, guest_conn **conn,
+			kiln_error **err)
+{
 	json_t *state = NULL;
-	char *root = snap_sandboxes_dir(), *id = NULL, *dir = NULL, *created = NULL, *result = NULL;
-	sigset_t block, old, pending;
+	char *root = snap_sandboxes_dir(), *id = NULL, *dir = NULL, *result = NULL;
 
-	memset(s, 0, sizeof(*s));
-	/* A ^C during the restore is held until the sandbox is whole or gone. */
-	sigemptyset(&block);
-	sigaddset(&block, SIGINT);
-	sigaddset(&block, SIGTERM);
-	sigaddset(&block, SIGHUP);
-	sigprocmask(SIG_BLOCK, &block, &old);
-
-	if ((t = snap_template_open(template_ref, err)) == NULL || snap_template_check(t, false, err) < 0)
-		goto out;
-	s->check_ms = snap_now_ms() - t0;
 	if (kiln_mkdir_p(root, 0755, err) < 0)
 		goto out;
 	for (int tries = 0; dir == NULL && tries < 5; tries++) {
@@ -212,49 +233,84 @@ char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *st
 			 dir);
 		goto out;
 	}
-	{
-		time_t now = time(NULL);
-		struct tm tm;
-		char buf[32];
-		gmtime_r(&now, &tm);
-		strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-		created = kiln_xstrdup(buf);
-	}
-	state = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:O?, s:O?, s:O?}", "id", id, "template", t->digest, "state",
-			  "creating", "created", created, "creator", (json_int_t)getpid(), "creator_start",
-			  (json_int_t)snap_proc_start(getpid()), "env", json_object_get(t->config, "env"), "workdir",
-			  json_object_get(t->config, "workdir"), "user", json_object_get(t->config, "user"));
-	if (write_state(dir, state, err) < 0 || restore(t, id, dir, state, s, err) < 0)
+	state = snap_sandbox_new_state(t, id, "creating");
+	if (write_state(dir, state, err) < 0 || restore(t, id, dir, state, s, pooled, conn, err) < 0)
 		goto out;
-	json_object_set_new(state, "state", json_string("running"));
+	if (pooled) {
+		char *mark = kiln_path_join(dir, SNAP_POOL_MARK);
+		int r = kiln_write_atomic(mark, "", 0, 0644, err);
+		free(mark);
+		if (r < 0)
+			goto out;
+	}
+	json_object_set_new(state, "state", json_string(pooled ? "pooled" : "running"));
 	if (write_state(dir, state, err) < 0)
 		goto out;
-	s->total_ms = snap_now_ms() - t0;
 	result = id;
 	id = NULL;
 out:
-	sigpending(&pending);
-	if (result && (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) || sigismember(&pending, SIGHUP))) {
-		free(result);
-		result = NULL;
-		kiln_err(err, KILN_E_GENERIC, "interrupted");
-	}
-	if (result == NULL) {
-		kiln_error_wrap(err, "creating a sandbox from %s", template_ref);
-		if (dir) {
-			kiln_error *e = NULL;
-			if (snap_sandbox_remove(strrchr(dir, '/') + 1, state, &e) < 0) {
-				kiln_warn("sandbox: cleaning up %s: %s", dir, kiln_error_message(e));
-				kiln_error_free(e);
-			}
+	if (result == NULL && dir) {
+		kiln_error *e = NULL;
+		if (conn && *conn) {
+			guest_close(*conn);
+			*conn = NULL;
+		}
+		if (snap_sandbox_remove(strrchr(dir, '/') + 1, state, &e) < 0) {
+			kiln_warn("sandbox: cleaning up %s: %s", dir, kiln_error_message(e));
+			kiln_error_free(e);
 		}
 	}
-	snap_template_free(t);
 	json_decref(state);
 	free(root);
 	free(id);
 	free(dir);
-	free(created);
+	return result;
+}
+
+char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *stats, guest_conn **conn,
+			  kiln_error **err)
+{
+	struct snap_create_stats dummy;
+	struct snap_create_stats *s = stats ? stats : &dummy;
+	double t0 = snap_now_ms();
+	snap_template *t = NULL;
+	char *result = NULL;
+	sigset_t block, old, pending;
+
+	memset(s, 0, sizeof(*s));
+	if (conn)
+		*conn = NULL;
+	/* A ^C during the restore is held until the sandbox is whole or gone. */
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGHUP);
+	sigprocmask(SIG_BLOCK, &block, &old);
+
+	if ((t = snap_template_open(template_ref, err)) == NULL || snap_template_check(t, false, err) < 0)
+		goto out;
+	s->check_ms = snap_now_ms() - t0;
+	result = snap_pool_claim(t, s, conn, err);
+	if (result == NULL && *err == NULL)
+		result = snap_sandbox_make(t, false, s, conn, err);
+	s->total_ms = snap_now_ms() - t0;
+out:
+	sigpending(&pending);
+	if (result && (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) || sigismember(&pending, SIGHUP))) {
+		kiln_error *e = NULL;
+		if (conn && *conn) {
+			guest_close(*conn);
+			*conn = NULL;
+		}
+		snap_sandbox_kill(result, &e);
+		kiln_error_free(e);
+		free(result);
+		result = NULL;
+		kiln_err(err, KILN_E_GENERIC, "interrupted");
+	}
+	if (result == NULL)
+		kiln_error_wrap(err, "creating a sandbox from %s", template_ref);
+	snap_template_free(t);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	return result;
 }
@@ -284,19 +340,16 @@ out:
 	return c;
 }
 
-int snap_sandbox_exec(const char *id, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
-		      void *user, struct guest_result *res, kiln_error **err)
+int snap_sandbox_exec_conn(guest_conn *c, const char *id, const char *const *argv, guest_output_fn on_stdout,
+			   guest_output_fn on_stderr, void *user, struct guest_result *res, kiln_error **err)
 {
 	json_t *st = snap_sandbox_state(id, err), *env;
 	struct guest_exec_opts x;
 	kiln_strv envv = KILN_STRV_INIT;
-	guest_conn *c = NULL;
-	int rc = -1;
+	int rc;
 
 	if (st == NULL)
 		return -1;
-	if ((c = snap_sandbox_connect(id, AGENT_TIMEOUT_MS, err)) == NULL)
-		goto out;
 	guest_exec_opts_init(&x);
 	x.argv = argv;
 	env = json_object_get(st, "env");
@@ -310,9 +363,20 @@ int snap_sandbox_exec(const char *id, const char *const *argv, guest_output_fn o
 	x.on_stderr = on_stderr;
 	x.user = user;
 	rc = guest_exec(c, &x, NULL, 0, -1, res, err);
-out:
-	guest_close(c);
 	json_decref(st);
 	kiln_strv_free(&envv);
+	return rc;
+}
+
+int snap_sandbox_exec(const char *id, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
+		      void *user, struct guest_result *res, kiln_error **err)
+{
+	guest_conn *c = snap_sandbox_connect(id, AGENT_TIMEOUT_MS, err);
+	int rc;
+
+	if (c == NULL)
+		return -1;
+	rc = snap_sandbox_exec_conn(c, id, argv, on_stdout, on_stderr, user, res, err);
+	guest_close(c);
 	return rc;
 }

@@ -104,6 +104,21 @@ const char *snap_sandbox_liveness(const json_t *state)
 		return recorded_alive(state, "creator", "creator_start") ? "creating" : "dead";
 	if (s && strcmp(s, "running") == 0)
 		return recorded_alive(state, "pid", "pid_start") ? "running" : "dead";
+	if (s && strcmp(s, "pooled") == 0 && recorded_alive(state, "pid", "pid_start") && kiln_json_str(state, "id")) {
+		/* Claimable (the mark is there), being claimed by a live kiln, or lost. */
+		char *dir = snap_sandbox_dir(kiln_json_str(state, "id")), *mark = kiln_path_join(dir, SNAP_POOL_MARK);
+		const char *what = access(mark, F_OK) == 0 ? "pooled" : "dead";
+		DIR *d = *what == 'd' ? opendir(dir) : NULL;
+		struct dirent *de;
+		while (d && (de = readdir(d)) != NULL)
+			if (strncmp(de->d_name, "claim-", 6) == 0 && snap_proc_start((pid_t)atol(de->d_name + 6)) != 0)
+				what = "creating";
+		if (d)
+			closedir(d);
+		free(dir);
+		free(mark);
+		return what;
+	}
 	return "dead";
 }
 

@@ -63,16 +63,24 @@ struct snap_create_stats {
 	double load_ms;      /* device state load (RAM is mapped, not copied) */
 	double agent_ms;     /* guest resume until the agent's HELLO */
 	double setup_ms;     /* clock, hostname and entropy set through the agent */
+	bool pooled;         /* claimed from the pool (spawn and load happened before) */
 };
 
-/* Restore a new sandbox from a template; returns its id (12 hex digits).
- * stats may be NULL. */
-char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *stats, kiln_error **err);
+/* A new sandbox from a template: one claimed from the template's pool of
+ * restored, paused sandboxes if there is one, else restored now.  Returns its
+ * id (12 hex digits).  stats may be NULL; with conn, the agent connection is
+ * handed over (for a first exec without a second handshake). */
+char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *stats, guest_conn **conn,
+			  kiln_error **err);
+/* Keep n restored, warmed-up and paused sandboxes of a template ready (n < 0:
+ * the size last set for it, 0 if none); extra ones are removed.  Returns how
+ * many were started. */
+int snap_pool_fill(const char *template_ref, int n, kiln_error **err);
 /* Connect to a running sandbox's agent. */
 guest_conn *snap_sandbox_connect(const char *id, int timeout_ms, kiln_error **err);
 /* Stop a sandbox's QEMU and remove everything it had.  NOTFOUND if unknown. */
 int snap_sandbox_kill(const char *id, kiln_error **err);
-/* [{"id","template","state":"running"|"dead"|"creating","pid","created"}],
+/* [{"id","template","state":"running"|"pooled"|"creating"|"dead","pid","created"}],
  * checked against the processes that really exist. */
 json_t *snap_sandbox_list(kiln_error **err);
 /* Remove every sandbox that is not running (dead QEMU, a create that was
@@ -83,5 +91,8 @@ int snap_sandbox_gc(kiln_error **err);
  * streaming output to the callbacks (NULL: discard). */
 int snap_sandbox_exec(const char *id, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
 		      void *user, struct guest_result *res, kiln_error **err);
+/* The same over a connection from snap_sandbox_create (left open). */
+int snap_sandbox_exec_conn(guest_conn *c, const char *id, const char *const *argv, guest_output_fn on_stdout,
+			   guest_output_fn on_stderr, void *user, struct guest_result *res, kiln_error **err);
 
 #endif

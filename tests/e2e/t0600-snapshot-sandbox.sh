@@ -100,6 +100,38 @@ if ! grep -Eq 'dead|creating' "$T_TMP/ls" && [ "$(strays)" = "$n" ]; then
 else not_ok "SIGTERM during a create left: $(cat "$T_TMP/ls"), $(strays) QEMU"; fi
 [ "$n" = 0 ] || $KILN sandbox kill $(ls "$SB") >/dev/null 2>&1
 
+# A pool: restored, warmed-up, paused sandboxes; a create claims one.
+expect_exit 0 "sandbox pool -n 2" $KILN sandbox pool -n 2 web:v1
+expect_eq "...started two" "$(cat "$T_TMP/out")" "started 2"
+$KILN sandbox ls >"$T_TMP/ls"
+expect_eq "ls shows two pooled" "$(grep -c ' pooled ' "$T_TMP/ls")" "2"
+expect_exit 0 "create claims a pooled sandbox" $KILN sandbox create --json web:v1
+expect_grep "...(it says so)" '"pooled": ?true' "$T_TMP/out"
+p=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$T_TMP/out")
+grep -q "^$p " "$T_TMP/ls" && ok "...one of the pool's" || not_ok "claimed $p, not in the pool: $(cat "$T_TMP/ls")"
+expect_exit 0 "the claimed sandbox serves at once" $KILN sandbox exec "$p" -- sh -c 'busybox wget -q -O- http://127.0.0.1:8080/index.html; hostname; ls /tmp'
+expect_eq "...with its own hostname and only the template's files" "$(tr '\n' ' ' <"$T_TMP/out")" "hello from the template $p marker "
+expect_exit 0 "guest clock after a claim" $KILN sandbox exec "$p" -- date +%s
+d=$(( $(cat "$T_TMP/out") - $(date +%s) ))
+if [ "${d#-}" -le 1 ]; then ok "a pooled sandbox's clock is right when claimed (off by ${d}s)"; else not_ok "pooled clock off by ${d}s"; fi
+for i in $(seq 100); do [ "$(grep -c ' pooled ' <($KILN sandbox ls))" = 2 ] && break; sleep 0.1; done
+expect_eq "the pool is refilled in the background" "$(grep -c ' pooled ' <($KILN sandbox ls))" "2"
+expect_exit 0 "kiln run from the pool" $KILN run --time web:v1 -- hostname
+expect_grep "...says it came from the pool" "started in [0-9.]+ ms from the pool" "$T_TMP/err"
+q=$($KILN sandbox ls | awk '$2 == "pooled" {print $3; exit}')
+kill -KILL "$q"; sleep 0.3
+expect_exit 0 "a pooled sandbox whose QEMU died" $KILN sandbox ls
+expect_grep "...is dead" " dead +$q " "$T_TMP/out"
+for i in $(seq 100); do [ "$(grep -c ' pooled ' <($KILN sandbox ls))" -ge 1 ] && break; sleep 0.1; done
+expect_exit 0 "create skips it" $KILN sandbox create web:v1
+c=$(cat "$T_TMP/out")
+expect_exit 0 "pool -n 0 empties the pool" $KILN sandbox pool -n 0 web:v1
+$KILN sandbox kill "$p" "$c" >/dev/null 2>&1
+for i in $(seq 100); do pgrep -f "sandbox pool web:v1" >/dev/null || break; sleep 0.1; done
+$KILN sandbox pool -n 0 web:v1 >/dev/null
+expect_exit 0 "gc after the pool" $KILN sandbox gc
+expect_eq "nothing left after the pool" "$(ls -A "$SB")$(strays)" "0"
+
 # Refusals.  A corrupted state blob: clear error, nothing left.
 st=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["state"]["digest"][7:])' "$cfg")
 stf="$KILN_HOME/snapshots/blobs/sha256/$st"

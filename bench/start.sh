@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# bench/start.sh [STARTS] [BOOTS] — sandbox start versus cold boot, in one run.
+# A busybox template whose start command runs httpd is snapshotted once, then:
+#   - STARTS (default 50) `kiln run T -- echo hi` with a pool of 2 (the pool is
+#     refilled in the background after each claim; the next start waits for it),
+#   - STARTS/5 `kiln sandbox create` + first exec with no pool (a full restore),
+#   - BOOTS (default 5) cold boots `kiln vm boot --writable ROOTFS -- echo hi`;
+# each timed from the request to the first byte of the command's output.
+# Prints p50/p99 of each, the ratio of medians, and memory per idle sandbox
+# (Pss and private memory of its QEMU, from /proc/PID/smaps_rollup).
+set -u
+cd "$(dirname "$0")/.."
+starts=${1:-50}
+boots=${2:-5}
+export KILN_KERNEL_DIR=${KILN_KERNEL_DIR:-$PWD/build/kernel}
+vm/fetch-kernel.sh "$KILN_KERNEL_DIR" >/dev/null || exit 1
+work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-start.XXXXXX")
+export KILN_HOME=$work/home
+cleanup() {
+	bin/kiln sandbox pool -n 0 web >/dev/null 2>&1
+	for id in $(ls "$KILN_HOME/sandboxes" 2>/dev/null); do bin/kiln sandbox kill "$id" >/dev/null 2>&1; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+mkdir -p "$work/root/bin" "$work/root/etc" "$work/root/tmp" "$work/root/www"
+cp /bin/busybox "$work/root/bin/busybox"
+for a in sh echo true cat; do ln -s busybox "$work/root/bin/$a"; done
+echo hello >"$work/root/www/index.html"
+bin/kiln rootfs --from-dir "$work/root" -o "$work/root.ext4" --free 16M >/dev/null || exit 1
+bin/kiln snapshot -t web --start 'busybox httpd -p 127.0.0.1:8080 -h /www' \
+	--ready 'busybox wget -q -O- http://127.0.0.1:8080/index.html' "$work/root.ext4" >/dev/null || exit 1
+
+python3 - "$starts" "$boots" "$work" <<'EOF'
+import json, os, subprocess, sys, time
+starts, boots, work = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+K = "bin/kiln"
+
+def first_output(argv):
+    """ms from the request to the first byte of output, and to the exit."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = p.stdout.read(1)
+    t1 = time.monotonic()
+    rest, err = p.communicate()
+    t2 = time.monotonic()
+    if p.returncode != 0 or first != b"h":
+        sys.exit("failed: %s: %s" % (" ".join(argv), err.decode()[-500:]))
+    return (t1 - t0) * 1000, (t2 - t0) * 1000
+
+def pooled():
+    out = subprocess.run([K, "sandbox", "ls", "--json"], capture_output=True, text=True).stdout
+    return sum(1 for s in json.loads(out) if s.get("state") == "pooled")
+
+def wait_pool(n):
+    for _ in range(600):
+        if pooled() >= n:
+            return
+        time.sleep(0.05)
+    sys.exit("the pool did not refill")
+
+def pct(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, max(0, int(round(q * len(v) + 0.4999)) - 1))]
+
+subprocess.run([K, "sandbox", "pool", "-n", "2", "web"], check=True, capture_output=True)
+pool_first, pool_exit = [], []
+for i in range(starts):
+    wait_pool(2)
+    f, e = first_output([K, "run", "web", "--", "echo", "hi"])
+    pool_first.append(f); pool_exit.append(e)
+wait_pool(2)
+subprocess.run([K, "sandbox", "pool", "-n", "0", "web"], check=True, capture_output=True)
+
+restore_first = []
+for i in range(max(1, starts // 5)):
+    f, _ = first_output([K, "run", "web", "--", "echo", "hi"])
+    restore_first.append(f)
+
+cold_first = []
+for i in range(boots):
+    f, _ = first_output([K, "vm", "boot", "--writable", work + "/root.ext4", "--", "echo", "hi"])
+    cold_first.append(f)
+
+# Memory of idle sandboxes (running, after one command each).
+ids = []
+for i in range(3):
+    ids.append(subprocess.run([K, "sandbox", "create", "web"], check=True, capture_output=True, text=True).stdout.strip())
+for i in ids:
+    subprocess.run([K, "sandbox", "exec", i, "--", "true"], check=True)
+time.sleep(1)
+pss, priv = [], []
+for i in ids:
+    st = json.load(open(os.path.join(work, "home/sandboxes", i, "state.json")))
+    f = {}
+    for line in open("/proc/%d/smaps_rollup" % st["pid"]):
+        parts = line.split()
+        if len(parts) >= 3 and parts[1].isdigit():
+            f[parts[0].rstrip(":")] = int(parts[1])
+    pss.append(f["Pss"] / 1024); priv.append((f["Private_Clean"] + f["Private_Dirty"]) / 1024)
+    subprocess.run([K, "sandbox", "kill", i], check=True)
+
+def row(name, v):
+    print("%-44s n=%-3d p50 %7.1f ms   p99 %7.1f ms" % (name, len(v), pct(v, 0.5), pct(v, 0.99)))
+
+row("sandbox start, pool of 2 (kiln run)", pool_first)
+row("  ... to kiln run's exit (incl. kill)", pool_exit)
+row("sandbox start, full restore, no pool", restore_first)
+row("cold boot (kiln vm boot -- echo)", cold_first)
+print("ratio cold boot / pooled start (p50): %.0fx;  cold boot / full restore: %.0fx" %
+      (pct(cold_first, 0.5) / pct(pool_first, 0.5), pct(cold_first, 0.5) / pct(restore_first, 0.5)))
+print("memory per idle sandbox: Pss %.1f MiB, private %.1f MiB (mean of %d; guest RAM 256 MiB)" %
+      (sum(pss) / len(pss), sum(priv) / len(priv), len(pss)))
+EOF

@@ -1,0 +1,194 @@
+/* pool.c — sandboxes restored ahead of time.  Under TCG a restore's cost is
+ * QEMU's start and the guest translating, afresh, every code path it runs
+ * after resuming; a pooled sandbox has done both (restored, one warm-up exec,
+ * paused), so a claim is `cont`, a handshake and the identity exec.  A claim
+ * is one atomic rename of the pool mark; fills of one template are serialised
+ * by a lock on its pool record ($KILN_HOME/snapshots/pools/HEX = the size). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "snapshots/internal.h"
+
+#define AGENT_TIMEOUT_MS 10000
+
+static int write_state(const char *dir, json_t *state, kiln_error **err)
+{
+	char *path = kiln_path_join(dir, "state.json");
+	int rc = kiln_json_write_file(path, state, err);
+
+	free(path);
+	return rc;
+}
+
+/* Ids of the live pooled sandboxes of template digest. */
+static void pooled_ids(const char *digest, kiln_strv *out)
+{
+	json_t *list = snap_sandbox_list(NULL);
+
+	for (size_t i = 0; list && i < json_array_size(list); i++) {
+		const json_t *it = json_array_get(list, i);
+		const char *st = kiln_json_str(it, "state"), *tp = kiln_json_str(it, "template");
+		if (st && tp && strcmp(st, "pooled") == 0 && strcmp(tp, digest) == 0)
+			kiln_strv_push(out, kiln_json_str(it, "id"));
+	}
+	json_decref(list);
+}
+
+static int resume(const char *dir, const char *id, struct snap_create_stats *s, guest_conn **conn, kiln_error **err)
+{
+	char *qmp_path = kiln_path_join(dir, "qmp.sock"), *agent = kiln_path_join(dir, "agent.sock");
+	vm_qmp *q = NULL;
+	guest_conn *g = NULL;
+	json_t *r;
+	double t0 = snap_now_ms();
+	int rc = -1;
+
+	if ((q = vm_qmp_connect(qmp_path, 5000, err)) == NULL)
+		goto out;
+	if ((r = vm_qmp_execute(q, "cont", NULL, 5000, err)) == NULL)
+		goto out;
+	json_decref(r);
+	s->load_ms = snap_now_ms() - t0;
+	t0 = snap_now_ms();
+	if ((g = guest_connect(agent, AGENT_TIMEOUT_MS, err)) == NULL)
+		goto out;
+	s->agent_ms = snap_now_ms() - t0;
+	t0 = snap_now_ms();
+	if (snap_guest_setup(g, id, true, err) < 0)
+		goto out;
+	s->setup_ms = snap_now_ms() - t0;
+	if (conn) {
+		*conn = g;
+		g = NULL;
+	}
+	rc = 0;
+out:
+	guest_close(g);
+	vm_qmp_close(q);
+	free(qmp_path);
+	free(agent);
+	return rc;
+}
+
+char *snap_pool_claim(snap_template *t, struct snap_create_stats *s, guest_conn **conn, kiln_error **err)
+{
+	kiln_strv ids = KILN_STRV_INIT;
+	char *result = NULL;
+
+	pooled_ids(t->digest, &ids);
+	for (size_t i = 0; i < ids.n && result == NULL; i++) {
+		char *dir = snap_sandbox_dir(ids.v[i]), *mark = kiln_path_join(dir, SNAP_POOL_MARK);
+		char *claim = kiln_xasprintf("%s/claim-%ld", dir, (long)getpid());
+		json_t *st = NULL;
+		if (rename(mark, claim) == 0) { /* ours now */
+			if ((st = snap_sandbox_state(ids.v[i], err)) != NULL) {
+				json_object_set_new(st, "state", json_string("creating"));
+				json_object_set_new(st, "creator", json_integer(getpid()));
+				json_object_set_new(st, "creator_start", json_integer((json_int_t)snap_proc_start(getpid())));
+			}
+			if (st && write_state(dir, st, err) == 0 && resume(dir, ids.v[i], s, conn, err) == 0) {
+				json_object_set_new(st, "state", json_string("running"));
+				if (write_state(dir, st, err) == 0)
+					result = kiln_xstrdup(ids.v[i]);
+			}
+			if (result == NULL) {
+				/* A broken pool member: remove it and fall back to a restore. */
+				kiln_warn("sandbox: pooled %s failed: %s", ids.v[i], kiln_error_message(*err));
+				kiln_error_clear(err);
+				if (conn && *conn) {
+					guest_close(*conn);
+					*conn = NULL;
+				}
+				snap_sandbox_remove(ids.v[i], st, err);
+				kiln_error_clear(err);
+			}
+			unlink(claim);
+		}
+		json_decref(st);
+		free(dir);
+		free(mark);
+		free(claim);
+	}
+	kiln_strv_free(&ids);
+	if (result)
+		s->pooled = true;
+	return result;
+}
+
+int snap_pool_fill(const char *template_ref, int n, kiln_error **err)
+{
+	snap_template *t = NULL;
+	kiln_strv ids = KILN_STRV_INIT;
+	char *store = snap_store_dir(), *dir = kiln_path_join(store, "pools"), *rec = NULL;
+	int fd = -1, made = -1;
+
+	if ((t = snap_template_open(template_ref, err)) == NULL || snap_template_check(t, false, err) < 0)
+		goto out;
+	if (kiln_mkdir_p(dir, 0755, err) < 0)
+		goto out;
+	rec = kiln_path_join(dir, kiln_digest_hex(t->digest));
+	if ((fd = open(rec, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0) {
+		kiln_err_errno(err, errno, "open %s", rec);
+		goto out;
+	}
+	if (flock(fd, LOCK_EX) < 0) {
+		kiln_err_errno(err, errno, "lock %s", rec);
+		goto out;
+	}
+	if (n < 0) {
+		char buf[32] = { 0 };
+		n = pread(fd, buf, sizeof(buf) - 1, 0) > 0 ? atoi(buf) : 0;
+	} else {
+		char buf[32];
+		int len = snprintf(buf, sizeof(buf), "%d\n", n);
+		if (ftruncate(fd, 0) < 0 || pwrite(fd, buf, (size_t)len, 0) != len) {
+			kiln_err_errno(err, errno, "write %s", rec);
+			goto out;
+		}
+	}
+	if (n > 64) {
+		kiln_err(err, KILN_E_LIMIT, "a pool of %d sandboxes is more than 64", n);
+		goto out;
+	}
+	pooled_ids(t->digest, &ids);
+	made = 0;
+	for (size_t i = (size_t)n; i < ids.n; i++) {
+		/* Shrinking: only what can still be claimed away from claimers. */
+		char *d = snap_sandbox_dir(ids.v[i]), *mark = kiln_path_join(d, SNAP_POOL_MARK);
+		char *claim = kiln_xasprintf("%s/claim-%ld", d, (long)getpid());
+		if (rename(mark, claim) == 0 && snap_sandbox_kill(ids.v[i], err) < 0)
+			kiln_error_clear(err);
+		free(d);
+		free(mark);
+		free(claim);
+	}
+	for (size_t have = ids.n; have < (size_t)n; have++) {
+		struct snap_create_stats st;
+		char *id = snap_sandbox_make(t, true, &st, NULL, err);
+		if (id == NULL) {
+			made = -1;
+			break;
+		}
+		kiln_debug("pool: %s ready (qemu %.0f ms, load %.0f ms, warm-up %.0f ms)", id, st.spawn_ms, st.load_ms,
+			   st.agent_ms + st.setup_ms);
+		free(id);
+		made++;
+	}
+out:
+	if (made < 0)
+		kiln_error_wrap(err, "filling the pool of %s", template_ref);
+	if (fd >= 0)
+		close(fd);
+	kiln_strv_free(&ids);
+	snap_template_free(t);
+	free(store);
+	free(dir);
+	free(rec);
+	return made;
+}
