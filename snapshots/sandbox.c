@@ -152,6 +152,20 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		goto died;
 	s->setup_ms = snap_now_ms() - t0;
 	if (pooled) {
+		/* Also warm what a user's first command needs most: the agent's
+		 * spawn path into the rootfs, its shell, loader and libc. */
+		struct guest_exec_opts x;
+		struct guest_result res;
+		kiln_error *e = NULL;
+		guest_exec_opts_init(&x);
+		x.shell = "true";
+		x.env = t->env.n ? (const char *const *)t->env.v : NULL;
+		x.cwd = kiln_json_str(cfg, "workdir");
+		x.run_as = kiln_json_str(cfg, "user");
+		if (guest_exec(g, &x, NULL, 0, AGENT_TIMEOUT_MS, &res, &e) < 0) {
+			kiln_debug("pool: warm-up in %s: %s", id, kiln_error_message(e));
+			kiln_error_free(e);
+		}
 		json_t *r = vm_qmp_execute(q, "stop", NULL, 5000, err);
 		if (r == NULL)
 			goto died;
