@@ -347,9 +347,11 @@ guest_conn *guest_connect(const char *socket_path, int timeout_ms, kiln_error **
 		return NULL;
 	}
 	strcpy(sa.sun_path, socket_path);
-	/* QEMU (or a test agent) may not have created the socket yet. */
+	/* QEMU (or a test agent) may not have created the socket yet.  Non-blocking,
+	 * because a blocking connect waits without end while the listen backlog is
+	 * full (QEMU accepts one client at a time). */
 	for (;;) {
-		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 		if (fd < 0) {
 			kiln_err_errno(err, errno, "agent connect: socket");
 			return NULL;
@@ -358,15 +360,25 @@ guest_conn *guest_connect(const char *socket_path, int timeout_ms, kiln_error **
 			break;
 		last = errno;
 		close(fd);
-		if ((last != ENOENT && last != ECONNREFUSED) || gc_now() >= deadline) {
-			kiln_err_errno(err, last, "agent connect: %s", socket_path);
+		if ((last != ENOENT && last != ECONNREFUSED && last != EAGAIN) || gc_now() >= deadline) {
+			if (last == EAGAIN)
+				kiln_err(err, KILN_E_IO, "agent connect: %s: busy, its backlog is full (another client "
+					 "holds the agent?)", socket_path);
+			else
+				kiln_err_errno(err, last, "agent connect: %s", socket_path);
 			return NULL;
 		}
 		usleep(20000);
 	}
 	c = guest_conn_from_fd(fd, poll_ms(deadline), err);
-	if (c == NULL)
-		kiln_error_wrap(err, "agent connect: %s", socket_path);
+	if (c == NULL) {
+		/* Accepted into the backlog, never served: QEMU has another client. */
+		if (err && *err && strstr(kiln_error_message(*err), "no HELLO"))
+			kiln_error_wrap(err, "agent connect: %s (QEMU serves one client at a time: is another connected?)",
+					socket_path);
+		else
+			kiln_error_wrap(err, "agent connect: %s", socket_path);
+	}
 	return c;
 }
 

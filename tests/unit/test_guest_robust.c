@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -552,6 +553,46 @@ static void test_listen_mode(void)
 	free(dir);
 }
 
+/* A socket that is never served (QEMU busy with another client) or whose
+ * backlog is full: guest_connect gives up at its timeout and says why. */
+static void test_busy_socket(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	kiln_error *err = NULL;
+	char *dir = kiln_mkdtemp("kiln-test-busy", &err);
+	int ls, filler;
+	uint64_t t0;
+	struct timespec ts;
+
+	if (dir == NULL) {
+		CHECK(0);
+		kiln_error_free(err);
+		return;
+	}
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/busy.sock", dir);
+	ls = socket(AF_UNIX, SOCK_STREAM, 0);
+	CHECK(bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(ls, 0) == 0);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	CHECK(guest_connect(sa.sun_path, 300, &err) == NULL);
+	CHECK(err && strstr(kiln_error_message(err), "one client at a time"));
+	kiln_error_clear(&err);
+	/* Now the backlog holds one never-accepted connection: full. */
+	filler = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	connect(filler, (struct sockaddr *)&sa, sizeof(sa));
+	CHECK(guest_connect(sa.sun_path, 300, &err) == NULL);
+	CHECK(err && strstr(kiln_error_message(err), "busy"));
+	if (err && !strstr(kiln_error_message(err), "busy"))
+		printf("#   got: %s\n", kiln_error_message(err));
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	CHECK((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 - t0 < 3000);
+	kiln_error_free(err);
+	close(filler);
+	close(ls);
+	kiln_rm_rf(dir, NULL);
+	free(dir);
+}
+
 static long agent_rss_kb(pid_t pid)
 {
 	char path[64], line[256];
@@ -631,6 +672,7 @@ int main(void)
 	RUN(test_client_vs_bad_agents);
 	RUN(test_client_vs_bad_frames_later);
 	RUN(test_listen_mode);
+	RUN(test_busy_socket);
 	RUN(test_flood_does_not_stall);
 	return test_done();
 }
