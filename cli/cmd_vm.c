@@ -88,7 +88,7 @@ static int run_kernel(const struct kiln_command *cmd, int argc, char **argv)
 		free(dir);
 		return cli_fail(err);
 	}
-	printf("release  %s\nkernel   %s\nmodules  %s\n", k.release, k.vmlinuz, k.modules);
+	printf("release  %s\nkernel   %s\nboots    %s\nmodules  %s\n", k.release, k.vmlinuz, k.image, k.modules);
 	vm_kernel_free(&k);
 	free(dir);
 	return KILN_EXIT_OK;

@@ -4,7 +4,31 @@
 # DEST that already holds the candidate version is left alone.  Layout:
 #   DEST/release              the kernel release, e.g. 6.1.0-57-cloud-amd64
 #   DEST/root/boot/vmlinuz-R  the kernel;  DEST/root/lib/modules/R  its modules
+#   DEST/root/boot/vmlinux-R  the same kernel decompressed (ELF): QEMU enters it
+#                             through PVH, so a TCG guest does not decompress itself
 set -euo pipefail
+
+# extract_vmlinux BZIMAGE CONFIG OUT: find the compressed payload by its magic
+# (the codec named in the kernel's config) and decompress it to an ELF.
+extract_vmlinux() {
+	local img=$1 config=$2 out=$3 magic tool off
+	case $(sed -n 's/^CONFIG_KERNEL_\(GZIP\|XZ\|ZSTD\|LZ4\|LZMA\|BZIP2\|LZO\)=y$/\1/p' "$config") in
+	LZ4) magic='\x02\x21\x4c\x18' tool='lz4 -dc' ;;
+	GZIP) magic='\x1f\x8b\x08' tool='gzip -dc' ;;
+	XZ) magic='\xfd7zXZ\x00' tool='xz -dc' ;;
+	ZSTD) magic='\x28\xb5\x2f\xfd' tool='zstd -dc' ;;
+	*) return 1 ;;
+	esac
+	for off in $(LC_ALL=C grep -abo "$(printf "$magic")" "$img" | head -5 | cut -d: -f1); do
+		tail -c +$((off + 1)) "$img" | $tool >"$out.tmp" 2>/dev/null || true
+		if [ "$(head -c 4 "$out.tmp" | od -An -tx1 | tr -d ' ')" = 7f454c46 ]; then
+			mv "$out.tmp" "$out"
+			return 0
+		fi
+	done
+	rm -f "$out.tmp"
+	return 1
+}
 dest=${1:?usage: fetch-kernel.sh DEST}
 meta=${KILN_KERNEL_PACKAGE:-linux-image-cloud-amd64}
 
@@ -17,6 +41,9 @@ fi
 release=${pkg#linux-image-}
 if [ -f "$dest/release" ] && [ "$(cat "$dest/release")" = "$release" ] &&
 	[ -f "$dest/root/boot/vmlinuz-$release" ]; then
+	boot=$dest/root/boot
+	[ -f "$boot/vmlinux-$release" ] ||
+		extract_vmlinux "$boot/vmlinuz-$release" "$boot/config-$release" "$boot/vmlinux-$release" || true
 	exit 0
 fi
 
@@ -34,6 +61,9 @@ fi
 # Debian generates modules.dep at install time; kiln reads it to pull each
 # module's dependencies into the initramfs.
 depmod -b "$work/root" "$release"
+boot=$work/root/boot
+extract_vmlinux "$boot/vmlinuz-$release" "$boot/config-$release" "$boot/vmlinux-$release" ||
+	echo "fetch-kernel: could not extract vmlinux; guests will boot the bzImage" >&2
 rm -rf "$dest/root.old"
 [ -d "$dest/root" ] && mv "$dest/root" "$dest/root.old"
 mv "$work/root" "$dest/root"

@@ -26,6 +26,7 @@ void vm_kernel_free(struct vm_kernel *k)
 	free(k->dir);
 	free(k->release);
 	free(k->vmlinuz);
+	free(k->image);
 	free(k->modules);
 	memset(k, 0, sizeof(*k));
 }
@@ -60,6 +61,11 @@ int vm_kernel_open(const char *dir, struct vm_kernel *k, kiln_error **err)
 	if (stat(k->vmlinuz, &st) < 0 || !S_ISREG(st.st_mode)) {
 		kiln_err(err, KILN_E_NOTFOUND, "guest kernel %s is missing (re-run vm/fetch-kernel.sh)", k->vmlinuz);
 		goto out;
+	}
+	k->image = kiln_xasprintf("%s/root/boot/vmlinux-%s", k->dir, k->release);
+	if (stat(k->image, &st) < 0 || !S_ISREG(st.st_mode)) {
+		free(k->image);
+		k->image = kiln_xstrdup(k->vmlinuz);
 	}
 	rc = 0;
 out:

@@ -249,7 +249,7 @@ static char *kernel_cmdline(const struct vm_config *c, const vm_instance *v)
 	return kiln_buf_detach(&b);
 }
 
-static int start_qemu(const struct vm_config *c, vm_instance *v, const char *vmlinuz, kiln_error **err)
+static int start_qemu(const struct vm_config *c, vm_instance *v, const char *kernel, kiln_error **err)
 {
 	const char *qemu = getenv("KILN_QEMU");
 	char *cmdline = kernel_cmdline(c, v);
@@ -282,7 +282,7 @@ static int start_qemu(const struct vm_config *c, vm_instance *v, const char *vml
 	kiln_strv_push(&av, "-qmp");
 	kiln_strv_push_owned(&av, kiln_xasprintf("unix:%s,server=on,wait=off", v->files.paths[F_QMP]));
 	kiln_strv_push(&av, "-kernel");
-	kiln_strv_push(&av, vmlinuz);
+	kiln_strv_push(&av, kernel);
 	kiln_strv_push(&av, "-initrd");
 	kiln_strv_push(&av, v->files.paths[F_INITRD]);
 	kiln_strv_push(&av, "-append");
@@ -362,6 +362,11 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 		kiln_err_errno(err, errno, "vm: rootfs %s", c->rootfs);
 		goto fail;
 	}
+	struct stat st;
+	if (stat(base, &st) < 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
+		kiln_err(err, KILN_E_INVALID, "vm: rootfs %s is not a disk image file", c->rootfs);
+		goto fail;
+	}
 	if (vm_kernel_open(c->kernel_dir, &k, err) < 0)
 		goto fail;
 	agent = find_agent(c, err);
@@ -396,7 +401,7 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 		goto fail;
 	}
 	t0 = now_ms();
-	if (start_qemu(c, v, k.vmlinuz, err) < 0)
+	if (start_qemu(c, v, k.image, err) < 0)
 		goto fail;
 	timeout = c->boot_timeout_ms > 0 ? c->boot_timeout_ms : v->accel == VM_ACCEL_KVM ? 30000 : 120000;
 	v->qmp = vm_qmp_connect(v->files.paths[F_QMP], timeout < 20000 ? timeout : 20000, err);

@@ -14,13 +14,16 @@
 
 /* ---------------------------------------------------------------------------
  * Guest kernel.  A kernel directory holds `release` (e.g. 6.1.0-57-cloud-amd64)
- * and `root/` = the unpacked Debian package with boot/vmlinuz-R and
- * lib/modules/R (with modules.dep from depmod).
+ * and `root/` = the unpacked Debian package with boot/vmlinuz-R, the ELF
+ * boot/vmlinux-R extracted from it, and lib/modules/R (with modules.dep).
  * ------------------------------------------------------------------------- */
 struct vm_kernel {
 	char *dir;      /* the kernel directory */
 	char *release;
-	char *vmlinuz;  /* dir/root/boot/vmlinuz-RELEASE */
+	char *vmlinuz;  /* dir/root/boot/vmlinuz-RELEASE: the package's bzImage, its identity */
+	char *image;    /* what QEMU boots: boot/vmlinux-RELEASE (the ELF extracted by
+			 * fetch-kernel.sh, entered through PVH: no decompression
+			 * under TCG) when present, else vmlinuz */
 	char *modules;  /* dir/root/lib/modules/RELEASE */
 };
 

@@ -31,12 +31,15 @@ expect_eq "nothing left after a timeout" "$(ls -A "$TMPDIR")" ""
 
 expect_exit 1 "a missing rootfs" $KILN vm boot --no-agent "$T_TMP/nope.ext4"
 expect_grep "names the rootfs" 'rootfs .*nope.ext4: No such file' "$T_TMP/err"
+expect_exit 1 "a directory is no rootfs" $KILN vm boot --no-agent "$T_TMP"
+expect_grep "says it is not an image" 'is not a disk image file' "$T_TMP/err"
 expect_exit 1 "no kernel" env KILN_KERNEL_DIR="$T_TMP/nokernel" $KILN vm boot --no-agent "$img"
 expect_grep "says how to fetch the kernel" 'no guest kernel in .*nokernel.*fetch' "$T_TMP/err"
 expect_exit 2 "usage: no rootfs" $KILN vm boot
 expect_exit 2 "usage: bad --cpus" $KILN vm boot --cpus zero "$img"
 expect_exit 0 "kiln vm kernel" $KILN vm kernel
 expect_grep "kernel release shown" '^release  [0-9]+\.[0-9]+' "$T_TMP/out"
+expect_grep "the extracted ELF is what boots (PVH)" '^boots    .*/vmlinux-' "$T_TMP/out"
 
 # Interrupted kiln: QEMU and all files go, for SIGTERM once booted and for
 # SIGINT in the middle of the boot.

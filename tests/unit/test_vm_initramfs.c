@@ -60,6 +60,11 @@ static void test_kernel_open(void)
 	CHECK(vm_kernel_open(dir, &k, &err) == 0);
 	CHECK_STR(k.release, "9.9.9-test");
 	CHECK(strstr(k.vmlinuz, "/root/boot/vmlinuz-9.9.9-test") != NULL);
+	CHECK_STR(k.image, k.vmlinuz); /* no extracted ELF: boot the bzImage */
+	vm_kernel_free(&k);
+	put(dir, "root/boot/vmlinux-9.9.9-test", "\177ELF");
+	CHECK(vm_kernel_open(dir, &k, &err) == 0);
+	CHECK(k.image && strstr(k.image, "/root/boot/vmlinux-9.9.9-test") != NULL);
 	vm_kernel_free(&k);
 
 	CHECK(vm_kernel_open(missing, &k, &err) < 0);
