@@ -344,6 +344,14 @@ out:
 	return rc;
 }
 
+static void on_run_output(void *ud, const void *data, size_t len)
+{
+	struct run *r = ud;
+	struct build_event ev = { .kind = BUILD_EV_OUTPUT, .step = r->step, .total = r->total,
+				  .data = data, .len = len };
+	emit(r, &ev);
+}
+
 static int run_step(struct run *r, struct stage_state *ss, const struct df_step *st, const char *text,
 		    bool *cached, kiln_error **err)
 {
@@ -354,6 +362,16 @@ static int run_step(struct run *r, struct stage_state *ss, const struct df_step 
 	json_t *argv = build_command_json(st);
 	const struct build_executor_ops *ex = r->o->executor ? r->o->executor : &build_executor_none;
 
+	const char *net = flag(st, "network");
+	if (flag(st, "mount") || flag(st, "security") || st->n_heredocs) {
+		kiln_err(err, KILN_E_INVALID, "RUN %s is not supported yet",
+			 st->n_heredocs ? "with a heredoc" : flag(st, "mount") ? "--mount" : "--security");
+		goto out;
+	}
+	if (net && strcmp(net, "none") && strcmp(net, "default")) {
+		kiln_err(err, KILN_E_INVALID, "RUN --network=%s: want none or default", net);
+		goto out;
+	}
 	/* the command's environment is part of what it does */
 	kiln_buf_addf(&keytext, "%s\n", text);
 	for (size_t i = 0; i < st->env.n; i++)
@@ -369,6 +387,7 @@ static int run_step(struct run *r, struct stage_state *ss, const struct df_step 
 			.workdir = st->workdir ? st->workdir : "/", .user = st->user ? st->user : "",
 			.store = r->s, .layers = ss->layers, .n_layers = ss->n_layers,
 			.compression = r->o->compression, .scratch = r->scratch,
+			.network = !net || strcmp(net, "none") != 0, .on_output = on_run_output, .output_ud = r,
 		};
 		if (ex->run(r->o->executor_ctx, &req, &l, err) < 0 || build_cache_put(r->s, key, &l, text, err) < 0)
 			goto out;

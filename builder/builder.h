@@ -278,6 +278,9 @@ struct build_run_request {
 	size_t n_layers;
 	enum build_compression compression;
 	const char *scratch;              /* a private temp directory */
+	bool network;                     /* RUN --network=default (not none) */
+	void (*on_output)(void *ud, const void *data, size_t len); /* the command's output */
+	void *output_ud;
 };
 
 /* Where RUN steps execute.  The builder only ever calls through this table,
@@ -292,7 +295,16 @@ struct build_executor_ops {
 /* The executor available without a microVM: RUN fails with a clear error. */
 extern const struct build_executor_ops build_executor_none;
 
-enum build_event_kind { BUILD_EV_STEP, BUILD_EV_STEP_DONE, BUILD_EV_DONE };
+/* RUN in a microVM (exec_vm.c): the stage as ext4, booted read-only under an
+ * overlay; the overlay's upper directory becomes the layer.  ctx: a
+ * struct build_vm_opts, or NULL for the defaults. */
+struct build_vm_opts {
+	unsigned cpus, memory_mib;  /* 0: the VM defaults */
+	const char *kernel_dir;     /* NULL: vm_kernel_default_dir() */
+};
+extern const struct build_executor_ops build_executor_vm;
+
+enum build_event_kind { BUILD_EV_STEP, BUILD_EV_STEP_DONE, BUILD_EV_DONE, BUILD_EV_OUTPUT };
 
 struct build_event {
 	enum build_event_kind kind;
@@ -305,6 +317,8 @@ struct build_event {
 	bool cached;                /* a hit */
 	double seconds;
 	const char *digest;         /* BUILD_EV_DONE: manifest digest */
+	const char *data;           /* BUILD_EV_OUTPUT: a chunk of RUN output */
+	size_t len;
 };
 
 struct build_options {

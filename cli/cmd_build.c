@@ -30,6 +30,9 @@ static void on_event(void *ud, const struct build_event *ev)
 		case BUILD_EV_DONE:
 			j = json_pack("{s:s,s:s,s:i}", "event", "done", "digest", ev->digest, "steps", ev->step);
 			break;
+		case BUILD_EV_OUTPUT:
+			j = json_pack("{s:s,s:i,s:s%}", "event", "output", "step", ev->step, "data", ev->data, ev->len);
+			break;
 		}
 		char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
 		printf("%s\n", s);
@@ -49,6 +52,9 @@ static void on_event(void *ud, const struct build_event *ev)
 			fprintf(stderr, "  %s %.2fs\n", strchr(ev->instruction, '@') + 1, ev->seconds);
 		break;
 	case BUILD_EV_DONE:
+		break;
+	case BUILD_EV_OUTPUT:
+		fwrite(ev->data, 1, ev->len, stderr);
 		break;
 	}
 }
@@ -158,6 +164,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	o.build_args = args;
 	o.n_build_args = n_args;
 	o.on_event = on_event;
+	o.executor = &build_executor_vm;
 	o.event_ud = &json;
 	if (build_run(&o, &res, &err) < 0) {
 		if (json) {
@@ -198,7 +205,8 @@ const struct kiln_command kiln_cmd_build = {
 		 "Build the Dockerfile (default CONTEXT/Dockerfile) with CONTEXT as the build\n"
 		 "context (.dockerignore honoured).  Bases: scratch, oci:DIR[:TAG],\n"
 		 "oci-archive:FILE[:TAG], docker-archive:FILE, or a local kiln image by name;\n"
-		 "pinned by digest.  Steps are cached by content; RUN needs the builder microVM.\n\n"
+		 "pinned by digest.  Steps are cached by content; RUN runs in a builder microVM\n"
+		 "(the stage as a read-only rootfs under an overlay; its changes become the layer).\n\n"
 		 "Options:\n"
 		 "  -f, --file FILE      the Dockerfile (- for standard input)\n"
 		 "  -t, --tag NAME[:TAG] store the image under this name (repeatable)\n"
