@@ -284,6 +284,40 @@ static pid_t raw_exec(struct raw *r, uint32_t id, const char *script, uint32_t f
 	return (pid_t)guest_get_u32(r->payload);
 }
 
+/* More stdin than the window allows is a host bug: a connection-level ERROR,
+ * the excess dropped, and the agent carries on. */
+static void test_stdin_window_enforced(void)
+{
+	struct raw r = { 0 };
+	pid_t pid, child;
+	char *chunk = calloc(1, GUEST_DATA_CHUNK);
+	bool got_error = false;
+
+	r.fd = spawn_agent(&pid);
+	guest_framer_init(&r.fr);
+	CHECK_INT(next_frame(&r, 5000), 1);
+	child = raw_exec(&r, 3, "sleep 5", GUEST_EXEC_STDIN);
+	CHECK(child > 0);
+	/* sleep never reads: 64 KiB fit the pipe, the window holds 256 KiB more. */
+	for (unsigned i = 0; i < (GUEST_STDIN_WINDOW / GUEST_DATA_CHUNK) + 3; i++)
+		send_frame(r.fd, GUEST_F_STDIN, 3, chunk, GUEST_DATA_CHUNK);
+	for (int i = 0; i < 20 && !got_error && next_frame(&r, 3000) == 1; i++) {
+		char *msg = error_text(&r);
+		if (msg && r.id == 0 && strstr(msg, "exceeds the 262144 byte window"))
+			got_error = true;
+	}
+	CHECK(got_error);
+	send_frame(r.fd, GUEST_F_PING, 9, "x", 1);
+	for (int i = 0; i < 20 && next_frame(&r, 3000) == 1;)
+		if (r.type == GUEST_F_PONG && r.id == 9)
+			break;
+	CHECK(r.type == GUEST_F_PONG && r.id == 9);
+	close(r.fd);
+	exit_status(pid);
+	guest_framer_free(&r.fr);
+	free(chunk);
+}
+
 /* Detached processes (start commands) outlive their session; their later
  * output is drained, never blocking them, and their id is free again. */
 static void test_detached_survives(void)
@@ -433,6 +467,11 @@ static void test_client_vs_bad_agents(void)
 	expect_client_error(w.data, w.len, 2000,
 			    "agent handshake: the agent (kiln-agent 9.9) speaks protocol version 2, this kiln speaks 1");
 	expect_client_error("garbage garbage garbage", 23, 2000, "agent protocol: bad frame magic");
+	{
+		uint8_t big[GUEST_HDR_LEN];
+		guest_hdr_encode(big, GUEST_F_STDOUT, 1, GUEST_MAX_PAYLOAD + 1);
+		expect_client_error(big, sizeof(big), 2000, "agent protocol: frame larger than the 1 MiB limit");
+	}
 	expect_client_error("", 0, 0, "the agent closed the connection");
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	t0 = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
@@ -667,6 +706,7 @@ int main(void)
 	RUN(test_bad_frames_keep_connection);
 	RUN(test_hello_starts_new_session);
 	RUN(test_detached_survives);
+	RUN(test_stdin_window_enforced);
 	RUN(test_garbage_ends_connection);
 	RUN(test_oversized_ends_connection);
 	RUN(test_client_vs_bad_agents);
