@@ -1,6 +1,6 @@
 /* cmd_run.c — `kiln run TEMPLATE -- CMD...`: restore a sandbox, run one
  * command in it with streamed output, remove the sandbox, exit with the
- * command's code.  --time reports the start time on stderr. */
+ * command's code (snap_run).  --time reports where the start time went. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +30,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 					      { NULL, 0, NULL, 0 } };
 	struct snap_create_stats st;
 	struct guest_result res = { 0 };
-	kiln_error *err = NULL, *e2 = NULL;
-	guest_conn *conn = NULL;
+	kiln_error *err = NULL;
 	bool timing = false;
-	char *id;
 	int c, rc;
 
 	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
@@ -49,19 +47,11 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		optind++;
 	if (optind >= argc)
 		return cli_usage_error(cmd, "no command given (kiln run TEMPLATE -- CMD [ARG...])");
-	if ((id = snap_sandbox_create(tmpl, &st, &conn, &err)) == NULL)
-		return cli_fail(err);
-	if (timing)
-		fprintf(stderr, "kiln: sandbox %s started in %.1f ms%s (check %.1f, qemu %.1f, %s %.1f, agent %.1f, "
-			"setup %.1f)\n", id, st.total_ms, st.pooled ? " from the pool" : "", st.check_ms, st.spawn_ms,
+	rc = snap_run(tmpl, (const char *const *)argv + optind, to_stdout, to_stderr, NULL, &res, &st, &err);
+	if (timing && st.total_ms > 0)
+		fprintf(stderr, "kiln: sandbox started in %.1f ms%s (check %.1f, qemu %.1f, %s %.1f, agent %.1f, setup %.1f)\n",
+			st.total_ms, st.pooled ? " from the pool" : "", st.check_ms, st.spawn_ms,
 			st.pooled ? "cont" : "load", st.load_ms, st.agent_ms, st.setup_ms);
-	rc = snap_sandbox_exec_conn(conn, id, (const char *const *)argv + optind, to_stdout, to_stderr, NULL, &res, &err);
-	guest_close(conn);
-	if (snap_sandbox_kill(id, &e2) < 0) {
-		fprintf(stderr, "kiln: removing sandbox %s: %s\n", id, kiln_error_message(e2));
-		kiln_error_free(e2);
-	}
-	free(id);
 	if (st.pooled)
 		cli_pool_refill(tmpl);
 	if (rc < 0)

@@ -59,12 +59,17 @@ int snap_sandbox_remove(const char *id, const json_t *state, kiln_error **err);
  * claim renames that file to "claim-PID" (one rename wins). */
 #define SNAP_POOL_MARK "pool"
 /* Restore a sandbox (pooled: warmed up and paused for the pool). */
-char *snap_sandbox_make(snap_template *t, bool pooled, struct snap_create_stats *s, guest_conn **conn,
-			kiln_error **err);
+char *snap_sandbox_make(snap_template *t, bool pooled, bool defer_setup, struct snap_create_stats *s,
+			guest_conn **conn, kiln_error **err);
 /* Claim a pooled sandbox of t and resume it; NULL without error when the pool is empty. */
-char *snap_pool_claim(snap_template *t, struct snap_create_stats *s, guest_conn **conn, kiln_error **err);
-/* Hostname, entropy and clock through the agent (refine: the sub-second step). */
+char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_stats *s, guest_conn **conn,
+		      kiln_error **err);
+/* Hostname, entropy and clock through the agent (refine: the sub-second step).
+ * defer_setup above leaves it to the caller (snap_run folds it into the
+ * first command). */
 int snap_guest_setup(guest_conn *c, const char *id, bool refine, kiln_error **err);
+/* The shell commands of that setup (builtins and busybox's date only). */
+char *snap_setup_script(const char *id, bool refine);
 json_t *snap_sandbox_new_state(const snap_template *t, const char *id, const char *state);
 
 /* Milliseconds on CLOCK_MONOTONIC. */

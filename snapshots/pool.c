@@ -40,7 +40,8 @@ static void pooled_ids(const char *digest, kiln_strv *out)
 	json_decref(list);
 }
 
-static int resume(const char *dir, const char *id, struct snap_create_stats *s, guest_conn **conn, kiln_error **err)
+static int resume(const char *dir, const char *id, bool defer_setup, struct snap_create_stats *s, guest_conn **conn,
+		  kiln_error **err)
 {
 	char *qmp_path = kiln_path_join(dir, "qmp.sock"), *agent = kiln_path_join(dir, "agent.sock");
 	vm_qmp *q = NULL;
@@ -60,7 +61,7 @@ static int resume(const char *dir, const char *id, struct snap_create_stats *s, 
 		goto out;
 	s->agent_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
-	if (snap_guest_setup(g, id, true, err) < 0)
+	if (!defer_setup && snap_guest_setup(g, id, true, err) < 0)
 		goto out;
 	s->setup_ms = snap_now_ms() - t0;
 	if (conn) {
@@ -76,7 +77,8 @@ out:
 	return rc;
 }
 
-char *snap_pool_claim(snap_template *t, struct snap_create_stats *s, guest_conn **conn, kiln_error **err)
+char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_stats *s, guest_conn **conn,
+		      kiln_error **err)
 {
 	kiln_strv ids = KILN_STRV_INIT;
 	char *result = NULL;
@@ -92,7 +94,7 @@ char *snap_pool_claim(snap_template *t, struct snap_create_stats *s, guest_conn 
 				json_object_set_new(st, "creator", json_integer(getpid()));
 				json_object_set_new(st, "creator_start", json_integer((json_int_t)snap_proc_start(getpid())));
 			}
-			if (st && write_state(dir, st, err) == 0 && resume(dir, ids.v[i], s, conn, err) == 0) {
+			if (st && write_state(dir, st, err) == 0 && resume(dir, ids.v[i], defer_setup, s, conn, err) == 0) {
 				json_object_set_new(st, "state", json_string("running"));
 				if (write_state(dir, st, err) == 0)
 					result = kiln_xstrdup(ids.v[i]);
@@ -170,7 +172,7 @@ int snap_pool_fill(const char *template_ref, int n, kiln_error **err)
 	}
 	for (size_t have = ids.n; have < (size_t)n; have++) {
 		struct snap_create_stats st;
-		char *id = snap_sandbox_make(t, true, &st, NULL, err);
+		char *id = snap_sandbox_make(t, true, false, &st, NULL, err);
 		if (id == NULL) {
 			made = -1;
 			break;

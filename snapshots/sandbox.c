@@ -63,33 +63,46 @@ static char *log_tail(const char *dir, const char *name)
  * was stored (the guest's TSC is QEMU's virtual one).  `date -s` takes whole
  * seconds: set the nearest one now, then a background step sets the next
  * whole second when it begins on the host (good to the exec latency). */
-int snap_guest_setup(guest_conn *c, const char *id, bool refine, kiln_error **err)
+char *snap_setup_script(const char *id, bool refine)
 {
 	unsigned char seed[32];
 	char hex[65];
 	struct timespec now;
-	struct guest_exec_opts x;
-	struct guest_result res;
-	char *script;
-	int rc;
+	kiln_buf b = KILN_BUF_INIT;
 
-	if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
-		return kiln_err_errno(err, errno, "getrandom");
+	for (size_t got = 0; got < sizeof(seed);) {
+		ssize_t n = getrandom(seed + got, sizeof(seed) - got, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			abort(); /* only a bad buffer makes getrandom(2) fail */
+		got += (size_t)n;
+	}
 	for (size_t i = 0; i < sizeof(seed); i++)
 		snprintf(hex + 2 * i, 3, "%02x", seed[i]);
 	clock_gettime(CLOCK_REALTIME, &now);
-	kiln_buf b = KILN_BUF_INIT;
 	long long sec = (long long)now.tv_sec, next = sec + 1;
 	long wait_us = 1000000L - now.tv_nsec / 1000;
 	if (wait_us < 200000L) { /* too close to make it: the second after */
 		next++;
 		wait_us += 1000000L;
 	}
-	kiln_buf_addf(&b, "hostname %s; echo %s > /dev/urandom", id, hex);
-	kiln_buf_addf(&b, "; date -s @%lld >/dev/null", sec + (now.tv_nsec >= 500000000L));
+	/* echo is a builtin: hostname and entropy cost no process. */
+	kiln_buf_addf(&b, "echo %s > /proc/sys/kernel/hostname; echo %s > /dev/urandom", id, hex);
+	kiln_buf_addf(&b, "; /run/kiln/bin/busybox date -s @%lld >/dev/null", sec + (now.tv_nsec >= 500000000L));
 	if (refine)
-		kiln_buf_addf(&b, "; (usleep %ld; date -s @%lld) >/dev/null 2>&1 &", wait_us, next);
-	script = kiln_buf_detach(&b);
+		kiln_buf_addf(&b, "; (/run/kiln/bin/busybox usleep %ld; /run/kiln/bin/busybox date -s @%lld) "
+			      ">/dev/null 2>&1 &", wait_us, next);
+	return kiln_buf_detach(&b);
+}
+
+int snap_guest_setup(guest_conn *c, const char *id, bool refine, kiln_error **err)
+{
+	struct guest_exec_opts x;
+	struct guest_result res;
+	char *script = snap_setup_script(id, refine);
+	int rc;
+
 	guest_exec_opts_init(&x);
 	x.argv = (const char *const[]){ "/run/kiln/bin/busybox", "sh", "-c", script, NULL };
 	x.env = (const char *const[]){ "PATH=/run/kiln/bin", NULL };
@@ -105,7 +118,7 @@ int snap_guest_setup(guest_conn *c, const char *id, bool refine, kiln_error **er
  * is translated already under TCG) and paused; otherwise the guest gets its
  * identity and the connection is handed to *conn (if conn). */
 static int restore(snap_template *t, const char *id, const char *dir, json_t *state, struct snap_create_stats *s,
-		   bool pooled, guest_conn **conn, kiln_error **err)
+		   bool pooled, bool defer_setup, guest_conn **conn, kiln_error **err)
 {
 	const json_t *cfg = t->config;
 	struct vm_restore_config rc_ = { 0 };
@@ -148,7 +161,7 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		goto died;
 	s->agent_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
-	if (snap_guest_setup(g, pooled ? "kiln-pool" : id, !pooled, err) < 0)
+	if ((pooled || !defer_setup) && snap_guest_setup(g, pooled ? "kiln-pool" : id, !pooled, err) < 0)
 		goto died;
 	s->setup_ms = snap_now_ms() - t0;
 	if (pooled) {
@@ -217,8 +230,8 @@ json_t *snap_sandbox_new_state(const snap_template *t, const char *id, const cha
 	return j;
 }
 
-char *snap_sandbox_make(snap_template *t, bool pooled, struct snap_create_stats *s, guest_conn **conn,
-			kiln_error **err)
+char *snap_sandbox_make(snap_template *t, bool pooled, bool defer_setup, struct snap_create_stats *s,
+			guest_conn **conn, kiln_error **err)
 {
 	json_t *state = NULL;
 	char *root = snap_sandboxes_dir(), *id = NULL, *dir = NULL, *result = NULL;
@@ -248,7 +261,7 @@ char *snap_sandbox_make(snap_template *t, bool pooled, struct snap_create_stats 
 		goto out;
 	}
 	state = snap_sandbox_new_state(t, id, "creating");
-	if (write_state(dir, state, err) < 0 || restore(t, id, dir, state, s, pooled, conn, err) < 0)
+	if (write_state(dir, state, err) < 0 || restore(t, id, dir, state, s, pooled, defer_setup, conn, err) < 0)
 		goto out;
 	if (pooled) {
 		char *mark = kiln_path_join(dir, SNAP_POOL_MARK);
@@ -281,8 +294,8 @@ out:
 	return result;
 }
 
-char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *stats, guest_conn **conn,
-			  kiln_error **err)
+static char *create(const char *template_ref, bool defer_setup, struct snap_create_stats *stats, guest_conn **conn,
+		    snap_template **tp, kiln_error **err)
 {
 	struct snap_create_stats dummy;
 	struct snap_create_stats *s = stats ? stats : &dummy;
@@ -304,9 +317,9 @@ char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *st
 	if ((t = snap_template_open(template_ref, err)) == NULL || snap_template_check(t, false, err) < 0)
 		goto out;
 	s->check_ms = snap_now_ms() - t0;
-	result = snap_pool_claim(t, s, conn, err);
+	result = snap_pool_claim(t, defer_setup, s, conn, err);
 	if (result == NULL && *err == NULL)
-		result = snap_sandbox_make(t, false, s, conn, err);
+		result = snap_sandbox_make(t, false, defer_setup, s, conn, err);
 	s->total_ms = snap_now_ms() - t0;
 out:
 	sigpending(&pending);
@@ -324,9 +337,70 @@ out:
 	}
 	if (result == NULL)
 		kiln_error_wrap(err, "creating a sandbox from %s", template_ref);
+	if (tp && result) {
+		*tp = t;
+		t = NULL;
+	}
 	snap_template_free(t);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	return result;
+}
+
+char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *stats, guest_conn **conn,
+			  kiln_error **err)
+{
+	return create(template_ref, false, stats, conn, NULL, err);
+}
+
+/* A template that runs commands as root (no USER, or root/0). */
+static bool runs_as_root(const snap_template *t)
+{
+	const char *u = kiln_json_str(t->config, "user");
+	return u == NULL || *u == '\0' || strcmp(u, "root") == 0 || strcmp(u, "0") == 0 ||
+	       strncmp(u, "root:", 5) == 0 || strncmp(u, "0:", 2) == 0;
+}
+
+int snap_run(const char *template_ref, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
+	     void *user, struct guest_result *res, struct snap_create_stats *stats, kiln_error **err)
+{
+	struct snap_create_stats dummy;
+	struct snap_create_stats *s = stats ? stats : &dummy;
+	snap_template *t = NULL;
+	guest_conn *c = NULL;
+	kiln_strv av = KILN_STRV_INIT;
+	kiln_error *e = NULL;
+	char *id, *script = NULL;
+	int rc = -1;
+
+	/* As root, the identity setup and the command are one guest process:
+	 * the setup script ends in `exec "$@"`.  Otherwise two execs. */
+	if ((id = create(template_ref, true, s, &c, &t, err)) == NULL)
+		return -1;
+	if (runs_as_root(t)) {
+		char *setup = snap_setup_script(id, true);
+		script = kiln_xasprintf("%s\nexec \"$@\"", setup);
+		free(setup);
+		kiln_strv_push(&av, "/run/kiln/bin/busybox");
+		kiln_strv_push(&av, "sh");
+		kiln_strv_push(&av, "-c");
+		kiln_strv_push(&av, script);
+		kiln_strv_push(&av, "sh");
+		for (size_t i = 0; argv[i]; i++)
+			kiln_strv_push(&av, argv[i]);
+		rc = snap_sandbox_exec_conn(c, id, (const char *const *)av.v, on_stdout, on_stderr, user, res, err);
+	} else if (snap_guest_setup(c, id, true, err) == 0) {
+		rc = snap_sandbox_exec_conn(c, id, argv, on_stdout, on_stderr, user, res, err);
+	}
+	guest_close(c);
+	if (snap_sandbox_kill(id, &e) < 0) {
+		kiln_warn("removing sandbox %s: %s", id, kiln_error_message(e));
+		kiln_error_free(e);
+	}
+	kiln_strv_free(&av);
+	free(script);
+	free(id);
+	snap_template_free(t);
+	return rc;
 }
 
 guest_conn *snap_sandbox_connect(const char *id, int timeout_ms, kiln_error **err)

@@ -122,6 +122,10 @@ for i in $(seq 100); do [ "$(grep -c ' pooled ' <($KILN sandbox ls))" = 2 ] && b
 expect_eq "the pool is refilled in the background" "$(grep -c ' pooled ' <($KILN sandbox ls))" "2"
 expect_exit 0 "kiln run from the pool" $KILN run --time web:v1 -- hostname
 expect_grep "...says it came from the pool" "started in [0-9.]+ ms from the pool" "$T_TMP/err"
+expect_exit 5 "kiln run exits with the command's code" $KILN run web:v1 -- sh -c 'echo $GREETING; exit 5'
+expect_eq "...and the command had the template's env" "$(cat "$T_TMP/out")" "hi"
+expect_exit 127 "kiln run of a missing program" $KILN run web:v1 -- no-such-program
+expect_grep "...says so" "no-such-program" "$T_TMP/err"
 q=$($KILN sandbox ls | awk '$2 == "pooled" {print $3; exit}')
 kill -KILL "$q"; sleep 0.3
 expect_exit 0 "a pooled sandbox whose QEMU died" $KILN sandbox ls
