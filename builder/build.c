@@ -614,11 +614,19 @@ int build_run(const struct build_options *o, struct build_result *res, kiln_erro
 		if (erc < 0)
 			goto out;
 	}
-	if (o->rootfs_out && build_rootfs_write(r.s, res->manifest, o->rootfs_out, err) < 0)
+	if (o->template) {
+		char *rootfs = o->rootfs_out ? kiln_xstrdup(o->rootfs_out) : kiln_xasprintf("%s/template.ext4", r.scratch);
+		int trc = build_template_make(r.s, res->manifest, o->template, rootfs, res->template_digest, err);
+		free(rootfs);
+		if (trc < 0)
+			goto out;
+	} else if (o->rootfs_out && build_rootfs_write(r.s, res->manifest, o->rootfs_out, err) < 0) {
 		goto out;
+	}
 	res->steps = (size_t)r.step;
 	res->cached = r.cached;
-	struct build_event ev = { .kind = BUILD_EV_DONE, .step = r.step, .total = r.total, .digest = res->manifest };
+	struct build_event ev = { .kind = BUILD_EV_DONE, .step = r.step, .total = r.total, .digest = res->manifest,
+				  .template_digest = res->template_digest };
 	emit(&r, &ev);
 	rc = 0;
 out:

@@ -317,9 +317,25 @@ struct build_event {
 	bool cached;                /* a hit */
 	double seconds;
 	const char *digest;         /* BUILD_EV_DONE: manifest digest */
+	const char *template_digest; /* BUILD_EV_DONE: the template's, or NULL */
 	const char *data;           /* BUILD_EV_OUTPUT: a chunk of RUN output */
 	size_t len;
 };
+
+/* What `kiln build --template` hands to the snapshot stage. */
+struct build_template_opts {
+	const char *name;        /* NAME[:TAG] for the template, or NULL */
+	const char *start_cmd;   /* NULL: the image's ENTRYPOINT + CMD, shell-quoted */
+	const char *ready_cmd;   /* NULL: none */
+	unsigned cpus, memory_mib; /* 0: the snapshot stage's defaults */
+};
+
+/* ENTRYPOINT + CMD of an image config as one /bin/sh -c string, or NULL. */
+char *build_default_start_cmd(const json_t *config);
+/* Write the image's rootfs to `rootfs` and finalise it into a template
+ * (boot, start, ready, snapshot); the template's digest in `digest`. */
+int build_template_make(build_store *s, const char *manifest, const struct build_template_opts *t,
+			const char *rootfs, char digest[KILN_DIGEST_MAX], kiln_error **err);
 
 struct build_options {
 	const char *context;               /* directory */
@@ -332,6 +348,7 @@ struct build_options {
 	bool no_cache;
 	const char *oci_out;               /* OCI layout directory, or NULL */
 	const char *rootfs_out;            /* ext4 file of the result, or NULL */
+	const struct build_template_opts *template; /* also make a template, or NULL */
 	enum build_compression compression;
 	const char *home;                  /* NULL = kiln_home() */
 	const struct build_executor_ops *executor; /* NULL = build_executor_none */
@@ -344,6 +361,7 @@ struct build_result {
 	char manifest[KILN_DIGEST_MAX];
 	char config[KILN_DIGEST_MAX];
 	size_t steps, cached;
+	char template_digest[KILN_DIGEST_MAX]; /* "" unless a template was made */
 };
 
 /* Build.  Errors name the failing step and its Dockerfile line. */

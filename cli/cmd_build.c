@@ -29,6 +29,8 @@ static void on_event(void *ud, const struct build_event *ev)
 			break;
 		case BUILD_EV_DONE:
 			j = json_pack("{s:s,s:s,s:i}", "event", "done", "digest", ev->digest, "steps", ev->step);
+			if (ev->template_digest && ev->template_digest[0])
+				json_object_set_new(j, "template", json_string(ev->template_digest));
 			break;
 		case BUILD_EV_OUTPUT:
 			j = json_pack("{s:s,s:i,s:s%}", "event", "output", "step", ev->step, "data", ev->data, ev->len);
@@ -84,9 +86,14 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		{ "no-cache", no_argument, NULL, 'n' },      { "oci-out", required_argument, NULL, 'o' },
 		{ "json", no_argument, NULL, 'j' },          { "compression", required_argument, NULL, 'c' },
 		{ "rootfs-out", required_argument, NULL, 'r' },
+		{ "template", no_argument, NULL, 'P' },      { "start-cmd", required_argument, NULL, 'S' },
+		{ "ready-cmd", required_argument, NULL, 'R' }, { "cpus", required_argument, NULL, 'C' },
+		{ "memory", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
 	};
 	struct build_options o = { .compression = BUILD_GZIP };
+	struct build_template_opts tpl = { 0 };
+	bool want_template = false;
 	struct build_result res;
 	kiln_strv tags = KILN_STRV_INIT;
 	struct df_kv *args = NULL;
@@ -126,6 +133,33 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		case 'r':
 			o.rootfs_out = optarg;
 			break;
+		case 'P':
+			want_template = true;
+			break;
+		case 'S':
+			tpl.start_cmd = optarg;
+			want_template = true;
+			break;
+		case 'R':
+			tpl.ready_cmd = optarg;
+			want_template = true;
+			break;
+		case 'C':
+		case 'M': {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+			if (!*optarg || *end || v == 0 || v > (c == 'C' ? 64 : 1 << 20)) {
+				rc = cli_usage_error(cmd, "--%s wants a positive number, not '%s'",
+						     c == 'C' ? "cpus" : "memory", optarg);
+				goto out;
+			}
+			if (c == 'C')
+				tpl.cpus = (unsigned)v;
+			else
+				tpl.memory_mib = (unsigned)v;
+			want_template = true;
+			break;
+		}
 		case 'c':
 			if (strcmp(optarg, "gzip") == 0)
 				o.compression = BUILD_GZIP;
@@ -163,6 +197,10 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	o.n_tags = tags.n;
 	o.build_args = args;
 	o.n_build_args = n_args;
+	if (want_template) {
+		tpl.name = tags.n ? tags.v[0] : NULL;
+		o.template = &tpl;
+	}
 	o.on_event = on_event;
 	o.executor = &build_executor_vm;
 	o.event_ud = &json;
@@ -180,6 +218,10 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	if (!json) {
 		fprintf(stderr, "built %s (%zu steps, %zu cached)\n", res.manifest, res.steps, res.cached);
 		printf("%s\n", res.manifest);
+		if (res.template_digest[0]) {
+			fprintf(stderr, "template %s\n", res.template_digest);
+			printf("%s\n", res.template_digest);
+		}
 	}
 	rc = KILN_EXIT_OK;
 	if (fflush(stdout) != 0) {
@@ -201,6 +243,7 @@ const struct kiln_command kiln_cmd_build = {
 	.summary = "build an image from a Dockerfile",
 	.usage = "Usage: kiln build [-f Dockerfile] [-t NAME[:TAG]]... [--build-arg K=V]... [--target STAGE]\n"
 		 "                  [--no-cache] [--oci-out DIR] [--rootfs-out FILE] [--compression gzip|zstd|none]\n"
+		 "                  [--template] [--start-cmd CMD] [--ready-cmd CMD] [--cpus N] [--memory MiB]\n"
 		 "                  [--json] CONTEXT\n\n"
 		 "Build the Dockerfile (default CONTEXT/Dockerfile) with CONTEXT as the build\n"
 		 "context (.dockerignore honoured).  Bases: scratch, oci:DIR[:TAG],\n"
@@ -215,6 +258,11 @@ const struct kiln_command kiln_cmd_build = {
 		 "  --no-cache           do not reuse cached steps\n"
 		 "  --oci-out DIR        also write an OCI image layout to DIR\n"
 		 "  --rootfs-out FILE    also write the image's filesystem as ext4 (rootfs stage)\n"
+		 "  --template           also make a template (rootfs, boot, start, ready, snapshot)\n"
+		 "                       named after the first -t; implied by the four below\n"
+		 "  --start-cmd CMD      the template's start command (default ENTRYPOINT + CMD)\n"
+		 "  --ready-cmd CMD      polled until it succeeds before the snapshot\n"
+		 "  --cpus N, --memory MiB  the template's resources\n"
 		 "  --compression C      layer compression: gzip (default), zstd or none\n"
 		 "  --json               one JSON event per line on stdout (step, step_done, done, error)\n"
 		 "  -h, --help\n\n"

@@ -76,3 +76,17 @@ expect_exit 0 "rebuild after changing a.txt" "$KILN" build --json "$C"
 hits=$(python3 -c 'import json,sys
 print(" ".join(json.loads(l)["cache"] for l in open(sys.argv[1]) if "\"cache\"" in l))' "$T_TMP/out")
 expect_eq "COPY and the RUNs after it re-run; WORKDIR layer too" "$hits" "miss miss miss miss"
+
+# --template: the image finalised by the snapshot stage; its start command
+# defaults to ENTRYPOINT + CMD, and a sandbox restored from it sees its work
+printf 'FROM oci:%s:base\nENV MODE=tpl\nWORKDIR /srv\nCMD ["sh", "-c", "echo started $MODE > /tmp/s"]\n' "$B" >"$T_TMP/Dockerfile.tpl"
+expect_exit 0 "build --template" "$KILN" build -f "$T_TMP/Dockerfile.tpl" -t tpl:1 --ready-cmd 'cat /tmp/s' --memory 256 "$C"
+expect_eq "manifest and template digests printed" "$(grep -c '^sha256:' "$T_TMP/out")" 2
+expect_exit 0 "snapshot ls" "$KILN" snapshot ls
+expect_grep "the template is named after -t" '^tpl:1 ' "$T_TMP/out"
+expect_exit 0 "sandbox from the built template" "$KILN" sandbox create --json tpl:1
+id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$T_TMP/out")
+expect_exit 0 "exec in the sandbox" "$KILN" sandbox exec "$id" -- sh -c 'cat /tmp/s; pwd'
+expect_eq "the default start command ran with the image's ENV; WORKDIR kept" "$(cat "$T_TMP/out")" "started tpl
+/srv"
+"$KILN" sandbox kill "$id" >/dev/null 2>&1
