@@ -441,6 +441,13 @@ int df_heredocs_from_line(const char *line, struct df_heredoc **out, size_t *n_o
 	}
 	ret = (int)*n_out;
 out:
+	if (ret < 0) {
+		for (size_t i = 0; i < *n_out; i++)
+			free((*out)[i].name);
+		free(*out);
+		*out = NULL;
+		*n_out = 0;
+	}
 	kiln_strv_free(&words);
 	return ret;
 }
