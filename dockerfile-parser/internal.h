@@ -168,6 +168,9 @@ struct dfp_ctx {
 	struct dfp_edge *edges;
 	size_t n_edges, cap_edges;
 	struct dfp_state *final; /* per stage, after its last instruction */
+	bool lint_skip;        /* "# check=skip=UndefinedArgInFrom" (or all) */
+	bool lint_error;       /* "# check=error=true": lint warnings fail */
+	char *lint_first;      /* the first lint warning, for lint_error */
 };
 
 /* "FILE:LINE:COL: " for a node (freed by the caller). */

@@ -307,11 +307,12 @@ static int expand_meta(struct dfp_ctx *c, const struct df_node *n, const char *w
 		kiln_error_free(e);
 		goto out;
 	}
-	for (size_t i = 0; i < missing.n; i++) {
+	for (size_t i = 0; i < missing.n && !c->lint_skip; i++) {
 		char *where = dfp_where(c->ast, n);
-		kiln_strv_push_owned(&c->plan->warnings,
-				     kiln_xasprintf("%sFROM argument '%s' is not declared (UndefinedArgInFrom)", where,
-						    missing.v[i]));
+		char *w = kiln_xasprintf("%sFROM argument '%s' is not declared (UndefinedArgInFrom)", where, missing.v[i]);
+		if (!c->lint_first)
+			c->lint_first = kiln_xstrdup(w);
+		kiln_strv_push_owned(&c->plan->warnings, w);
 		free(where);
 	}
 	rc = 0;
@@ -478,10 +479,45 @@ static int collect_edges(struct dfp_ctx *c, kiln_error **err)
 	return 0;
 }
 
+/* BuildKit's check directive ("skip=Rule1,Rule2;error=true"), overridden
+ * by the BUILDKIT_DOCKERFILE_CHECK build arg.  The only lint rule of this
+ * pass is UndefinedArgInFrom. */
+static void parse_check(struct dfp_ctx *c)
+{
+	const char *v = c->ast->check;
+	char *dup, *save = NULL;
+
+	for (size_t i = 0; i < c->opts->n_build_args; i++)
+		if (!strcmp(c->opts->build_args[i].key, "BUILDKIT_DOCKERFILE_CHECK"))
+			v = c->opts->build_args[i].value;
+	if (!v)
+		return;
+	dup = kiln_xstrdup(v);
+	for (char *part = strtok_r(dup, ";", &save); part; part = strtok_r(NULL, ";", &save)) {
+		char *eq = strchr(part, '='), *save2 = NULL;
+		while (*part == ' ')
+			part++;
+		if (!eq)
+			continue;
+		*eq = '\0';
+		if (!strcasecmp(part, "error")) {
+			c->lint_error = !strcasecmp(eq + 1, "true");
+		} else if (!strcasecmp(part, "skip")) {
+			for (char *r = strtok_r(eq + 1, ",", &save2); r; r = strtok_r(NULL, ",", &save2)) {
+				while (*r == ' ')
+					r++;
+				if (!strcasecmp(r, "all") || !strcasecmp(r, "UndefinedArgInFrom"))
+					c->lint_skip = true;
+			}
+		}
+	}
+	free(dup);
+}
+
 static bool predefined_arg(const char *key)
 {
 	static const char *const names[] = { "HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY",
-					     "SOURCE_DATE_EPOCH", NULL };
+					     "SOURCE_DATE_EPOCH", "BUILDKIT_DOCKERFILE_CHECK", NULL };
 	for (size_t i = 0; names[i]; i++)
 		if (strcasecmp(names[i], key) == 0)
 			return true;
@@ -517,6 +553,7 @@ int df_plan_build(const struct df_ast *ast, const struct df_plan_opts *opts, str
 		}
 	if (init_meta(&c, err) < 0)
 		goto out;
+	parse_check(&c);
 	for (i = 0; i < ast->n_nodes && strcmp(ast->nodes[i].name, "from") != 0; i++) {
 		if (strcmp(ast->nodes[i].name, "arg") != 0) {
 			dfp_fail(&c, &ast->nodes[i], err, "no build stage in current context: %s before the first FROM",
@@ -545,6 +582,10 @@ int df_plan_build(const struct df_ast *ast, const struct df_plan_opts *opts, str
 		c.plan->global_args[i].value = c.meta.v[i].value ? kiln_xstrdup(c.meta.v[i].value) : NULL;
 	}
 	c.plan->n_global_args = c.meta.n;
+	if (c.lint_error && c.lint_first) {
+		kiln_err(err, KILN_E_INVALID, "%s; lint violation with check=error=true", c.lint_first);
+		goto out;
+	}
 	if (collect_edges(&c, err) < 0 || dfp_graph(&c, err) < 0)
 		goto out;
 	c.final = kiln_xcalloc(c.plan->n_stages, sizeof(*c.final));
@@ -571,6 +612,7 @@ out:
 	df_plan_free(c.plan);
 	dfp_env_free(&c.meta);
 	free(c.consumed);
+	free(c.lint_first);
 	free(c.first);
 	free(c.end);
 	free(c.edges);

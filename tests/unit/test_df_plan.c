@@ -463,6 +463,28 @@ static void test_references_and_from_warnings(void)
 		CHECK_STR(p->stages[1].platform, "linux/arm64");
 	}
 	done(p);
+	/* the check directive: skip the rule, or make it an error */
+	{
+		char *skip = kiln_xasprintf("# check=skip=JSONArgsRecommended,UndefinedArgInFrom\n%s", df);
+		char *error = kiln_xasprintf("# check=error=true\n%s", df);
+		const struct df_kv ba[] = { { "BUILDKIT_DOCKERFILE_CHECK", "skip=all" } };
+		struct df_plan_opts o = { ba, 1, NULL, NULL, NULL, NULL, NULL };
+
+		p = plan_of(skip, NULL, &err);
+		CHECK(p && p->warnings.n == 0);
+		done(p);
+		p = plan_of(error, NULL, &err);
+		CHECK(p == NULL);
+		CHECK(err && !strcmp(kiln_error_message(err), "Dockerfile:3:1: FROM argument 'TAG' is not declared "
+							      "(UndefinedArgInFrom); lint violation with check=error=true"));
+		kiln_error_clear(&err);
+		done(NULL);
+		p = plan_of(error, &o, &err);
+		CHECK(p && p->warnings.n == 0);
+		done(p);
+		free(skip);
+		free(error);
+	}
 }
 
 int main(void)
