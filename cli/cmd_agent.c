@@ -426,8 +426,8 @@ static const struct kiln_command sub_download = {
 	.summary = "copy a guest directory to the host",
 	.usage = "Usage: kiln agent download --socket PATH [--timeout SECS] GUEST_DIR HOST_DIR\n\n"
 		 "Copy the contents of GUEST_DIR into HOST_DIR (created if missing); owners are\n"
-		 "kept when kiln runs as root.  Absolute paths, '..' and symlinked parents in\n"
-		 "the guest's tar are refused.\n\n" COMMON_HELP,
+		 "kept when kiln runs as root.  The guest's tar cannot write outside HOST_DIR:\n"
+		 "'..' is refused, absolute names stay inside, symlinks are not followed.\n\n" COMMON_HELP,
 	.run = run_download,
 };
 

@@ -279,8 +279,9 @@ int guest_upload_dir_owned(guest_conn *c, const char *host_dir, const char *gues
 			   int timeout_ms, kiln_error **err);
 /* Write guest_dir as a tar to out_fd. */
 int guest_download_tar(guest_conn *c, const char *guest_dir, int out_fd, int timeout_ms, kiln_error **err);
-/* Download guest_dir and extract it under host_dir (libarchive, refusing
- * absolute paths, ".." and writes through symlinks; owners kept when root). */
+/* Download guest_dir and extract it under host_dir (libarchive: ".." refused,
+ * absolute names kept inside host_dir, never written through a symlink;
+ * owners kept when root).  The guest is not trusted here. */
 int guest_download_dir(guest_conn *c, const char *guest_dir, const char *host_dir, int timeout_ms,
 		       kiln_error **err);
 
