@@ -113,8 +113,16 @@ static int upper_changes(guest_conn *conn, const char *dir, struct build_changes
 	return 0;
 }
 
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 static int run_vm(void *ctx, const struct build_run_request *req, struct build_layer *out, kiln_error **err)
 {
+	double t0 = now_ms(), t_rootfs = 0, t_boot = 0, t_exec = 0;
 	const struct build_vm_opts *vo = ctx;
 	char *rootfs = kiln_xasprintf("%s/run-rootfs.ext4", req->scratch);
 	char *upper = kiln_xasprintf("%s/run-upper", req->scratch);
@@ -126,6 +134,7 @@ static int run_vm(void *ctx, const struct build_run_request *req, struct build_l
 
 	if (kiln_rm_rf(upper, err) < 0 || stage_rootfs(req, rootfs, err) < 0)
 		goto out;
+	t_rootfs = now_ms();
 	vm_config_init(&c);
 	c.rootfs = rootfs;
 	c.root_mode = VM_ROOT_OVERLAY;
@@ -140,6 +149,7 @@ static int run_vm(void *ctx, const struct build_run_request *req, struct build_l
 		kiln_error_wrap(err, "builder microVM");
 		goto out;
 	}
+	t_boot = now_ms();
 	size_t i;
 	json_t *a;
 	json_array_foreach(req->argv, i, a)
@@ -169,6 +179,7 @@ static int run_vm(void *ctx, const struct build_run_request *req, struct build_l
 		kiln_err(err, KILN_E_GENERIC, "the command returned a non-zero code: %d", res.exit_code);
 		goto out;
 	}
+	t_exec = now_ms();
 	if (guest_download_dir(vm_agent(v), UPPER, upper, 600000, err) < 0 ||
 	    upper_changes(vm_agent(v), upper, &ch, err) < 0)
 		goto out;
@@ -178,6 +189,9 @@ static int run_vm(void *ctx, const struct build_run_request *req, struct build_l
 	if (sde && *sde)
 		epoch = strtoll(sde, NULL, 10);
 	rc = build_layer_write(req->store, &ch, req->compression, epoch, out, err);
+	/* the time split of a RUN step, for bench/build.sh (KILN_LOG=info) */
+	kiln_info("run: ext4 %.0f ms, vm start %.0f ms, command %.0f ms, layer capture %.0f ms", t_rootfs - t0,
+		  t_boot - t_rootfs, t_exec - t_boot, now_ms() - t_exec);
 out:
 	vm_destroy(v);
 	build_changes_free(&ch);
