@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include "builder/builder.h"
 #include "cli/cli.h"
 #include "snapshots/snapshots.h"
 
@@ -22,6 +25,49 @@ static int parse_uint(const struct kiln_command *cmd, const char *opt, const cha
 		return cli_usage_error(cmd, "%s wants a number from 1 to %u, not '%s'", opt, max, s);
 	*out = (unsigned)v;
 	return 0;
+}
+
+/* An image of the local store as the template's source: its merged
+ * filesystem written to an ext4 file in *tmpdir, its USER, WORKDIR and ENV
+ * taken unless given on the command line, its name as the template's. */
+static char *image_rootfs(const char *ref, struct snap_finalize_opts *o, kiln_strv *env, char **tmpdir,
+			  struct build_image **imp, kiln_error **err)
+{
+	build_store *s = NULL;
+	struct build_image *im = NULL;
+	char *out = NULL;
+
+	if (build_store_open(NULL, &s, err) < 0 || build_store_lock(s, false, err) < 0 ||
+	    build_image_load(s, ref, &im, err) < 0)
+		goto fail;
+	if ((*tmpdir = kiln_mkdtemp("kiln-snapshot", err)) == NULL)
+		goto fail;
+	out = kiln_path_join(*tmpdir, "rootfs.ext4");
+	if (build_rootfs_write(s, im->manifest_digest, out, err) < 0)
+		goto fail;
+	const json_t *cfg = json_object_get(im->config, "config");
+	const char *user = kiln_json_str(cfg, "User"), *wd = kiln_json_str(cfg, "WorkingDir");
+	if (o->user == NULL && user && *user)
+		o->user = user; /* borrowed from im, kept by the caller */
+	if (o->workdir == NULL && wd && *wd)
+		o->workdir = wd;
+	if (env->n == 0) {
+		const json_t *e = json_object_get(cfg, "Env");
+		for (size_t i = 0; json_is_array(e) && i < json_array_size(e); i++)
+			if (json_is_string(json_array_get(e, i)))
+				kiln_strv_push(env, json_string_value(json_array_get(e, i)));
+	}
+	if (o->name == NULL)
+		o->name = ref;
+	*imp = im;
+	build_store_close(s);
+	return out;
+fail:
+	kiln_error_wrap(err, "image %s", ref);
+	build_image_free(im);
+	build_store_close(s);
+	free(out);
+	return NULL;
 }
 
 static int run_make(const struct kiln_command *cmd, int argc, char **argv)
@@ -43,7 +89,8 @@ static int run_make(const struct kiln_command *cmd, int argc, char **argv)
 	kiln_strv env = KILN_STRV_INIT;
 	kiln_error *err = NULL;
 	unsigned secs = 0;
-	char *digest;
+	char *digest, *image = NULL, *tmpdir = NULL;
+	struct build_image *im = NULL;
 	int c, rc = KILN_EXIT_USAGE;
 
 	while ((c = cli_getopt(cmd, argc, argv, "ht:c:m:e:", opts)) != -1) {
@@ -79,10 +126,18 @@ static int run_make(const struct kiln_command *cmd, int argc, char **argv)
 		}
 	}
 	if (optind != argc - 1) {
-		cli_usage_error(cmd, optind >= argc ? "no rootfs image given" : "one rootfs image, please");
+		cli_usage_error(cmd, optind >= argc ? "no rootfs image or image name given" : "one image, please");
 		goto out;
 	}
-	o.rootfs = argv[optind];
+	struct stat st;
+	if (stat(argv[optind], &st) == 0 && S_ISREG(st.st_mode)) {
+		o.rootfs = argv[optind];
+	} else if ((image = image_rootfs(argv[optind], &o, &env, &tmpdir, &im, &err)) == NULL) {
+		rc = cli_fail(err);
+		goto out;
+	} else {
+		o.rootfs = image;
+	}
 	o.env = env.n ? (const char *const *)env.v : NULL;
 	digest = snap_finalize(&o, &err);
 	if (digest == NULL) {
@@ -93,6 +148,14 @@ static int run_make(const struct kiln_command *cmd, int argc, char **argv)
 	free(digest);
 	rc = KILN_EXIT_OK;
 out:
+	if (tmpdir) {
+		kiln_error *e = NULL;
+		if (kiln_rm_rf(tmpdir, &e) < 0)
+			kiln_error_free(e);
+	}
+	free(tmpdir);
+	free(image);
+	build_image_free(im);
 	kiln_strv_free(&env);
 	return rc;
 }
@@ -185,10 +248,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 const struct kiln_command kiln_cmd_snapshot = {
 	.name = "snapshot",
 	.summary = "make a template: boot a rootfs, start it, snapshot it when ready",
-	.usage = "Usage: kiln snapshot [OPTIONS] ROOTFS.ext4\n"
+	.usage = "Usage: kiln snapshot [OPTIONS] ROOTFS.ext4|IMAGE[:TAG]\n"
 		 "       kiln snapshot ls [--json]\n"
 		 "       kiln snapshot verify TEMPLATE\n\n"
-		 "Boot ROOTFS in a microVM, run the start command in the background, poll the\n"
+		 "Boot ROOTFS (or the filesystem of IMAGE from the local store, with its USER,\n"
+		 "WORKDIR and ENV, tagged with its name) in a microVM, run the start command in\n"
+		 "the background, poll the\n"
 		 "ready command until it exits 0, then snapshot memory, device state and disk into\n"
 		 "the template store ($KILN_HOME/snapshots) and print the template's digest.\n"
 		 "Sandboxes start from it with 'kiln sandbox create' or 'kiln run'.\n\n"
