@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -353,25 +354,54 @@ static int wait_accept(struct agent *a)
 	return 0;
 }
 
-/* Device mode: wait until the host end of the port is open (no POLLHUP). */
+static void on_alarm(int sig)
+{
+	(void)sig; /* only there to interrupt the blocking write */
+}
+
+/* Device mode: wait until the host end of the port is open.  A disconnected
+ * port reports POLLHUP at once, so poll cannot wait for the host; a blocking
+ * write can (the kernel holds it until the host connects), so the HELLO is
+ * written blocking, and a restored snapshot's new host is answered at once
+ * instead of at the next tick.  SIGALRM interrupts it every 100 ms to reap
+ * children and drain orphans. */
 static void wait_host(struct agent *a)
 {
-	for (;;) {
-		struct pollfd p[2] = { { a->chan, POLLIN, 0 }, { a->sigfd, POLLIN, 0 } };
-		if (poll(p, 2, 0) >= 0 && !(p[0].revents & (POLLHUP | POLLERR)))
-			break;
-		if (p[1].revents & POLLIN)
-			sessions_reap(a);
-		/* A disconnected port reports POLLHUP at once, so poll cannot wait on it. */
-		poll(&p[1], 1, 50);
-		if (p[1].revents & POLLIN)
-			sessions_reap(a);
-		if (a->quit)
-			return;
+	struct pollfd p = { a->chan, POLLIN, 0 };
+	struct sigaction sa = { .sa_handler = on_alarm }; /* no SA_RESTART */
+	struct itimerval tick = { { 0, 100000 }, { 0, 100000 } }, off = { { 0, 0 }, { 0, 0 } };
+	struct guest_hello h = { .version = GUEST_PROTO_VERSION, .caps = a->caps, .agent = AGENT_VERSION,
+				 .pid = getpid() };
+	struct guest_wbuf w = { 0 };
+	int fl = fcntl(a->chan, F_GETFL);
+	size_t done = 0;
+
+	if (poll(&p, 1, 0) >= 0 && !(p.revents & (POLLHUP | POLLERR))) {
+		a->connected = true;
+		send_hello(a);
+		return;
+	}
+	guest_encode_hello(&w, 0, &h);
+	if (w.failed)
+		return;
+	sigaction(SIGALRM, &sa, NULL);
+	fcntl(a->chan, F_SETFL, fl & ~O_NONBLOCK);
+	setitimer(ITIMER_REAL, &tick, NULL);
+	while (done < w.len && !a->quit) {
+		ssize_t n = write(a->chan, w.data + done, w.len - done);
+		if (n > 0) {
+			done += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno != EINTR)
+			usleep(50000); /* the port is going away or resetting */
+		sessions_reap(a);
 		sessions_drain_orphans(a);
 	}
-	a->connected = true;
-	send_hello(a);
+	setitimer(ITIMER_REAL, &off, NULL);
+	fcntl(a->chan, F_SETFL, fl);
+	guest_wbuf_free(&w);
+	a->connected = done > 0;
 }
 
 static int serve(struct agent *a)
