@@ -1,6 +1,6 @@
 /* blobs.c — GET/HEAD/DELETE /v2/NAME/blobs/DIGEST.  Bytes are sent straight
- * from the store's file (sendfile through libmicrohttpd), with single byte
- * ranges; a blob is visible in a repository only once linked there. */
+ * from the store (sendfile through libmicrohttpd, or ranged S3 reads), with
+ * single byte ranges; a blob is visible in a repository only once linked there. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -49,11 +49,11 @@ void reg_blob_handle(reg_req *r)
 	reg_server *s = r->srv;
 	enum kiln_digest_algo algo;
 	kiln_error *err = NULL;
-	char *path = NULL, buf[KILN_DIGEST_MAX + 64];
+	char buf[KILN_DIGEST_MAX + 64];
 	int64_t size = 0, start = 0, end = -1;
+	struct MHD_Response *resp;
 	const char *range;
-	struct stat sb;
-	int fd = -1, linked;
+	int linked;
 
 	if (kiln_digest_parse(r->ref, &algo, &err) < 0) {
 		reg_error(r, 400, "DIGEST_INVALID", "%s", kiln_error_message(err));
@@ -71,20 +71,16 @@ void reg_blob_handle(reg_req *r)
 		return;
 	}
 	linked = reg_db_blob_linked(s->db, r->name, r->ref, &size, &err);
+	if (linked > 0)
+		linked = reg_store_blob_stat(&s->store, r->ref, &size, &err);
 	if (linked < 0) {
 		reg_internal(r, err);
 		return;
 	}
-	path = reg_store_blob_path(&s->store, r->ref);
-	if (linked)
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &sb) < 0) {
-		if (linked && errno != ENOENT)
-			kiln_warn("registry: open %s: %s", path, strerror(errno));
+	if (linked == 0) {
 		reg_error(r, 404, "BLOB_UNKNOWN", "blob %s unknown to repository %s", r->ref, r->name);
-		goto out;
+		return;
 	}
-	size = sb.st_size;
 	range = reg_req_header(r, "Range");
 	if (range && strcmp(r->method, "GET") == 0) {
 		int ok = parse_range(range, size, &start, &end);
@@ -92,7 +88,7 @@ void reg_blob_handle(reg_req *r)
 			reg_error(r, 416, "RANGE_INVALID", "range %s not satisfiable for %" PRId64 " bytes", range, size);
 			snprintf(buf, sizeof(buf), "bytes */%" PRId64, size);
 			reg_header(r, "Content-Range", buf);
-			goto out;
+			return;
 		}
 		if (ok < 0)
 			range = NULL; /* an unparsable Range is ignored (RFC 9110) */
@@ -103,8 +99,17 @@ void reg_blob_handle(reg_req *r)
 		start = 0;
 		end = size - 1;
 	}
-	reg_respond_fd(r, range ? 206 : 200, fd, start, end - start + 1);
-	fd = -1;
+	resp = reg_store_response(&s->store, r->ref, start, end - start + 1, &err);
+	if (resp == NULL) {
+		if (err->errnum == ENOENT) { /* collected between the two looks */
+			reg_error(r, 404, "BLOB_UNKNOWN", "blob %s unknown to repository %s", r->ref, r->name);
+			kiln_error_free(err);
+		} else {
+			reg_internal(r, err);
+		}
+		return;
+	}
+	reg_respond_with(r, range ? 206 : 200, resp);
 	reg_header(r, "Content-Type", "application/octet-stream");
 	reg_header(r, "Docker-Content-Digest", r->ref);
 	reg_header(r, "Accept-Ranges", "bytes");
@@ -114,8 +119,4 @@ void reg_blob_handle(reg_req *r)
 		snprintf(buf, sizeof(buf), "bytes %" PRId64 "-%" PRId64 "/%" PRId64, start, end, size);
 		reg_header(r, "Content-Range", buf);
 	}
-out:
-	if (fd >= 0)
-		close(fd);
-	free(path);
 }

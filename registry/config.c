@@ -34,6 +34,11 @@ void reg_config_free(struct reg_config *c)
 	free(c->data_dir);
 	free(c->realm);
 	free(c->service);
+	free(c->s3_endpoint);
+	free(c->s3_region);
+	free(c->s3_bucket);
+	free(c->s3_access_key);
+	free(c->s3_secret_key);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -89,6 +94,35 @@ static int set_str(json_t *v, const char *key, char **dst, kiln_error **err)
 	return 0;
 }
 
+/* "s3": {"endpoint", "bucket", "access_key", "secret_key", "region"} */
+static int load_s3(struct reg_config *c, json_t *o, kiln_error **err)
+{
+	static const char *const keys[] = { "endpoint", "bucket", "access_key", "secret_key", "region" };
+	char **dst[] = { &c->s3_endpoint, &c->s3_bucket, &c->s3_access_key, &c->s3_secret_key, &c->s3_region };
+	const char *key;
+	json_t *v;
+
+	if (!json_is_object(o))
+		return kiln_err(err, KILN_E_INVALID, "s3: want an object");
+	json_object_foreach(o, key, v) {
+		size_t i;
+		for (i = 0; i < 5 && strcmp(key, keys[i]) != 0; i++)
+			;
+		if (i == 5)
+			return kiln_err(err, KILN_E_INVALID, "s3: unknown key '%s'", key);
+		if (set_str(v, key, dst[i], err) < 0)
+			return kiln_error_wrap(err, "s3");
+	}
+	for (size_t i = 0; i < 4; i++)
+		if (*dst[i] == NULL || **dst[i] == '\0')
+			return kiln_err(err, KILN_E_INVALID, "s3: '%s' is required", keys[i]);
+	if (strncmp(c->s3_endpoint, "http://", 7) != 0 && strncmp(c->s3_endpoint, "https://", 8) != 0)
+		return kiln_err(err, KILN_E_INVALID, "s3: endpoint must be an http:// or https:// URL");
+	if (c->s3_region == NULL)
+		c->s3_region = kiln_xstrdup("us-east-1");
+	return 0;
+}
+
 int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 {
 	json_t *root = kiln_json_load_file(path, err), *v;
@@ -136,6 +170,8 @@ int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 				r = kiln_err(err, KILN_E_INVALID, "auth: want true or false");
 			else
 				c->auth = json_is_true(v);
+		} else if (strcmp(key, "s3") == 0) {
+			r = load_s3(c, v, err);
 		} else if (strcmp(key, "realm") == 0) {
 			r = set_str(v, key, &c->realm, err);
 		} else if (strcmp(key, "service") == 0) {

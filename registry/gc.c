@@ -172,12 +172,13 @@ int reg_gc(const struct reg_config *c, int dry_run, struct reg_gc_stats *st, kil
 	int ret = -1;
 
 	memset(st, 0, sizeof(*st));
-	if (reg_store_open(&g.st, c->data_dir, err) < 0)
+	if (reg_store_open(&g.st, c, err) < 0)
 		return kiln_error_wrap(err, "gc");
 	g.db = reg_db_open_cfg(c, err);
 	if (g.db == NULL)
 		goto out;
-	if (sweep_uploads(&g, err) < 0 || sweep_blobs(&g, err) < 0)
+	/* Blobs in S3 are not swept yet (that needs a bucket listing or a blobs table). */
+	if (sweep_uploads(&g, err) < 0 || (!g.st.use_s3 && sweep_blobs(&g, err) < 0))
 		goto out;
 	ret = 0;
 out:

@@ -35,21 +35,8 @@ void reg_respond(reg_req *r, unsigned status, const void *body, size_t len, cons
 		MHD_add_response_header(resp, "Content-Type", content_type);
 }
 
-void reg_respond_fd(reg_req *r, unsigned status, int fd, int64_t off, int64_t len)
+void reg_respond_with(reg_req *r, unsigned status, struct MHD_Response *resp)
 {
-	struct MHD_Response *resp;
-
-	if (len == 0) {
-		close(fd);
-		reg_respond(r, status, "", 0, NULL);
-		return;
-	}
-	resp = MHD_create_response_from_fd_at_offset64((uint64_t)len, fd, (uint64_t)off);
-	if (resp == NULL) {
-		close(fd);
-		reg_error(r, 500, "UNKNOWN", "cannot create response");
-		return;
-	}
 	set_response(r, status, resp);
 }
 
@@ -408,6 +395,8 @@ reg_server *reg_server_start(const struct reg_config *c, kiln_error **err)
 	s->cfg.data_dir = kiln_xstrdup(c->data_dir);
 	s->cfg.realm = c->realm ? kiln_xstrdup(c->realm) : NULL;
 	s->cfg.service = kiln_xstrdup(c->service ? c->service : "kiln");
+	/* The server's copy owns no S3 strings: the store copies what it needs. */
+	s->cfg.s3_endpoint = s->cfg.s3_region = s->cfg.s3_bucket = s->cfg.s3_access_key = s->cfg.s3_secret_key = NULL;
 	if (strchr(c->host, ':')) {
 		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
 		a->sin6_family = AF_INET6;
@@ -422,7 +411,7 @@ reg_server *reg_server_start(const struct reg_config *c, kiln_error **err)
 		if (inet_pton(AF_INET, c->host, &a->sin_addr) != 1)
 			goto badaddr;
 	}
-	if (reg_store_open(&s->store, c->data_dir, err) < 0)
+	if (reg_store_open(&s->store, c, err) < 0)
 		goto fail;
 	reg_uploads_init(&s->uploads, &s->store);
 	if (c->auth && reg_auth_key(c->data_dir, s->auth_key, err) < 0)

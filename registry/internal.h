@@ -58,11 +58,23 @@ int reg_db_referrers(reg_db *db, const char *repo, const char *subject, const ch
 int reg_db_repo_public(reg_db *db, const char *repo, kiln_error **err);
 
 /* ---- blob store (store.c) and upload sessions (upload_store.c) ---- */
+struct reg_s3_cfg {
+	char *endpoint;     /* "http://127.0.0.1:8000" */
+	char *region;       /* "us-east-1" */
+	char *bucket;
+	char *access_key, *secret_key;
+};
+
 typedef struct reg_store {
 	char *root, *blobs, *uploads;
+	int use_s3;          /* blobs live in S3 (s3), not under blobs/ */
+	struct reg_s3_cfg s3;
 } reg_store;
 
-int reg_store_open(reg_store *st, const char *root, kiln_error **err);
+int reg_store_open(reg_store *st, const struct reg_config *c, kiln_error **err);
+/* A response with len bytes of the blob from off (sendfile, or ranged S3 reads). */
+struct MHD_Response *reg_store_response(const reg_store *st, const char *digest, int64_t off, int64_t len,
+					kiln_error **err);
 void reg_store_close(reg_store *st);
 char *reg_store_blob_path(const reg_store *st, const char *digest);
 /* Size of a stored blob: 1 found, 0 missing, -1 error. */
@@ -151,8 +163,8 @@ void reg_error(reg_req *r, unsigned status, const char *code, const char *fmt, .
 void reg_respond(reg_req *r, unsigned status, const void *body, size_t len, const char *content_type);
 void reg_respond_json(reg_req *r, unsigned status, json_t *body, const char *content_type);
 void reg_header(reg_req *r, const char *name, const char *value);
-/* Body from fd (which the response then owns): len bytes at off. */
-void reg_respond_fd(reg_req *r, unsigned status, int fd, int64_t off, int64_t len);
+/* Answer with a prepared response (which r then owns). */
+void reg_respond_with(reg_req *r, unsigned status, struct MHD_Response *resp);
 const char *reg_query(reg_req *r, const char *key);
 const char *reg_req_header(reg_req *r, const char *key);
 /* 500 with the error logged (and freed). */
@@ -181,12 +193,6 @@ int reg_auth_key(const char *data_dir, unsigned char key[32], kiln_error **err);
 
 /* S3 client (s3.c) for the object-storage backend: path-style requests
  * signed with AWS SigV4. */
-struct reg_s3_cfg {
-	char *endpoint;     /* "http://127.0.0.1:8000" */
-	char *region;       /* "us-east-1" */
-	char *bucket;
-	char *access_key, *secret_key;
-};
 /* The Authorization header value for a request (headers: "name:value", any
  * order and case); path and query already URI-encoded and canonical. */
 char *reg_s3_authorization(const struct reg_s3_cfg *s3, const char *method, const char *path, const char *query,

@@ -29,6 +29,9 @@ struct reg_config {
 	char *realm;                /* token endpoint URL for the challenge; NULL = derived */
 	char *service;              /* the "service" of the Bearer challenge */
 	int64_t token_ttl_s;        /* lifetime of tokens issued by the token endpoint */
+	/* S3 object storage for blobs (s3_endpoint NULL: the local filesystem);
+	 * uploads still stage under data_dir, metadata stays in data_dir/meta.db. */
+	char *s3_endpoint, *s3_region, *s3_bucket, *s3_access_key, *s3_secret_key;
 };
 
 void reg_config_init(struct reg_config *c);

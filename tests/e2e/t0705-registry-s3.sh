@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# t0705-registry-s3.sh — the registry's S3 client against a real S3 server:
-# a one-node Ceph with radosgw on 127.0.0.1 (memstore, ~15 s to start), then
-# the live part of test_registry_s3 (SigV4, put, multipart, ranged get, head,
-# delete, zero-byte objects, a wrong secret refused) under ASan/UBSan.
+# t0705-registry-s3.sh — the S3 backend against a real S3 server: a one-node
+# Ceph with radosgw on 127.0.0.1 (memstore, ~15 s to start); the live part of
+# test_registry_s3 (SigV4, put, multipart, ranged get, head, delete, zero-byte
+# objects, a wrong secret refused) under ASan/UBSan; then `kiln serve` with its
+# blobs in the bucket: skopeo push/pull (a large layer goes multipart), a
+# zero-byte blob, ranges, and a restart.
 . tests/e2e/lib.sh
 . tests/e2e/radosgw-lib.sh
+. tests/e2e/registry-lib.sh
 
-trap 'rgw_stop; rm -rf "$T_TMP"' EXIT
+trap 'reg_stop; rgw_stop; rm -rf "$T_TMP"' EXIT
 BIN=${REG_S3_TEST:-build/asan/tests/test_registry_s3}
 if [ ! -x "$BIN" ]; then not_ok "$BIN is built (make check builds it)"; exit 1; fi
 if ! command -v radosgw >/dev/null; then not_ok "radosgw installed (deps/registry.txt)"; exit 1; fi
@@ -19,3 +22,41 @@ rc=$?
 sed -n 's/^\(not \)\{0,1\}ok - /&s3: /p; /^#/p' "$T_TMP/s3.out"
 expect_eq "test_registry_s3 exits 0" "$rc" 0
 expect_grep "the live checks ran" '^ok - test_live$' "$T_TMP/s3.out"
+
+# ---- kiln serve with blobs in S3
+cat >"$T_TMP/s3.json" <<EOC
+{"s3": {"endpoint": "$RGW_ENDPOINT", "bucket": "kiln-registry", "access_key": "$RGW_ACCESS", "secret_key": "$RGW_SECRET"}}
+EOC
+reg_start "$T_TMP/data" --config "$T_TMP/s3.json" || { not_ok "kiln serve with S3 starts"; exit 1; }
+ok "kiln serve with S3 starts"
+cd "$T_TMP"
+umoci init --layout img >/dev/null && umoci new --image img:v1 >/dev/null
+head -c 20000000 /dev/urandom >l1; head -c 3000 /dev/urandom >l2
+for f in l1 l2; do umoci insert --image img:v1 "$f" "/$f" >/dev/null; done
+src=$(skopeo inspect --raw oci:img:v1 | sha256sum | cut -d' ' -f1)
+S="skopeo --command-timeout 120s"
+expect_exit 0 "skopeo push into S3-backed kiln serve" $S copy --dest-tls-verify=false oci:img:v1 "docker://$REG/team/s3img:v1"
+expect_exit 0 "skopeo pull back" $S copy --src-tls-verify=false "docker://$REG/team/s3img:v1" oci:pulled:v1
+expect_eq "pulled manifest digest matches" "$(skopeo inspect --raw oci:pulled:v1 | sha256sum | cut -d' ' -f1)" "$src"
+bad=0
+for d in $(skopeo inspect --raw oci:pulled:v1 | jq -r '.config.digest, .layers[].digest'); do
+	cmp -s "img/blobs/sha256/${d#sha256:}" "pulled/blobs/sha256/${d#sha256:}" || bad=$((bad + 1))
+done
+expect_eq "every blob pulled back from S3 is byte-identical" "$bad" 0
+expect_eq "no blob bytes on the local disk" "$(find data -path '*/blobs/*' -type f | wc -l)" 0
+: >empty
+req POST "/v2/team/s3img/blobs/uploads/?digest=$(sha256_of empty)" --data-binary @empty
+expect_code "zero-byte blob upload" 201
+req GET "/v2/team/s3img/blobs/$(sha256_of empty)"
+expect_eq "zero-byte blob GET" "$CODE $(stat -c %s body)" "200 0"
+head_req "/v2/team/s3img/blobs/$(sha256_of empty)"
+expect_eq "zero-byte blob HEAD" "$CODE $(hdr Content-Length)" "200 0"
+big=$(skopeo inspect --raw oci:img:v1 | jq -r '[.layers[] | select(.size > 1000000)][0].digest')
+req GET "/v2/team/s3img/blobs/$big" -H 'Range: bytes=2097150-2097160'
+expect_eq "range across an S3 read chunk" "$CODE $(od -An -tx1 body | tr -d ' \n')" \
+	"206 $(tail -c +2097151 "img/blobs/sha256/${big#sha256:}" | head -c 11 | od -An -tx1 | tr -d ' \n')"
+reg_stop
+reg_start "$T_TMP/data" --config "$T_TMP/s3.json" || not_ok "restart"
+rm -rf pulled
+expect_exit 0 "pull after a restart" $S copy --src-tls-verify=false "docker://$REG/team/s3img:v1" oci:pulled:v1
+expect_eq "digest after restart" "$(skopeo inspect --raw oci:pulled:v1 | sha256sum | cut -d' ' -f1)" "$src"
