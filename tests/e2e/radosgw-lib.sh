@@ -1,12 +1,13 @@
 # radosgw-lib.sh — a throw-away one-node Ceph (mon + memstore OSD) with a
 # radosgw S3 endpoint on 127.0.0.1, for the registry's S3 tests.
 # rgw_start DIR : sets RGW_ENDPOINT, RGW_ACCESS, RGW_SECRET; rgw_stop.
+# Every step is bounded; a failed bring-up is retried once from scratch.
 RGW_PIDS=()
 
 rgw_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-rgw_start() {
-	local d=$1 monport rgwport fsid c i
+rgw_try() {
+	local d=$1 monport rgwport fsid osduuid c i
 	mkdir -p "$d/mon" "$d/osd" "$d/run" "$d/log" "$d/rgw"
 	monport=$(rgw_port); rgwport=$(rgw_port)
 	fsid=$(cat /proc/sys/kernel/random/uuid)
@@ -46,8 +47,11 @@ EOC
 	monmaptool --create --addv a "[v1:127.0.0.1:$monport]" --fsid "$fsid" "$d/monmap" >/dev/null || return 1
 	ceph-mon -c "$c" --mkfs -i a --monmap "$d/monmap" || return 1
 	ceph-mon -c "$c" -i a -f </dev/null >/dev/null 2>&1 & RGW_PIDS+=($!)
-	ceph -c "$c" --connect-timeout 30 osd create >/dev/null || return 1
-	ceph-osd -c "$c" -i 0 --mkfs >/dev/null 2>&1 || return 1
+	# The OSD's uuid is given to both sides so the OSD's own "osd create" at
+	# start agrees with the monitor's record ('wrong fsid' otherwise).
+	osduuid=$(cat /proc/sys/kernel/random/uuid)
+	timeout 60 ceph -c "$c" --connect-timeout 30 osd create "$osduuid" >/dev/null || return 1
+	timeout 60 ceph-osd -c "$c" -i 0 --mkfs --osd-uuid "$osduuid" >/dev/null 2>&1 || return 1
 	ceph-osd -c "$c" -i 0 -f </dev/null >/dev/null 2>&1 & RGW_PIDS+=($!)
 	radosgw -c "$c" -n client.rgw -f </dev/null >/dev/null 2>&1 & RGW_PIDS+=($!)
 	RGW_ACCESS=kilntest$RANDOM
@@ -55,11 +59,20 @@ EOC
 	RGW_ENDPOINT="http://127.0.0.1:$rgwport"
 	for i in $(seq 1 120); do
 		curl -s -o /dev/null "$RGW_ENDPOINT/" && break
+		[ "$i" = 120 ] && return 1
 		sleep 0.5
 	done
-	radosgw-admin -c "$c" user create --uid=kiln --display-name=kiln \
+	timeout 60 radosgw-admin -c "$c" user create --uid=kiln --display-name=kiln \
 		--access-key="$RGW_ACCESS" --secret-key="$RGW_SECRET" >/dev/null || return 1
 	curl -s -o /dev/null "$RGW_ENDPOINT/"
+}
+
+rgw_start() {
+	rgw_try "$1/1" && return 0
+	echo "# radosgw bring-up failed once; retrying" >&2
+	tail -n 3 "$1"/1/log/*.log >&2
+	rgw_stop
+	rgw_try "$1/2"
 }
 
 rgw_stop() {
