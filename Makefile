@@ -100,7 +100,7 @@ demo: deps
 # -- fuzzing with libFuzzer (clang) -------------------------------------------
 build/fuzzobj/%.o: %.c
 	@mkdir -p $(@D)
-	$(CLANG) $(BASEFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+	$(CLANG) $(BASEFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
 
 build/fuzz/fuzz_%: build/fuzzobj/tests/fuzz/fuzz_%.o $(LIB_SRCS:%.c=build/fuzzobj/%.o)
 	@mkdir -p $(@D)
