@@ -157,12 +157,13 @@ static int exec_in_guest(vm_instance *v, const struct exec_args *a, kiln_error *
 
 static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 {
-	enum { O_NET = 256, O_WRITABLE, O_NO_AGENT, O_TIMEOUT, O_CONSOLE, O_WAIT, O_TCG, O_KERNEL, O_VERBOSE, O_APPEND, O_CMD_TIMEOUT };
+	enum { O_NET = 256, O_WRITABLE, O_NO_AGENT, O_TIMEOUT, O_CONSOLE, O_WAIT, O_TCG, O_KERNEL, O_VERBOSE, O_APPEND, O_CMD_TIMEOUT, O_SCRATCH };
 	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
 					      { "cpus", required_argument, NULL, 'c' },
 					      { "memory", required_argument, NULL, 'm' },
 					      { "net", no_argument, NULL, O_NET },
 					      { "writable", no_argument, NULL, O_WRITABLE },
+					      { "scratch", required_argument, NULL, O_SCRATCH },
 					      { "no-agent", no_argument, NULL, O_NO_AGENT },
 					      { "timeout", required_argument, NULL, O_TIMEOUT },
 					      { "console", no_argument, NULL, O_CONSOLE },
@@ -197,6 +198,10 @@ static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 			break;
 		case O_NET: cfg.net = true; break;
 		case O_WRITABLE: cfg.root_mode = VM_ROOT_WRITABLE; break;
+		case O_SCRATCH:
+			if (parse_uint(cmd, "--scratch", optarg, &cfg.scratch_mib))
+				return KILN_EXIT_USAGE;
+			break;
 		case O_NO_AGENT: cfg.no_agent = true; break;
 		case O_TIMEOUT:
 			if (parse_uint(cmd, "--timeout", optarg, &timeout_s))
@@ -302,6 +307,7 @@ static const struct kiln_command vm_kernel_cmd = {
 	"  -m, --memory MIB     guest memory in MiB (default 256)\n"                                      \
 	"  --net                user-mode network (off by default)\n"                                     \
 	"  --writable           mount the disk read-write (default: read-only under an overlay)\n"       \
+	"  --scratch MIB        keep the overlay's changes on a sparse ext4 disk of MIB, not in RAM\n"  \
 	"  --no-agent           boot without the guest agent\n"                                           \
 	"  --timeout SECONDS    give up when init is not ready by then (default 120 TCG, 30 KVM)\n"     \
 	"  --tcg                use TCG even when KVM is available\n"                                     \

@@ -18,7 +18,7 @@
 #define READY_MARKER "kiln-init: ready"
 #define FAILED_MARKER "kiln-init: FAILED"
 
-enum { F_CONSOLE, F_QMP, F_AGENT, F_INITRD, F_INITRD_TMP, F_OVERLAY, F_MEM, F_QEMU_LOG, F_COUNT };
+enum { F_CONSOLE, F_QMP, F_AGENT, F_INITRD, F_INITRD_TMP, F_OVERLAY, F_MEM, F_QEMU_LOG, F_SCRATCH, F_COUNT };
 
 struct vm_instance {
 	struct vm_files files;
@@ -225,6 +225,11 @@ out:
 	return rc;
 }
 
+static bool use_scratch(const struct vm_config *c)
+{
+	return c->scratch_mib > 0 && c->root_mode == VM_ROOT_OVERLAY;
+}
+
 static char *kernel_cmdline(const struct vm_config *c, const vm_instance *v)
 {
 	kiln_buf b = KILN_BUF_INIT;
@@ -233,8 +238,8 @@ static char *kernel_cmdline(const struct vm_config *c, const vm_instance *v)
 	kiln_buf_adds(&b, "console=ttyS0 panic=-1 rdinit=/init");
 	if (!c->console_verbose)
 		kiln_buf_adds(&b, " quiet");
-	kiln_buf_addf(&b, " kiln.root=%s kiln.net=%d", c->root_mode == VM_ROOT_WRITABLE ? "rw" : "overlay",
-		      c->net ? 1 : 0);
+	kiln_buf_addf(&b, " kiln.root=%s kiln.net=%d kiln.scratch=%d",
+		      c->root_mode == VM_ROOT_WRITABLE ? "rw" : "overlay", c->net ? 1 : 0, use_scratch(c) ? 1 : 0);
 	/* See docs/vm.md: microvm's ACPI tables route IRQ0 nowhere, so a guest
 	 * that cannot calibrate its TSC against the PIT has no timer at all.
 	 * Under TCG the guest's TSC is the host's: tell it the rate, and that it
@@ -290,7 +295,15 @@ static int start_qemu(const struct vm_config *c, vm_instance *v, const char *ker
 	kiln_strv_push(&av, "-drive");
 	kiln_strv_push_owned(&av, kiln_xasprintf("id=root,file=%s,format=qcow2,if=none", v->files.paths[F_OVERLAY]));
 	kiln_strv_push(&av, "-device");
-	kiln_strv_push(&av, "virtio-blk-device,drive=root");
+	/* init finds its disks by serial: virtio-mmio probe order is not a contract. */
+	kiln_strv_push(&av, "virtio-blk-device,drive=root,serial=kiln-root");
+	if (use_scratch(c)) {
+		kiln_strv_push(&av, "-drive");
+		kiln_strv_push_owned(&av, kiln_xasprintf("id=scratch,file=%s,format=raw,if=none,discard=unmap",
+							 v->files.paths[F_SCRATCH]));
+		kiln_strv_push(&av, "-device");
+		kiln_strv_push(&av, "virtio-blk-device,drive=scratch,serial=kiln-scratch");
+	}
 	kiln_strv_push(&av, "-device");
 	kiln_strv_push(&av, "virtio-serial-device");
 	kiln_strv_push(&av, "-chardev");
@@ -324,7 +337,7 @@ static void files_init(vm_instance *v, const char *dir)
 	static const char *const names[F_COUNT] = {
 		[F_CONSOLE] = "console.log", [F_QMP] = "qmp.sock", [F_AGENT] = "agent.sock",
 		[F_INITRD] = "initramfs.cpio", [F_INITRD_TMP] = "initramfs.cpio.tmp", [F_OVERLAY] = "root.qcow2",
-		[F_QEMU_LOG] = "qemu.log",
+		[F_QEMU_LOG] = "qemu.log", [F_SCRATCH] = "scratch.ext4",
 	};
 	const char *base = strrchr(dir, '/');
 	struct stat st;
@@ -399,6 +412,17 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 	if (vm_run_tool(img, err) < 0) {
 		kiln_error_wrap(err, "vm: creating the rootfs overlay");
 		goto fail;
+	}
+	if (use_scratch(c)) {
+		char *size = kiln_xasprintf("%uM", c->scratch_mib);
+		char *const mkfs[] = { "mke2fs", "-q", "-F", "-t", "ext4", "-m", "0", "-L", "kiln-scratch",
+				       v->files.paths[F_SCRATCH], size, NULL };
+		int r = vm_run_tool(mkfs, err);
+		free(size);
+		if (r < 0) {
+			kiln_error_wrap(err, "vm: creating the scratch disk");
+			goto fail;
+		}
 	}
 	t0 = now_ms();
 	if (start_qemu(c, v, k.image, err) < 0)

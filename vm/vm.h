@@ -95,7 +95,8 @@ enum vm_accel { VM_ACCEL_AUTO = 0, VM_ACCEL_KVM, VM_ACCEL_TCG };
 enum vm_root_mode { VM_ROOT_OVERLAY = 0, VM_ROOT_WRITABLE };
 
 /* Paths inside the guest (see docs/vm.md, "Init protocol"). */
-#define VM_GUEST_UPPER_DIR "/run/kiln/upper" /* overlay mode: everything changed */
+#define VM_GUEST_UPPER_DIR "/run/kiln/upper" /* overlay mode: everything changed
+					     * (a symlink into the scratch disk when it has one) */
 #define VM_GUEST_LOWER_DIR "/run/kiln/lower" /* overlay mode: the base, read-only */
 #define VM_GUEST_BUSYBOX "/run/kiln/bin/busybox"
 
@@ -104,6 +105,9 @@ struct vm_config {
 	unsigned cpus;             /* default 1 */
 	unsigned memory_mib;       /* default 256 */
 	bool net;                  /* user-mode network (virtio-net), off by default */
+	unsigned scratch_mib;      /* overlay mode: >0 puts the upper dir on a fresh, sparse
+				    * ext4 disk of this size instead of guest RAM (tmpfs,
+				    * at most half the memory) — for builds that write a lot */
 	enum vm_accel accel;
 	enum vm_root_mode root_mode;
 	const char *kernel_dir;    /* NULL: vm_kernel_default_dir() */

@@ -33,6 +33,12 @@ expect_eq "upper dir holds exactly the changes" "$(tr '\n' ' ' <"$T_TMP/out")" "
 expect_exit 0 "the next VM starts from the base again" boot "$img" -- cat /etc/motd
 expect_eq "base content intact" "$(cat "$T_TMP/out")" "kiln test rootfs"
 
+# --scratch: the changes live on their own disk, still seen at /run/kiln/upper;
+# 48 MiB written is more than half of a 64 MiB guest could hold in RAM.
+expect_exit 0 "overlay changes on a scratch disk" boot --scratch 256 --memory 96 "$img" -- sh -c \
+	'dd if=/dev/zero of=/big bs=1M count=48 2>/dev/null && ls -l /run/kiln/upper/big | awk "{print \$5}" &&
+	 mount | grep -c "on /run/kiln/scratch type ext4"'
+expect_eq "the upper dir is on the scratch disk" "$(tr '\n' ' ' <"$T_TMP/out")" "50331648 1 "
 expect_exit 0 "writable mode" boot --writable "$img" -- sh -c 'echo w >/etc/w && cat /etc/w && mount | grep -c "/dev/vda on / type ext4 (rw"'
 expect_eq "writable root in use" "$(tr '\n' ' ' <"$T_TMP/out")" "w 1 "
 expect_eq "base image never written" "$(sha256sum <"$img")" "$sum"
