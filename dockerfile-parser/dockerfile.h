@@ -163,6 +163,8 @@ struct df_image_config {
 	char *workdir;                   /* or NULL */
 	char *user;                      /* or NULL */
 	kiln_strv shell;                 /* empty = /bin/sh -c */
+	kiln_strv onbuild;               /* the image's ONBUILD triggers ("RUN make"): they
+	                                  * become the stage's first steps, as in BuildKit */
 };
 
 struct df_plan_opts {
@@ -191,6 +193,9 @@ struct df_plan {
 	                              * platform ARGs, with their values (NULL = no value) */
 	size_t n_global_args;
 	kiln_strv warnings;          /* "FILE:LINE:COL: ..." e.g. build args no ARG consumed */
+	struct df_ast **triggers;    /* parsed base-image ONBUILD triggers (their steps point
+	                              * here; lines are those of the FROM) */
+	size_t n_triggers;
 };
 
 /* The semantic pass.  Errors: "FILE:LINE:COL: message" (KILN_E_INVALID),

@@ -146,5 +146,8 @@ void df_plan_free(struct df_plan *plan)
 	free(plan->order);
 	free_kvs(plan->global_args, plan->n_global_args);
 	kiln_strv_free(&plan->warnings);
+	for (size_t i = 0; i < plan->n_triggers; i++)
+		df_ast_free(plan->triggers[i]);
+	free(plan->triggers);
 	free(plan);
 }

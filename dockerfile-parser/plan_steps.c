@@ -439,9 +439,45 @@ static int dispatch(struct dfp_ctx *c, int stage, struct dfp_state *s, const str
  * tell) and always with a PATH (BuildKit's "make sure that PATH is always
  * set"); without the hook the image is taken to set nothing else, which is
  * true of scratch, debian, ubuntu, alpine, busybox... */
-static int image_start(struct dfp_ctx *c, struct df_stage *st, struct dfp_state *s, kiln_error **err)
+/* An image's ONBUILD trigger text as a one-instruction AST kept in the plan;
+ * its lines are the FROM's so steps and errors point there. */
+static const struct df_node *parse_trigger(struct dfp_ctx *c, struct df_stage *st, const char *text,
+					   kiln_error **err)
 {
-	struct df_image_config ic = { KILN_STRV_INIT, NULL, NULL, KILN_STRV_INIT };
+	struct df_ast *ast = NULL;
+	kiln_error *e = NULL;
+	char *name = kiln_xasprintf("ONBUILD trigger of %s", st->base);
+	struct df_node *n;
+
+	if (df_parse(name, text, strlen(text), &ast, &e) < 0) {
+		dfp_fail(c, st->node, err, "base image %s: %s", st->base, kiln_error_message(e));
+		kiln_error_free(e);
+		free(name);
+		return NULL;
+	}
+	free(name);
+	c->plan->triggers = kiln_xrealloc(c->plan->triggers, (c->plan->n_triggers + 1) * sizeof(*c->plan->triggers));
+	c->plan->triggers[c->plan->n_triggers++] = ast;
+	if (ast->n_nodes != 1) {
+		dfp_fail(c, st->node, err, "base image %s: ONBUILD trigger should be a single expression: %s", st->base,
+			 text);
+		return NULL;
+	}
+	n = &ast->nodes[0];
+	if (!strcmp(n->name, "from") || !strcmp(n->name, "onbuild") || !strcmp(n->name, "maintainer")) {
+		dfp_fail(c, st->node, err, "base image %s: %s isn't allowed as an ONBUILD trigger", st->base, n->name);
+		return NULL;
+	}
+	n->start_line = st->node->start_line;
+	n->end_line = st->node->end_line;
+	n->col = st->node->col;
+	return n;
+}
+
+static int image_start(struct dfp_ctx *c, struct df_stage *st, struct dfp_state *s, kiln_strv *triggers,
+		       kiln_error **err)
+{
+	struct df_image_config ic = { KILN_STRV_INIT, NULL, NULL, KILN_STRV_INIT, KILN_STRV_INIT };
 	bool scratch = strcmp(st->base, "scratch") == 0;
 	int rc = -1;
 
@@ -466,6 +502,8 @@ static int image_start(struct dfp_ctx *c, struct df_stage *st, struct dfp_state 
 		s->user = ic.user && *ic.user ? kiln_xstrdup(ic.user) : NULL;
 		for (size_t i = 0; i < ic.shell.n; i++)
 			kiln_strv_push(&s->shell, ic.shell.v[i]);
+		for (size_t i = 0; i < ic.onbuild.n; i++)
+			kiln_strv_push(triggers, ic.onbuild.v[i]);
 	}
 	if (!dfp_env_find(&s->env, "PATH"))
 		dfp_env_set(&s->env, "PATH", DEFAULT_PATH);
@@ -475,6 +513,7 @@ out:
 	free(ic.workdir);
 	free(ic.user);
 	kiln_strv_free(&ic.shell);
+	kiln_strv_free(&ic.onbuild);
 	return rc;
 }
 
@@ -484,6 +523,8 @@ int dfp_dispatch_stage(struct dfp_ctx *c, int index, kiln_error **err)
 	struct dfp_state *s = &c->final[index];
 	const struct dfp_state *base = st->base_stage >= 0 ? &c->final[st->base_stage] : NULL;
 	size_t n_trig = base ? base->n_onbuild : 0, n = c->end[index] - c->first[index];
+	kiln_strv image_triggers = KILN_STRV_INIT;
+	int rc = -1;
 
 	if (base) {
 		/* FROM <stage> continues that stage's state (BuildKit copies its
@@ -493,16 +534,25 @@ int dfp_dispatch_stage(struct dfp_ctx *c, int index, kiln_error **err)
 		s->user = base->user ? kiln_xstrdup(base->user) : NULL;
 		for (size_t i = 0; i < base->shell.n; i++)
 			kiln_strv_push(&s->shell, base->shell.v[i]);
-	} else if (image_start(c, st, s, err) < 0) {
-		return -1;
+	} else if (image_start(c, st, s, &image_triggers, err) < 0) {
+		goto out;
 	}
-	st->steps = kiln_xcalloc(n_trig + n + 1, sizeof(*st->steps));
-	/* the base stage's ONBUILD triggers run first, at the ONBUILD lines */
+	st->steps = kiln_xcalloc(n_trig + image_triggers.n + n + 1, sizeof(*st->steps));
+	/* the base's ONBUILD triggers run first: a stage's at its ONBUILD
+	 * lines, an image's at the FROM line */
 	for (size_t i = 0; i < n_trig; i++)
 		if (dispatch(c, index, s, base->onbuild[i]->sub, base->onbuild[i], &st->steps[st->n_steps++], err) < 0)
-			return -1;
+			goto out;
+	for (size_t i = 0; i < image_triggers.n; i++) {
+		const struct df_node *t = parse_trigger(c, st, image_triggers.v[i], err);
+		if (!t || dispatch(c, index, s, t, t, &st->steps[st->n_steps++], err) < 0)
+			goto out;
+	}
 	for (size_t i = c->first[index]; i < c->end[index]; i++)
 		if (dispatch(c, index, s, &c->ast->nodes[i], &c->ast->nodes[i], &st->steps[st->n_steps++], err) < 0)
-			return -1;
-	return 0;
+			goto out;
+	rc = 0;
+out:
+	kiln_strv_free(&image_triggers);
+	return rc;
 }

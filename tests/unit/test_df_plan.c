@@ -364,6 +364,12 @@ static int fake_image(void *ctx, const char *ref, const char *platform, struct d
 		return kiln_err(err, KILN_E_INVALID, "unexpected platform %s", platform);
 	if (strcmp(ref, "broken:1") == 0)
 		return kiln_err(err, KILN_E_NOTFOUND, "manifest unknown");
+	if (strcmp(ref, "onbuild:1") == 0) {
+		kiln_strv_push(&out->onbuild, "COPY . /app/src");
+		kiln_strv_push(&out->onbuild, "RUN make -C /app/src $TARGET");
+	}
+	if (strcmp(ref, "badtrigger:1") == 0)
+		kiln_strv_push(&out->onbuild, "FROM x");
 	if (strcmp(ref, "golang:1.22") == 0) {
 		kiln_strv_push(&out->env, "PATH=/usr/local/go/bin:/usr/bin");
 		kiln_strv_push(&out->env, "GOLANG_VERSION=1.22");
@@ -403,6 +409,26 @@ static void test_image_config(void)
 	CHECK(has_env(&p->stages[1].steps[1], "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
 	CHECK(p->stages[1].steps[1].workdir == NULL);
 	done(p);
+
+	/* the image's ONBUILD triggers are the stage's first steps, at FROM */
+	calls = 0;
+	p = plan_of("FROM alpine\nFROM onbuild:1 AS app\nARG TARGET=all\nRUN true\n", &o, &err);
+	print_err(err);
+	CHECK(p != NULL);
+	if (p) {
+		CHECK_INT(calls, 1);
+		CHECK_INT(p->stages[1].n_steps, 4);
+		CHECK_INT(p->stages[1].steps[0].kind, DF_COPY);
+		CHECK_STR(p->stages[1].steps[0].args.v[1], "/app/src");
+		CHECK_INT(p->stages[1].steps[0].node->start_line, 2);
+		CHECK_STR(p->stages[1].steps[1].args.v[0], "make -C /app/src $TARGET");
+		CHECK_INT(p->stages[1].steps[2].kind, DF_ARG);
+	}
+	done(p);
+	CHECK(plan_of("FROM badtrigger:1\n", &o, &err) == NULL);
+	CHECK(err && strstr(kiln_error_message(err), "Dockerfile:1:1: base image badtrigger:1: from isn't allowed"));
+	kiln_error_clear(&err);
+	done(NULL);
 
 	CHECK(plan_of("FROM broken:1\n", &o, &err) == NULL);
 	CHECK(err && !strcmp(kiln_error_message(err), "Dockerfile:1:1: base image broken:1: manifest unknown"));
