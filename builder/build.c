@@ -242,7 +242,8 @@ static int copy_step(struct run *r, struct stage_state *ss, const struct df_step
 		     bool *cached, kiln_error **err)
 {
 	struct build_changes ch = { 0 };
-	struct build_copy_opts o = { .add = st->kind == DF_ADD, .workdir = st->workdir, .scratch = r->scratch };
+	struct build_copy_opts o = { .add = st->kind == DF_ADD, .workdir = st->workdir, .scratch = r->scratch,
+				     .unpack = -1 };
 	kiln_strv excl = KILN_STRV_INIT, hn = KILN_STRV_INIT, hb = KILN_STRV_INIT;
 	const build_tree *tree = NULL;
 	build_tree *empty = NULL;
@@ -258,6 +259,8 @@ static int copy_step(struct run *r, struct stage_state *ss, const struct df_step
 			kiln_strv_push(&excl, st->flags[i].value);
 		else if (strcmp(k, "parents") == 0)
 			o.parents = strcmp(st->flags[i].value, "false") != 0;
+		else if (strcmp(k, "unpack") == 0)
+			o.unpack = strcmp(st->flags[i].value, "false") != 0;
 	}
 	o.chown = flag(st, "chown");
 	o.chmod = flag(st, "chmod");

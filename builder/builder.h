@@ -130,6 +130,8 @@ struct build_copy_opts {
 	size_t n_excludes;
 	bool parents;              /* --parents */
 	bool keep_owner;           /* sources keep their owners (COPY --from=stage) */
+	int unpack;                /* ADD --unpack: -1 unset (local archives extract, URLs
+	                            * not), 0 never, 1 also downloaded archives */
 	const char *workdir;       /* for a relative destination; NULL = "/" */
 	const char *scratch;       /* directory for temporary files */
 	/* heredoc sources "<<NAME": their bodies */

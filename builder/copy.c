@@ -426,7 +426,7 @@ static int copy_one(struct ctx *c, const char *orig, const char *rel, const stru
 	base = base ? base + 1 : relf;
 	char *target = ppart ? join(dest, ppart) : dest_dir ? join(dest, base) : kiln_xstrdup(dest);
 	char *host = host_path(c->tree, relf);
-	if (c->o->add && S_ISREG(e->st.st_mode) && is_archive(host)) {
+	if (c->o->add && c->o->unpack != 0 && S_ISREG(e->st.st_mode) && is_archive(host)) {
 		rc = add_archive(c, host, dest, err);
 	} else if (c->exclude && build_ignore_match(c->exclude, base)) {
 		rc = 0;
@@ -472,6 +472,10 @@ static int add_url(struct ctx *c, const char *url, bool dest_dir, const char *de
 		goto out;
 	if (stat(path, &st) < 0) {
 		kiln_err_errno(err, errno, "ADD %s", url);
+		goto out;
+	}
+	if (c->o->unpack == 1 && is_archive(path)) {
+		rc = add_archive(c, path, dest, err);
 		goto out;
 	}
 	st.st_mode = S_IFREG | 0600; /* as BuildKit: downloads are 0600 */
