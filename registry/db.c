@@ -135,28 +135,37 @@ int reg_db_repo(reg_db *db, const char *name, int create, int64_t *id, kiln_erro
 	return ret;
 }
 
-int reg_db_blob_link(reg_db *db, const char *repo, const char *digest, int64_t size, kiln_error **err)
+int reg_db_blob_link(reg_db *db, const char *repo, const char *digest, int64_t size, reg_db_place_fn place,
+		     void *ud, kiln_error **err)
 {
 	sqlite3_stmt *st = NULL;
 	int64_t id;
 	int ret = -1;
 
 	pthread_mutex_lock(&db->lock);
-	if (reg_db_repo_locked(db, repo, 1, &id, err) < 0)
-		goto out;
+	/* The write transaction is the blob commit lock that gc also takes. */
+	if (reg_db_exec(db, "BEGIN IMMEDIATE", err) < 0)
+		goto unlock;
+	if (reg_db_repo_locked(db, repo, 1, &id, err) < 0 || (place && place(ud, err) < 0))
+		goto rollback;
 	st = reg_db_prep(db, "INSERT OR IGNORE INTO blob_links(repo, digest, size, created) VALUES(?, ?, ?, ?)", err);
 	if (st == NULL)
-		goto out;
+		goto rollback;
 	sqlite3_bind_int64(st, 1, id);
 	sqlite3_bind_text(st, 2, digest, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 3, size);
 	sqlite3_bind_int64(st, 4, reg_db_now());
 	if (sqlite3_step(st) != SQLITE_DONE) {
 		reg_db_fail(db, err, "link blob");
-		goto out;
+		goto rollback;
 	}
+	if (reg_db_exec(db, "COMMIT", err) < 0)
+		goto rollback;
 	ret = 0;
-out:
+	goto unlock;
+rollback:
+	sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
+unlock:
 	sqlite3_finalize(st);
 	pthread_mutex_unlock(&db->lock);
 	return ret;
@@ -334,7 +343,8 @@ out:
 }
 
 int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_t size,
-			const struct reg_manifest *m, const char *tag, long *missing, kiln_error **err)
+			const struct reg_manifest *m, const char *tag, reg_db_place_fn place, void *ud, long *missing,
+			kiln_error **err)
 {
 	sqlite3_stmt *st = NULL;
 	char *ann = NULL;
@@ -353,6 +363,9 @@ int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_
 		ret = 0;
 		goto rollback;
 	}
+	/* The bytes go in under the same lock gc takes to remove a blob file. */
+	if (place && place(ud, err) < 0)
+		goto rollback;
 	st = reg_db_prep(db, "INSERT OR REPLACE INTO manifests(repo, digest, media_type, size, artifact_type, subject,"
 			     " annotations, created) VALUES(?, ?, ?, ?, ?, ?, ?, ?)", err);
 	if (st == NULL)

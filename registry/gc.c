@@ -1,8 +1,9 @@
 /* gc.c — garbage collection of a data directory, safe while the server runs:
  * a blob goes when no manifest references it and it is older than the grace
- * period (a push in flight uploads blobs before its manifest); its links are
- * dropped in a write transaction that re-checks the references first, so a
- * concurrent manifest PUT either sees the blob gone or keeps it.  Upload
+ * period (a push in flight uploads blobs before its manifest); it and its
+ * links are dropped in one write transaction that re-checks file and
+ * references, the same lock a blob commit or manifest PUT holds while it puts
+ * bytes in place and records them, so neither can lose the other's data.  Upload
  * sessions idle past their expiry and stale temp files go too. */
 #include <dirent.h>
 #include <errno.h>
@@ -40,22 +41,37 @@ static int referenced(reg_db *db, const char *digest, kiln_error **err)
 	return rc == SQLITE_ROW;
 }
 
-static int collect_blob(struct gc *g, const char *digest, const char *path, const struct stat *sb, kiln_error **err)
+void (*reg_gc_test_hook)(const char *digest);
+
+/* Everything is decided and done inside one write transaction, the lock a
+ * commit takes to rename a blob into place and link it (and a manifest PUT to
+ * write its bytes): the file is re-examined there, and set aside under a temp
+ * name before the links' deletion commits, so a concurrent commit of the same
+ * digest either comes after (and writes the file again) or before (and is
+ * seen: fresh mtime).  A failed commit puts the file back. */
+static int collect_blob(struct gc *g, const char *digest, const char *path, kiln_error **err)
 {
 	sqlite3_stmt *st = NULL;
-	int ref, ret = -1;
+	char *aside = kiln_xasprintf("%s.tmp.gc", path);
+	struct stat sb;
+	int ref, ret = -1, moved = 0;
 
-	if (g->now - sb->st_mtime < g->c->gc_grace_s) {
-		g->stats->blobs_kept++;
-		return 0;
-	}
 	if (reg_db_exec(g->db, "BEGIN IMMEDIATE", err) < 0)
-		return -1;
+		goto out;
+	if (lstat(path, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		ret = 0; /* gone meanwhile */
+		goto rollback;
+	}
+	if (g->now - sb.st_mtime < g->c->gc_grace_s) {
+		g->stats->blobs_kept++;
+		ret = 0;
+		goto rollback;
+	}
 	ref = referenced(g->db, digest, err);
 	if (ref < 0)
 		goto rollback;
 	if (ref || g->dry) {
-		ref ? g->stats->blobs_kept++ : (g->stats->blobs_removed++, g->stats->bytes_removed += (uint64_t)sb->st_size);
+		ref ? g->stats->blobs_kept++ : (g->stats->blobs_removed++, g->stats->bytes_removed += (uint64_t)sb.st_size);
 		ret = 0;
 		goto rollback;
 	}
@@ -67,22 +83,50 @@ static int collect_blob(struct gc *g, const char *digest, const char *path, cons
 		reg_db_fail(g->db, err, "unlink blob");
 		goto rollback;
 	}
+	if (rename(path, aside) < 0) {
+		kiln_err_errno(err, errno, "set aside %s", path);
+		goto rollback;
+	}
+	moved = 1;
+	if (reg_gc_test_hook)
+		reg_gc_test_hook(digest);
 	if (reg_db_exec(g->db, "COMMIT", err) < 0)
 		goto rollback;
-	/* Links are gone and committed: no one can be handed this blob now. */
-	if (unlink(path) < 0 && errno != ENOENT) {
-		kiln_err_errno(err, errno, "remove %s", path);
+	/* Committed: no link names this blob, and any new commit of it renames a
+	 * fresh file over `path`, never `aside`. */
+	moved = 0;
+	if (unlink(aside) < 0 && errno != ENOENT) {
+		kiln_err_errno(err, errno, "remove %s", aside);
 		goto out;
 	}
 	g->stats->blobs_removed++;
-	g->stats->bytes_removed += (uint64_t)sb->st_size;
+	g->stats->bytes_removed += (uint64_t)sb.st_size;
 	ret = 0;
 	goto out;
 rollback:
 	sqlite3_exec(g->db->h, "ROLLBACK", NULL, NULL, NULL);
+	/* The links are back: so must the bytes be (a commit racing in now
+	 * would rename identical content here, so overwriting is harmless). */
+	if (moved && rename(aside, path) < 0)
+		kiln_warn("registry gc: cannot restore %s: %s", path, strerror(errno));
 out:
 	sqlite3_finalize(st);
+	free(aside);
 	return ret;
+}
+
+/* Temp files: removed under the commit lock, as blob writers hold it (so only
+ * leftovers of a crash, or of gc's own interrupted removal, can be seen). */
+static int collect_tmp(struct gc *g, const char *path, kiln_error **err)
+{
+	struct stat sb;
+
+	if (reg_db_exec(g->db, "BEGIN IMMEDIATE", err) < 0)
+		return -1;
+	if (lstat(path, &sb) == 0 && g->now - sb.st_mtime > g->c->gc_grace_s)
+		unlink(path);
+	sqlite3_exec(g->db->h, "ROLLBACK", NULL, NULL, NULL);
+	return 0;
 }
 
 /* blobs/ALGO/XX/NAME */
@@ -112,11 +156,10 @@ static int sweep_blobs(struct gc *g, kiln_error **err)
 
 				if (e2->d_name[0] != '.' && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
 					if (kiln_digest_parse(digest, NULL, NULL) == 0) {
-						ret = collect_blob(g, digest, path, &sb, err);
+						ret = collect_blob(g, digest, path, err);
 					} else if (strstr(e2->d_name, ".tmp.") && g->now - sb.st_mtime > g->c->gc_grace_s) {
-						/* a write interrupted by a crash */
 						if (!g->dry)
-							unlink(path);
+							ret = collect_tmp(g, path, err);
 					}
 				}
 				free(digest);

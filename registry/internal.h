@@ -31,7 +31,13 @@ reg_db *reg_db_open_cfg(const struct reg_config *c, kiln_error **err);
 void reg_db_close(reg_db *db);
 /* Repository id; create=0 and missing: returns 0 with *id = 0. */
 int reg_db_repo(reg_db *db, const char *name, int create, int64_t *id, kiln_error **err);
-int reg_db_blob_link(reg_db *db, const char *repo, const char *digest, int64_t size, kiln_error **err);
+/* Puts a blob's bytes in place; run inside the write transaction that links or
+ * records it.  gc removes a blob file only inside its own write transaction,
+ * so the two are serialised: the bytes and their link appear together. */
+typedef int (*reg_db_place_fn)(void *ud, kiln_error **err);
+/* place may be NULL (bytes already stored, e.g. in S3 where gc does not run). */
+int reg_db_blob_link(reg_db *db, const char *repo, const char *digest, int64_t size, reg_db_place_fn place,
+		     void *ud, kiln_error **err);
 /* 1 linked (size set), 0 not, -1 error. */
 int reg_db_blob_linked(reg_db *db, const char *repo, const char *digest, int64_t *size, kiln_error **err);
 int reg_db_blob_unlink(reg_db *db, const char *repo, const char *digest, kiln_error **err);
@@ -40,7 +46,8 @@ int reg_db_blob_known(reg_db *db, const char *digest, kiln_error **err);
 /* Records a manifest whose refs all exist in repo (checked in the same
  * transaction): 1 stored; 0 when m->refs[*missing] is not there; -1 error. */
 int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_t size,
-			const struct reg_manifest *m, const char *tag, long *missing, kiln_error **err);
+			const struct reg_manifest *m, const char *tag, reg_db_place_fn place, void *ud, long *missing,
+			kiln_error **err);
 /* Link digest into repo if `from` has it (atomically): 1 mounted, 0 not, -1 error. */
 int reg_db_blob_mount(reg_db *db, const char *repo, const char *from, const char *digest, kiln_error **err);
 int reg_db_blob_linked_locked(reg_db *db, int64_t id, const char *digest);
@@ -112,10 +119,14 @@ reg_upload *reg_upload_new(reg_uploads *u, const char *repo, kiln_error **err);
 reg_upload *reg_upload_acquire(reg_uploads *u, const char *repo, const char *uuid, kiln_error **err);
 int reg_upload_write(reg_upload *up, const void *data, size_t len, kiln_error **err);
 void reg_upload_release(reg_uploads *u, reg_upload *up);
-/* Verify the data against digest and move it into the store (atomically,
- * fsync'd); the session is ended either way on a digest mismatch
- * (KILN_E_INVALID).  Returns the size. */
-int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, kiln_error **err);
+/* Verify the data against digest, move it into the store (atomically,
+ * fsync'd) and link it into the session's repository, the rename inside the
+ * link's write transaction; the session is ended either way on a digest
+ * mismatch (KILN_E_INVALID).  Returns the size. */
+int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, reg_db *db, kiln_error **err);
+/* Test hook: gc calls it (when set) inside its write transaction, after the
+ * blob's links are deleted and before it commits. */
+extern void (*reg_gc_test_hook)(const char *digest);
 void reg_upload_cancel(reg_uploads *u, reg_upload *up);
 
 /* ---- the server and requests (http.c) ---- */

@@ -97,6 +97,19 @@ void reg_manifest_begin(reg_req *r)
 	r->mem_max = r->srv->cfg.manifest_max;
 }
 
+struct put_bytes {
+	const reg_store *st;
+	const char *digest;
+	const kiln_buf *mem;
+};
+
+static int put_bytes_cb(void *ud, kiln_error **err)
+{
+	struct put_bytes *p = ud;
+
+	return reg_store_put_bytes(p->st, p->digest, p->mem->buf, p->mem->len, err);
+}
+
 void reg_manifest_finish(reg_req *r)
 {
 	reg_server *s = r->srv;
@@ -106,6 +119,7 @@ void reg_manifest_finish(reg_req *r)
 	kiln_error *err = NULL;
 	int tagged = !ref_is_digest(r), ok;
 	long missing = 0;
+	struct put_bytes pb = { &s->store, NULL, &r->mem };
 
 	if (reg_manifest_parse(r->mem.buf, r->mem.len, reg_req_header(r, "Content-Type"), &m, &err) < 0) {
 		reg_error(r, 400, "MANIFEST_INVALID", "%s", kiln_error_message(err));
@@ -119,11 +133,14 @@ void reg_manifest_finish(reg_req *r)
 		reg_error(r, 400, "DIGEST_INVALID", "manifest digest is %s, not %s", digest, r->ref);
 		goto out;
 	}
-	/* Bytes first: a manifest record never points at missing bytes. */
-	if (reg_store_put_bytes(&s->store, digest, r->mem.buf, r->mem.len, &err) < 0)
+	/* Bytes first, so a manifest record never points at missing bytes: on disk
+	 * inside the record's write transaction, which gc's removal of an
+	 * identical, unreferenced file also takes; to S3 (never collected) before. */
+	pb.digest = digest;
+	if (s->store.use_s3 && reg_store_put_bytes(&s->store, digest, r->mem.buf, r->mem.len, &err) < 0)
 		goto fail;
-	ok = reg_db_manifest_put(s->db, r->name, digest, (int64_t)r->mem.len, &m, tagged ? r->ref : NULL, &missing,
-				 &err);
+	ok = reg_db_manifest_put(s->db, r->name, digest, (int64_t)r->mem.len, &m, tagged ? r->ref : NULL,
+				 s->store.use_s3 ? NULL : put_bytes_cb, &pb, &missing, &err);
 	if (ok < 0)
 		goto fail;
 	if (ok == 0) {

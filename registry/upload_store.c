@@ -274,7 +274,19 @@ void reg_upload_cancel(reg_uploads *u, reg_upload *up)
 	remove_session(u, up);
 }
 
-int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, kiln_error **err)
+struct adopt {
+	const reg_store *st;
+	const char *digest, *src;
+};
+
+static int adopt_cb(void *ud, kiln_error **err)
+{
+	struct adopt *a = ud;
+
+	return reg_store_adopt(a->st, a->digest, a->src, err);
+}
+
+int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, reg_db *db, kiln_error **err)
 {
 	enum kiln_digest_algo algo;
 	char got[KILN_DIGEST_MAX];
@@ -299,8 +311,18 @@ int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, ki
 		remove_session(u, up);
 		goto out;
 	}
-	if (reg_store_adopt(u->st, digest, path, err) < 0)
-		goto out_release;
+	/* On disk the rename happens inside the link's write transaction (gc may
+	 * be removing an identical blob); an S3 put is too slow to hold that lock,
+	 * and S3 blobs are never collected. */
+	if (u->st->use_s3) {
+		if (reg_store_adopt(u->st, digest, path, err) < 0 ||
+		    reg_db_blob_link(db, up->repo, digest, (int64_t)up->offset, NULL, NULL, err) < 0)
+			goto out_release;
+	} else {
+		struct adopt a = { u->st, digest, path };
+		if (reg_db_blob_link(db, up->repo, digest, (int64_t)up->offset, adopt_cb, &a, err) < 0)
+			goto out_release;
+	}
 	ret = (int64_t)up->offset;
 	remove_session(u, up);
 	goto out;

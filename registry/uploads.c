@@ -196,7 +196,7 @@ void reg_upload_finish(reg_req *r)
 		return;
 	}
 	/* PUT or monolithic POST: verify, then make the blob visible. */
-	size = reg_upload_commit(&s->uploads, r->up, digest, &err);
+	size = reg_upload_commit(&s->uploads, r->up, digest, s->db, &err);
 	r->up = NULL;
 	if (size < 0) {
 		if (err->kind == KILN_E_INVALID) {
@@ -205,10 +205,6 @@ void reg_upload_finish(reg_req *r)
 		} else {
 			reg_internal(r, err);
 		}
-		return;
-	}
-	if (reg_db_blob_link(s->db, r->name, digest, size, &err) < 0) {
-		reg_internal(r, err);
 		return;
 	}
 	blob_created(r, digest);
