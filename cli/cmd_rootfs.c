@@ -30,6 +30,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		{ "from-dir", required_argument, NULL, 'd' },
 		{ "max-entries", required_argument, NULL, 'E' },
 		{ "max-bytes", required_argument, NULL, 'B' },
+		{ "place-min", required_argument, NULL, 'P' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct rootfs_options o;
@@ -63,8 +64,9 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		case 's':
 		case 'f':
 		case 'B':
-			if (kiln_parse_size(optarg, c == 's' ? &o.size : c == 'f' ? &o.free : &o.limits.max_bytes,
-					    &err) < 0) {
+		case 'P':
+			if (kiln_parse_size(optarg, c == 's' ? &o.size : c == 'f' ? &o.free :
+					    c == 'P' ? &o.place_min : &o.limits.max_bytes, &err) < 0) {
 				rc = cli_usage_error(cmd, "%s", kiln_error_message(err));
 				kiln_error_free(err);
 				return rc;
@@ -120,6 +122,8 @@ const struct kiln_command kiln_cmd_rootfs = {
 		 "  --free N             free space to leave when the size is computed (default 256M)\n"
 		 "  --from-dir DIR       use a directory tree instead of an image\n"
 		 "  --max-entries N      refuse layers with more entries in total (default 4000000)\n"
-		 "  --max-bytes N        refuse layers declaring more file bytes (default 256G)\n",
+		 "  --max-bytes N        refuse layers declaring more file bytes (default 256G)\n"
+		 "  --place-min N        write file data while reading layers when there is at\n"
+		 "                       least N of it (default 256M; smaller: tight layout + data pass)\n",
 	.run = run,
 };

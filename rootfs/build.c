@@ -15,6 +15,7 @@ void rootfs_options_default(struct rootfs_options *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->free = 256ULL << 20;
+	o->place_min = 256ULL << 20;
 	rootfs_limits_default(&o->limits);
 }
 
@@ -388,10 +389,14 @@ static int finish(rootfs_tree *t, rootfs_image *img, size_t nlayers, const char 
 	double t0 = now_s(), t1, t2;
 	ensure_lost_found(t);
 	rootfs_tree_sort(t);
-	rc = rootfs_ext4_create(t, out, &p, &w, err);
+	/* placed data starts after group 0 (132 MiB): worth it for big images */
+	if (p.fd >= 0 && (t->data_next - t->data_start) * 4096 < o->place_min)
+		rc = ROOTFS_NO_FIT;
+	else
+		rc = rootfs_ext4_create(t, out, &p, &w, err);
 	if (rc == ROOTFS_NO_FIT) {
 		/* the placed data cannot stay where it is: lay out afresh, then stream */
-		kiln_info("rootfs: placed data does not fit the layout; using a data pass");
+		kiln_info("rootfs: not keeping the placed data (small image or no fit); using a data pass");
 		drop_runs(t->root);
 		close(t->data_fd);
 		t->data_fd = p.fd = -1;

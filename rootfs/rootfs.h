@@ -93,6 +93,9 @@ uint64_t rootfs_tree_entries(const rootfs_tree *t);
 struct rootfs_options {
 	uint64_t size;  /* fixed image size in bytes; 0 = content + free */
 	uint64_t free;  /* free-space margin when the size is computed */
+	/* Place file data while reading the layers (one pass) when there is at
+	 * least this much; smaller images get a tight layout and a data pass. */
+	uint64_t place_min;
 	struct rootfs_limits limits;
 };
 
