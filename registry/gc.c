@@ -116,15 +116,26 @@ out:
 }
 
 /* Temp files: removed under the commit lock, as blob writers hold it (so only
- * leftovers of a crash, or of gc's own interrupted removal, can be seen). */
+ * leftovers of a crash can be seen).  A blob gc set aside and then crashed
+ * before committing still has its links: it goes back (and is judged again
+ * next time) unless the blob exists again. */
 static int collect_tmp(struct gc *g, const char *path, kiln_error **err)
 {
+	static const char sfx[] = ".tmp.gc";
+	size_t n = strlen(path), k = sizeof(sfx) - 1;
+	int aside = n > k && strcmp(path + n - k, sfx) == 0;
 	struct stat sb;
 
 	if (reg_db_exec(g->db, "BEGIN IMMEDIATE", err) < 0)
 		return -1;
-	if (lstat(path, &sb) == 0 && g->now - sb.st_mtime > g->c->gc_grace_s)
-		unlink(path);
+	if (lstat(path, &sb) == 0 && g->now - sb.st_mtime > g->c->gc_grace_s) {
+		char *blob = kiln_xstrndup(path, aside ? n - k : n);
+		if (aside && access(blob, F_OK) < 0 && errno == ENOENT)
+			rename(path, blob);
+		else
+			unlink(path);
+		free(blob);
+	}
 	sqlite3_exec(g->db->h, "ROLLBACK", NULL, NULL, NULL);
 	return 0;
 }
