@@ -90,8 +90,11 @@ test: deps
 	$(MAKE) $(UNIT_BINS) $(REPLAY_BINS)
 	@tests/run.sh $(UNIT_BINS) $(REPLAY_BINS) $(sort $(wildcard tests/e2e/t*.sh))
 
+# Packages, then the guest kernel the tests boot (Debian's cloud kernel,
+# downloaded and unpacked into build/kernel, never installed on the host).
 deps:
 	@tests/install-deps.sh deps/*.txt
+	@vm/fetch-kernel.sh build/kernel >/dev/null
 
 demo: deps
 	$(MAKE) all

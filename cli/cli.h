@@ -35,5 +35,9 @@ int cli_getopt(const struct kiln_command *cmd, int argc, char **argv, const char
 
 /* Find a subcommand by name in a NULL-terminated table (for "kiln dockerfile parse"). */
 const struct kiln_command *cli_find(const struct kiln_command *const *table, const char *name);
+/* Run the sub-command named by argv[1] from `subs` (named "NAME" or "CMD NAME"),
+ * with argv shifted by one; no sub-command or an unknown one is a usage error,
+ * "-h", "--help" and "help" print cmd's usage. */
+int cli_dispatch(const struct kiln_command *cmd, const struct kiln_command *const *subs, int argc, char **argv);
 
 #endif

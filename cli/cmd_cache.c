@@ -113,20 +113,7 @@ static const struct kiln_command *const subcommands[] = { &sub_ls, &sub_prune, N
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	const struct kiln_command *sub;
-	char *key;
-
-	if (argc < 2)
-		return cli_usage_error(cmd, "missing sub-command");
-	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0)
-		return cli_help(cmd);
-	key = kiln_xasprintf("cache %s", argv[1]);
-	sub = cli_find(subcommands, key);
-	free(key);
-	if (sub == NULL)
-		return cli_usage_error(cmd, "unknown sub-command '%s'", argv[1]);
-	optind = 0;
-	return sub->run(sub, argc - 1, argv + 1);
+	return cli_dispatch(cmd, subcommands, argc, argv);
 }
 
 const struct kiln_command kiln_cmd_cache = {

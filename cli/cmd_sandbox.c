@@ -262,16 +262,8 @@ static const struct kiln_command sb_gc = {
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
 	static const struct kiln_command *const subs[] = { &sb_create, &sb_exec, &sb_ls, &sb_kill, &sb_gc, &sb_pool, NULL };
-	const struct kiln_command *sub;
 
-	if (argc < 2)
-		return cli_usage_error(cmd, "which one: create, exec, ls, kill or gc?");
-	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
-		return cli_help(cmd);
-	if ((sub = cli_find(subs, argv[1])) == NULL)
-		return cli_usage_error(cmd, "unknown subcommand '%s'", argv[1]);
-	optind = 1;
-	return sub->run(sub, argc - 1, argv + 1);
+	return cli_dispatch(cmd, subs, argc, argv);
 }
 
 const struct kiln_command kiln_cmd_sandbox = {

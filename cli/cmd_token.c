@@ -118,16 +118,7 @@ static const struct kiln_command *const subs[] = { &sub_create, &sub_ls, &sub_re
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	const struct kiln_command *sub;
-
-	if (argc < 2)
-		return cli_usage_error(cmd, "missing subcommand");
-	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
-		return cli_help(cmd);
-	sub = cli_find(subs, argv[1]);
-	if (sub == NULL)
-		return cli_usage_error(cmd, "unknown subcommand '%s'", argv[1]);
-	return sub->run(sub, argc - 1, argv + 1);
+	return cli_dispatch(cmd, subs, argc, argv);
 }
 
 const struct kiln_command kiln_cmd_token = {

@@ -332,17 +332,8 @@ static const struct kiln_command vm_run_cmd = {
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
 	static const struct kiln_command *const subs[] = { &vm_kernel_cmd, &vm_boot_cmd, &vm_run_cmd, NULL };
-	const struct kiln_command *sub;
 
-	if (argc < 2)
-		return cli_usage_error(cmd, "which one: kernel, boot or run?");
-	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
-		return cli_help(cmd);
-	sub = cli_find(subs, argv[1]);
-	if (sub == NULL)
-		return cli_usage_error(cmd, "unknown subcommand '%s'", argv[1]);
-	optind = 1;
-	return sub->run(sub, argc - 1, argv + 1);
+	return cli_dispatch(cmd, subs, argc, argv);
 }
 
 const struct kiln_command kiln_cmd_vm = {

@@ -101,6 +101,26 @@ const struct kiln_command *cli_find(const struct kiln_command *const *table, con
 	return NULL;
 }
 
+int cli_dispatch(const struct kiln_command *cmd, const struct kiln_command *const *subs, int argc, char **argv)
+{
+	size_t plen = strlen(cmd->name);
+
+	if (argc < 2)
+		return cli_usage_error(cmd, "missing sub-command");
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0)
+		return cli_help(cmd);
+	for (size_t i = 0; subs[i] != NULL; i++) {
+		const char *n = subs[i]->name;
+		if (strncmp(n, cmd->name, plen) == 0 && n[plen] == ' ')
+			n += plen + 1;
+		if (strcmp(n, argv[1]) == 0) {
+			optind = 0; /* glibc: a full getopt reset for the sub-command's parse */
+			return subs[i]->run(subs[i], argc - 1, argv + 1);
+		}
+	}
+	return cli_usage_error(cmd, "unknown sub-command '%s'", argv[1]);
+}
+
 int main(int argc, char **argv)
 {
 	const struct kiln_command *cmd;

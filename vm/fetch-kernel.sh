@@ -51,7 +51,7 @@ mkdir -p "$dest"
 work=$(mktemp -d "$dest/.fetch.XXXXXX")
 chmod 755 "$work" # apt-get download drops privileges to _apt
 trap 'rm -rf "$work"' EXIT
-(cd "$work" && apt-get download -q "$pkg" >/dev/null)
+(cd "$work" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null)
 deb=$(ls "$work"/*.deb)
 dpkg-deb -x "$deb" "$work/root"
 if [ ! -f "$work/root/boot/vmlinuz-$release" ] || [ ! -d "$work/root/lib/modules/$release" ]; then
