@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/boot.sh [N] — boot a busybox rootfs N times in a row (default 100) with
+# bench/vm.sh [N] — boot a busybox rootfs N times in a row (default 100) with
 # `kiln vm boot --no-agent` (or with the agent when bin/kiln-agent exists and
 # BOOT_AGENT=1) and report hangs/failures, median and p95 boot time (QEMU start
 # to init's ready marker, as kiln measures it) and wall time per `kiln vm boot`.
