@@ -268,6 +268,11 @@ static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 		if (rc < 0)
 			kiln_error_wrap(&err, "running %s in the guest", ea.argv[0]);
 	} else if (wait) {
+		if (vm_has_agent(v)) {
+			/* Let `kiln agent --socket` in: the chardev takes one client. */
+			vm_agent_release(v);
+			fprintf(stderr, "kiln: agent socket %s\n", vm_agent_socket(v));
+		}
 		vm_wait_exit(v, -1, &err);
 	}
 out:
@@ -313,7 +318,8 @@ static const struct kiln_command vm_kernel_cmd = {
 	"  --tcg                use TCG even when KVM is available\n"                                     \
 	"  --kernel-dir DIR     guest kernel directory (see 'kiln vm kernel')\n"                         \
 	"  --append ARGS        add ARGS to the guest kernel's command line\n"                         \
-	"  --wait               keep the VM until the guest powers off or kiln is interrupted\n"        \
+	"  --wait               keep the VM until the guest powers off or kiln is interrupted;\n"        \
+	"                       its agent socket is then free for 'kiln agent --socket'\n"        \
 	"  --console            print the serial console log to stderr at the end\n"                     \
 	"  --verbose-console    boot without 'quiet' (kernel messages on the console)\n"                \
 	"\nFor CMD:\n"                                                                                    \

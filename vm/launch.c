@@ -67,6 +67,12 @@ double vm_boot_ms(const vm_instance *v) { return v->boot_ms; }
 double vm_agent_ms(const vm_instance *v) { return v->agent_ms; }
 guest_conn *vm_agent(vm_instance *v) { return v->conn; }
 
+void vm_agent_release(vm_instance *v)
+{
+	guest_close(v->conn);
+	v->conn = NULL;
+}
+
 /* The agent binary: explicit, $KILN_AGENT, or kiln-agent beside this program. */
 static char *find_agent(const struct vm_config *c, kiln_error **err)
 {

@@ -130,6 +130,9 @@ typedef struct guest_conn guest_conn; /* guest/guest.h */
 vm_instance *vm_boot(const struct vm_config *c, kiln_error **err);
 /* The agent connection made by vm_boot (owned by the VM), NULL without agent. */
 guest_conn *vm_agent(vm_instance *v);
+/* Close that connection so another client (e.g. `kiln agent --socket`) can
+ * use the agent's socket: QEMU's chardev serves one client at a time. */
+void vm_agent_release(vm_instance *v);
 /* Stop QEMU (QMP quit, then SIGKILL) and remove every file of the VM. */
 void vm_destroy(vm_instance *v);
 
