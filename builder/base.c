@@ -194,6 +194,36 @@ int build_image_load(build_store *s, const char *ref, struct build_image **out, 
 	return 0;
 }
 
+int build_extract_entry(struct archive *a, struct archive *w, struct archive_entry *e, const char *dir,
+			const char *rel, const char *what, kiln_error **err)
+{
+	char *full = kiln_xasprintf("%s/%s", dir, rel);
+	const char *hl = archive_entry_hardlink(e);
+	const void *buf;
+	size_t len;
+	la_int64_t off;
+	int r;
+
+	archive_entry_set_pathname(e, full);
+	free(full);
+	if (hl) {
+		char *hr = build_layer_path(hl), *hf = kiln_xasprintf("%s/%s", dir, hr);
+		archive_entry_set_hardlink(e, hf);
+		free(hr);
+		free(hf);
+	}
+	if (archive_write_header(w, e) != ARCHIVE_OK)
+		return kiln_err(err, KILN_E_INVALID, "%s: %s", what, archive_error_string(w));
+	while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
+		if (archive_write_data_block(w, buf, len, off) != ARCHIVE_OK)
+			return kiln_err(err, KILN_E_IO, "%s: %s", what, archive_error_string(w));
+	if (r != ARCHIVE_EOF)
+		return kiln_err(err, KILN_E_INVALID, "%s: %s", what, archive_error_string(a));
+	archive_write_finish_entry(w);
+	return 0;
+}
+
+
 /* Apply one layer blob to a directory: whiteouts delete, the rest is
  * extracted with owners and modes, never through symlinks or "..". */
 static int extract_layer(const char *blob, const char *dir, kiln_error **err)
@@ -247,34 +277,12 @@ static int extract_layer(const char *blob, const char *dir, kiln_error **err)
 			free(rel);
 			continue;
 		}
-		char *full = kiln_xasprintf("%s/%s", dir, rel);
-		archive_entry_set_pathname(e, full);
-		free(full);
+		char *what = kiln_xasprintf("layer %s", blob);
+		int er = build_extract_entry(a, w, e, dir, rel, what, err);
+		free(what);
 		free(rel);
-		const char *hl = archive_entry_hardlink(e);
-		if (hl) {
-			char *hr = build_layer_path(hl), *hf = kiln_xasprintf("%s/%s", dir, hr);
-			archive_entry_set_hardlink(e, hf);
-			free(hr);
-			free(hf);
-		}
-		if (archive_write_header(w, e) != ARCHIVE_OK) {
-			kiln_err(err, KILN_E_INVALID, "layer %s: %s", blob, archive_error_string(w));
+		if (er < 0)
 			goto out;
-		}
-		const void *buf;
-		size_t len;
-		la_int64_t off;
-		while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
-			if (archive_write_data_block(w, buf, len, off) != ARCHIVE_OK) {
-				kiln_err(err, KILN_E_IO, "layer %s: %s", blob, archive_error_string(w));
-				goto out;
-			}
-		if (r != ARCHIVE_EOF) {
-			kiln_err(err, KILN_E_INVALID, "layer %s: %s", blob, archive_error_string(a));
-			goto out;
-		}
-		archive_write_finish_entry(w);
 	}
 	if (r != ARCHIVE_EOF) {
 		kiln_err(err, KILN_E_INVALID, "layer %s: %s", blob, archive_error_string(a));

@@ -273,34 +273,12 @@ static int extract_archive(const char *path, const char *dir, kiln_error **err)
 	}
 	while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
 		char *rel = build_layer_path(archive_entry_pathname(e));
-		char *full = kiln_xasprintf("%s/%s", dir, rel);
-		archive_entry_set_pathname(e, full);
+		char *what = kiln_xasprintf("ADD %s", path);
+		int er = build_extract_entry(a, w, e, dir, rel, what, err);
+		free(what);
 		free(rel);
-		free(full);
-		const char *hl = archive_entry_hardlink(e);
-		if (hl) {
-			char *hrel = build_layer_path(hl), *hfull = kiln_xasprintf("%s/%s", dir, hrel);
-			archive_entry_set_hardlink(e, hfull);
-			free(hrel);
-			free(hfull);
-		}
-		if (archive_write_header(w, e) != ARCHIVE_OK) {
-			kiln_err(err, KILN_E_INVALID, "ADD %s: %s", path, archive_error_string(w));
+		if (er < 0)
 			goto out;
-		}
-		const void *buf;
-		size_t len;
-		la_int64_t off;
-		while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
-			if (archive_write_data_block(w, buf, len, off) != ARCHIVE_OK) {
-				kiln_err(err, KILN_E_IO, "ADD %s: %s", path, archive_error_string(w));
-				goto out;
-			}
-		if (r != ARCHIVE_EOF) {
-			kiln_err(err, KILN_E_INVALID, "ADD %s: %s", path, archive_error_string(a));
-			goto out;
-		}
-		archive_write_finish_entry(w);
 	}
 	if (r != ARCHIVE_EOF) {
 		kiln_err(err, KILN_E_INVALID, "ADD %s: %s", path, archive_error_string(a));

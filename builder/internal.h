@@ -7,6 +7,13 @@
 
 /* "./a/b/" → "a/b"; "/" or "." → "" (the root). */
 char *build_layer_path(const char *name);
+/* Extract the current entry e of reader a under dir through disk writer w:
+ * its path and hardlink target are rebased into dir, then header and data
+ * are written.  `what` names the source in errors ("layer X", "ADD F"). */
+struct archive;
+struct archive_entry;
+int build_extract_entry(struct archive *a, struct archive *w, struct archive_entry *e, const char *dir,
+			const char *rel, const char *what, kiln_error **err);
 
 void build_fsindex_put(build_fsindex *x, const char *path, mode_t mode, uid_t uid, gid_t gid, const char *link);
 /* Remember the contents of /etc/passwd or /etc/group (other paths ignored). */
