@@ -6,6 +6,7 @@
 #define KILN_CLI_H
 
 #include <getopt.h>
+#include <stdbool.h>
 
 #include "kiln.h"
 
@@ -32,6 +33,12 @@ int cli_fail(kiln_error *err);
  * after printing).  Options are not permuted past the first operand. */
 int cli_getopt(const struct kiln_command *cmd, int argc, char **argv, const char *shortopts,
 	       const struct option *longopts);
+
+/* For listing commands whose only option is --json (and no operands):
+ * returns -1 when the command should go on, else the exit code to return. */
+int cli_list_opts(const struct kiln_command *cmd, int argc, char **argv, bool *json);
+/* Print v on stdout as indented, key-sorted JSON and a newline. */
+void cli_print_json(const json_t *v);
 
 /* Find a subcommand by name in a NULL-terminated table (for "kiln dockerfile parse"). */
 const struct kiln_command *cli_find(const struct kiln_command *const *table, const char *name);

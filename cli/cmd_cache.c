@@ -10,31 +10,21 @@
 
 static int run_ls(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { { "json", no_argument, NULL, 'j' },
-					      { "help", no_argument, NULL, 'h' },
-					      { NULL, 0, NULL, 0 } };
 	kiln_error *err = NULL;
 	build_store *s = NULL;
 	json_t *list = NULL, *e;
-	bool json = false;
+	bool json;
 	size_t i;
 	int c;
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		if (c == 'j')
-			json = true;
-		else
-			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	}
-	if (optind < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if ((c = cli_list_opts(cmd, argc, argv, &json)) >= 0)
+		return c;
 	if (build_store_open(NULL, &s, &err) < 0 || !(list = build_cache_list(s, &err))) {
 		build_store_close(s);
 		return cli_fail(err);
 	}
 	if (json) {
-		json_dumpf(list, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
-		fputc('\n', stdout);
+		cli_print_json(list);
 	} else {
 		printf("%-19s %-19s %10s %-20s %s\n", "KEY", "LAYER", "SIZE", "LAST USED", "STEP");
 		json_array_foreach(list, i, e) {

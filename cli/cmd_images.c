@@ -8,30 +8,20 @@
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { { "json", no_argument, NULL, 'j' },
-					      { "help", no_argument, NULL, 'h' },
-					      { NULL, 0, NULL, 0 } };
 	kiln_error *err = NULL;
 	build_store *s = NULL;
 	json_t *images = NULL;
-	bool json = false;
+	bool json;
 	int c;
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		if (c == 'j')
-			json = true;
-		else
-			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	}
-	if (optind < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if ((c = cli_list_opts(cmd, argc, argv, &json)) >= 0)
+		return c;
 	if (build_store_open(NULL, &s, &err) < 0 || !(images = build_store_images(s, &err))) {
 		build_store_close(s);
 		return cli_fail(err);
 	}
 	if (json) {
-		json_dumpf(images, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
-		fputc('\n', stdout);
+		cli_print_json(images);
 	} else {
 		const char *name;
 		json_t *v;

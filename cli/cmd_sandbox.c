@@ -144,28 +144,17 @@ static int run_exec(const struct kiln_command *cmd, int argc, char **argv)
 
 static int run_ls(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
-					      { "json", no_argument, NULL, 'j' },
-					      { NULL, 0, NULL, 0 } };
 	kiln_error *err = NULL;
-	bool json = false;
+	bool json;
 	json_t *list;
 	int c;
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		if (c == 'j')
-			json = true;
-		else
-			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	}
-	if (optind < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if ((c = cli_list_opts(cmd, argc, argv, &json)) >= 0)
+		return c;
 	if ((list = snap_sandbox_list(&err)) == NULL)
 		return cli_fail(err);
 	if (json) {
-		char *s = json_dumps(list, JSON_INDENT(2));
-		printf("%s\n", s);
-		free(s);
+		cli_print_json(list);
 	} else {
 		printf("%-12s  %-8s  %-8s  %-20s  %s\n", "ID", "STATE", "PID", "CREATED", "TEMPLATE");
 		for (size_t i = 0; i < json_array_size(list); i++) {

@@ -93,6 +93,30 @@ int cli_getopt(const struct kiln_command *cmd, int argc, char **argv, const char
 	return c;
 }
 
+int cli_list_opts(const struct kiln_command *cmd, int argc, char **argv, bool *json)
+{
+	static const struct option opts[] = { { "json", no_argument, NULL, 'j' },
+					      { "help", no_argument, NULL, 'h' },
+					      { NULL, 0, NULL, 0 } };
+	int c;
+
+	*json = false;
+	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
+		if (c != 'j')
+			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
+		*json = true;
+	}
+	if (optind < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	return -1;
+}
+
+void cli_print_json(const json_t *v)
+{
+	json_dumpf(v, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
+	fputc('\n', stdout);
+}
+
 const struct kiln_command *cli_find(const struct kiln_command *const *table, const char *name)
 {
 	for (size_t i = 0; table[i] != NULL; i++)
