@@ -223,4 +223,88 @@ int reg_s3_delete(const struct reg_s3_cfg *s3, const char *key, kiln_error **err
 /* Parse "n" / "last" query args; -1 when n is invalid (response set). */
 int reg_page_args(reg_req *r, long *n, const char **last);
 
+/* ---- the client (client_*.c) ---- */
+#include <curl/curl.h>
+
+struct reg_token {
+	char *scope; /* space-separated scopes, as asked for */
+	char *token;
+	int64_t expires; /* unix seconds */
+};
+
+struct reg_client {
+	char *host;
+	char *base; /* "http://HOST" or "https://HOST" */
+	char *user, *pass;
+	int basic;  /* the registry challenged with Basic: send it up front */
+	struct reg_token *tokens;
+	size_t ntokens;
+	CURLSH *share; /* connections and DNS shared by every handle */
+	CURL *easy;    /* for synchronous requests */
+	unsigned retries, timeout_s;
+	struct reg_client_stats stats;
+};
+
+/* One HTTP request and its answer. */
+struct reg_http {
+	const char *method;
+	char *url;
+	const char *scope;          /* auth scope(s), "repository:R:pull" …; NULL for /v2/ */
+	int token_request;          /* to a token realm: Basic credentials if any, no token */
+	struct curl_slist *headers; /* the caller's extra headers */
+	/* body: memory or a file range */
+	const char *body_mem;
+	int body_fd;                /* -1: none */
+	uint64_t body_off, body_len, body_pos;
+	int has_body;
+	/* sink for 2xx bodies: a callback (returns < 0 to abort), else `out` bounded by out_max */
+	int (*sink)(void *ud, struct reg_http *r, const char *p, size_t n);
+	void *sink_ud;
+	kiln_buf out;
+	size_t out_max;
+	kiln_buf errbody;           /* body of a non-2xx answer (bounded) */
+	/* answer */
+	CURL *h;
+	struct curl_slist *all;     /* headers as sent */
+	long status;
+	CURLcode cr;
+	char errbuf[CURL_ERROR_SIZE];
+	char *www_auth, *location, *digest, *ctype, *range;
+	int64_t clen;
+	int sink_failed;            /* the sink refused (error already recorded by its owner) */
+	reg_client *c;
+};
+
+void reg_http_init(struct reg_http *r, reg_client *c, const char *method, char *url, const char *scope);
+void reg_http_free(struct reg_http *r);
+/* Forget the previous answer before another attempt. */
+void reg_http_reset(struct reg_http *r);
+/* Configure handle h for r (resets h; keeps its connections). */
+void reg_http_setup(struct reg_http *r, CURL *h);
+/* Worth retrying: connection-level errors, 408, 429, 5xx. */
+int reg_http_transient(const struct reg_http *r);
+/* r got 401: run the challenge flow so the next attempt is authorised.
+ * -1 with a clear error when it cannot be (no/invalid credentials). */
+int reg_http_authorize(struct reg_http *r, kiln_error **err);
+/* Perform synchronously with retries and auth; 0 with r->status set
+ * (any status), -1 on a transport failure after the retries. */
+int reg_http_do(struct reg_http *r, kiln_error **err);
+/* The error for an unexpected answer: "WHAT: HTTP 404 BLOB_UNKNOWN: message". */
+int reg_http_fail(const struct reg_http *r, const char *what, kiln_error **err);
+/* Milliseconds to wait before retry number `attempt` (1-based). */
+unsigned reg_backoff_ms(unsigned attempt);
+char *reg_url(const reg_client *c, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* A Location header resolved against the client's base URL. */
+char *reg_url_resolve(const reg_client *c, const char *location);
+
+/* WWW-Authenticate: the first challenge's scheme and its parameters. */
+struct reg_challenge {
+	char *scheme; /* "Bearer", "Basic" */
+	char *realm, *service, *scope;
+};
+int reg_challenge_parse(const char *header, struct reg_challenge *ch, kiln_error **err);
+void reg_challenge_free(struct reg_challenge *ch);
+/* "Authorization: …" for a scope from the cache, or NULL. */
+char *reg_auth_header(reg_client *c, const char *scope);
+
 #endif

@@ -1,7 +1,8 @@
 /* registry.h — the contract of kiln's OCI Distribution v1.1 registry server
  * (`kiln serve`): configuration, starting and stopping the server, manifest
  * validation (also used by the fuzzer), tokens and garbage collection.
- * Blobs live content-addressed on the filesystem, metadata in sqlite (WAL). */
+ * Blobs live content-addressed on the filesystem, metadata in sqlite (WAL).
+ * Second half: the client (references, credentials, blobs, manifests). */
 #ifndef KILN_REGISTRY_H
 #define KILN_REGISTRY_H
 
@@ -116,5 +117,148 @@ int reg_token_create(const struct reg_config *c, const char *label, const char *
 		     char **token_out, kiln_error **err);
 int reg_token_list(const struct reg_config *c, kiln_buf *out, kiln_error **err);
 int reg_token_revoke(const struct reg_config *c, const char *label, kiln_error **err);
+
+/* ===========================================================================
+ * The client (client_*.c): OCI Distribution over libcurl, for `kiln login`,
+ * `kiln push`/`kiln pull`, FROM a registry and chunked template transfer.
+ * Plain HTTP for loopback hosts and $KILN_INSECURE_REGISTRIES (comma-
+ * separated HOST[:PORT]), HTTPS otherwise.  Keep-alive connections shared by
+ * every request of a client; connection errors, 429 and 5xx are retried with
+ * exponential backoff; 401 runs the Bearer/Basic challenge flow (tokens
+ * cached per scope).  See docs/registry.md, "Client".
+ * ========================================================================= */
+
+/* An image reference "[HOST[:PORT]/]REPO[:TAG][@DIGEST]", docker-style: the
+ * first component is a host when it has a '.' or ':' or is "localhost";
+ * none (or docker.io) means Docker Hub ("registry-1.docker.io", single names
+ * get "library/").  Neither tag nor digest: tag "latest". */
+struct reg_imgref {
+	char *host;   /* "127.0.0.1:5000", "registry-1.docker.io" */
+	char *repo;   /* "team/app", "library/busybox" */
+	char *tag;    /* NULL when only a digest was given */
+	char *digest; /* "sha256:…" or NULL */
+};
+
+int reg_imgref_parse(const char *s, struct reg_imgref *r, kiln_error **err);
+void reg_imgref_free(struct reg_imgref *r);
+/* "HOST/REPO:TAG", "HOST/REPO@DIGEST" or "HOST/REPO:TAG@DIGEST". */
+char *reg_imgref_str(const struct reg_imgref *r);
+/* What to ask the registry for: the digest if any, else the tag. */
+const char *reg_imgref_reference(const struct reg_imgref *r);
+/* Does a reference string name a registry host explicitly ("host:5000/x",
+ * "ghcr.io/x", "localhost/x")?  Bare names ("busybox") do not. */
+int reg_imgref_has_host(const char *s);
+/* 1 when HOST[:PORT] is spoken to over plain HTTP (loopback, insecure list). */
+int reg_host_insecure(const char *host);
+
+/* Credentials.  kiln's own file is $KILN_HOME/auth.json (0600), in docker's
+ * config.json shape {"auths":{"HOST":{"auth":"base64(user:pass)"}}}; lookups
+ * fall back to $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json and
+ * ~/.docker/config.json.  Docker Hub is also found under its legacy keys. */
+char *reg_auth_path(void);
+/* 1 found (*user, *pass set, caller frees), 0 none. */
+int reg_auth_lookup(const char *host, char **user, char **pass, kiln_error **err);
+int reg_auth_store(const char *host, const char *user, const char *pass, kiln_error **err);
+/* KILN_E_NOTFOUND when kiln's file has no entry for host. */
+int reg_auth_remove(const char *host, kiln_error **err);
+
+typedef struct reg_client reg_client;
+
+struct reg_client_opts {
+	const char *user, *pass; /* explicit credentials; NULL: from the auth files */
+	int anonymous;           /* ignore stored credentials */
+	unsigned retries;        /* retries after a transient failure; 0: 4 ($KILN_REGISTRY_RETRIES) */
+	unsigned timeout_s;      /* connect timeout and stall limit; 0: 30 */
+};
+
+struct reg_client_stats {
+	uint64_t bytes_up, bytes_down; /* body bytes sent and received */
+	uint64_t requests, retries;
+};
+
+/* A client for one registry host (HOST[:PORT] as in struct reg_imgref). */
+reg_client *reg_client_new(const char *host, const struct reg_client_opts *o, kiln_error **err);
+void reg_client_free(reg_client *c);
+const struct reg_client_stats *reg_client_stats(const reg_client *c);
+/* GET /v2/, authenticating if challenged: checks that the registry answers
+ * and that the credentials (if any) are accepted. */
+int reg_client_ping(reg_client *c, kiln_error **err);
+
+/* Media types the client asks for by default when getting a manifest. */
+#define REG_MT_OCI_MANIFEST "application/vnd.oci.image.manifest.v1+json"
+#define REG_MT_OCI_INDEX "application/vnd.oci.image.index.v1+json"
+#define REG_MT_DOCKER_MANIFEST "application/vnd.docker.distribution.manifest.v2+json"
+#define REG_MT_DOCKER_LIST "application/vnd.docker.distribution.manifest.list.v2+json"
+
+struct reg_doc {
+	char *data;                   /* NUL-terminated */
+	size_t len;
+	char *media_type;             /* Content-Type of the answer */
+	char digest[KILN_DIGEST_MAX]; /* computed over data (never trusted from headers) */
+};
+void reg_doc_free(struct reg_doc *d);
+
+/* GET a manifest by tag or digest.  accept: NULL = the four types above.
+ * A digest reference is verified against the bytes.  Max 4 MiB. */
+int reg_manifest_get(reg_client *c, const char *repo, const char *ref, const char *accept, struct reg_doc *out,
+		     kiln_error **err);
+/* Like reg_manifest_get, an index (or docker list) resolved to its
+ * linux/amd64 image manifest. */
+int reg_image_manifest_get(reg_client *c, const char *repo, const char *ref, struct reg_doc *out,
+			   kiln_error **err);
+/* 1 present (digest, may be NULL), 0 missing: HEAD of the manifest. */
+int reg_manifest_exists(reg_client *c, const char *repo, const char *ref, char digest[KILN_DIGEST_MAX],
+			kiln_error **err);
+/* PUT under ref (tag or digest); *digest (may be NULL) gets the sha256. */
+int reg_manifest_put(reg_client *c, const char *repo, const char *ref, const char *media_type, const void *data,
+		     size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err);
+
+/* 1 present (*size if not NULL), 0 missing: HEAD of the blob. */
+int reg_blob_exists(reg_client *c, const char *repo, const char *digest, int64_t *size, kiln_error **err);
+/* A whole blob into memory (at most max bytes), verified. */
+int reg_blob_get_mem(reg_client *c, const char *repo, const char *digest, size_t max, char **data, size_t *len,
+		     kiln_error **err);
+
+/* One blob to move.  Push: the source is `path` (a file) or `data`/`len`;
+ * pull: the sink is `path`, staged as PATH.part (kept after an interruption
+ * and resumed with Range next time), verified against the digest, fsync'd,
+ * then renamed: PATH only ever appears complete and correct. */
+struct reg_blob {
+	char digest[KILN_DIGEST_MAX]; /* sha256 or sha512 */
+	int64_t size;                 /* push: ignored (taken from the source); pull: -1 if unknown */
+	const char *path;
+	const void *data;
+	size_t len;
+	const char *mount_from;       /* push: a repository of the same registry that may have it */
+};
+
+struct reg_progress {
+	uint64_t bytes_done, bytes_total; /* skipped blobs count as done */
+	uint64_t bytes_moved;             /* bytes actually sent / received (retries included) */
+	size_t blobs_done, blobs_total, blobs_skipped;
+	const char *digest;               /* the blob just finished, or NULL */
+};
+
+struct reg_xfer_opts {
+	unsigned parallel;      /* transfers at once; 0: 4 */
+	uint64_t chunk_size;    /* push: larger blobs go in PATCH chunks of this size; 0: 32 MiB */
+	/* pull: 1 = the caller already has this blob, skip it */
+	int (*have)(void *ud, const char *digest);
+	void (*progress)(void *ud, const struct reg_progress *p); /* at most ~10/s, and per blob */
+	void *ud;
+};
+
+/* Parallel transfers over one curl multi handle.  Push skips the blobs the
+ * registry has (HEAD), tries a cross-repository mount when mount_from is set,
+ * then uploads (POST + PUT, or PATCH chunks for large blobs, resumed from the
+ * session's offset after a failure).  Pull skips what have() reports, then
+ * GETs into PATH.part with resume.  Stops at the first failed blob. */
+int reg_blobs_push(reg_client *c, const char *repo, const struct reg_blob *blobs, size_t n,
+		   const struct reg_xfer_opts *o, kiln_error **err);
+int reg_blobs_pull(reg_client *c, const char *repo, const struct reg_blob *blobs, size_t n,
+		   const struct reg_xfer_opts *o, kiln_error **err);
+/* One blob (the same machinery, parallel 1). */
+int reg_blob_push(reg_client *c, const char *repo, const struct reg_blob *b, kiln_error **err);
+int reg_blob_get(reg_client *c, const char *repo, const struct reg_blob *b, kiln_error **err);
 
 #endif

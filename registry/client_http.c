@@ -1,0 +1,460 @@
+/* client_http.c — one registry client: a curl share (keep-alive connections
+ * and DNS for every handle), request setup (bodies from memory or a file
+ * range, bounded answers, the headers the protocol needs), and the
+ * synchronous request loop with backoff retries and the auth challenge. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "registry/internal.h"
+
+#define ERRBODY_MAX 65536
+
+static void global_init(void)
+{
+	static int done;
+	if (!done) {
+		curl_global_init(CURL_GLOBAL_DEFAULT);
+		done = 1;
+	}
+}
+
+reg_client *reg_client_new(const char *host, const struct reg_client_opts *o, kiln_error **err)
+{
+	static const struct reg_client_opts none = { 0 };
+	reg_client *c;
+	const char *env = getenv("KILN_REGISTRY_RETRIES");
+
+	if (!o)
+		o = &none;
+	if (!host || !*host || strchr(host, '/'))
+		return kiln_err(err, KILN_E_INVALID, "bad registry host \"%s\"", host ? host : ""), NULL;
+	global_init();
+	c = kiln_xcalloc(1, sizeof(*c));
+	c->host = kiln_xstrdup(host);
+	c->base = kiln_xasprintf("%s://%s", reg_host_insecure(host) ? "http" : "https", host);
+	c->retries = o->retries ? o->retries : env && *env ? (unsigned)atoi(env) : 4;
+	c->timeout_s = o->timeout_s ? o->timeout_s : 30;
+	if (o->user) {
+		c->user = kiln_xstrdup(o->user);
+		c->pass = kiln_xstrdup(o->pass ? o->pass : "");
+	} else if (!o->anonymous && reg_auth_lookup(host, &c->user, &c->pass, err) < 0) {
+		reg_client_free(c);
+		return NULL;
+	}
+	c->share = curl_share_init();
+	c->easy = curl_easy_init();
+	if (!c->share || !c->easy) {
+		reg_client_free(c);
+		return kiln_err(err, KILN_E_GENERIC, "curl initialisation failed"), NULL;
+	}
+	curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+	curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+	curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+	return c;
+}
+
+void reg_client_free(reg_client *c)
+{
+	if (!c)
+		return;
+	if (c->easy)
+		curl_easy_cleanup(c->easy);
+	if (c->share)
+		curl_share_cleanup(c->share);
+	for (size_t i = 0; i < c->ntokens; i++) {
+		free(c->tokens[i].scope);
+		free(c->tokens[i].token);
+	}
+	free(c->tokens);
+	free(c->host);
+	free(c->base);
+	free(c->user);
+	if (c->pass)
+		memset(c->pass, 0, strlen(c->pass));
+	free(c->pass);
+	free(c);
+}
+
+const struct reg_client_stats *reg_client_stats(const reg_client *c)
+{
+	return &c->stats;
+}
+
+char *reg_url(const reg_client *c, const char *fmt, ...)
+{
+	kiln_buf b = KILN_BUF_INIT;
+	va_list ap;
+
+	kiln_buf_adds(&b, c->base);
+	va_start(ap, fmt);
+	kiln_buf_vaddf(&b, fmt, ap);
+	va_end(ap);
+	return kiln_buf_detach(&b);
+}
+
+char *reg_url_resolve(const reg_client *c, const char *location)
+{
+	CURLU *u = curl_url();
+	char *out = NULL, *res;
+
+	if (u && curl_url_set(u, CURLUPART_URL, c->base, 0) == CURLUE_OK &&
+	    curl_url_set(u, CURLUPART_URL, location, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_URL, &res, 0) == CURLUE_OK) {
+		out = kiln_xstrdup(res);
+		curl_free(res);
+	}
+	curl_url_cleanup(u);
+	return out ? out : kiln_xstrdup(location);
+}
+
+unsigned reg_backoff_ms(unsigned attempt)
+{
+	unsigned ms = 200u << (attempt > 6 ? 6 : attempt - 1);
+	return ms > 10000 ? 10000 : ms;
+}
+
+void reg_http_init(struct reg_http *r, reg_client *c, const char *method, char *url, const char *scope)
+{
+	memset(r, 0, sizeof(*r));
+	r->c = c;
+	r->method = method;
+	r->url = url;
+	r->scope = scope;
+	r->body_fd = -1;
+	r->out = (kiln_buf)KILN_BUF_INIT;
+	r->errbody = (kiln_buf)KILN_BUF_INIT;
+	r->out_max = 4 << 20;
+	r->clen = -1;
+}
+
+void reg_http_reset(struct reg_http *r)
+{
+	free(r->www_auth);
+	free(r->location);
+	free(r->digest);
+	free(r->ctype);
+	free(r->range);
+	r->www_auth = r->location = r->digest = r->ctype = r->range = NULL;
+	kiln_buf_reset(&r->out);
+	kiln_buf_reset(&r->errbody);
+	r->status = 0;
+	r->cr = CURLE_OK;
+	r->errbuf[0] = 0;
+	r->clen = -1;
+	r->body_pos = 0;
+	r->sink_failed = 0;
+	if (r->all)
+		curl_slist_free_all(r->all);
+	r->all = NULL;
+}
+
+void reg_http_free(struct reg_http *r)
+{
+	reg_http_reset(r);
+	kiln_buf_free(&r->out);
+	kiln_buf_free(&r->errbody);
+	curl_slist_free_all(r->headers);
+	free(r->url);
+	r->url = NULL;
+	r->headers = NULL;
+}
+
+static char *trimmed(const char *p, size_t n)
+{
+	while (n && isspace((unsigned char)*p))
+		p++, n--;
+	while (n && isspace((unsigned char)p[n - 1]))
+		n--;
+	return kiln_xstrndup(p, n);
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *ud)
+{
+	struct reg_http *r = ud;
+	size_t len = size * n;
+	const char *colon = memchr(p, ':', len);
+	static const struct {
+		const char *name;
+		size_t off;
+	} keep[] = {
+		{ "www-authenticate", offsetof(struct reg_http, www_auth) },
+		{ "location", offsetof(struct reg_http, location) },
+		{ "docker-content-digest", offsetof(struct reg_http, digest) },
+		{ "content-type", offsetof(struct reg_http, ctype) },
+		{ "range", offsetof(struct reg_http, range) },
+	};
+
+	if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
+		/* a new answer (after a redirect or 100): forget the last one's */
+		char **fields[] = { &r->www_auth, &r->location, &r->digest, &r->ctype, &r->range };
+		for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+			free(*fields[i]);
+			*fields[i] = NULL;
+		}
+		r->clen = -1;
+		return len;
+	}
+	if (!colon)
+		return len;
+	size_t kl = (size_t)(colon - p);
+	for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
+		if (strlen(keep[i].name) == kl && strncasecmp(p, keep[i].name, kl) == 0) {
+			char **f = (char **)((char *)r + keep[i].off);
+			/* several challenges: the first is used */
+			if (!*f)
+				*f = trimmed(colon + 1, len - kl - 1);
+		}
+	if (kl == 14 && strncasecmp(p, "content-length", 14) == 0) {
+		char *v = trimmed(colon + 1, len - kl - 1);
+		r->clen = strtoll(v, NULL, 10);
+		free(v);
+	}
+	return len;
+}
+
+static size_t on_write(char *p, size_t size, size_t n, void *ud)
+{
+	struct reg_http *r = ud;
+	size_t len = size * n;
+	long st = 0;
+
+	curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &st);
+	r->c->stats.bytes_down += len;
+	if (st < 200 || st >= 300) {
+		if (r->errbody.len < ERRBODY_MAX)
+			kiln_buf_add(&r->errbody, p, len < ERRBODY_MAX - r->errbody.len ? len : ERRBODY_MAX - r->errbody.len);
+		return len;
+	}
+	if (r->sink) {
+		if (r->sink(r->sink_ud, r, p, len) < 0) {
+			r->sink_failed = 1;
+			return 0;
+		}
+		return len;
+	}
+	if (r->out.len + len > r->out_max) {
+		r->sink_failed = 2;
+		return 0;
+	}
+	kiln_buf_add(&r->out, p, len);
+	return len;
+}
+
+static size_t on_read(char *p, size_t size, size_t n, void *ud)
+{
+	struct reg_http *r = ud;
+	size_t want = size * n;
+	uint64_t left = r->body_len - r->body_pos;
+
+	if (want > left)
+		want = (size_t)left;
+	if (want == 0)
+		return 0;
+	if (r->body_mem) {
+		memcpy(p, r->body_mem + r->body_off + r->body_pos, want);
+	} else {
+		ssize_t got;
+		do
+			got = pread(r->body_fd, p, want, (off_t)(r->body_off + r->body_pos));
+		while (got < 0 && errno == EINTR);
+		if (got <= 0)
+			return CURL_READFUNC_ABORT;
+		want = (size_t)got;
+	}
+	r->body_pos += want;
+	r->c->stats.bytes_up += want;
+	return want;
+}
+
+static int on_seek(void *ud, curl_off_t off, int origin)
+{
+	struct reg_http *r = ud;
+	if (origin != SEEK_SET || off < 0 || (uint64_t)off > r->body_len)
+		return CURL_SEEKFUNC_CANTSEEK;
+	r->body_pos = (uint64_t)off;
+	return CURL_SEEKFUNC_OK;
+}
+
+void reg_http_setup(struct reg_http *r, CURL *h)
+{
+	char *auth;
+
+	reg_http_reset(r);
+	r->h = h;
+	curl_easy_reset(h);
+	curl_easy_setopt(h, CURLOPT_SHARE, r->c->share);
+	curl_easy_setopt(h, CURLOPT_URL, r->url);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)r->c->timeout_s);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)r->c->timeout_s);
+	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(h, CURLOPT_USERAGENT, "kiln/" KILN_VERSION);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->errbuf);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(h, CURLOPT_PRIVATE, r);
+	for (struct curl_slist *l = r->headers; l; l = l->next)
+		r->all = curl_slist_append(r->all, l->data);
+	r->all = curl_slist_append(r->all, "Expect:");
+	auth = r->token_request ? NULL : reg_auth_header(r->c, r->scope);
+	if ((r->token_request || (!auth && r->c->basic)) && r->c->user) {
+		curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+		curl_easy_setopt(h, CURLOPT_USERNAME, r->c->user);
+		curl_easy_setopt(h, CURLOPT_PASSWORD, r->c->pass);
+	}
+	if (auth) {
+		r->all = curl_slist_append(r->all, auth);
+		memset(auth, 0, strlen(auth));
+		free(auth);
+	}
+	if (strcmp(r->method, "HEAD") == 0) {
+		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	} else if (strcmp(r->method, "POST") == 0) {
+		curl_easy_setopt(h, CURLOPT_POST, 1L);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(r->has_body ? r->body_len : 0));
+		if (!r->has_body)
+			curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+	} else if (strcmp(r->method, "PUT") == 0 || strcmp(r->method, "PATCH") == 0) {
+		curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)(r->has_body ? r->body_len : 0));
+		if (strcmp(r->method, "PATCH") == 0)
+			curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PATCH");
+	} else if (strcmp(r->method, "GET") != 0) {
+		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
+	}
+	if (r->has_body || strcmp(r->method, "PUT") == 0 || strcmp(r->method, "PATCH") == 0) {
+		curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(h, CURLOPT_READDATA, r);
+		curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
+		curl_easy_setopt(h, CURLOPT_SEEKDATA, r);
+	}
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, r->all);
+	r->c->stats.requests++;
+}
+
+int reg_http_transient(const struct reg_http *r)
+{
+	if (r->sink_failed)
+		return 0;
+	switch (r->cr) {
+	case CURLE_OK:
+		return r->status == 408 || r->status == 429 || r->status >= 500;
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_GOT_NOTHING:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+	case CURLE_SSL_CONNECT_ERROR:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* The cause of a failed transfer, in a few words. */
+static const char *transport_error(const struct reg_http *r)
+{
+	return r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->cr);
+}
+
+int reg_http_fail(const struct reg_http *r, const char *what, kiln_error **err)
+{
+	json_t *j, *e0;
+	const char *code = NULL, *msg = NULL;
+	enum kiln_errkind kind = KILN_E_GENERIC;
+
+	if (r->cr != CURLE_OK)
+		return kiln_err(err, KILN_E_IO, "%s: registry %s: %s", what, r->c->host, transport_error(r));
+	j = r->errbody.len ? json_loadb(r->errbody.buf, r->errbody.len, 0, NULL) : NULL;
+	e0 = json_array_get(json_object_get(j, "errors"), 0);
+	code = kiln_json_str(e0, "code");
+	msg = kiln_json_str(e0, "message");
+	if (r->status == 404)
+		kind = KILN_E_NOTFOUND;
+	else if (r->status == 400 || r->status == 413 || r->status == 416)
+		kind = KILN_E_INVALID;
+	const char *hint = "";
+	if (r->status == 401)
+		hint = r->c->user ? ": the credentials were not accepted" : ": authentication required (kiln login)";
+	else if (r->status == 403)
+		hint = ": access denied";
+	kiln_err(err, kind, "%s: registry %s answered HTTP %ld%s%s%s%s%s%s", what, r->c->host, r->status,
+		 code ? " " : "", code ? code : "", msg ? " (" : "", msg ? msg : "", msg ? ")" : "", hint);
+	json_decref(j);
+	return -1;
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+int reg_http_do(struct reg_http *r, kiln_error **err)
+{
+	unsigned attempt = 0, auths = 0;
+
+	for (;;) {
+		reg_http_setup(r, r->c->easy);
+		r->cr = curl_easy_perform(r->c->easy);
+		curl_easy_getinfo(r->c->easy, CURLINFO_RESPONSE_CODE, &r->status);
+		if (r->cr == CURLE_OK && r->status == 401 && !r->token_request && auths < 2) {
+			auths++;
+			if (reg_http_authorize(r, err) < 0)
+				return -1;
+			continue;
+		}
+		if (r->sink_failed == 2)
+			return kiln_err(err, KILN_E_LIMIT, "%s %s: answer larger than %zu bytes", r->method, r->url,
+					r->out_max);
+		if (!reg_http_transient(r) || attempt >= r->c->retries)
+			break;
+		attempt++;
+		r->c->stats.retries++;
+		kiln_debug("registry %s: %s %s: %s; retry %u in %u ms", r->c->host, r->method, r->url,
+			   r->cr != CURLE_OK ? transport_error(r) : "server error", attempt, reg_backoff_ms(attempt));
+		sleep_ms(reg_backoff_ms(attempt));
+	}
+	if (r->cr != CURLE_OK && !r->sink_failed) {
+		char more[48] = "";
+		if (attempt)
+			snprintf(more, sizeof(more), " (after %u retries)", attempt);
+		return kiln_err(err, KILN_E_IO, "registry %s: %s%s", r->c->host, transport_error(r), more);
+	}
+	return r->sink_failed ? -1 : 0;
+}
+
+int reg_client_ping(reg_client *c, kiln_error **err)
+{
+	struct reg_http r;
+	int rc = -1;
+
+	reg_http_init(&r, c, "GET", reg_url(c, "/v2/"), NULL);
+	if (reg_http_do(&r, err) < 0)
+		goto out;
+	if (r.status != 200) {
+		reg_http_fail(&r, "GET /v2/", err);
+		goto out;
+	}
+	rc = 0;
+out:
+	reg_http_free(&r);
+	return rc;
+}

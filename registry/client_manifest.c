@@ -1,0 +1,255 @@
+/* client_manifest.c — manifests (GET with the OCI and Docker Accept types,
+ * an index resolved to linux/amd64, HEAD, PUT) and the small synchronous
+ * blob calls (HEAD, GET into memory).  Every digest is computed over the
+ * bytes received; headers are never trusted for it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "registry/internal.h"
+
+#define MANIFEST_MAX (4u << 20)
+#define ACCEPT_ALL REG_MT_OCI_MANIFEST ", " REG_MT_OCI_INDEX ", " REG_MT_DOCKER_MANIFEST ", " REG_MT_DOCKER_LIST
+#define ACCEPT_IMAGE REG_MT_OCI_MANIFEST ", " REG_MT_DOCKER_MANIFEST
+
+void reg_doc_free(struct reg_doc *d)
+{
+	if (!d)
+		return;
+	free(d->data);
+	free(d->media_type);
+	memset(d, 0, sizeof(*d));
+}
+
+static char *scope_of(const char *repo, const char *actions)
+{
+	return kiln_xasprintf("repository:%s:%s", repo, actions);
+}
+
+/* The digest algorithm a reference asks for (sha256 for tags), and whether it is a digest. */
+static int ref_algo(const char *ref, enum kiln_digest_algo *algo)
+{
+	kiln_error *e = NULL;
+	*algo = KILN_SHA256;
+	if (strchr(ref, ':') && kiln_digest_parse(ref, algo, &e) == 0)
+		return 1;
+	kiln_error_free(e);
+	*algo = KILN_SHA256;
+	return 0;
+}
+
+int reg_manifest_get(reg_client *c, const char *repo, const char *ref, const char *accept, struct reg_doc *out,
+		     kiln_error **err)
+{
+	char *scope = scope_of(repo, "pull"), *hdr = kiln_xasprintf("Accept: %s", accept ? accept : ACCEPT_ALL);
+	struct reg_http r;
+	enum kiln_digest_algo algo;
+	int by_digest = ref_algo(ref, &algo), rc = -1;
+
+	memset(out, 0, sizeof(*out));
+	reg_http_init(&r, c, "GET", reg_url(c, "/v2/%s/manifests/%s", repo, ref), scope);
+	r.headers = curl_slist_append(NULL, hdr);
+	r.out_max = MANIFEST_MAX;
+	if (reg_http_do(&r, err) < 0)
+		goto out;
+	if (r.status != 200) {
+		reg_http_fail(&r, "manifest", err);
+		goto out;
+	}
+	kiln_digest_buf(algo, r.out.buf, r.out.len, out->digest);
+	if (by_digest && strcmp(out->digest, ref) != 0) {
+		kiln_err(err, KILN_E_INVALID, "manifest %s@%s: registry %s sent content whose digest is %s", repo, ref,
+			 c->host, out->digest);
+		goto out;
+	}
+	if (r.ctype && strncmp(r.ctype, "application/vnd.", 16) == 0) {
+		out->media_type = kiln_xstrndup(r.ctype, strcspn(r.ctype, "; "));
+	} else {
+		/* a generic Content-Type: the body's own mediaType decides */
+		json_t *j = json_loadb(r.out.buf, r.out.len, 0, NULL);
+		const char *mt = kiln_json_str(j, "mediaType");
+		out->media_type = kiln_xstrdup(mt ? mt : REG_MT_OCI_MANIFEST);
+		json_decref(j);
+	}
+	out->len = r.out.len;
+	out->data = kiln_buf_detach(&r.out);
+	rc = 0;
+out:
+	if (rc < 0) {
+		reg_doc_free(out);
+		kiln_error_wrap(err, "%s/%s:%s", c->host, repo, ref);
+	}
+	reg_http_free(&r);
+	free(scope);
+	free(hdr);
+	return rc;
+}
+
+static int is_index(const struct reg_doc *d, json_t *j)
+{
+	return strcmp(d->media_type, REG_MT_OCI_INDEX) == 0 || strcmp(d->media_type, REG_MT_DOCKER_LIST) == 0 ||
+	       (json_is_array(json_object_get(j, "manifests")) && !json_object_get(j, "layers"));
+}
+
+int reg_image_manifest_get(reg_client *c, const char *repo, const char *ref, struct reg_doc *out,
+			   kiln_error **err)
+{
+	struct reg_doc idx;
+	json_t *j = NULL, *m;
+	const char *pick = NULL;
+	size_t i;
+	int rc = -1;
+
+	if (reg_manifest_get(c, repo, ref, NULL, &idx, err) < 0)
+		return -1;
+	j = kiln_json_loadb(idx.data, idx.len, "manifest", err);
+	if (!j)
+		goto out;
+	if (!is_index(&idx, j)) {
+		*out = idx;
+		memset(&idx, 0, sizeof(idx));
+		rc = 0;
+		goto out;
+	}
+	kiln_buf seen = KILN_BUF_INIT;
+	json_array_foreach(json_object_get(j, "manifests"), i, m) {
+		json_t *p = json_object_get(m, "platform");
+		const char *os = kiln_json_str(p, "os"), *arch = kiln_json_str(p, "architecture");
+		kiln_buf_addf(&seen, "%s%s/%s", seen.len ? ", " : "", os ? os : "?", arch ? arch : "?");
+		if (os && arch && strcmp(os, "linux") == 0 && strcmp(arch, "amd64") == 0 && kiln_json_str(m, "digest")) {
+			pick = kiln_json_str(m, "digest");
+			break;
+		}
+	}
+	if (!pick) {
+		kiln_err(err, KILN_E_NOTFOUND, "%s/%s:%s: the index has no linux/amd64 image (it has: %s)", c->host,
+			 repo, ref, seen.len ? seen.buf : "nothing");
+		kiln_buf_free(&seen);
+		goto out;
+	}
+	kiln_buf_free(&seen);
+	rc = reg_manifest_get(c, repo, pick, ACCEPT_IMAGE, out, err);
+out:
+	json_decref(j);
+	reg_doc_free(&idx);
+	return rc;
+}
+
+int reg_manifest_exists(reg_client *c, const char *repo, const char *ref, char digest[KILN_DIGEST_MAX],
+			kiln_error **err)
+{
+	char *scope = scope_of(repo, "pull");
+	struct reg_http r;
+	int rc = -1;
+
+	reg_http_init(&r, c, "HEAD", reg_url(c, "/v2/%s/manifests/%s", repo, ref), scope);
+	r.headers = curl_slist_append(NULL, "Accept: " ACCEPT_ALL);
+	if (reg_http_do(&r, err) < 0)
+		goto out;
+	if (r.status == 200) {
+		if (digest)
+			snprintf(digest, KILN_DIGEST_MAX, "%s", r.digest ? r.digest : "");
+		rc = 1;
+	} else if (r.status == 404) {
+		rc = 0;
+	} else {
+		reg_http_fail(&r, "manifest", err);
+		kiln_error_wrap(err, "%s/%s:%s", c->host, repo, ref);
+	}
+out:
+	reg_http_free(&r);
+	free(scope);
+	return rc;
+}
+
+int reg_manifest_put(reg_client *c, const char *repo, const char *ref, const char *media_type, const void *data,
+		     size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err)
+{
+	char *scope = scope_of(repo, "pull,push"), *ct = kiln_xasprintf("Content-Type: %s", media_type);
+	char dg[KILN_DIGEST_MAX];
+	struct reg_http r;
+	int rc = -1;
+
+	kiln_digest_buf(KILN_SHA256, data, len, dg);
+	reg_http_init(&r, c, "PUT", reg_url(c, "/v2/%s/manifests/%s", repo, ref), scope);
+	r.headers = curl_slist_append(NULL, ct);
+	r.body_mem = data;
+	r.body_len = len;
+	r.has_body = 1;
+	if (reg_http_do(&r, err) < 0)
+		goto out;
+	if (r.status != 201 && r.status != 200) {
+		reg_http_fail(&r, "put manifest", err);
+		kiln_error_wrap(err, "%s/%s:%s", c->host, repo, ref);
+		goto out;
+	}
+	if (r.digest && strcmp(r.digest, dg) != 0)
+		kiln_warn("registry %s stored %s/%s as %s, computed %s", c->host, repo, ref, r.digest, dg);
+	if (digest)
+		memcpy(digest, dg, KILN_DIGEST_MAX);
+	rc = 0;
+out:
+	reg_http_free(&r);
+	free(scope);
+	free(ct);
+	return rc;
+}
+
+int reg_blob_exists(reg_client *c, const char *repo, const char *digest, int64_t *size, kiln_error **err)
+{
+	char *scope = scope_of(repo, "pull");
+	struct reg_http r;
+	int rc = -1;
+
+	reg_http_init(&r, c, "HEAD", reg_url(c, "/v2/%s/blobs/%s", repo, digest), scope);
+	if (reg_http_do(&r, err) < 0)
+		goto out;
+	if (r.status == 200) {
+		if (size)
+			*size = r.clen;
+		rc = 1;
+	} else if (r.status == 404) {
+		rc = 0;
+	} else {
+		reg_http_fail(&r, "blob", err);
+		kiln_error_wrap(err, "%s/%s@%s", c->host, repo, digest);
+	}
+out:
+	reg_http_free(&r);
+	free(scope);
+	return rc;
+}
+
+int reg_blob_get_mem(reg_client *c, const char *repo, const char *digest, size_t max, char **data, size_t *len,
+		     kiln_error **err)
+{
+	char *scope = scope_of(repo, "pull");
+	char got[KILN_DIGEST_MAX];
+	enum kiln_digest_algo algo;
+	struct reg_http r;
+	int rc = -1;
+
+	if (kiln_digest_parse(digest, &algo, err) < 0)
+		return kiln_error_wrap(err, "blob");
+	reg_http_init(&r, c, "GET", reg_url(c, "/v2/%s/blobs/%s", repo, digest), scope);
+	r.out_max = max;
+	if (reg_http_do(&r, err) < 0)
+		goto out;
+	if (r.status != 200) {
+		reg_http_fail(&r, "blob", err);
+		goto out;
+	}
+	kiln_digest_buf(algo, r.out.buf, r.out.len, got);
+	if (strcmp(got, digest) != 0) {
+		kiln_err(err, KILN_E_INVALID, "content does not match its digest (got %s)", got);
+		goto out;
+	}
+	*len = r.out.len;
+	*data = kiln_buf_detach(&r.out);
+	rc = 0;
+out:
+	if (rc < 0)
+		kiln_error_wrap(err, "%s/%s@%s", c->host, repo, digest);
+	reg_http_free(&r);
+	free(scope);
+	return rc;
+}

@@ -1,0 +1,653 @@
+/* client_xfer.c — blob transfers, several at once over one curl multi
+ * handle.  Each blob is a small state machine of requests (push: HEAD,
+ * mount, POST, PATCH chunks / PUT; pull: GET with Range into PATH.part);
+ * transient failures are retried with backoff from where the registry (or
+ * the .part file) says the bytes end, and every pulled blob is verified
+ * against its digest before it is renamed into place. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "registry/internal.h"
+
+#define CHUNK_DEFAULT (32ull << 20)
+
+enum step { S_START, S_HEAD, S_MOUNT, S_POST, S_STATUS, S_PATCH, S_PUT, S_GET, S_DONE };
+
+struct xfer;
+
+struct job {
+	struct reg_http rq;
+	struct xfer *x;
+	const struct reg_blob *b;
+	enum step st;
+	unsigned attempts, auths;
+	int64_t wake_ms;
+	int running, skipped, chunked, range_checked;
+	CURL *easy;
+	char *upload;           /* push: the upload session's URL */
+	uint64_t size, off;     /* push: bytes the registry holds; pull: bytes in the .part */
+	uint64_t sent;          /* push: body bytes of the request in flight */
+	int size_known;
+	int fd;
+	kiln_hasher *h;
+	enum kiln_digest_algo algo;
+	char *part;
+	char *mscope;           /* the mount's scope (two repositories) */
+	kiln_error *err;        /* set by the sink */
+};
+
+struct xfer {
+	reg_client *c;
+	const char *repo;
+	int push;
+	char *scope;
+	uint64_t chunk;
+	const struct reg_xfer_opts *o;
+	struct job *jobs;
+	size_t n;
+	CURLM *multi;
+	CURL **handles;
+	int *busy;
+	unsigned nh;
+	struct reg_progress p;
+	uint64_t moved0;
+	int64_t last_report;
+	int started;            /* totals known: progress may be reported */
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void report(struct xfer *x, const char *digest, int force)
+{
+	int64_t now = now_ms();
+	if (!x->o->progress || !x->started || (!force && now - x->last_report < 100))
+		return;
+	x->last_report = now;
+	x->p.bytes_done = 0;
+	for (size_t i = 0; i < x->n; i++) {
+		struct job *j = &x->jobs[i];
+		uint64_t d = j->st == S_DONE ? j->size : j->off + (j->running ? j->rq.body_pos : 0);
+		x->p.bytes_done += j->size_known && d > j->size ? j->size : d;
+	}
+	x->p.bytes_moved = (x->push ? x->c->stats.bytes_up : x->c->stats.bytes_down) - x->moved0;
+	x->p.digest = digest;
+	x->o->progress(x->o->ud, &x->p);
+	x->p.digest = NULL;
+}
+
+static void job_release(struct job *j)
+{
+	if (j->fd >= 0)
+		close(j->fd);
+	j->fd = -1;
+	if (j->h)
+		kiln_hasher_free(j->h);
+	j->h = NULL;
+}
+
+static void finish(struct xfer *x, struct job *j, int skipped)
+{
+	j->st = S_DONE;
+	j->skipped = skipped;
+	job_release(j);
+	x->p.blobs_done++;
+	if (skipped)
+		x->p.blobs_skipped++;
+	report(x, j->b->digest, 1);
+}
+
+static int fsync_dir_of(const char *path)
+{
+	char *d = kiln_xstrdup(path);
+	int fd = open(dirname(d), O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = -1;
+	free(d);
+	if (fd >= 0) {
+		rc = fsync(fd);
+		close(fd);
+	}
+	return rc;
+}
+
+/* ---- pull ---------------------------------------------------------------- */
+
+static int pull_sink(void *ud, struct reg_http *r, const char *p, size_t n)
+{
+	struct job *j = ud;
+
+	if (!j->range_checked) {
+		j->range_checked = 1;
+		if (r->status == 200 && j->off > 0) {
+			/* the registry ignored Range: start over */
+			if (ftruncate(j->fd, 0) < 0)
+				return kiln_err_errno(&j->err, errno, "truncate %s", j->part);
+			kiln_hasher_free(j->h);
+			j->h = kiln_hasher_new(j->algo);
+			j->off = 0;
+		}
+	}
+	if (j->size_known && j->off + n > j->size)
+		return kiln_err(&j->err, KILN_E_INVALID, "registry %s sent more than the %llu bytes expected",
+				j->x->c->host, (unsigned long long)j->size);
+	for (size_t done = 0; done < n;) {
+		ssize_t w = pwrite(j->fd, p + done, n - done, (off_t)(j->off + done));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return kiln_err_errno(&j->err, errno ? errno : EIO, "write %s", j->part);
+		done += (size_t)w;
+	}
+	kiln_hasher_update(j->h, p, n);
+	j->off += n;
+	return 0;
+}
+
+/* Open (or reopen) the .part and hash what it already holds. */
+static int pull_open(struct xfer *x, struct job *j, kiln_error **err)
+{
+	char buf[65536];
+	struct stat st;
+	uint64_t pos = 0;
+
+	if (kiln_digest_parse(j->b->digest, &j->algo, err) < 0)
+		return -1;
+	j->part = kiln_xasprintf("%s.part", j->b->path);
+	j->fd = open(j->part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (j->fd < 0 || fstat(j->fd, &st) < 0)
+		return kiln_err_errno(err, errno, "open %s", j->part);
+	j->h = kiln_hasher_new(j->algo);
+	if (j->size_known && (uint64_t)st.st_size > j->size) {
+		if (ftruncate(j->fd, 0) < 0)
+			return kiln_err_errno(err, errno, "truncate %s", j->part);
+		st.st_size = 0;
+	}
+	while (pos < (uint64_t)st.st_size) {
+		ssize_t n = pread(j->fd, buf, sizeof(buf), (off_t)pos);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return kiln_err_errno(err, n < 0 ? errno : EIO, "read %s", j->part);
+		kiln_hasher_update(j->h, buf, (size_t)n);
+		pos += (uint64_t)n;
+	}
+	j->off = pos;
+	if (pos)
+		kiln_debug("blob %s: resuming at byte %llu", j->b->digest, (unsigned long long)pos);
+	(void)x;
+	return 0;
+}
+
+/* All bytes are in: verify, then make PATH appear whole. */
+static int pull_finish(struct xfer *x, struct job *j, kiln_error **err)
+{
+	char got[KILN_DIGEST_MAX];
+
+	kiln_hasher_final(j->h, got);
+	j->h = NULL;
+	if (strcmp(got, j->b->digest) != 0) {
+		close(j->fd);
+		j->fd = -1;
+		unlink(j->part);
+		return kiln_err(err, KILN_E_INVALID,
+				"blob %s from registry %s: content does not match its digest (got %s); not stored",
+				j->b->digest, x->c->host, got);
+	}
+	if (fsync(j->fd) < 0 || close(j->fd) < 0) {
+		j->fd = -1;
+		return kiln_err_errno(err, errno, "write %s", j->part);
+	}
+	j->fd = -1;
+	if (rename(j->part, j->b->path) < 0)
+		return kiln_err_errno(err, errno, "rename %s", j->part);
+	fsync_dir_of(j->b->path);
+	finish(x, j, 0);
+	return 0;
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+static char *with_digest(const char *url, const char *digest)
+{
+	return kiln_xasprintf("%s%cdigest=%s", url, strchr(url, '?') ? '&' : '?', digest);
+}
+
+/* Build the request of j's current step. */
+static void build_request(struct xfer *x, struct job *j)
+{
+	reg_client *c = x->c;
+	const struct reg_blob *b = j->b;
+	const char *scope = x->scope;
+	char *url = NULL;
+	struct curl_slist *hd = NULL;
+
+	reg_http_free(&j->rq);
+	switch (j->st) {
+	case S_HEAD:
+		url = reg_url(c, "/v2/%s/blobs/%s", x->repo, b->digest);
+		break;
+	case S_MOUNT:
+		url = reg_url(c, "/v2/%s/blobs/uploads/?mount=%s&from=%s", x->repo, b->digest, b->mount_from);
+		break;
+	case S_POST:
+		url = reg_url(c, "/v2/%s/blobs/uploads/", x->repo);
+		break;
+	case S_STATUS:
+		url = kiln_xstrdup(j->upload);
+		break;
+	case S_PATCH:
+	case S_PUT:
+		url = j->st == S_PUT ? with_digest(j->upload, b->digest) : kiln_xstrdup(j->upload);
+		break;
+	case S_GET:
+		url = reg_url(c, "/v2/%s/blobs/%s", x->repo, b->digest);
+		break;
+	default:
+		break;
+	}
+	static const char *const method[] = { [S_HEAD] = "HEAD", [S_MOUNT] = "POST", [S_POST] = "POST",
+					      [S_STATUS] = "GET", [S_PATCH] = "PATCH", [S_PUT] = "PUT",
+					      [S_GET] = "GET" };
+	reg_http_init(&j->rq, c, method[j->st], url, scope);
+	free(j->mscope);
+	j->mscope = NULL;
+	if (j->st == S_MOUNT) {
+		/* the token must also allow pulling from the source repository */
+		j->mscope = kiln_xasprintf("%s repository:%s:pull", x->scope, b->mount_from);
+		j->rq.scope = j->mscope;
+	}
+	if (j->st == S_PATCH || j->st == S_PUT) {
+		uint64_t end = j->st == S_PATCH ? (j->off + x->chunk < j->size ? j->off + x->chunk : j->size) : j->size;
+		if (j->st == S_PUT && j->chunked)
+			end = j->off; /* the chunks are all in: an empty closing PUT */
+		j->rq.has_body = 1;
+		j->rq.body_fd = j->fd;
+		j->rq.body_mem = b->path ? NULL : b->data;
+		j->rq.body_off = j->off;
+		j->rq.body_len = end - j->off;
+		j->sent = end - j->off;
+		hd = curl_slist_append(hd, "Content-Type: application/octet-stream");
+		if (j->st == S_PATCH) {
+			char cr[80];
+			snprintf(cr, sizeof(cr), "Content-Range: %llu-%llu", (unsigned long long)j->off,
+				 (unsigned long long)(end - 1));
+			hd = curl_slist_append(hd, cr);
+		}
+	}
+	if (j->st == S_GET) {
+		j->range_checked = 0;
+		j->sent = j->off;
+		j->rq.sink = pull_sink;
+		j->rq.sink_ud = j;
+		if (j->off > 0) {
+			char rg[64];
+			snprintf(rg, sizeof(rg), "Range: bytes=%llu-", (unsigned long long)j->off);
+			hd = curl_slist_append(hd, rg);
+		}
+	}
+	j->rq.headers = hd;
+}
+
+static int start(struct xfer *x, struct job *j, unsigned slot)
+{
+	build_request(x, j);
+	j->easy = x->handles[slot];
+	x->busy[slot] = 1;
+	reg_http_setup(&j->rq, j->easy);
+	curl_easy_setopt(j->easy, CURLOPT_PRIVATE, j);
+	j->running = 1;
+	j->rq.body_pos = 0;
+	curl_multi_add_handle(x->multi, j->easy);
+	return 0;
+}
+
+static void release_slot(struct xfer *x, struct job *j)
+{
+	curl_multi_remove_handle(x->multi, j->easy);
+	for (unsigned i = 0; i < x->nh; i++)
+		if (x->handles[i] == j->easy)
+			x->busy[i] = 0;
+	j->easy = NULL;
+	j->running = 0;
+}
+
+/* A transient failure: try again later, or give up. */
+static int retry(struct xfer *x, struct job *j, enum step next, kiln_error **err)
+{
+	if (j->attempts >= x->c->retries) {
+		if (j->rq.cr != CURLE_OK || j->rq.status >= 400)
+			reg_http_fail(&j->rq, "blob", err);
+		else
+			kiln_err(err, KILN_E_IO, "blob: registry %s: transfer cut short", x->c->host);
+		return kiln_error_wrap(err, "%s@%s (after %u retries)", x->repo, j->b->digest, j->attempts);
+	}
+	j->attempts++;
+	x->c->stats.retries++;
+	j->st = next;
+	j->wake_ms = now_ms() + reg_backoff_ms(j->attempts);
+	kiln_debug("blob %s: %s; retry %u", j->b->digest,
+		   j->rq.cr != CURLE_OK ? curl_easy_strerror(j->rq.cr) : "server error", j->attempts);
+	return 0;
+}
+
+static int fail(struct xfer *x, struct job *j, const char *what, kiln_error **err)
+{
+	reg_http_fail(&j->rq, what, err);
+	return kiln_error_wrap(err, "%s@%s", x->repo, j->b->digest);
+}
+
+/* The next upload request once the registry holds j->off bytes. */
+static void next_upload(struct xfer *x, struct job *j)
+{
+	j->st = j->chunked && j->off < j->size ? S_PATCH : S_PUT;
+	(void)x;
+}
+
+/* "0-N" (Range of an upload session) → N+1 bytes held. */
+static uint64_t range_end(const char *range)
+{
+	const char *dash = range ? strchr(range, '-') : NULL;
+	return dash ? strtoull(dash + 1, NULL, 10) + 1 : 0;
+}
+
+static int take_location(struct xfer *x, struct job *j, kiln_error **err)
+{
+	if (!j->rq.location)
+		return kiln_err(err, KILN_E_GENERIC, "%s@%s: registry %s gave no upload Location", x->repo,
+				j->b->digest, x->c->host);
+	free(j->upload);
+	j->upload = reg_url_resolve(x->c, j->rq.location);
+	return 0;
+}
+
+/* A request of j ended: decide the next step. */
+static int advance(struct xfer *x, struct job *j, kiln_error **err)
+{
+	struct reg_http *r = &j->rq;
+	long st = r->status;
+
+	if (j->err) {
+		*err = j->err;
+		j->err = NULL;
+		if (j->part && j->fd >= 0) {
+			close(j->fd);
+			j->fd = -1;
+			unlink(j->part);
+		}
+		return kiln_error_wrap(err, "%s@%s", x->repo, j->b->digest);
+	}
+	if (r->cr == CURLE_OK && st == 401 && j->auths < 3) {
+		j->auths++;
+		if (reg_http_authorize(r, err) < 0)
+			return -1;
+		return 0; /* same step again, now with a token */
+	}
+	if (j->st == S_GET && j->off > j->sent)
+		j->attempts = 0; /* it made progress: only stalls in a row count */
+	if (reg_http_transient(r)) {
+		enum step again = j->st;
+		if (j->st == S_PATCH || (j->st == S_PUT && j->chunked))
+			again = S_STATUS;
+		else if (j->st == S_PUT)
+			again = S_POST;
+		return retry(x, j, again, err);
+	}
+	switch (j->st) {
+	case S_HEAD:
+		if (st == 200)
+			finish(x, j, 1);
+		else if (st == 404)
+			j->st = j->b->mount_from ? S_MOUNT : S_POST;
+		else
+			return fail(x, j, "blob HEAD", err);
+		break;
+	case S_MOUNT:
+		if (st == 201) {
+			finish(x, j, 1);
+		} else if (st == 202) {
+			if (take_location(x, j, err) < 0)
+				return -1;
+			j->off = 0;
+			next_upload(x, j);
+		} else {
+			j->st = S_POST;
+		}
+		break;
+	case S_POST:
+		if (st != 202)
+			return fail(x, j, "start upload", err);
+		if (take_location(x, j, err) < 0)
+			return -1;
+		j->off = 0;
+		next_upload(x, j);
+		break;
+	case S_STATUS:
+		if (st == 404) {
+			j->off = 0;
+			j->st = S_POST;
+		} else if (st == 204 || st == 200) {
+			if (r->location && take_location(x, j, err) < 0)
+				return -1;
+			j->off = range_end(r->range);
+			if (j->off > j->size)
+				return kiln_err(err, KILN_E_INVALID, "%s@%s: upload session holds more than the blob",
+						x->repo, j->b->digest);
+			if (!j->chunked && j->off) {
+				j->st = S_POST; /* a monolithic upload restarts whole */
+				j->off = 0;
+			} else {
+				next_upload(x, j);
+			}
+		} else {
+			return fail(x, j, "upload status", err);
+		}
+		break;
+	case S_PATCH:
+		if (st == 416) {
+			j->st = S_STATUS;
+			break;
+		}
+		if (st != 202)
+			return fail(x, j, "upload chunk", err);
+		if (take_location(x, j, err) < 0)
+			return -1;
+		j->off = r->range ? range_end(r->range) : j->off + j->sent;
+		j->attempts = 0;
+		next_upload(x, j);
+		break;
+	case S_PUT:
+		if (st != 201 && st != 204)
+			return fail(x, j, "finish upload", err);
+		j->off = j->size;
+		finish(x, j, 0);
+		break;
+	case S_GET:
+		if (st == 416 && j->off > 0) {
+			/* the .part is not a prefix of this blob: start over */
+			if (ftruncate(j->fd, 0) < 0)
+				return kiln_err_errno(err, errno, "truncate %s", j->part);
+			kiln_hasher_free(j->h);
+			j->h = kiln_hasher_new(j->algo);
+			j->off = 0;
+			return retry(x, j, S_GET, err);
+		}
+		if (st != 200 && st != 206)
+			return fail(x, j, "blob", err);
+		if (j->size_known && j->off < j->size)
+			return retry(x, j, S_GET, err); /* cut short: resume */
+		return pull_finish(x, j, err);
+	default:
+		break;
+	}
+	if (j->st != S_DONE && j->st != S_STATUS)
+		j->attempts = j->st == S_PATCH ? j->attempts : 0;
+	return 0;
+}
+
+/* First step of a blob, before any request. */
+static int begin(struct xfer *x, struct job *j, kiln_error **err)
+{
+	const struct reg_blob *b = j->b;
+
+	if (kiln_digest_parse(b->digest, &j->algo, err) < 0)
+		return kiln_error_wrap(err, "blob");
+	if (x->push) {
+		if (b->path) {
+			struct stat st;
+			j->fd = open(b->path, O_RDONLY | O_CLOEXEC);
+			if (j->fd < 0 || fstat(j->fd, &st) < 0)
+				return kiln_err_errno(err, errno, "open %s", b->path);
+			j->size = (uint64_t)st.st_size;
+		} else {
+			j->size = b->len;
+		}
+		j->size_known = 1;
+		j->chunked = j->size > x->chunk;
+		j->st = S_HEAD;
+		return 0;
+	}
+	if (!b->path)
+		return kiln_err(err, KILN_E_INVALID, "blob %s: no destination path", b->digest);
+	if (x->o->have && x->o->have(x->o->ud, b->digest)) {
+		finish(x, j, 1);
+		return 0;
+	}
+	if (pull_open(x, j, err) < 0)
+		return kiln_error_wrap(err, "blob %s", b->digest);
+	if (j->size_known && j->off == j->size)
+		return pull_finish(x, j, err);
+	j->st = S_GET;
+	return 0;
+}
+
+static int run(reg_client *c, const char *repo, int push, const struct reg_blob *blobs, size_t n,
+	       const struct reg_xfer_opts *o, kiln_error **err)
+{
+	static const struct reg_xfer_opts defaults = { 0 };
+	struct xfer x = { .c = c, .repo = repo, .push = push, .n = n };
+	int rc = -1;
+
+	x.o = o ? o : &defaults;
+	x.chunk = x.o->chunk_size ? x.o->chunk_size : CHUNK_DEFAULT;
+	x.nh = x.o->parallel ? x.o->parallel : 4;
+	if (x.nh > n)
+		x.nh = n ? (unsigned)n : 1;
+	x.scope = kiln_xasprintf("repository:%s:%s", repo, push ? "pull,push" : "pull");
+	x.jobs = kiln_xcalloc(n ? n : 1, sizeof(*x.jobs));
+	x.handles = kiln_xcalloc(x.nh, sizeof(*x.handles));
+	x.busy = kiln_xcalloc(x.nh, sizeof(*x.busy));
+	x.multi = curl_multi_init();
+	x.moved0 = push ? c->stats.bytes_up : c->stats.bytes_down;
+	x.p.blobs_total = n;
+	for (unsigned i = 0; i < x.nh; i++)
+		x.handles[i] = curl_easy_init();
+	for (size_t i = 0; i < n; i++) {
+		struct job *j = &x.jobs[i];
+		j->x = &x;
+		j->b = &blobs[i];
+		j->fd = -1;
+		j->size_known = push || blobs[i].size >= 0;
+		j->size = j->size_known && !push ? (uint64_t)blobs[i].size : 0;
+		reg_http_init(&j->rq, c, "GET", NULL, NULL);
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (begin(&x, &x.jobs[i], err) < 0)
+			goto out;
+		x.p.bytes_total += x.jobs[i].size;
+	}
+	x.started = 1;
+	report(&x, NULL, 1);
+	while (x.p.blobs_done < n) {
+		int64_t now = now_ms(), wait = 200;
+		for (size_t i = 0; i < n; i++) {
+			struct job *j = &x.jobs[i];
+			if (j->st == S_DONE || j->running)
+				continue;
+			if (j->wake_ms > now) {
+				if (j->wake_ms - now < wait)
+					wait = j->wake_ms - now;
+				continue;
+			}
+			for (unsigned s = 0; s < x.nh; s++)
+				if (!x.busy[s]) {
+					start(&x, j, s);
+					wait = 0;
+					break;
+				}
+		}
+		int still = 0;
+		curl_multi_perform(x.multi, &still);
+		CURLMsg *m;
+		int left;
+		while ((m = curl_multi_info_read(x.multi, &left))) {
+			struct job *j = NULL;
+			if (m->msg != CURLMSG_DONE)
+				continue;
+			curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&j);
+			j->rq.cr = m->data.result;
+			curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &j->rq.status);
+			release_slot(&x, j);
+			if (advance(&x, j, err) < 0)
+				goto out;
+			wait = 0;
+		}
+		report(&x, NULL, 0);
+		if (x.p.blobs_done < n && wait > 0)
+			curl_multi_poll(x.multi, NULL, 0, (int)wait, NULL);
+	}
+	report(&x, NULL, 1);
+	rc = 0;
+out:
+	for (size_t i = 0; i < n; i++) {
+		struct job *j = &x.jobs[i];
+		if (j->running)
+			release_slot(&x, j);
+		job_release(j);
+		reg_http_free(&j->rq);
+		kiln_error_free(j->err);
+		free(j->upload);
+		free(j->part);
+		free(j->mscope);
+	}
+	for (unsigned i = 0; i < x.nh; i++)
+		curl_easy_cleanup(x.handles[i]);
+	curl_multi_cleanup(x.multi);
+	free(x.handles);
+	free(x.busy);
+	free(x.jobs);
+	free(x.scope);
+	return rc;
+}
+
+int reg_blobs_push(reg_client *c, const char *repo, const struct reg_blob *blobs, size_t n,
+		   const struct reg_xfer_opts *o, kiln_error **err)
+{
+	return run(c, repo, 1, blobs, n, o, err);
+}
+
+int reg_blobs_pull(reg_client *c, const char *repo, const struct reg_blob *blobs, size_t n,
+		   const struct reg_xfer_opts *o, kiln_error **err)
+{
+	return run(c, repo, 0, blobs, n, o, err);
+}
+
+int reg_blob_push(reg_client *c, const char *repo, const struct reg_blob *b, kiln_error **err)
+{
+	struct reg_xfer_opts o = { .parallel = 1 };
+	return run(c, repo, 1, b, 1, &o, err);
+}
+
+int reg_blob_get(reg_client *c, const char *repo, const struct reg_blob *b, kiln_error **err)
+{
+	struct reg_xfer_opts o = { .parallel = 1 };
+	return run(c, repo, 0, b, 1, &o, err);
+}
