@@ -1,8 +1,8 @@
 /* base.c — base images for FROM and COPY --from=<image>: read through the
- * rootfs stage's image reader (oci:, oci-archive:, docker-archive:) or taken
- * from kiln's own store by name, their blobs copied into the store with
- * digests verified; and a stage's layers extracted to a directory (whiteouts
- * applied) when COPY --from needs its files. */
+ * rootfs stage's image reader (oci:, oci-archive:, docker-archive:), taken
+ * from kiln's own store by name, or pulled from a registry (remote.c), their
+ * blobs copied into the store with digests verified; and a stage's layers
+ * extracted to a directory (whiteouts applied) when COPY --from needs them. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "builder/internal.h"
+#include "registry/registry.h"
 #include "rootfs/rootfs.h"
 
 void build_image_free(struct build_image *im)
@@ -172,15 +173,19 @@ int build_image_load(build_store *s, const char *ref, struct build_image **out, 
 		json_t *images = build_store_images(s, err);
 		char *norm = build_ref_normalize(ref);
 		const char *dg = images ? kiln_json_str(json_object_get(images, norm), "digest") : NULL;
+		const char *at = strchr(ref, '@');
+		char pulled[KILN_DIGEST_MAX];
 		if (!images)
 			rc = -1;
-		else if (dg)
+		else if (at && build_store_has_blob(s, at + 1))
+			rc = import_local(s, ref, at + 1, im, err); /* pinned: the stored copy is the image */
+		else if (dg && !reg_imgref_has_host(ref))
 			rc = import_local(s, ref, dg, im, err);
-		else
-			rc = kiln_err(err, KILN_E_NOTFOUND,
-				      "base image '%s': not a local kiln image, and registry pulls are not "
-				      "supported yet (use oci:DIR, oci-archive:FILE or docker-archive:FILE)",
-				      ref);
+		else if ((rc = build_image_pull(s, ref, NULL, pulled, err)) == 0)
+			/* an explicit registry is asked every time: a moved tag re-resolves */
+			rc = import_local(s, ref, pulled, im, err);
+		else if (!reg_imgref_has_host(ref))
+			kiln_error_wrap(err, "not a local kiln image, and pulling it failed");
 		json_decref(images);
 		free(norm);
 	}

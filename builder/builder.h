@@ -248,7 +248,8 @@ struct build_image {
 };
 
 /* oci:DIR[:TAG], oci-archive:FILE[:TAG], docker-archive:FILE (via rootfs),
- * or NAME[:TAG] of an image in the local store.  Blobs land in the store. */
+ * NAME[:TAG] of an image in the local store, NAME@DIGEST stored, else a
+ * registry pull (always for an explicit HOST/…).  Blobs land in the store. */
 int build_image_load(build_store *s, const char *ref, struct build_image **out, kiln_error **err);
 void build_image_free(struct build_image *im);
 /* Extract layers in order into dir (whiteouts applied, owners kept). */
@@ -260,6 +261,28 @@ int build_layers_extract(build_store *s, const struct build_layer *layers, size_
 int build_oci_export(build_store *s, const char *manifest, const char *dir, const char *refname, kiln_error **err);
 /* The image's merged filesystem as an ext4 file, by the rootfs stage. */
 int build_rootfs_write(build_store *s, const char *manifest, const char *out, kiln_error **err);
+
+/* ===========================================================================
+ * Registries (remote.c): plain OCI images between the local store and any
+ * registry, through the registry stage's client (auth, retries, resume).
+ * ========================================================================= */
+struct reg_progress;
+
+struct build_remote_opts {
+	unsigned parallel;  /* blob transfers at once; 0: the client's default */
+	void (*progress)(void *ud, const struct reg_progress *p);
+	void *ud;
+};
+
+/* Pull [HOST/]REPO[:TAG|@DIGEST] (an index resolved to linux/amd64) into the
+ * store under that name; blobs already stored are not fetched.  digest: the
+ * image manifest's, which pins it. */
+int build_image_pull(build_store *s, const char *ref, const struct build_remote_opts *o,
+		     char digest[KILN_DIGEST_MAX], kiln_error **err);
+/* Push the local image NAME[:TAG] to [HOST/]REPO[:TAG] as it is stored (same
+ * manifest bytes, so the same digest); blobs the registry has are skipped. */
+int build_image_push(build_store *s, const char *name, const char *ref, const struct build_remote_opts *o,
+		     char digest[KILN_DIGEST_MAX], kiln_error **err);
 
 /* ===========================================================================
  * Running a build (build.c, exec.c).

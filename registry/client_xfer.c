@@ -651,3 +651,41 @@ int reg_blob_get(reg_client *c, const char *repo, const struct reg_blob *b, kiln
 	struct reg_xfer_opts o = { .parallel = 1 };
 	return run(c, repo, 0, b, 1, &o, err);
 }
+
+static void add_size(kiln_buf *b, double v)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	int u = 0;
+	while (v >= 1024 && u < 4)
+		v /= 1024, u++;
+	kiln_buf_addf(b, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+}
+
+void reg_progress_format(const struct reg_progress *p, double elapsed_s, kiln_buf *out)
+{
+	double rate = elapsed_s > 0 ? (double)p->bytes_moved / elapsed_s : 0;
+
+	kiln_buf_addf(out, "%zu/%zu blobs", p->blobs_done, p->blobs_total);
+	if (p->blobs_skipped)
+		kiln_buf_addf(out, " (%zu present)", p->blobs_skipped);
+	kiln_buf_adds(out, ", ");
+	add_size(out, (double)p->bytes_done);
+	kiln_buf_adds(out, "/");
+	add_size(out, (double)p->bytes_total);
+	kiln_buf_adds(out, ", ");
+	add_size(out, rate);
+	kiln_buf_adds(out, "/s");
+	if (rate > 0 && p->bytes_done < p->bytes_total)
+		kiln_buf_addf(out, ", ETA %.0fs", (double)(p->bytes_total - p->bytes_done) / rate);
+}
+
+json_t *reg_progress_json(const struct reg_progress *p, double elapsed_s)
+{
+	json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "blobs_done", (json_int_t)p->blobs_done,
+			      "blobs_total", (json_int_t)p->blobs_total, "blobs_skipped", (json_int_t)p->blobs_skipped,
+			      "bytes_done", (json_int_t)p->bytes_done, "bytes_total", (json_int_t)p->bytes_total,
+			      "bytes_moved", (json_int_t)p->bytes_moved, "seconds", elapsed_s);
+	if (p->digest)
+		json_object_set_new(j, "digest", json_string(p->digest));
+	return j;
+}

@@ -257,6 +257,11 @@ int reg_blobs_push(reg_client *c, const char *repo, const struct reg_blob *blobs
 		   const struct reg_xfer_opts *o, kiln_error **err);
 int reg_blobs_pull(reg_client *c, const char *repo, const struct reg_blob *blobs, size_t n,
 		   const struct reg_xfer_opts *o, kiln_error **err);
+/* For CLIs: "3/5 blobs (1 present), 12.0/40.0 MiB, 5.1 MiB/s, ETA 6s" and
+ * the same as a JSON object {"blobs_done",…,"bytes_moved","rate"}. */
+void reg_progress_format(const struct reg_progress *p, double elapsed_s, kiln_buf *out);
+json_t *reg_progress_json(const struct reg_progress *p, double elapsed_s);
+
 /* One blob (the same machinery, parallel 1). */
 int reg_blob_push(reg_client *c, const char *repo, const struct reg_blob *b, kiln_error **err);
 int reg_blob_get(reg_client *c, const char *repo, const struct reg_blob *b, kiln_error **err);

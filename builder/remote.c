@@ -1,0 +1,204 @@
+/* remote.c — `kiln pull`, `kiln push` and FROM a registry: an image's
+ * manifest, config and layers moved between the local store and a registry
+ * through the registry client.  Pulled blobs land in tmp/ (resumable) and
+ * enter the store only through its verifying import. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "builder/internal.h"
+#include "registry/registry.h"
+
+struct ctx {
+	build_store *s;
+	const struct build_remote_opts *o;
+};
+
+static int have_blob(void *ud, const char *digest)
+{
+	struct ctx *x = ud;
+	return build_store_has_blob(x->s, digest);
+}
+
+static void progress(void *ud, const struct reg_progress *p)
+{
+	struct ctx *x = ud;
+	if (x->o->progress)
+		x->o->progress(x->o->ud, p);
+}
+
+/* The descriptors an image manifest needs: config first, then the layers. */
+static int descriptors(const char *what, json_t *m, json_t **out, kiln_error **err)
+{
+	json_t *all = json_array(), *layers = json_object_get(m, "layers"), *d;
+	size_t i;
+
+	json_array_append(all, json_object_get(m, "config"));
+	json_array_foreach(layers, i, d) {
+		if (json_object_get(d, "urls")) {
+			json_decref(all);
+			return kiln_err(err, KILN_E_INVALID, "%s: layer %zu is a foreign layer (urls), not supported",
+					what, i);
+		}
+		json_array_append(all, d);
+	}
+	json_array_foreach(all, i, d) {
+		const char *dg = kiln_json_str(d, "digest");
+		if (!dg || kiln_digest_parse(dg, NULL, err) < 0 || strncmp(dg, "sha256:", 7) != 0) {
+			json_decref(all);
+			if (!*err)
+				kiln_err(err, KILN_E_INVALID, "%s: descriptor %zu has no digest", what, i);
+			else
+				kiln_error_wrap(err, "%s: descriptor %zu (the local store keeps sha256 blobs)", what,
+						i);
+			return -1;
+		}
+	}
+	*out = all;
+	return 0;
+}
+
+int build_image_pull(build_store *s, const char *ref, const struct build_remote_opts *o,
+		     char digest[KILN_DIGEST_MAX], kiln_error **err)
+{
+	static const struct build_remote_opts none = { 0 };
+	struct reg_imgref r = { 0 };
+	struct reg_manifest check = { 0 };
+	struct reg_doc doc = { 0 };
+	reg_client *c = NULL;
+	json_t *m = NULL, *descs = NULL, *d;
+	struct reg_blob *blobs = NULL;
+	char **paths = NULL;
+	char stored[KILN_DIGEST_MAX];
+	size_t n = 0, i;
+	int rc = -1;
+
+	if (!o)
+		o = &none;
+	if (reg_imgref_parse(ref, &r, err) < 0 || build_store_lock(s, false, err) < 0)
+		goto out;
+	if (!(c = reg_client_new(r.host, NULL, err)) ||
+	    reg_image_manifest_get(c, r.repo, reg_imgref_reference(&r), &doc, err) < 0)
+		goto out;
+	if (reg_manifest_parse(doc.data, doc.len, doc.media_type, &check, err) < 0 ||
+	    !(m = kiln_json_loadb(doc.data, doc.len, "manifest", err))) {
+		kiln_error_wrap(err, "%s: manifest %s", ref, doc.digest);
+		goto out;
+	}
+	if (strncmp(doc.digest, "sha256:", 7) != 0 || descriptors(ref, m, &descs, err) < 0)
+		goto out;
+	n = json_array_size(descs);
+	blobs = kiln_xcalloc(n, sizeof(*blobs));
+	paths = kiln_xcalloc(n, sizeof(*paths));
+	json_array_foreach(descs, i, d) {
+		const char *dg = kiln_json_str(d, "digest");
+		/* a stable name: an interrupted pull resumes from its .part */
+		paths[i] = kiln_xasprintf("%s/tmp/pull-%s", build_store_home(s), kiln_digest_hex(dg));
+		snprintf(blobs[i].digest, sizeof(blobs[i].digest), "%s", dg);
+		blobs[i].size = json_is_integer(json_object_get(d, "size")) ? kiln_json_int(d, "size", -1) : -1;
+		blobs[i].path = paths[i];
+	}
+	struct ctx x = { s, o };
+	struct reg_xfer_opts xo = { .parallel = o->parallel, .have = have_blob, .progress = progress, .ud = &x };
+	if (reg_blobs_pull(c, r.repo, blobs, n, &xo, err) < 0)
+		goto out;
+	for (i = 0; i < n; i++) {
+		if (access(paths[i], F_OK) != 0)
+			continue; /* it was already in the store */
+		int er = build_store_import_file(s, paths[i], blobs[i].digest, err);
+		unlink(paths[i]);
+		if (er < 0)
+			goto out;
+	}
+	if (build_store_put(s, doc.data, doc.len, stored, err) < 0)
+		goto out;
+	if (strcmp(stored, doc.digest) != 0) {
+		kiln_err(err, KILN_E_INVALID, "%s: manifest stored as %s, expected %s", ref, stored, doc.digest);
+		goto out;
+	}
+	if (build_store_tag(s, ref, doc.digest, err) < 0)
+		goto out;
+	memcpy(digest, doc.digest, KILN_DIGEST_MAX);
+	rc = 0;
+out:
+	for (i = 0; i < n; i++)
+		free(paths[i]);
+	free(paths);
+	free(blobs);
+	json_decref(descs);
+	json_decref(m);
+	reg_manifest_free(&check);
+	reg_doc_free(&doc);
+	reg_client_free(c);
+	reg_imgref_free(&r);
+	return rc;
+}
+
+int build_image_push(build_store *s, const char *name, const char *ref, const struct build_remote_opts *o,
+		     char digest[KILN_DIGEST_MAX], kiln_error **err)
+{
+	static const struct build_remote_opts none = { 0 };
+	struct reg_imgref r = { 0 };
+	reg_client *c = NULL;
+	json_t *images = NULL, *m = NULL, *descs = NULL, *d;
+	struct reg_blob *blobs = NULL;
+	char **paths = NULL, *norm = build_ref_normalize(name), *data = NULL;
+	size_t n = 0, len = 0, i;
+	int rc = -1;
+
+	if (!o)
+		o = &none;
+	if (reg_imgref_parse(ref, &r, err) < 0 || build_store_lock(s, false, err) < 0)
+		goto out;
+	if (r.digest) {
+		kiln_err(err, KILN_E_INVALID, "%s: push to a tag, not a digest", ref);
+		goto out;
+	}
+	if (!(images = build_store_images(s, err)))
+		goto out;
+	const char *local = kiln_json_str(json_object_get(images, norm), "digest");
+	if (!local) {
+		kiln_err(err, KILN_E_NOTFOUND, "no local image %s (see kiln images)", norm);
+		goto out;
+	}
+	if (build_store_read(s, local, &data, &len, 4 << 20, err) < 0 ||
+	    !(m = kiln_json_loadb(data, len, local, err)) || descriptors(name, m, &descs, err) < 0)
+		goto out;
+	n = json_array_size(descs);
+	blobs = kiln_xcalloc(n, sizeof(*blobs));
+	paths = kiln_xcalloc(n, sizeof(*paths));
+	json_array_foreach(descs, i, d) {
+		const char *dg = kiln_json_str(d, "digest");
+		paths[i] = build_store_blob_path(s, dg);
+		if (!build_store_has_blob(s, dg)) {
+			kiln_err(err, KILN_E_NOTFOUND, "%s: blob %s is missing from the local store", name, dg);
+			goto out;
+		}
+		snprintf(blobs[i].digest, sizeof(blobs[i].digest), "%s", dg);
+		blobs[i].path = paths[i];
+	}
+	struct ctx x = { s, o };
+	struct reg_xfer_opts xo = { .parallel = o->parallel, .progress = progress, .ud = &x };
+	if (!(c = reg_client_new(r.host, NULL, err)) || reg_blobs_push(c, r.repo, blobs, n, &xo, err) < 0)
+		goto out;
+	const char *mt = kiln_json_str(m, "mediaType");
+	if (reg_manifest_put(c, r.repo, r.tag, mt ? mt : REG_MT_OCI_MANIFEST, data, len, digest, err) < 0)
+		goto out;
+	rc = 0;
+out:
+	if (rc < 0 && *err)
+		kiln_error_wrap(err, "push %s to %s", name, ref);
+	for (i = 0; i < n; i++)
+		free(paths[i]);
+	free(paths);
+	free(blobs);
+	free(data);
+	free(norm);
+	json_decref(descs);
+	json_decref(m);
+	json_decref(images);
+	reg_client_free(c);
+	reg_imgref_free(&r);
+	return rc;
+}

@@ -1,0 +1,141 @@
+/* cmd_login.c — `kiln login`: checks USER and a password (or token) against
+ * a registry's /v2/ (running its auth challenge flow), then keeps them in
+ * $KILN_HOME/auth.json (0600) for push, pull and FROM. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "registry/registry.h"
+
+/* One line from stdin, without its newline; echo off when it is a TTY. */
+static char *read_line(const char *prompt, int secret)
+{
+	struct termios old, quiet;
+	int tty = isatty(STDIN_FILENO), restore = 0;
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+
+	if (tty) {
+		fputs(prompt, stderr);
+		if (secret && tcgetattr(STDIN_FILENO, &old) == 0) {
+			quiet = old;
+			quiet.c_lflag &= ~(tcflag_t)ECHO;
+			restore = tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet) == 0;
+		}
+	}
+	n = getline(&line, &cap, stdin);
+	if (restore) {
+		tcsetattr(STDIN_FILENO, TCSAFLUSH, &old);
+		fputc('\n', stderr);
+	}
+	if (n < 0) {
+		free(line);
+		return NULL;
+	}
+	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+		line[--n] = 0;
+	return line;
+}
+
+/* "https://host:5000/v2/" → "host:5000"; Docker Hub's names → docker.io's registry. */
+static char *registry_host(const char *arg)
+{
+	const char *p = strstr(arg, "://");
+	p = p ? p + 3 : arg;
+	char *h = kiln_xstrndup(p, strcspn(p, "/"));
+	if (strcmp(h, "docker.io") == 0 || strcmp(h, "index.docker.io") == 0) {
+		free(h);
+		h = kiln_xstrdup("registry-1.docker.io");
+	}
+	return h;
+}
+
+static int run(const struct kiln_command *cmd, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "username", required_argument, NULL, 'u' },
+		{ "password-stdin", no_argument, NULL, 'P' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	kiln_error *err = NULL;
+	char *user = NULL, *pass = NULL, *host = NULL;
+	int c, from_stdin = 0, rc = KILN_EXIT_USAGE;
+	reg_client *cl = NULL;
+
+	while ((c = cli_getopt(cmd, argc, argv, "u:h", opts)) != -1) {
+		switch (c) {
+		case 'u':
+			user = kiln_xstrdup(optarg);
+			break;
+		case 'P':
+			from_stdin = 1;
+			break;
+		case 'h':
+			rc = KILN_EXIT_OK;
+			goto out;
+		default:
+			goto out;
+		}
+	}
+	if (optind + 1 != argc) {
+		rc = cli_usage_error(cmd, optind >= argc ? "missing REGISTRY" : "unexpected argument '%s'",
+				     argv[argc - 1]);
+		goto out;
+	}
+	host = registry_host(argv[optind]);
+	if (!from_stdin && !isatty(STDIN_FILENO)) {
+		rc = cli_usage_error(cmd, "stdin is not a terminal: give the password with --password-stdin");
+		goto out;
+	}
+	if (!user && (from_stdin || !(user = read_line("Username: ", 0)))) {
+		rc = cli_usage_error(cmd, "missing user name (-u USER)");
+		goto out;
+	}
+	if (!*user) {
+		rc = cli_usage_error(cmd, "empty user name");
+		goto out;
+	}
+	pass = read_line("Password: ", 1);
+	if (!pass || !*pass) {
+		rc = cli_usage_error(cmd, "no password given");
+		goto out;
+	}
+	struct reg_client_opts o = { .user = user, .pass = pass };
+	if (!(cl = reg_client_new(host, &o, &err)) || reg_client_ping(cl, &err) < 0 ||
+	    reg_auth_store(host, user, pass, &err) < 0) {
+		kiln_error_wrap(&err, "login to %s", host);
+		rc = cli_fail(err);
+		goto out;
+	}
+	printf("Login succeeded: %s as %s\n", host, user);
+	rc = KILN_EXIT_OK;
+out:
+	reg_client_free(cl);
+	if (pass)
+		memset(pass, 0, strlen(pass));
+	free(pass);
+	free(user);
+	free(host);
+	return rc;
+}
+
+const struct kiln_command kiln_cmd_login = {
+	.name = "login",
+	.summary = "log in to a registry (credentials for push, pull and FROM)",
+	.usage = "Usage: kiln login [-u USER] [--password-stdin] REGISTRY\n\n"
+		 "Check USER and a password (or access token) against REGISTRY (HOST[:PORT])\n"
+		 "by its /v2/ endpoint and auth challenge, then save them in\n"
+		 "$KILN_HOME/auth.json (mode 0600, docker's config.json format). Without\n"
+		 "--password-stdin the user name and password are asked on the terminal.\n\n"
+		 "  -u, --username USER   the user name\n"
+		 "  --password-stdin      read the password from stdin (one line)\n\n"
+		 "Lookups also read $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json\n"
+		 "and ~/.docker/config.json. See also kiln logout.\n",
+	.run = run,
+};

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# t0800-client-kiln.sh — kiln's registry client against `kiln serve` with
+# tokens: login (Bearer flow, wrong password, 0600 file), push of a built
+# image (skopeo sees the same digest and copies it), anonymous pull of a
+# public repository, pull of an image skopeo pushed, FROM a registry pinned
+# by digest (moved tag re-resolves, same digest hits the cache), a resumed
+# blob download, a corrupted blob refused, bad references, logout.
+. tests/e2e/lib.sh
+. tests/e2e/registry-lib.sh
+
+trap 'reg_stop; rm -rf "$T_TMP"' EXIT
+export SOURCE_DATE_EPOCH=1700000000 KILN_REGISTRY_RETRIES=1
+D="$T_TMP/data"
+H1=$KILN_HOME H2="$T_TMP/h2"
+echo '{"auth": true}' >"$T_TMP/auth.json"
+SECRET=$("$KILN" token create --data "$D" --scope 'team:pull,push' ci)
+reg_start "$D" --config "$T_TMP/auth.json" || { not_ok "kiln serve starts"; exit 1; }
+
+# images made here from scratch (no downloads)
+mkimg() { # NAME CONTENT [BIGFILE_MB]
+	local c="$T_TMP/ctx-$1"
+	mkdir -p "$c"; echo "$2" >"$c/f.txt"
+	printf 'FROM scratch\nCOPY f.txt /f.txt\nCMD ["/f"]\n' >"$c/Dockerfile"
+	if [ -n "${3:-}" ]; then head -c "$(($3 << 20))" /dev/urandom >"$c/big"; echo 'COPY big /big' >>"$c/Dockerfile"; fi
+	"$KILN" build -t "$1" "$c" 2>/dev/null
+}
+L1=$(mkimg demo:1 one) && L2=$(mkimg demo:2 two) && LB=$(mkimg big:1 big 6) && LX=$(mkimg bad:1 bad) ||
+	{ not_ok "test images build"; exit 1; }
+
+# ---- login
+expect_exit 1 "push without login is refused" "$KILN" push demo:1 "$REG/team/app:v1"
+expect_grep "  ... saying authentication is needed" 'HTTP 401.*kiln login' "$T_TMP/err"
+echo wrong | expect_exit 1 "login with a wrong password" "$KILN" login -u ci --password-stdin "$REG"
+expect_grep "  ... says the credentials were not accepted" 'not accepted' "$T_TMP/err"
+[ ! -e "$H1/auth.json" ] && ok "nothing saved after a failed login" || not_ok "nothing saved after a failed login"
+echo "$SECRET" | expect_exit 0 "login (Bearer token flow)" "$KILN" login -u ci --password-stdin "$REG"
+expect_eq "auth.json is private" "$(stat -c %a "$H1/auth.json")" 600
+expect_eq "auth.json has docker's shape" "$(jq -r --arg h "$REG" '.auths[$h].auth' "$H1/auth.json" | base64 -d)" "ci:$SECRET"
+expect_exit 2 "login without a registry" "$KILN" login -u ci --password-stdin
+
+# ---- push, then other clients read it
+expect_exit 0 "kiln push" "$KILN" push demo:1 "$REG/team/app:v1"
+expect_eq "push prints the local digest" "$(cat "$T_TMP/out")" "$L1"
+expect_exit 0 "push again (blobs present)" "$KILN" push --json demo:1 "$REG/team/app:v1"
+expect_eq "  ... moves no blob bytes" "$(grep '"progress"' "$T_TMP/out" | tail -1 | jq .bytes_moved)" 0
+CR=(--creds "ci:$SECRET" --tls-verify=false)
+expect_exit 0 "skopeo inspect what kiln pushed" skopeo inspect "${CR[@]}" "docker://$REG/team/app:v1"
+expect_eq "  ... same digest" "$(jq -r .Digest "$T_TMP/out")" "$L1"
+expect_exit 0 "skopeo copy what kiln pushed" skopeo copy --src-creds "ci:$SECRET" --src-tls-verify=false \
+	"docker://$REG/team/app:v1" "oci:$T_TMP/sk:x"
+expect_eq "  ... same manifest digest" "$(jq -r '.manifests[0].digest' "$T_TMP/sk/index.json")" "$L1"
+
+# ---- pull on a second host
+export KILN_HOME=$H2
+expect_exit 1 "anonymous pull of a private repository" "$KILN" pull "$REG/team/app:v1"
+expect_grep "  ... one clear line" "^kiln: .*team/app:v1.*401" "$T_TMP/err"
+expect_eq "  ... and only one line" "$(wc -l <"$T_TMP/err")" 1
+"$KILN" registry public --data "$D" team/app >/dev/null
+expect_exit 0 "anonymous pull of a public repository" "$KILN" pull "$REG/team/app:v1"
+expect_eq "  ... same digest" "$(cat "$T_TMP/out")" "$L1"
+expect_exit 0 "kiln images" "$KILN" images
+expect_grep "  ... lists the pulled image" "^$REG/team/app:v1 +$L1" "$T_TMP/out"
+expect_exit 0 "pull by digest" "$KILN" pull "$REG/team/app@$L1"
+
+# an image skopeo pushed (from kiln's OCI output), pulled by kiln
+KILN_HOME=$H1 "$KILN" build --oci-out "$T_TMP/oci" -t sk:1 "$T_TMP/ctx-demo:2" >/dev/null 2>&1
+expect_exit 0 "skopeo pushes an image" skopeo copy --dest-creds "ci:$SECRET" --dest-tls-verify=false \
+	"oci:$T_TMP/oci" "docker://$REG/team/sk:v1"
+"$KILN" registry public --data "$D" team/sk >/dev/null
+expect_exit 0 "kiln pulls what skopeo pushed" "$KILN" pull --json "$REG/team/sk:v1"
+expect_eq "  ... same digest" "$(tail -1 "$T_TMP/out" | jq -r .digest)" \
+	"$(skopeo inspect "${CR[@]}" "docker://$REG/team/sk:v1" | jq -r .Digest)"
+
+# ---- FROM a registry, pinned by digest
+C="$T_TMP/ctx-from"; mkdir -p "$C"; echo x >"$C/x"
+printf 'FROM %s/team/app:v1\nCOPY x /x\n' "$REG" >"$C/Dockerfile"
+expect_exit 0 "build FROM the registry" "$KILN" build -t app2 "$C"
+B1=$(cat "$T_TMP/out")
+expect_grep "  ... FROM resolved to the pushed digest" "^  $L1 " "$T_TMP/err"
+expect_exit 0 "rebuild, tag unchanged" "$KILN" build -t app2 "$C"
+expect_eq "  ... same result" "$(cat "$T_TMP/out")" "$B1"
+expect_grep "  ... from the cache" 'cache hit' "$T_TMP/err"
+KILN_HOME=$H1 "$KILN" push demo:2 "$REG/team/app:v1" >/dev/null
+expect_exit 0 "rebuild after the tag moved" "$KILN" build -t app2 "$C"
+expect_grep "  ... FROM re-resolved to the new digest" "^  $L2 " "$T_TMP/err"
+[ "$(cat "$T_TMP/out")" != "$B1" ] && ok "  ... a different image" || not_ok "  ... a different image"
+expect_grep "  ... the COPY step is not a cache hit" 'cache miss' "$T_TMP/err"
+
+# ---- an interrupted blob download resumes (the .part an interrupted pull leaves)
+KILN_HOME=$H1 "$KILN" push big:1 "$REG/team/big:v1" >/dev/null
+"$KILN" registry public --data "$D" team/big >/dev/null
+LAYER=$(jq -r '.layers[-1].digest' "$H1/blobs/sha256/${LB#sha256:}")
+LSIZE=$(stat -c %s "$H1/blobs/sha256/${LAYER#sha256:}")
+mkdir -p "$H2/tmp"
+head -c $((LSIZE / 2)) "$H1/blobs/sha256/${LAYER#sha256:}" >"$H2/tmp/pull-${LAYER#sha256:}.part"
+expect_exit 0 "pull with half a layer already downloaded" "$KILN" pull --json "$REG/team/big:v1"
+MOVED=$(grep '"progress"' "$T_TMP/out" | tail -1 | jq .bytes_moved)
+[ "$MOVED" -lt $((LSIZE / 2 + 4096)) ] && ok "  ... fetched only the rest ($MOVED of $LSIZE bytes)" ||
+	not_ok "  ... fetched only the rest ($MOVED of $LSIZE bytes)"
+expect_eq "  ... the stored layer is intact" "sha256:$(sha256sum "$H2/blobs/sha256/${LAYER#sha256:}" | cut -d' ' -f1)" "$LAYER"
+
+# ---- a blob whose content does not match its digest is refused, not stored
+KILN_HOME=$H1 "$KILN" push bad:1 "$REG/team/bad:v1" >/dev/null
+"$KILN" registry public --data "$D" team/bad >/dev/null
+BL=$(jq -r '.layers[-1].digest' "$H1/blobs/sha256/${LX#sha256:}")
+F=$(find "$D/blobs" -name "${BL#sha256:}")
+python3 - "$F" <<'PY'
+import sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0xff; open(p, "wb").write(bytes(b))
+PY
+expect_exit 1 "pull of a corrupted blob fails" "$KILN" pull "$REG/team/bad:v1"
+expect_grep "  ... saying the content does not match its digest" "does not match its digest" "$T_TMP/err"
+[ ! -e "$H2/blobs/sha256/${BL#sha256:}" ] && ok "  ... the blob is not stored" || not_ok "  ... the blob is not stored"
+"$KILN" images >"$T_TMP/imgs"
+if grep -q "team/bad" "$T_TMP/imgs"; then not_ok "  ... no image recorded"; else ok "  ... no image recorded"; fi
+
+# ---- bad references, unreachable registries
+expect_exit 1 "bad reference" "$KILN" pull "$REG/Team/App:v1"
+expect_grep "  ... names the bad part" "bad repository name \"Team/App\": 'T' is not allowed" "$T_TMP/err"
+expect_exit 1 "bad tag" "$KILN" pull "$REG/team/app:bad:tag"
+expect_eq "  ... one line" "$(wc -l <"$T_TMP/err")" 1
+expect_exit 1 "unreachable registry" "$KILN" pull 127.0.0.1:1/x/y:z
+expect_grep "  ... one clear line" '^kiln: .*registry 127\.0\.0\.1:1: .*connect' "$T_TMP/err"
+expect_exit 1 "push of an unknown local image" "$KILN" push nope:1 "$REG/team/x:1"
+expect_grep "  ... says so" 'no local image nope:1' "$T_TMP/err"
+
+# ---- logout
+export KILN_HOME=$H1
+expect_exit 0 "logout" "$KILN" logout "$REG"
+expect_exit 1 "logout again" "$KILN" logout "$REG"
+expect_grep "  ... not logged in" 'not logged in' "$T_TMP/err"
+expect_exit 1 "push after logout is refused" "$KILN" push demo:1 "$REG/team/app:v1"
