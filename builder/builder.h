@@ -270,6 +270,7 @@ struct reg_progress;
 
 struct build_remote_opts {
 	unsigned parallel;  /* blob transfers at once; 0: the client's default */
+	uint64_t chunk_size; /* push: PATCH chunks for larger blobs; 0: the client's default */
 	void (*progress)(void *ud, const struct reg_progress *p);
 	void *ud;
 };

@@ -179,7 +179,8 @@ int build_image_push(build_store *s, const char *name, const char *ref, const st
 		blobs[i].path = paths[i];
 	}
 	struct ctx x = { s, o };
-	struct reg_xfer_opts xo = { .parallel = o->parallel, .progress = progress, .ud = &x };
+	struct reg_xfer_opts xo = { .parallel = o->parallel, .chunk_size = o->chunk_size, .progress = progress,
+				    .ud = &x };
 	if (!(c = reg_client_new(r.host, NULL, err)) || reg_blobs_push(c, r.repo, blobs, n, &xo, err) < 0)
 		goto out;
 	const char *mt = kiln_json_str(m, "mediaType");

@@ -50,6 +50,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
 		{ "parallel", required_argument, NULL, 'P' },
+		{ "chunk-size", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -73,6 +74,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 			o.parallel = (unsigned)n;
 			break;
 		}
+		case 'C':
+			if (kiln_parse_size(optarg, &o.chunk_size, &err) < 0 || o.chunk_size < 4096) {
+				kiln_error_free(err);
+				return cli_usage_error(cmd, "--chunk-size '%s': want a size of at least 4K", optarg);
+			}
+			break;
 		case 'h':
 			return KILN_EXIT_OK;
 		default:
@@ -111,10 +118,11 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 const struct kiln_command kiln_cmd_push = {
 	.name = "push",
 	.summary = "push a local image to a registry",
-	.usage = "Usage: kiln push [--json] [--parallel N] NAME[:TAG] [[REGISTRY/]REPO[:TAG]]\n\n"
+	.usage = "Usage: kiln push [--json] [--parallel N] [--chunk-size SIZE] NAME[:TAG] [[REGISTRY/]REPO[:TAG]]\n\n"
 		 "Push the image NAME (see kiln images) to a registry as a plain OCI image any\n"
 		 "client can pull; the destination defaults to NAME when it names a registry.\n"
-		 "Blobs the registry already has are skipped; up to N (4) blobs move at once.\n"
+		 "Blobs the registry already has are skipped; up to N (4) blobs move at once;\n"
+		 "blobs larger than SIZE (32M) go up in PATCH chunks of that size.\n"
 		 "Plain HTTP for loopback and $KILN_INSECURE_REGISTRIES, HTTPS otherwise;\n"
 		 "credentials from kiln login. Prints the manifest digest; progress on a\n"
 		 "terminal; --json prints progress events and a final {\"event\":\"done\"}.\n",

@@ -214,7 +214,7 @@ int reg_http_authorize(struct reg_http *r, kiln_error **err)
 	if (strcasecmp(ch.scheme, "Basic") == 0) {
 		if (!c->user)
 			kiln_err(err, KILN_E_GENERIC, "registry %s requires a login (kiln login %s)", c->host, c->host);
-		else if (c->basic)
+		else if (r->sent_basic)
 			kiln_err(err, KILN_E_GENERIC, "registry %s: credentials for user %s were not accepted", c->host,
 				 c->user);
 		else

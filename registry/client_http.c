@@ -148,6 +148,7 @@ void reg_http_reset(struct reg_http *r)
 	r->clen = -1;
 	r->body_pos = 0;
 	r->sink_failed = 0;
+	r->sent_basic = 0;
 	if (r->all)
 		curl_slist_free_all(r->all);
 	r->all = NULL;
@@ -313,6 +314,7 @@ void reg_http_setup(struct reg_http *r, CURL *h)
 		curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
 		curl_easy_setopt(h, CURLOPT_USERNAME, r->c->user);
 		curl_easy_setopt(h, CURLOPT_PASSWORD, r->c->pass);
+		r->sent_basic = 1;
 	}
 	if (auth) {
 		r->all = curl_slist_append(r->all, auth);

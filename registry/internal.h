@@ -251,6 +251,7 @@ struct reg_http {
 	char *url;
 	const char *scope;          /* auth scope(s), "repository:R:pull" …; NULL for /v2/ */
 	int token_request;          /* to a token realm: Basic credentials if any, no token */
+	int sent_basic;             /* this attempt carried Basic credentials */
 	struct curl_slist *headers; /* the caller's extra headers */
 	/* body: memory or a file range */
 	const char *body_mem;
