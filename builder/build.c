@@ -2,46 +2,15 @@
  * stage the target needs in order.  Filesystem steps (COPY, ADD, WORKDIR)
  * become layers on the host, RUN goes through the executor table, the rest
  * edits the image config; every layer step is cached by content. */
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "builder/internal.h"
-
-struct stage_state {
-	bool built;
-	json_t *config;
-	struct build_layer *layers;
-	size_t n_layers, cap;
-	build_fsindex *idx;
-	char key[KILN_DIGEST_MAX];
-	bool cmd_set;
-	build_tree *files; /* extracted for COPY --from, on demand */
-};
-
-struct img_slot {
-	char *ref;
-	struct build_image *im;
-	build_tree *files;
-};
-
-struct run {
-	const struct build_options *o;
-	build_store *s;
-	struct df_ast *ast;
-	struct df_plan *plan;
-	char *scratch;
-	build_ignore *ig;
-	build_tree *context;
-	struct stage_state *st;
-	struct img_slot *imgs;
-	size_t n_imgs;
-	int step, total;
-	char created[32];
-	size_t cached;
-};
 
 static double now_s(void)
 {
@@ -50,7 +19,7 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void emit(struct run *r, const struct build_event *ev)
+void build_emit(struct run *r, const struct build_event *ev)
 {
 	if (r->o->on_event)
 		r->o->on_event(r->o->event_ud, ev);
@@ -90,13 +59,17 @@ static int image_config_hook(void *ctx, const char *ref, const char *platform, s
 	json_array_foreach(json_object_get(cfg, "Shell"), i, v)
 		if (json_is_string(v))
 			kiln_strv_push(&out->shell, json_string_value(v));
+	/* run as the stage's first steps, as BuildKit does */
+	json_array_foreach(json_object_get(cfg, "OnBuild"), i, v)
+		if (json_is_string(v))
+			kiln_strv_push(&out->onbuild, json_string_value(v));
 	const char *wd = kiln_json_str(cfg, "WorkingDir"), *user = kiln_json_str(cfg, "User");
 	out->workdir = wd && wd[0] ? kiln_xstrdup(wd) : NULL;
 	out->user = user && user[0] ? kiln_xstrdup(user) : NULL;
 	return 0;
 }
 
-static const char *flag(const struct df_step *st, const char *name)
+const char *build_step_flag(const struct df_step *st, const char *name)
 {
 	const char *v = NULL;
 	for (size_t i = 0; i < st->n_flags; i++)
@@ -140,7 +113,7 @@ static void push_layer(struct stage_state *ss, const struct build_layer *l)
 	ss->layers[ss->n_layers++] = *l;
 }
 
-static int add_layer(struct run *r, struct stage_state *ss, const struct build_layer *l, kiln_error **err)
+int build_add_layer(struct run *r, struct stage_state *ss, const struct build_layer *l, kiln_error **err)
 {
 	char *p = build_store_blob_path(r->s, l->digest);
 	int rc = build_fsindex_apply_layer(ss->idx, p, err);
@@ -191,19 +164,19 @@ static int layer_step(struct run *r, struct stage_state *ss, const char *text, c
 	}
 	*cached = hit == 1;
 	memcpy(ss->key, key, KILN_DIGEST_MAX);
-	return add_layer(r, ss, &l, err);
+	return build_add_layer(r, ss, &l, err);
 }
 
-static int source_tree(struct run *r, const struct df_step *st, const build_tree **tree, bool *keep_owner,
-		       kiln_error **err)
+int build_source_tree(struct run *r, int from_stage, const char *from_image, const build_tree **tree,
+		      bool *keep_owner, kiln_error **err)
 {
 	*keep_owner = false;
-	if (st->from_stage >= 0) {
-		struct stage_state *from = &r->st[st->from_stage];
+	if (from_stage >= 0) {
+		struct stage_state *from = &r->st[from_stage];
 		if (!from->built)
-			return kiln_err(err, KILN_E_INVALID, "stage %d is not built", st->from_stage);
+			return kiln_err(err, KILN_E_INVALID, "stage %d is not built", from_stage);
 		if (!from->files) {
-			char *dir = kiln_xasprintf("%s/stage-%d", r->scratch, st->from_stage);
+			char *dir = kiln_xasprintf("%s/stage-%d", r->scratch, from_stage);
 			int rc = build_layers_extract(r->s, from->layers, from->n_layers, dir, err);
 			if (rc == 0)
 				rc = build_tree_open(dir, NULL, &from->files, err);
@@ -215,9 +188,9 @@ static int source_tree(struct run *r, const struct df_step *st, const build_tree
 		*keep_owner = true;
 		return 0;
 	}
-	if (st->from_image) {
+	if (from_image) {
 		struct img_slot *slot;
-		if (load_image(r, st->from_image, &slot, err) < 0)
+		if (load_image(r, from_image, &slot, err) < 0)
 			return -1;
 		if (!slot->files) {
 			char *dir = kiln_xasprintf("%s/image-%zu", r->scratch, (size_t)(slot - r->imgs));
@@ -262,9 +235,9 @@ static int copy_step(struct run *r, struct stage_state *ss, const struct df_step
 		else if (strcmp(k, "unpack") == 0)
 			o.unpack = strcmp(st->flags[i].value, "false") != 0;
 	}
-	o.chown = flag(st, "chown");
-	o.chmod = flag(st, "chmod");
-	o.checksum = flag(st, "checksum");
+	o.chown = build_step_flag(st, "chown");
+	o.chmod = build_step_flag(st, "chmod");
+	o.checksum = build_step_flag(st, "checksum");
 	if (o.chown && !o.chown[0])
 		o.chown = NULL;
 	if (o.chmod && !o.chmod[0])
@@ -283,7 +256,7 @@ static int copy_step(struct run *r, struct stage_state *ss, const struct df_step
 		all_heredoc = all_heredoc && strncmp(st->args.v[i], "<<", 2) == 0 && st->n_heredocs;
 	if (all_heredoc)
 		tree = NULL;
-	else if (source_tree(r, st, &tree, &o.keep_owner, err) < 0)
+	else if (build_source_tree(r, st->from_stage, st->from_image, &tree, &o.keep_owner, err) < 0)
 		goto out;
 	if (!tree) {
 		if (build_tree_open(r->scratch, NULL, &empty, err) < 0)
@@ -347,63 +320,6 @@ out:
 	return rc;
 }
 
-static void on_run_output(void *ud, const void *data, size_t len)
-{
-	struct run *r = ud;
-	struct build_event ev = { .kind = BUILD_EV_OUTPUT, .step = r->step, .total = r->total,
-				  .data = data, .len = len };
-	emit(r, &ev);
-}
-
-static int run_step(struct run *r, struct stage_state *ss, const struct df_step *st, const char *text,
-		    bool *cached, kiln_error **err)
-{
-	kiln_buf keytext = KILN_BUF_INIT;
-	char key[KILN_DIGEST_MAX];
-	struct build_layer l;
-	int hit = 0, rc = -1;
-	json_t *argv = build_command_json(st);
-	const struct build_executor_ops *ex = r->o->executor ? r->o->executor : &build_executor_none;
-
-	const char *net = flag(st, "network");
-	if (flag(st, "mount") || flag(st, "security") || st->n_heredocs) {
-		kiln_err(err, KILN_E_INVALID, "RUN %s is not supported yet",
-			 st->n_heredocs ? "with a heredoc" : flag(st, "mount") ? "--mount" : "--security");
-		goto out;
-	}
-	if (net && strcmp(net, "none") && strcmp(net, "default")) {
-		kiln_err(err, KILN_E_INVALID, "RUN --network=%s: want none or default", net);
-		goto out;
-	}
-	/* the command's environment is part of what it does */
-	kiln_buf_addf(&keytext, "%s\n", text);
-	for (size_t i = 0; i < st->env.n; i++)
-		kiln_buf_addf(&keytext, "env %s\n", st->env.v[i]);
-	kiln_buf_addf(&keytext, "workdir %s\nuser %s\n", st->workdir ? st->workdir : "/", st->user ? st->user : "");
-	kiln_buf_addf(&keytext, "compression %s\n", build_layer_media_type(r->o->compression));
-	build_cache_key(ss->key, keytext.buf, NULL, key, err);
-	if (!r->o->no_cache && (hit = build_cache_get(r->s, key, &l, err)) < 0)
-		goto out;
-	if (!hit) {
-		struct build_run_request req = {
-			.step = st, .instruction = text, .argv = argv, .env = st->env.v, .n_env = st->env.n,
-			.workdir = st->workdir ? st->workdir : "/", .user = st->user ? st->user : "",
-			.store = r->s, .layers = ss->layers, .n_layers = ss->n_layers,
-			.compression = r->o->compression, .scratch = r->scratch,
-			.network = !net || strcmp(net, "none") != 0, .on_output = on_run_output, .output_ud = r,
-		};
-		if (ex->run(r->o->executor_ctx, &req, &l, err) < 0 || build_cache_put(r->s, key, &l, text, err) < 0)
-			goto out;
-	}
-	*cached = hit == 1;
-	memcpy(ss->key, key, KILN_DIGEST_MAX);
-	rc = add_layer(r, ss, &l, err);
-out:
-	json_decref(argv);
-	kiln_buf_free(&keytext);
-	return rc;
-}
-
 static int start_stage(struct run *r, const struct df_stage *sg, struct stage_state *ss, char **pin,
 		       kiln_error **err)
 {
@@ -413,7 +329,7 @@ static int start_stage(struct run *r, const struct df_stage *sg, struct stage_st
 		ss->config = json_deep_copy(from->config);
 		memcpy(ss->key, from->key, KILN_DIGEST_MAX);
 		for (size_t i = 0; i < from->n_layers; i++)
-			if (add_layer(r, ss, &from->layers[i], err) < 0)
+			if (build_add_layer(r, ss, &from->layers[i], err) < 0)
 				return -1;
 		*pin = kiln_xstrdup("");
 		return 0;
@@ -427,19 +343,15 @@ static int start_stage(struct run *r, const struct df_stage *sg, struct stage_st
 	struct img_slot *slot;
 	if (load_image(r, sg->base, &slot, err) < 0)
 		return -1;
-	json_t *onbuild = json_object_get(json_object_get(slot->im->config, "config"), "OnBuild");
-	if (json_array_size(onbuild) > 0)
-		return kiln_err(err, KILN_E_INVALID,
-				"base image %s has ONBUILD triggers, which kiln does not run yet (first: %s)",
-				sg->base, json_string_value(json_array_get(onbuild, 0)));
 	ss->config = json_deep_copy(slot->im->config);
-	/* the base's own config carries on; its OnBuild list is consumed */
+	/* the base's own config carries on; its OnBuild triggers (the plan made
+	 * them this stage's first steps) are consumed */
 	json_object_del(json_object_get(ss->config, "config"), "OnBuild");
 	char *text = kiln_xasprintf("FROM %s", slot->im->manifest_digest);
 	build_cache_key(NULL, text, NULL, ss->key, err);
 	free(text);
 	for (size_t i = 0; i < slot->im->n_layers; i++)
-		if (add_layer(r, ss, &slot->im->layers[i], err) < 0)
+		if (build_add_layer(r, ss, &slot->im->layers[i], err) < 0)
 			return -1;
 	*pin = kiln_xasprintf("@%s", slot->im->manifest_digest);
 	return 0;
@@ -463,7 +375,7 @@ static int build_stage(struct run *r, int index, kiln_error **err)
 	struct build_event ev = { .kind = BUILD_EV_STEP, .step = ++r->step, .total = r->total, .stage = stage_name,
 				  .instruction = from_text, .file = r->ast->file,
 				  .line = sg->node ? sg->node->start_line : 0 };
-	emit(r, &ev);
+	build_emit(r, &ev);
 	if (start_stage(r, sg, ss, &pin, err) < 0) {
 		kiln_error_wrap(err, "%s:%d: [%d/%d] %s", r->ast->file, ev.line, ev.step, ev.total, from_text);
 		free(from_text);
@@ -473,7 +385,7 @@ static int build_stage(struct run *r, int index, kiln_error **err)
 	ev.kind = BUILD_EV_STEP_DONE;
 	ev.instruction = pinned;
 	ev.seconds = now_s() - t0;
-	emit(r, &ev);
+	build_emit(r, &ev);
 	free(pinned);
 	free(from_text);
 	for (size_t i = 0; i < sg->n_steps; i++) {
@@ -486,7 +398,7 @@ static int build_stage(struct run *r, int index, kiln_error **err)
 		ev = (struct build_event){ .kind = BUILD_EV_STEP, .step = ++r->step, .total = r->total,
 					   .stage = stage_name, .instruction = text, .file = r->ast->file,
 					   .line = st->node ? st->node->start_line : 0 };
-		emit(r, &ev);
+		build_emit(r, &ev);
 		switch (st->kind) {
 		case DF_COPY:
 		case DF_ADD:
@@ -494,7 +406,7 @@ static int build_stage(struct run *r, int index, kiln_error **err)
 			layer = true;
 			break;
 		case DF_RUN:
-			src = run_step(r, ss, st, text, &cached, err);
+			src = build_run_step(r, ss, sg, i, text, &cached, err);
 			layer = true;
 			break;
 		case DF_WORKDIR:
@@ -527,13 +439,16 @@ static int build_stage(struct run *r, int index, kiln_error **err)
 		ev.kind = BUILD_EV_STEP_DONE;
 		ev.has_cache = layer;
 		ev.cached = cached;
+		ev.run = r->last_run_valid ? &r->last_run : NULL;
+		r->last_run_valid = false;
 		ev.seconds = now_s() - t0;
-		emit(r, &ev);
+		build_emit(r, &ev);
 		free(text);
 	}
 	ss->built = true;
 	rc = 0;
 out:
+	build_stage_end(r, ss);
 	free(pin);
 	return rc;
 }
@@ -556,6 +471,35 @@ static char *tag_of(const char *name)
 	char *t = kiln_xstrdup(colon ? colon + 1 : "latest");
 	free(n);
 	return t;
+}
+
+/* Scratch directories of builds that were killed (their pid is gone): a
+ * killed build cannot clean up after itself, the next one does. */
+static void sweep_stale(struct run *r)
+{
+	char *tmp = kiln_path_join(build_store_home(r->s), "tmp");
+	DIR *d = opendir(tmp);
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		if (strncmp(de->d_name, "build-", 6) != 0)
+			continue;
+		char *dir = kiln_path_join(tmp, de->d_name), *pidf = kiln_path_join(dir, "pid"), *data = NULL;
+		size_t len = 0;
+		kiln_error *e = NULL;
+		if (kiln_read_file(pidf, &data, &len, 64, &e) == 0) {
+			long pid = strtol(data, NULL, 10);
+			if (pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH && kiln_rm_rf(dir, &e) == 0)
+				kiln_debug("build: removed %s, left by a killed build", dir);
+		}
+		kiln_error_free(e);
+		free(data);
+		free(pidf);
+		free(dir);
+	}
+	if (d)
+		closedir(d);
+	free(tmp);
 }
 
 static int load_ignore(struct run *r, const char *dockerfile, kiln_error **err)
@@ -595,6 +539,13 @@ int build_run(const struct build_options *o, struct build_result *res, kiln_erro
 		r.scratch = NULL;
 		goto out;
 	}
+	char *pidf = kiln_path_join(r.scratch, "pid"), pid[32];
+	snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+	int prc = kiln_write_atomic(pidf, pid, strlen(pid), 0644, err);
+	free(pidf);
+	if (prc < 0)
+		goto out;
+	sweep_stale(&r);
 	if (df_parse_file(dockerfile, &r.ast, err) < 0 || df_plan_build(r.ast, &po, &r.plan, err) < 0 ||
 	    load_ignore(&r, dockerfile, err) < 0)
 		goto out;
@@ -630,7 +581,7 @@ int build_run(const struct build_options *o, struct build_result *res, kiln_erro
 	res->cached = r.cached;
 	struct build_event ev = { .kind = BUILD_EV_DONE, .step = r.step, .total = r.total, .digest = res->manifest,
 				  .template_digest = res->template_digest };
-	emit(&r, &ev);
+	build_emit(&r, &ev);
 	rc = 0;
 out:
 	if (r.scratch) {
@@ -640,6 +591,7 @@ out:
 		free(r.scratch);
 	}
 	for (size_t i = 0; r.st && i < r.plan->n_stages; i++) {
+		build_stage_end(&r, &r.st[i]);
 		json_decref(r.st[i].config);
 		free(r.st[i].layers);
 		build_fsindex_free(r.st[i].idx);

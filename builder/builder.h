@@ -288,6 +288,31 @@ int build_image_push(build_store *s, const char *name, const char *ref, const st
 /* ===========================================================================
  * Running a build (build.c, exec.c).
  * ========================================================================= */
+/* A RUN --mount, prepared on the host: what the executor puts at `target`
+ * (an absolute path already resolved inside the image) for the step only;
+ * none of it is part of the layer. */
+enum build_mount_type { BUILD_MOUNT_BIND, BUILD_MOUNT_CACHE, BUILD_MOUNT_TMPFS };
+struct build_run_mount {
+	enum build_mount_type type;
+	const char *target;
+	const char *src_dir;   /* BIND/CACHE: host directory whose contents go there, or */
+	const char *src_tar;   /* BIND: a tar file with them (a file source: one entry) */
+	bool file;             /* BIND: the source is one file, mounted on a file */
+	bool readonly;
+	bool save;             /* CACHE: the directory comes back into src_dir afterwards */
+	uint64_t size;         /* TMPFS: bytes, 0 = the kernel's default */
+};
+
+/* Where the time of a RUN step went (filled by the executor). */
+struct build_run_stats {
+	bool booted;          /* this step started the stage's VM */
+	double ext4_ms;       /* the stage as an ext4 image (boot only) */
+	double boot_ms;       /* VM start to agent ready (boot only) */
+	double sync_ms;       /* layers made on the host since the last RUN, into the VM */
+	double exec_ms;       /* the command, with its mounts set up and torn down */
+	double capture_ms;    /* the step's changes back to the host, as a layer */
+};
+
 /* What a RUN step gets: the command and its environment, and the stage's
  * filesystem as layers in the store.  The executor returns the step's
  * changes as one layer written to the store (tar diff, whiteouts). */
@@ -305,32 +330,47 @@ struct build_run_request {
 	enum build_compression compression;
 	const char *scratch;              /* a private temp directory */
 	bool network;                     /* RUN --network=default (not none) */
+	bool stage_network;               /* some RUN of the stage still to run wants the network */
+	const struct build_run_mount *mounts;
+	size_t n_mounts;
 	void (*on_output)(void *ud, const void *data, size_t len); /* the command's output */
 	void *output_ud;
+	struct build_run_stats *stats;    /* may be NULL */
 };
 
 /* Where RUN steps execute.  The builder only ever calls through this table,
- * so the microVM executor plugs in as one more const instance. */
+ * so the microVM executor plugs in as one more const instance.  An executor
+ * keeps per-stage state in *session (NULL before the stage's first RUN that
+ * misses the cache): the microVM executor boots one VM there and reuses it
+ * for every later RUN of the stage.  The builder calls end() once per stage
+ * that has a session, on success and on every failure path. */
+typedef struct build_exec_session build_exec_session;
 struct build_executor_ops {
 	const char *name;
 	/* Run the step; on success fill *out (a layer already in the store). A
-	 * non-zero exit of the command is an error naming its exit code. */
-	int (*run)(void *ctx, const struct build_run_request *req, struct build_layer *out, kiln_error **err);
+	 * non-zero exit of the command is an error naming its exit code.  The
+	 * request's layers always extend those of the session's previous run. */
+	int (*run)(void *ctx, build_exec_session **session, const struct build_run_request *req,
+		   struct build_layer *out, kiln_error **err);
+	void (*end)(void *ctx, build_exec_session *session);
 };
 
 /* The executor available without a microVM: RUN fails with a clear error. */
 extern const struct build_executor_ops build_executor_none;
 
-/* RUN in a microVM (exec_vm.c): the stage as ext4, booted read-only under an
- * overlay; the overlay's upper directory becomes the layer.  ctx: a
- * struct build_vm_opts, or NULL for the defaults. */
+/* RUN in a microVM (exec_vm.c): the stage as ext4, booted once per stage;
+ * each step runs chrooted in its own overlay whose lower layers are the
+ * earlier steps' upper directories, and its upper directory becomes the
+ * layer (docs/builder.md).  ctx: a struct build_vm_opts, or NULL for the
+ * defaults. */
 struct build_vm_opts {
 	unsigned cpus, memory_mib;  /* 0: the VM defaults */
+	unsigned scratch_mib;       /* the guest's disk for step changes; 0: 16 GiB (sparse) */
 	const char *kernel_dir;     /* NULL: vm_kernel_default_dir() */
 };
 extern const struct build_executor_ops build_executor_vm;
 
-enum build_event_kind { BUILD_EV_STEP, BUILD_EV_STEP_DONE, BUILD_EV_DONE, BUILD_EV_OUTPUT };
+enum build_event_kind { BUILD_EV_STEP, BUILD_EV_STEP_DONE, BUILD_EV_DONE, BUILD_EV_OUTPUT, BUILD_EV_VM };
 
 struct build_event {
 	enum build_event_kind kind;
@@ -346,6 +386,8 @@ struct build_event {
 	const char *template_digest; /* BUILD_EV_DONE: the template's, or NULL */
 	const char *data;           /* BUILD_EV_OUTPUT: a chunk of RUN output */
 	size_t len;
+	const struct build_run_stats *run; /* BUILD_EV_STEP_DONE of a RUN that ran, BUILD_EV_VM
+	                            * (the stage's builder VM booted): the time split */
 };
 
 /* What `kiln build --template` hands to the snapshot stage. */

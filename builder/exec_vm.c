@@ -1,13 +1,13 @@
-/* exec_vm.c — the microVM executor for RUN: the stage so far becomes an ext4
- * rootfs (rootfs stage), a VM boots it read-only under an overlayfs whose
- * upper directory is the step's change set, the command runs through the
- * guest agent, and the upper directory comes back as one OCI layer (overlay
- * whiteouts → .wh. files, opaque directories → .wh..wh..opq). */
+/* exec_vm.c — the microVM executor for RUN: one VM per stage, booted at the
+ * stage's first RUN that misses the cache from the stage so far as ext4 and
+ * kept for its later RUNs.  Each step runs chrooted in an overlay of its own
+ * whose lower layers are the earlier steps' upper directories (and the layers
+ * the host made meanwhile, uploaded), so its upper directory is exactly its
+ * change set: downloaded, it becomes the layer.  Layout: docs/builder.md. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,14 +15,95 @@
 #include "guest/guest.h"
 #include "vm/vm.h"
 
-#define UPPER "/run/kiln/upper"
+#define DEFAULT_SCRATCH_MIB 16384u
 
+struct build_exec_session {
+	vm_instance *vm;
+	bool net;              /* booted with user-mode networking */
+	char *work;            /* guest directory holding every step's directories */
+	kiln_strv lowers;      /* guest dirs relative to work, bottom first */
+	kiln_strv synced;      /* digests of the stage's layers the VM has, bottom first */
+	unsigned seq;          /* next step directory number */
+	char *rootfs;          /* host ext4 of the stage at boot */
+};
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* One word for sh: single quotes, ' written as '\''. */
+static void sq(kiln_buf *b, const char *s)
+{
+	kiln_buf_addc(b, '\'');
+	for (; *s; s++) {
+		if (*s == '\'')
+			kiln_buf_adds(b, "'\\''");
+		else
+			kiln_buf_addc(b, *s);
+	}
+	kiln_buf_addc(b, '\'');
+}
+
+static void end_vm(void *ctx, build_exec_session *s)
+{
+	if (!s)
+		return;
+	vm_destroy(s->vm);
+	if (s->rootfs)
+		unlink(s->rootfs);
+	free(s->rootfs);
+	free(s->work);
+	kiln_strv_free(&s->lowers);
+	kiln_strv_free(&s->synced);
+	free(s);
+}
+
+struct out_ctx {
+	const struct build_run_request *req;
+	kiln_buf *capture; /* a helper script's output, for its error message */
+};
 
 static void on_out(void *user, const void *data, size_t len)
 {
-	const struct build_run_request *req = user;
-	if (req->on_output)
-		req->on_output(req->output_ud, data, len);
+	struct out_ctx *o = user;
+	if (o->capture) {
+		if (o->capture->len < 4096)
+			kiln_buf_add(o->capture, data, len);
+	} else if (o->req->on_output) {
+		o->req->on_output(o->req->output_ud, data, len);
+	}
+}
+
+/* A script of kiln's own, as root in the VM's root, from the work directory. */
+static int guest_script(build_exec_session *s, const char *script, const char *what, kiln_error **err)
+{
+	const char *argv[] = { VM_GUEST_BUSYBOX, "sh", "-c", script, NULL };
+	kiln_buf out = KILN_BUF_INIT;
+	struct out_ctx oc = { .capture = &out };
+	struct guest_exec_opts eo;
+	struct guest_result res;
+	int rc = -1;
+
+	guest_exec_opts_init(&eo);
+	eo.argv = argv;
+	eo.cwd = s->work;
+	eo.on_stdout = eo.on_stderr = on_out;
+	eo.user = &oc;
+	if (guest_exec(vm_agent(s->vm), &eo, NULL, 0, 600000, &res, err) < 0)
+		goto out;
+	if (res.signal || res.exit_code) {
+		while (out.len && out.buf[out.len - 1] == '\n')
+			out.buf[--out.len] = '\0';
+		kiln_err(err, KILN_E_GENERIC, "%s failed in the builder VM: %s", what, out.len ? out.buf : "(no output)");
+		goto out;
+	}
+	rc = 0;
+out:
+	kiln_buf_free(&out);
+	return rc;
 }
 
 /* The stage's layers as an image in the store, then as ext4. */
@@ -39,137 +120,185 @@ static int stage_rootfs(const struct build_run_request *req, const char *path, k
 	return rc;
 }
 
-/* Overlayfs upper dir (downloaded to `dir`) → change items. */
-static int upper_changes(guest_conn *conn, const char *dir, struct build_changes *ch, kiln_error **err)
+static int boot(const struct build_vm_opts *vo, const struct build_run_request *req, build_exec_session **out,
+		struct build_run_stats *st, kiln_error **err)
 {
-	build_tree *t = NULL;
-
-	if (build_tree_open(dir, NULL, &t, err) < 0)
-		return -1;
-	for (size_t i = 0; i < build_tree_count(t); i++) {
-		const struct build_entry *e = build_tree_entry(t, i);
-		/* as docker: these are the runtime's, never part of a layer */
-		if (strcmp(e->path, "etc/resolv.conf") == 0 || strcmp(e->path, "etc/hosts") == 0 ||
-		    strcmp(e->path, "etc/hostname") == 0)
-			continue;
-		char *host = kiln_path_join(dir, e->path);
-		struct build_item it = { 0 };
-
-		if (S_ISCHR(e->st.st_mode) && major(e->st.st_rdev) == 0 && minor(e->st.st_rdev) == 0) {
-			/* overlayfs whiteout: the path was deleted */
-			const char *slash = strrchr(e->path, '/');
-			it.dest = slash ? kiln_xasprintf("%.*s/.wh.%s", (int)(slash - e->path), e->path, slash + 1)
-					: kiln_xasprintf(".wh.%s", e->path);
-			it.mode = S_IFREG | 0644;
-		} else {
-			it.dest = kiln_xstrdup(e->path);
-			it.mode = e->st.st_mode;
-			it.uid = e->st.st_uid;
-			it.gid = e->st.st_gid;
-			it.src_mode = e->st.st_mode;
-			it.src_uid = e->st.st_uid;
-			it.src_gid = e->st.st_gid;
-			it.link = e->link ? kiln_xstrdup(e->link) : NULL;
-			if (S_ISREG(e->st.st_mode)) {
-				it.src = kiln_xstrdup(host);
-				it.size = (uint64_t)e->st.st_size;
-			}
-		}
-		if (S_ISDIR(e->st.st_mode)) {
-			/* an opaque directory hides everything below it in the lower layers */
-			struct guest_stat gs;
-			char *gpath = kiln_xasprintf("%s/%s", UPPER, e->path);
-			memset(&gs, 0, sizeof(gs));
-			if (guest_stat_path(conn, gpath, GUEST_STAT_XATTRS, &gs, 30000, err) < 0) {
-				free(gpath);
-				free(host);
-				free(it.dest);
-				free(it.link);
-				free(it.src);
-				build_tree_free(t);
-				return -1;
-			}
-			const struct guest_xattr *x = guest_stat_xattr(&gs, "trusted.overlay.opaque");
-			if (x && x->len >= 1 && x->value[0] == 'y') {
-				struct build_item op = { .dest = kiln_xasprintf("%s/.wh..wh..opq", e->path),
-							 .mode = S_IFREG | 0644 };
-				if (ch->n == ch->cap) {
-					ch->cap = ch->cap ? 2 * ch->cap : 32;
-					ch->v = kiln_xrealloc(ch->v, ch->cap * sizeof(*ch->v));
-				}
-				ch->v[ch->n++] = op;
-			}
-			guest_stat_free(&gs);
-			free(gpath);
-		}
-		if (ch->n == ch->cap) {
-			ch->cap = ch->cap ? 2 * ch->cap : 32;
-			ch->v = kiln_xrealloc(ch->v, ch->cap * sizeof(*ch->v));
-		}
-		ch->v[ch->n++] = it;
-		free(host);
-	}
-	build_tree_free(t);
-	return 0;
-}
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int run_vm(void *ctx, const struct build_run_request *req, struct build_layer *out, kiln_error **err)
-{
-	double t0 = now_ms(), t_rootfs = 0, t_boot = 0, t_exec = 0;
-	const struct build_vm_opts *vo = ctx;
-	char *rootfs = kiln_xasprintf("%s/run-rootfs.ext4", req->scratch);
-	char *upper = kiln_xasprintf("%s/run-upper", req->scratch);
-	struct build_changes ch = { 0 };
-	vm_instance *v = NULL;
-	kiln_strv argv = KILN_STRV_INIT, env = KILN_STRV_INIT;
+	build_exec_session *s = kiln_xcalloc(1, sizeof(*s));
 	struct vm_config c;
-	int rc = -1;
+	double t0 = now_ms();
 
-	if (kiln_rm_rf(upper, err) < 0 || stage_rootfs(req, rootfs, err) < 0)
-		goto out;
-	t_rootfs = now_ms();
+	s->rootfs = kiln_xasprintf("%s/vm-rootfs-XXXXXX", req->scratch);
+	int fd = mkstemp(s->rootfs);
+	if (fd < 0) {
+		kiln_err_errno(err, errno, "%s", s->rootfs);
+		goto fail;
+	}
+	close(fd);
+	if (stage_rootfs(req, s->rootfs, err) < 0)
+		goto fail;
+	st->ext4_ms = now_ms() - t0;
 	vm_config_init(&c);
-	c.rootfs = rootfs;
+	c.rootfs = s->rootfs;
 	c.root_mode = VM_ROOT_OVERLAY;
-	c.net = req->network;
+	c.net = s->net = req->stage_network;
+	c.scratch_mib = vo && vo->scratch_mib ? vo->scratch_mib : DEFAULT_SCRATCH_MIB;
 	if (vo) {
 		c.cpus = vo->cpus;
 		c.memory_mib = vo->memory_mib;
 		c.kernel_dir = vo->kernel_dir;
 	}
-	v = vm_boot(&c, err);
-	if (!v) {
+	t0 = now_ms();
+	s->vm = vm_boot(&c, err);
+	if (!s->vm) {
 		kiln_error_wrap(err, "builder microVM");
-		goto out;
+		goto fail;
 	}
-	t_boot = now_ms();
+	st->boot_ms = now_ms() - t0;
+	st->booted = true;
+	/* on the scratch disk, next to the VM's own upper directory */
+	s->work = kiln_xstrdup("/run/kiln/scratch/steps");
+	kiln_info("build: builder VM booted in %.0f ms (ext4 of the stage %.0f ms), %s", st->boot_ms, st->ext4_ms,
+		  vm_console_path(s->vm));
+	const char *argv[] = { VM_GUEST_BUSYBOX, "mkdir", "-p", s->work, NULL };
+	struct guest_exec_opts eo;
+	struct guest_result res;
+	guest_exec_opts_init(&eo);
+	eo.argv = argv;
+	if (guest_exec(vm_agent(s->vm), &eo, NULL, 0, 60000, &res, err) < 0)
+		goto fail;
+	if (res.exit_code || res.signal) {
+		kiln_err(err, KILN_E_GENERIC, "builder VM: cannot create %s", s->work);
+		goto fail;
+	}
+	for (size_t i = 0; i < req->n_layers; i++)
+		kiln_strv_push(&s->synced, req->layers[i].digest);
+	*out = s;
+	return 0;
+fail:
+	end_vm(NULL, s);
+	return -1;
+}
+
+/* Does the VM still hold a prefix of the request's layers, and can every
+ * layer made since then be handed to it?  0: yes, 1: start afresh. */
+static int usable(build_exec_session *s, const struct build_run_request *req)
+{
+	if (s->synced.n > req->n_layers || (req->stage_network && !s->net))
+		return 1;
+	for (size_t i = 0; i < s->synced.n; i++)
+		if (strcmp(s->synced.v[i], req->layers[i].digest) != 0)
+			return 1;
+	return 0;
+}
+
+/* Layers the host made since the last RUN (COPY, ADD, WORKDIR, cached RUNs)
+ * become lower directories.  1 when one has whiteouts: the caller reboots. */
+static int sync_layers(build_exec_session *s, const struct build_run_request *req, kiln_error **err)
+{
+	for (size_t i = s->synced.n; i < req->n_layers; i++) {
+		char *tar = kiln_xasprintf("%s/sync.tar", req->scratch);
+		char *rel = kiln_xasprintf("l%u", s->seq++);
+		char *gdir = kiln_xasprintf("%s/%s", s->work, rel);
+		int rc = build_layer_plain_tar(req->store, &req->layers[i], tar, err);
+		if (rc == 0)
+			rc = build_upload_tar_file(vm_agent(s->vm), tar, gdir, err);
+		unlink(tar);
+		free(tar);
+		free(gdir);
+		if (rc == 0) {
+			kiln_strv_push(&s->lowers, rel);
+			kiln_strv_push(&s->synced, req->layers[i].digest);
+		}
+		free(rel);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* The step's overlay, its /proc /sys /dev and resolv.conf, and its mounts.
+ * Mount points the image lacks come from a stub directory at the bottom of
+ * the overlay, so they never reach the upper directory (the layer). */
+static char *setup_script(build_exec_session *s, const struct build_run_request *req, const char *d)
+{
+	kiln_buf b = KILN_BUF_INIT;
+
+	kiln_buf_addf(&b, "set -e\nd=%s\nmkdir -p $d/u $d/w $d/r $d/stub/proc $d/stub/sys $d/stub/dev $d/stub/etc\n"
+			  ": > $d/stub/etc/resolv.conf\n", d);
+	for (size_t i = 0; i < req->n_mounts; i++) {
+		const struct build_run_mount *m = &req->mounts[i];
+		kiln_buf_adds(&b, "t=$d/stub");
+		sq(&b, m->target);
+		kiln_buf_adds(&b, m->file ? "\nmkdir -p \"${t%/*}\"\n[ -e \"$t\" ] || : > \"$t\"\n" : "\nmkdir -p \"$t\"\n");
+	}
+	kiln_buf_adds(&b, "mount -t overlay -o lowerdir=");
+	for (size_t i = s->lowers.n; i-- > 0;)
+		kiln_buf_addf(&b, "%s:", s->lowers.v[i]);
+	kiln_buf_addf(&b, "%s:$d/stub,upperdir=$d/u,workdir=$d/w,redirect_dir=off,metacopy=off,index=off "
+			  "kiln-step $d/r\n", VM_GUEST_LOWER_DIR);
+	kiln_buf_adds(&b, "mount -t proc proc $d/r/proc\nmount -o rbind /sys $d/r/sys\nmount -o rbind /dev $d/r/dev\n");
+	if (req->network && s->net)
+		kiln_buf_adds(&b, "[ -f /run/kiln/resolv.conf ] && [ -f $d/r/etc/resolv.conf ] && "
+				  "mount -o bind /run/kiln/resolv.conf $d/r/etc/resolv.conf\n");
+	for (size_t i = 0; i < req->n_mounts; i++) {
+		const struct build_run_mount *m = &req->mounts[i];
+		kiln_buf_adds(&b, "t=$d/r");
+		sq(&b, m->target);
+		kiln_buf_adds(&b, "\n[ -e \"$t\" ] || mkdir -p \"$t\"\n");
+		if (m->type == BUILD_MOUNT_TMPFS) {
+			kiln_buf_adds(&b, "mount -t tmpfs");
+			if (m->size)
+				kiln_buf_addf(&b, " -o size=%llu", (unsigned long long)m->size);
+			kiln_buf_adds(&b, " tmpfs \"$t\"\n");
+		} else {
+			kiln_buf_addf(&b, "mount -o bind $d/m%zu%s \"$t\"\n", i, m->file ? "/f" : "");
+		}
+		if (m->readonly)
+			kiln_buf_adds(&b, "mount -o remount,bind,ro \"$t\"\n");
+	}
+	return kiln_buf_detach(&b);
+}
+
+/* Processes the command left behind are killed (docker ends the container),
+ * then the step's mounts go, so its upper directory is final. */
+static char *teardown_script(build_exec_session *s, const char *d)
+{
+	return kiln_xasprintf("d=%s\nr=$PWD/$d/r\n"
+			      "for p in $(ls -l /proc/[0-9]*/root 2>/dev/null | grep -F \" -> $r\" | "
+			      "sed 's|.*/proc/\\([0-9]*\\)/root.*|\\1|'); do kill -9 $p; done\n"
+			      "umount -l $d/r\n",
+			      d);
+}
+
+static int run_command(build_exec_session *s, const struct build_run_request *req, const char *root,
+		       kiln_error **err)
+{
+	kiln_strv argv = KILN_STRV_INIT, env = KILN_STRV_INIT;
+	struct out_ctx oc = { .req = req };
+	struct guest_exec_opts eo;
+	struct guest_result res;
 	size_t i;
 	json_t *a;
+	int rc = -1;
+
 	json_array_foreach(req->argv, i, a)
 		kiln_strv_push(&argv, json_string_value(a) ? json_string_value(a) : "");
 	for (size_t k = 0; k < req->n_env; k++)
 		kiln_strv_push(&env, req->env[k]);
-	struct guest_exec_opts eo;
-	struct guest_result res;
-	guest_exec_opts_init(&eo);
-	eo.argv = (const char *const *)argv.v;
-	eo.env = (const char *const *)env.v;
-	eo.cwd = req->workdir;
-	eo.run_as = req->user && req->user[0] ? req->user : NULL;
-	eo.on_stdout = eo.on_stderr = on_out;
-	eo.user = (void *)req;
 	if (argv.n == 0) {
 		kiln_err(err, KILN_E_INVALID, "RUN with an empty command");
 		goto out;
 	}
-	if (guest_exec(vm_agent(v), &eo, NULL, 0, -1, &res, err) < 0)
+	guest_exec_opts_init(&eo);
+	eo.argv = (const char *const *)argv.v;
+	eo.env = (const char *const *)env.v;
+	eo.cwd = req->workdir;
+	eo.root = root;
+	eo.no_network = s->net && !req->network;
+	eo.run_as = req->user && req->user[0] ? req->user : NULL;
+	eo.on_stdout = eo.on_stderr = on_out;
+	eo.user = &oc;
+	if (guest_exec(vm_agent(s->vm), &eo, NULL, 0, -1, &res, err) < 0)
 		goto out;
 	if (res.signal) {
 		kiln_err(err, KILN_E_GENERIC, "the command was killed by signal %d", res.signal);
@@ -179,34 +308,163 @@ static int run_vm(void *ctx, const struct build_run_request *req, struct build_l
 		kiln_err(err, KILN_E_GENERIC, "the command returned a non-zero code: %d", res.exit_code);
 		goto out;
 	}
-	t_exec = now_ms();
-	if (guest_download_dir(vm_agent(v), UPPER, upper, 600000, err) < 0 ||
-	    upper_changes(vm_agent(v), upper, &ch, err) < 0)
+	rc = 0;
+out:
+	kiln_strv_free(&argv);
+	kiln_strv_free(&env);
+	return rc;
+}
+
+/* Cache mounts come back to the host: a fresh copy replaces the old one. */
+static int save_mounts(build_exec_session *s, const struct build_run_request *req, const char *d, kiln_error **err)
+{
+	for (size_t i = 0; i < req->n_mounts; i++) {
+		const struct build_run_mount *m = &req->mounts[i];
+		if (!m->save)
+			continue;
+		char *g = kiln_xasprintf("%s/%s/m%zu", s->work, d, i);
+		char *fresh = kiln_xasprintf("%s.new", m->src_dir), *old = kiln_xasprintf("%s.old", m->src_dir);
+		int rc = kiln_rm_rf(fresh, err);
+		if (rc == 0)
+			rc = kiln_rm_rf(old, err);
+		if (rc == 0)
+			rc = guest_download_dir(vm_agent(s->vm), g, fresh, 600000, err);
+		if (rc == 0 && (rename(m->src_dir, old) < 0 || rename(fresh, m->src_dir) < 0))
+			rc = kiln_err_errno(err, errno, "cache mount %s", m->src_dir);
+		if (rc == 0)
+			rc = kiln_rm_rf(old, err);
+		free(g);
+		free(fresh);
+		free(old);
+		if (rc < 0)
+			return kiln_error_wrap(err, "saving the cache mount %s", m->target);
+	}
+	return 0;
+}
+
+static int upload_mounts(build_exec_session *s, const struct build_run_request *req, const char *d, kiln_error **err)
+{
+	for (size_t i = 0; i < req->n_mounts; i++) {
+		const struct build_run_mount *m = &req->mounts[i];
+		char *g = kiln_xasprintf("%s/%s/m%zu", s->work, d, i);
+		int rc = 0;
+		if (m->src_tar)
+			rc = build_upload_tar_file(vm_agent(s->vm), m->src_tar, g, err);
+		else if (m->src_dir)
+			rc = guest_upload_dir(vm_agent(s->vm), m->src_dir, g, 600000, err);
+		free(g);
+		if (rc < 0)
+			return kiln_error_wrap(err, "RUN --mount %s", m->target);
+	}
+	return 0;
+}
+
+static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_request *req, struct build_layer *out,
+		  kiln_error **err)
+{
+	const struct build_vm_opts *vo = ctx;
+	struct build_run_stats dummy, *st = req->stats ? req->stats : &dummy;
+	char *d = NULL, *root = NULL, *upper = NULL, *gupper = NULL, *script = NULL;
+	struct build_changes ch = { 0 };
+	bool mounted = false;
+	int rc = -1;
+	double t;
+
+	memset(st, 0, sizeof(*st));
+	t = now_ms();
+	if (*sp && usable(*sp, req)) {
+		end_vm(ctx, *sp);
+		*sp = NULL;
+	}
+	if (*sp) {
+		int r = sync_layers(*sp, req, err);
+		if (r < 0)
+			goto out;
+		if (r == 1) {
+			kiln_info("build: a layer with whiteouts since the last RUN: restarting the builder VM");
+			end_vm(ctx, *sp);
+			*sp = NULL;
+		}
+	}
+	st->sync_ms = now_ms() - t;
+	if (!*sp && boot(vo, req, sp, st, err) < 0)
+		goto out;
+	build_exec_session *s = *sp;
+
+	t = now_ms();
+	d = kiln_xasprintf("s%u", s->seq++);
+	root = kiln_xasprintf("%s/%s/r", s->work, d);
+	if (upload_mounts(s, req, d, err) < 0)
+		goto out;
+	script = setup_script(s, req, d);
+	if (guest_script(s, script, "setting up the step", err) < 0)
+		goto out;
+	mounted = true;
+	rc = run_command(s, req, root, err);
+	free(script);
+	script = teardown_script(s, d);
+	mounted = false;
+	if (rc == 0)
+		rc = guest_script(s, script, "ending the step", err);
+	else
+		guest_script(s, script, "ending the step", NULL);
+	if (rc < 0 || save_mounts(s, req, d, err) < 0)
+		goto out;
+	if (req->n_mounts) {
+		/* the mounts' copies can be large: not kept for the stage */
+		free(script);
+		script = kiln_xasprintf("rm -rf %s/m*", d);
+		if (guest_script(s, script, "removing the step's mounts", err) < 0)
+			goto out;
+	}
+	rc = -1;
+	st->exec_ms = now_ms() - t;
+
+	t = now_ms();
+	upper = kiln_xasprintf("%s/upper-%s", req->scratch, d);
+	gupper = kiln_xasprintf("%s/%s/u", s->work, d);
+	if (kiln_rm_rf(upper, err) < 0 || guest_download_dir(vm_agent(s->vm), gupper, upper, 600000, err) < 0 ||
+	    build_upper_changes(vm_agent(s->vm), gupper, upper, &ch, err) < 0)
 		goto out;
 	build_changes_finish(&ch);
 	int64_t epoch = 0;
 	const char *sde = getenv("SOURCE_DATE_EPOCH");
 	if (sde && *sde)
 		epoch = strtoll(sde, NULL, 10);
-	rc = build_layer_write(req->store, &ch, req->compression, epoch, out, err);
+	if (build_layer_write(req->store, &ch, req->compression, epoch, out, err) < 0)
+		goto out;
+	char *rel = kiln_xasprintf("%s/u", d);
+	kiln_strv_push_owned(&s->lowers, rel);
+	for (size_t i = s->synced.n; i < req->n_layers; i++) /* none left: synced above or at boot */
+		kiln_strv_push(&s->synced, req->layers[i].digest);
+	kiln_strv_push(&s->synced, out->digest);
+	st->capture_ms = now_ms() - t;
 	/* the time split of a RUN step, for bench/build.sh (KILN_LOG=info) */
-	kiln_info("run: ext4 %.0f ms, vm start %.0f ms, command %.0f ms, layer capture %.0f ms", t_rootfs - t0,
-		  t_boot - t_rootfs, t_exec - t_boot, now_ms() - t_exec);
+	kiln_info("run: ext4 %.0f ms, vm start %.0f ms, sync %.0f ms, command %.0f ms, layer capture %.0f ms",
+		  st->ext4_ms, st->boot_ms, st->sync_ms, st->exec_ms, st->capture_ms);
+	rc = 0;
 out:
-	vm_destroy(v);
+	if (mounted) {
+		free(script);
+		script = teardown_script(*sp, d);
+		guest_script(*sp, script, "ending the step", NULL);
+	}
+	if (upper) {
+		kiln_error *e2 = NULL;
+		if (kiln_rm_rf(upper, &e2) < 0)
+			kiln_error_free(e2);
+	}
 	build_changes_free(&ch);
-	kiln_strv_free(&argv);
-	kiln_strv_free(&env);
-	kiln_error *e2 = NULL;
-	if (kiln_rm_rf(upper, &e2) < 0)
-		kiln_error_free(e2);
-	unlink(rootfs);
-	free(rootfs);
+	free(script);
+	free(d);
+	free(root);
 	free(upper);
+	free(gupper);
 	return rc;
 }
 
 const struct build_executor_ops build_executor_vm = {
 	.name = "microvm",
 	.run = run_vm,
+	.end = end_vm,
 };

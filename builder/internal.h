@@ -21,6 +21,69 @@ void build_fsindex_set_file(build_fsindex *x, const char *path, const char *data
 
 #include "dockerfile-parser/dockerfile.h"
 
+/* exec_capture.c: layers between the host and the builder VM */
+typedef struct guest_conn guest_conn;
+/* A step's overlay upper directory, downloaded to `dir` (guest_upper is
+ * where it is in the guest, for the opaque-directory xattrs) → items with
+ * OCI whiteouts; the runtime's /etc/resolv.conf, hosts, hostname left out. */
+int build_upper_changes(guest_conn *conn, const char *guest_upper, const char *dir, struct build_changes *ch,
+			kiln_error **err);
+/* A layer blob as an uncompressed tar at `out` for the guest to extract;
+ * returns 1 (nothing usable) when it holds whiteouts, which a plain
+ * directory cannot express. */
+int build_layer_plain_tar(build_store *s, const struct build_layer *l, const char *out, kiln_error **err);
+int build_upload_tar_file(guest_conn *conn, const char *tar, const char *guest_dir, kiln_error **err);
+
+/* The build driver's state (build.c), shared with the RUN step (run.c). */
+struct stage_state {
+	bool built;
+	json_t *config;
+	struct build_layer *layers;
+	size_t n_layers, cap;
+	build_fsindex *idx;
+	char key[KILN_DIGEST_MAX];
+	bool cmd_set;
+	build_tree *files; /* extracted for COPY --from, on demand */
+	build_exec_session *session; /* the executor's (the stage's builder VM) */
+};
+
+struct img_slot {
+	char *ref;
+	struct build_image *im;
+	build_tree *files;
+};
+
+struct run {
+	const struct build_options *o;
+	build_store *s;
+	struct df_ast *ast;
+	struct df_plan *plan;
+	char *scratch;
+	build_ignore *ig;
+	build_tree *context;
+	struct stage_state *st;
+	struct img_slot *imgs;
+	size_t n_imgs;
+	int step, total;
+	char created[32];
+	size_t cached;
+	struct build_run_stats last_run; /* of the RUN step just executed */
+	bool last_run_valid;
+};
+
+void build_emit(struct run *r, const struct build_event *ev);
+const char *build_step_flag(const struct df_step *st, const char *name);
+int build_add_layer(struct run *r, struct stage_state *ss, const struct build_layer *l, kiln_error **err);
+/* The files COPY --from / RUN --mount from= read: a stage's or an image's
+ * (owners kept), else the build context through .dockerignore. */
+int build_source_tree(struct run *r, int from_stage, const char *from_image, const build_tree **tree,
+		      bool *keep_owner, kiln_error **err);
+/* run.c: a RUN step (cache lookup, mounts, heredocs, executor). */
+int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage *sg, size_t index,
+		   const char *text, bool *cached, kiln_error **err);
+/* End the stage's executor session (its VM), if any. */
+void build_stage_end(struct run *r, struct stage_state *ss);
+
 /* image.c */
 json_t *build_config_scratch(void);
 /* Apply a non-filesystem step to the image config; *cmd_set tracks whether

@@ -8,6 +8,7 @@
 
 #include "builder/builder.h"
 #include "cli/cli.h"
+#include "vm/vm.h"
 
 static void on_event(void *ud, const struct build_event *ev)
 {
@@ -26,6 +27,17 @@ static void on_event(void *ud, const struct build_event *ev)
 				      "seconds", ev->seconds);
 			if (ev->has_cache)
 				json_object_set_new(j, "cache", json_string(ev->cached ? "hit" : "miss"));
+			if (ev->run)
+				json_object_set_new(j, "run", json_pack("{s:f,s:f,s:f,s:f,s:f,s:b}", "ext4_seconds",
+									ev->run->ext4_ms / 1e3, "boot_seconds",
+									ev->run->boot_ms / 1e3, "sync_seconds",
+									ev->run->sync_ms / 1e3, "exec_seconds",
+									ev->run->exec_ms / 1e3, "capture_seconds",
+									ev->run->capture_ms / 1e3, "booted", ev->run->booted));
+			break;
+		case BUILD_EV_VM:
+			j = json_pack("{s:s,s:i,s:f,s:f}", "event", "vm", "step", ev->step, "boot_seconds",
+				      ev->run->boot_ms / 1e3, "ext4_seconds", ev->run->ext4_ms / 1e3);
 			break;
 		case BUILD_EV_DONE:
 			j = json_pack("{s:s,s:s,s:i}", "event", "done", "digest", ev->digest, "steps", ev->step);
@@ -51,7 +63,11 @@ static void on_event(void *ud, const struct build_event *ev)
 		if (ev->has_cache)
 			fprintf(stderr, "  cache %s, %.2fs\n", ev->cached ? "hit" : "miss", ev->seconds);
 		else if (strncmp(ev->instruction, "FROM ", 5) == 0 && strchr(ev->instruction, '@'))
-			fprintf(stderr, "  %s %.2fs\n", strchr(ev->instruction, '@') + 1, ev->seconds);
+			fprintf(stderr, "  %s %.2fs\n", strrchr(ev->instruction, '@') + 1, ev->seconds);
+		break;
+	case BUILD_EV_VM:
+		fprintf(stderr, "  builder VM started in %.2fs (stage as ext4 %.2fs)\n", ev->run->boot_ms / 1e3,
+			ev->run->ext4_ms / 1e3);
 		break;
 	case BUILD_EV_DONE:
 		break;
@@ -203,6 +219,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	}
 	o.on_event = on_event;
 	o.executor = &build_executor_vm;
+	/* ^C stops the builder VMs and removes their files */
+	vm_cleanup_on_signals();
 	o.event_ud = &json;
 	if (build_run(&o, &res, &err) < 0) {
 		if (json) {

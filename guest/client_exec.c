@@ -55,8 +55,10 @@ guest_proc *guest_spawn(guest_conn *c, const struct guest_exec_opts *o, int time
 		.groups = (uint32_t *)o->groups,
 		.ngroups = o->groups ? o->ngroups : 0,
 		.timeout_ms = o->timeout_ms,
-		.flags = (o->want_stdin ? GUEST_EXEC_STDIN : 0) | (o->detach ? GUEST_EXEC_DETACH : 0),
+		.flags = (o->want_stdin ? GUEST_EXEC_STDIN : 0) | (o->detach ? GUEST_EXEC_DETACH : 0) |
+			 (o->no_network ? GUEST_EXEC_NONET : 0),
 		.user = (char *)o->run_as,
+		.root = (char *)o->root,
 	};
 	struct guest_proc *p = NULL;
 
@@ -80,6 +82,11 @@ guest_proc *guest_spawn(guest_conn *c, const struct guest_exec_opts *o, int time
 	}
 	if (gc_check(c, err) < 0)
 		goto fail;
+	/* an older agent would ignore the field and run in its own root */
+	if ((o->root || o->no_network) && !(guest_conn_caps(c) & GUEST_CAP_ROOT)) {
+		kiln_err(err, KILN_E_GENERIC, "the agent cannot run a command in another root or without network");
+		goto fail;
+	}
 	p = gc_req_new(c, R_PROC);
 	p->on_stdout = o->on_stdout;
 	p->on_stderr = o->on_stderr;

@@ -55,10 +55,12 @@ enum guest_frame_type {
 #define GUEST_CAP_DOWNLOAD (1u << 4)
 #define GUEST_CAP_STAT (1u << 5)
 #define GUEST_CAP_SETUID (1u << 6)   /* the agent runs as root and can switch user */
+#define GUEST_CAP_ROOT (1u << 7)     /* EXEC honours a root directory and GUEST_EXEC_NONET */
 
 /* EXEC flags. */
 #define GUEST_EXEC_STDIN (1u << 0)   /* give the process a stdin pipe (else /dev/null) */
 #define GUEST_EXEC_DETACH (1u << 1)  /* outlive the session (start commands, snapshots) */
+#define GUEST_EXEC_NONET (1u << 2)   /* a new network namespace with only loopback (up) */
 
 /* ===========================================================================
  * Frames and payload codec (libc only; used by the agent and the host).
@@ -134,6 +136,8 @@ struct guest_exec_req {
 	uint64_t timeout_ms; /* 0 = none */
 	uint32_t flags;      /* GUEST_EXEC_* */
 	char *user;          /* "user[:group]" resolved in the guest; excludes uid/gid/groups */
+	char *root;          /* chroot into this guest directory first (user resolved in
+	                      * its /etc/passwd, cwd inside it); NULL = the agent's root */
 };
 struct guest_exit {
 	int32_t code;    /* exit status when signal == 0 */
@@ -234,6 +238,9 @@ struct guest_exec_opts {
 	bool want_stdin;          /* guest_proc_write/close_stdin will be used */
 	bool detach;              /* keep running when this connection ends (or the VM is
 				   * snapshotted and restored): output is then discarded */
+	const char *root;         /* run chrooted into this guest directory (run_as and cwd
+				   * taken inside it), as a build step in its own overlay */
+	bool no_network;          /* in a fresh network namespace with only loopback */
 	guest_output_fn on_stdout, on_stderr; /* NULL: discard */
 	void *user;
 };

@@ -11,7 +11,7 @@
 enum { HELLO_VERSION = 1, HELLO_CAPS, HELLO_AGENT, HELLO_PID };
 enum {
 	EXEC_ARG = 1, EXEC_ENV, EXEC_CWD, EXEC_UID, EXEC_GID, EXEC_GROUP, EXEC_ENV_SET, EXEC_TIMEOUT, EXEC_FLAGS,
-	EXEC_USER,
+	EXEC_USER, EXEC_ROOT,
 };
 enum { EXIT_CODE = 1, EXIT_SIGNAL, EXIT_TIMED_OUT };
 enum { XFER_DIR = 1, XFER_TIMEOUT };
@@ -204,6 +204,8 @@ void guest_encode_exec(struct guest_wbuf *w, uint32_t id, const struct guest_exe
 		guest_tlv_u64(w, EXEC_FLAGS, m->flags);
 	if (m->user)
 		guest_tlv_str(w, EXEC_USER, m->user);
+	if (m->root)
+		guest_tlv_str(w, EXEC_ROOT, m->root);
 	guest_frame_end(w, start);
 }
 
@@ -281,10 +283,14 @@ int guest_decode_exec(const uint8_t *p, size_t n, struct guest_exec_req *m, cons
 			if (get_str(&t, &m->user, why) < 0)
 				goto fail;
 			break;
+		case EXEC_ROOT:
+			if (get_str(&t, &m->root, why) < 0)
+				goto fail;
+			break;
 		case EXEC_FLAGS:
 			if (get_u64(&t, &v, why) < 0)
 				goto fail;
-			if (v & ~(uint64_t)(GUEST_EXEC_STDIN | GUEST_EXEC_DETACH)) {
+			if (v & ~(uint64_t)(GUEST_EXEC_STDIN | GUEST_EXEC_DETACH | GUEST_EXEC_NONET)) {
 				*why = "unknown exec flags";
 				goto fail;
 			}
@@ -337,6 +343,7 @@ void guest_exec_req_free(struct guest_exec_req *m)
 	free(m->cwd);
 	free(m->groups);
 	free(m->user);
+	free(m->root);
 	memset(m, 0, sizeof(*m));
 	m->uid = m->gid = -1;
 }

@@ -101,7 +101,8 @@ struct user_cred {
 	char home[1024];
 };
 /* Resolve "user[:group]" in the guest's /etc/passwd and /etc/group; -1 with why. */
-int user_resolve(const char *spec, struct user_cred *out, char *why, size_t whylen);
+/* root: read ROOT/etc/passwd and ROOT/etc/group (NULL: the agent's own). */
+int user_resolve(const char *spec, const char *root, struct user_cred *out, char *why, size_t whylen);
 
 /* files.c */
 void files_find_tar(struct agent *a, const char *opt);

@@ -575,7 +575,7 @@ int main(int argc, char **argv)
 	if (a.tar[0])
 		a.caps |= GUEST_CAP_UPLOAD | GUEST_CAP_DOWNLOAD;
 	if (geteuid() == 0)
-		a.caps |= GUEST_CAP_SETUID;
+		a.caps |= GUEST_CAP_SETUID | GUEST_CAP_ROOT;
 	guest_framer_init(&a.in);
 
 	if (fd >= 0) {

@@ -11,7 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/close_range.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,8 +27,9 @@ extern char **environ;
 static char *default_env[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", NULL };
 
 /* What the child failed at, reported through the status pipe. */
-enum { STEP_DUP, STEP_GROUPS, STEP_GID, STEP_UID, STEP_CWD, STEP_EXEC };
-static const char *const step_names[] = { "set up stdio", "setgroups", "setgid", "setuid", "chdir", "execute" };
+enum { STEP_DUP, STEP_NET, STEP_ROOT, STEP_GROUPS, STEP_GID, STEP_UID, STEP_CWD, STEP_EXEC };
+static const char *const step_names[] = { "set up stdio", "new network namespace", "chroot", "setgroups",
+					  "setgid", "setuid", "chdir", "execute" };
 
 struct session *session_find(struct agent *a, uint32_t id)
 {
@@ -61,6 +66,27 @@ static _Noreturn void child_fail(int fd, int step)
 	_exit(127);
 }
 
+/* A network namespace of its own with loopback up, as docker's --network=none. */
+static int net_isolate(void)
+{
+	struct ifreq ifr;
+	int fd, rc = -1;
+
+	if (unshare(CLONE_NEWNET) < 0)
+		return -1;
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0) {
+		ifr.ifr_flags |= IFF_UP;
+		rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
+	}
+	close(fd);
+	return rc;
+}
+
 static _Noreturn void child_run(int in, int out, int err, int status_fd, char *const argv[], char *const env[],
 				const char *cwd, const struct guest_exec_req *cred)
 {
@@ -77,6 +103,11 @@ static _Noreturn void child_run(int in, int out, int err, int status_fd, char *c
 			fcntl(fd, F_SETFD, FD_CLOEXEC);
 	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		child_fail(status_fd, STEP_DUP);
+	if (cred && (cred->flags & GUEST_EXEC_NONET) && net_isolate() < 0)
+		child_fail(status_fd, STEP_NET);
+	/* Before the user switch, which would take the right to chroot away. */
+	if (cred && cred->root && (chroot(cred->root) < 0 || chdir("/") < 0))
+		child_fail(status_fd, STEP_ROOT);
 	if (cred && (cred->uid >= 0 || cred->gid >= 0)) {
 		gid_t g = cred->gid >= 0 ? (gid_t)cred->gid : 0;
 		int rc;
@@ -153,6 +184,8 @@ struct session *session_spawn(struct agent *a, uint32_t id, enum session_kind ki
 		waitpid(pid, &st, 0);
 		if (msg[0] == STEP_CWD)
 			agent_send_error(a, id, msg[1], "chdir %s: %s", cwd ? cwd : "/", strerror(msg[1]));
+		else if (msg[0] == STEP_ROOT)
+			agent_send_error(a, id, msg[1], "chroot %s: %s", cred->root, strerror(msg[1]));
 		else if (msg[0] == STEP_EXEC)
 			agent_send_error(a, id, msg[1], "cannot execute %s: %s", argv[0], strerror(msg[1]));
 		else if (msg[0] >= 0 && msg[0] <= STEP_EXEC)
@@ -207,7 +240,7 @@ void session_exec(struct agent *a, uint32_t id, struct guest_exec_req *req)
 	size_t n;
 
 	if (req->user) {
-		if (user_resolve(req->user, &uc, why, sizeof(why)) < 0) {
+		if (user_resolve(req->user, req->root, &uc, why, sizeof(why)) < 0) {
 			agent_send_error(a, id, ENOENT, "%s", why);
 			return;
 		}

@@ -41,9 +41,9 @@ static int split(char *line, char **f, int n)
 	return k;
 }
 
-int user_resolve(const char *spec, struct user_cred *out, char *why, size_t whylen)
+int user_resolve(const char *spec, const char *root, struct user_cred *out, char *why, size_t whylen)
 {
-	char *copy = strdup(spec), *user, *group, line[4096], *f[7];
+	char *copy = strdup(spec), *user, *group, line[4096], *f[7], path[4096];
 	int64_t uid_num, gid_num;
 	bool found = false;
 	FILE *fp;
@@ -64,7 +64,8 @@ int user_resolve(const char *spec, struct user_cred *out, char *why, size_t whyl
 		goto out;
 	}
 	uid_num = parse_id(user);
-	fp = fopen("/etc/passwd", "re");
+	snprintf(path, sizeof(path), "%s/etc/passwd", root ? root : "");
+	fp = fopen(path, "re");
 	while (fp && !found && fgets(line, sizeof(line), fp)) {
 		if (split(line, f, 7) < 7)
 			continue;
@@ -90,7 +91,8 @@ int user_resolve(const char *spec, struct user_cred *out, char *why, size_t whyl
 		out->gid = 0;
 	}
 	gid_num = group ? parse_id(group) : -1;
-	fp = fopen("/etc/group", "re");
+	snprintf(path, sizeof(path), "%s/etc/group", root ? root : "");
+	fp = fopen(path, "re");
 	found = false;
 	while (fp && fgets(line, sizeof(line), fp)) {
 		int64_t g;

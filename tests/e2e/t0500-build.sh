@@ -185,15 +185,27 @@ expect_exit 0 "zstd layers" "$KILN" build --compression zstd --oci-out "$T_TMP/o
 expect_eq "zstd media type" "$(cfg "$T_TMP/oci5" 'sorted(set(l["mediaType"] for l in m["layers"]))')" '["application/vnd.oci.image.layer.v1.tar+zstd"]'
 expect_exit 0 "skopeo copies the zstd image" skopeo copy "oci:$T_TMP/oci5" "dir:$T_TMP/dir5"
 
-# heredoc COPY, and ONBUILD in a base is refused clearly
-printf 'FROM scratch\nCOPY <<EOT /etc/motd\nhello $HOSTNAME\nEOT\nONBUILD COPY a.txt /\n' >"$T_TMP/Dockerfile.hd"
+# heredoc COPY; ONBUILD triggers of a base run as the stage's first steps;
+# a local image as a base by name and by NAME@DIGEST
+printf 'FROM scratch\nCOPY <<EOT /etc/motd\nhello $HOSTNAME\nEOT\nONBUILD COPY a.txt /\nONBUILD ENV FROM_ONBUILD=yes\n' >"$T_TMP/Dockerfile.hd"
 expect_exit 0 "heredoc COPY" "$KILN" build -f "$T_TMP/Dockerfile.hd" -t onb --oci-out "$T_TMP/oci6" "$C"
+onb_digest=$(tail -1 "$T_TMP/out")
 expect_exit 0 "umoci unpacks the heredoc build" umoci unpack --image "$T_TMP/oci6:latest" "$T_TMP/b6"
 expect_eq "heredoc file" "$(cat "$T_TMP/b6/rootfs/etc/motd")" "hello "
-expect_eq "OnBuild recorded" "$(cfg "$T_TMP/oci6" 'c["config"]["OnBuild"]')" '["COPY a.txt /"]'
+expect_eq "OnBuild recorded" "$(cfg "$T_TMP/oci6" 'c["config"]["OnBuild"]')" '["COPY a.txt /","ENV FROM_ONBUILD=yes"]'
 printf 'FROM onb\nCOPY a.txt /y\n' >"$T_TMP/Dockerfile.onb"
-expect_exit 1 "a base with ONBUILD triggers is refused" "$KILN" build -f "$T_TMP/Dockerfile.onb" "$C"
-expect_grep "ONBUILD named" 'has ONBUILD triggers.*COPY a.txt /' "$T_TMP/err"
+expect_exit 0 "a base with ONBUILD triggers" "$KILN" build -f "$T_TMP/Dockerfile.onb" --oci-out "$T_TMP/oci8" "$C"
+expect_grep "the triggers ran first" '^\[2/4\] COPY a.txt /$' "$T_TMP/err"
+expect_exit 0 "umoci unpacks the ONBUILD build" umoci unpack --image "$T_TMP/oci8:latest" "$T_TMP/onb7"
+expect_eq "the trigger's COPY is in the image" "$(cat "$T_TMP/onb7/rootfs/a.txt")" "$(cat "$C/a.txt")"
+expect_eq "the trigger's ENV is in the config, OnBuild consumed" \
+	"$(cfg "$T_TMP/oci8" '["FROM_ONBUILD=yes" in c["config"]["Env"], c["config"].get("OnBuild")]')" '[true,null]'
+printf 'FROM onb@%s\nCOPY a.txt /y\n' "$onb_digest" >"$T_TMP/Dockerfile.dg"
+expect_exit 0 "FROM NAME@DIGEST of a local image" "$KILN" build -f "$T_TMP/Dockerfile.dg" "$C"
+expect_grep "pinned to that digest" "^  $onb_digest " "$T_TMP/err"
+printf 'FROM nosuch:1\n' >"$T_TMP/Dockerfile.ns"
+expect_exit 1 "an unknown local name" "$KILN" build -f "$T_TMP/Dockerfile.ns" "$C"
+expect_grep "says what is missing" "base image 'nosuch:1'" "$T_TMP/err"
 
 # a build killed midway leaves no partial blob visible; prune clears its temp files
 head -c 64M /dev/urandom >"$C/big.bin"

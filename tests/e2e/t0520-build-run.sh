@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# t0520-build-run.sh — RUN in the builder microVM: changes captured as one
-# layer (new files, deletions as whiteouts, replaced directories as opaque),
-# USER/ENV/WORKDIR seen by the command, a failing RUN named with its line and
-# exit code and leaving no cache entry, cache hits skipping the VM, a changed
-# input re-running only the steps after it.  Real QEMU (TCG), real agent.
+# t0520-build-run.sh — RUN in the builder microVM: one VM per stage for all
+# its RUNs, each step's changes captured as its own layer (new files,
+# deletions as whiteouts, replaced directories as opaque), a COPY between RUNs
+# seen by the next one, USER/ENV/WORKDIR seen by the command, heredocs,
+# --mount=bind|cache|tmpfs (never in the layer), --network=none, a failing
+# RUN named with its line and exit code leaving no cache entry and no VM,
+# ^C cleaning up, cache hits skipping the VM, a changed input re-running
+# only the steps after it.  Real QEMU (TCG), real agent.
 . tests/e2e/lib.sh
 . tests/e2e/vmlib.sh
 vm_setup
@@ -25,57 +28,130 @@ printf 'root:x:0:\napp:x:1000:\n' >"$R/etc/group"
 umoci repack --image "$B:base" "$T_TMP/bbb" >/dev/null 2>&1
 
 C=$T_TMP/ctx
-mkdir -p "$C"
+mkdir -p "$C/src"
 echo hi >"$C/a.txt"
+echo bee >"$C/b.txt"
+echo in-src >"$C/src/x"
 cat >"$C/Dockerfile" <<DF
+FROM scratch AS side
+COPY b.txt /marker
 FROM oci:$B:base
 ENV GREETING=hello
 COPY a.txt /a.txt
 WORKDIR /work
 RUN echo run-output-line && cat /a.txt >made && pwd >cwd && echo \$GREETING >env && rm -rf /old/sub && mkdir /old/sub && echo new >/old/sub/g && rm /bin/ls
+COPY b.txt /b.txt
+RUN cat /b.txt made >both && rm made
+RUN <<EOF
+echo simple-heredoc >/hd1
+echo \$((1+2)) >>/hd1
+EOF
+RUN <<SCRIPT
+#!/bin/sh
+echo "script \$0" >/hd2
+SCRIPT
+RUN cat <<A >/hd3 && cat <<"Q" >>/hd3
+a-body
+A
+q-body \$HOME
+Q
+RUN --mount=type=bind,source=src,target=/mnt/src cat /mnt/src/x >/bind1 && (touch /mnt/src/y 2>/dev/null || echo read-only >/bind2)
+RUN --mount=type=bind,from=side,source=/marker,target=/m.txt cat /m.txt >/bind3
+RUN --mount=type=cache,target=/cache,id=t0520 n=\$(cat /cache/n 2>/dev/null || echo 0); echo \$((n+1)) >/cache/n; cp /cache/n /count
+RUN --mount=type=tmpfs,target=/scratch echo t >/scratch/f && ls /scratch >/tmpfs1
+RUN --network=none ip -o link | cut -d: -f2 | tr -d ' ' >/links
 USER app
 RUN --network=none id -u >/tmp/uid
 DF
-expect_exit 0 "build with RUN steps" "$KILN" build -t run:1 --oci-out "$T_TMP/oci" "$C"
-expect_grep "RUN output streamed" '^run-output-line$' "$T_TMP/err"
+expect_exit 0 "build with RUN steps" "$KILN" build --json -t run:1 --oci-out "$T_TMP/oci" "$C"
+expect_grep "RUN output streamed" '"data":"run-output-line\\n"' "$T_TMP/out"
+expect_eq "one builder VM for the stage's 11 RUNs" "$(grep -c '"event":"vm"' "$T_TMP/out")" 1
+expect_eq "11 RUN steps ran" "$(grep -c '"run":{' "$T_TMP/out")" 11
 expect_exit 0 "umoci unpacks it" umoci unpack --image "$T_TMP/oci:1" "$T_TMP/u"
 U=$T_TMP/u/rootfs
-expect_eq "RUN wrote files in WORKDIR" "$(cat "$U/work/made" "$U/work/cwd" "$U/work/env")" "hi
-/work
+expect_eq "RUN wrote files in WORKDIR" "$(cat "$U/work/cwd" "$U/work/env")" "/work
 hello"
-expect_eq "USER app ran the second RUN" "$(cat "$U/tmp/uid")" 1000
+expect_eq "a COPY between RUNs reaches the running VM" "$(cat "$U/work/both")" "bee
+hi"
+expect_eq "a file of an earlier RUN deleted by a later one" "$(ls "$U/work" | grep -c '^made$')" 0
+expect_eq "USER app ran the last RUN" "$(cat "$U/tmp/uid")" 1000
 expect_eq "a deleted file is gone (whiteout)" "$(ls "$U/bin" | grep -c '^ls$')" 0
 expect_eq "a replaced directory is opaque" "$(ls "$U/old/sub")" g
 expect_eq "its sibling is kept" "$(cat "$U/old/keep")" kept
+expect_eq "RUN <<EOF: the body is the shell's command" "$(cat "$U/hd1")" "simple-heredoc
+3"
+expect_eq "RUN <<EOF with #!: a script run from /dev/pipes" "$(cat "$U/hd2")" "script /dev/pipes/SCRIPT"
+expect_eq "heredocs of a command, quoted one literal" "$(cat "$U/hd3")" 'a-body
+q-body $HOME'
+expect_eq "bind mount of a context directory, read-only" "$(cat "$U/bind1" "$U/bind2")" "in-src
+read-only"
+expect_eq "bind mount of a file from another stage" "$(cat "$U/bind3")" bee
+expect_eq "cache mount: first use" "$(cat "$U/count")" 1
+expect_eq "tmpfs mount" "$(cat "$U/tmpfs1")" f
+expect_eq "--network=none: only loopback" "$(cat "$U/links")" lo
+expect_eq "no mount point, pipe or stub in the image" \
+	"$(ls -d "$U/mnt" "$U/cache" "$U/scratch" "$U/m.txt" "$U/dev/pipes" 2>/dev/null | wc -l)" 0
 layers=$(python3 - "$T_TMP/oci" <<'PY'
 import json, sys, tarfile
 d = sys.argv[1]
 idx = json.load(open(d + "/index.json"))
 m = json.load(open(d + "/blobs/sha256/" + idx["manifests"][-1]["digest"][7:]))
-names = tarfile.open(d + "/blobs/sha256/" + m["layers"][-2]["digest"][7:]).getnames()
-print(" ".join(sorted(n for n in names if ".wh." in n or n.startswith("etc"))))
+for l in m["layers"]:
+    names = tarfile.open(d + "/blobs/sha256/" + l["digest"][7:]).getnames()
+    if "bin/.wh.ls" in names:
+        print(" ".join(sorted(n for n in names if ".wh." in n or n.startswith("etc"))))
+    if "work/both" in names:
+        print(" ".join(sorted(names)))
 PY
 )
-expect_eq "whiteout and opaque marker in the RUN layer, no resolv.conf" "$layers" "bin/.wh.ls etc old/sub/.wh..wh..opq"
+expect_eq "each RUN its own layer: whiteout and opaque marker, no /etc copied up for resolv.conf; the next RUN's diff" "$layers" \
+	"bin/.wh.ls old/sub/.wh..wh..opq
+work work/.wh.made work/both"
+expect_eq "no VM left behind" "$(ls -A "$TMPDIR" | grep -c kiln-vm)" 0
 
-# a failing RUN: its line and exit code; no cache entry is left
+# refused clearly, before any VM starts
+printf 'FROM oci:%s:base\nRUN --mount=type=secret,id=tok cat /run/secrets/tok\n' "$B" >"$T_TMP/Dockerfile.sec"
+expect_exit 1 "RUN --mount=type=secret" "$KILN" build -f "$T_TMP/Dockerfile.sec" "$C"
+expect_grep "secret mounts refused, step named" 'Dockerfile.sec:2: \[2/2\] RUN --mount=type=secret.*type=secret is not supported' "$T_TMP/err"
+printf 'FROM oci:%s:base\nRUN --network=host true\n' "$B" >"$T_TMP/Dockerfile.host"
+expect_exit 1 "RUN --network=host" "$KILN" build -f "$T_TMP/Dockerfile.host" "$C"
+expect_grep "host network refused" 'want none or default' "$T_TMP/err"
+
+# a failing RUN: its line and exit code; no cache entry is left, nor a VM
 printf 'FROM oci:%s:base\nCOPY a.txt /x\nRUN echo before; exit 3\n' "$B" >"$T_TMP/Dockerfile.fail"
 n_before=$("$KILN" cache ls --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
 expect_exit 1 "a failing RUN fails the build" "$KILN" build -f "$T_TMP/Dockerfile.fail" "$C"
 expect_grep "error names file, line, step and exit code" 'Dockerfile.fail:3: \[3/3\] RUN echo before; exit 3: the command returned a non-zero code: 3' "$T_TMP/err"
 n_after=$("$KILN" cache ls --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
 expect_eq "only the COPY step was cached" "$n_after" "$((n_before + 1))"
+expect_eq "the failed build's VM is gone" "$(ls -A "$TMPDIR" | grep -c kiln-vm)$(pgrep -f "$TMPDIR/kiln-vm" | wc -l)" 00
+
+# ^C in the middle of a RUN: QEMU stopped, the VM's files removed
+printf 'FROM oci:%s:base\nRUN echo started; sleep 600\n' "$B" >"$T_TMP/Dockerfile.int"
+"$KILN" build --json -f "$T_TMP/Dockerfile.int" "$C" >"$T_TMP/int.out" 2>&1 &
+PB=$!
+for _ in $(seq 1 600); do grep -q '"data":"started' "$T_TMP/int.out" && break; sleep 0.2; done
+expect_eq "the VM ran the command" "$(grep -c '"data":"started' "$T_TMP/int.out")" 1
+kill -INT $PB
+for _ in $(seq 1 100); do kill -0 $PB 2>/dev/null || break; sleep 0.2; done
+wait $PB
+expect_eq "^C ends the build" "$?" 130
+expect_eq "no QEMU and no VM directory left after ^C" "$(ls -A "$TMPDIR" | grep -c kiln-vm)$(pgrep -f "$TMPDIR/kiln-vm" | wc -l)" 00
 
 # cache: a rebuild skips the VM; a changed input re-runs only what follows it
 start=$(date +%s)
 expect_exit 0 "cached rebuild" "$KILN" build --json "$C"
-expect_eq "cached rebuild: every layer step a hit" "$(grep -c '"cache":"hit"' "$T_TMP/out")" 4
-expect_eq "cached rebuild boots no VM (under 5 s)" "$(( $(date +%s) - start < 5 ))" 1
+expect_eq "cached rebuild: every layer step a hit" "$(grep -c '"cache":"hit"' "$T_TMP/out")" 15
+expect_eq "cached rebuild boots no VM" "$(grep -c '"event":"vm"' "$T_TMP/out")" 0
+expect_eq "cached rebuild under 5 s" "$(( $(date +%s) - start < 5 ))" 1
 echo changed >"$C/a.txt"
-expect_exit 0 "rebuild after changing a.txt" "$KILN" build --json "$C"
+expect_exit 0 "rebuild after changing a.txt" "$KILN" build --json --oci-out "$T_TMP/oci2" "$C"
 hits=$(python3 -c 'import json,sys
 print(" ".join(json.loads(l)["cache"] for l in open(sys.argv[1]) if "\"cache\"" in l))' "$T_TMP/out")
-expect_eq "COPY and the RUNs after it re-run; WORKDIR layer too" "$hits" "miss miss miss miss"
+expect_eq "the side stage hits; COPY, WORKDIR and the RUNs after it re-run" "$hits" \
+	"hit miss miss miss miss miss miss miss miss miss miss miss miss miss miss"
+expect_exit 0 "umoci unpacks the rebuild" umoci unpack --image "$T_TMP/oci2:latest" "$T_TMP/u2"
+expect_eq "the cache mount kept its content across builds" "$(cat "$T_TMP/u2/rootfs/count")" 2
 
 # --template: the image finalised by the snapshot stage; its start command
 # defaults to ENTRYPOINT + CMD, and a sandbox restored from it sees its work

@@ -99,7 +99,8 @@ static void test_exec_roundtrip(void)
 	uint32_t groups[] = { 10, 20 };
 	struct guest_exec_req in = {
 		.argv = argv, .argc = 3, .env = env, .envc = 2, .cwd = "/work", .uid = 1000, .gid = 0,
-		.groups = groups, .ngroups = 2, .timeout_ms = 1500, .flags = GUEST_EXEC_STDIN,
+		.groups = groups, .ngroups = 2, .timeout_ms = 1500, .flags = GUEST_EXEC_STDIN | GUEST_EXEC_NONET,
+		.root = "/run/kiln/steps/s1/r",
 	};
 	struct guest_exec_req out;
 	struct guest_wbuf w = { 0 };
@@ -120,7 +121,8 @@ static void test_exec_roundtrip(void)
 	CHECK_INT(out.ngroups, 2);
 	CHECK_INT(out.groups[1], 20);
 	CHECK_INT(out.timeout_ms, 1500);
-	CHECK_INT(out.flags, GUEST_EXEC_STDIN);
+	CHECK_INT(out.flags, GUEST_EXEC_STDIN | GUEST_EXEC_NONET);
+	CHECK_STR(out.root, "/run/kiln/steps/s1/r");
 	guest_exec_req_free(&out);
 	guest_wbuf_free(&w);
 
@@ -131,6 +133,7 @@ static void test_exec_roundtrip(void)
 	CHECK(out.env == NULL);
 	CHECK_INT(out.uid, -1);
 	CHECK(out.cwd == NULL);
+	CHECK(out.root == NULL);
 	guest_exec_req_free(&out);
 	guest_wbuf_free(&w);
 

@@ -1,0 +1,169 @@
+/* exec_capture.c — moving layers between the host and the builder VM: a
+ * step's overlay upper directory (downloaded) becomes a change list with OCI
+ * whiteouts, and a layer made on the host (COPY, ADD, WORKDIR) becomes a
+ * plain tar the guest extracts as one more overlay lower directory. */
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "builder/internal.h"
+#include "guest/guest.h"
+
+static struct build_item *push_item(struct build_changes *ch)
+{
+	if (ch->n == ch->cap) {
+		ch->cap = ch->cap ? 2 * ch->cap : 32;
+		ch->v = kiln_xrealloc(ch->v, ch->cap * sizeof(*ch->v));
+	}
+	struct build_item *it = &ch->v[ch->n++];
+	memset(it, 0, sizeof(*it));
+	return it;
+}
+
+/* as docker: the runtime's files, never part of a layer */
+static bool runtime_file(const char *path)
+{
+	return strcmp(path, "etc/resolv.conf") == 0 || strcmp(path, "etc/hosts") == 0 ||
+	       strcmp(path, "etc/hostname") == 0;
+}
+
+int build_upper_changes(guest_conn *conn, const char *guest_upper, const char *dir, struct build_changes *ch,
+			kiln_error **err)
+{
+	build_tree *t = NULL;
+	int rc = -1;
+
+	if (build_tree_open(dir, NULL, &t, err) < 0)
+		return -1;
+	for (size_t i = 0; i < build_tree_count(t); i++) {
+		const struct build_entry *e = build_tree_entry(t, i);
+		if (runtime_file(e->path))
+			continue;
+		if (S_ISCHR(e->st.st_mode) && major(e->st.st_rdev) == 0 && minor(e->st.st_rdev) == 0) {
+			/* overlayfs whiteout: the path was deleted */
+			const char *slash = strrchr(e->path, '/');
+			struct build_item *it = push_item(ch);
+			it->dest = slash ? kiln_xasprintf("%.*s/.wh.%s", (int)(slash - e->path), e->path, slash + 1)
+					 : kiln_xasprintf(".wh.%s", e->path);
+			it->mode = S_IFREG | 0644;
+			continue;
+		}
+		if (S_ISDIR(e->st.st_mode)) {
+			/* an opaque directory hides everything below it in the lower layers */
+			struct guest_stat gs;
+			char *gpath = kiln_xasprintf("%s/%s", guest_upper, e->path);
+			memset(&gs, 0, sizeof(gs));
+			int r = guest_stat_path(conn, gpath, GUEST_STAT_XATTRS, &gs, 30000, err);
+			free(gpath);
+			if (r < 0)
+				goto out;
+			const struct guest_xattr *x = guest_stat_xattr(&gs, "trusted.overlay.opaque");
+			if (x && x->len >= 1 && x->value[0] == 'y') {
+				struct build_item *op = push_item(ch);
+				op->dest = kiln_xasprintf("%s/.wh..wh..opq", e->path);
+				op->mode = S_IFREG | 0644;
+			}
+			guest_stat_free(&gs);
+		}
+		struct build_item *it = push_item(ch);
+		it->dest = kiln_xstrdup(e->path);
+		it->mode = it->src_mode = e->st.st_mode;
+		it->uid = it->src_uid = e->st.st_uid;
+		it->gid = it->src_gid = e->st.st_gid;
+		it->link = e->link ? kiln_xstrdup(e->link) : NULL;
+		if (S_ISREG(e->st.st_mode)) {
+			it->src = kiln_path_join(dir, e->path);
+			it->size = (uint64_t)e->st.st_size;
+		}
+	}
+	rc = 0;
+out:
+	build_tree_free(t);
+	return rc;
+}
+
+int build_layer_plain_tar(build_store *s, const struct build_layer *l, const char *out, kiln_error **err)
+{
+	char *blob = build_store_blob_path(s, l->digest);
+	struct archive *a = archive_read_new(), *w = archive_write_new();
+	struct archive_entry *e;
+	const void *buf;
+	size_t len;
+	la_int64_t off;
+	int r, rc = -1;
+
+	archive_read_support_filter_all(a);
+	archive_read_support_format_tar(a);
+	archive_write_set_format_pax_restricted(w);
+	if (archive_read_open_filename(a, blob, 65536) != ARCHIVE_OK) {
+		kiln_err(err, KILN_E_INVALID, "layer %s: %s", l->digest, archive_error_string(a));
+		goto out;
+	}
+	if (archive_write_open_filename(w, out) != ARCHIVE_OK) {
+		kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
+		goto out;
+	}
+	while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+		char *rel = build_layer_path(archive_entry_pathname(e));
+		const char *slash = strrchr(rel, '/'), *base = slash ? slash + 1 : rel;
+		if (strncmp(base, ".wh.", 4) == 0) {
+			free(rel);
+			rc = 1; /* the guest cannot be given this as a plain directory */
+			goto out;
+		}
+		if (!rel[0]) {
+			free(rel);
+			continue;
+		}
+		archive_entry_set_pathname(e, rel);
+		free(rel);
+		if (archive_entry_hardlink(e)) {
+			char *h = build_layer_path(archive_entry_hardlink(e));
+			archive_entry_set_hardlink(e, h);
+			free(h);
+		}
+		if (archive_write_header(w, e) != ARCHIVE_OK) {
+			kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
+			goto out;
+		}
+		while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
+			if (archive_write_data(w, buf, len) < 0) {
+				kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
+				goto out;
+			}
+		if (r != ARCHIVE_EOF) {
+			kiln_err(err, KILN_E_INVALID, "layer %s: %s", l->digest, archive_error_string(a));
+			goto out;
+		}
+	}
+	if (r != ARCHIVE_EOF) {
+		kiln_err(err, KILN_E_INVALID, "layer %s: %s", l->digest, archive_error_string(a));
+		goto out;
+	}
+	if (archive_write_close(w) != ARCHIVE_OK) {
+		kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
+		goto out;
+	}
+	rc = 0;
+out:
+	archive_read_free(a);
+	archive_write_free(w);
+	free(blob);
+	return rc;
+}
+
+int build_upload_tar_file(guest_conn *conn, const char *tar, const char *guest_dir, kiln_error **err)
+{
+	int fd = open(tar, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return kiln_err_errno(err, errno, "open %s", tar);
+	int rc = guest_upload_tar(conn, guest_dir, fd, 600000, err);
+	close(fd);
+	return rc;
+}
