@@ -205,7 +205,7 @@ expect_exit 0 "FROM NAME@DIGEST of a local image" "$KILN" build -f "$T_TMP/Docke
 expect_grep "pinned to that digest" "^  $onb_digest " "$T_TMP/err"
 printf 'FROM nosuch:1\n' >"$T_TMP/Dockerfile.ns"
 expect_exit 1 "an unknown local name" "$KILN" build -f "$T_TMP/Dockerfile.ns" "$C"
-expect_grep "says what is missing" "base image 'nosuch:1'" "$T_TMP/err"
+expect_grep "says what is missing" "FROM nosuch:1: not a local kiln image" "$T_TMP/err"
 
 # a build killed midway leaves no partial blob visible; prune clears its temp files
 head -c 64M /dev/urandom >"$C/big.bin"
