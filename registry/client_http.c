@@ -346,6 +346,14 @@ void reg_http_setup(struct reg_http *r, CURL *h)
 	r->c->stats.requests++;
 }
 
+void reg_http_done(struct reg_http *r)
+{
+	long conns = 0;
+	curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->status);
+	if (curl_easy_getinfo(r->h, CURLINFO_NUM_CONNECTS, &conns) == CURLE_OK && conns > 0)
+		r->c->stats.connects += (uint64_t)conns;
+}
+
 int reg_http_transient(const struct reg_http *r)
 {
 	if (r->sink_failed)
@@ -416,7 +424,7 @@ int reg_http_do(struct reg_http *r, kiln_error **err)
 	for (;;) {
 		reg_http_setup(r, r->c->easy);
 		r->cr = curl_easy_perform(r->c->easy);
-		curl_easy_getinfo(r->c->easy, CURLINFO_RESPONSE_CODE, &r->status);
+		reg_http_done(r);
 		if (r->cr == CURLE_OK && r->status == 401 && !r->token_request && auths < 2) {
 			auths++;
 			if (reg_http_authorize(r, err) < 0)

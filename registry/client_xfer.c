@@ -594,7 +594,7 @@ static int run(reg_client *c, const char *repo, int push, const struct reg_blob 
 				continue;
 			curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&j);
 			j->rq.cr = m->data.result;
-			curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &j->rq.status);
+			reg_http_done(&j->rq);
 			release_slot(&x, j);
 			if (advance(&x, j, err) < 0)
 				goto out;

@@ -282,6 +282,8 @@ void reg_http_free(struct reg_http *r);
 void reg_http_reset(struct reg_http *r);
 /* Configure handle h for r (resets h; keeps its connections). */
 void reg_http_setup(struct reg_http *r, CURL *h);
+/* After a transfer on r->h: status and connection statistics. */
+void reg_http_done(struct reg_http *r);
 /* Worth retrying: connection-level errors, 408, 429, 5xx. */
 int reg_http_transient(const struct reg_http *r);
 /* r got 401: run the challenge flow so the next attempt is authorised.

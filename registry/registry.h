@@ -174,6 +174,7 @@ struct reg_client_opts {
 struct reg_client_stats {
 	uint64_t bytes_up, bytes_down; /* body bytes sent and received */
 	uint64_t requests, retries;
+	uint64_t connects;             /* new connections opened (the rest reused one) */
 };
 
 /* A client for one registry host (HOST[:PORT] as in struct reg_imgref). */

@@ -3,7 +3,12 @@
  * WWW-Authenticate parser, credentials files, blob push (monolithic,
  * chunked, mount) and pull (resume, digest mismatch), manifests and indexes,
  * parallel transfers with progress and have(). */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -309,6 +314,12 @@ static void test_parallel_and_manifests(void)
 	CHECK(reg_manifest_get(c, "t/par", "nope", NULL, &d, &err) < 0);
 	CHECK(err && strstr(kiln_error_message(err), "MANIFEST_UNKNOWN"));
 	kiln_error_clear(&err);
+	/* keep-alive: many requests, few connections (parallel 4 + the synchronous handle) */
+	const struct reg_client_stats *st = reg_client_stats(c);
+	printf("#   %llu requests over %llu connections\n", (unsigned long long)st->requests,
+	       (unsigned long long)st->connects);
+	CHECK(st->requests > 40);
+	CHECK(st->connects <= 6);
 	free(man);
 	free(idx);
 	for (int i = 0; i < N; i++) {
@@ -359,6 +370,57 @@ static void test_auth(void)
 	reg_client_free(c);
 }
 
+struct late {
+	struct reg_config cfg;
+	reg_server *srv;
+};
+
+static void *start_late(void *ud)
+{
+	struct late *l = ud;
+	kiln_error *err = NULL;
+	struct timespec ts = { 0, 400 * 1000000L };
+	nanosleep(&ts, NULL);
+	l->srv = reg_server_start(&l->cfg, &err);
+	kiln_error_free(err);
+	return NULL;
+}
+
+/* Connection refused at first: the client backs off and retries until the
+ * server (started 0.4 s later on that port) answers. */
+static void test_retry_until_up(void)
+{
+	struct late l;
+	kiln_error *err = NULL;
+	pthread_t th;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+
+	CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && getsockname(fd, (struct sockaddr *)&a, &al) == 0);
+	close(fd);
+	reg_config_init(&l.cfg);
+	free(l.cfg.data_dir);
+	l.cfg.data_dir = kiln_path_join(tmp, "late");
+	l.cfg.port = ntohs(a.sin_port);
+	l.srv = NULL;
+	char h[64];
+	snprintf(h, sizeof(h), "127.0.0.1:%u", l.cfg.port);
+	reg_client *c = reg_client_new(h, &(struct reg_client_opts){ .retries = 6, .anonymous = 1 }, &err);
+	pthread_create(&th, NULL, start_late, &l);
+	CHECK(reg_client_ping(c, &err) == 0);
+	if (err)
+		printf("#   %s\n", kiln_error_message(err));
+	kiln_error_clear(&err);
+	CHECK(reg_client_stats(c)->retries >= 1);
+	pthread_join(th, NULL);
+	CHECK(l.srv != NULL);
+	reg_client_free(c);
+	if (l.srv)
+		reg_server_stop(l.srv);
+	reg_config_free(&l.cfg);
+}
+
 int main(void)
 {
 	struct reg_config cfg, acfg;
@@ -395,6 +457,7 @@ int main(void)
 	RUN(test_blobs);
 	RUN(test_parallel_and_manifests);
 	RUN(test_auth);
+	RUN(test_retry_until_up);
 	reg_server_stop(srv);
 	reg_server_stop(asrv);
 	reg_config_free(&cfg);
