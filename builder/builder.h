@@ -182,6 +182,9 @@ int build_store_read(const build_store *s, const char *digest, char **data, size
 		     kiln_error **err);
 /* Copy a file into the store, verifying it against `expect`. */
 int build_store_import_file(build_store *s, const char *path, const char *expect, kiln_error **err);
+/* Move a file from the store's tmp/ into the store (no copy), verified
+ * against `expect` (sha256); the file is gone afterwards either way. */
+int build_store_adopt(build_store *s, const char *path, const char *expect, kiln_error **err);
 /* Point NAME[:TAG] (":latest" added when missing) at a manifest. */
 int build_store_tag(build_store *s, const char *name, const char *manifest_digest, kiln_error **err);
 /* {"NAME:TAG": {"digest": ..., "created": ...}} */

@@ -106,9 +106,7 @@ int build_image_pull(build_store *s, const char *ref, const struct build_remote_
 	for (i = 0; i < n; i++) {
 		if (access(paths[i], F_OK) != 0)
 			continue; /* it was already in the store */
-		int er = build_store_import_file(s, paths[i], blobs[i].digest, err);
-		unlink(paths[i]);
-		if (er < 0)
+		if (build_store_adopt(s, paths[i], blobs[i].digest, err) < 0)
 			goto out;
 	}
 	if (build_store_put(s, doc.data, doc.len, stored, err) < 0)

@@ -264,6 +264,41 @@ fail:
 	return -1;
 }
 
+int build_store_adopt(build_store *s, const char *path, const char *expect, kiln_error **err)
+{
+	char got[KILN_DIGEST_MAX], *dst = NULL;
+	int fd = -1, rc = -1;
+
+	if (build_store_has_blob(s, expect)) {
+		unlink(path);
+		return 0;
+	}
+	if (kiln_digest_file(KILN_SHA256, path, got, err) < 0)
+		goto out;
+	if (strcmp(got, expect) != 0) {
+		unlink(path);
+		kiln_err(err, KILN_E_INVALID, "%s: blob digest mismatch: got %s, want %s", path, got, expect);
+		goto out;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0 || fchmod(fd, 0644) < 0) {
+		kiln_err_errno(err, errno, "store: sync %s", path);
+		goto out;
+	}
+	dst = build_store_blob_path(s, got);
+	if (rename(path, dst) < 0) {
+		kiln_err_errno(err, errno, "store: rename into %s", dst);
+		goto out;
+	}
+	fsync_dir(dst);
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(dst);
+	return rc;
+}
+
 char *build_ref_normalize(const char *name)
 {
 	const char *slash = strrchr(name, '/');
