@@ -310,4 +310,57 @@ void reg_challenge_free(struct reg_challenge *ch);
 /* "Authorization: …" for a scope from the cache, or NULL. */
 char *reg_auth_header(reg_client *c, const char *scope);
 
+/* ---- template distribution (chunk.c, tmpl.c; docs/distribution.md) ---- */
+/* One file of a template (rootfs, memory, disk, state) as fixed-size chunks. */
+struct reg_tmpl_part {
+	char *role;
+	char digest[KILN_DIGEST_MAX];  /* of the whole file */
+	uint64_t size;
+	uint64_t chunk_size;
+	size_t nchunks;
+	char **chunks;                 /* blob digest of each zstd chunk; NULL: all zeros */
+};
+
+struct reg_tmpl_blob {
+	char digest[KILN_DIGEST_MAX];
+	uint64_t size;
+};
+
+/* A template version as an OCI artifact: config + index + chunk blobs. */
+struct reg_tmpl {
+	char *config;                  /* the template config blob */
+	size_t config_len;
+	char config_digest[KILN_DIGEST_MAX];
+	struct reg_tmpl_part *parts;
+	size_t nparts;
+	struct reg_tmpl_blob *blobs;   /* unique chunk blobs, in order of first use */
+	size_t nblobs;
+	char *index;                   /* the index blob (JSON) */
+	size_t index_len;
+	char index_digest[KILN_DIGEST_MAX];
+	char *manifest;                /* the OCI image manifest */
+	size_t manifest_len;
+	char manifest_digest[KILN_DIGEST_MAX];
+};
+
+/* The chunk size for a file of this size: 64 KiB, doubled until it has at
+ * most REG_TMPL_MAX_CHUNKS chunks (bounds the manifest). */
+#define REG_TMPL_MAX_CHUNKS 8192
+uint64_t reg_tmpl_chunk_size(uint64_t file_size);
+/* Chunk a file into the store (zero chunks skipped) and describe it. */
+int reg_tmpl_chunk_file(reg_chunks *cs, const char *path, const char *role, struct reg_tmpl_part *part,
+			kiln_error **err);
+/* Build the index and the manifest from config + parts (fills blobs too). */
+int reg_tmpl_seal(struct reg_tmpl *t, reg_chunks *cs, kiln_error **err);
+/* Parse and cross-check a pulled artifact: every chunk the index names must
+ * be a layer of the manifest (or registries may collect it). */
+int reg_tmpl_parse(struct reg_tmpl *t, const char *manifest, size_t manifest_len, kiln_error **err);
+int reg_tmpl_parse_index(struct reg_tmpl *t, const char *index, size_t len, kiln_error **err);
+void reg_tmpl_free(struct reg_tmpl *t);
+/* A local template (snapshots/ store) as an artifact, its chunks in cs. */
+int reg_tmpl_make(reg_chunks *cs, const char *template_ref, struct reg_tmpl *t, kiln_error **err);
+/* Assemble a parsed artifact whose chunks are all in cs and import it as a
+ * template tagged name; returns the local template digest. */
+char *reg_tmpl_assemble(reg_chunks *cs, const struct reg_tmpl *t, const char *name, kiln_error **err);
+
 #endif

@@ -266,5 +266,48 @@ json_t *reg_progress_json(const struct reg_progress *p, double elapsed_s);
 /* One blob (the same machinery, parallel 1). */
 int reg_blob_push(reg_client *c, const char *repo, const struct reg_blob *b, kiln_error **err);
 int reg_blob_get(reg_client *c, const char *repo, const struct reg_blob *b, kiln_error **err);
+/* ---------------------------------------------------------------------------
+ * Template distribution (docs/distribution.md).  A template version travels
+ * as an OCI image manifest: config = the template config, layers = an index
+ * blob then the zstd chunks of its files.  reg_chunks is the host's chunk
+ * store ($KILN_HOME/chunks), shared by all templates, LRU-evicted.
+ * ------------------------------------------------------------------------- */
+#define REG_TMPL_ARTIFACT_TYPE "application/vnd.kiln.template.v1"
+#define REG_TMPL_CONFIG_MEDIA "application/vnd.kiln.template.config.v1+json"
+#define REG_TMPL_INDEX_MEDIA "application/vnd.kiln.template.index.v1+json"
+#define REG_TMPL_CHUNK_MEDIA "application/vnd.kiln.template.chunk.v1+zstd"
+
+typedef struct reg_chunks reg_chunks;
+
+/* dir NULL: $KILN_HOME/chunks (created). */
+reg_chunks *reg_chunks_open(const char *dir, kiln_error **err);
+void reg_chunks_close(reg_chunks *cs);
+const char *reg_chunks_dir(const reg_chunks *cs);
+char *reg_chunks_path(const reg_chunks *cs, const char *digest);
+/* 1 if the chunk is stored (and marks it used), else 0. */
+int reg_chunks_has(reg_chunks *cs, const char *digest);
+/* A new temp file in the store (for a download); then commit verifies it
+ * against digest and moves it in, or removes it. */
+char *reg_chunks_tmp(reg_chunks *cs, int *fd, kiln_error **err);
+int reg_chunks_commit(reg_chunks *cs, const char *tmp, const char *digest, kiln_error **err);
+int reg_chunks_put(reg_chunks *cs, const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err);
+/* A chunk's bytes, verified (a corrupted one is removed and is an error). */
+int reg_chunks_get(reg_chunks *cs, const char *digest, char **data, size_t *len, kiln_error **err);
+/* Keep these chunks from eviction until unpin/close (or this process dies). */
+int reg_chunks_pin(reg_chunks *cs, const char *const *digests, size_t n, kiln_error **err);
+void reg_chunks_unpin(reg_chunks *cs);
+
+struct reg_chunks_stats {
+	uint64_t chunks, bytes;        /* in the store after eviction */
+	uint64_t evicted, evicted_bytes, pinned;
+};
+/* Remove least recently used chunks until the store holds at most max_bytes
+ * (disk usage), never a pinned one. */
+int reg_chunks_evict(reg_chunks *cs, uint64_t max_bytes, struct reg_chunks_stats *st, kiln_error **err);
+/* The store's size limit: $KILN_CHUNKS_MAX ("20G"), default 20 GiB. */
+uint64_t reg_chunks_limit(void);
+
+/* Whether a manifest is a kiln template artifact. */
+int reg_tmpl_is_artifact(const char *manifest, size_t len);
 
 #endif

@@ -101,4 +101,22 @@ int snap_sandbox_exec(const char *id, const char *const *argv, guest_output_fn o
 int snap_sandbox_exec_conn(guest_conn *c, const char *id, const char *const *argv, guest_output_fn on_stdout,
 			   guest_output_fn on_stderr, void *user, struct guest_result *res, kiln_error **err);
 
+/* ---------------------------------------------------------------------------
+ * Distribution hook (registry/tmpl*.c, docs/distribution.md; snapshots/import.c).
+ * ------------------------------------------------------------------------- */
+/* The stored file of a template's "config", "rootfs", "memory", "disk" or "state". */
+char *snap_template_blob(const snap_template *t, const char *role, kiln_error **err);
+
+struct snap_import {
+	const char *config;            /* the template config blob as built */
+	size_t config_len;
+	const char *rootfs, *memory, *disk, *state; /* assembled files, copied into the store */
+	const char *name;              /* NAME[:TAG] to tag, or NULL */
+};
+/* Add a template that arrived from elsewhere: each file must hash to the
+ * digest the config names (else nothing is tagged); the disk overlay is
+ * re-pointed at this store's rootfs blob, so the config (and the returned
+ * template digest) change when that changed the overlay's bytes. */
+char *snap_template_import(const struct snap_import *im, kiln_error **err);
+
 #endif

@@ -1,0 +1,433 @@
+/* chunkstore.c — the host's content-addressed chunk store ($KILN_HOME/chunks),
+ * shared by every template pushed from or pulled to this host: chunks appear
+ * only verified and whole (temp file, fsync, rename), reads are verified, and
+ * eviction (least recently used first, by mtime, which every use refreshes)
+ * never removes a chunk named by a live pin: the chunk list of a template being
+ * pushed, pulled or assembled, held with an flock by the process doing it. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "registry/internal.h"
+
+struct reg_chunks {
+	char *dir;
+	int pin_fd;      /* our pin file, flock'd exclusively while held */
+	char *pin_path;
+};
+
+reg_chunks *reg_chunks_open(const char *dir, kiln_error **err)
+{
+	reg_chunks *cs = kiln_xcalloc(1, sizeof(*cs));
+	char *home = NULL, *sub = NULL;
+
+	cs->pin_fd = -1;
+	if (dir == NULL) {
+		home = kiln_home();
+		cs->dir = kiln_path_join(home, "chunks");
+	} else {
+		cs->dir = kiln_xstrdup(dir);
+	}
+	free(home);
+	const char *subs[] = { "sha256", "tmp", "pins" };
+	for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+		sub = kiln_path_join(cs->dir, subs[i]);
+		int r = kiln_mkdir_p(sub, 0755, err);
+		free(sub);
+		if (r < 0) {
+			kiln_error_wrap(err, "chunk store %s", cs->dir);
+			reg_chunks_close(cs);
+			return NULL;
+		}
+	}
+	return cs;
+}
+
+void reg_chunks_close(reg_chunks *cs)
+{
+	if (cs == NULL)
+		return;
+	reg_chunks_unpin(cs);
+	free(cs->dir);
+	free(cs);
+}
+
+const char *reg_chunks_dir(const reg_chunks *cs) { return cs->dir; }
+
+static int sha256_digest(const char *digest, kiln_error **err)
+{
+	enum kiln_digest_algo a;
+
+	if (kiln_digest_parse(digest, &a, err) < 0)
+		return -1;
+	if (a != KILN_SHA256)
+		return kiln_err(err, KILN_E_INVALID, "chunk digest %.80s: only sha256 chunks are stored", digest);
+	return 0;
+}
+
+char *reg_chunks_path(const reg_chunks *cs, const char *digest)
+{
+	const char *hex = kiln_digest_hex(digest);
+	return kiln_xasprintf("%s/sha256/%.2s/%s", cs->dir, hex, hex);
+}
+
+int reg_chunks_has(reg_chunks *cs, const char *digest)
+{
+	if (sha256_digest(digest, NULL) < 0)
+		return 0;
+	char *p = reg_chunks_path(cs, digest);
+	/* A use: the chunk becomes the most recently used (LRU by mtime). */
+	int r = utimensat(AT_FDCWD, p, NULL, 0) == 0;
+	free(p);
+	return r;
+}
+
+char *reg_chunks_tmp(reg_chunks *cs, int *fd, kiln_error **err)
+{
+	char *p = kiln_xasprintf("%s/tmp/%ld-XXXXXX", cs->dir, (long)getpid());
+
+	if ((*fd = mkostemp(p, O_CLOEXEC)) < 0) {
+		kiln_err_errno(err, errno, "create %s", p);
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* Hash a file's bytes. */
+static int file_digest(int fd, const char *path, char out[KILN_DIGEST_MAX], uint64_t *size, kiln_error **err)
+{
+	enum { BUF = 1 << 16 };
+	unsigned char *buf = kiln_xmalloc(BUF);
+	kiln_hasher *h = kiln_hasher_new(KILN_SHA256);
+	uint64_t total = 0;
+	int rc = -1;
+
+	for (;;) {
+		ssize_t n = pread(fd, buf, BUF, (off_t)total);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			kiln_err_errno(err, errno, "read %s", path);
+			goto out;
+		}
+		if (n == 0)
+			break;
+		kiln_hasher_update(h, buf, (size_t)n);
+		total += (uint64_t)n;
+	}
+	rc = 0;
+out:
+	kiln_hasher_final(h, out);
+	if (size)
+		*size = total;
+	free(buf);
+	return rc;
+}
+
+int reg_chunks_commit(reg_chunks *cs, const char *tmp, const char *digest, kiln_error **err)
+{
+	char got[KILN_DIGEST_MAX], *path = NULL, *dir = NULL;
+	int fd = -1, rc = -1;
+
+	if (sha256_digest(digest, err) < 0)
+		goto out;
+	if ((fd = open(tmp, O_RDONLY | O_CLOEXEC)) < 0) {
+		kiln_err_errno(err, errno, "open %s", tmp);
+		goto out;
+	}
+	if (file_digest(fd, tmp, got, NULL, err) < 0)
+		goto out;
+	if (strcmp(got, digest) != 0) {
+		kiln_err(err, KILN_E_INVALID, "chunk %s is corrupted: its bytes hash to %s", digest, got);
+		goto out;
+	}
+	if (fsync(fd) < 0) {
+		kiln_err_errno(err, errno, "fsync %s", tmp);
+		goto out;
+	}
+	path = reg_chunks_path(cs, digest);
+	dir = kiln_xstrndup(path, (size_t)(strrchr(path, '/') - path));
+	if (kiln_mkdir_p(dir, 0755, err) < 0)
+		goto out;
+	fchmod(fd, 0444);
+	if (rename(tmp, path) < 0) {
+		kiln_err_errno(err, errno, "store chunk %s", path);
+		goto out;
+	}
+	rc = 0;
+out:
+	if (rc < 0)
+		unlink(tmp);
+	if (fd >= 0)
+		close(fd);
+	free(path);
+	free(dir);
+	return rc;
+}
+
+int reg_chunks_put(reg_chunks *cs, const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err)
+{
+	char *tmp = NULL;
+	int fd = -1, rc = -1;
+	const unsigned char *p = data;
+
+	kiln_digest_buf(KILN_SHA256, data, len, digest);
+	if (reg_chunks_has(cs, digest))
+		return 0;
+	if ((tmp = reg_chunks_tmp(cs, &fd, err)) == NULL)
+		return -1;
+	for (size_t off = 0; off < len;) {
+		ssize_t n = write(fd, p + off, len - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			kiln_err_errno(err, errno, "write %s", tmp);
+			unlink(tmp);
+			goto out;
+		}
+		off += (size_t)n;
+	}
+	close(fd);
+	fd = -1;
+	rc = reg_chunks_commit(cs, tmp, digest, err);
+out:
+	if (fd >= 0)
+		close(fd);
+	free(tmp);
+	return rc;
+}
+
+int reg_chunks_get(reg_chunks *cs, const char *digest, char **data, size_t *len, kiln_error **err)
+{
+	char got[KILN_DIGEST_MAX], *path = NULL;
+	int rc = -1;
+
+	*data = NULL;
+	if (sha256_digest(digest, err) < 0)
+		return -1;
+	path = reg_chunks_path(cs, digest);
+	if (kiln_read_file(path, data, len, 0, err) < 0)
+		goto out;
+	kiln_digest_buf(KILN_SHA256, *data, *len, got);
+	if (strcmp(got, digest) != 0) {
+		/* Never serve it again: the next pull fetches it afresh. */
+		unlink(path);
+		kiln_err(err, KILN_E_INVALID, "stored chunk %s is corrupted (its bytes hash to %s); removed it", path, got);
+		goto out;
+	}
+	utimensat(AT_FDCWD, path, NULL, 0);
+	rc = 0;
+out:
+	if (rc < 0) {
+		free(*data);
+		*data = NULL;
+	}
+	free(path);
+	return rc;
+}
+
+/* The store-wide lock: shared while a pin is written, exclusive for eviction. */
+static int store_lock(reg_chunks *cs, int how, kiln_error **err)
+{
+	char *p = kiln_path_join(cs->dir, "lock");
+	int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+
+	if (fd < 0)
+		kiln_err_errno(err, errno, "open %s", p);
+	else if (flock(fd, how) < 0) {
+		kiln_err_errno(err, errno, "lock %s", p);
+		close(fd);
+		fd = -1;
+	}
+	free(p);
+	return fd;
+}
+
+int reg_chunks_pin(reg_chunks *cs, const char *const *digests, size_t n, kiln_error **err)
+{
+	kiln_buf b = KILN_BUF_INIT;
+	int lock = -1, rc = -1;
+
+	reg_chunks_unpin(cs);
+	for (size_t i = 0; i < n; i++)
+		if (digests[i])
+			kiln_buf_addf(&b, "%s\n", digests[i]);
+	if ((lock = store_lock(cs, LOCK_SH, err)) < 0)
+		goto out;
+	cs->pin_path = kiln_xasprintf("%s/pins/%ld-XXXXXX", cs->dir, (long)getpid());
+	if ((cs->pin_fd = mkostemp(cs->pin_path, O_CLOEXEC)) < 0) {
+		kiln_err_errno(err, errno, "create %s", cs->pin_path);
+		goto out;
+	}
+	if (flock(cs->pin_fd, LOCK_EX) < 0 || write(cs->pin_fd, b.buf, b.len) != (ssize_t)b.len) {
+		kiln_err_errno(err, errno, "write %s", cs->pin_path);
+		goto out;
+	}
+	/* Chunks present now stay: eviction waits for the shared lock we hold. */
+	for (size_t i = 0; i < n; i++)
+		if (digests[i])
+			reg_chunks_has(cs, digests[i]);
+	rc = 0;
+out:
+	if (rc < 0)
+		reg_chunks_unpin(cs);
+	if (lock >= 0)
+		close(lock);
+	kiln_buf_free(&b);
+	return rc;
+}
+
+void reg_chunks_unpin(reg_chunks *cs)
+{
+	if (cs->pin_path) {
+		unlink(cs->pin_path);
+		free(cs->pin_path);
+		cs->pin_path = NULL;
+	}
+	if (cs->pin_fd >= 0)
+		close(cs->pin_fd);
+	cs->pin_fd = -1;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Hex digests named by live pins (sorted); stale pins of dead processes are removed. */
+static void live_pins(reg_chunks *cs, kiln_strv *out)
+{
+	char *dir = kiln_path_join(cs->dir, "pins");
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	while (d && (de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		char *p = kiln_path_join(dir, de->d_name), *data = NULL;
+		size_t len = 0;
+		int fd = open(p, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+			unlink(p); /* its holder is gone */
+		} else if (fd >= 0 && kiln_read_file(p, &data, &len, 0, NULL) == 0) {
+			for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n"))
+				if (strncmp(line, "sha256:", 7) == 0)
+					kiln_strv_push(out, line + 7);
+		}
+		if (fd >= 0)
+			close(fd);
+		free(data);
+		free(p);
+	}
+	if (d)
+		closedir(d);
+	free(dir);
+	if (out->n)
+		qsort(out->v, out->n, sizeof(char *), cmp_str);
+}
+
+struct chunk_file {
+	char *path;
+	const char *hex;
+	uint64_t bytes;
+	struct timespec mtime;
+};
+
+static int cmp_age(const void *a, const void *b)
+{
+	const struct chunk_file *x = a, *y = b;
+	if (x->mtime.tv_sec != y->mtime.tv_sec)
+		return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+	if (x->mtime.tv_nsec != y->mtime.tv_nsec)
+		return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+	return strcmp(x->hex, y->hex);
+}
+
+int reg_chunks_evict(reg_chunks *cs, uint64_t max_bytes, struct reg_chunks_stats *st, kiln_error **err)
+{
+	kiln_strv pins = KILN_STRV_INIT;
+	struct chunk_file *files = NULL;
+	size_t n = 0, cap = 0;
+	struct reg_chunks_stats s = { 0 };
+	char *root = kiln_path_join(cs->dir, "sha256");
+	int lock = store_lock(cs, LOCK_EX, err), rc = -1;
+
+	if (lock < 0)
+		goto out;
+	live_pins(cs, &pins);
+	DIR *d = opendir(root);
+	struct dirent *de;
+	while (d && (de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		char *sub = kiln_path_join(root, de->d_name);
+		DIR *d2 = opendir(sub);
+		struct dirent *f;
+		while (d2 && (f = readdir(d2)) != NULL) {
+			struct stat sb;
+			if (f->d_name[0] == '.')
+				continue;
+			char *p = kiln_path_join(sub, f->d_name);
+			if (stat(p, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+				free(p);
+				continue;
+			}
+			if (n == cap)
+				files = kiln_xrealloc(files, (cap = cap ? cap * 2 : 256) * sizeof(*files));
+			files[n].path = p;
+			files[n].hex = strrchr(p, '/') + 1;
+			files[n].bytes = (uint64_t)sb.st_blocks * 512;
+			files[n].mtime = sb.st_mtim;
+			s.chunks++;
+			s.bytes += files[n].bytes;
+			n++;
+		}
+		if (d2)
+			closedir(d2);
+		free(sub);
+	}
+	if (d)
+		closedir(d);
+	if (n)
+		qsort(files, n, sizeof(*files), cmp_age);
+	for (size_t i = 0; i < n && s.bytes > max_bytes; i++) {
+		const char *key = files[i].hex;
+		if (pins.n && bsearch(&key, pins.v, pins.n, sizeof(char *), cmp_str)) {
+			s.pinned++;
+			continue;
+		}
+		if (unlink(files[i].path) < 0 && errno != ENOENT) {
+			kiln_err_errno(err, errno, "evict %s", files[i].path);
+			goto out;
+		}
+		s.bytes -= files[i].bytes;
+		s.chunks--;
+		s.evicted++;
+		s.evicted_bytes += files[i].bytes;
+	}
+	rc = 0;
+out:
+	if (st)
+		*st = s;
+	for (size_t i = 0; i < n; i++)
+		free(files[i].path);
+	free(files);
+	kiln_strv_free(&pins);
+	free(root);
+	if (lock >= 0)
+		close(lock);
+	return rc;
+}
+
+uint64_t reg_chunks_limit(void)
+{
+	const char *e = getenv("KILN_CHUNKS_MAX");
+	uint64_t v = 0;
+
+	if (e && *e && kiln_parse_size(e, &v, NULL) == 0)
+		return v;
+	return (uint64_t)20 << 30;
+}

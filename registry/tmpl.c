@@ -1,0 +1,160 @@
+/* tmpl.c — between the template store (snapshots/) and the artifact format:
+ * a local template cut into chunks for a push, and a pulled artifact whose
+ * chunks are all in the chunk store assembled (zero chunks as holes), checked
+ * against the digests its config names and imported as a template. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+#include "registry/internal.h"
+#include "snapshots/snapshots.h"
+
+static const char *const ROLES[] = { "rootfs", "memory", "disk", "state" };
+#define NROLES (sizeof(ROLES) / sizeof(ROLES[0]))
+
+int reg_tmpl_make(reg_chunks *cs, const char *template_ref, struct reg_tmpl *t, kiln_error **err)
+{
+	snap_template *st = NULL;
+	char *path = NULL;
+	int rc = -1;
+
+	memset(t, 0, sizeof(*t));
+	if ((st = snap_template_open(template_ref, err)) == NULL)
+		goto out;
+	if ((path = snap_template_blob(st, "config", err)) == NULL ||
+	    kiln_read_file(path, &t->config, &t->config_len, 1 << 20, err) < 0)
+		goto out;
+	snprintf(t->config_digest, KILN_DIGEST_MAX, "%s", snap_template_digest(st));
+	t->parts = kiln_xcalloc(NROLES, sizeof(*t->parts));
+	for (size_t i = 0; i < NROLES; i++) {
+		free(path);
+		if ((path = snap_template_blob(st, ROLES[i], err)) == NULL)
+			goto out;
+		t->nparts++;
+		if (reg_tmpl_chunk_file(cs, path, ROLES[i], &t->parts[i], err) < 0)
+			goto out;
+		const char *want = kiln_json_str(json_object_get(snap_template_config(st), ROLES[i]), "digest");
+		if (want == NULL || strcmp(want, t->parts[i].digest) != 0) {
+			kiln_err(err, KILN_E_INVALID, "the stored %s %s does not hash to its digest %s (kiln snapshot verify)",
+				 ROLES[i], path, want ? want : "(none)");
+			goto out;
+		}
+	}
+	if (reg_tmpl_seal(t, cs, err) < 0)
+		goto out;
+	rc = 0;
+out:
+	if (rc < 0) {
+		kiln_error_wrap(err, "template %s", template_ref);
+		reg_tmpl_free(t);
+	}
+	free(path);
+	snap_template_free(st);
+	return rc;
+}
+
+/* Write one part from its chunks into path (created sparse). */
+static int assemble_part(reg_chunks *cs, const struct reg_tmpl_part *part, const char *path, kiln_error **err)
+{
+	ZSTD_DCtx *z = ZSTD_createDCtx();
+	unsigned char *raw = kiln_xmalloc(part->chunk_size);
+	char *comp = NULL;
+	size_t clen = 0;
+	int fd = -1, rc = -1;
+
+	if (z == NULL) {
+		kiln_err(err, KILN_E_GENERIC, "zstd: cannot make a decompression context");
+		goto out;
+	}
+	if ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
+		kiln_err_errno(err, errno, "create %s", path);
+		goto out;
+	}
+	if (ftruncate(fd, (off_t)part->size) < 0) {
+		kiln_err_errno(err, errno, "size %s", path);
+		goto out;
+	}
+	for (size_t i = 0; i < part->nchunks; i++) {
+		uint64_t off = i * part->chunk_size;
+		size_t len = (size_t)(part->size - off < part->chunk_size ? part->size - off : part->chunk_size);
+		if (part->chunks[i] == NULL)
+			continue; /* a hole */
+		if (reg_chunks_get(cs, part->chunks[i], &comp, &clen, err) < 0)
+			goto out;
+		size_t n = ZSTD_decompressDCtx(z, raw, part->chunk_size, comp, clen);
+		free(comp);
+		comp = NULL;
+		if (ZSTD_isError(n) || n != len) {
+			kiln_err(err, KILN_E_INVALID, "chunk %s (%zu of the %s) does not decompress to %zu bytes: %s",
+				 part->chunks[i], i, part->role, len, ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong length");
+			goto out;
+		}
+		for (size_t w = 0; w < n;) {
+			ssize_t k = pwrite(fd, raw + w, n - w, (off_t)(off + w));
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k < 0) {
+				kiln_err_errno(err, errno, "write %s", path);
+				goto out;
+			}
+			w += (size_t)k;
+		}
+	}
+	rc = 0;
+out:
+	if (rc < 0)
+		kiln_error_wrap(err, "assembling the %s", part->role);
+	if (fd >= 0)
+		close(fd);
+	ZSTD_freeDCtx(z);
+	free(raw);
+	free(comp);
+	return rc;
+}
+
+static const struct reg_tmpl_part *find_part(const struct reg_tmpl *t, const char *role)
+{
+	for (size_t i = 0; i < t->nparts; i++)
+		if (strcmp(t->parts[i].role, role) == 0)
+			return &t->parts[i];
+	return NULL;
+}
+
+char *reg_tmpl_assemble(reg_chunks *cs, const struct reg_tmpl *t, const char *name, kiln_error **err)
+{
+	char *dir = kiln_xasprintf("%s/tmp/assemble-%ld-XXXXXX", reg_chunks_dir(cs), (long)getpid());
+	char *files[NROLES] = { 0 }, *result = NULL;
+	kiln_error *e = NULL;
+
+	/* Next to the chunks, not in $TMPDIR (often a tmpfs too small for a rootfs). */
+	if (mkdtemp(dir) == NULL) {
+		kiln_err_errno(err, errno, "create %s", dir);
+		free(dir);
+		dir = NULL;
+		goto out;
+	}
+	for (size_t i = 0; i < NROLES; i++) {
+		const struct reg_tmpl_part *p = find_part(t, ROLES[i]);
+		if (p == NULL) {
+			kiln_err(err, KILN_E_INVALID, "the template index has no %s", ROLES[i]);
+			goto out;
+		}
+		files[i] = kiln_path_join(dir, ROLES[i]);
+		if (assemble_part(cs, p, files[i], err) < 0)
+			goto out;
+	}
+	struct snap_import im = { .config = t->config, .config_len = t->config_len, .rootfs = files[0],
+				  .memory = files[1], .disk = files[2], .state = files[3], .name = name };
+	result = snap_template_import(&im, err);
+out:
+	if (dir && kiln_rm_rf(dir, &e) < 0)
+		kiln_error_free(e);
+	for (size_t i = 0; i < NROLES; i++)
+		free(files[i]);
+	free(dir);
+	return result;
+}

@@ -1,0 +1,88 @@
+/* import.c — the hook template distribution (registry/tmpl*.c) uses: the
+ * stored files of a template for a push, and adding a pulled template to the
+ * store.  Imported files must hash to the digests its config names; the disk
+ * overlay is re-pointed at this host's rootfs blob (its backing path is absolute). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "snapshots/internal.h"
+
+char *snap_template_blob(const snap_template *t, const char *role, kiln_error **err)
+{
+	const char *d = strcmp(role, "config") == 0 ? t->digest : kiln_json_str(json_object_get(t->config, role), "digest");
+	enum kiln_digest_algo algo;
+
+	if (d == NULL || kiln_digest_parse(d, &algo, NULL) < 0 || algo != KILN_SHA256) {
+		kiln_err(err, KILN_E_INVALID, "template %.19s names no %s blob", t->digest, role);
+		return NULL;
+	}
+	return snap_blob_path(d);
+}
+
+/* Store src, which must hash to the digest and size the config gives role. */
+static int import_blob(const json_t *cfg, const char *role, const char *src, bool sparse, kiln_error **err)
+{
+	const json_t *o = json_object_get(cfg, role);
+	const char *want = kiln_json_str(o, "digest");
+	char got[KILN_DIGEST_MAX];
+	uint64_t size = 0;
+
+	if (want == NULL)
+		return kiln_err(err, KILN_E_INVALID, "the template config names no %s blob", role);
+	if (snap_blob_put_file(src, sparse, got, &size, err) < 0)
+		return kiln_error_wrap(err, "storing the %s", role);
+	if (strcmp(got, want) != 0 || (json_int_t)size != kiln_json_int(o, "size", -1))
+		return kiln_err(err, KILN_E_INVALID, "the assembled %s has digest %s (%llu bytes), the config wants %s", role,
+				got, (unsigned long long)size, want);
+	return 0;
+}
+
+char *snap_template_import(const struct snap_import *im, kiln_error **err)
+{
+	json_t *cfg = NULL;
+	char *root_blob = NULL, *text = NULL, *result = NULL;
+	char d_disk[KILN_DIGEST_MAX], d_cfg[KILN_DIGEST_MAX];
+	uint64_t s_disk = 0;
+
+	if (im->name && snap_ref_check(im->name, err) < 0)
+		goto out;
+	if ((cfg = kiln_json_loadb(im->config, im->config_len, "template config", err)) == NULL)
+		goto out;
+	if (kiln_json_int(cfg, "schemaVersion", 0) != SNAP_SCHEMA ||
+	    strcmp(kiln_json_str(cfg, "mediaType") ? kiln_json_str(cfg, "mediaType") : "", SNAP_CONFIG_MEDIA) != 0) {
+		kiln_err(err, KILN_E_INVALID, "not a kiln template config (schema %d)", (int)kiln_json_int(cfg, "schemaVersion", 0));
+		goto out;
+	}
+	if (import_blob(cfg, "rootfs", im->rootfs, true, err) < 0 || import_blob(cfg, "memory", im->memory, true, err) < 0 ||
+	    import_blob(cfg, "state", im->state, false, err) < 0)
+		goto out;
+	/* The disk as built must be what arrived; then it points at our rootfs blob. */
+	if (kiln_digest_file(KILN_SHA256, im->disk, d_disk, err) < 0)
+		goto out;
+	const char *want_disk = kiln_json_str(json_object_get(cfg, "disk"), "digest");
+	if (want_disk == NULL || strcmp(d_disk, want_disk) != 0) {
+		kiln_err(err, KILN_E_INVALID, "the assembled disk has digest %s, the config wants %s", d_disk,
+			 want_disk ? want_disk : "(none)");
+		goto out;
+	}
+	root_blob = snap_blob_path(kiln_json_str(json_object_get(cfg, "rootfs"), "digest")); /* checked above */
+	if (vm_overlay_rebase(im->disk, root_blob, err) < 0 || snap_blob_put_file(im->disk, false, d_disk, &s_disk, err) < 0)
+		goto out;
+	json_object_set_new(json_object_get(cfg, "disk"), "digest", json_string(d_disk));
+	json_object_set_new(json_object_get(cfg, "disk"), "size", json_integer((json_int_t)s_disk));
+	text = kiln_json_dumps_canonical(cfg);
+	if (snap_blob_put_data(text, strlen(text), d_cfg, err) < 0)
+		goto out;
+	if (im->name && snap_ref_set(im->name, d_cfg, err) < 0)
+		goto out;
+	result = kiln_xstrdup(d_cfg);
+out:
+	if (result == NULL)
+		kiln_error_wrap(err, "importing a template");
+	json_decref(cfg);
+	free(root_blob);
+	free(text);
+	return result;
+}

@@ -1,0 +1,319 @@
+/* test_registry_chunk.c — template artifacts without a network: a template
+ * made of sparse files is cut into chunks (zero chunks not stored), its
+ * manifest and index parse back, a second home assembles an identical
+ * template from the chunks; a changed byte changes one chunk; a corrupted
+ * chunk is refused and removed; eviction is LRU and spares pinned chunks. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "registry/internal.h"
+#include "snapshots/snapshots.h"
+#include "test.h"
+
+static char *root;
+
+static void write_at(const char *path, off_t size, off_t off, const void *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT, 0644);
+	CHECK(fd >= 0);
+	CHECK(ftruncate(fd, size) == 0);
+	if (len)
+		CHECK(pwrite(fd, data, len, off) == (ssize_t)len);
+	close(fd);
+}
+
+static char *store_blob(const char *home, const char *src)
+{
+	char d[KILN_DIGEST_MAX];
+	kiln_error *err = NULL;
+	CHECK_INT(kiln_digest_file(KILN_SHA256, src, d, &err), 0);
+	char *dir = kiln_xasprintf("%s/snapshots/blobs/sha256", home);
+	char *dst = kiln_xasprintf("%s/%s", dir, kiln_digest_hex(d));
+	CHECK_INT(kiln_mkdir_p(dir, 0755, &err), 0);
+	char *cmd = kiln_xasprintf("cp --sparse=always '%s' '%s'", src, dst);
+	CHECK_INT(system(cmd), 0);
+	free(cmd);
+	free(dir);
+	free(dst);
+	return kiln_xstrdup(d);
+}
+
+static json_t *desc(const char *media, const char *digest, const char *path)
+{
+	struct stat sb;
+	CHECK_INT(stat(path, &sb), 0);
+	return json_pack("{s:s, s:s, s:I}", "mediaType", media, "digest", digest, "size", (json_int_t)sb.st_size);
+}
+
+/* A template in home/snapshots with a rootfs and memory of which only a
+ * few chunks hold data; byte `mark` at 3 MiB of the rootfs varies. */
+static char *make_template(const char *home, const char *name, unsigned char mark)
+{
+	char *dir = kiln_xasprintf("%s/src-%s", home, name);
+	char *rootfs = kiln_path_join(dir, "rootfs"), *mem = kiln_path_join(dir, "mem"), *state = kiln_path_join(dir, "state");
+	char *disk = kiln_path_join(dir, "disk");
+	kiln_error *err = NULL;
+	unsigned char page[4096];
+
+	CHECK_INT(kiln_mkdir_p(dir, 0755, &err), 0);
+	memset(page, 0x5a, sizeof(page));
+	write_at(rootfs, 16 << 20, 0, page, sizeof(page));
+	write_at(rootfs, 16 << 20, 3 << 20, &mark, 1);
+	write_at(rootfs, 16 << 20, (16 << 20) - 10, "end", 3);
+	write_at(mem, 32 << 20, 5 << 20, page, sizeof(page));
+	write_at(state, 0, 0, "device state", 12);
+	char *d_root = store_blob(home, rootfs);
+	char *root_blob = kiln_xasprintf("%s/snapshots/blobs/sha256/%s", home, kiln_digest_hex(d_root));
+	char *cmd = kiln_xasprintf("qemu-img create -q -f qcow2 -F raw -b '%s' '%s'", root_blob, disk);
+	CHECK_INT(system(cmd), 0);
+	char *d_mem = store_blob(home, mem), *d_state = store_blob(home, state), *d_disk = store_blob(home, disk);
+	json_t *cfg = json_pack("{s:i, s:s, s:s, s:[]}", "schemaVersion", 1, "mediaType", REG_TMPL_CONFIG_MEDIA, "start",
+				"true", "env");
+	json_object_set_new(cfg, "rootfs", desc("application/vnd.kiln.rootfs.ext4", d_root, rootfs));
+	json_object_set_new(cfg, "memory", desc("application/vnd.kiln.memory.raw", d_mem, mem));
+	json_object_set_new(cfg, "state", desc("application/vnd.kiln.qemu-state", d_state, state));
+	json_object_set_new(cfg, "disk", desc("application/vnd.kiln.disk.qcow2", d_disk, disk));
+	char *text = kiln_json_dumps_canonical(cfg), d_cfg[KILN_DIGEST_MAX];
+	kiln_digest_buf(KILN_SHA256, text, strlen(text), d_cfg);
+	char *cfg_path = kiln_xasprintf("%s/snapshots/blobs/sha256/%s", home, kiln_digest_hex(d_cfg));
+	CHECK_INT(kiln_write_atomic(cfg_path, text, strlen(text), 0444, &err), 0);
+	char *refdir = kiln_xasprintf("%s/snapshots/refs/%s", home, name), *ref = kiln_path_join(refdir, "latest");
+	CHECK_INT(kiln_mkdir_p(refdir, 0755, &err), 0);
+	char *line = kiln_xasprintf("%s\n", d_cfg);
+	CHECK_INT(kiln_write_atomic(ref, line, strlen(line), 0644, &err), 0);
+	CHECK(err == NULL);
+	kiln_error_free(err);
+	json_decref(cfg);
+	free(line), free(ref), free(refdir), free(cfg_path), free(text), free(cmd), free(root_blob);
+	free(d_root), free(d_mem), free(d_state), free(d_disk);
+	free(rootfs), free(mem), free(state), free(disk), free(dir);
+	return kiln_xstrdup(d_cfg);
+}
+
+static size_t nonzero_chunks(const struct reg_tmpl_part *p)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < p->nchunks; i++)
+		n += p->chunks[i] != NULL;
+	return n;
+}
+
+static void test_round_trip(void)
+{
+	char *a = kiln_path_join(root, "a"), *b = kiln_path_join(root, "b");
+	struct reg_tmpl t = { 0 }, u = { 0 }, v = { 0 };
+	kiln_error *err = NULL;
+	reg_chunks *ca, *cb;
+
+	setenv("KILN_HOME", a, 1);
+	char *d1 = make_template(a, "app", 1);
+	ca = reg_chunks_open(NULL, &err);
+	CHECK(ca != NULL);
+	CHECK_INT(reg_tmpl_make(ca, "app", &t, &err), 0);
+	if (err)
+		printf("#   %s\n", kiln_error_message(err));
+	CHECK_STR(t.config_digest, d1);
+	CHECK_INT(t.nparts, 4);
+	/* rootfs: 16 MiB in 64 KiB chunks, three hold data; memory one; disk and state. */
+	CHECK_INT(t.parts[0].chunk_size, 64 << 10);
+	CHECK_INT(t.parts[0].nchunks, 256);
+	CHECK_INT(nonzero_chunks(&t.parts[0]), 3);
+	CHECK_INT(nonzero_chunks(&t.parts[1]), 1);
+	CHECK_INT(nonzero_chunks(&t.parts[3]), 1);
+	CHECK(reg_tmpl_is_artifact(t.manifest, t.manifest_len));
+
+	/* What a puller sees: manifest and index parse back to the same table. */
+	CHECK_INT(reg_tmpl_parse(&u, t.manifest, t.manifest_len, &err), 0);
+	CHECK_STR(u.config_digest, t.config_digest);
+	CHECK_STR(u.index_digest, t.index_digest);
+	CHECK_INT(u.nblobs, t.nblobs);
+	CHECK_INT(reg_tmpl_parse_index(&u, t.index, t.index_len, &err), 0);
+	CHECK_INT(u.nparts, 4);
+	for (size_t p = 0; p < u.nparts && p < t.nparts; p++) {
+		CHECK_STR(u.parts[p].digest, t.parts[p].digest);
+		for (size_t i = 0; i < u.parts[p].nchunks; i++)
+			CHECK((u.parts[p].chunks[i] == NULL) == (t.parts[p].chunks[i] == NULL));
+	}
+	u.config = kiln_xstrndup(t.config, t.config_len);
+
+	/* Another host: its chunk store gets the blobs, then assembles. */
+	setenv("KILN_HOME", b, 1);
+	cb = reg_chunks_open(NULL, &err);
+	for (size_t i = 0; i < t.nblobs; i++) {
+		char *data = NULL;
+		size_t len = 0;
+		char d[KILN_DIGEST_MAX];
+		CHECK_INT(reg_chunks_get(ca, t.blobs[i].digest, &data, &len, &err), 0);
+		CHECK_INT(reg_chunks_put(cb, data, len, d, &err), 0);
+		CHECK_STR(d, t.blobs[i].digest);
+		free(data);
+	}
+	char *got = reg_tmpl_assemble(cb, &u, "pulled/app:v1", &err);
+	if (err)
+		printf("#   %s\n", kiln_error_message(err));
+	CHECK(got != NULL);
+	snap_template *st = snap_template_open("pulled/app:v1", &err);
+	CHECK(st != NULL);
+	if (st) {
+		char *mem = snap_template_blob(st, "memory", &err), *rootfs = snap_template_blob(st, "rootfs", &err);
+		struct stat sb;
+		CHECK_INT(stat(mem, &sb), 0);
+		CHECK_INT(sb.st_size, 32 << 20);
+		CHECK(sb.st_blocks * 512 <= 256 << 10); /* zero chunks stayed holes */
+		/* The disk now points at this home's rootfs blob. */
+		char *disk = snap_template_blob(st, "disk", &err);
+		char *cmd = kiln_xasprintf("qemu-img info --output=json '%s' | grep -q '\"backing-filename\": \"%s\"'", disk, rootfs);
+		CHECK_INT(system(cmd), 0);
+		free(cmd), free(disk), free(mem), free(rootfs);
+		snap_template_free(st);
+	}
+
+	/* Version 2 changes one byte: one new chunk. */
+	setenv("KILN_HOME", a, 1);
+	free(make_template(a, "app2", 2));
+	CHECK_INT(reg_tmpl_make(ca, "app2", &v, &err), 0);
+	size_t fresh = 0;
+	for (size_t i = 0; i < v.nblobs; i++)
+		fresh += !reg_chunks_has(cb, v.blobs[i].digest);
+	/* the rootfs chunk with the byte, and the disk (it names the new rootfs blob) */
+	CHECK(fresh >= 1 && fresh <= 1 + v.parts[2].nchunks);
+
+	/* A corrupted chunk in the store is refused, removed, and the assembly fails. */
+	char *p = reg_chunks_path(cb, t.parts[0].chunks[0]);
+	chmod(p, 0644);
+	write_at(p, 0, 0, "garbage", 7);
+	setenv("KILN_HOME", b, 1);
+	char *again = reg_tmpl_assemble(cb, &u, "pulled/app:v2", &err);
+	CHECK(again == NULL);
+	CHECK(err && strstr(kiln_error_message(err), "corrupted"));
+	CHECK(access(p, F_OK) != 0);
+	kiln_error_clear(&err);
+	snap_template *none = snap_template_open("pulled/app:v2", &err);
+	CHECK(none == NULL);
+	kiln_error_clear(&err);
+
+	free(again), free(p), free(got), free(d1);
+	reg_tmpl_free(&t), reg_tmpl_free(&u), reg_tmpl_free(&v);
+	reg_chunks_close(ca), reg_chunks_close(cb);
+	free(a), free(b);
+}
+
+static void test_malformed(void)
+{
+	struct reg_tmpl t = { 0 };
+	kiln_error *err = NULL;
+	const char *img = "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+			  "\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"sha256:"
+			  "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\",\"size\":0},\"layers\":[]}";
+	CHECK(!reg_tmpl_is_artifact(img, strlen(img)));
+	CHECK_INT(reg_tmpl_parse(&t, img, strlen(img), &err), -1);
+	CHECK(err && strstr(kiln_error_message(err), "not a kiln template"));
+	kiln_error_clear(&err);
+	reg_tmpl_free(&t);
+	/* An index naming a blob the manifest does not list. */
+	char *m = kiln_xasprintf("{\"schemaVersion\":2,\"artifactType\":\"%s\",\"config\":{\"mediaType\":\"%s\",\"digest\":"
+				 "\"sha256:%064d\",\"size\":2},\"layers\":[{\"mediaType\":\"%s\",\"digest\":\"sha256:%064d\","
+				 "\"size\":9}]}", REG_TMPL_ARTIFACT_TYPE, REG_TMPL_CONFIG_MEDIA, 1, REG_TMPL_INDEX_MEDIA, 2);
+	CHECK_INT(reg_tmpl_parse(&t, m, strlen(m), &err), 0);
+	const char *ix = "{\"schemaVersion\":1,\"blobs\":[],\"parts\":[{\"role\":\"rootfs\",\"digest\":\"sha256:"
+			 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\",\"size\":65536,"
+			 "\"chunkSize\":65536,\"chunks\":[0]}]}";
+	CHECK_INT(reg_tmpl_parse_index(&t, ix, strlen(ix), &err), -1);
+	CHECK(err && strstr(kiln_error_message(err), "names no blob"));
+	kiln_error_clear(&err);
+	reg_tmpl_free(&t);
+	free(m);
+}
+
+static void test_eviction(void)
+{
+	char *dir = kiln_path_join(root, "evict");
+	kiln_error *err = NULL;
+	reg_chunks *cs = reg_chunks_open(dir, &err);
+	char d[6][KILN_DIGEST_MAX];
+	struct reg_chunks_stats st;
+	char buf[8192];
+
+	for (int i = 0; i < 6; i++) {
+		memset(buf, 'a' + i, sizeof(buf));
+		CHECK_INT(reg_chunks_put(cs, buf, sizeof(buf), d[i], &err), 0);
+		char *p = reg_chunks_path(cs, d[i]);
+		struct timespec ts[2] = { { 1000000 + i, 0 }, { 1000000 + i, 0 } };
+		utimensat(AT_FDCWD, p, ts, 0); /* chunk 0 is the oldest */
+		free(p);
+	}
+	reg_chunks_has(cs, d[0]); /* used again: now the newest */
+	/* Another process pins chunk 1 (and is alive while we evict). */
+	int go[2];
+	CHECK_INT(pipe(go), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		reg_chunks *c2 = reg_chunks_open(dir, NULL);
+		const char *pin[] = { d[1] };
+		close(go[0]);
+		if (reg_chunks_pin(c2, pin, 1, NULL) < 0 || write(go[1], "p", 1) != 1)
+			_exit(1);
+		sleep(30); /* killed by the parent */
+		_exit(0);
+	}
+	char c;
+	close(go[1]);
+	CHECK_INT(read(go[0], &c, 1), 1);
+	close(go[0]);
+	CHECK_INT(reg_chunks_evict(cs, 0, &st, &err), 0);
+	CHECK_INT(st.pinned, 1);
+	CHECK_INT(st.evicted, 5);
+	CHECK(reg_chunks_has(cs, d[1]));
+	CHECK(!reg_chunks_has(cs, d[2]));
+	kill(pid, 9);
+	waitpid(pid, NULL, 0);
+	/* The pin of a dead process no longer counts. */
+	CHECK_INT(reg_chunks_evict(cs, 0, &st, &err), 0);
+	CHECK_INT(st.evicted, 1);
+	CHECK_INT(st.chunks, 0);
+	/* A limit: the oldest go first, the recently used stay. */
+	for (int i = 0; i < 4; i++) {
+		memset(buf, 'k' + i, sizeof(buf));
+		CHECK_INT(reg_chunks_put(cs, buf, sizeof(buf), d[i], &err), 0);
+		char *p = reg_chunks_path(cs, d[i]);
+		struct timespec ts[2] = { { 2000000 + i, 0 }, { 2000000 + i, 0 } };
+		utimensat(AT_FDCWD, p, ts, 0);
+		free(p);
+	}
+	CHECK_INT(reg_chunks_evict(cs, 2 * 8192, &st, &err), 0);
+	CHECK(!reg_chunks_has(cs, d[0]) && !reg_chunks_has(cs, d[1]));
+	CHECK(reg_chunks_has(cs, d[2]) && reg_chunks_has(cs, d[3]));
+	/* A download whose bytes do not match its digest never enters. */
+	int fd;
+	char *tmp = reg_chunks_tmp(cs, &fd, &err);
+	CHECK(write(fd, "abc", 3) == 3);
+	close(fd);
+	CHECK_INT(reg_chunks_commit(cs, tmp, d[0], &err), -1);
+	CHECK(err && strstr(kiln_error_message(err), "corrupted"));
+	CHECK(access(tmp, F_OK) != 0);
+	CHECK(!reg_chunks_has(cs, d[0]));
+	kiln_error_clear(&err);
+	free(tmp);
+	reg_chunks_close(cs);
+	free(dir);
+}
+
+int main(void)
+{
+	kiln_error *err = NULL;
+	root = kiln_mkdtemp("test-chunk", &err);
+	if (root == NULL)
+		return 1;
+	RUN(test_round_trip);
+	RUN(test_malformed);
+	RUN(test_eviction);
+	kiln_rm_rf(root, &err);
+	free(root);
+	return test_done();
+}
