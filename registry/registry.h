@@ -310,4 +310,29 @@ uint64_t reg_chunks_limit(void);
 /* Whether a manifest is a kiln template artifact. */
 int reg_tmpl_is_artifact(const char *manifest, size_t len);
 
+struct reg_tmpl_xfer_opts {
+	unsigned parallel;             /* 0: the client's default */
+	void (*progress)(void *ud, const struct reg_progress *p);
+	void *ud;
+};
+
+struct reg_tmpl_stats {
+	uint64_t bytes_total;          /* the artifact: manifest, config, index and every chunk blob */
+	uint64_t bytes_moved;          /* HTTP body bytes sent (push) or received (pull), retries included */
+	size_t blobs_total, blobs_moved;
+	double seconds;
+	char manifest_digest[KILN_DIGEST_MAX];
+	char template_digest[KILN_DIGEST_MAX]; /* pull: the local template */
+};
+
+/* Push a local template (NAME[:TAG] or digest) to repo under ref (tag or
+ * digest): only blobs the registry lacks are uploaded. */
+int reg_tmpl_push(reg_client *c, const char *template_ref, const char *repo, const char *ref,
+		  const struct reg_tmpl_xfer_opts *o, struct reg_tmpl_stats *st, kiln_error **err);
+/* Pull the template artifact whose manifest was fetched from repo: only
+ * chunks the chunk store lacks are downloaded; then assembled, verified and
+ * imported as template name (NAME[:TAG]). */
+int reg_tmpl_pull(reg_client *c, const char *repo, const struct reg_doc *manifest, const char *name,
+		  const struct reg_tmpl_xfer_opts *o, struct reg_tmpl_stats *st, kiln_error **err);
+
 #endif

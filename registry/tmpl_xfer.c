@@ -1,0 +1,201 @@
+/* tmpl_xfer.c — pushing and pulling template artifacts with the client
+ * (client_xfer.c): a push chunks the template into the host's chunk store and
+ * uploads only the blobs the registry lacks; a pull downloads only the chunks
+ * the store lacks (straight into it, verified, resumable from .part files),
+ * then assembles and imports the template.  Chunks in flight are pinned. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "registry/internal.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct xfer_ud {
+	const struct reg_tmpl_xfer_opts *o;
+	reg_chunks *cs;
+	struct reg_progress last;
+};
+
+static void on_progress(void *ud, const struct reg_progress *p)
+{
+	struct xfer_ud *x = ud;
+
+	x->last = *p;
+	if (x->o && x->o->progress)
+		x->o->progress(x->o->ud, p);
+}
+
+static int have_chunk(void *ud, const char *digest) { return reg_chunks_has(((struct xfer_ud *)ud)->cs, digest); }
+
+/* Release the pins, then keep the store within its limit. */
+static void finish_store(reg_chunks *cs)
+{
+	struct reg_chunks_stats st;
+	kiln_error *e = NULL;
+
+	reg_chunks_unpin(cs);
+	if (reg_chunks_evict(cs, reg_chunks_limit(), &st, &e) < 0) {
+		kiln_warn("chunk store: %s", kiln_error_message(e));
+		kiln_error_free(e);
+	} else if (st.evicted) {
+		kiln_info("chunk store: evicted %llu chunks (%llu bytes)", (unsigned long long)st.evicted,
+			  (unsigned long long)st.evicted_bytes);
+	}
+}
+
+static int pin_all(reg_chunks *cs, const struct reg_tmpl *t, kiln_error **err)
+{
+	const char **v = kiln_xcalloc(t->nblobs + 1, sizeof(char *));
+	for (size_t i = 0; i < t->nblobs; i++)
+		v[i] = t->blobs[i].digest;
+	int rc = reg_chunks_pin(cs, v, t->nblobs, err);
+	free(v);
+	return rc;
+}
+
+static void fill_stats(struct reg_tmpl_stats *st, const struct reg_tmpl *t, const struct xfer_ud *x, uint64_t moved,
+		       double t0)
+{
+	if (st == NULL)
+		return;
+	memset(st, 0, sizeof(*st));
+	st->bytes_total = t->config_len + t->index_len + t->manifest_len;
+	for (size_t i = 0; i < t->nblobs; i++)
+		st->bytes_total += t->blobs[i].size;
+	st->blobs_total = x->last.blobs_total;
+	st->blobs_moved = x->last.blobs_done - x->last.blobs_skipped;
+	st->bytes_moved = moved;
+	snprintf(st->manifest_digest, KILN_DIGEST_MAX, "%s", t->manifest_digest);
+	st->seconds = now_s() - t0;
+}
+
+int reg_tmpl_push(reg_client *c, const char *template_ref, const char *repo, const char *ref,
+		  const struct reg_tmpl_xfer_opts *o, struct reg_tmpl_stats *st, kiln_error **err)
+{
+	struct reg_tmpl t = { 0 };
+	struct reg_blob *blobs = NULL;
+	struct xfer_ud x = { .o = o };
+	reg_chunks *cs = NULL;
+	double t0 = now_s();
+	uint64_t up0 = reg_client_stats(c)->bytes_up;
+	int rc = -1;
+
+	if ((cs = reg_chunks_open(NULL, err)) == NULL || reg_tmpl_make(cs, template_ref, &t, err) < 0 ||
+	    pin_all(cs, &t, err) < 0)
+		goto out;
+	/* config and index first (small), then the chunks */
+	blobs = kiln_xcalloc(t.nblobs + 2, sizeof(*blobs));
+	snprintf(blobs[0].digest, KILN_DIGEST_MAX, "%s", t.config_digest);
+	blobs[0].data = t.config;
+	blobs[0].len = t.config_len;
+	snprintf(blobs[1].digest, KILN_DIGEST_MAX, "%s", t.index_digest);
+	blobs[1].data = t.index;
+	blobs[1].len = t.index_len;
+	for (size_t i = 0; i < t.nblobs; i++) {
+		snprintf(blobs[i + 2].digest, KILN_DIGEST_MAX, "%s", t.blobs[i].digest);
+		blobs[i + 2].path = reg_chunks_path(cs, t.blobs[i].digest);
+		blobs[i + 2].size = (int64_t)t.blobs[i].size;
+	}
+	struct reg_xfer_opts xo = { .parallel = o ? o->parallel : 0, .progress = on_progress, .ud = &x };
+	if (reg_blobs_push(c, repo, blobs, t.nblobs + 2, &xo, err) < 0)
+		goto out;
+	if (reg_manifest_put(c, repo, ref, REG_MT_OCI_MANIFEST, t.manifest, t.manifest_len, NULL, err) < 0)
+		goto out;
+	fill_stats(st, &t, &x, reg_client_stats(c)->bytes_up - up0, t0);
+	rc = 0;
+out:
+	if (rc < 0)
+		kiln_error_wrap(err, "pushing template %s", template_ref);
+	for (size_t i = 0; blobs && i < t.nblobs; i++)
+		free((char *)blobs[i + 2].path);
+	free(blobs);
+	if (cs)
+		finish_store(cs);
+	reg_chunks_close(cs);
+	reg_tmpl_free(&t);
+	return rc;
+}
+
+/* Make the directories the client's downloads land in. */
+static int chunk_dirs(reg_chunks *cs, const struct reg_tmpl *t, kiln_error **err)
+{
+	for (size_t i = 0; i < t->nblobs; i++) {
+		char *p = reg_chunks_path(cs, t->blobs[i].digest);
+		*strrchr(p, '/') = '\0';
+		int r = kiln_mkdir_p(p, 0755, err);
+		free(p);
+		if (r < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int reg_tmpl_pull(reg_client *c, const char *repo, const struct reg_doc *manifest, const char *name,
+		  const struct reg_tmpl_xfer_opts *o, struct reg_tmpl_stats *st, kiln_error **err)
+{
+	struct reg_tmpl t = { 0 };
+	struct reg_blob *blobs = NULL;
+	struct xfer_ud x = { .o = o };
+	reg_chunks *cs = NULL;
+	char *got = NULL;
+	double t0 = now_s();
+	uint64_t down0 = reg_client_stats(c)->bytes_down;
+	int rc = -1;
+
+	if (reg_tmpl_parse(&t, manifest->data, manifest->len, err) < 0)
+		goto out;
+	if (reg_blob_get_mem(c, repo, t.config_digest, 1 << 20, &t.config, &t.config_len, err) < 0) {
+		kiln_error_wrap(err, "template config");
+		goto out;
+	}
+	char *index = NULL;
+	size_t index_len = 0;
+	if (reg_blob_get_mem(c, repo, t.index_digest, 64 << 20, &index, &index_len, err) < 0) {
+		kiln_error_wrap(err, "template index");
+		goto out;
+	}
+	int r = reg_tmpl_parse_index(&t, index, index_len, err);
+	free(index);
+	if (r < 0)
+		goto out;
+	t.index_len = index_len;
+	if ((cs = reg_chunks_open(NULL, err)) == NULL || pin_all(cs, &t, err) < 0 || chunk_dirs(cs, &t, err) < 0)
+		goto out;
+	blobs = kiln_xcalloc(t.nblobs + 1, sizeof(*blobs));
+	for (size_t i = 0; i < t.nblobs; i++) {
+		snprintf(blobs[i].digest, KILN_DIGEST_MAX, "%s", t.blobs[i].digest);
+		blobs[i].size = (int64_t)t.blobs[i].size;
+		blobs[i].path = reg_chunks_path(cs, t.blobs[i].digest);
+	}
+	struct reg_xfer_opts xo = { .parallel = o ? o->parallel : 0, .have = have_chunk, .progress = on_progress,
+				    .ud = &x };
+	x.cs = cs;
+	if (reg_blobs_pull(c, repo, blobs, t.nblobs, &xo, err) < 0)
+		goto out;
+	if ((got = reg_tmpl_assemble(cs, &t, name, err)) == NULL)
+		goto out;
+	fill_stats(st, &t, &x, reg_client_stats(c)->bytes_down - down0, t0);
+	if (st)
+		snprintf(st->template_digest, KILN_DIGEST_MAX, "%s", got);
+	rc = 0;
+out:
+	if (rc < 0)
+		kiln_error_wrap(err, "pulling template %s@%s", repo, manifest->digest);
+	for (size_t i = 0; blobs && i < t.nblobs; i++)
+		free((char *)blobs[i].path);
+	free(blobs);
+	if (cs)
+		finish_store(cs);
+	reg_chunks_close(cs);
+	reg_tmpl_free(&t);
+	free(got);
+	return rc;
+}
