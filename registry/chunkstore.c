@@ -368,8 +368,8 @@ int reg_chunks_evict(reg_chunks *cs, uint64_t max_bytes, struct reg_chunks_stats
 		struct dirent *f;
 		while (d2 && (f = readdir(d2)) != NULL) {
 			struct stat sb;
-			if (f->d_name[0] == '.')
-				continue;
+			if (strchr(f->d_name, '.'))
+				continue; /* a download's .part: kept for its resume */
 			char *p = kiln_path_join(sub, f->d_name);
 			if (stat(p, &sb) < 0 || !S_ISREG(sb.st_mode)) {
 				free(p);

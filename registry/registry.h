@@ -266,6 +266,7 @@ json_t *reg_progress_json(const struct reg_progress *p, double elapsed_s);
 /* One blob (the same machinery, parallel 1). */
 int reg_blob_push(reg_client *c, const char *repo, const struct reg_blob *b, kiln_error **err);
 int reg_blob_get(reg_client *c, const char *repo, const struct reg_blob *b, kiln_error **err);
+
 /* ---------------------------------------------------------------------------
  * Template distribution (docs/distribution.md).  A template version travels
  * as an OCI image manifest: config = the template config, layers = an index

@@ -4,6 +4,7 @@
  * the store lacks (straight into it, verified, resumable from .part files),
  * then assembles and imports the template.  Chunks in flight are pinned. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,20 +19,60 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* The client keeps every blob of one call open at once (a .part file each
+ * on pull) and scans them all per step: templates have thousands of small
+ * chunks, so they go in batches of this many. */
+#define BATCH 256
+
+struct xfer_ud;
+static int have_chunk(void *ud, const char *digest);
+
 struct xfer_ud {
 	const struct reg_tmpl_xfer_opts *o;
 	reg_chunks *cs;
-	struct reg_progress last;
+	struct reg_progress base;   /* the batches before this one */
+	struct reg_progress last;   /* everything so far */
 };
 
 static void on_progress(void *ud, const struct reg_progress *p)
 {
 	struct xfer_ud *x = ud;
+	uint64_t total = x->last.bytes_total;
+	size_t blobs = x->last.blobs_total;
 
 	x->last = *p;
+	x->last.bytes_done += x->base.bytes_done;
+	x->last.bytes_moved += x->base.bytes_moved;
+	x->last.blobs_done += x->base.blobs_done;
+	x->last.blobs_skipped += x->base.blobs_skipped;
+	x->last.bytes_total = total;
+	x->last.blobs_total = blobs;
 	if (x->o && x->o->progress)
-		x->o->progress(x->o->ud, p);
+		x->o->progress(x->o->ud, &x->last);
 }
+
+/* Move blobs in batches; progress covers them all. */
+static int move(reg_client *c, const char *repo, bool push, const struct reg_blob *blobs, size_t n, struct xfer_ud *x,
+		kiln_error **err)
+{
+	struct reg_xfer_opts xo = { .parallel = x->o ? x->o->parallel : 0, .have = push ? NULL : have_chunk,
+				    .progress = on_progress, .ud = x };
+
+	memset(&x->base, 0, sizeof(x->base));
+	memset(&x->last, 0, sizeof(x->last));
+	x->last.blobs_total = n;
+	for (size_t i = 0; i < n; i++)
+		x->last.bytes_total += blobs[i].size > 0 ? (uint64_t)blobs[i].size : blobs[i].len;
+	for (size_t i = 0; i < n; i += BATCH) {
+		size_t k = n - i < BATCH ? n - i : BATCH;
+		int r = push ? reg_blobs_push(c, repo, blobs + i, k, &xo, err) : reg_blobs_pull(c, repo, blobs + i, k, &xo, err);
+		if (r < 0)
+			return -1;
+		x->base = x->last;
+	}
+	return 0;
+}
+
 
 static int have_chunk(void *ud, const char *digest) { return reg_chunks_has(((struct xfer_ud *)ud)->cs, digest); }
 
@@ -104,8 +145,7 @@ int reg_tmpl_push(reg_client *c, const char *template_ref, const char *repo, con
 		blobs[i + 2].path = reg_chunks_path(cs, t.blobs[i].digest);
 		blobs[i + 2].size = (int64_t)t.blobs[i].size;
 	}
-	struct reg_xfer_opts xo = { .parallel = o ? o->parallel : 0, .progress = on_progress, .ud = &x };
-	if (reg_blobs_push(c, repo, blobs, t.nblobs + 2, &xo, err) < 0)
+	if (move(c, repo, true, blobs, t.nblobs + 2, &x, err) < 0)
 		goto out;
 	if (reg_manifest_put(c, repo, ref, REG_MT_OCI_MANIFEST, t.manifest, t.manifest_len, NULL, err) < 0)
 		goto out;
@@ -175,10 +215,8 @@ int reg_tmpl_pull(reg_client *c, const char *repo, const struct reg_doc *manifes
 		blobs[i].size = (int64_t)t.blobs[i].size;
 		blobs[i].path = reg_chunks_path(cs, t.blobs[i].digest);
 	}
-	struct reg_xfer_opts xo = { .parallel = o ? o->parallel : 0, .have = have_chunk, .progress = on_progress,
-				    .ud = &x };
 	x.cs = cs;
-	if (reg_blobs_pull(c, repo, blobs, t.nblobs, &xo, err) < 0)
+	if (move(c, repo, false, blobs, t.nblobs, &x, err) < 0)
 		goto out;
 	if ((got = reg_tmpl_assemble(cs, &t, name, err)) == NULL)
 		goto out;
