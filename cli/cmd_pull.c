@@ -1,6 +1,7 @@
 /* cmd_pull.c — `kiln pull`: an image from any OCI registry into the local
- * store (`kiln images` lists it, FROM uses it), pinned by digest.  Progress
- * on a terminal, nothing but the digest otherwise, JSON events with --json. */
+ * store (`kiln images` lists it, FROM uses it), pinned by digest, or a
+ * template artifact into the chunk and template stores (cli/tmpl_xfer.c).
+ * Progress on a terminal, nothing but the digest otherwise, JSON events with --json. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "builder/builder.h"
 #include "cli/cli.h"
+#include "cli/tmpl_xfer.h"
 #include "registry/registry.h"
 
 struct view {
@@ -50,6 +52,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
 		{ "parallel", required_argument, NULL, 'P' },
+		{ "name", required_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -58,6 +61,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	kiln_error *err = NULL;
 	build_store *s = NULL;
 	char digest[KILN_DIGEST_MAX];
+	const char *name = NULL;
 	int c;
 
 	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
@@ -73,6 +77,9 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 			o.parallel = (unsigned)n;
 			break;
 		}
+		case 'N':
+			name = optarg;
+			break;
 		case 'h':
 			return KILN_EXIT_OK;
 		default:
@@ -83,6 +90,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		return cli_usage_error(cmd, optind >= argc ? "missing REFERENCE" : "unexpected argument '%s'",
 				       argv[argc - 1]);
 	const char *dest = argv[optind];
+	struct cli_xfer_flags f = { .json = v.json, .parallel = o.parallel, .name = name };
+	int trc = cli_tmpl_pull(dest, &f);
+	if (trc >= 0)
+		return trc;
+	if (name)
+		return cli_usage_error(cmd, "--name is for templates; %s is not one", dest);
 	clock_gettime(CLOCK_MONOTONIC, &v.t0);
 	int rc = build_store_open(NULL, &s, &err) < 0 ? -1 : build_image_pull(s, dest, &o, digest, &err);
 	if (v.drawn)
@@ -109,8 +122,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 
 const struct kiln_command kiln_cmd_pull = {
 	.name = "pull",
-	.summary = "pull an image from a registry into the local store",
-	.usage = "Usage: kiln pull [--json] [--parallel N] [REGISTRY/]REPO[:TAG|@DIGEST]\n\n"
+	.summary = "pull a template or an image from a registry",
+	.usage = "Usage: kiln pull [--json] [--parallel N] [--name NAME[:TAG]] [REGISTRY/]REPO[:TAG|@DIGEST]\n\n"
+		 "A template artifact (kiln push of a template) becomes the local template\n"
+		 "REPO:TAG (or --name): only the chunks this host's chunk store lacks are\n"
+		 "fetched, each verified; the template appears only once all of it is there and\n"
+		 "checked (docs/distribution.md). The bytes received are reported on stderr.\n\n"
 		 "Pull a plain OCI or Docker image (an index: its linux/amd64 image) into the\n"
 		 "local store under that name, so kiln images lists it and FROM uses it.\n"
 		 "Blobs already stored are not fetched; an interrupted pull resumes; every\n"

@@ -1,6 +1,7 @@
 /* cmd_push.c — `kiln push`: a locally built image to any OCI registry as a
- * plain image (same manifest bytes, so the same digest anywhere).  Progress
- * on a terminal, nothing but the digest otherwise, JSON events with --json. */
+ * plain image (same manifest bytes, so the same digest anywhere), or a
+ * template as a chunked artifact (cli/tmpl_xfer.c).  Progress on a terminal,
+ * nothing but the digest otherwise, JSON events with --json. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "builder/builder.h"
 #include "cli/cli.h"
+#include "cli/tmpl_xfer.h"
 #include "registry/registry.h"
 
 struct view {
@@ -51,6 +53,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "parallel", required_argument, NULL, 'P' },
 		{ "chunk-size", required_argument, NULL, 'C' },
+		{ "template", no_argument, NULL, 'T' },
+		{ "image", no_argument, NULL, 'I' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -59,7 +63,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	kiln_error *err = NULL;
 	build_store *s = NULL;
 	char digest[KILN_DIGEST_MAX];
-	int c;
+	int c, kind = 0; /* 'T' template, 'I' image, 0: a template if NAME is one */
 
 	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
 		switch (c) {
@@ -80,6 +84,10 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 				return cli_usage_error(cmd, "--chunk-size '%s': want a size of at least 4K", optarg);
 			}
 			break;
+		case 'T':
+		case 'I':
+			kind = c;
+			break;
 		case 'h':
 			return KILN_EXIT_OK;
 		default:
@@ -91,6 +99,10 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	const char *name = argv[optind], *dest = optind + 1 < argc ? argv[optind + 1] : argv[optind];
 	if (optind + 1 == argc && !reg_imgref_has_host(name))
 		return cli_usage_error(cmd, "where to? give [REGISTRY/]REPO[:TAG] after %s", name);
+	if (kind == 'T' || (kind == 0 && cli_is_template(name))) {
+		struct cli_xfer_flags f = { .json = v.json, .parallel = o.parallel };
+		return cli_tmpl_push(name, dest, &f);
+	}
 	clock_gettime(CLOCK_MONOTONIC, &v.t0);
 	int rc = build_store_open(NULL, &s, &err) < 0 ? -1 : build_image_push(s, name, dest, &o, digest, &err);
 	if (v.drawn)
@@ -117,8 +129,13 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 
 const struct kiln_command kiln_cmd_push = {
 	.name = "push",
-	.summary = "push a local image to a registry",
-	.usage = "Usage: kiln push [--json] [--parallel N] [--chunk-size SIZE] NAME[:TAG] [[REGISTRY/]REPO[:TAG]]\n\n"
+	.summary = "push a local template or image to a registry",
+	.usage = "Usage: kiln push [--json] [--parallel N] [--chunk-size SIZE] [--template|--image]\n"
+		 "                 NAME[:TAG] [[REGISTRY/]REPO[:TAG]]\n\n"
+		 "A template (kiln snapshot ls; --template) goes as a chunked artifact: only\n"
+		 "the chunks the registry lacks are sent (docs/distribution.md); the bytes sent\n"
+		 "are reported on stderr (--json: in the \"done\" event). --image pushes the\n"
+		 "image of that name even when a template has it too.\n\n"
 		 "Push the image NAME (see kiln images) to a registry as a plain OCI image any\n"
 		 "client can pull; the destination defaults to NAME when it names a registry.\n"
 		 "Blobs the registry already has are skipped; up to N (4) blobs move at once;\n"

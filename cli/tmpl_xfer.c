@@ -1,7 +1,9 @@
 /* tmpl_xfer.c — the template path of `kiln push` / `kiln pull`: the registry
- * library moves the chunks; this prints progress on a terminal (bytes,
- * chunks, rate, ETA), one summary line on stderr, and with --json one object
- * on stdout for CI. */
+ * library moves the chunks (registry/tmpl_xfer.c); this draws progress on a
+ * terminal (blobs, bytes, rate, ETA), prints one summary line on stderr with
+ * the bytes moved, and with --json progress events (at most ~10/s, not one
+ * per chunk) and a final "done" event carrying the byte counts. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,19 +12,48 @@
 
 #include "cli/cli.h"
 #include "cli/tmpl_xfer.h"
+#include "registry/registry.h"
 #include "snapshots/snapshots.h"
 
 struct view {
-	bool tty;
+	bool json, tty, drawn;
 	const char *verb;
-	double t0, last;
+	struct timespec t0;
 };
 
-static double now_s(void)
+static double elapsed(const struct view *v)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - v->t0.tv_sec) + (double)(t.tv_nsec - v->t0.tv_nsec) / 1e9;
+}
+
+static void print_json(json_t *j)
+{
+	char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(6));
+	printf("%s\n", s);
+	fflush(stdout);
+	free(s);
+	json_decref(j);
+}
+
+static void on_progress(void *ud, const struct reg_progress *p)
+{
+	struct view *v = ud;
+
+	if (p->digest && p->blobs_done < p->blobs_total)
+		return; /* thousands of chunks: the periodic updates are enough */
+	if (v->json) {
+		json_t *j = reg_progress_json(p, elapsed(v));
+		json_object_set_new(j, "event", json_string("progress"));
+		print_json(j);
+	} else if (v->tty) {
+		kiln_buf b = KILN_BUF_INIT;
+		reg_progress_format(p, elapsed(v), &b);
+		fprintf(stderr, "\r\033[K%s template: %s", v->verb, b.buf);
+		v->drawn = true;
+		kiln_buf_free(&b);
+	}
 }
 
 static void human(char *out, size_t n, double bytes)
@@ -36,115 +67,113 @@ static void human(char *out, size_t n, double bytes)
 	snprintf(out, n, i ? "%.1f %s" : "%.0f %s", bytes, u[i]);
 }
 
-static void on_progress(void *ud, const struct reg_progress *p)
-{
-	struct view *v = ud;
-	double t = now_s();
-	char done[32], total[32], rate[32];
-
-	if (!v->tty || (t - v->last < 0.1 && p->blobs_done < p->blobs_total))
-		return;
-	v->last = t;
-	double el = t - v->t0, r = el > 0 ? (double)p->bytes_moved / el : 0;
-	human(done, sizeof(done), (double)p->bytes_done);
-	human(total, sizeof(total), (double)p->bytes_total);
-	human(rate, sizeof(rate), r);
-	double left = p->bytes_total > p->bytes_done ? (double)(p->bytes_total - p->bytes_done) : 0;
-	fprintf(stderr, "\r\033[K%s %s / %s, %zu/%zu chunks (%zu present), %s/s", v->verb, done, total, p->blobs_done,
-		p->blobs_total, p->blobs_skipped, rate);
-	if (r > 0 && left > 0)
-		fprintf(stderr, ", ETA %.0fs", left / r);
-	fflush(stderr);
-}
-
-static void report(struct view *v, const char *what, const struct reg_tmpl_stats *st, const char *name,
-		   const struct cli_xfer_flags *f)
+static int done(struct view *v, const char *ref, const struct reg_tmpl_stats *st, const char *local)
 {
 	char moved[32], total[32];
+	kiln_error *err = NULL;
 
-	if (v->tty)
-		fprintf(stderr, "\r\033[K");
+	if (v->drawn)
+		fputc('\n', stderr);
 	human(moved, sizeof(moved), (double)st->bytes_moved);
 	human(total, sizeof(total), (double)st->bytes_total);
-	fprintf(stderr, "%s %s: %s moved of %s (%.1f%%), %zu of %zu blobs, %.1fs\n", what, name, moved, total,
+	fprintf(stderr, "%s template %s: %s %s of %s (%.1f%%), %zu of %zu blobs, %.1fs\n", v->verb, local ? local : ref,
+		strcmp(v->verb, "push") == 0 ? "sent" : "received", moved, total,
 		st->bytes_total ? 100.0 * (double)st->bytes_moved / (double)st->bytes_total : 0.0, st->blobs_moved,
 		st->blobs_total, st->seconds);
-	if (f->json) {
-		json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f}", "kind", "template", "name", name,
-				      "manifest", st->manifest_digest, "bytes_total", (json_int_t)st->bytes_total,
-				      "bytes_moved", (json_int_t)st->bytes_moved, "blobs_total",
-				      (json_int_t)st->blobs_total, "blobs_moved", (json_int_t)st->blobs_moved, "seconds",
-				      st->seconds);
-		if (st->template_digest[0])
-			json_object_set_new(o, "template", json_string(st->template_digest));
-		cli_print_json(o);
-		json_decref(o);
+	if (v->json) {
+		json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f}", "event", "done", "kind", "template",
+				      "digest", st->manifest_digest, "ref", ref, "bytes_total", (json_int_t)st->bytes_total,
+				      "bytes_moved", (json_int_t)st->bytes_moved, "blobs_total", (json_int_t)st->blobs_total,
+				      "blobs_moved", (json_int_t)st->blobs_moved, "seconds", elapsed(v));
+		if (local) {
+			json_object_set_new(j, "name", json_string(local));
+			json_object_set_new(j, "template", json_string(st->template_digest));
+		}
+		print_json(j);
 	} else {
-		printf("%s\n", st->template_digest[0] ? st->template_digest : st->manifest_digest);
+		printf("%s\n", local ? st->template_digest : st->manifest_digest);
 	}
+	if (fflush(stdout) != 0) {
+		kiln_err_errno(&err, errno, "write output");
+		return cli_fail(err);
+	}
+	return KILN_EXIT_OK;
 }
 
 bool cli_is_template(const char *ref)
 {
 	kiln_error *e = NULL;
 	snap_template *t = snap_template_open(ref, &e);
+	bool yes = t != NULL;
 
 	kiln_error_free(e);
 	snap_template_free(t);
-	return t != NULL;
+	return yes;
 }
 
 int cli_tmpl_push(const char *ref, const char *dest, const struct cli_xfer_flags *f)
 {
 	struct reg_imgref r = { 0 };
 	struct reg_tmpl_stats st = { 0 };
-	struct view v = { .tty = isatty(2), .verb = "push", .t0 = now_s() };
+	struct view v = { .json = f->json, .tty = isatty(STDOUT_FILENO) && isatty(STDERR_FILENO), .verb = "push" };
 	struct reg_tmpl_xfer_opts o = { .parallel = f->parallel, .progress = on_progress, .ud = &v };
 	reg_client *c = NULL;
 	kiln_error *err = NULL;
-	int rc = KILN_EXIT_FAIL;
+	int rc;
 
-	if (reg_imgref_parse(dest, &r, &err) < 0 || (c = reg_client_new(r.host, NULL, &err)) == NULL)
-		goto out;
-	if (reg_tmpl_push(c, ref, r.repo, reg_imgref_reference(&r), &o, &st, &err) < 0)
-		goto out;
-	char *to = reg_imgref_str(&r);
-	report(&v, "pushed template", &st, to, f);
-	free(to);
-	rc = KILN_EXIT_OK;
-out:
-	if (err) {
-		if (v.tty)
-			fprintf(stderr, "\n");
+	clock_gettime(CLOCK_MONOTONIC, &v.t0);
+	if (reg_imgref_parse(dest, &r, &err) < 0 || (c = reg_client_new(r.host, NULL, &err)) == NULL ||
+	    reg_tmpl_push(c, ref, r.repo, reg_imgref_reference(&r), &o, &st, &err) < 0) {
+		if (v.drawn)
+			fputc('\n', stderr);
 		rc = cli_fail(err);
+	} else {
+		rc = done(&v, dest, &st, NULL);
 	}
 	reg_client_free(c);
 	reg_imgref_free(&r);
 	return rc;
 }
 
-int cli_tmpl_pull(reg_client *c, const struct reg_imgref *r, const struct reg_doc *m, const char *name,
-		  const struct cli_xfer_flags *f)
+int cli_tmpl_pull(const char *src, const struct cli_xfer_flags *f)
 {
+	struct reg_imgref r = { 0 };
+	struct reg_doc m = { 0 };
 	struct reg_tmpl_stats st = { 0 };
-	struct view v = { .tty = isatty(2), .verb = "pull", .t0 = now_s() };
+	struct view v = { .json = f->json, .tty = isatty(STDOUT_FILENO) && isatty(STDERR_FILENO), .verb = "pull" };
 	struct reg_tmpl_xfer_opts o = { .parallel = f->parallel, .progress = on_progress, .ud = &v };
+	reg_client *c = NULL;
 	kiln_error *err = NULL;
-	char *local = name ? kiln_xstrdup(name) : kiln_xasprintf("%s:%s", r->repo, r->tag ? r->tag : "latest");
+	char *local = NULL;
+	int rc = -1;
 
-	if (reg_tmpl_pull(c, r->repo, m, local, &o, &st, &err) < 0) {
-		free(local);
-		if (v.tty)
-			fprintf(stderr, "\n");
-		return cli_fail(err);
+	clock_gettime(CLOCK_MONOTONIC, &v.t0);
+	if (reg_imgref_parse(src, &r, &err) < 0 || (c = reg_client_new(r.host, NULL, &err)) == NULL ||
+	    reg_manifest_get(c, r.repo, reg_imgref_reference(&r), NULL, &m, &err) < 0) {
+		/* Not ours to report: the image path says it again, or succeeds. */
+		kiln_error_free(err);
+		goto out;
 	}
-	report(&v, "pulled template", &st, local, f);
-	/* Usable here? A template made on another kind of host is refused at restore; say so now. */
+	if (!reg_tmpl_is_artifact(m.data, m.len))
+		goto out;
+	local = f->name ? kiln_xstrdup(f->name) : kiln_xasprintf("%s:%s", r.repo, r.tag ? r.tag : "latest");
+	if (reg_tmpl_pull(c, r.repo, &m, local, &o, &st, &err) < 0) {
+		if (v.drawn)
+			fputc('\n', stderr);
+		rc = cli_fail(err);
+		goto out;
+	}
+	rc = done(&v, src, &st, local);
+	/* A template made on another kind of host is refused at restore: say so now. */
 	snap_template *t = snap_template_open(local, &err);
 	if (t && snap_template_check(t, false, &err) < 0)
-		fprintf(stderr, "kiln pull: warning: this host cannot restore it: %s\n", kiln_error_message(err));
+		fprintf(stderr, "kiln pull: warning: this host cannot restore %s: %s\n", local, kiln_error_message(err));
 	kiln_error_free(err);
 	snap_template_free(t);
+out:
 	free(local);
-	return KILN_EXIT_OK;
+	reg_doc_free(&m);
+	reg_client_free(c);
+	reg_imgref_free(&r);
+	return rc;
 }

@@ -5,20 +5,18 @@
 
 #include <stdbool.h>
 
-#include "registry/registry.h"
-
 struct cli_xfer_flags {
-	bool json;          /* one JSON object on stdout at the end */
+	bool json;          /* progress events and a final "done" event on stdout */
 	unsigned parallel;  /* 0: the client's default */
+	const char *name;   /* pull: the local template name (NULL: REPO:TAG) */
 };
 
 /* Whether ref names a local template. */
 bool cli_is_template(const char *ref);
 /* Push template ref to dest ([REGISTRY/]REPO[:TAG]); returns an exit code. */
 int cli_tmpl_push(const char *ref, const char *dest, const struct cli_xfer_flags *f);
-/* Pull the template whose manifest m came from r's repository, as local
- * template name (NULL: REPO:TAG); returns an exit code. */
-int cli_tmpl_pull(reg_client *c, const struct reg_imgref *r, const struct reg_doc *m, const char *name,
-		  const struct cli_xfer_flags *f);
+/* If src names a template artifact, pull it and return an exit code; else
+ * return -1 (a plain image: the caller's path). */
+int cli_tmpl_pull(const char *src, const struct cli_xfer_flags *f);
 
 #endif

@@ -42,8 +42,8 @@ expect_eq "the builder runs v1" "$want" "app version 1
 started"
 
 reg_start "$T_TMP/reg" || exit 0
-# json_of FILE KEY
-json_of() { jq -r ".$2" "$1"; }
+# json_of FILE KEY: KEY of the final {"event":"done"} of a --json run.
+json_of() { grep '"event":"done"' "$1" | jq -r ".$2"; }
 
 expect_exit 0 "push v1" "$KILN" push --json app:v1 "$REG/team/app:v1"
 cp "$T_TMP/out" "$T_TMP/push1.json"
@@ -70,7 +70,7 @@ cp "$T_TMP/out" "$T_TMP/push2.json"
 moved2=$(json_of "$T_TMP/push2.json" bytes_moved)
 total2=$(json_of "$T_TMP/push2.json" bytes_total)
 echo "# v1: $moved1 of $total1 bytes pushed; v2: $moved2 of $total2 bytes pushed"
-expect_grep "the summary line reports the bytes sent" "pushed template .*app:v2: .* moved of .*blobs" "$T_TMP/err"
+expect_grep "the summary line reports the bytes sent" "push template .*app:v2: sent .* of .*blobs" "$T_TMP/err"
 if [ "$moved2" -lt $((total2 / 3)) ]; then ok "v2 sends a fraction of the template ($moved2 of $total2 bytes)"
 else not_ok "v2 sends a fraction of the template ($moved2 of $total2 bytes)"; fi
 
@@ -99,7 +99,7 @@ wait_files() {
 	return 1
 }
 H3=$T_TMP/host3
-KILN_HOME=$H3 "$KILN" pull -j 1 "$REG/team/app:v1" >/dev/null 2>&1 &
+KILN_HOME=$H3 "$KILN" pull --parallel 1 "$REG/team/app:v1" >/dev/null 2>&1 &
 pid=$!
 if wait_files "$H3/chunks/sha256" 30 "$pid"; then
 	kill -9 "$pid"; wait "$pid" 2>/dev/null
@@ -110,12 +110,12 @@ if wait_files "$H3/chunks/sha256" 30 "$pid"; then
 	else not_ok "...fetching only what the first run lacked ($moved of $total chunks)"; fi
 	expect_eq "...and runs" "$(KILN_HOME=$H3 "$KILN" run team/app:v1 -- cat /app/app.txt 2>/dev/null)" "app version 1"
 else
-	wait "$pid"; not_ok "a pull with -j 1 was still running when 30 chunks had arrived"
+	wait "$pid"; not_ok "a pull with --parallel 1 was still running when 30 chunks had arrived"
 fi
 
 reg_stop
 reg_start "$T_TMP/reg2" || exit 0
-"$KILN" push -j 1 app:v1 "$REG/other/app:v1" >/dev/null 2>&1 &
+"$KILN" push --parallel 1 app:v1 "$REG/other/app:v1" >/dev/null 2>&1 &
 pid=$!
 if wait_files "$T_TMP/reg2/blobs" 30 "$pid"; then
 	kill -9 "$pid"; wait "$pid" 2>/dev/null
@@ -129,7 +129,7 @@ if wait_files "$T_TMP/reg2/blobs" 30 "$pid"; then
 	expect_exit 0 "what it pushed pulls" env KILN_HOME="$H4" "$KILN" pull "$REG/other/app:v1"
 	expect_eq "...and runs" "$(KILN_HOME=$H4 "$KILN" run other/app:v1 -- cat /app/app.txt 2>/dev/null)" "app version 1"
 else
-	wait "$pid"; not_ok "a push with -j 1 was still running when 30 blobs had arrived"
+	wait "$pid"; not_ok "a push with --parallel 1 was still running when 30 blobs had arrived"
 fi
 
 # -- a chunk corrupted on the server ---------------------------------------------
