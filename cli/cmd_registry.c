@@ -50,9 +50,13 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 		size_t n;
 		if (reg_list_repos(&cfg, arg, &repos, &n, &err) < 0)
 			goto fail;
-		for (size_t i = 0; i < n; i++)
-			printf("%-40s %4lld tags %4lld manifests%s\n", repos[i].name, (long long)repos[i].tags,
-			       (long long)repos[i].manifests, repos[i].public_ ? "  public" : "");
+		for (size_t i = 0; i < n; i++) {
+			if (repos[i].manifests < 0) /* S3: not counted (one listing per repository) */
+				printf("%-40s %4lld tags\n", repos[i].name, (long long)repos[i].tags);
+			else
+				printf("%-40s %4lld tags %4lld manifests%s\n", repos[i].name, (long long)repos[i].tags,
+				       (long long)repos[i].manifests, repos[i].public_ ? "  public" : "");
+		}
 		reg_repo_info_free(repos, n);
 	} else if (strcmp(cmd->name, "history") == 0) {
 		char *repo = kiln_xstrdup(arg), *colon = strrchr(repo, ':');

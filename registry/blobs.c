@@ -11,6 +11,9 @@
 
 #include "registry/internal.h"
 
+#define BLOB_QUEUE_MIN ((int64_t)1 << 20)
+#define BLOB_QUEUE_WAIT_S 10
+
 /* "bytes=A-B", "bytes=A-", "bytes=-N" against size; 1 ok, 0 unsatisfiable, -1 unparsable. */
 static int parse_range(const char *h, int64_t size, int64_t *start, int64_t *end)
 {
@@ -61,7 +64,8 @@ void reg_blob_handle(reg_req *r)
 		return;
 	}
 	if (strcmp(r->method, "DELETE") == 0) {
-		linked = reg_db_blob_unlink(s->db, r->name, r->ref, &err);
+		linked = s->store.use_s3 ? reg_s3m_blob_unlink(&s->store, r->name, r->ref, &err)
+					 : reg_db_blob_unlink(s->db, r->name, r->ref, &err);
 		if (linked < 0)
 			reg_internal(r, err);
 		else if (linked == 0)
@@ -70,9 +74,13 @@ void reg_blob_handle(reg_req *r)
 			reg_respond(r, 202, "", 0, NULL);
 		return;
 	}
-	linked = reg_db_blob_linked(s->db, r->name, r->ref, &size, &err);
-	if (linked > 0)
-		linked = reg_store_blob_stat(&s->store, r->ref, &size, &err);
+	if (s->store.use_s3) {
+		linked = reg_s3m_blob_linked(&s->store, r->name, r->ref, &size, &err);
+	} else {
+		linked = reg_db_blob_linked(s->db, r->name, r->ref, &size, &err);
+		if (linked > 0)
+			linked = reg_store_blob_stat(&s->store, r->ref, &size, &err);
+	}
 	if (linked < 0) {
 		reg_internal(r, err);
 		return;
@@ -99,6 +107,9 @@ void reg_blob_handle(reg_req *r)
 		start = 0;
 		end = size - 1;
 	}
+	/* Large bodies queue in arrival order (streams.c); HEAD and small ones never. */
+	if (strcmp(r->method, "GET") == 0 && end - start + 1 >= BLOB_QUEUE_MIN)
+		r->stream_slot = reg_streams_acquire(&s->streams, BLOB_QUEUE_WAIT_S);
 	resp = reg_store_response(&s->store, r->ref, start, end - start + 1, &err);
 	if (resp == NULL) {
 		if (err->errnum == ENOENT) { /* collected between the two looks */

@@ -20,8 +20,10 @@ void reg_config_init(struct reg_config *c)
 	c->connection_limit = 1024;
 	c->timeout_s = 60;
 	c->sndbuf = 256 << 10;
+	c->blob_streams = 64;
 	c->upload_expiry_s = 24 * 3600;
 	c->gc_grace_s = 3600;
+	c->gc_pin_s = 600;
 	c->auth = 0;
 	c->service = kiln_xstrdup("kiln");
 	c->token_ttl_s = 3600;
@@ -153,6 +155,9 @@ int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 		} else if (strcmp(key, "connection_limit") == 0) {
 			if ((r = get_int(v, key, 1, &i, err)) == 0)
 				c->connection_limit = (unsigned)i;
+		} else if (strcmp(key, "blob_streams") == 0) {
+			if ((r = get_int(v, key, 0, &i, err)) == 0)
+				c->blob_streams = (unsigned)i;
 		} else if (strcmp(key, "threads") == 0) {
 			if ((r = get_int(v, key, 0, &i, err)) == 0)
 				c->threads = (unsigned)i;
@@ -163,6 +168,8 @@ int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 			r = get_int(v, key, 0, &c->upload_expiry_s, err);
 		} else if (strcmp(key, "gc_grace_s") == 0) {
 			r = get_int(v, key, 0, &c->gc_grace_s, err);
+		} else if (strcmp(key, "gc_pin_s") == 0) {
+			r = get_int(v, key, 2, &c->gc_pin_s, err);
 		} else if (strcmp(key, "token_ttl_s") == 0) {
 			r = get_int(v, key, 1, &c->token_ttl_s, err);
 		} else if (strcmp(key, "auth") == 0) {

@@ -7,6 +7,9 @@
 
 #include "registry/internal.h"
 
+static int s3_list_repos(const struct reg_config *c, const char *prefix, struct reg_repo_info **out, size_t *n,
+			 kiln_error **err);
+
 /* Collects column 0 of st into out, at most n rows (n < 0: all). */
 static int collect(reg_db *db, sqlite3_stmt *st, long n, kiln_strv *out, int *more, kiln_error **err)
 {
@@ -138,7 +141,7 @@ reg_db *reg_db_open_cfg(const struct reg_config *c, kiln_error **err)
 int reg_list_repos(const struct reg_config *c, const char *prefix, struct reg_repo_info **out, size_t *n,
 		   kiln_error **err)
 {
-	reg_db *db = reg_db_open_cfg(c, err);
+	reg_db *db;
 	sqlite3_stmt *st = NULL;
 	struct reg_repo_info *v = NULL;
 	size_t cnt = 0;
@@ -146,6 +149,9 @@ int reg_list_repos(const struct reg_config *c, const char *prefix, struct reg_re
 
 	*out = NULL;
 	*n = 0;
+	if (c->s3_endpoint)
+		return s3_list_repos(c, prefix, out, n, err);
+	db = reg_db_open_cfg(c, err);
 	if (db == NULL)
 		return -1;
 	st = reg_db_prep(db, "SELECT r.name, r.public, (SELECT count(*) FROM tags t WHERE t.repo = r.id),"
@@ -183,12 +189,62 @@ void reg_repo_info_free(struct reg_repo_info *r, size_t n)
 	free(r);
 }
 
+/* With the S3 backend the bucket holds the repositories (meta_s3.c). */
+static int s3_history(const struct reg_config *c, const char *repo, const char *tag, kiln_buf *out, kiln_error **err)
+{
+	reg_store st;
+	int ret;
+
+	if (reg_store_open(&st, c, err) < 0)
+		return -1;
+	ret = reg_s3m_history(&st, repo, tag, out, err);
+	reg_store_close(&st);
+	return ret;
+}
+
+static int s3_list_repos(const struct reg_config *c, const char *prefix, struct reg_repo_info **out, size_t *n,
+			 kiln_error **err)
+{
+	kiln_strv names = KILN_STRV_INIT, tags = KILN_STRV_INIT;
+	reg_store st;
+	int more, ret = -1;
+
+	if (reg_store_open(&st, c, err) < 0)
+		return -1;
+	if (reg_s3m_catalog(&st, NULL, -1, &names, &more, err) < 0)
+		goto out;
+	for (size_t i = 0; i < names.n; i++) {
+		if (prefix && strncmp(names.v[i], prefix, strlen(prefix)) != 0)
+			continue;
+		kiln_strv_free(&tags);
+		tags = (kiln_strv)KILN_STRV_INIT;
+		if (reg_s3m_tags(&st, names.v[i], NULL, -1, &tags, &more, err) < 0) {
+			reg_repo_info_free(*out, *n);
+			*out = NULL;
+			*n = 0;
+			goto out;
+		}
+		*out = kiln_xrealloc(*out, (*n + 1) * sizeof(**out));
+		(*out)[*n] = (struct reg_repo_info){ kiln_xstrdup(names.v[i]), (int64_t)tags.n, -1, 0 };
+		(*n)++;
+	}
+	ret = 0;
+out:
+	kiln_strv_free(&names);
+	kiln_strv_free(&tags);
+	reg_store_close(&st);
+	return ret;
+}
+
 int reg_tag_history(const struct reg_config *c, const char *repo, const char *tag, kiln_buf *out, kiln_error **err)
 {
-	reg_db *db = reg_db_open_cfg(c, err);
+	reg_db *db;
 	sqlite3_stmt *st = NULL;
 	int ret = -1, rc, rows = 0;
 
+	if (c->s3_endpoint)
+		return s3_history(c, repo, tag, out, err);
+	db = reg_db_open_cfg(c, err);
 	if (db == NULL)
 		return -1;
 	st = reg_db_prep(db, "SELECT h.at, h.digest, h.tag FROM tag_history h JOIN repos r ON r.id = h.repo"

@@ -231,8 +231,9 @@ int reg_gc(const struct reg_config *c, int dry_run, struct reg_gc_stats *st, kil
 	g.db = reg_db_open_cfg(c, err);
 	if (g.db == NULL)
 		goto out;
-	/* Blobs in S3 are not swept yet (that needs a bucket listing or a blobs table). */
-	if (sweep_uploads(&g, err) < 0 || (!g.st.use_s3 && sweep_blobs(&g, err) < 0))
+	if (sweep_uploads(&g, err) < 0)
+		goto out;
+	if (g.st.use_s3 ? reg_s3m_gc(&g.st, c, dry_run, st, err) < 0 : sweep_blobs(&g, err) < 0)
 		goto out;
 	ret = 0;
 out:

@@ -335,6 +335,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		return;
 	if (r->up)
 		reg_upload_release(&s->uploads, r->up);
+	if (r->stream_slot)
+		reg_streams_release(&s->streams);
 	if (r->resp)
 		MHD_destroy_response(r->resp);
 	kiln_buf_free(&r->mem);
@@ -414,6 +416,8 @@ reg_server *reg_server_start(const struct reg_config *c, kiln_error **err)
 	if (reg_store_open(&s->store, c, err) < 0)
 		goto fail;
 	reg_uploads_init(&s->uploads, &s->store);
+	/* Queueing blocks the request's thread: only with a thread per connection. */
+	reg_streams_init(&s->streams, c->threads == 0 ? c->blob_streams : 0);
 	if (c->auth && reg_auth_key(c->data_dir, s->auth_key, err) < 0)
 		goto fail;
 	dbpath = kiln_path_join(c->data_dir, "meta.db");
@@ -460,8 +464,10 @@ void reg_server_stop(reg_server *s)
 	if (s->mhd)
 		MHD_stop_daemon(s->mhd);
 	reg_db_close(s->db);
-	if (s->uploads.st)
+	if (s->uploads.st) {
 		reg_uploads_destroy(&s->uploads);
+		reg_streams_destroy(&s->streams);
+	}
 	reg_store_close(&s->store);
 	reg_config_free(&s->cfg);
 	free(s);

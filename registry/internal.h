@@ -74,8 +74,9 @@ struct reg_s3_cfg {
 
 typedef struct reg_store {
 	char *root, *blobs, *uploads;
-	int use_s3;          /* blobs live in S3 (s3), not under blobs/ */
+	int use_s3;          /* blobs and repository metadata live in S3 (s3) */
 	struct reg_s3_cfg s3;
+	int64_t pin_s;       /* S3: lifetime of a writer's gc pin (gc_pin_s) */
 } reg_store;
 
 int reg_store_open(reg_store *st, const struct reg_config *c, kiln_error **err);
@@ -127,10 +128,28 @@ int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, re
 /* Test hook: gc calls it (when set) inside its write transaction, after the
  * blob's links are deleted and before it commits. */
 extern void (*reg_gc_test_hook)(const char *digest);
+/* Test hook: S3 gc calls it right after putting its tomb on digest. */
+extern void (*reg_gc_s3_test_hook)(const char *digest);
 void reg_upload_cancel(reg_uploads *u, reg_upload *up);
+
+/* ---- FIFO admission of large blob responses (streams.c) ---- */
+struct reg_waiter;
+typedef struct reg_streams {
+	pthread_mutex_t lock;
+	unsigned active, max;        /* max 0: no limit */
+	unsigned waiting;            /* queued requests */
+	struct reg_waiter *head, **tail;
+} reg_streams;
+
+void reg_streams_init(reg_streams *s, unsigned max);
+void reg_streams_destroy(reg_streams *s);
+/* Blocks (in arrival order) for a slot, at most wait_s: 1 holding one, 0 not. */
+int reg_streams_acquire(reg_streams *s, unsigned wait_s);
+void reg_streams_release(reg_streams *s);
 
 /* ---- the server and requests (http.c) ---- */
 struct reg_server {
+	reg_streams streams;
 	struct reg_config cfg;
 	struct MHD_Daemon *mhd;
 	reg_store store;
@@ -159,6 +178,7 @@ typedef struct reg_req {
 	reg_upload *up;
 	uint64_t received;
 	int body_error;            /* the response is already queued; drop the rest */
+	int stream_slot;           /* holds a reg_streams slot until completed */
 	uint64_t discarded;        /* body bytes dropped after an error */
 	/* identity (auth.c): who is asking, with which grants */
 	int authed;                /* 1: a valid token (tok_id 0 = anonymous token) */
@@ -219,6 +239,52 @@ int reg_s3_head(const struct reg_s3_cfg *s3, const char *key, int64_t *size, kil
 int reg_s3_get(const struct reg_s3_cfg *s3, const char *key, int64_t off, int64_t len,
 	       int (*sink)(void *ud, const void *data, size_t len), void *ud, kiln_error **err);
 int reg_s3_delete(const struct reg_s3_cfg *s3, const char *key, kiln_error **err);
+int reg_s3_put_type(const struct reg_s3_cfg *s3, const char *key, const void *data, size_t len, const char *type,
+		    kiln_error **err);
+/* HEAD with Last-Modified (Unix time); 1 exists, 0 missing, -1 error. */
+int reg_s3_stat(const struct reg_s3_cfg *s3, const char *key, int64_t *size, int64_t *mtime, kiln_error **err);
+/* A whole small object (at most max bytes) and its Content-Type: 1, 0 missing, -1. */
+int reg_s3_get_small(const struct reg_s3_cfg *s3, const char *key, size_t max, kiln_buf *out, char **type,
+		     kiln_error **err);
+/* The S3 server's clock (its Date header): times compared with Last-Modified. */
+int reg_s3_time(const struct reg_s3_cfg *s3, int64_t *now, kiln_error **err);
+/* Keys under prefix after start_after (NULL: all), in order, at most max
+ * (<= 0: no limit; *more set when cut).  fn returns < 0 to fail the listing. */
+typedef int (*reg_s3_list_fn)(void *ud, const char *key, int64_t size, int64_t mtime);
+int reg_s3_list(const struct reg_s3_cfg *s3, const char *prefix, const char *start_after, long max, reg_s3_list_fn fn,
+		void *ud, int *more, kiln_error **err);
+typedef int (*reg_s3_upload_fn)(void *ud, const char *key, const char *upload_id, int64_t initiated);
+int reg_s3_list_multipart(const struct reg_s3_cfg *s3, reg_s3_upload_fn fn, void *ud, kiln_error **err);
+int reg_s3_multipart_start(const struct reg_s3_cfg *s3, const char *key, char **upload_id, kiln_error **err);
+int reg_s3_abort_multipart(const struct reg_s3_cfg *s3, const char *key, const char *upload_id, kiln_error **err);
+
+/* ---- metadata in the bucket (meta_s3.c): with the S3 backend the bucket is
+ * the single source of truth for repositories, so replicas sharing it agree.
+ * Same contracts as the reg_db_* functions above. ---- */
+char *reg_s3m_blob_key(const char *digest);
+int reg_s3m_blob_linked(const reg_store *st, const char *repo, const char *digest, int64_t *size, kiln_error **err);
+int reg_s3m_blob_unlink(const reg_store *st, const char *repo, const char *digest, kiln_error **err);
+/* Verified staged file src becomes blob digest of repo (pin, put unless present, link). */
+int reg_s3m_blob_commit(const reg_store *st, const char *repo, const char *digest, const char *src, int64_t size,
+			kiln_error **err);
+int reg_s3m_blob_mount(const reg_store *st, const char *repo, const char *from, const char *digest, kiln_error **err);
+/* 1 found (digest, media type, bytes), 0 not, -1 error. */
+int reg_s3m_manifest_get(const reg_store *st, const char *repo, const char *ref, char digest[KILN_DIGEST_MAX],
+			 char **media_type, kiln_buf *bytes, kiln_error **err);
+int reg_s3m_manifest_put(const reg_store *st, const char *repo, const char *digest, const kiln_buf *bytes,
+			 const struct reg_manifest *m, const char *tag, long *missing, kiln_error **err);
+int reg_s3m_manifest_delete(const reg_store *st, const char *repo, const char *digest, kiln_error **err);
+int reg_s3m_tag_delete(const reg_store *st, const char *repo, const char *tag, kiln_error **err);
+int reg_s3m_repo_exists(const reg_store *st, const char *repo, kiln_error **err);
+int reg_s3m_tags(const reg_store *st, const char *repo, const char *last, long n, kiln_strv *out, int *more,
+		 kiln_error **err);
+int reg_s3m_catalog(const reg_store *st, const char *last, long n, kiln_strv *out, int *more, kiln_error **err);
+int reg_s3m_referrers(const reg_store *st, const char *repo, const char *subject, const char *artifact_type,
+		      json_t *out, kiln_error **err);
+int reg_s3m_history(const reg_store *st, const char *repo, const char *tag, kiln_buf *out, kiln_error **err);
+/* gc's side of the pin/tomb protocol (gc_s3.c). */
+int reg_s3m_gc(const reg_store *st, const struct reg_config *c, int dry_run, struct reg_gc_stats *stats,
+	       kiln_error **err);
 
 /* Parse "n" / "last" query args; -1 when n is invalid (response set). */
 int reg_page_args(reg_req *r, long *n, const char **last);

@@ -17,20 +17,27 @@ static void get(reg_req *r)
 	reg_server *s = r->srv;
 	char digest[KILN_DIGEST_MAX], *mt = NULL, *data = NULL, etag[KILN_DIGEST_MAX + 2];
 	kiln_error *err = NULL;
-	int64_t size;
-	size_t len;
+	int64_t size = 0;
+	size_t len = 0;
 	int found;
 
-	found = reg_db_manifest_get(s->db, r->name, r->ref, digest, &mt, &size, &err);
+	if (s->store.use_s3) {
+		kiln_buf b = KILN_BUF_INIT;
+		found = reg_s3m_manifest_get(&s->store, r->name, r->ref, digest, &mt, &b, &err);
+		len = b.len;
+		data = kiln_buf_detach(&b);
+	} else {
+		found = reg_db_manifest_get(s->db, r->name, r->ref, digest, &mt, &size, &err);
+	}
 	if (found < 0) {
 		reg_internal(r, err);
-		return;
+		goto out;
 	}
 	if (found == 0) {
 		reg_error(r, 404, "MANIFEST_UNKNOWN", "manifest %s unknown to repository %s", r->ref, r->name);
-		return;
+		goto out;
 	}
-	if (reg_store_read(&s->store, digest, (size_t)size + 1, &data, &len, &err) < 0) {
+	if (!s->store.use_s3 && reg_store_read(&s->store, digest, (size_t)size + 1, &data, &len, &err) < 0) {
 		reg_internal(r, err);
 		goto out;
 	}
@@ -48,10 +55,14 @@ static void del(reg_req *r)
 	kiln_error *err = NULL;
 	int n;
 
+	const reg_store *st = &r->srv->store;
+
 	if (ref_is_digest(r))
-		n = reg_db_manifest_delete(r->srv->db, r->name, r->ref, &err);
+		n = st->use_s3 ? reg_s3m_manifest_delete(st, r->name, r->ref, &err)
+			       : reg_db_manifest_delete(r->srv->db, r->name, r->ref, &err);
 	else
-		n = reg_db_tag_delete(r->srv->db, r->name, r->ref, &err);
+		n = st->use_s3 ? reg_s3m_tag_delete(st, r->name, r->ref, &err)
+			       : reg_db_tag_delete(r->srv->db, r->name, r->ref, &err);
 	if (n < 0)
 		reg_internal(r, err);
 	else if (n == 0)
@@ -135,12 +146,14 @@ void reg_manifest_finish(reg_req *r)
 	}
 	/* Bytes first, so a manifest record never points at missing bytes: on disk
 	 * inside the record's write transaction, which gc's removal of an
-	 * identical, unreferenced file also takes; to S3 (never collected) before. */
+	 * identical, unreferenced file also takes.  In S3 the manifest object
+	 * (bytes + media type) is the record. */
 	pb.digest = digest;
-	if (s->store.use_s3 && reg_store_put_bytes(&s->store, digest, r->mem.buf, r->mem.len, &err) < 0)
-		goto fail;
-	ok = reg_db_manifest_put(s->db, r->name, digest, (int64_t)r->mem.len, &m, tagged ? r->ref : NULL,
-				 s->store.use_s3 ? NULL : put_bytes_cb, &pb, &missing, &err);
+	if (s->store.use_s3)
+		ok = reg_s3m_manifest_put(&s->store, r->name, digest, &r->mem, &m, tagged ? r->ref : NULL, &missing, &err);
+	else
+		ok = reg_db_manifest_put(s->db, r->name, digest, (int64_t)r->mem.len, &m, tagged ? r->ref : NULL,
+					 put_bytes_cb, &pb, &missing, &err);
 	if (ok < 0)
 		goto fail;
 	if (ok == 0) {

@@ -24,8 +24,10 @@ struct reg_config {
 	unsigned timeout_s;         /* idle connection timeout (slow clients) */
 	uint64_t sndbuf;            /* socket send buffer per connection; 0 = kernel's autotuning */
 	unsigned threads;           /* 0: a thread per connection; N: N event-loop threads */
+	unsigned blob_streams;      /* large blob GETs sent at once, the rest queue in order; 0 = no limit */
 	int64_t upload_expiry_s;    /* gc removes uploads idle longer than this */
 	int64_t gc_grace_s;         /* gc keeps unreferenced blobs younger than this */
+	int64_t gc_pin_s;           /* S3: a writer's pin protects a blob from gc this long */
 	int auth;                   /* 1: Bearer tokens required (anonymous pull of public repos only) */
 	char *realm;                /* token endpoint URL for the challenge; NULL = derived */
 	char *service;              /* the "service" of the Bearer challenge */

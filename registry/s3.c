@@ -122,6 +122,9 @@ struct s3_req {
 	void *ud;
 	char etag[128];
 	int64_t length;
+	const char *put_type;       /* Content-Type of a PUT body, or NULL */
+	char type[256];             /* Content-Type of the answer */
+	int64_t mtime, date;        /* Last-Modified, Date of the answer (-1: none) */
 };
 
 static size_t on_read(char *buf, size_t sz, size_t n, void *ud)
@@ -147,6 +150,16 @@ static size_t on_write(char *p, size_t sz, size_t n, void *ud)
 	return q->sink && q->sink(q->ud, p, sz * n) < 0 ? 0 : sz * n;
 }
 
+/* An HTTP date (RFC 1123) as Unix time, -1 when unparsable. */
+static int64_t header_time(const char *v, size_t len)
+{
+	char tmp[64];
+
+	snprintf(tmp, sizeof(tmp), "%.*s", (int)(len < sizeof(tmp) - 1 ? len : sizeof(tmp) - 1), v);
+	tmp[strcspn(tmp, "\r\n")] = '\0';
+	return (int64_t)curl_getdate(tmp, NULL);
+}
+
 static size_t on_header(char *p, size_t sz, size_t n, void *ud)
 {
 	struct s3_req *q = ud;
@@ -159,6 +172,15 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
 		snprintf(q->etag, sizeof(q->etag), "%.*s", (int)strcspn(v, "\r\n"), v);
 	} else if (len > 15 && strncasecmp(p, "Content-Length:", 15) == 0) {
 		q->length = strtoll(p + 15, NULL, 10);
+	} else if (len > 13 && strncasecmp(p, "Content-Type:", 13) == 0) {
+		const char *v = p + 13;
+		while (*v == ' ')
+			v++;
+		snprintf(q->type, sizeof(q->type), "%.*s", (int)strcspn(v, "\r\n"), v);
+	} else if (len > 14 && strncasecmp(p, "Last-Modified:", 14) == 0) {
+		q->mtime = header_time(p + 14, len - 14);
+	} else if (len > 5 && strncasecmp(p, "Date:", 5) == 0) {
+		q->date = header_time(p + 5, len - 5);
 	}
 	return len;
 }
@@ -209,6 +231,11 @@ static long s3_do(const struct reg_s3_cfg *s3, const char *method, const char *k
 		hl = curl_slist_append(hl, hdrs[i]);
 	hl = curl_slist_append(hl, h_auth);
 	hl = curl_slist_append(hl, "Expect:");
+	if (q->put_type) {
+		char *ct = kiln_xasprintf("Content-Type: %s", q->put_type);
+		hl = curl_slist_append(hl, ct);
+		free(ct);
+	}
 	c = curl_easy_init();
 	curl_easy_setopt(c, CURLOPT_URL, url.buf);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
@@ -235,6 +262,8 @@ static long s3_do(const struct reg_s3_cfg *s3, const char *method, const char *k
 		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
 	}
 	q->length = -1;
+	q->mtime = q->date = -1;
+	q->type[0] = '\0';
 	if (curl_easy_perform(c) != CURLE_OK)
 		kiln_err(err, KILN_E_IO, "s3 %s %s: %s", method, url.buf, errbuf);
 	else
@@ -276,8 +305,14 @@ int reg_s3_create_bucket(const struct reg_s3_cfg *s3, kiln_error **err)
 
 int reg_s3_put(const struct reg_s3_cfg *s3, const char *key, const void *data, size_t len, kiln_error **err)
 {
+	return reg_s3_put_type(s3, key, data, len, NULL, err);
+}
+
+int reg_s3_put_type(const struct reg_s3_cfg *s3, const char *key, const void *data, size_t len, const char *type,
+		    kiln_error **err)
+{
 	kiln_buf body = KILN_BUF_INIT;
-	struct s3_req q = { .body = data, .body_len = len, .resp = &body };
+	struct s3_req q = { .body = data, .body_len = len, .resp = &body, .put_type = type };
 	long st = s3_do(s3, "PUT", key, NULL, NULL, &q, err);
 	int ret = st == 200 ? 0 : st < 0 ? -1 : status_err(st, "put", key, &body, err);
 
@@ -298,6 +333,23 @@ static char *xml_text(const char *xml, const char *tag)
 	return out;
 }
 
+int reg_s3_multipart_start(const struct reg_s3_cfg *s3, const char *key, char **upload_id, kiln_error **err)
+{
+	kiln_buf body = KILN_BUF_INIT;
+	struct s3_req q = { .resp = &body };
+	long st = s3_do(s3, "POST", key, "uploads=", NULL, &q, err);
+	int ret = 0;
+
+	*upload_id = NULL;
+	if (st != 200 || (*upload_id = xml_text(body.buf, "UploadId")) == NULL) {
+		if (st >= 0)
+			status_err(st, "start multipart upload", key, &body, err);
+		ret = -1;
+	}
+	kiln_buf_free(&body);
+	return ret;
+}
+
 int reg_s3_put_multipart(const struct reg_s3_cfg *s3, const char *key, const void *data, size_t len, size_t part_size,
 			 kiln_error **err)
 {
@@ -307,12 +359,8 @@ int reg_s3_put_multipart(const struct reg_s3_cfg *s3, const char *key, const voi
 	long st;
 	int ret = -1, part = 0;
 
-	st = s3_do(s3, "POST", key, "uploads=", NULL, &q, err);
-	if (st != 200 || (upload_id = xml_text(body.buf, "UploadId")) == NULL) {
-		if (st >= 0)
-			status_err(st, "start multipart upload", key, &body, err);
+	if (reg_s3_multipart_start(s3, key, &upload_id, err) < 0)
 		goto out;
-	}
 	kiln_buf_adds(&done, "<CompleteMultipartUpload>");
 	for (size_t off = 0; off < len || part == 0; off += part_size) {
 		size_t n = len - off < part_size ? len - off : part_size;
@@ -365,11 +413,20 @@ out:
 
 int reg_s3_head(const struct reg_s3_cfg *s3, const char *key, int64_t *size, kiln_error **err)
 {
+	return reg_s3_stat(s3, key, size, NULL, err);
+}
+
+
+int reg_s3_stat(const struct reg_s3_cfg *s3, const char *key, int64_t *size, int64_t *mtime, kiln_error **err)
+{
 	struct s3_req q = { 0 };
 	long st = s3_do(s3, "HEAD", key, NULL, NULL, &q, err);
 
 	if (st == 200) {
-		*size = q.length;
+		if (size)
+			*size = q.length;
+		if (mtime)
+			*mtime = q.mtime;
 		return 1;
 	}
 	return st == 404 ? 0 : st < 0 ? -1 : status_err(st, "head", key, NULL, err);
@@ -407,5 +464,293 @@ int reg_s3_delete(const struct reg_s3_cfg *s3, const char *key, kiln_error **err
 	int ret = st == 204 || st == 200 || st == 404 ? 0 : st < 0 ? -1 : status_err(st, "delete", key, &body, err);
 
 	kiln_buf_free(&body);
+	return ret;
+}
+
+int reg_s3_get_small(const struct reg_s3_cfg *s3, const char *key, size_t max, kiln_buf *out, char **type,
+		     kiln_error **err)
+{
+	struct s3_req q = { .resp = out };
+	long st = s3_do(s3, "GET", key, NULL, NULL, &q, err);
+
+	if (st == 404)
+		return 0;
+	if (st != 200)
+		return st < 0 ? -1 : status_err(st, "get", key, out, err);
+	if (out->len > max)
+		return kiln_err(err, KILN_E_INVALID, "s3 get %s: %zu bytes, more than %zu", key, out->len, max);
+	if (type)
+		*type = q.type[0] ? kiln_xstrdup(q.type) : NULL;
+	return 1;
+}
+
+int reg_s3_time(const struct reg_s3_cfg *s3, int64_t *now, kiln_error **err)
+{
+	struct s3_req q = { 0 };
+	long st = s3_do(s3, "HEAD", NULL, NULL, NULL, &q, err);
+
+	if (st != 200)
+		return st < 0 ? -1 : status_err(st, "head bucket", s3->bucket, NULL, err);
+	if (q.date < 0)
+		return kiln_err(err, KILN_E_IO, "s3: no Date header from %s", s3->endpoint);
+	*now = q.date;
+	return 0;
+}
+
+/* S3's XML escapes only these five in the values we read. */
+static char *xml_unescape(const char *s, size_t n)
+{
+	static const struct { const char *ent; char c; } ents[] = {
+		{ "&amp;", '&' }, { "&lt;", '<' }, { "&gt;", '>' }, { "&quot;", '"' }, { "&apos;", '\'' },
+	};
+	kiln_buf b = KILN_BUF_INIT;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t k;
+		for (k = 0; k < 5; k++) {
+			size_t el = strlen(ents[k].ent);
+			if (i + el <= n && strncmp(s + i, ents[k].ent, el) == 0) {
+				kiln_buf_addc(&b, ents[k].c);
+				i += el - 1;
+				break;
+			}
+		}
+		if (k == 5)
+			kiln_buf_addc(&b, s[i]);
+	}
+	if (b.buf == NULL)
+		kiln_buf_adds(&b, "");
+	return kiln_buf_detach(&b);
+}
+
+/* The unescaped text of <tag> inside [p, end), or NULL. */
+static char *xml_field(const char *p, const char *end, const char *tag)
+{
+	char open[64], close[64];
+	const char *a, *b;
+
+	snprintf(open, sizeof(open), "<%s>", tag);
+	snprintf(close, sizeof(close), "</%s>", tag);
+	a = strstr(p, open);
+	if (a == NULL || a >= end)
+		return NULL;
+	a += strlen(open);
+	b = strstr(a, close);
+	if (b == NULL || b > end)
+		return NULL;
+	return xml_unescape(a, (size_t)(b - a));
+}
+
+/* "2026-11-30T07:00:00.000Z" as Unix time. */
+static int64_t iso_time(const char *s)
+{
+	struct tm tm;
+
+	memset(&tm, 0, sizeof(tm));
+	if (s == NULL || strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) == NULL)
+		return -1;
+	return (int64_t)timegm(&tm);
+}
+
+/* Walks the <ELEM>...</ELEM> blocks of one listing page. */
+typedef int (*elem_fn)(void *ud, const char *p, const char *end);
+static int each_elem(const char *xml, const char *elem, elem_fn fn, void *ud)
+{
+	char open[64], close[64];
+	const char *p = xml;
+
+	snprintf(open, sizeof(open), "<%s>", elem);
+	snprintf(close, sizeof(close), "</%s>", elem);
+	while ((p = strstr(p, open)) != NULL) {
+		const char *end = strstr(p, close);
+		int r;
+		if (end == NULL)
+			break;
+		r = fn(ud, p, end);
+		if (r != 0)
+			return r;
+		p = end + strlen(close);
+	}
+	return 0;
+}
+
+struct list_walk {
+	reg_s3_list_fn fn;
+	void *ud;
+	long max, count;
+	int more, failed;
+	char *last;
+};
+
+static int list_elem(void *ud, const char *p, const char *end)
+{
+	struct list_walk *w = ud;
+	char *key = xml_field(p, end, "Key"), *size = xml_field(p, end, "Size"), *lm = xml_field(p, end, "LastModified");
+	int r = 0;
+
+	if (key == NULL) {
+		r = 0;
+	} else if (w->max > 0 && w->count >= w->max) {
+		w->more = 1;
+		r = 1;
+	} else {
+		w->count++;
+		free(w->last);
+		w->last = kiln_xstrdup(key);
+		if (w->fn(w->ud, key, size ? strtoll(size, NULL, 10) : 0, iso_time(lm)) < 0) {
+			w->failed = 1;
+			r = 1;
+		}
+	}
+	free(key);
+	free(size);
+	free(lm);
+	return r;
+}
+
+int reg_s3_list(const struct reg_s3_cfg *s3, const char *prefix, const char *start_after, long max, reg_s3_list_fn fn,
+		void *ud, int *more, kiln_error **err)
+{
+	struct list_walk w = { .fn = fn, .ud = ud, .max = max };
+	kiln_buf body = KILN_BUF_INIT, qs = KILN_BUF_INIT;
+	char *token = NULL, *trunc = NULL;
+	int ret = -1;
+
+	for (;;) {
+		struct s3_req q = { .resp = &body };
+		long want = max > 0 ? max - w.count + 1 : 1000, st;
+
+		if (want > 1000)
+			want = 1000;
+		kiln_buf_reset(&body);
+		kiln_buf_reset(&qs);
+		/* Canonical order: parameters sorted by name. */
+		if (token) {
+			kiln_buf_adds(&qs, "continuation-token=");
+			reg_s3_uri_encode(&qs, token, 0);
+			kiln_buf_addc(&qs, '&');
+		}
+		kiln_buf_addf(&qs, "list-type=2&max-keys=%ld&prefix=", want);
+		reg_s3_uri_encode(&qs, prefix, 0);
+		if (start_after && !token) {
+			kiln_buf_adds(&qs, "&start-after=");
+			reg_s3_uri_encode(&qs, start_after, 0);
+		}
+		st = s3_do(s3, "GET", NULL, qs.buf, NULL, &q, err);
+		if (st != 200) {
+			if (st >= 0)
+				status_err(st, "list", prefix, &body, err);
+			goto out;
+		}
+		if (each_elem(body.buf ? body.buf : "", "Contents", list_elem, &w) != 0 || w.more)
+			break;
+		if (w.failed)
+			break;
+		free(trunc);
+		trunc = xml_field(body.buf, body.buf + body.len, "IsTruncated");
+		free(token);
+		token = xml_field(body.buf, body.buf + body.len, "NextContinuationToken");
+		if (trunc == NULL || strcmp(trunc, "true") != 0 || token == NULL)
+			break;
+	}
+	if (w.failed) {
+		kiln_err(err, KILN_E_IO, "s3 list %s: stopped", prefix);
+		goto out;
+	}
+	if (more)
+		*more = w.more;
+	ret = 0;
+out:
+	free(w.last);
+	free(token);
+	free(trunc);
+	kiln_buf_free(&body);
+	kiln_buf_free(&qs);
+	return ret;
+}
+
+struct mp_walk {
+	reg_s3_upload_fn fn;
+	void *ud;
+	int failed;
+};
+
+static int mp_elem(void *ud, const char *p, const char *end)
+{
+	struct mp_walk *w = ud;
+	char *key = xml_field(p, end, "Key"), *id = xml_field(p, end, "UploadId"), *at = xml_field(p, end, "Initiated");
+
+	if (key && id && w->fn(w->ud, key, id, iso_time(at)) < 0)
+		w->failed = 1;
+	free(key);
+	free(id);
+	free(at);
+	return w->failed;
+}
+
+int reg_s3_list_multipart(const struct reg_s3_cfg *s3, reg_s3_upload_fn fn, void *ud, kiln_error **err)
+{
+	struct mp_walk w = { .fn = fn, .ud = ud };
+	kiln_buf body = KILN_BUF_INIT, qs = KILN_BUF_INIT;
+	char *kmark = NULL, *umark = NULL, *trunc = NULL;
+	int ret = -1;
+
+	for (;;) {
+		struct s3_req q = { .resp = &body };
+		long st;
+
+		kiln_buf_reset(&body);
+		kiln_buf_reset(&qs);
+		if (kmark) {
+			kiln_buf_adds(&qs, "key-marker=");
+			reg_s3_uri_encode(&qs, kmark, 0);
+			kiln_buf_adds(&qs, "&upload-id-marker=");
+			reg_s3_uri_encode(&qs, umark ? umark : "", 0);
+			kiln_buf_addc(&qs, '&');
+		}
+		kiln_buf_adds(&qs, "uploads=");
+		st = s3_do(s3, "GET", NULL, qs.buf, NULL, &q, err);
+		if (st != 200) {
+			if (st >= 0)
+				status_err(st, "list multipart uploads", s3->bucket, &body, err);
+			goto out;
+		}
+		each_elem(body.buf ? body.buf : "", "Upload", mp_elem, &w);
+		if (w.failed) {
+			kiln_err(err, KILN_E_IO, "s3 list multipart uploads: stopped");
+			goto out;
+		}
+		free(trunc);
+		trunc = xml_field(body.buf, body.buf + body.len, "IsTruncated");
+		free(kmark);
+		free(umark);
+		kmark = xml_field(body.buf, body.buf + body.len, "NextKeyMarker");
+		umark = xml_field(body.buf, body.buf + body.len, "NextUploadIdMarker");
+		if (trunc == NULL || strcmp(trunc, "true") != 0 || kmark == NULL)
+			break;
+	}
+	ret = 0;
+out:
+	free(kmark);
+	free(umark);
+	free(trunc);
+	kiln_buf_free(&body);
+	kiln_buf_free(&qs);
+	return ret;
+}
+
+int reg_s3_abort_multipart(const struct reg_s3_cfg *s3, const char *key, const char *upload_id, kiln_error **err)
+{
+	kiln_buf body = KILN_BUF_INIT, qs = KILN_BUF_INIT;
+	struct s3_req q = { .resp = &body };
+	long st;
+	int ret;
+
+	kiln_buf_adds(&qs, "uploadId=");
+	reg_s3_uri_encode(&qs, upload_id, 0);
+	st = s3_do(s3, "DELETE", key, qs.buf, NULL, &q, err);
+	ret = st == 204 || st == 200 || st == 404 ? 0 : st < 0 ? -1 : status_err(st, "abort multipart", key, &body, err);
+	kiln_buf_free(&body);
+	kiln_buf_free(&qs);
 	return ret;
 }

@@ -30,6 +30,7 @@ int reg_store_open(reg_store *st, const struct reg_config *c, kiln_error **err)
 	}
 	if (c->s3_endpoint) {
 		st->use_s3 = 1;
+		st->pin_s = c->gc_pin_s;
 		st->s3.endpoint = kiln_xstrdup(c->s3_endpoint);
 		st->s3.region = kiln_xstrdup(c->s3_region ? c->s3_region : "us-east-1");
 		st->s3.bucket = kiln_xstrdup(c->s3_bucket);

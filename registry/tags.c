@@ -34,7 +34,14 @@ void reg_tags_handle(reg_req *r)
 
 	if (reg_page_args(r, &n, &last) < 0)
 		return;
-	if (reg_db_repo(r->srv->db, r->name, 0, &id, &err) < 0) {
+	if (r->srv->store.use_s3) {
+		int e = reg_s3m_repo_exists(&r->srv->store, r->name, &err);
+		if (e < 0) {
+			reg_internal(r, err);
+			return;
+		}
+		id = e;
+	} else if (reg_db_repo(r->srv->db, r->name, 0, &id, &err) < 0) {
 		reg_internal(r, err);
 		return;
 	}
@@ -42,7 +49,8 @@ void reg_tags_handle(reg_req *r)
 		reg_error(r, 404, "NAME_UNKNOWN", "repository %s not known to registry", r->name);
 		return;
 	}
-	if (n != 0 && reg_db_tags(r->srv->db, r->name, last, n, &tags, &more, &err) < 0) {
+	if (n != 0 && (r->srv->store.use_s3 ? reg_s3m_tags(&r->srv->store, r->name, last, n, &tags, &more, &err)
+					    : reg_db_tags(r->srv->db, r->name, last, n, &tags, &more, &err)) < 0) {
 		reg_internal(r, err);
 		return;
 	}
@@ -65,7 +73,8 @@ void reg_catalog_handle(reg_req *r)
 
 	if (reg_page_args(r, &n, &last) < 0)
 		return;
-	if (n != 0 && reg_db_catalog(r->srv->db, last, n, &repos, &more, &err) < 0) {
+	if (n != 0 && (r->srv->store.use_s3 ? reg_s3m_catalog(&r->srv->store, last, n, &repos, &more, &err)
+					    : reg_db_catalog(r->srv->db, last, n, &repos, &more, &err)) < 0) {
 		reg_internal(r, err);
 		return;
 	}
@@ -88,7 +97,8 @@ void reg_referrers_handle(reg_req *r)
 		return;
 	}
 	list = json_array();
-	if (reg_db_referrers(r->srv->db, r->name, r->ref, at && *at ? at : NULL, list, &err) < 0) {
+	if ((r->srv->store.use_s3 ? reg_s3m_referrers(&r->srv->store, r->name, r->ref, at && *at ? at : NULL, list, &err)
+				  : reg_db_referrers(r->srv->db, r->name, r->ref, at && *at ? at : NULL, list, &err)) < 0) {
 		json_decref(list);
 		reg_internal(r, err);
 		return;

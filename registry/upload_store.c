@@ -312,11 +312,10 @@ int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, re
 		goto out;
 	}
 	/* On disk the rename happens inside the link's write transaction (gc may
-	 * be removing an identical blob); an S3 put is too slow to hold that lock,
-	 * and S3 blobs are never collected. */
+	 * be removing an identical blob); in S3, gc and writers meet through pins
+	 * and tombs in the bucket (meta_s3.c). */
 	if (u->st->use_s3) {
-		if (reg_store_adopt(u->st, digest, path, err) < 0 ||
-		    reg_db_blob_link(db, up->repo, digest, (int64_t)up->offset, NULL, NULL, err) < 0)
+		if (reg_s3m_blob_commit(u->st, up->repo, digest, path, (int64_t)up->offset, err) < 0)
 			goto out_release;
 	} else {
 		struct adopt a = { u->st, digest, path };
