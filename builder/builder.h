@@ -274,6 +274,7 @@ struct reg_progress;
 struct build_remote_opts {
 	unsigned parallel;  /* blob transfers at once; 0: the client's default */
 	uint64_t chunk_size; /* push: PATCH chunks for larger blobs; 0: the client's default */
+	uint64_t max_rate;   /* bytes/s per blob transfer; 0: unlimited */
 	void (*progress)(void *ud, const struct reg_progress *p);
 	void *ud;
 };

@@ -78,7 +78,7 @@ int build_image_pull(build_store *s, const char *ref, const struct build_remote_
 		o = &none;
 	if (reg_imgref_parse(ref, &r, err) < 0 || build_store_lock(s, false, err) < 0)
 		goto out;
-	if (!(c = reg_client_new(r.host, NULL, err)) ||
+	if (!(c = reg_client_new(r.host, &(struct reg_client_opts){ .max_rate = o->max_rate }, err)) ||
 	    reg_image_manifest_get(c, r.repo, reg_imgref_reference(&r), &doc, err) < 0)
 		goto out;
 	if (reg_manifest_parse(doc.data, doc.len, doc.media_type, &check, err) < 0 ||
@@ -179,7 +179,7 @@ int build_image_push(build_store *s, const char *name, const char *ref, const st
 	struct ctx x = { s, o };
 	struct reg_xfer_opts xo = { .parallel = o->parallel, .chunk_size = o->chunk_size, .progress = progress,
 				    .ud = &x };
-	if (!(c = reg_client_new(r.host, NULL, err)) || reg_blobs_push(c, r.repo, blobs, n, &xo, err) < 0)
+	if (!(c = reg_client_new(r.host, &(struct reg_client_opts){ .max_rate = o->max_rate }, err)) || reg_blobs_push(c, r.repo, blobs, n, &xo, err) < 0)
 		goto out;
 	const char *mt = kiln_json_str(m, "mediaType");
 	if (reg_manifest_put(c, r.repo, r.tag, mt ? mt : REG_MT_OCI_MANIFEST, data, len, digest, err) < 0)

@@ -53,6 +53,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "parallel", required_argument, NULL, 'P' },
 		{ "name", required_argument, NULL, 'N' },
+		{ "limit-rate", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -79,6 +80,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		}
 		case 'N':
 			name = optarg;
+			break;
+		case 'L':
+			if (kiln_parse_size(optarg, &o.max_rate, &err) < 0 || o.max_rate == 0) {
+				kiln_error_free(err);
+				return cli_usage_error(cmd, "--limit-rate '%s': want bytes per second (e.g. 10M)", optarg);
+			}
 			break;
 		case 'h':
 			return KILN_EXIT_OK;
@@ -123,7 +130,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 const struct kiln_command kiln_cmd_pull = {
 	.name = "pull",
 	.summary = "pull a template or an image from a registry",
-	.usage = "Usage: kiln pull [--json] [--parallel N] [--name NAME[:TAG]] [REGISTRY/]REPO[:TAG|@DIGEST]\n\n"
+	.usage = "Usage: kiln pull [--json] [--parallel N] [--limit-rate RATE] [--name NAME[:TAG]]\n"
+		 "                 [REGISTRY/]REPO[:TAG|@DIGEST]\n\n"
 		 "A template artifact (kiln push of a template) becomes the local template\n"
 		 "REPO:TAG (or --name): only the chunks this host's chunk store lacks are\n"
 		 "fetched, each verified; the template appears only once all of it is there and\n"
@@ -131,7 +139,8 @@ const struct kiln_command kiln_cmd_pull = {
 		 "Pull a plain OCI or Docker image (an index: its linux/amd64 image) into the\n"
 		 "local store under that name, so kiln images lists it and FROM uses it.\n"
 		 "Blobs already stored are not fetched; an interrupted pull resumes; every\n"
-		 "blob is checked against its digest before it is stored. No registry host:\n"
+		 "blob is checked against its digest before it is stored; RATE (e.g. 10M) caps\n"
+		 "each blob transfer, in bytes per second. No registry host:\n"
 		 "Docker Hub. Prints the image manifest digest; progress on a terminal;\n"
 		 "--json prints progress events and a final {\"event\":\"done\"}.\n",
 	.run = run,

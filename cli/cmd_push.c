@@ -52,6 +52,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
 		{ "parallel", required_argument, NULL, 'P' },
+		{ "limit-rate", required_argument, NULL, 'L' },
 		{ "chunk-size", required_argument, NULL, 'C' },
 		{ "template", no_argument, NULL, 'T' },
 		{ "image", no_argument, NULL, 'I' },
@@ -87,6 +88,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		case 'T':
 		case 'I':
 			kind = c;
+			break;
+		case 'L':
+			if (kiln_parse_size(optarg, &o.max_rate, &err) < 0 || o.max_rate == 0) {
+				kiln_error_free(err);
+				return cli_usage_error(cmd, "--limit-rate '%s': want bytes per second (e.g. 10M)", optarg);
+			}
 			break;
 		case 'h':
 			return KILN_EXIT_OK;
@@ -130,8 +137,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 const struct kiln_command kiln_cmd_push = {
 	.name = "push",
 	.summary = "push a local template or image to a registry",
-	.usage = "Usage: kiln push [--json] [--parallel N] [--chunk-size SIZE] [--template|--image]\n"
-		 "                 NAME[:TAG] [[REGISTRY/]REPO[:TAG]]\n\n"
+	.usage = "Usage: kiln push [--json] [--parallel N] [--limit-rate RATE] [--chunk-size SIZE]\n"
+		 "                 [--template|--image] NAME[:TAG] [[REGISTRY/]REPO[:TAG]]\n\n"
 		 "A template (kiln snapshot ls; --template) goes as a chunked artifact: only\n"
 		 "the chunks the registry lacks are sent (docs/distribution.md); the bytes sent\n"
 		 "are reported on stderr (--json: in the \"done\" event). --image pushes the\n"
@@ -139,7 +146,8 @@ const struct kiln_command kiln_cmd_push = {
 		 "Push the image NAME (see kiln images) to a registry as a plain OCI image any\n"
 		 "client can pull; the destination defaults to NAME when it names a registry.\n"
 		 "Blobs the registry already has are skipped; up to N (4) blobs move at once;\n"
-		 "blobs larger than SIZE (32M) go up in PATCH chunks of that size.\n"
+		 "blobs larger than SIZE (32M) go up in PATCH chunks of that size; RATE\n"
+		 "(e.g. 10M) caps each blob transfer, in bytes per second.\n"
 		 "Plain HTTP for loopback and $KILN_INSECURE_REGISTRIES, HTTPS otherwise;\n"
 		 "credentials from kiln login. Prints the manifest digest; progress on a\n"
 		 "terminal; --json prints progress events and a final {\"event\":\"done\"}.\n",

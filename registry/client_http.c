@@ -39,6 +39,7 @@ reg_client *reg_client_new(const char *host, const struct reg_client_opts *o, ki
 	c->base = kiln_xasprintf("%s://%s", reg_host_insecure(host) ? "http" : "https", host);
 	c->retries = o->retries ? o->retries : env && *env ? (unsigned)atoi(env) : 4;
 	c->timeout_s = o->timeout_s ? o->timeout_s : 30;
+	c->max_rate = o->max_rate;
 	if (o->user) {
 		c->user = kiln_xstrdup(o->user);
 		c->pass = kiln_xstrdup(o->pass ? o->pass : "");
@@ -299,6 +300,10 @@ void reg_http_setup(struct reg_http *r, CURL *h)
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)r->c->timeout_s);
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+	if (r->c->max_rate) {
+		curl_easy_setopt(h, CURLOPT_MAX_RECV_SPEED_LARGE, (curl_off_t)r->c->max_rate);
+		curl_easy_setopt(h, CURLOPT_MAX_SEND_SPEED_LARGE, (curl_off_t)r->c->max_rate);
+	}
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "kiln/" KILN_VERSION);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->errbuf);
 	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);

@@ -308,6 +308,7 @@ struct reg_client {
 	CURLSH *share; /* connections and DNS shared by every handle */
 	CURL *easy;    /* for synchronous requests */
 	unsigned retries, timeout_s;
+	uint64_t max_rate;
 	struct reg_client_stats stats;
 };
 

@@ -3,8 +3,9 @@
 # tokens: login (Bearer flow, wrong password, 0600 file), push of a built
 # image (skopeo sees the same digest and copies it), anonymous pull of a
 # public repository, pull of an image skopeo pushed, FROM a registry pinned
-# by digest (moved tag re-resolves, same digest hits the cache), a resumed
-# blob download, a corrupted blob refused, bad references, logout.
+# by digest (moved tag re-resolves, same digest hits the cache), resumed
+# blob downloads (a partial file; a pull killed midway), a corrupted blob
+# refused, bad references, logout.
 . tests/e2e/lib.sh
 . tests/e2e/registry-lib.sh
 
@@ -98,6 +99,28 @@ MOVED=$(grep '"progress"' "$T_TMP/out" | tail -1 | jq .bytes_moved)
 [ "$MOVED" -lt $((LSIZE / 2 + 4096)) ] && ok "  ... fetched only the rest ($MOVED of $LSIZE bytes)" ||
 	not_ok "  ... fetched only the rest ($MOVED of $LSIZE bytes)"
 expect_eq "  ... the stored layer is intact" "sha256:$(sha256sum "$H2/blobs/sha256/${LAYER#sha256:}" | cut -d' ' -f1)" "$LAYER"
+
+# ---- a pull killed midway (SIGKILL) resumes from what it left on disk
+export KILN_HOME="$T_TMP/h5"
+PART="$KILN_HOME/tmp/pull-${LAYER#sha256:}.part"
+"$KILN" pull --limit-rate 1M "$REG/team/big:v1" >/dev/null 2>&1 &
+P=$!
+for _ in $(seq 1 300); do
+	[ "$(stat -c %s "$PART" 2>/dev/null || echo 0)" -gt 400000 ] && break
+	sleep 0.1
+done
+kill -9 "$P"; wait "$P" 2>/dev/null
+HAVE=$(stat -c %s "$PART" 2>/dev/null || echo 0)
+[ "$HAVE" -gt 0 ] && [ "$HAVE" -lt "$LSIZE" ] && ok "killed mid-download ($HAVE of $LSIZE bytes on disk)" ||
+	not_ok "killed mid-download ($HAVE of $LSIZE bytes on disk)"
+"$KILN" images >"$T_TMP/imgs"
+if grep -q "team/big" "$T_TMP/imgs"; then not_ok "  ... no image recorded"; else ok "  ... no image recorded"; fi
+expect_exit 0 "pull after the kill" "$KILN" pull --json "$REG/team/big:v1"
+MOVED=$(grep '"progress"' "$T_TMP/out" | tail -1 | jq .bytes_moved)
+[ "$MOVED" -le $((LSIZE - HAVE + 4096)) ] && ok "  ... fetched only the rest ($MOVED bytes)" ||
+	not_ok "  ... fetched only the rest ($MOVED bytes, $HAVE were on disk)"
+expect_eq "  ... the stored layer is intact" "sha256:$(sha256sum "$KILN_HOME/blobs/sha256/${LAYER#sha256:}" | cut -d' ' -f1)" "$LAYER"
+export KILN_HOME=$H2
 
 # ---- a blob whose content does not match its digest is refused, not stored
 KILN_HOME=$H1 "$KILN" push bad:1 "$REG/team/bad:v1" >/dev/null
