@@ -295,7 +295,8 @@ static int run_command(build_exec_session *s, const struct build_run_request *re
 	eo.cwd = req->workdir;
 	eo.root = root;
 	eo.no_network = s->net && !req->network;
-	eo.run_as = req->user && req->user[0] ? req->user : NULL;
+	/* root too goes through the image's passwd: HOME=/root as docker sets it */
+	eo.run_as = req->user && req->user[0] ? req->user : "0";
 	eo.on_stdout = eo.on_stderr = on_out;
 	eo.user = &oc;
 	if (guest_exec(vm_agent(s->vm), &eo, NULL, 0, -1, &res, err) < 0)
