@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/build.sh — kiln build versus buildah bud (vfs, chroot) in the same run:
 # FROM a busybox oci: base + COPY of 300 small files, and + COPY of a 100 MiB
-# file, each without and with a RUN (kiln: in its builder microVM, TCG here);
+# file, each without and with a RUN (kiln: in its builder microVM, TCG here),
+# and the small case with three RUNs (one builder VM serves all three);
 # each uncached (--no-cache on both) and as a cached rebuild (kiln's step
 # cache; buildah --layers); the big case also with kiln's zstd and
 # uncompressed layers (buildah's vfs storage keeps layers uncompressed).
@@ -13,6 +14,8 @@ RUNS=${RUNS:-5}
 W=${BENCH_DIR:-/var/tmp/kiln-bench-build}
 rm -rf "$W" && mkdir -p "$W/small" "$W/big"
 export KILN_HOME=$W/kiln-home
+export KILN_KERNEL_DIR=${KILN_KERNEL_DIR:-$PWD/build/kernel}
+vm/fetch-kernel.sh "$KILN_KERNEL_DIR" >/dev/null
 BR=(buildah --storage-driver vfs --root "$W/broot" --runroot "$W/brun")
 trap '"${BR[@]}" rm -a >/dev/null 2>&1 || true; "${BR[@]}" rmi -a -f >/dev/null 2>&1 || true' EXIT
 
@@ -29,10 +32,12 @@ for i in $(seq 300); do head -c $((RANDOM % 8192)) /dev/urandom >"$W/small/f$i";
 head -c 100M /dev/urandom >"$W/big/blob"
 printf 'FROM oci:%s:base\nCOPY . /app/\n' "$B" >"$W/small/Dockerfile"
 printf 'FROM oci:%s:base\nCOPY blob /data/blob\n' "$B" >"$W/big/Dockerfile"
-mkdir -p "$W/small-run" "$W/big-run"
-cp "$W"/small/f* "$W/small-run/" && ln "$W/big/blob" "$W/big-run/blob"
+mkdir -p "$W/small-run" "$W/big-run" "$W/small-3run"
+cp "$W"/small/f* "$W/small-run/" && ln "$W/big/blob" "$W/big-run/blob" && cp "$W"/small/f* "$W/small-3run/"
 printf 'FROM oci:%s:base\nCOPY . /app/\nRUN ls /app | wc -l > /count\n' "$B" >"$W/small-run/Dockerfile"
 printf 'FROM oci:%s:base\nCOPY blob /data/blob\nRUN wc -c /data/blob > /size\n' "$B" >"$W/big-run/Dockerfile"
+printf 'FROM oci:%s:base\nCOPY . /app/\nRUN ls /app | wc -l > /count\nRUN echo two > /two\nRUN cat /count /two > /both\n' \
+	"$B" >"$W/small-3run/Dockerfile"
 
 secs() { /usr/bin/time -f '%e' -o "$W/t" "$@" >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }; cat "$W/t"; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -43,7 +48,7 @@ run() { # NAME CMD... → median of RUNS
 }
 
 printf '| case | kiln | buildah | kiln/buildah |\n|---|---|---|---|\n'
-for c in small big small-run big-run; do
+for c in ${CASES:-small big small-run big-run small-3run}; do
 	k=$(run kiln "$KILN" build --no-cache -f "$W/$c/Dockerfile" "$W/$c")
 	b=$(run buildah "${BR[@]}" bud --isolation chroot --no-cache -f "$W/$c/Dockerfile" "$W/$c")
 	printf '| %s uncached | %.2f s | %.2f s | %.2f |\n' "$c" "$k" "$b" "$(echo "$k / $b" | bc -l)"
@@ -61,8 +66,8 @@ for c in small big small-run big-run; do
 	printf '| %s cached rebuild | %.2f s | %.2f s | %.2f |\n' "$c" "$k" "$b" "$(echo "$k / $b" | bc -l)"
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-# the time split of one uncached RUN step (KILN_LOG=info prints it)
-for c in small-run big-run; do
+# the time split of each uncached RUN step (KILN_LOG=info prints it)
+for c in small-run big-run small-3run; do
 	KILN_LOG=info "$KILN" build --no-cache -f "$W/$c/Dockerfile" "$W/$c" 2>&1 >/dev/null | grep -o 'run: .*' |
 		sed "s/^/$c: /"
 done

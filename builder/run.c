@@ -466,7 +466,7 @@ int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage 
 	char key[KILN_DIGEST_MAX];
 	struct build_layer l;
 	struct mounts ms = { 0 };
-	struct build_run_stats stats;
+	struct build_run_stats stats = { 0 };
 	int hit = 0, rc = -1;
 	json_t *argv = NULL;
 	const struct build_executor_ops *ex = r->o->executor ? r->o->executor : &build_executor_none;

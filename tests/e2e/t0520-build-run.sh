@@ -153,6 +153,24 @@ expect_eq "the side stage hits; COPY, WORKDIR and the RUNs after it re-run" "$hi
 expect_exit 0 "umoci unpacks the rebuild" umoci unpack --image "$T_TMP/oci2:latest" "$T_TMP/u2"
 expect_eq "the cache mount kept its content across builds" "$(cat "$T_TMP/u2/rootfs/count")" 2
 
+# a RUN that hits the cache after one that missed, with a whiteout in its
+# layer: a plain directory cannot carry it into the running VM, so the VM is
+# restarted from the stage's ext4 and the next RUN sees the deletion
+printf 'FROM oci:%s:base\nRUN echo a >/ra\nRUN rm /old/keep\nRUN cat /ra >/rc && ls /old >/rc2\n' "$B" >"$T_TMP/Dockerfile.wh"
+expect_exit 0 "whiteout build, first time" "$KILN" build -f "$T_TMP/Dockerfile.wh" "$C"
+for ins in 'RUN echo a >/ra' 'RUN cat /ra >/rc && ls /old >/rc2'; do
+	key=$("$KILN" cache ls --json | python3 -c 'import json,sys
+print([e["key"] for e in json.load(sys.stdin) if e["instruction"] == sys.argv[1]][0][7:])' "$ins")
+	rm -f "$KILN_HOME/cache/$key.json"
+done
+expect_exit 0 "rebuild: miss, hit with a whiteout, miss" "$KILN" build --json -f "$T_TMP/Dockerfile.wh" --oci-out "$T_TMP/oci-wh" "$C"
+expect_eq "cache results" "$(python3 -c 'import json,sys
+print(" ".join(json.loads(l)["cache"] for l in open(sys.argv[1]) if "\"cache\"" in l))' "$T_TMP/out")" "miss hit miss"
+expect_eq "the VM restarted for the whiteout layer" "$(grep -c '"event":"vm"' "$T_TMP/out")" 2
+expect_exit 0 "umoci unpacks it" umoci unpack --image "$T_TMP/oci-wh:latest" "$T_TMP/uwh"
+expect_eq "the last RUN saw the first's file and the deletion" "$(cat "$T_TMP/uwh/rootfs/rc" "$T_TMP/uwh/rootfs/rc2")" "a
+sub"
+
 # --template: the image finalised by the snapshot stage; its start command
 # defaults to ENTRYPOINT + CMD, and a sandbox restored from it sees its work
 printf 'FROM oci:%s:base\nENV MODE=tpl\nWORKDIR /srv\nCMD ["sh", "-c", "echo started $MODE > /tmp/s"]\n' "$B" >"$T_TMP/Dockerfile.tpl"
