@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -152,7 +153,9 @@ static int pull_sink(void *ud, struct reg_http *r, const char *p, size_t n)
 	return 0;
 }
 
-/* Open (or reopen) the .part and hash what it already holds. */
+/* Open (or reopen) the .part, locked, and hash what it already holds.
+ * 1: another process fetched the blob meanwhile and have() now says so;
+ * 2: another process holds the .part now (try again later). */
 static int pull_open(struct xfer *x, struct job *j, kiln_error **err)
 {
 	char buf[65536];
@@ -161,10 +164,33 @@ static int pull_open(struct xfer *x, struct job *j, kiln_error **err)
 
 	if (kiln_digest_parse(j->b->digest, &j->algo, err) < 0)
 		return -1;
+	free(j->part);
 	j->part = kiln_xasprintf("%s.part", j->b->path);
-	j->fd = open(j->part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (j->fd < 0 || fstat(j->fd, &st) < 0)
-		return kiln_err_errno(err, errno, "open %s", j->part);
+	for (;;) {
+		struct stat named;
+		j->fd = open(j->part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		if (j->fd < 0)
+			return kiln_err_errno(err, errno, "open %s", j->part);
+		/* another process is fetching the same blob: come back later (never
+		 * wait holding other locks: two pulls could wait for each other) */
+		if (flock(j->fd, LOCK_EX | LOCK_NB) < 0) {
+			int e = errno;
+			close(j->fd);
+			j->fd = -1;
+			if (e == EWOULDBLOCK)
+				return 2;
+			return kiln_err_errno(err, e, "lock %s", j->part);
+		}
+		if (fstat(j->fd, &st) < 0)
+			return kiln_err_errno(err, errno, "stat %s", j->part);
+		if (stat(j->part, &named) == 0 && named.st_ino == st.st_ino && named.st_dev == st.st_dev)
+			break;
+		/* it finished (renamed the file away) while we waited */
+		close(j->fd);
+		j->fd = -1;
+		if (x->o->have && x->o->have(x->o->ud, j->b->digest))
+			return 1;
+	}
 	j->h = kiln_hasher_new(j->algo);
 	if (j->size_known && (uint64_t)st.st_size > j->size) {
 		if (ftruncate(j->fd, 0) < 0)
@@ -183,7 +209,6 @@ static int pull_open(struct xfer *x, struct job *j, kiln_error **err)
 	j->off = pos;
 	if (pos)
 		kiln_debug("blob %s: resuming at byte %llu", j->b->digest, (unsigned long long)pos);
-	(void)x;
 	return 0;
 }
 
@@ -195,21 +220,24 @@ static int pull_finish(struct xfer *x, struct job *j, kiln_error **err)
 	kiln_hasher_final(j->h, got);
 	j->h = NULL;
 	if (strcmp(got, j->b->digest) != 0) {
+		unlink(j->part); /* before unlocking, so no one resumes from it */
 		close(j->fd);
 		j->fd = -1;
-		unlink(j->part);
 		return kiln_err(err, KILN_E_INVALID,
 				"blob %s from registry %s: content does not match its digest (got %s); not stored",
 				j->b->digest, x->c->host, got);
 	}
-	if (fsync(j->fd) < 0 || close(j->fd) < 0) {
-		j->fd = -1;
+	/* renamed while still locked: a waiting process then sees the .part gone */
+	if (fsync(j->fd) < 0)
 		return kiln_err_errno(err, errno, "write %s", j->part);
-	}
-	j->fd = -1;
 	if (rename(j->part, j->b->path) < 0)
 		return kiln_err_errno(err, errno, "rename %s", j->part);
 	fsync_dir_of(j->b->path);
+	if (close(j->fd) < 0) {
+		j->fd = -1;
+		return kiln_err_errno(err, errno, "write %s", j->b->path);
+	}
+	j->fd = -1;
 	finish(x, j, 0);
 	return 0;
 }
@@ -379,9 +407,9 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 		*err = j->err;
 		j->err = NULL;
 		if (j->part && j->fd >= 0) {
+			unlink(j->part);
 			close(j->fd);
 			j->fd = -1;
-			unlink(j->part);
 		}
 		return kiln_error_wrap(err, "%s@%s", x->repo, j->b->digest);
 	}
@@ -493,7 +521,8 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 	return 0;
 }
 
-/* First step of a blob, before any request. */
+/* First step of a blob, before any request (a pull may stay in S_START
+ * while another process holds its .part). */
 static int begin(struct xfer *x, struct job *j, kiln_error **err)
 {
 	const struct reg_blob *b = j->b;
@@ -521,8 +550,17 @@ static int begin(struct xfer *x, struct job *j, kiln_error **err)
 		finish(x, j, 1);
 		return 0;
 	}
-	if (pull_open(x, j, err) < 0)
+	int got = pull_open(x, j, err);
+	if (got < 0)
 		return kiln_error_wrap(err, "blob %s", b->digest);
+	if (got == 1) {
+		finish(x, j, 1);
+		return 0;
+	}
+	if (got == 2) {
+		j->wake_ms = now_ms() + 250; /* stays S_START */
+		return 0;
+	}
 	if (j->size_known && j->off == j->size)
 		return pull_finish(x, j, err);
 	j->st = S_GET;
@@ -560,7 +598,8 @@ static int run(reg_client *c, const char *repo, int push, const struct reg_blob 
 		reg_http_init(&j->rq, c, "GET", NULL, NULL);
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (begin(&x, &x.jobs[i], err) < 0)
+		/* pulls begin in the loop: their sizes are known already */
+		if (push && begin(&x, &x.jobs[i], err) < 0)
 			goto out;
 		x.p.bytes_total += x.jobs[i].size;
 	}
@@ -577,12 +616,25 @@ static int run(reg_client *c, const char *repo, int push, const struct reg_blob 
 					wait = j->wake_ms - now;
 				continue;
 			}
-			for (unsigned s = 0; s < x.nh; s++)
-				if (!x.busy[s]) {
-					start(&x, j, s);
-					wait = 0;
+			unsigned slot = x.nh;
+			for (unsigned k = 0; k < x.nh; k++)
+				if (!x.busy[k]) {
+					slot = k;
 					break;
 				}
+			if (slot == x.nh)
+				break; /* all handles busy */
+			if (j->st == S_START) {
+				if (begin(&x, j, err) < 0)
+					goto out;
+				if (j->st == S_START || j->st == S_DONE) {
+					if (j->st == S_START && j->wake_ms - now < wait)
+						wait = j->wake_ms - now;
+					continue;
+				}
+			}
+			start(&x, j, slot);
+			wait = 0;
 		}
 		int still = 0;
 		curl_multi_perform(x.multi, &still);

@@ -122,6 +122,18 @@ MOVED=$(grep '"progress"' "$T_TMP/out" | tail -1 | jq .bytes_moved)
 expect_eq "  ... the stored layer is intact" "sha256:$(sha256sum "$KILN_HOME/blobs/sha256/${LAYER#sha256:}" | cut -d' ' -f1)" "$LAYER"
 export KILN_HOME=$H2
 
+# ---- two pulls of the same image at once into one store
+export KILN_HOME="$T_TMP/h6"
+"$KILN" pull --limit-rate 4M "$REG/team/big:v1" >"$T_TMP/p1" 2>&1 &
+P1=$!
+"$KILN" pull --limit-rate 4M "$REG/team/big:v1" >"$T_TMP/p2" 2>&1 &
+P2=$!
+wait "$P1"; R1=$?; wait "$P2"; R2=$?
+expect_eq "two concurrent pulls both succeed" "$R1 $R2 $(cat "$T_TMP/p1") $(cat "$T_TMP/p2")" "0 0 $LB $LB"
+expect_eq "  ... the layer is intact" "sha256:$(sha256sum "$KILN_HOME/blobs/sha256/${LAYER#sha256:}" | cut -d' ' -f1)" "$LAYER"
+expect_eq "  ... nothing left in tmp/" "$(ls "$KILN_HOME/tmp" | wc -l)" 0
+export KILN_HOME=$H2
+
 # ---- a blob whose content does not match its digest is refused, not stored
 KILN_HOME=$H1 "$KILN" push bad:1 "$REG/team/bad:v1" >/dev/null
 "$KILN" registry public --data "$D" team/bad >/dev/null
