@@ -62,6 +62,25 @@ expect_eq "  ... same digest" "$(cat "$T_TMP/out")" "$L1"
 expect_exit 0 "kiln images" "$KILN" images
 expect_grep "  ... lists the pulled image" "^$REG/team/app:v1 +$L1" "$T_TMP/out"
 expect_exit 0 "pull by digest" "$KILN" pull "$REG/team/app@$L1"
+expect_eq "  ... quiet when not on a terminal" "$(wc -c <"$T_TMP/err")" 0
+script -qec "$KILN pull $REG/team/app:v1" /dev/null >"$T_TMP/tty" 2>&1
+expect_grep "progress on a terminal" 'pull: [0-9]+/[0-9]+ blobs.*/s' "$T_TMP/tty"
+
+# an index: kiln picks its linux/amd64 image
+idx() { jq -n --arg a "$L1" --arg b "$L2" --argjson sa "$(stat -c %s "$H1/blobs/sha256/${L1#sha256:}")" \
+	--argjson sb "$(stat -c %s "$H1/blobs/sha256/${L2#sha256:}")" '{schemaVersion: 2,
+	mediaType: "application/vnd.oci.image.index.v1+json", manifests: [
+	{mediaType: "application/vnd.oci.image.manifest.v1+json", digest: $b, size: $sb, platform: {os: "linux", architecture: "arm64"}},
+	{mediaType: "application/vnd.oci.image.manifest.v1+json", digest: $a, size: $sa, platform: {os: "linux", architecture: "amd64"}}]}'; }
+KILN_HOME=$H1 "$KILN" push demo:2 "$REG/team/multi:arm" >/dev/null
+KILN_HOME=$H1 "$KILN" push demo:1 "$REG/team/multi:amd" >/dev/null
+idx >"$T_TMP/index.json"
+req PUT /v2/team/multi/manifests/v1 -H "Authorization: Bearer $SECRET" \
+	-H 'Content-Type: application/vnd.oci.image.index.v1+json' --data-binary @"$T_TMP/index.json"
+expect_code "an index pushed with curl" 201
+"$KILN" registry public --data "$D" team/multi >/dev/null
+expect_exit 0 "pull of an index" "$KILN" pull "$REG/team/multi:v1"
+expect_eq "  ... gives its linux/amd64 image" "$(cat "$T_TMP/out")" "$L1"
 
 # an image skopeo pushed (from kiln's OCI output), pulled by kiln
 KILN_HOME=$H1 "$KILN" build --oci-out "$T_TMP/oci" -t sk:1 "$T_TMP/ctx-demo:2" >/dev/null 2>&1
@@ -86,6 +105,9 @@ expect_exit 0 "rebuild after the tag moved" "$KILN" build -t app2 "$C"
 expect_grep "  ... FROM re-resolved to the new digest" "^  $L2 " "$T_TMP/err"
 [ "$(cat "$T_TMP/out")" != "$B1" ] && ok "  ... a different image" || not_ok "  ... a different image"
 expect_grep "  ... the COPY step is not a cache hit" 'cache miss' "$T_TMP/err"
+printf 'FROM %s/team/app@%s\nCOPY x /x\n' "$REG" "$L1" >"$C/Dockerfile"
+expect_exit 0 "build FROM a registry image by digest" "$KILN" build -t app3 "$C"
+expect_eq "  ... the first build's result again" "$(cat "$T_TMP/out")" "$B1"
 
 # ---- an interrupted blob download resumes (the .part an interrupted pull leaves)
 KILN_HOME=$H1 "$KILN" push big:1 "$REG/team/big:v1" >/dev/null

@@ -2,7 +2,8 @@
 # t0801-client-distribution.sh — kiln's registry client against Debian's
 # docker-registry (distribution 2.8): push (monolithic and PATCH chunks) and
 # pull with digests equal to what skopeo sees, an image skopeo pushed pulled
-# by kiln, resume with Range, and htpasswd (Basic challenge) login.
+# by kiln (OCI and Docker schema 2, built on and pushed back), resume with
+# Range, and htpasswd (Basic challenge) login.
 . tests/e2e/lib.sh
 
 PIDS=()
@@ -57,6 +58,21 @@ expect_exit 0 "kiln pull of what kiln pushed" "$KILN" pull "$R/a/two:v1"
 expect_eq "  ... same digest" "$(cat "$T_TMP/out")" "$L2"
 expect_exit 0 "kiln images lists both" "$KILN" images
 expect_grep "  ... copied" "^$R/b/copied:v2 " "$T_TMP/out"
+
+# a Docker schema 2 image (skopeo converts), pulled, built on and pushed back
+expect_exit 0 "skopeo pushes a Docker schema 2 image" skopeo copy --dest-tls-verify=false --format v2s2 \
+	"oci:$T_TMP/lay:x" "docker://$R/d/v2s2:v1"
+expect_exit 0 "kiln pulls it" "$KILN" pull "$R/d/v2s2:v1"
+DV=$(cat "$T_TMP/out")
+expect_eq "  ... same digest" "$DV" "$(skopeo inspect "${SK[@]}" "docker://$R/d/v2s2:v1" | jq -r .Digest)"
+expect_eq "  ... stored as Docker's type" "$(jq -r .mediaType "$KILN_HOME/blobs/sha256/${DV#sha256:}")" \
+	application/vnd.docker.distribution.manifest.v2+json
+C="$T_TMP/ctx-from"; mkdir -p "$C"; echo x >"$C/x"
+printf 'FROM %s/d/v2s2:v1\nCOPY x /x\n' "$R" >"$C/Dockerfile"
+expect_exit 0 "build FROM it" "$KILN" build -t onv2 "$C"
+expect_exit 0 "push the result" "$KILN" push onv2 "$R/d/built:v1"
+expect_exit 0 "skopeo copies the result" skopeo copy --src-tls-verify=false "docker://$R/d/built:v1" "oci:$T_TMP/built:x"
+expect_eq "  ... 3 layers" "$(skopeo inspect --raw "oci:$T_TMP/built:x" | jq '.layers | length')" 3
 
 # resume: distribution answers Range with 206
 export KILN_HOME="$T_TMP/h3"
