@@ -133,6 +133,50 @@ out:
 	return rc;
 }
 
+/* Blobs of local images named HOST/REPO:… (pulled from HOST) are likely in
+ * REPO there: a cross-repository mount then replaces their upload. */
+static void find_mounts(build_store *s, json_t *images, const struct reg_imgref *dest, struct reg_blob *blobs,
+			size_t n, kiln_strv *repos)
+{
+	const char *name;
+	json_t *v;
+
+	json_object_foreach(images, name, v) {
+		struct reg_imgref r;
+		kiln_error *e = NULL;
+		char *data = NULL;
+		size_t len = 0;
+		json_t *m = NULL;
+		const char *dg = kiln_json_str(v, "digest");
+		if (!reg_imgref_has_host(name) || reg_imgref_parse(name, &r, &e) < 0) {
+			kiln_error_free(e);
+			continue;
+		}
+		if (dg && strcmp(r.host, dest->host) == 0 && strcmp(r.repo, dest->repo) != 0 &&
+		    build_store_read(s, dg, &data, &len, 4 << 20, &e) == 0 && (m = json_loadb(data, len, 0, NULL))) {
+			json_t *descs = NULL;
+			if (descriptors(name, m, &descs, &e) == 0) {
+				for (size_t i = 0; i < n; i++) {
+					json_t *d;
+					size_t k;
+					json_array_foreach(descs, k, d) {
+						if (!blobs[i].mount_from &&
+						    strcmp(kiln_json_str(d, "digest"), blobs[i].digest) == 0) {
+							kiln_strv_push(repos, r.repo);
+							blobs[i].mount_from = repos->v[repos->n - 1];
+						}
+					}
+				}
+			}
+			json_decref(descs);
+		}
+		kiln_error_free(e);
+		json_decref(m);
+		free(data);
+		reg_imgref_free(&r);
+	}
+}
+
 int build_image_push(build_store *s, const char *name, const char *ref, const struct build_remote_opts *o,
 		     char digest[KILN_DIGEST_MAX], kiln_error **err)
 {
@@ -142,6 +186,7 @@ int build_image_push(build_store *s, const char *name, const char *ref, const st
 	json_t *images = NULL, *m = NULL, *descs = NULL, *d;
 	struct reg_blob *blobs = NULL;
 	char **paths = NULL, *norm = build_ref_normalize(name), *data = NULL;
+	kiln_strv repos = KILN_STRV_INIT;
 	size_t n = 0, len = 0, i;
 	int rc = -1;
 
@@ -176,6 +221,7 @@ int build_image_push(build_store *s, const char *name, const char *ref, const st
 		snprintf(blobs[i].digest, sizeof(blobs[i].digest), "%s", dg);
 		blobs[i].path = paths[i];
 	}
+	find_mounts(s, images, &r, blobs, n, &repos);
 	struct ctx x = { s, o };
 	struct reg_xfer_opts xo = { .parallel = o->parallel, .chunk_size = o->chunk_size, .progress = progress,
 				    .ud = &x };
@@ -194,6 +240,7 @@ out:
 	free(blobs);
 	free(data);
 	free(norm);
+	kiln_strv_free(&repos);
 	json_decref(descs);
 	json_decref(m);
 	json_decref(images);

@@ -154,6 +154,18 @@ wait "$P1"; R1=$?; wait "$P2"; R2=$?
 expect_eq "two concurrent pulls both succeed" "$R1 $R2 $(cat "$T_TMP/p1") $(cat "$T_TMP/p2")" "0 0 $LB $LB"
 expect_eq "  ... the layer is intact" "sha256:$(sha256sum "$KILN_HOME/blobs/sha256/${LAYER#sha256:}" | cut -d' ' -f1)" "$LAYER"
 expect_eq "  ... nothing left in tmp/" "$(ls "$KILN_HOME/tmp" | wc -l)" 0
+# built on a registry image, pushed to another repository there: the base
+# layer is mounted across repositories, not uploaded again
+C6="$T_TMP/ctx-on-big"; mkdir -p "$C6"; echo small >"$C6/s"
+printf 'FROM %s/team/big:v1\nCOPY s /s\n' "$REG" >"$C6/Dockerfile"
+"$KILN" build -t onbig "$C6" >/dev/null 2>&1
+echo "$SECRET" | "$KILN" login -u ci --password-stdin "$REG" >/dev/null
+expect_exit 0 "push of an image built on a registry image" "$KILN" push --json onbig "$REG/team/onbig:v1"
+MOVED=$(grep '"progress"' "$T_TMP/out" | tail -1 | jq .bytes_moved)
+[ "$MOVED" -lt $((LSIZE / 4)) ] && ok "  ... the base layer was mounted, not sent ($MOVED bytes sent)" ||
+	not_ok "  ... the base layer was mounted, not sent ($MOVED bytes sent, layer $LSIZE)"
+expect_exit 0 "  ... and skopeo reads it whole" skopeo copy --src-creds "ci:$SECRET" --src-tls-verify=false \
+	"docker://$REG/team/onbig:v1" "oci:$T_TMP/onbig:x"
 export KILN_HOME=$H2
 
 # ---- a blob whose content does not match its digest is refused, not stored
