@@ -152,6 +152,9 @@ static void dispatch(guest_conn *c, const struct guest_frame *f)
 		}
 		if (f->id == 0) {
 			set_broken(c, KILN_E_IO, "the agent reported: %s", m.msg);
+		} else if (p && p->unwaited) {
+			set_broken(c, KILN_E_GENERIC, "setting the guest's identity: %s", m.msg);
+			gc_req_free(p);
 		} else if (p) {
 			free(p->errmsg);
 			p->errmsg = m.msg;
@@ -199,7 +202,9 @@ static void dispatch(guest_conn *c, const struct guest_frame *f)
 			set_broken(c, KILN_E_INVALID, "bad EXIT frame from the agent: %s", why);
 			return;
 		}
-		if (p) {
+		if (p && p->unwaited) {
+			gc_req_free(p);
+		} else if (p) {
 			p->res.exit_code = ex.code;
 			p->res.signal = ex.signal;
 			p->res.timed_out = ex.timed_out;
@@ -473,6 +478,38 @@ out:
 	gc_req_free(p);
 	if (rc < 0)
 		kiln_error_wrap(err, "agent stat %s", path);
+	return rc;
+}
+
+int guest_set_identity(guest_conn *c, const struct guest_identity *m, bool wait, int timeout_ms, kiln_error **err)
+{
+	uint64_t deadline = gc_deadline(timeout_ms);
+	struct guest_proc *p;
+	int rc = -1;
+
+	if (gc_check(c, err) < 0)
+		return kiln_error_wrap(err, "agent identity");
+	p = gc_req_new(c, R_IDENT);
+	guest_encode_identity(&c->out, p->id, m);
+	if (!wait) {
+		p->unwaited = true;
+		return 0;
+	}
+	if (gc_flush(c, deadline, err) < 0 || gc_wait_for(c, &p->done, deadline, "identity reply", err) < 0)
+		goto out;
+	if (p->failed) {
+		gc_req_error(p, err);
+		goto out;
+	}
+	if (p->res.exit_code != 0) {
+		kiln_err(err, KILN_E_INVALID, "unexpected identity reply (code %d)", p->res.exit_code);
+		goto out;
+	}
+	rc = 0;
+out:
+	gc_req_free(p);
+	if (rc < 0)
+		kiln_error_wrap(err, "agent identity");
 	return rc;
 }
 

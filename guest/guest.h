@@ -14,7 +14,7 @@
 /* ===========================================================================
  * Protocol constants.
  * ========================================================================= */
-#define GUEST_PROTO_VERSION 1u
+#define GUEST_PROTO_VERSION 2u
 #define GUEST_PORT_NAME "org.kiln.agent"  /* virtio-serial port name */
 #define GUEST_FRAME_MAGIC 0x4b41u         /* "KA", first two bytes of a frame */
 #define GUEST_HDR_LEN 12u
@@ -37,6 +37,7 @@ enum guest_frame_type {
 	GUEST_F_UPLOAD = 0x14,    /* tar bytes follow as STDIN frames, extracted into a dir */
 	GUEST_F_DOWNLOAD = 0x15,  /* a dir comes back as a tar in STDOUT frames */
 	GUEST_F_STAT = 0x16,
+	GUEST_F_IDENTITY = 0x17,  /* clock, hostname, entropy + CRNG reseed (restored sandboxes) */
 	/* agent -> host */
 	GUEST_F_STARTED = 0x20,   /* u32 pid: the process exists */
 	GUEST_F_STDOUT = 0x21,
@@ -56,6 +57,7 @@ enum guest_frame_type {
 #define GUEST_CAP_STAT (1u << 5)
 #define GUEST_CAP_SETUID (1u << 6)   /* the agent runs as root and can switch user */
 #define GUEST_CAP_ROOT (1u << 7)     /* EXEC honours a root directory and GUEST_EXEC_NONET */
+#define GUEST_CAP_IDENTITY (1u << 8) /* IDENTITY is served (a guest agent on its port) */
 
 /* EXEC flags. */
 #define GUEST_EXEC_STDIN (1u << 0)   /* give the process a stdin pipe (else /dev/null) */
@@ -169,6 +171,19 @@ struct guest_stat {
 	struct guest_xattr *xattrs; /* with GUEST_STAT_XATTRS */
 	size_t nxattrs;
 };
+/* IDENTITY: what makes a guest restored from a snapshot its own.  Applied in
+ * this order: the wall clock, the hostname, then the entropy is added to the
+ * kernel's input pool (credited) and the CRNG reseeded from it at once. */
+#define GUEST_MAX_ENTROPY 512u
+#define GUEST_MAX_HOSTNAME 64u
+struct guest_identity {
+	bool set_time;
+	int64_t time_sec;   /* CLOCK_REALTIME */
+	uint32_t time_nsec; /* < 1e9 */
+	char *hostname;     /* NULL: keep; 1-64 bytes */
+	uint8_t *entropy;   /* NULL: none; at most GUEST_MAX_ENTROPY bytes */
+	size_t entropy_len;
+};
 struct guest_error_msg {
 	int32_t errnum; /* errno in the guest, 0 if none */
 	char *msg;
@@ -192,6 +207,9 @@ void guest_stat_req_free(struct guest_stat_req *m);
 int guest_encode_stat(struct guest_wbuf *w, uint32_t id, const struct guest_stat *m);
 int guest_decode_stat(const uint8_t *p, size_t n, struct guest_stat *m, const char **why);
 void guest_stat_free(struct guest_stat *m);
+void guest_encode_identity(struct guest_wbuf *w, uint32_t id, const struct guest_identity *m);
+int guest_decode_identity(const uint8_t *p, size_t n, struct guest_identity *m, const char **why);
+void guest_identity_free(struct guest_identity *m);
 void guest_encode_error(struct guest_wbuf *w, uint32_t id, const struct guest_error_msg *m);
 int guest_decode_error(const uint8_t *p, size_t n, struct guest_error_msg *m, const char **why);
 void guest_error_msg_free(struct guest_error_msg *m);
@@ -273,6 +291,13 @@ void guest_proc_free(guest_proc *p);
  * call on the host side (<0: forever) independently of o->timeout_ms. */
 int guest_exec(guest_conn *c, const struct guest_exec_opts *o, const void *stdin_data, size_t stdin_len,
 	       int wait_ms, struct guest_result *res, kiln_error **err);
+
+/* Give a (restored) guest its identity (struct guest_identity; strings are
+ * only read).  With wait, returns once the agent applied it.  Without, the
+ * request is only queued and goes out with the next request on c — frames are
+ * handled in order, so it is in force before a following EXEC starts — and a
+ * failure then breaks the connection (the next call fails with the reason). */
+int guest_set_identity(guest_conn *c, const struct guest_identity *m, bool wait, int timeout_ms, kiln_error **err);
 
 /* Stream a tar read from tar_fd into guest_dir (created if missing), extracted
  * by the guest's tar with owners, modes and times kept. */

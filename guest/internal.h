@@ -7,7 +7,7 @@
 #include "kiln.h"
 #include "guest/guest.h"
 
-enum req_kind { R_PROC, R_PING, R_STAT, R_UPLOAD, R_DOWNLOAD };
+enum req_kind { R_PROC, R_PING, R_STAT, R_UPLOAD, R_DOWNLOAD, R_IDENT };
 
 /* A request in flight; guest_proc is the public name for the exec kind. */
 struct guest_proc {
@@ -22,6 +22,7 @@ struct guest_proc {
 	size_t window;         /* stdin bytes we may still send */
 	bool stdin_open;
 	bool detached;         /* not killed when the handle is freed */
+	bool unwaited;         /* nobody waits: freed at its reply, an ERROR breaks the connection */
 	guest_output_fn on_stdout, on_stderr;
 	void *user;
 	uint8_t *reply;        /* PONG / STAT_REPLY payload */

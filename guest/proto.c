@@ -236,6 +236,7 @@ const char *guest_frame_name(uint8_t type, char buf[8])
 	case GUEST_F_UPLOAD: return "UPLOAD";
 	case GUEST_F_DOWNLOAD: return "DOWNLOAD";
 	case GUEST_F_STAT: return "STAT";
+	case GUEST_F_IDENTITY: return "IDENTITY";
 	case GUEST_F_STARTED: return "STARTED";
 	case GUEST_F_STDOUT: return "STDOUT";
 	case GUEST_F_STDERR: return "STDERR";

@@ -18,6 +18,7 @@ enum { XFER_DIR = 1, XFER_TIMEOUT };
 enum { STATQ_PATH = 1, STATQ_FOLLOW, STATQ_XATTRS };
 enum { STAT_MODE = 1, STAT_UID, STAT_GID, STAT_SIZE, STAT_MTIME, STAT_MTIME_NSEC, STAT_LINK, STAT_XNAME, STAT_XVALUE };
 enum { ERR_ERRNO = 1, ERR_MSG };
+enum { IDENT_TIME_SEC = 1, IDENT_TIME_NSEC, IDENT_HOSTNAME, IDENT_ENTROPY };
 
 struct tlv {
 	uint16_t tag;
@@ -428,6 +429,95 @@ fail:
 void guest_xfer_req_free(struct guest_xfer_req *m)
 {
 	free(m->dir);
+	memset(m, 0, sizeof(*m));
+}
+
+/* ---- IDENTITY ------------------------------------------------------------- */
+
+void guest_encode_identity(struct guest_wbuf *w, uint32_t id, const struct guest_identity *m)
+{
+	size_t start = guest_frame_begin(w, GUEST_F_IDENTITY, id);
+
+	if (m->set_time) {
+		guest_tlv_u64(w, IDENT_TIME_SEC, (uint64_t)m->time_sec);
+		guest_tlv_u64(w, IDENT_TIME_NSEC, m->time_nsec);
+	}
+	if (m->hostname)
+		guest_tlv_str(w, IDENT_HOSTNAME, m->hostname);
+	if (m->entropy)
+		guest_tlv_bytes(w, IDENT_ENTROPY, m->entropy, m->entropy_len);
+	guest_frame_end(w, start);
+}
+
+int guest_decode_identity(const uint8_t *p, size_t n, struct guest_identity *m, const char **why)
+{
+	struct tlv t;
+	uint64_t v;
+	bool have_sec = false, have_nsec = false;
+	int r;
+
+	memset(m, 0, sizeof(*m));
+	while ((r = tlv_next(&p, &n, &t, why)) > 0) {
+		switch (t.tag) {
+		case IDENT_TIME_SEC:
+			if (get_u64(&t, &v, why) < 0)
+				goto fail;
+			m->time_sec = (int64_t)v;
+			have_sec = true;
+			break;
+		case IDENT_TIME_NSEC:
+			if (get_u64(&t, &v, why) < 0)
+				goto fail;
+			if (v >= 1000000000u) {
+				*why = "nanoseconds out of range";
+				goto fail;
+			}
+			m->time_nsec = (uint32_t)v;
+			have_nsec = true;
+			break;
+		case IDENT_HOSTNAME:
+			if (get_str(&t, &m->hostname, why) < 0)
+				goto fail;
+			if (m->hostname[0] == '\0' || strlen(m->hostname) > GUEST_MAX_HOSTNAME) {
+				*why = "hostname must be 1-64 bytes";
+				goto fail;
+			}
+			break;
+		case IDENT_ENTROPY:
+			if (m->entropy) {
+				*why = "duplicate entropy field";
+				goto fail;
+			}
+			if (t.len == 0 || t.len > GUEST_MAX_ENTROPY) {
+				*why = "entropy must be 1-512 bytes";
+				goto fail;
+			}
+			if ((m->entropy = malloc(t.len)) == NULL) {
+				*why = "out of memory";
+				goto fail;
+			}
+			memcpy(m->entropy, t.val, t.len);
+			m->entropy_len = t.len;
+			break;
+		}
+	}
+	if (r < 0)
+		goto fail;
+	if (have_sec != have_nsec) {
+		*why = "time needs both seconds and nanoseconds";
+		goto fail;
+	}
+	m->set_time = have_sec;
+	return 0;
+fail:
+	guest_identity_free(m);
+	return -1;
+}
+
+void guest_identity_free(struct guest_identity *m)
+{
+	free(m->hostname);
+	free(m->entropy);
 	memset(m, 0, sizeof(*m));
 }
 

@@ -64,12 +64,11 @@ char *snap_sandbox_make(snap_template *t, bool pooled, bool defer_setup, struct 
 /* Claim a pooled sandbox of t and resume it; NULL without error when the pool is empty. */
 char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_stats *s, guest_conn **conn,
 		      kiln_error **err);
-/* Hostname, entropy and clock through the agent (refine: the sub-second step).
- * defer_setup above leaves it to the caller (snap_run folds it into the
- * first command). */
-int snap_guest_setup(guest_conn *c, const char *id, bool refine, kiln_error **err);
-/* The shell commands of that setup (builtins and busybox's date only). */
-char *snap_setup_script(const char *id, bool refine);
+/* Hostname, entropy (+ CRNG reseed) and clock through the agent's IDENTITY
+ * request; without wait it is only queued, to go out with the next request
+ * (defer_setup above leaves it to the caller: snap_run sends it with the
+ * command). */
+int snap_guest_setup(guest_conn *c, const char *id, bool wait, kiln_error **err);
 json_t *snap_sandbox_new_state(const snap_template *t, const char *id, const char *state);
 
 /* Milliseconds on CLOCK_MONOTONIC. */

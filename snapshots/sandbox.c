@@ -57,18 +57,17 @@ static char *log_tail(const char *dir, const char *name)
 	return out;
 }
 
-/* The guest's identity and clock: hostname = sandbox id, fresh entropy
- * mixed into its pool (each sandbox would otherwise replay the template's
- * random state), and the wall clock, which stood still while the template
- * was stored (the guest's TSC is QEMU's virtual one).  `date -s` takes whole
- * seconds: set the nearest one now, then a background step sets the next
- * whole second when it begins on the host (good to the exec latency). */
-char *snap_setup_script(const char *id, bool refine)
+/* The guest's identity and clock, one IDENTITY request the agent handles
+ * itself (no process): hostname = sandbox id, fresh entropy from the host
+ * credited and the guest's CRNG reseeded (each sandbox would otherwise replay
+ * the template's random state), and the wall clock, which stood still while
+ * the template was stored (the guest's TSC is QEMU's virtual one).  Without
+ * wait the request rides along with the next one (snap_run's command). */
+int snap_guest_setup(guest_conn *c, const char *id, bool wait, kiln_error **err)
 {
-	unsigned char seed[32];
-	char hex[65];
+	uint8_t seed[64];
 	struct timespec now;
-	kiln_buf b = KILN_BUF_INIT;
+	struct guest_identity m = { .hostname = (char *)id, .entropy = seed, .entropy_len = sizeof(seed) };
 
 	for (size_t got = 0; got < sizeof(seed);) {
 		ssize_t n = getrandom(seed + got, sizeof(seed) - got, 0);
@@ -78,39 +77,13 @@ char *snap_setup_script(const char *id, bool refine)
 			abort(); /* only a bad buffer makes getrandom(2) fail */
 		got += (size_t)n;
 	}
-	for (size_t i = 0; i < sizeof(seed); i++)
-		snprintf(hex + 2 * i, 3, "%02x", seed[i]);
 	clock_gettime(CLOCK_REALTIME, &now);
-	long long sec = (long long)now.tv_sec, next = sec + 1;
-	long wait_us = 1000000L - now.tv_nsec / 1000;
-	if (wait_us < 200000L) { /* too close to make it: the second after */
-		next++;
-		wait_us += 1000000L;
-	}
-	/* echo is a builtin: hostname and entropy cost no process. */
-	kiln_buf_addf(&b, "echo %s > /proc/sys/kernel/hostname; echo %s > /dev/urandom", id, hex);
-	kiln_buf_addf(&b, "; /run/kiln/bin/busybox date -s @%lld >/dev/null", sec + (now.tv_nsec >= 500000000L));
-	if (refine)
-		kiln_buf_addf(&b, "; (/run/kiln/bin/busybox usleep %ld; /run/kiln/bin/busybox date -s @%lld) "
-			      ">/dev/null 2>&1 &", wait_us, next);
-	return kiln_buf_detach(&b);
-}
-
-int snap_guest_setup(guest_conn *c, const char *id, bool refine, kiln_error **err)
-{
-	struct guest_exec_opts x;
-	struct guest_result res;
-	char *script = snap_setup_script(id, refine);
-	int rc;
-
-	guest_exec_opts_init(&x);
-	x.argv = (const char *const[]){ "/run/kiln/bin/busybox", "sh", "-c", script, NULL };
-	x.env = (const char *const[]){ "PATH=/run/kiln/bin", NULL };
-	rc = guest_exec(c, &x, NULL, 0, AGENT_TIMEOUT_MS, &res, err);
-	if (rc == 0 && (res.signal || res.exit_code))
-		rc = kiln_err(err, KILN_E_GENERIC, "setting the sandbox's identity failed (exit %d)", res.exit_code);
-	free(script);
-	return rc;
+	m.set_time = true;
+	m.time_sec = (int64_t)now.tv_sec;
+	m.time_nsec = (uint32_t)now.tv_nsec;
+	if (guest_set_identity(c, &m, wait, AGENT_TIMEOUT_MS, err) < 0)
+		return kiln_error_wrap(err, "setting the sandbox's identity");
+	return 0;
 }
 
 /* Start QEMU for a sandbox, load the template and connect to its agent.  A
@@ -161,7 +134,7 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		goto died;
 	s->agent_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
-	if ((pooled || !defer_setup) && snap_guest_setup(g, pooled ? "kiln-pool" : id, !pooled, err) < 0)
+	if ((pooled || !defer_setup) && snap_guest_setup(g, pooled ? "kiln-pool" : id, true, err) < 0)
 		goto died;
 	s->setup_ms = snap_now_ms() - t0;
 	if (pooled) {
@@ -352,14 +325,6 @@ char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *st
 	return create(template_ref, false, stats, conn, NULL, err);
 }
 
-/* A template that runs commands as root (no USER, or root/0). */
-static bool runs_as_root(const snap_template *t)
-{
-	const char *u = kiln_json_str(t->config, "user");
-	return u == NULL || *u == '\0' || strcmp(u, "root") == 0 || strcmp(u, "0") == 0 ||
-	       strncmp(u, "root:", 5) == 0 || strncmp(u, "0:", 2) == 0;
-}
-
 int snap_run(const char *template_ref, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
 	     void *user, struct guest_result *res, struct snap_create_stats *stats, kiln_error **err)
 {
@@ -367,37 +332,21 @@ int snap_run(const char *template_ref, const char *const *argv, guest_output_fn 
 	struct snap_create_stats *s = stats ? stats : &dummy;
 	snap_template *t = NULL;
 	guest_conn *c = NULL;
-	kiln_strv av = KILN_STRV_INIT;
 	kiln_error *e = NULL;
-	char *id, *script = NULL;
+	char *id;
 	int rc = -1;
 
-	/* As root, the identity setup and the command are one guest process:
-	 * the setup script ends in `exec "$@"`.  Otherwise two execs. */
+	/* The identity request is queued and goes out with the command's EXEC:
+	 * one round trip, and the agent applies it before it forks. */
 	if ((id = create(template_ref, true, s, &c, &t, err)) == NULL)
 		return -1;
-	if (runs_as_root(t)) {
-		char *setup = snap_setup_script(id, true);
-		script = kiln_xasprintf("%s\nexec \"$@\"", setup);
-		free(setup);
-		kiln_strv_push(&av, "/run/kiln/bin/busybox");
-		kiln_strv_push(&av, "sh");
-		kiln_strv_push(&av, "-c");
-		kiln_strv_push(&av, script);
-		kiln_strv_push(&av, "sh");
-		for (size_t i = 0; argv[i]; i++)
-			kiln_strv_push(&av, argv[i]);
-		rc = snap_sandbox_exec_conn(c, id, (const char *const *)av.v, on_stdout, on_stderr, user, res, err);
-	} else if (snap_guest_setup(c, id, true, err) == 0) {
+	if (snap_guest_setup(c, id, false, err) == 0)
 		rc = snap_sandbox_exec_conn(c, id, argv, on_stdout, on_stderr, user, res, err);
-	}
 	guest_close(c);
 	if (snap_sandbox_kill(id, &e) < 0) {
 		kiln_warn("removing sandbox %s: %s", id, kiln_error_message(e));
 		kiln_error_free(e);
 	}
-	kiln_strv_free(&av);
-	free(script);
 	free(id);
 	snap_template_free(t);
 	return rc;

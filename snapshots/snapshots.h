@@ -73,9 +73,7 @@ struct snap_create_stats {
 char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *stats, guest_conn **conn,
 			  kiln_error **err);
 /* create + exec + kill: run argv in a new sandbox and remove it.  The
- * identity setup and argv share one guest process when the template runs as
- * root (a shell that sets it up, then execs argv: a missing program is then
- * the shell's exit 127). */
+ * identity request goes out with argv's EXEC (one round trip). */
 int snap_run(const char *template_ref, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
 	     void *user, struct guest_result *res, struct snap_create_stats *stats, kiln_error **err);
 /* Keep n restored, warmed-up and paused sandboxes of a template ready (n < 0:

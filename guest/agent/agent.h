@@ -104,6 +104,9 @@ struct user_cred {
 /* root: read ROOT/etc/passwd and ROOT/etc/group (NULL: the agent's own). */
 int user_resolve(const char *spec, const char *root, struct user_cred *out, char *why, size_t whylen);
 
+/* identity.c: the IDENTITY request (clock, hostname, entropy + reseed). */
+void identity_apply(struct agent *a, uint32_t id, const uint8_t *p, size_t n);
+
 /* files.c */
 void files_find_tar(struct agent *a, const char *opt);
 void files_stat(struct agent *a, uint32_t id, const uint8_t *p, size_t n);

@@ -284,6 +284,9 @@ static void dispatch(struct agent *a, const struct guest_frame *f)
 	case GUEST_F_STAT:
 		files_stat(a, f->id, f->payload, f->len);
 		return;
+	case GUEST_F_IDENTITY:
+		identity_apply(a, f->id, f->payload, f->len);
+		return;
 	}
 	agent_send_error(a, f->id, 0, "unexpected frame type %s from the host", guest_frame_name(f->type, tn));
 }
@@ -576,6 +579,8 @@ int main(int argc, char **argv)
 		a.caps |= GUEST_CAP_UPLOAD | GUEST_CAP_DOWNLOAD;
 	if (geteuid() == 0)
 		a.caps |= GUEST_CAP_SETUID | GUEST_CAP_ROOT;
+	if (geteuid() == 0 && fd < 0 && listen_path == NULL)
+		a.caps |= GUEST_CAP_IDENTITY;
 	guest_framer_init(&a.in);
 
 	if (fd >= 0) {
