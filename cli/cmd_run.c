@@ -54,8 +54,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 			st.pooled ? "cont" : "load", st.load_ms, st.agent_ms, st.setup_ms);
 	if (st.pooled)
 		cli_pool_refill(tmpl);
-	if (rc < 0)
+	if (rc < 0 && res.exit_code == 0)
 		return cli_fail(err);
+	if (rc < 0) { /* the command could not be started: said why, exit like a shell */
+		cli_fail(err);
+		return res.exit_code;
+	}
 	return res.signal ? 128 + res.signal : res.exit_code;
 }
 

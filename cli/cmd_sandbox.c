@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,8 +30,12 @@ static int sandbox_exec(const char *id, const char *const *argv, kiln_error **er
 {
 	struct guest_result res = { 0 };
 
-	if (snap_sandbox_exec(id, argv, to_stdout, to_stderr, NULL, &res, err) < 0)
-		return -1;
+	if (snap_sandbox_exec(id, argv, to_stdout, to_stderr, NULL, &res, err) < 0) {
+		if (res.exit_code == 0)
+			return -1;
+		cli_fail(*err); /* not started: said why, exit like a shell */
+		*err = NULL;
+	}
 	return res.signal ? 128 + res.signal : res.exit_code;
 }
 
@@ -49,6 +54,10 @@ void cli_pool_refill(const char *tmpl)
 				dup2(null, 0);
 				dup2(null, 1);
 				dup2(null, 2);
+			}
+			/* Background work: the sandbox just claimed comes first. */
+			if (setpriority(PRIO_PROCESS, 0, 10) < 0) {
+				/* not fatal: it only competes more */
 			}
 			execl("/proc/self/exe", "kiln", "sandbox", "pool", tmpl, (char *)NULL);
 			_exit(127);

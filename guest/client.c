@@ -317,6 +317,7 @@ guest_conn *guest_conn_from_fd(int fd, int timeout_ms, kiln_error **err)
 	struct guest_hello mine = { .version = GUEST_PROTO_VERSION, .agent = "kiln " KILN_VERSION, .pid = getpid() };
 
 	c->fd = fd;
+	c->hold_fd = -1;
 	guest_framer_init(&c->in);
 	fcntl(fd, F_SETFD, FD_CLOEXEC);
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -395,11 +396,20 @@ void guest_close(guest_conn *c)
 		gc_req_free(c->reqs);
 	if (c->fd >= 0)
 		close(c->fd);
+	if (c->hold_fd >= 0)
+		close(c->hold_fd);
 	guest_framer_free(&c->in);
 	guest_wbuf_free(&c->out);
 	guest_hello_free(&c->hello);
 	free(c->broken);
 	free(c);
+}
+
+void guest_conn_hold_fd(guest_conn *c, int fd)
+{
+	if (c->hold_fd >= 0)
+		close(c->hold_fd);
+	c->hold_fd = fd;
 }
 
 uint32_t guest_conn_version(const guest_conn *c)

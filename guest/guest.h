@@ -233,6 +233,9 @@ guest_conn *guest_connect(const char *socket_path, int timeout_ms, kiln_error **
 /* The same over an already connected stream fd (taken over, even on failure). */
 guest_conn *guest_conn_from_fd(int fd, int timeout_ms, kiln_error **err);
 void guest_close(guest_conn *c);
+/* Keep fd open as long as the connection (e.g. a lock held while connected);
+ * guest_close closes it. */
+void guest_conn_hold_fd(guest_conn *c, int fd);
 /* What the agent announced. */
 uint32_t guest_conn_version(const guest_conn *c);
 uint64_t guest_conn_caps(const guest_conn *c);

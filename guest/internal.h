@@ -32,6 +32,7 @@ struct guest_proc {
 
 struct guest_conn {
 	int fd;
+	int hold_fd;           /* closed with the connection (guest_conn_hold_fd), or -1 */
 	struct guest_framer in;
 	struct guest_wbuf out;
 	uint32_t next_id;

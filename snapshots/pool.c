@@ -43,7 +43,7 @@ static void pooled_ids(const char *digest, kiln_strv *out)
 static int resume(const char *dir, const char *id, bool defer_setup, struct snap_create_stats *s, guest_conn **conn,
 		  kiln_error **err)
 {
-	char *qmp_path = kiln_path_join(dir, "qmp.sock"), *agent = kiln_path_join(dir, "agent.sock");
+	char *qmp_path = kiln_path_join(dir, "qmp.sock");
 	vm_qmp *q = NULL;
 	guest_conn *g = NULL;
 	json_t *r;
@@ -57,7 +57,7 @@ static int resume(const char *dir, const char *id, bool defer_setup, struct snap
 	json_decref(r);
 	s->load_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
-	if ((g = guest_connect(agent, AGENT_TIMEOUT_MS, err)) == NULL)
+	if ((g = snap_agent_connect(dir, 0, AGENT_TIMEOUT_MS, err)) == NULL)
 		goto out;
 	s->agent_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
@@ -73,7 +73,6 @@ out:
 	guest_close(g);
 	vm_qmp_close(q);
 	free(qmp_path);
-	free(agent);
 	return rc;
 }
 

@@ -97,7 +97,7 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 	struct vm_restore_config rc_ = { 0 };
 	kiln_strv av = KILN_STRV_INIT;
 	char *log = kiln_path_join(dir, "qemu.log"), *qmp_path = kiln_path_join(dir, "qmp.sock");
-	char *agent = kiln_path_join(dir, "agent.sock"), *version = NULL;
+	char *version = NULL;
 	vm_qmp *q = NULL;
 	guest_conn *g = NULL;
 	pid_t pid;
@@ -130,7 +130,7 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		goto died;
 	s->load_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
-	if ((g = guest_connect(agent, AGENT_TIMEOUT_MS, err)) == NULL)
+	if ((g = snap_agent_connect(dir, 0, AGENT_TIMEOUT_MS, err)) == NULL)
 		goto died;
 	s->agent_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
@@ -176,7 +176,6 @@ out:
 	kiln_strv_free(&av);
 	free(log);
 	free(qmp_path);
-	free(agent);
 	free(version);
 	return rc;
 }
@@ -228,7 +227,7 @@ char *snap_sandbox_make(snap_template *t, bool pooled, bool defer_setup, struct 
 		kiln_err(err, KILN_E_GENERIC, "could not pick a sandbox id");
 		goto out;
 	}
-	if (strlen(dir) + sizeof("/agent.sock") > sizeof(((struct sockaddr_un *)0)->sun_path)) {
+	if (strlen(dir) + sizeof("/agent-99.sock") > sizeof(((struct sockaddr_un *)0)->sun_path)) {
 		kiln_err(err, KILN_E_LIMIT, "sandbox directory %s is too long for a unix socket path (set KILN_HOME shorter)",
 			 dir);
 		goto out;
@@ -355,7 +354,7 @@ int snap_run(const char *template_ref, const char *const *argv, guest_output_fn 
 guest_conn *snap_sandbox_connect(const char *id, int timeout_ms, kiln_error **err)
 {
 	json_t *st = snap_sandbox_state(id, err);
-	char *dir = NULL, *sock = NULL;
+	char *dir = NULL;
 	guest_conn *c = NULL;
 
 	if (st == NULL)
@@ -366,14 +365,12 @@ guest_conn *snap_sandbox_connect(const char *id, int timeout_ms, kiln_error **er
 		goto out;
 	}
 	dir = snap_sandbox_dir(id);
-	sock = kiln_path_join(dir, "agent.sock");
-	c = guest_connect(sock, timeout_ms, err);
+	c = snap_agent_connect(dir, -1, timeout_ms, err);
 	if (c == NULL)
 		kiln_error_wrap(err, "sandbox %s", id);
 out:
 	json_decref(st);
 	free(dir);
-	free(sock);
 	return c;
 }
 
@@ -399,7 +396,12 @@ int snap_sandbox_exec_conn(guest_conn *c, const char *id, const char *const *arg
 	x.on_stdout = on_stdout;
 	x.on_stderr = on_stderr;
 	x.user = user;
+	memset(res, 0, sizeof(*res));
 	rc = guest_exec(c, &x, NULL, 0, -1, res, err);
+	/* The agent could not start it (its ERROR carries the guest's errno):
+	 * the shell's codes, as docker gives them. */
+	if (rc < 0 && err && *err && ((*err)->errnum == ENOENT || (*err)->errnum == EACCES || (*err)->errnum == ENOEXEC))
+		res->exit_code = (*err)->errnum == ENOENT ? 127 : 126;
 	json_decref(st);
 	kiln_strv_free(&envv);
 	return rc;

@@ -92,7 +92,10 @@ json_t *snap_sandbox_list(kiln_error **err);
 int snap_sandbox_gc(kiln_error **err);
 
 /* Run argv in a sandbox as the template's USER, in its WORKDIR with its ENV,
- * streaming output to the callbacks (NULL: discard). */
+ * streaming output to the callbacks (NULL: discard).  Several execs may run
+ * in one sandbox at once.  A command the guest could not start is an error
+ * with res->exit_code 127 (not found) or 126 (not executable), as a shell
+ * (and docker) would exit; other errors leave it 0. */
 int snap_sandbox_exec(const char *id, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
 		      void *user, struct guest_result *res, kiln_error **err);
 /* The same over a connection from snap_sandbox_create (left open). */

@@ -79,6 +79,12 @@ const char vm_init_script[] =
 	"export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/run/kiln/bin\n"
 	"echo \"kiln-init: ready $($bb cut -d' ' -f1 /proc/uptime)\"\n"
 	"if [ -x /run/kiln/bin/kiln-agent ]; then\n"
+	/* One agent per extra port (kiln.agent_ports), each restarted if it dies. */
+	"  n=1; for a in $(cat /proc/cmdline); do case $a in kiln.agent_ports=*) n=${a#kiln.agent_ports=} ;; esac; done\n"
+	"  p=1; while [ $p -lt $n ]; do\n"
+	"    (while :; do /run/kiln/bin/kiln-agent --name org.kiln.agent.$p; $bb sleep 1; done) &\n"
+	"    p=$((p+1))\n"
+	"  done\n"
 	"  while :; do\n"
 	"    /run/kiln/bin/kiln-agent\n"
 	"    echo \"kiln-init: agent exited with status $?\"; $bb sleep 1\n"

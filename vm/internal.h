@@ -15,8 +15,23 @@ int vm_run_tool(char *const argv[], kiln_error **err);
  * stdin from /dev/null, stdout+stderr appended to log_path. */
 pid_t vm_spawn(char *const argv[], const char *log_path, kiln_error **err);
 
+/* The QEMU options a boot and the restore of its snapshot share (machine.c);
+ * a boot adds its kernel, a restore `-incoming defer`. */
+struct vm_machine {
+	enum vm_accel accel;
+	unsigned cpus, memory_mib;
+	bool net;
+	const char *dir;          /* console.log, qmp.sock, agent*.sock go here */
+	const char *memory_file;  /* guest RAM */
+	bool memory_private;      /* mapped share=off (a restore), else shared */
+	const char *disk;         /* the root disk, qcow2 */
+	bool disk_snapshot;       /* snapshot=on: writes go to a temporary overlay */
+	const char *scratch;      /* a raw scratch disk (boot only), or NULL */
+};
+void vm_machine_argv(const struct vm_machine *m, kiln_strv *av);
+
 /* Files of a VM, removed by vm_destroy and by the signal handler. */
-#define VM_MAX_FILES 10
+#define VM_MAX_FILES 16
 struct vm_files {
 	pid_t pid;                        /* QEMU, 0 before it starts */
 	char *dir;

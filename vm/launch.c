@@ -18,7 +18,12 @@
 #define READY_MARKER "kiln-init: ready"
 #define FAILED_MARKER "kiln-init: FAILED"
 
-enum { F_CONSOLE, F_QMP, F_AGENT, F_INITRD, F_INITRD_TMP, F_OVERLAY, F_MEM, F_QEMU_LOG, F_SCRATCH, F_COUNT };
+enum {
+	F_CONSOLE, F_QMP, F_AGENT, F_INITRD, F_INITRD_TMP, F_OVERLAY, F_MEM, F_QEMU_LOG, F_SCRATCH,
+	F_AGENT_MORE, /* the sockets of agent ports 1.. */
+	F_COUNT = F_AGENT_MORE + VM_AGENT_PORTS - 1
+};
+_Static_assert(F_COUNT < VM_MAX_FILES, "vm_files has room for every file (and the NULL)");
 
 struct vm_instance {
 	struct vm_files files;
@@ -244,8 +249,9 @@ static char *kernel_cmdline(const struct vm_config *c, const vm_instance *v)
 	kiln_buf_adds(&b, "console=ttyS0 panic=-1 rdinit=/init");
 	if (!c->console_verbose)
 		kiln_buf_adds(&b, " quiet");
-	kiln_buf_addf(&b, " kiln.root=%s kiln.net=%d kiln.scratch=%d",
-		      c->root_mode == VM_ROOT_WRITABLE ? "rw" : "overlay", c->net ? 1 : 0, use_scratch(c) ? 1 : 0);
+	kiln_buf_addf(&b, " kiln.root=%s kiln.net=%d kiln.scratch=%d kiln.agent_ports=%u",
+		      c->root_mode == VM_ROOT_WRITABLE ? "rw" : "overlay", c->net ? 1 : 0, use_scratch(c) ? 1 : 0,
+		      VM_AGENT_PORTS);
 	/* See docs/vm.md: microvm's ACPI tables route IRQ0 nowhere, so a guest
 	 * that cannot calibrate its TSC against the PIT has no timer at all.
 	 * Under TCG the guest's TSC is the host's: tell it the rate, and that it
@@ -262,66 +268,22 @@ static char *kernel_cmdline(const struct vm_config *c, const vm_instance *v)
 
 static int start_qemu(const struct vm_config *c, vm_instance *v, const char *kernel, kiln_error **err)
 {
-	const char *qemu = getenv("KILN_QEMU");
+	struct vm_machine m = {
+		.accel = v->accel, .cpus = c->cpus, .memory_mib = c->memory_mib, .net = c->net, .dir = v->files.dir,
+		.memory_file = v->files.paths[F_MEM], .disk = v->files.paths[F_OVERLAY],
+		.scratch = use_scratch(c) ? v->files.paths[F_SCRATCH] : NULL,
+	};
 	char *cmdline = kernel_cmdline(c, v);
 	kiln_strv av = KILN_STRV_INIT;
 	pid_t pid;
 
-	kiln_strv_push(&av, qemu && *qemu ? qemu : "qemu-system-x86_64");
-	kiln_strv_push(&av, "-M");
-	kiln_strv_push(&av, "microvm,x-option-roms=off,auto-kernel-cmdline=off,memory-backend=mem");
-	kiln_strv_push(&av, "-accel");
-	kiln_strv_push(&av, v->accel == VM_ACCEL_KVM ? "kvm" : "tcg");
-	kiln_strv_push(&av, "-cpu");
-	kiln_strv_push(&av, v->accel == VM_ACCEL_KVM ? "host" : "max");
-	kiln_strv_push(&av, "-smp");
-	kiln_strv_push_owned(&av, kiln_xasprintf("%u", c->cpus));
-	kiln_strv_push(&av, "-m");
-	kiln_strv_push_owned(&av, kiln_xasprintf("%uM", c->memory_mib));
-	kiln_strv_push(&av, "-object");
-	kiln_strv_push_owned(&av, kiln_xasprintf("memory-backend-file,id=mem,size=%uM,mem-path=%s,share=on",
-						 c->memory_mib, v->files.paths[F_MEM]));
-	kiln_strv_push(&av, "-nodefaults");
-	kiln_strv_push(&av, "-no-user-config");
-	kiln_strv_push(&av, "-display");
-	kiln_strv_push(&av, "none");
-	kiln_strv_push(&av, "-no-reboot");
-	kiln_strv_push(&av, "-chardev");
-	kiln_strv_push_owned(&av, kiln_xasprintf("file,id=con,path=%s", v->files.paths[F_CONSOLE]));
-	kiln_strv_push(&av, "-serial");
-	kiln_strv_push(&av, "chardev:con");
-	kiln_strv_push(&av, "-qmp");
-	kiln_strv_push_owned(&av, kiln_xasprintf("unix:%s,server=on,wait=off", v->files.paths[F_QMP]));
+	vm_machine_argv(&m, &av);
 	kiln_strv_push(&av, "-kernel");
 	kiln_strv_push(&av, kernel);
 	kiln_strv_push(&av, "-initrd");
 	kiln_strv_push(&av, v->files.paths[F_INITRD]);
 	kiln_strv_push(&av, "-append");
 	kiln_strv_push(&av, cmdline);
-	kiln_strv_push(&av, "-drive");
-	kiln_strv_push_owned(&av, kiln_xasprintf("id=root,file=%s,format=qcow2,if=none", v->files.paths[F_OVERLAY]));
-	kiln_strv_push(&av, "-device");
-	/* init finds its disks by serial: virtio-mmio probe order is not a contract. */
-	kiln_strv_push(&av, "virtio-blk-device,drive=root,serial=kiln-root");
-	if (use_scratch(c)) {
-		kiln_strv_push(&av, "-drive");
-		kiln_strv_push_owned(&av, kiln_xasprintf("id=scratch,file=%s,format=raw,if=none,discard=unmap",
-							 v->files.paths[F_SCRATCH]));
-		kiln_strv_push(&av, "-device");
-		kiln_strv_push(&av, "virtio-blk-device,drive=scratch,serial=kiln-scratch");
-	}
-	kiln_strv_push(&av, "-device");
-	kiln_strv_push(&av, "virtio-serial-device");
-	kiln_strv_push(&av, "-chardev");
-	kiln_strv_push_owned(&av, kiln_xasprintf("socket,id=agent,path=%s,server=on,wait=off", v->files.paths[F_AGENT]));
-	kiln_strv_push(&av, "-device");
-	kiln_strv_push(&av, "virtserialport,chardev=agent,name=org.kiln.agent");
-	if (c->net) {
-		kiln_strv_push(&av, "-netdev");
-		kiln_strv_push(&av, "user,id=net0");
-		kiln_strv_push(&av, "-device");
-		kiln_strv_push(&av, "virtio-net-device,netdev=net0");
-	}
 	if (kiln_log_level() >= KILN_LOG_DEBUG) {
 		kiln_buf line = KILN_BUF_INIT;
 		for (size_t i = 0; i < av.n; i++)
@@ -340,7 +302,7 @@ static int start_qemu(const struct vm_config *c, vm_instance *v, const char *ker
 
 static void files_init(vm_instance *v, const char *dir)
 {
-	static const char *const names[F_COUNT] = {
+	static const char *const names[F_AGENT_MORE] = {
 		[F_CONSOLE] = "console.log", [F_QMP] = "qmp.sock", [F_AGENT] = "agent.sock",
 		[F_INITRD] = "initramfs.cpio", [F_INITRD_TMP] = "initramfs.cpio.tmp", [F_OVERLAY] = "root.qcow2",
 		[F_QEMU_LOG] = "qemu.log", [F_SCRATCH] = "scratch.ext4",
@@ -350,8 +312,10 @@ static void files_init(vm_instance *v, const char *dir)
 
 	v->files.dir = kiln_xstrdup(dir);
 	for (int i = 0; i < F_COUNT; i++)
-		if (names[i])
+		if (i < F_AGENT_MORE && names[i])
 			v->files.paths[i] = kiln_path_join(dir, names[i]);
+	for (unsigned i = 1; i < VM_AGENT_PORTS; i++)
+		v->files.paths[F_AGENT_MORE + i - 1] = vm_agent_socket_path(dir, i);
 	/* Guest RAM lives in shared memory when there is some: on a disk it would
 	 * be written back for nothing.  Snapshots map this file. */
 	if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0)

@@ -1,9 +1,8 @@
 /* snapshot.c — the VM side of snapshots: saving a paused guest's device state
  * with x-ignore-shared (the RAM file stays where it is), the command line of a
- * QEMU that restores it (same machine, RAM mapped private copy-on-write,
- * `-incoming defer`) and loading the state into it over QMP.  The machine
- * options repeat launch.c's start_qemu: vm_machine_signature is what a
- * snapshot records so that a drift between the two is refused, not hung. */
+ * QEMU that restores it (machine.c's options as a boot has them, RAM mapped
+ * private copy-on-write, `-incoming defer`) and loading the state into it
+ * over QMP. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -22,18 +21,6 @@ static double now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
-#define MACHINE "microvm,x-option-roms=off,auto-kernel-cmdline=off,memory-backend=mem"
-
-char *vm_machine_signature(enum vm_accel accel, unsigned cpus, unsigned memory_mib, bool net)
-{
-	bool kvm = accel == VM_ACCEL_KVM;
-
-	return kiln_xasprintf("-M %s -accel %s -cpu %s -smp %u -m %uM virtio-blk-device virtio-serial-device"
-			      " virtserialport:org.kiln.agent serial:ttyS0%s",
-			      MACHINE, kvm ? "kvm" : "tcg", kvm ? "host" : "max", cpus, memory_mib,
-			      net ? " virtio-net-device:user" : "");
 }
 
 char *vm_overlay_path(const vm_instance *v)
@@ -133,50 +120,12 @@ out:
 
 void vm_restore_argv(const struct vm_restore_config *c, kiln_strv *av)
 {
-	const char *qemu = getenv("KILN_QEMU");
-	bool kvm = c->accel == VM_ACCEL_KVM;
+	struct vm_machine m = {
+		.accel = c->accel, .cpus = c->cpus, .memory_mib = c->memory_mib, .net = c->net, .dir = c->dir,
+		.memory_file = c->memory_file, .memory_private = true, .disk = c->disk, .disk_snapshot = true,
+	};
 
-	kiln_strv_push(av, qemu && *qemu ? qemu : "qemu-system-x86_64");
-	kiln_strv_push(av, "-M");
-	kiln_strv_push(av, MACHINE);
-	kiln_strv_push(av, "-accel");
-	kiln_strv_push(av, kvm ? "kvm" : "tcg");
-	kiln_strv_push(av, "-cpu");
-	kiln_strv_push(av, kvm ? "host" : "max");
-	kiln_strv_push(av, "-smp");
-	kiln_strv_push_owned(av, kiln_xasprintf("%u", c->cpus));
-	kiln_strv_push(av, "-m");
-	kiln_strv_push_owned(av, kiln_xasprintf("%uM", c->memory_mib));
-	kiln_strv_push(av, "-object");
-	kiln_strv_push_owned(av, kiln_xasprintf("memory-backend-file,id=mem,size=%uM,mem-path=%s,share=off",
-						c->memory_mib, c->memory_file));
-	kiln_strv_push(av, "-nodefaults");
-	kiln_strv_push(av, "-no-user-config");
-	kiln_strv_push(av, "-display");
-	kiln_strv_push(av, "none");
-	kiln_strv_push(av, "-no-reboot");
-	kiln_strv_push(av, "-chardev");
-	kiln_strv_push_owned(av, kiln_xasprintf("file,id=con,path=%s/console.log", c->dir));
-	kiln_strv_push(av, "-serial");
-	kiln_strv_push(av, "chardev:con");
-	kiln_strv_push(av, "-qmp");
-	kiln_strv_push_owned(av, kiln_xasprintf("unix:%s/qmp.sock,server=on,wait=off", c->dir));
-	kiln_strv_push(av, "-drive");
-	kiln_strv_push_owned(av, kiln_xasprintf("id=root,file=%s,format=qcow2,if=none,snapshot=on", c->disk));
-	kiln_strv_push(av, "-device");
-	kiln_strv_push(av, "virtio-blk-device,drive=root");
-	kiln_strv_push(av, "-device");
-	kiln_strv_push(av, "virtio-serial-device");
-	kiln_strv_push(av, "-chardev");
-	kiln_strv_push_owned(av, kiln_xasprintf("socket,id=agent,path=%s/agent.sock,server=on,wait=off", c->dir));
-	kiln_strv_push(av, "-device");
-	kiln_strv_push(av, "virtserialport,chardev=agent,name=org.kiln.agent");
-	if (c->net) {
-		kiln_strv_push(av, "-netdev");
-		kiln_strv_push(av, "user,id=net0");
-		kiln_strv_push(av, "-device");
-		kiln_strv_push(av, "virtio-net-device,netdev=net0");
-	}
+	vm_machine_argv(&m, av);
 	kiln_strv_push(av, "-incoming");
 	kiln_strv_push(av, "defer");
 }

@@ -166,6 +166,14 @@ void vm_cleanup_on_signals(void);
 /* The machine and device options that a restore must repeat exactly, as one
  * stable string (recorded in a snapshot and compared on restore). */
 char *vm_machine_signature(enum vm_accel accel, unsigned cpus, unsigned memory_mib, bool net);
+/* Every VM has this many virtio-serial ports for the agent (guest names
+ * org.kiln.agent, org.kiln.agent.1, ...; the agent serves each on its own):
+ * QEMU's socket chardev serves one client at a time, so that is how many
+ * host clients (e.g. `kiln sandbox exec`s) can talk to one guest at once. */
+#define VM_AGENT_PORTS 4u
+/* The unix socket of agent port `port` in a VM's directory (agent.sock for
+ * port 0, agent-N.sock for the others). */
+char *vm_agent_socket_path(const char *dir, unsigned port);
 /* The qcow2 overlay of a booted VM (flushed and inactive once saved). */
 char *vm_overlay_path(const vm_instance *v);
 

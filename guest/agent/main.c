@@ -22,10 +22,12 @@
 #include "guest/agent/agent.h"
 
 static const char usage[] =
-	"Usage: kiln-agent [--port DEV | --fd N | --listen SOCKET [--once]] [--tar PROGRAM] [-v]\n"
-	"Serve the kiln host over the virtio-serial port " GUEST_PORT_NAME " (default),\n"
-	"a port device DEV, an inherited stream fd N, or connections to a unix socket\n"
-	"SOCKET, one after another (--once: only the first), as QEMU's chardev would.\n"
+	"Usage: kiln-agent [--name PORT | --port DEV | --fd N | --listen SOCKET [--once]] [--tar PROGRAM] [-v]\n"
+	"Serve the kiln host over the virtio-serial port " GUEST_PORT_NAME " (default)\n"
+	"or the port named PORT, a port device DEV, an inherited stream fd N, or\n"
+	"connections to a unix socket SOCKET, one after another (--once: only the\n"
+	"first), as QEMU's chardev would.  One agent serves one port: a VM with\n"
+	"several ports (several host clients at once) runs one agent per port.\n"
 	"--tar names the tar (or busybox) used for uploads/downloads.\n";
 
 uint64_t agent_now_ms(void)
@@ -89,14 +91,15 @@ static void send_hello(struct agent *a)
 
 /* The port of a given name, found through sysfs because the guest has no udev
  * to make /dev/virtio-ports/NAME. */
-static char *find_port(void)
+static char *find_port(const char *want)
 {
 	DIR *d;
 	struct dirent *e;
 	char path[512], name[128], *found = NULL;
 
-	if (access("/dev/virtio-ports/" GUEST_PORT_NAME, F_OK) == 0)
-		return strdup("/dev/virtio-ports/" GUEST_PORT_NAME);
+	snprintf(path, sizeof(path), "/dev/virtio-ports/%s", want);
+	if (access(path, F_OK) == 0)
+		return strdup(path);
 	d = opendir("/sys/class/virtio-ports");
 	if (d == NULL)
 		return NULL;
@@ -110,7 +113,7 @@ static char *find_port(void)
 			continue;
 		if (fgets(name, sizeof(name), f) != NULL) {
 			name[strcspn(name, "\n")] = '\0';
-			if (strcmp(name, GUEST_PORT_NAME) == 0) {
+			if (strcmp(name, want) == 0) {
 				snprintf(path, sizeof(path), "/dev/%s", e->d_name);
 				found = strdup(path);
 			}
@@ -121,19 +124,19 @@ static char *find_port(void)
 	return found;
 }
 
-static int open_port(const char *dev)
+static int open_port(const char *dev, const char *name)
 {
 	char *path = dev ? strdup(dev) : NULL;
 	int fd = -1;
 
 	/* The port appears when virtio_console probes; give it a few seconds. */
 	for (int tries = 0; tries < 200 && path == NULL; tries++) {
-		path = find_port();
+		path = find_port(name);
 		if (path == NULL)
 			usleep(25000);
 	}
 	if (path == NULL) {
-		agent_log("no virtio-serial port named %s", GUEST_PORT_NAME);
+		agent_log("no virtio-serial port named %s", name);
 		return -1;
 	}
 	fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
@@ -389,7 +392,14 @@ static void wait_host(struct agent *a)
 		return;
 	sigaction(SIGALRM, &sa, NULL);
 	fcntl(a->chan, F_SETFL, fl & ~O_NONBLOCK);
-	setitimer(ITIMER_REAL, &tick, NULL);
+	/* Without processes there is nothing to reap or drain: no tick, so an
+	 * idle guest's agents (one per port) cost no wake-ups.  (An orphan a
+	 * command left behind is reaped once a host connects.) */
+	for (unsigned i = 0; i < GUEST_MAX_SESSIONS; i++)
+		if (a->sess[i]) {
+			setitimer(ITIMER_REAL, &tick, NULL);
+			break;
+		}
 	while (done < w.len && !a->quit) {
 		ssize_t n = write(a->chan, w.data + done, w.len - done);
 		if (n > 0) {
@@ -519,7 +529,7 @@ static void std_fds(void)
 int main(int argc, char **argv)
 {
 	struct agent a;
-	const char *port = NULL, *listen_path = NULL, *tar = NULL;
+	const char *port = NULL, *listen_path = NULL, *tar = NULL, *port_name = GUEST_PORT_NAME;
 	bool once = false;
 	int fd = -1, rc;
 	sigset_t mask;
@@ -540,6 +550,8 @@ int main(int argc, char **argv)
 			a.verbose++;
 		} else if (strcmp(arg, "--once") == 0) {
 			once = true;
+		} else if (val && strcmp(arg, "--name") == 0) {
+			port_name = val, i++;
 		} else if (val && strcmp(arg, "--port") == 0) {
 			port = val, i++;
 		} else if (val && strcmp(arg, "--listen") == 0) {
@@ -593,7 +605,7 @@ int main(int argc, char **argv)
 			return 1;
 	} else {
 		a.device = true;
-		a.chan = open_port(port);
+		a.chan = open_port(port, port_name);
 	}
 	if (a.chan < 0 && a.listen_fd < 0)
 		return 1;

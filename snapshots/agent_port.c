@@ -1,0 +1,87 @@
+/* agent_port.c — which of a sandbox's agent ports a host client talks to.
+ * QEMU's socket chardev serves one client at a time, so a VM has
+ * VM_AGENT_PORTS ports, each with its own agent in the guest; a client holds
+ * an flock on the port's lock file in the sandbox directory for as long as it
+ * is connected (the kernel drops it when the client dies), and takes the
+ * first free port — so that many execs run at once; more wait for a port. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "snapshots/internal.h"
+
+static int open_lock(const char *dir, unsigned port, kiln_error **err)
+{
+	char *path = port == 0 ? kiln_path_join(dir, "agent.lock") : kiln_xasprintf("%s/agent-%u.lock", dir, port);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		kiln_err_errno(err, errno, "open %s", path);
+	free(path);
+	return fd;
+}
+
+/* The fd of a held lock on a free port (*port), or -1.  port_want >= 0: that
+ * port only.  Waits while every port is busy. */
+static int lock_port(const char *dir, int port_want, unsigned *port, kiln_error **err)
+{
+	int fds[VM_AGENT_PORTS], held = -1;
+	bool said = false;
+
+	for (unsigned i = 0; i < VM_AGENT_PORTS; i++)
+		fds[i] = -1;
+	for (unsigned i = 0; i < VM_AGENT_PORTS; i++) {
+		if (port_want >= 0 && i != (unsigned)port_want)
+			continue;
+		if ((fds[i] = open_lock(dir, i, err)) < 0)
+			goto out;
+	}
+	for (;;) {
+		for (unsigned i = 0; i < VM_AGENT_PORTS && held < 0; i++) {
+			if (fds[i] < 0)
+				continue;
+			if (flock(fds[i], LOCK_EX | LOCK_NB) == 0) {
+				held = fds[i];
+				fds[i] = -1;
+				*port = i;
+			} else if (errno != EWOULDBLOCK && errno != EINTR) {
+				kiln_err_errno(err, errno, "lock agent port %u of %s", i, dir);
+				goto out;
+			}
+		}
+		if (held >= 0)
+			break;
+		if (!said) {
+			kiln_info("sandbox: all %u agent ports of %s are in use; waiting for one", VM_AGENT_PORTS, dir);
+			said = true;
+		}
+		nanosleep(&(struct timespec){ 0, 20 * 1000000L }, NULL);
+	}
+out:
+	for (unsigned i = 0; i < VM_AGENT_PORTS; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	return held;
+}
+
+guest_conn *snap_agent_connect(const char *dir, int port_want, int timeout_ms, kiln_error **err)
+{
+	unsigned port = 0;
+	int lock = lock_port(dir, port_want, &port, err);
+	char *sock;
+	guest_conn *c;
+
+	if (lock < 0)
+		return NULL;
+	sock = vm_agent_socket_path(dir, port);
+	c = guest_connect(sock, timeout_ms, err);
+	if (c)
+		guest_conn_hold_fd(c, lock);
+	else
+		close(lock);
+	free(sock);
+	return c;
+}
