@@ -44,6 +44,10 @@ int snap_check_depends(const snap_template *t, const char *qemu_version, kiln_er
 char *snap_sandbox_dir(const char *id);
 /* Load state.json of a sandbox; NOTFOUND if the sandbox does not exist. */
 json_t *snap_sandbox_state(const char *id, kiln_error **err);
+/* Replace dir/state.json atomically (temporary file + rename) but without
+ * fsync: it describes processes, which a host crash ends anyway (gc cleans
+ * up), and on a busy disk an fsync on the start path costs tens of ms. */
+int snap_state_write(const char *dir, const json_t *state, kiln_error **err);
 /* "running", "creating" or "dead", from the state and the live processes. */
 const char *snap_sandbox_liveness(const json_t *state);
 /* The start time (clock ticks since boot) of a process, 0 if it is gone. */

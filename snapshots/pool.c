@@ -17,15 +17,6 @@
 
 #define AGENT_TIMEOUT_MS 10000
 
-static int write_state(const char *dir, json_t *state, kiln_error **err)
-{
-	char *path = kiln_path_join(dir, "state.json");
-	int rc = kiln_json_write_file(path, state, err);
-
-	free(path);
-	return rc;
-}
-
 /* Ids of the live pooled sandboxes of template digest. */
 static void pooled_ids(const char *digest, kiln_strv *out)
 {
@@ -93,9 +84,9 @@ char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_sta
 				json_object_set_new(st, "creator", json_integer(getpid()));
 				json_object_set_new(st, "creator_start", json_integer((json_int_t)snap_proc_start(getpid())));
 			}
-			if (st && write_state(dir, st, err) == 0 && resume(dir, ids.v[i], defer_setup, s, conn, err) == 0) {
+			if (st && snap_state_write(dir, st, err) == 0 && resume(dir, ids.v[i], defer_setup, s, conn, err) == 0) {
 				json_object_set_new(st, "state", json_string("running"));
-				if (write_state(dir, st, err) == 0)
+				if (snap_state_write(dir, st, err) == 0)
 					result = kiln_xstrdup(ids.v[i]);
 			}
 			if (result == NULL) {

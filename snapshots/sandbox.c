@@ -18,15 +18,6 @@
 
 #define AGENT_TIMEOUT_MS 10000
 
-static int write_state(const char *dir, json_t *state, kiln_error **err)
-{
-	char *path = kiln_path_join(dir, "state.json");
-	int rc = kiln_json_write_file(path, state, err);
-
-	free(path);
-	return rc;
-}
-
 static char *new_id(void)
 {
 	unsigned char r[6];
@@ -117,7 +108,7 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		goto out;
 	json_object_set_new(state, "pid", json_integer(pid));
 	json_object_set_new(state, "pid_start", json_integer((json_int_t)snap_proc_start(pid)));
-	if (write_state(dir, state, err) < 0)
+	if (snap_state_write(dir, state, err) < 0)
 		goto out;
 	if ((q = vm_qmp_connect(qmp_path, 10000, err)) == NULL)
 		goto died;
@@ -233,7 +224,7 @@ char *snap_sandbox_make(snap_template *t, bool pooled, bool defer_setup, struct 
 		goto out;
 	}
 	state = snap_sandbox_new_state(t, id, "creating");
-	if (write_state(dir, state, err) < 0 || restore(t, id, dir, state, s, pooled, defer_setup, conn, err) < 0)
+	if (snap_state_write(dir, state, err) < 0 || restore(t, id, dir, state, s, pooled, defer_setup, conn, err) < 0)
 		goto out;
 	if (pooled) {
 		char *mark = kiln_path_join(dir, SNAP_POOL_MARK);
@@ -243,7 +234,7 @@ char *snap_sandbox_make(snap_template *t, bool pooled, bool defer_setup, struct 
 			goto out;
 	}
 	json_object_set_new(state, "state", json_string(pooled ? "pooled" : "running"));
-	if (write_state(dir, state, err) < 0)
+	if (snap_state_write(dir, state, err) < 0)
 		goto out;
 	result = id;
 	id = NULL;

@@ -28,6 +28,54 @@ char *snap_sandbox_dir(const char *id)
 	return d;
 }
 
+int snap_state_write(const char *dir, const json_t *state, kiln_error **err)
+{
+	char *path = kiln_path_join(dir, "state.json"), *tmp = kiln_path_join(dir, "state.json.tmp");
+	char *s = json_dumps(state, JSON_INDENT(2) | JSON_SORT_KEYS);
+	size_t len = s ? strlen(s) : 0, done = 0;
+	int fd = -1, rc = -1;
+
+	if (s == NULL) {
+		kiln_err(err, KILN_E_INVALID, "encode %s", path);
+		goto out;
+	}
+	/* One writer per sandbox at a time (its creator, claimer or killer). */
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+		kiln_err_errno(err, errno, "create %s", tmp);
+		goto out;
+	}
+	while (done < len) {
+		ssize_t n = write(fd, s + done, len - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			kiln_err_errno(err, n < 0 ? errno : EIO, "write %s", tmp);
+			goto out;
+		}
+		done += (size_t)n;
+	}
+	if (write(fd, "\n", 1) != 1 || close(fd) < 0) {
+		fd = -1;
+		kiln_err_errno(err, errno, "write %s", tmp);
+		goto out;
+	}
+	fd = -1;
+	if (rename(tmp, path) < 0) {
+		kiln_err_errno(err, errno, "rename %s", tmp);
+		goto out;
+	}
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0)
+		unlink(tmp);
+	free(s);
+	free(path);
+	free(tmp);
+	return rc;
+}
+
 json_t *snap_sandbox_state(const char *id, kiln_error **err)
 {
 	char *dir, *path;

@@ -7,7 +7,7 @@
 AGENT=${KILN_AGENT:-$PWD/bin/kiln-agent}
 
 expect_exit 0 "kiln-agent --version" "$AGENT" --version
-expect_grep "version names the protocol" '^kiln-agent [0-9.]+ \(protocol 1\)$' "$T_TMP/out"
+expect_grep "version names the protocol" '^kiln-agent [0-9.]+ \(protocol 2\)$' "$T_TMP/out"
 expect_exit 0 "kiln-agent --help" "$AGENT" --help
 expect_grep "help names the port" 'org\.kiln\.agent' "$T_TMP/out"
 expect_exit 2 "unknown option exits 2" "$AGENT" --bogus
@@ -80,7 +80,7 @@ c = Conn(sys.argv[1])
 t, i, p = c.recv()
 f = fields(p)
 check("agent says HELLO first (ready)", t == "HELLO" and i == 0, t)
-check("HELLO carries protocol version 1", num(f[1][0]) == 1, f)
+check("HELLO carries protocol version 2", num(f[1][0]) == 2, f)
 check("HELLO names the agent", f[3][0].startswith(b"kiln-agent "), f)
 
 # exec with separate streams and an exit code

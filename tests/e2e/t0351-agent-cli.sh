@@ -12,7 +12,7 @@ trap 'kill $apid 2>/dev/null; rm -rf "$T_TMP"' EXIT
 A() { "$KILN" agent "$1" --socket "$S" "${@:2}"; }
 
 expect_exit 0 "ping" A ping --count 3
-expect_grep "ping names the agent" '^agent kiln-agent [0-9.]+, protocol 1, capabilities 0x' "$T_TMP/out"
+expect_grep "ping names the agent" '^agent kiln-agent [0-9.]+, protocol 2, capabilities 0x' "$T_TMP/out"
 expect_eq "three pongs" "$(grep -c '^pong in ' "$T_TMP/out")" 3
 
 expect_exit 3 "exec: the command's exit code" A exec -- sh -c 'echo out; echo err >&2; exit 3'

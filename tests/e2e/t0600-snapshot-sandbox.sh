@@ -3,7 +3,8 @@
 # command, polled by the ready command) shared by every check: sandboxes
 # restored from it answer through the server at once, see the start command's
 # file, keep state between execs, are private to each other, get their own
-# hostname and a correct clock; corrupted or mismatched templates are refused;
+# hostname, fresh randomness and a correct clock, run concurrent execs;
+# corrupted or mismatched templates are refused;
 # dead sandboxes and a kiln killed mid-restore leave nothing after gc.
 . tests/e2e/lib.sh
 . tests/e2e/vmlib.sh
@@ -54,6 +55,27 @@ expect_exit 0 "sandbox A writes a file" $KILN sandbox exec "$a" -- sh -c 'echo A
 expect_exit 0 "sandbox B writes another" $KILN sandbox exec "$b" -- sh -c 'echo B > /tmp/mine-b'
 expect_exit 0 "A's state persists between execs" $KILN sandbox exec "$a" -- sh -c 'cat /tmp/mine-a; kill -0 $(cat /tmp/bg) && echo bg-alive'
 expect_eq "...its file and background process" "$(tr '\n' ' ' <"$T_TMP/out")" "A bg-alive "
+# Concurrent execs in one sandbox: each runs at once, with its own output and code.
+$KILN sandbox exec "$a" -- sh -c 'echo slow-start; sleep 3; echo slow-end; exit 3' >"$T_TMP/c1" 2>&1 &
+p1=$!
+for i in $(seq 100); do grep -q slow-start "$T_TMP/c1" && break; sleep 0.1; done
+expect_exit 4 "a second exec while the first runs" $KILN sandbox exec "$a" -- sh -c 'echo fast; exit 4'
+expect_eq "...has its own output" "$(cat "$T_TMP/out")" "fast"
+kill -0 $p1 2>/dev/null && ok "...and finished while the first still ran" || not_ok "...the first had ended already"
+wait $p1
+expect_eq "the first exec's code" "$?" "3"
+expect_eq "...and its own output" "$(tr '\n' ' ' <"$T_TMP/c1")" "slow-start slow-end "
+# More than the ports (4): the rest wait for a free one, none is lost.
+for i in 1 2 3 4 5 6; do
+	$KILN sandbox exec "$a" -- sh -c "sleep 1; echo p$i; exit $i" >"$T_TMP/m$i" 2>/dev/null &
+	eval "m$i=\$!"
+done
+good=0
+for i in 1 2 3 4 5 6; do
+	eval "wait \$m$i"; rc=$?
+	[ "$rc" = "$i" ] && [ "$(cat "$T_TMP/m$i")" = "p$i" ] && good=$((good + 1))
+done
+expect_eq "six concurrent execs each got their output and exit code" "$good" "6"
 expect_exit 1 "A does not see B's file" $KILN sandbox exec "$a" -- cat /tmp/mine-b
 expect_exit 1 "B does not see A's file" $KILN sandbox exec "$b" -- cat /tmp/mine-a
 expect_exit 0 "a third sandbox (kiln run) sees neither" $KILN run web:v1 -- ls /tmp

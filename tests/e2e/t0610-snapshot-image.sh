@@ -2,7 +2,7 @@
 # t0610-snapshot-image.sh — `kiln snapshot IMAGE` from the local store (built
 # here with kiln build: scratch + busybox, ENV, WORKDIR, USER 1000): the
 # template takes the image's name, user, workdir and env, and `kiln run`
-# of a non-root template sets the sandbox up in its own exec first.
+# of a non-root template runs the command as that user (identity set by the agent).
 . tests/e2e/lib.sh
 . tests/e2e/vmlib.sh
 vm_setup

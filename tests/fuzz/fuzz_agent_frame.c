@@ -53,6 +53,12 @@ static void decode_all(const struct guest_frame *f)
 			guest_stat_req_free(&m);
 		break;
 	}
+	case GUEST_F_IDENTITY: {
+		struct guest_identity m;
+		if (guest_decode_identity(f->payload, f->len, &m, &why) == 0)
+			guest_identity_free(&m);
+		break;
+	}
 	case GUEST_F_STAT_REPLY: {
 		struct guest_stat m;
 		if (guest_decode_stat(f->payload, f->len, &m, &why) == 0)

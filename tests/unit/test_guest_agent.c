@@ -399,6 +399,21 @@ static void test_concurrent(void)
 	kiln_error_free(err);
 }
 
+/* An agent on the host (--fd, --listen) must never set the host's clock or
+ * hostname: it refuses IDENTITY, and does not announce the capability. */
+static void test_identity_refused_on_host(void)
+{
+	struct guest_identity m = { .set_time = true, .time_sec = 1, .hostname = "nope" };
+	kiln_error *err = NULL;
+
+	CHECK((guest_conn_caps(conn) & GUEST_CAP_IDENTITY) == 0);
+	CHECK_INT(guest_set_identity(conn, &m, true, 5000, &err), -1);
+	CHECK(err && strstr(kiln_error_message(err), "only served by an agent on its virtio port"));
+	kiln_error_clear(&err);
+	CHECK_INT(guest_ping(conn, 5000, &err), 0); /* the connection goes on */
+	kiln_error_clear(&err);
+}
+
 static void test_exec_errors(void)
 {
 	const char *argv[] = { "/nonexistent/prog", NULL };
@@ -524,6 +539,7 @@ int main(void)
 	RUN(test_detach_handle);
 	RUN(test_concurrent);
 	RUN(test_exec_errors);
+	RUN(test_identity_refused_on_host);
 	RUN(test_no_fd_leaks);
 	RUN(test_reaps_orphans);
 	RUN(test_clean_exit);

@@ -69,13 +69,15 @@ static void expect_client_error(const void *script, size_t n, int linger_ms, con
 static void test_client_vs_bad_agents(void)
 {
 	struct guest_wbuf w = { 0 };
-	struct guest_hello h = { .version = 2, .agent = "kiln-agent 9.9", .pid = 1 };
+	struct guest_hello h = { .version = GUEST_PROTO_VERSION + 1, .agent = "kiln-agent 9.9", .pid = 1 };
+	char want[200];
 	uint64_t t0;
 	struct timespec ts;
 
 	guest_encode_hello(&w, 0, &h);
-	expect_client_error(w.data, w.len, 2000,
-			    "agent handshake: the agent (kiln-agent 9.9) speaks protocol version 2, this kiln speaks 1");
+	snprintf(want, sizeof(want), "agent handshake: the agent (kiln-agent 9.9) speaks protocol version %u, this kiln speaks %u",
+		 GUEST_PROTO_VERSION + 1, GUEST_PROTO_VERSION);
+	expect_client_error(w.data, w.len, 2000, want);
 	expect_client_error("garbage garbage garbage", 23, 2000, "agent protocol: bad frame magic");
 	{
 		uint8_t big[GUEST_HDR_LEN];

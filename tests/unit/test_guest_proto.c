@@ -299,6 +299,75 @@ static void test_other_messages(void)
 	guest_wbuf_free(&w);
 }
 
+static int decode_identity_raw(struct guest_wbuf *w, const char **why)
+{
+	struct guest_identity m;
+	int rc = guest_decode_identity(w->data, w->len, &m, why);
+
+	guest_identity_free(&m);
+	w->len = 0;
+	return rc;
+}
+
+static void test_identity(void)
+{
+	uint8_t seed[40], eight[8] = { 0 }, big[GUEST_MAX_ENTROPY + 1] = { 0 };
+	struct guest_identity in = { .set_time = true, .time_sec = 1796000000, .time_nsec = 999999999,
+				     .hostname = "0123456789ab", .entropy = seed, .entropy_len = sizeof(seed) }, out;
+	struct guest_wbuf w = { 0 };
+	struct guest_frame f;
+	const char *why = NULL;
+
+	for (size_t i = 0; i < sizeof(seed); i++)
+		seed[i] = (uint8_t)(i * 7);
+	guest_encode_identity(&w, 9, &in);
+	CHECK_INT(guest_hdr_decode(w.data, &f, &why), 0);
+	CHECK_INT(f.type, GUEST_F_IDENTITY);
+	CHECK_INT(guest_decode_identity(w.data + GUEST_HDR_LEN, f.len, &out, &why), 0);
+	CHECK(out.set_time);
+	CHECK(out.time_sec == 1796000000 && out.time_nsec == 999999999);
+	CHECK_STR(out.hostname, "0123456789ab");
+	CHECK(out.entropy_len == sizeof(seed) && memcmp(out.entropy, seed, sizeof(seed)) == 0);
+	guest_identity_free(&out);
+	w.len = 0;
+	/* Nothing at all is a valid (empty) identity. */
+	CHECK_INT(decode_identity_raw(&w, &why), 0);
+	/* seconds without nanoseconds */
+	put_tlv(&w, 1, eight, 8);
+	CHECK_INT(decode_identity_raw(&w, &why), -1);
+	CHECK_STR(why, "time needs both seconds and nanoseconds");
+	/* nanoseconds out of range */
+	put_tlv(&w, 1, eight, 8);
+	put_tlv(&w, 2, (uint8_t[8]){ 0, 0, 0, 0, 0x3b, 0x9a, 0xca, 0x00 }, 8);
+	CHECK_INT(decode_identity_raw(&w, &why), -1);
+	CHECK_STR(why, "nanoseconds out of range");
+	/* empty and overlong hostnames */
+	put_tlv(&w, 3, "", 0);
+	CHECK_INT(decode_identity_raw(&w, &why), -1);
+	CHECK_STR(why, "hostname must be 1-64 bytes");
+	put_tlv(&w, 3, big, 65);
+	CHECK_INT(decode_identity_raw(&w, &why), -1);
+	CHECK(strstr(why, "NUL") != NULL);
+	memset(big, 'h', sizeof(big));
+	put_tlv(&w, 3, big, 65);
+	CHECK_INT(decode_identity_raw(&w, &why), -1);
+	CHECK_STR(why, "hostname must be 1-64 bytes");
+	/* too much, no, or twice the entropy */
+	put_tlv(&w, 4, big, sizeof(big));
+	CHECK_INT(decode_identity_raw(&w, &why), -1);
+	CHECK_STR(why, "entropy must be 1-512 bytes");
+	put_tlv(&w, 4, big, 0);
+	CHECK_INT(decode_identity_raw(&w, &why), -1);
+	put_tlv(&w, 4, big, 8);
+	put_tlv(&w, 4, big, 8);
+	CHECK_INT(decode_identity_raw(&w, &why), -1);
+	CHECK_STR(why, "duplicate entropy field");
+	/* unknown tags are skipped */
+	put_tlv(&w, 99, "x", 1);
+	CHECK_INT(decode_identity_raw(&w, &why), 0);
+	guest_wbuf_free(&w);
+}
+
 int main(void)
 {
 	RUN(test_header);
@@ -307,5 +376,6 @@ int main(void)
 	RUN(test_exec_roundtrip);
 	RUN(test_exec_rejects);
 	RUN(test_other_messages);
+	RUN(test_identity);
 	return test_done();
 }
