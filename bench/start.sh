@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # bench/start.sh [STARTS] [BOOTS] — sandbox start versus cold boot, in one run.
 # A busybox template whose start command runs httpd is snapshotted once, then:
-#   - STARTS (default 50) `kiln run T -- echo hi` with a pool of 2 (the pool is
-#     refilled in the background after each claim; the next start waits for it),
-#   - STARTS/5 `kiln sandbox create` + first exec with no pool (a full restore),
+#   - STARTS (default 50) `kiln run --time T -- echo hi` with a pool of 2 (the
+#     pool is refilled in the background after each claim; the next start
+#     waits for it), with the breakdown kiln reports (--time),
+#   - STARTS/2 `kiln sandbox create T` + a first `kiln sandbox exec ID -- echo
+#     hi` (two processes) from the pool of 2,
+#   - STARTS/5 `kiln run` with no pool (a full restore),
 #   - BOOTS (default 5) cold boots `kiln vm boot --writable ROOTFS -- echo hi`;
 # each timed from the request to the first byte of the command's output.
-# Prints p50/p99 of each, the ratio of medians, and memory per idle sandbox
-# (Pss and private memory of its QEMU, from /proc/PID/smaps_rollup).
+# Prints p50/p99 of each, the ratio of medians, the load average before and
+# after, and memory per idle sandbox (Pss and private memory of its QEMU, from
+# /proc/PID/smaps_rollup).
 set -u
 cd "$(dirname "$0")/.."
 starts=${1:-50}
@@ -31,13 +35,13 @@ bin/kiln snapshot -t web --start 'busybox httpd -p 127.0.0.1:8080 -h /www' \
 	--ready 'busybox wget -q -O- http://127.0.0.1:8080/index.html' "$work/root.ext4" >/dev/null || exit 1
 
 python3 - "$starts" "$boots" "$work" <<'EOF'
-import json, os, subprocess, sys, time
+import json, os, re, subprocess, sys, time
 starts, boots, work = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 K = "bin/kiln"
 
-def first_output(argv):
-    """ms from the request to the first byte of output, and to the exit."""
-    t0 = time.monotonic()
+def first_output(argv, t0=None, want_err=False):
+    """ms from the request (t0, default now) to the first byte of output, and to the exit."""
+    t0 = t0 if t0 is not None else time.monotonic()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = p.stdout.read(1)
     t1 = time.monotonic()
@@ -45,7 +49,19 @@ def first_output(argv):
     t2 = time.monotonic()
     if p.returncode != 0 or first != b"h":
         sys.exit("failed: %s: %s" % (" ".join(argv), err.decode()[-500:]))
+    if want_err:
+        return (t1 - t0) * 1000, (t2 - t0) * 1000, err.decode()
     return (t1 - t0) * 1000, (t2 - t0) * 1000
+
+TIME_RE = re.compile(r"started in ([0-9.]+) ms from the pool \(check ([0-9.]+), qemu [0-9.]+, cont ([0-9.]+), "
+                     r"agent ([0-9.]+), setup [0-9.]+\); first output ([0-9.]+) ms")
+phases = {k: [] for k in ("kiln process start + output delivery", "template check", "claim (state, pool scan)",
+                          "QMP cont", "agent connect + HELLO", "IDENTITY + EXEC to first output")}
+
+def loadavg():
+    return open("/proc/loadavg").read().split()[:3]
+
+load_before = loadavg()
 
 def pooled():
     out = subprocess.run([K, "sandbox", "ls", "--json"], capture_output=True, text=True).stdout
@@ -66,10 +82,29 @@ subprocess.run([K, "sandbox", "pool", "-n", "2", "web"], check=True, capture_out
 pool_first, pool_exit = [], []
 for i in range(starts):
     wait_pool(2)
-    f, e = first_output([K, "run", "web", "--", "echo", "hi"])
+    f, e, err = first_output([K, "run", "--time", "web", "--", "echo", "hi"], want_err=True)
     pool_first.append(f); pool_exit.append(e)
+    m = TIME_RE.search(err)
+    if m:
+        total, check, cont, agent, first = (float(x) for x in m.groups())
+        phases["kiln process start + output delivery"].append(f - first)
+        phases["template check"].append(check)
+        phases["claim (state, pool scan)"].append(total - check - cont - agent)
+        phases["QMP cont"].append(cont)
+        phases["agent connect + HELLO"].append(agent)
+        phases["IDENTITY + EXEC to first output"].append(first - total)
+
+create_first = []
+for i in range(max(1, starts // 2)):
+    wait_pool(2)
+    t0 = time.monotonic()
+    sid = subprocess.run([K, "sandbox", "create", "web"], check=True, capture_output=True, text=True).stdout.strip()
+    f, _ = first_output([K, "sandbox", "exec", sid, "--", "echo", "hi"], t0=t0)
+    create_first.append(f)
+    subprocess.run([K, "sandbox", "kill", sid], check=True, capture_output=True)
 wait_pool(2)
 subprocess.run([K, "sandbox", "pool", "-n", "0", "web"], check=True, capture_output=True)
+load_after_pool = loadavg()
 
 restore_first = []
 for i in range(max(1, starts // 5)):
@@ -102,8 +137,14 @@ for i in ids:
 def row(name, v):
     print("%-44s n=%-3d p50 %7.1f ms   p99 %7.1f ms" % (name, len(v), pct(v, 0.5), pct(v, 0.99)))
 
+print("load average before: %s, after the pooled starts: %s, at the end: %s" %
+      (" ".join(load_before), " ".join(load_after_pool), " ".join(loadavg())))
 row("sandbox start, pool of 2 (kiln run)", pool_first)
 row("  ... to kiln run's exit (incl. kill)", pool_exit)
+for name, v in phases.items():
+    if v:
+        row("    " + name, v)
+row("sandbox create + first exec, pool of 2", create_first)
 row("sandbox start, full restore, no pool", restore_first)
 row("cold boot (kiln vm boot -- echo)", cold_first)
 print("ratio cold boot / pooled start (p50): %.0fx;  cold boot / full restore: %.0fx" %

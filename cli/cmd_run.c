@@ -4,13 +4,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
 #include "snapshots/snapshots.h"
 
+static double began_ms, first_ms; /* when run() began, when the first output came (--time) */
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
 static void to_stdout(void *user, const void *data, size_t len)
 {
 	(void)user;
+	if (first_ms == 0)
+		first_ms = now_ms();
 	fwrite(data, 1, len, stdout);
 	fflush(stdout);
 }
@@ -18,6 +31,8 @@ static void to_stdout(void *user, const void *data, size_t len)
 static void to_stderr(void *user, const void *data, size_t len)
 {
 	(void)user;
+	if (first_ms == 0)
+		first_ms = now_ms();
 	fwrite(data, 1, len, stderr);
 }
 
@@ -47,11 +62,14 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		optind++;
 	if (optind >= argc)
 		return cli_usage_error(cmd, "no command given (kiln run TEMPLATE -- CMD [ARG...])");
+	began_ms = now_ms();
 	rc = snap_run(tmpl, (const char *const *)argv + optind, to_stdout, to_stderr, NULL, &res, &st, &err);
 	if (timing && st.total_ms > 0)
-		fprintf(stderr, "kiln: sandbox started in %.1f ms%s (check %.1f, qemu %.1f, %s %.1f, agent %.1f, setup %.1f)\n",
+		fprintf(stderr, "kiln: sandbox started in %.1f ms%s (check %.1f, qemu %.1f, %s %.1f, agent %.1f, setup %.1f)"
+			"; first output %.1f ms after the request\n",
 			st.total_ms, st.pooled ? " from the pool" : "", st.check_ms, st.spawn_ms,
-			st.pooled ? "cont" : "load", st.load_ms, st.agent_ms, st.setup_ms);
+			st.pooled ? "cont" : "load", st.load_ms, st.agent_ms, st.setup_ms,
+			first_ms > 0 ? first_ms - began_ms : 0.0);
 	if (st.pooled)
 		cli_pool_refill(tmpl);
 	if (rc < 0 && res.exit_code == 0)

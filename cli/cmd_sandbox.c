@@ -55,8 +55,10 @@ void cli_pool_refill(const char *tmpl)
 				dup2(null, 1);
 				dup2(null, 2);
 			}
-			/* Background work: the sandbox just claimed comes first. */
-			if (setpriority(PRIO_PROCESS, 0, 10) < 0) {
+			/* Background work: the sandbox just claimed comes first.  Its
+			 * QEMUs inherit the nice value; a claim sets it back to 0,
+			 * which only root may do — so only root nices the refill. */
+			if (geteuid() == 0 && setpriority(PRIO_PROCESS, 0, 10) < 0) {
 				/* not fatal: it only competes more */
 			}
 			execl("/proc/self/exe", "kiln", "sandbox", "pool", tmpl, (char *)NULL);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "snapshots/internal.h"
@@ -31,8 +32,8 @@ static void pooled_ids(const char *digest, kiln_strv *out)
 	json_decref(list);
 }
 
-static int resume(const char *dir, const char *id, bool defer_setup, struct snap_create_stats *s, guest_conn **conn,
-		  kiln_error **err)
+static int resume(const char *dir, const char *id, pid_t qemu, bool defer_setup, struct snap_create_stats *s,
+		  guest_conn **conn, kiln_error **err)
 {
 	char *qmp_path = kiln_path_join(dir, "qmp.sock");
 	vm_qmp *q = NULL;
@@ -41,6 +42,10 @@ static int resume(const char *dir, const char *id, bool defer_setup, struct snap
 	double t0 = snap_now_ms();
 	int rc = -1;
 
+	/* A member made by a background refill runs at its nice value; claimed,
+	 * it is foreground work (PGRP: every thread of QEMU, its own group). */
+	if (qemu > 0 && getpriority(PRIO_PGRP, qemu) > 0 && setpriority(PRIO_PGRP, qemu, 0) < 0)
+		kiln_debug("pool: renice %ld: %s", (long)qemu, strerror(errno));
 	if ((q = vm_qmp_connect(qmp_path, 5000, err)) == NULL)
 		goto out;
 	if ((r = vm_qmp_execute(q, "cont", NULL, 5000, err)) == NULL)
@@ -84,7 +89,7 @@ char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_sta
 				json_object_set_new(st, "creator", json_integer(getpid()));
 				json_object_set_new(st, "creator_start", json_integer((json_int_t)snap_proc_start(getpid())));
 			}
-			if (st && snap_state_write(dir, st, err) == 0 && resume(dir, ids.v[i], defer_setup, s, conn, err) == 0) {
+			if (st && snap_state_write(dir, st, err) == 0 && resume(dir, ids.v[i], (pid_t)kiln_json_int(st, "pid", 0), defer_setup, s, conn, err) == 0) {
 				json_object_set_new(st, "state", json_string("running"));
 				if (snap_state_write(dir, st, err) == 0)
 					result = kiln_xstrdup(ids.v[i]);

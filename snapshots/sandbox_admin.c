@@ -201,6 +201,8 @@ pid_t snap_spawn_detached(char *const argv[], const char *log_path, const char *
 			sigemptyset(&none);
 			sigprocmask(SIG_SETMASK, &none, NULL);
 			signal(SIGPIPE, SIG_DFL);
+			/* Its own process group: setpriority(PRIO_PGRP) reaches all its threads. */
+			setpgid(0, 0);
 			setenv("TMPDIR", tmpdir, 1);
 			execvp(argv[0], argv);
 			dprintf(2, "kiln: cannot run %s: %s\n", argv[0], strerror(errno));

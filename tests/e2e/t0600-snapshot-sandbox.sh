@@ -179,7 +179,9 @@ $KILN sandbox kill "$p" "$c" >/dev/null 2>&1
 for i in $(seq 100); do pgrep -f "sandbox pool web:v1" >/dev/null || break; sleep 0.1; done
 $KILN sandbox pool -n 0 web:v1 >/dev/null
 expect_exit 0 "gc after the pool" $KILN sandbox gc
-expect_eq "nothing left after the pool" "$(ls -A "$SB")$(strays)" "0"
+left="$(ls -A "$SB")$(strays)"
+[ "$left" = 0 ] || { $KILN sandbox ls; cat "$KILN_HOME"/snapshots/pools/*; ps -eo pid,ni,etime,args | grep '[k]iln sandbox'; } >&2
+expect_eq "nothing left after the pool" "$left" "0"
 
 # Refusals.  A corrupted state blob: clear error, nothing left.
 st=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["state"]["digest"][7:])' "$cfg")
