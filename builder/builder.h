@@ -310,7 +310,8 @@ struct build_run_mount {
 /* Where the time of a RUN step went (filled by the executor). */
 struct build_run_stats {
 	bool booted;          /* this step started the stage's VM */
-	double ext4_ms;       /* the stage as an ext4 image (boot only) */
+	bool restored;        /* ... from the builder VM snapshot (boot_ms: the restore) */
+	double ext4_ms;       /* the stage as an ext4 image (cold boot only) */
 	double boot_ms;       /* VM start to agent ready (boot only) */
 	double sync_ms;       /* layers made on the host since the last RUN, into the VM */
 	double exec_ms;       /* the command, with its mounts set up and torn down */

@@ -288,9 +288,14 @@ int build_cache_prune(build_store *s, bool all, int64_t older_than, struct build
 	dir = kiln_path_join(build_store_home(s), "tmp");
 	if (sweep_dir(dir, set, NULL, st, err) < 0)
 		goto out;
-	/* RUN --mount=type=cache directories are cache too (docker's builder prune) */
+	/* RUN --mount=type=cache directories are cache too (docker's builder
+	 * prune), and the builder VM snapshot is made again on demand */
 	free(dir);
 	dir = kiln_path_join(build_store_home(s), "run-cache");
+	if (all && kiln_rm_rf(dir, err) < 0)
+		goto out;
+	free(dir);
+	dir = kiln_path_join(build_store_home(s), "builder-vm");
 	if (all && kiln_rm_rf(dir, err) < 0)
 		goto out;
 	rc = 0;

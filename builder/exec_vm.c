@@ -17,8 +17,15 @@
 
 #define DEFAULT_SCRATCH_MIB 16384u
 
+/* Stages up to this size (compressed layers) start from the builder VM
+ * snapshot and upload their layers; bigger ones boot from their ext4. */
+#define WARM_MAX_BYTES (64ll << 20)
+
 struct build_exec_session {
-	vm_instance *vm;
+	vm_instance *vm;       /* booted from the stage's ext4, or */
+	struct build_warm_vm *warm; /* restored from the builder VM snapshot */
+	guest_conn *conn;      /* the agent, either way */
+	const char *bottom;    /* the stage's ext4 in the guest (cold), else NULL */
 	bool net;              /* booted with user-mode networking */
 	char *work;            /* guest directory holding every step's directories */
 	kiln_strv lowers;      /* guest dirs relative to work, bottom first */
@@ -52,6 +59,7 @@ static void end_vm(void *ctx, build_exec_session *s)
 	if (!s)
 		return;
 	vm_destroy(s->vm);
+	build_warm_stop(s->warm);
 	if (s->rootfs)
 		unlink(s->rootfs);
 	free(s->rootfs);
@@ -92,7 +100,7 @@ static int guest_script(build_exec_session *s, const char *script, const char *w
 	eo.cwd = s->work;
 	eo.on_stdout = eo.on_stderr = on_out;
 	eo.user = &oc;
-	if (guest_exec(vm_agent(s->vm), &eo, NULL, 0, 600000, &res, err) < 0)
+	if (guest_exec(s->conn, &eo, NULL, 0, 600000, &res, err) < 0)
 		goto out;
 	if (res.signal || res.exit_code) {
 		while (out.len && out.buf[out.len - 1] == '\n')
@@ -155,6 +163,8 @@ static int boot(const struct build_vm_opts *vo, const struct build_run_request *
 	}
 	st->boot_ms = now_ms() - t0;
 	st->booted = true;
+	s->conn = vm_agent(s->vm);
+	s->bottom = VM_GUEST_LOWER_DIR;
 	/* on the scratch disk, next to the VM's own upper directory */
 	s->work = kiln_xstrdup("/run/kiln/scratch/steps");
 	kiln_info("build: builder VM booted in %.0f ms (ext4 of the stage %.0f ms), %s", st->boot_ms, st->ext4_ms,
@@ -164,7 +174,7 @@ static int boot(const struct build_vm_opts *vo, const struct build_run_request *
 	struct guest_result res;
 	guest_exec_opts_init(&eo);
 	eo.argv = argv;
-	if (guest_exec(vm_agent(s->vm), &eo, NULL, 0, 60000, &res, err) < 0)
+	if (guest_exec(s->conn, &eo, NULL, 0, 60000, &res, err) < 0)
 		goto fail;
 	if (res.exit_code || res.signal) {
 		kiln_err(err, KILN_E_GENERIC, "builder VM: cannot create %s", s->work);
@@ -178,6 +188,11 @@ fail:
 	end_vm(NULL, s);
 	return -1;
 }
+
+/* Restore the builder VM snapshot and upload the stage's layers: 1 when
+ * that cannot be (a layer with whiteouts), the caller then boots. */
+static int warm(const struct build_vm_opts *vo, const struct build_run_request *req, build_exec_session **out,
+		struct build_run_stats *st, kiln_error **err);
 
 /* Does the VM still hold a prefix of the request's layers, and can every
  * layer made since then be handed to it?  0: yes, 1: start afresh. */
@@ -201,7 +216,7 @@ static int sync_layers(build_exec_session *s, const struct build_run_request *re
 		char *gdir = kiln_xasprintf("%s/%s", s->work, rel);
 		int rc = build_layer_plain_tar(req->store, &req->layers[i], tar, err);
 		if (rc == 0)
-			rc = build_upload_tar_file(vm_agent(s->vm), tar, gdir, err);
+			rc = build_upload_tar_file(s->conn, tar, gdir, err);
 		unlink(tar);
 		free(tar);
 		free(gdir);
@@ -234,8 +249,10 @@ static char *setup_script(build_exec_session *s, const struct build_run_request 
 	kiln_buf_adds(&b, "mount -t overlay -o lowerdir=");
 	for (size_t i = s->lowers.n; i-- > 0;)
 		kiln_buf_addf(&b, "%s:", s->lowers.v[i]);
-	kiln_buf_addf(&b, "%s:$d/stub,upperdir=$d/u,workdir=$d/w,redirect_dir=off,metacopy=off,index=off "
-			  "kiln-step $d/r\n", VM_GUEST_LOWER_DIR);
+	if (s->bottom)
+		kiln_buf_addf(&b, "%s:", s->bottom);
+	kiln_buf_adds(&b, "$d/stub,upperdir=$d/u,workdir=$d/w,redirect_dir=off,metacopy=off,index=off "
+			  "kiln-step $d/r\n");
 	kiln_buf_adds(&b, "mount -t proc proc $d/r/proc\nmount -o rbind /sys $d/r/sys\nmount -o rbind /dev $d/r/dev\n");
 	if (req->network && s->net)
 		kiln_buf_adds(&b, "[ -f /run/kiln/resolv.conf ] && [ -f $d/r/etc/resolv.conf ] && "
@@ -299,7 +316,7 @@ static int run_command(build_exec_session *s, const struct build_run_request *re
 	eo.run_as = req->user && req->user[0] ? req->user : "0";
 	eo.on_stdout = eo.on_stderr = on_out;
 	eo.user = &oc;
-	if (guest_exec(vm_agent(s->vm), &eo, NULL, 0, -1, &res, err) < 0)
+	if (guest_exec(s->conn, &eo, NULL, 0, -1, &res, err) < 0)
 		goto out;
 	if (res.signal) {
 		kiln_err(err, KILN_E_GENERIC, "the command was killed by signal %d", res.signal);
@@ -329,7 +346,7 @@ static int save_mounts(build_exec_session *s, const struct build_run_request *re
 		if (rc == 0)
 			rc = kiln_rm_rf(old, err);
 		if (rc == 0)
-			rc = guest_download_dir(vm_agent(s->vm), g, fresh, 600000, err);
+			rc = guest_download_dir(s->conn, g, fresh, 600000, err);
 		if (rc == 0 && (rename(m->src_dir, old) < 0 || rename(fresh, m->src_dir) < 0))
 			rc = kiln_err_errno(err, errno, "cache mount %s", m->src_dir);
 		if (rc == 0)
@@ -350,9 +367,9 @@ static int upload_mounts(build_exec_session *s, const struct build_run_request *
 		char *g = kiln_xasprintf("%s/%s/m%zu", s->work, d, i);
 		int rc = 0;
 		if (m->src_tar)
-			rc = build_upload_tar_file(vm_agent(s->vm), m->src_tar, g, err);
+			rc = build_upload_tar_file(s->conn, m->src_tar, g, err);
 		else if (m->src_dir)
-			rc = guest_upload_dir(vm_agent(s->vm), m->src_dir, g, 600000, err);
+			rc = guest_upload_dir(s->conn, m->src_dir, g, 600000, err);
 		free(g);
 		if (rc < 0)
 			return kiln_error_wrap(err, "RUN --mount %s", m->target);
@@ -388,8 +405,17 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 		}
 	}
 	st->sync_ms = now_ms() - t;
-	if (!*sp && boot(vo, req, sp, st, err) < 0)
-		goto out;
+	if (!*sp) {
+		int64_t bytes = 0;
+		for (size_t i = 0; i < req->n_layers; i++)
+			bytes += req->layers[i].size;
+		const char *w = getenv("KILN_BUILDER_WARM");
+		int r = 1;
+		if (bytes <= WARM_MAX_BYTES && !(w && !strcmp(w, "0")) && (r = warm(vo, req, sp, st, err)) < 0)
+			goto out;
+		if (r == 1 && boot(vo, req, sp, st, err) < 0)
+			goto out;
+	}
 	build_exec_session *s = *sp;
 
 	t = now_ms();
@@ -424,8 +450,8 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 	t = now_ms();
 	upper = kiln_xasprintf("%s/upper-%s", req->scratch, d);
 	gupper = kiln_xasprintf("%s/%s/u", s->work, d);
-	if (kiln_rm_rf(upper, err) < 0 || guest_download_dir(vm_agent(s->vm), gupper, upper, 600000, err) < 0 ||
-	    build_upper_changes(vm_agent(s->vm), gupper, upper, &ch, err) < 0)
+	if (kiln_rm_rf(upper, err) < 0 || guest_download_dir(s->conn, gupper, upper, 600000, err) < 0 ||
+	    build_upper_changes(s->conn, gupper, upper, &ch, err) < 0)
 		goto out;
 	build_changes_finish(&ch);
 	int64_t epoch = 0;
@@ -461,6 +487,44 @@ out:
 	free(root);
 	free(upper);
 	free(gupper);
+	return rc;
+}
+
+static int warm(const struct build_vm_opts *vo, const struct build_run_request *req, build_exec_session **out,
+		struct build_run_stats *st, kiln_error **err)
+{
+	build_exec_session *s = kiln_xcalloc(1, sizeof(*s));
+	double t0 = now_ms();
+	int rc = -1;
+
+	if (build_warm_start(req->store, vo, req->scratch, &s->warm, err) < 0)
+		goto out;
+	s->conn = build_warm_conn(s->warm);
+	s->net = true;
+	s->work = kiln_xstrdup("/run/kiln/w");
+	st->boot_ms = now_ms() - t0;
+	st->booted = st->restored = true;
+	t0 = now_ms();
+	rc = sync_layers(s, req, err);
+	st->sync_ms = now_ms() - t0;
+	if (rc == 0) {
+		kiln_info("build: builder VM restored in %.0f ms, %zu layers uploaded in %.0f ms", st->boot_ms,
+			  req->n_layers, st->sync_ms);
+		*out = s;
+		s = NULL;
+	} else if (rc == 1) {
+		kiln_info("build: the stage has a layer with whiteouts: booting its ext4 instead");
+	}
+out:
+	if (rc < 0) {
+		/* a snapshot that will not restore must not fail the build */
+		kiln_warn("build: the builder VM snapshot did not start (%s): booting instead", kiln_error_message(*err));
+		kiln_error_clear(err);
+		rc = 1;
+	}
+	if (rc == 1)
+		st->booted = st->restored = false;
+	end_vm(NULL, s);
 	return rc;
 }
 

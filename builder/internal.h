@@ -84,6 +84,13 @@ int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage 
 /* End the stage's executor session (its VM), if any. */
 void build_stage_end(struct run *r, struct stage_state *ss);
 
+/* exec_warm.c: the builder VM restored from its snapshot (made on first use) */
+struct build_warm_vm;
+int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char *scratch, struct build_warm_vm **out,
+		     kiln_error **err);
+guest_conn *build_warm_conn(struct build_warm_vm *w);
+void build_warm_stop(struct build_warm_vm *w);
+
 /* image.c */
 json_t *build_config_scratch(void);
 /* Apply a non-filesystem step to the image config; *cmd_set tracks whether

@@ -67,6 +67,8 @@ expect_exit 0 "build with RUN steps" "$KILN" build --json -t run:1 --oci-out "$T
 expect_grep "RUN output streamed" '"data":"run-output-line\\n"' "$T_TMP/out"
 expect_eq "one builder VM for the stage's 11 RUNs" "$(grep -c '"event":"vm"' "$T_TMP/out")" 1
 expect_eq "11 RUN steps ran" "$(grep -c '"run":{' "$T_TMP/out")" 11
+expect_eq "the VM was restored from the builder VM snapshot" "$(grep '"event":"vm"' "$T_TMP/out" | grep -c '"restored":true')" 1
+expect_eq "the snapshot is kept for the next builds" "$(ls "$KILN_HOME/builder-vm"/*/ok | wc -l)" 1
 expect_exit 0 "umoci unpacks it" umoci unpack --image "$T_TMP/oci:1" "$T_TMP/u"
 U=$T_TMP/u/rootfs
 expect_eq "RUN wrote files in WORKDIR" "$(cat "$U/work/cwd" "$U/work/env")" "/work
@@ -124,7 +126,7 @@ expect_exit 1 "a failing RUN fails the build" "$KILN" build -f "$T_TMP/Dockerfil
 expect_grep "error names file, line, step and exit code" 'Dockerfile.fail:3: \[3/3\] RUN echo before; exit 3: the command returned a non-zero code: 3' "$T_TMP/err"
 n_after=$("$KILN" cache ls --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
 expect_eq "only the COPY step was cached" "$n_after" "$((n_before + 1))"
-expect_eq "the failed build's VM is gone" "$(ls -A "$TMPDIR" | grep -c kiln-vm)$(pgrep -f "$TMPDIR/kiln-vm" | wc -l)" 00
+expect_eq "the failed build's VM is gone" "$(ls -A "$TMPDIR" | grep -c kiln-vm)$(pgrep -f "$TMPDIR/kiln-vm|$KILN_HOME/tmp" | wc -l)" 00
 
 # ^C in the middle of a RUN: QEMU stopped, the VM's files removed
 printf 'FROM oci:%s:base\nRUN echo started; sleep 600\n' "$B" >"$T_TMP/Dockerfile.int"
@@ -136,7 +138,8 @@ kill -INT $PB
 for _ in $(seq 1 100); do kill -0 $PB 2>/dev/null || break; sleep 0.2; done
 wait $PB
 expect_eq "^C ends the build" "$?" 130
-expect_eq "no QEMU and no VM directory left after ^C" "$(ls -A "$TMPDIR" | grep -c kiln-vm)$(pgrep -f "$TMPDIR/kiln-vm" | wc -l)" 00
+sleep 1 # a restored VM's QEMU is killed by the kernel when kiln dies (PDEATHSIG)
+expect_eq "no QEMU and no VM directory left after ^C" "$(ls -A "$TMPDIR" | grep -c kiln-vm)$(pgrep -f "$TMPDIR/kiln-vm|$KILN_HOME/tmp" | wc -l)" 00
 
 # cache: a rebuild skips the VM; a changed input re-runs only what follows it
 start=$(date +%s)
@@ -167,9 +170,15 @@ expect_exit 0 "rebuild: miss, hit with a whiteout, miss" "$KILN" build --json -f
 expect_eq "cache results" "$(python3 -c 'import json,sys
 print(" ".join(json.loads(l)["cache"] for l in open(sys.argv[1]) if "\"cache\"" in l))' "$T_TMP/out")" "miss hit miss"
 expect_eq "the VM restarted for the whiteout layer" "$(grep -c '"event":"vm"' "$T_TMP/out")" 2
+expect_eq "restored first, then booted from the stage's ext4 (whiteouts)" \
+	"$(grep -o '"restored":[a-z]*' "$T_TMP/out" | tr '\n' ' ')" '"restored":true "restored":false '
 expect_exit 0 "umoci unpacks it" umoci unpack --image "$T_TMP/oci-wh:latest" "$T_TMP/uwh"
 expect_eq "the last RUN saw the first's file and the deletion" "$(cat "$T_TMP/uwh/rootfs/rc" "$T_TMP/uwh/rootfs/rc2")" "a
 sub"
+expect_exit 0 "KILN_BUILDER_WARM=0 boots the stage's ext4" env KILN_BUILDER_WARM=0 "$KILN" build --json --no-cache -f "$T_TMP/Dockerfile.wh" --oci-out "$T_TMP/oci-wh2" "$C"
+expect_eq "one cold boot for the three RUNs" "$(grep -o '"restored":[a-z]*' "$T_TMP/out" | tr '\n' ' ')" '"restored":false '
+expect_exit 0 "umoci unpacks it" umoci unpack --image "$T_TMP/oci-wh2:latest" "$T_TMP/uwh2"
+expect_eq "same files either way" "$(cd "$T_TMP/uwh2/rootfs" && cat rc rc2 && ls)" "$(cd "$T_TMP/uwh/rootfs" && cat rc rc2 && ls)"
 
 # --template: the image finalised by the snapshot stage; its start command
 # defaults to ENTRYPOINT + CMD, and a sandbox restored from it sees its work
