@@ -300,6 +300,9 @@ void reg_http_setup(struct reg_http *r, CURL *h)
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)r->c->timeout_s);
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+	/* larger buffers: fewer callbacks and syscalls per blob */
+	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
+	curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 256L * 1024);
 	if (r->c->max_rate) {
 		curl_easy_setopt(h, CURLOPT_MAX_RECV_SPEED_LARGE, (curl_off_t)r->c->max_rate);
 		curl_easy_setopt(h, CURLOPT_MAX_SEND_SPEED_LARGE, (curl_off_t)r->c->max_rate);
