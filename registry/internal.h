@@ -410,10 +410,11 @@ struct reg_tmpl {
 	char manifest_digest[KILN_DIGEST_MAX];
 };
 
-/* The chunk size for a file of this size: 64 KiB, doubled until it has at
- * most REG_TMPL_MAX_CHUNKS chunks (bounds the manifest). */
+/* The chunk size for a file: min (64 KiB for memory, 256 KiB for the rest),
+ * doubled until the file has at most REG_TMPL_MAX_CHUNKS chunks (bounds the manifest). */
 #define REG_TMPL_MAX_CHUNKS 8192
-uint64_t reg_tmpl_chunk_size(uint64_t file_size);
+uint64_t reg_tmpl_chunk_min(const char *role);
+uint64_t reg_tmpl_chunk_size(uint64_t file_size, uint64_t min);
 /* Chunk a file into the store (zero chunks skipped) and describe it. */
 int reg_tmpl_chunk_file(reg_chunks *cs, const char *path, const char *role, struct reg_tmpl_part *part,
 			kiln_error **err);

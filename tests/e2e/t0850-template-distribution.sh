@@ -86,6 +86,16 @@ else not_ok "the v2 pull receives no more than the v2 push sent ($pmoved > $move
 expect_eq "v2 runs on the second host" "$(KILN_HOME=$H2 "$KILN" run team/app:v2 -- cat /app/app.txt 2>/dev/null)" \
 	"app version 2"
 expect_exit 0 "the pulled template verifies" env KILN_HOME="$H2" "$KILN" snapshot verify team/app:v2
+expect_exit 0 "chunks gc --max 0 empties the chunk store" env KILN_HOME="$H2" "$KILN" chunks gc --json --max 0
+expect_eq "...no chunk left" "$(jq .chunks "$T_TMP/out")" 0
+expect_eq "...and pulled templates still run" "$(KILN_HOME=$H2 "$KILN" run team/app:v1 -- cat /app/app.txt 2>/dev/null)" \
+	"app version 1"
+expect_exit 0 "a pull under a 1M chunk store limit" env KILN_HOME="$H2" KILN_CHUNKS_MAX=1M "$KILN" pull "$REG/team/app:v2"
+used=$(find "$H2/chunks/sha256" -type f -printf '%b\n' | awk '{s += $1 * 512} END {print s + 0}')
+if [ "$used" -le 1048576 ]; then ok "...leaves the store within the limit ($used bytes)"
+else not_ok "...leaves the store within the limit ($used bytes)"; fi
+expect_exit 0 "chunks du" env KILN_HOME="$H2" "$KILN" chunks du --json
+expect_eq "...reports that usage" "$(jq .bytes "$T_TMP/out")" "$used"
 
 # -- interruptions: kill the client midway, run it again ------------------------
 # wait_files DIR N PID: until DIR holds N complete files (not .part) or PID ends.
@@ -130,6 +140,24 @@ if wait_files "$T_TMP/reg2/blobs" 30 "$pid"; then
 	expect_eq "...and runs" "$(KILN_HOME=$H4 "$KILN" run other/app:v1 -- cat /app/app.txt 2>/dev/null)" "app version 1"
 else
 	wait "$pid"; not_ok "a push with --parallel 1 was still running when 30 blobs had arrived"
+fi
+
+# -- the server killed (SIGKILL) midway and restarted on its data -------------------
+"$KILN" push --parallel 1 app:v2 "$REG/other/app:v2" >"$T_TMP/sk.out" 2>"$T_TMP/sk.err" &
+pid=$!
+before=$(find "$T_TMP/reg2/blobs" -type f | wc -l)
+if wait_files "$T_TMP/reg2/blobs" $((before + 20)) "$pid"; then
+	kill -9 "$REG_PID"; wait "$REG_PID" 2>/dev/null
+	"$KILN" serve --addr "$REG" --data "$T_TMP/reg2" 2>"$T_TMP/serve-again.log" &
+	REG_PID=$!
+	wait "$pid"; rc=$?
+	echo "# the push during the restart exited $rc ($(tail -1 "$T_TMP/sk.err"))"
+	expect_exit 0 "after a server crash, push (again) completes" "$KILN" push app:v2 "$REG/other/app:v2"
+	H7=$T_TMP/host7
+	expect_exit 0 "...and pulls" env KILN_HOME="$H7" "$KILN" pull "$REG/other/app:v2"
+	expect_eq "...and runs" "$(KILN_HOME=$H7 "$KILN" run other/app:v2 -- cat /app/app.txt 2>/dev/null)" "app version 2"
+else
+	wait "$pid"; not_ok "a push with --parallel 1 was still running when 20 blobs had arrived"
 fi
 
 # -- a chunk corrupted on the server ---------------------------------------------

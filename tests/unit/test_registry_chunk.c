@@ -120,9 +120,13 @@ static void test_round_trip(void)
 		printf("#   %s\n", kiln_error_message(err));
 	CHECK_STR(t.config_digest, d1);
 	CHECK_INT(t.nparts, 4);
-	/* rootfs: 16 MiB in 64 KiB chunks, three hold data; memory one; disk and state. */
-	CHECK_INT(t.parts[0].chunk_size, 64 << 10);
-	CHECK_INT(t.parts[0].nchunks, 256);
+	/* rootfs: 16 MiB in 256 KiB chunks, three hold data; memory (64 KiB chunks) one; disk and state. */
+	CHECK_INT(t.parts[0].chunk_size, 256 << 10);
+	CHECK_INT(t.parts[0].nchunks, 64);
+	CHECK_INT(t.parts[1].chunk_size, 64 << 10);
+	CHECK_INT(reg_tmpl_chunk_size((uint64_t)700 << 20, 256 << 10), 256 << 10);
+	CHECK_INT(reg_tmpl_chunk_size((uint64_t)8 << 30, 64 << 10), 1 << 20);
+	CHECK_INT(reg_tmpl_chunk_size((uint64_t)40 << 30, 256 << 10), 8 << 20);
 	CHECK_INT(nonzero_chunks(&t.parts[0]), 3);
 	CHECK_INT(nonzero_chunks(&t.parts[1]), 1);
 	CHECK_INT(nonzero_chunks(&t.parts[3]), 1);
