@@ -30,6 +30,9 @@ extract_vmlinux() {
 	return 1
 }
 dest=${1:?usage: fetch-kernel.sh DEST}
+# A kernel vm/build-kernel.sh built there (it writes DEST/inputs) is the one
+# the user chose: leave it (callers such as the tests fetch unconditionally).
+[ -f "$dest/inputs" ] && exit 0
 meta=${KILN_KERNEL_PACKAGE:-linux-image-cloud-amd64}
 
 # The metapackage names the versioned image package it depends on.

@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
-#include "vm/vm.h"
+#include "vm/internal.h"
 
 #define KVM_API_VERSION_STABLE 12
 #define KVM_GET_API_VERSION_IOCTL 0xAE00 /* _IO(KVMIO, 0x00) from linux/kvm.h */
@@ -18,22 +18,41 @@
 /* /dev/kvm alone is not enough: these hosts load kvm_pvm (a KVM for
  * PVM-aware guests only) — it answers the API and runs a real-mode probe, but
  * an ordinary kernel hangs or QEMU aborts.  Hardware KVM is kvm_intel/kvm_amd. */
+bool vm_kvm_check(const char *sys_module, const char *dev_kvm, const char *force, const char **why)
+{
+	char *intel = kiln_path_join(sys_module, "kvm_intel"), *amd = kiln_path_join(sys_module, "kvm_amd");
+	bool hw = access(intel, F_OK) == 0 || access(amd, F_OK) == 0, ok = false;
+	int fd = -1;
+
+	free(intel);
+	free(amd);
+	if (force && strcmp(force, "tcg") == 0) {
+		*why = "KILN_ACCEL=tcg";
+		goto out;
+	}
+	if (!hw && !(force && strcmp(force, "kvm") == 0)) {
+		*why = "no kvm_intel or kvm_amd module (a /dev/kvm from kvm_pvm cannot run an ordinary guest)";
+		goto out;
+	}
+	fd = open(dev_kvm, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		*why = "cannot open /dev/kvm";
+		goto out;
+	}
+	ok = ioctl(fd, KVM_GET_API_VERSION_IOCTL, 0) == KVM_API_VERSION_STABLE;
+	*why = ok ? "usable" : "/dev/kvm does not speak the stable KVM API";
+out:
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
 bool vm_kvm_usable(void)
 {
-	const char *force = getenv("KILN_ACCEL");
-	bool ok;
-	int fd;
+	const char *why = NULL;
+	bool ok = vm_kvm_check("/sys/module", "/dev/kvm", getenv("KILN_ACCEL"), &why);
 
-	if (force && strcmp(force, "tcg") == 0)
-		return false;
-	if (access("/sys/module/kvm_intel", F_OK) < 0 && access("/sys/module/kvm_amd", F_OK) < 0 &&
-	    !(force && strcmp(force, "kvm") == 0))
-		return false;
-	fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	ok = ioctl(fd, KVM_GET_API_VERSION_IOCTL, 0) == KVM_API_VERSION_STABLE;
-	close(fd);
+	kiln_debug("vm: KVM %s: %s", ok ? "used" : "not used", why);
 	return ok;
 }
 

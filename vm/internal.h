@@ -40,4 +40,8 @@ struct vm_files {
 void vm_registry_add(struct vm_files *f);
 void vm_registry_remove(struct vm_files *f);
 
+/* vm_kvm_usable() with the host's paths and KILN_ACCEL as parameters (tests
+ * present a kvm_pvm-only host); *why gets a static reason either way. */
+bool vm_kvm_check(const char *sys_module, const char *dev_kvm, const char *force, const char **why);
+
 #endif
