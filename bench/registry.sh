@@ -3,8 +3,12 @@
 # in one run on this machine: skopeo push and pull of the same ~100 MB,
 # 5-layer image into each (median of RUNS runs, fresh data directories each run),
 # then a bounded concurrent pull of a 10 MB blob (wrk, CONNS connections for
-# DURATION) and manifest GETs per second.  Prints a markdown block for
-# bench/RESULTS.md.  Usage: bench/registry.sh [RUNS]   (env: CONNS, DURATION)
+# DURATION) and manifest GETs per second.  Also the profile behind the push
+# and pull times: each server's CPU time (user + sys, from /proc) per push and
+# per pull, and skopeo's own time copying the image between two local OCI
+# layouts (no registry at all).  Prints a markdown block for
+# bench/RESULTS.md.  Usage: bench/registry.sh [RUNS]
+# (env: CONNS, DURATION, KILN_CONFIG = a kiln serve config file for A/B runs)
 set -euo pipefail
 RUNS=${1:-5}
 CONNS=${CONNS:-256}
@@ -25,7 +29,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a
 # -- peers ------------------------------------------------------------------------
 start_kiln() { # DATA -> sets ADDR
 	local port; port=$(free_port)
-	"$KILN" serve --addr "127.0.0.1:$port" --data "$1" 2>"$1.log" &
+	"$KILN" serve --addr "127.0.0.1:$port" --data "$1" ${KILN_CONFIG:+--config "$KILN_CONFIG"} 2>"$1.log" &
 	PIDS+=($!); ADDR=127.0.0.1:$port; wait_http "$ADDR"
 }
 start_distribution() { # DATA -> sets ADDR
@@ -54,16 +58,22 @@ done
 SIZE=$(skopeo inspect --raw oci:img:v1 | jq '[.layers[].size] | add')
 SRC=$(skopeo inspect --raw oci:img:v1 | sha256sum | cut -d' ' -f1)
 
-push_pull() { # NAME START_FN -> appends "push pull" seconds to $W/NAME.times
-	local name=$1 start=$2 t0 t1 t2 got
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user + sys, in clock ticks
+push_pull() { # NAME START_FN -> appends "push pull" seconds to $W/NAME.times, server CPU s to NAME.cpu
+	local name=$1 start=$2 t0 t1 t2 got c0 c1 c2 hz
+	hz=$(getconf CLK_TCK)
 	for r in $(seq 1 "$RUNS"); do
 		rm -rf "$W/data-$name" "$W/pull"
 		"$start" "$W/data-$name"
+		c0=$(cpu_ticks "${PIDS[-1]}")
 		t0=$(now)
 		skopeo copy -q --dest-tls-verify=false oci:img:v1 "docker://$ADDR/bench/img:v1" >/dev/null
 		t1=$(now)
+		c1=$(cpu_ticks "${PIDS[-1]}")
 		skopeo copy -q --src-tls-verify=false "docker://$ADDR/bench/img:v1" oci:pull:v1 >/dev/null
 		t2=$(now)
+		c2=$(cpu_ticks "${PIDS[-1]}")
+		echo "$(echo "($c1 - $c0) / $hz" | bc -l) $(echo "($c2 - $c1) / $hz" | bc -l)" >>"$W/$name.cpu"
 		got=$(skopeo inspect --raw oci:pull:v1 | sha256sum | cut -d' ' -f1)
 		[ "$got" = "$SRC" ] || { echo "$name: pulled digest differs" >&2; exit 1; }
 		echo "$(echo "$t1 - $t0" | bc -l) $(echo "$t2 - $t1" | bc -l)" >>"$W/$name.times"
@@ -101,6 +111,12 @@ wrkfig() { # FILE -> "req/s p50 p99 errors"
 
 push_pull kiln start_kiln
 push_pull distribution start_distribution
+for r in $(seq 1 "$RUNS"); do # the client alone: skopeo between two local layouts
+	rm -rf "$W/copy"
+	t0=$(now)
+	skopeo copy -q oci:img:v1 oci:copy:v1 >/dev/null
+	echo "$(now) - $t0" | bc -l >>"$W/skopeo.times"
+done
 load kiln start_kiln
 load distribution start_distribution
 
@@ -120,6 +136,13 @@ done
 k=$(awk '{s+=$1+$2} END {print s/NR}' "$W/kiln.times"); d=$(awk '{s+=$1+$2} END {print s/NR}' "$W/distribution.times")
 kp=$(awk '{print $1+$2}' "$W/kiln.times" | median); dp=$(awk '{print $1+$2}' "$W/distribution.times" | median)
 printf '| push + pull, median (s) | %.3f | %.3f |\n' "$kp" "$dp"
+for what in push pull; do
+	col=$([ $what = push ] && echo 1 || echo 2)
+	k=$(cut -d' ' -f$col "$W/kiln.cpu" | median)
+	d=$(cut -d' ' -f$col "$W/distribution.cpu" | median)
+	printf '| server CPU per %s, median (s) | %.2f | %.2f |\n' "$what" "$k" "$d"
+done
+printf '| (skopeo alone, oci: to oci:, median (s)) | %.3f | |\n' "$(median <"$W/skopeo.times")"
 read -r kr k50 k99 ke <<<"$(wrkfig "$W/kiln.wrk")"
 read -r dr d50 d99 de <<<"$(wrkfig "$W/distribution.wrk")"
 echo "| 10 MB blob GET, $CONNS conns $DURATION: req/s | $kr | $dr |"
