@@ -409,9 +409,10 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 		int64_t bytes = 0;
 		for (size_t i = 0; i < req->n_layers; i++)
 			bytes += req->layers[i].size;
-		const char *w = getenv("KILN_BUILDER_WARM");
+		const char *w = getenv("KILN_BUILDER_WARM"), *mx = getenv("KILN_BUILDER_WARM_MAX_MIB");
+		int64_t max = mx && *mx ? strtoll(mx, NULL, 10) << 20 : WARM_MAX_BYTES;
 		int r = 1;
-		if (bytes <= WARM_MAX_BYTES && !(w && !strcmp(w, "0")) && (r = warm(vo, req, sp, st, err)) < 0)
+		if (bytes <= max && !(w && !strcmp(w, "0")) && (r = warm(vo, req, sp, st, err)) < 0)
 			goto out;
 		if (r == 1 && boot(vo, req, sp, st, err) < 0)
 			goto out;
