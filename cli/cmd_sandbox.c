@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -40,34 +39,29 @@ static int sandbox_exec(const char *id, const char *const *argv, kiln_error **er
 }
 
 /* After a claim, top the pool up again in the background (a detached
- * `kiln sandbox pool TEMPLATE`), so the next create finds one too. */
+ * `kiln sandbox pool TEMPLATE`), so the next create finds one too.  One
+ * fork, not waited for: the callers exit right after (the child is then
+ * init's), and a start's caller should not wait for even that. */
 void cli_pool_refill(const char *tmpl);
 void cli_pool_refill(const char *tmpl)
 {
-	pid_t pid = fork();
-
-	if (pid == 0) {
+	if (fork() == 0) {
+		int null = open("/dev/null", O_RDWR);
 		setsid();
-		if (fork() == 0) {
-			int null = open("/dev/null", O_RDWR);
-			if (null >= 0) {
-				dup2(null, 0);
-				dup2(null, 1);
-				dup2(null, 2);
-			}
-			/* Background work: the sandbox just claimed comes first.  Its
-			 * QEMUs inherit the nice value; a claim sets it back to 0,
-			 * which only root may do — so only root nices the refill. */
-			if (geteuid() == 0 && setpriority(PRIO_PROCESS, 0, 10) < 0) {
-				/* not fatal: it only competes more */
-			}
-			execl("/proc/self/exe", "kiln", "sandbox", "pool", tmpl, (char *)NULL);
-			_exit(127);
+		if (null >= 0) {
+			dup2(null, 0);
+			dup2(null, 1);
+			dup2(null, 2);
 		}
-		_exit(0);
+		/* Background work: the sandbox just claimed comes first.  Its
+		 * QEMUs inherit the nice value; a claim sets it back to 0,
+		 * which only root may do — so only root nices the refill. */
+		if (geteuid() == 0 && setpriority(PRIO_PROCESS, 0, 10) < 0) {
+			/* not fatal: it only competes more */
+		}
+		execl("/proc/self/exe", "kiln", "sandbox", "pool", tmpl, (char *)NULL);
+		_exit(127);
 	}
-	if (pid > 0)
-		waitpid(pid, NULL, 0);
 }
 
 static int run_pool(const struct kiln_command *cmd, int argc, char **argv)
