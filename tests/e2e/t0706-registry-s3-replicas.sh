@@ -5,11 +5,13 @@
 # gc with zero grace runs in a loop from a third process while both replicas
 # take pushes of the same blobs, and afterwards every manifest and link in the
 # bucket names blobs that exist whole (test_registry_s3gc checks the bucket;
-# its live part also races gc against a writer at gc's critical point).
+# its live part also races gc against a writer at gc's critical point);
+# finally the conformance suites t0701 and t0707 against the S3 backend.
 . tests/e2e/lib.sh
 . tests/e2e/radosgw-lib.sh
 . tests/e2e/registry-lib.sh
 
+REPO=$PWD
 BIN=$(realpath -m "${REG_S3GC_TEST:-build/asan/tests/test_registry_s3gc}")
 PIDS=()
 stop_all() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; PIDS=(); }
@@ -173,3 +175,13 @@ rc=$?
 sed -n 's/^\(not \)\{0,1\}ok - /&s3gc: /p; /^#/p' s3gc.out
 expect_eq "test_registry_s3gc exits 0" "$rc" 0
 expect_grep "the live race ran" '^ok - test_race' s3gc.out
+
+# ---- the conformance suites, with the repositories in the bucket
+for t in t0701-registry-api t0707-registry-conformance; do
+	cat >"conf-$t.json" <<EOC
+{"s3": {"endpoint": "$RGW_ENDPOINT", "bucket": "conf-${t%%-*}", "access_key": "$RGW_ACCESS", "secret_key": "$RGW_SECRET"}}
+EOC
+	(cd "$REPO" && REG_CONFIG="$T_TMP/conf-$t.json" bash "tests/e2e/$t.sh") >"conf-$t.out" 2>&1
+	sed -n "s/^\(not \)\{0,1\}ok - /&s3 ${t%%-*}: /p" "conf-$t.out"
+	grep -A3 '^not ok' "conf-$t.out" | grep '^#' | head -20
+done
