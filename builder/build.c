@@ -144,7 +144,7 @@ static int layer_step(struct run *r, struct stage_state *ss, const char *text, c
 
 	/* the same content compressed differently is a different layer */
 	char *keytext = kiln_xasprintf("%s\ncompression %s", text, build_layer_media_type(r->o->compression));
-	int krc = build_cache_key(ss->key, keytext, ch, key, err);
+	int krc = build_cache_key_store(r->s, ss->key, keytext, ch, key, err);
 	free(keytext);
 	if (krc < 0)
 		return -1;

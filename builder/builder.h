@@ -219,6 +219,11 @@ int build_layer_write(build_store *s, const struct build_changes *ch, enum build
  * ========================================================================= */
 int build_cache_key(const char *parent, const char *instruction, const struct build_changes *ch,
 		    char out[KILN_DIGEST_MAX], kiln_error **err);
+/* The same key; the content digests of big input files (≥ 1 MiB) are
+ * remembered in the store by device, inode, size, mtime and ctime, so an
+ * unchanged 100 MiB file is not read again on the next build. */
+int build_cache_key_store(build_store *s, const char *parent, const char *instruction, const struct build_changes *ch,
+			  char out[KILN_DIGEST_MAX], kiln_error **err);
 /* 1 on a hit (layer filled, last use recorded), 0 on a miss. */
 int build_cache_get(build_store *s, const char *key, struct build_layer *out, kiln_error **err);
 int build_cache_put(build_store *s, const char *key, const struct build_layer *l, const char *instruction,

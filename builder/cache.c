@@ -11,8 +11,72 @@
 
 #include "builder/builder.h"
 
-int build_cache_key(const char *parent, const char *instruction, const struct build_changes *ch,
-		    char out[KILN_DIGEST_MAX], kiln_error **err)
+/* Files this big have their content digest remembered in $KILN_HOME/hashes
+ * (one small file per path), keyed by what changes whenever the content can:
+ * device, inode, size, mtime and ctime (which no one can set back).  Smaller
+ * files are quicker to hash than to look up. */
+#define MEMO_MIN_SIZE (1 << 20)
+
+static char *memo_path(build_store *s, const char *abs)
+{
+	char d[KILN_DIGEST_MAX];
+	kiln_digest_buf(KILN_SHA256, abs, strlen(abs), d);
+	return kiln_xasprintf("%s/hashes/%s", build_store_home(s), kiln_digest_hex(d));
+}
+
+static int file_digest(build_store *s, const char *path, char out[KILN_DIGEST_MAX], kiln_error **err)
+{
+	struct stat st;
+	char *abs = NULL, *memo = NULL, *data = NULL, *tmp = NULL, stamp[160];
+	size_t len = 0;
+	int rc;
+
+	if (!s || stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < MEMO_MIN_SIZE ||
+	    !(abs = realpath(path, NULL)))
+		return kiln_digest_file(KILN_SHA256, path, out, err);
+	tmp = kiln_xasprintf("%s/tmp/", build_store_home(s));
+	if (strncmp(abs, tmp, strlen(tmp)) == 0) { /* a build's scratch: never seen again */
+		rc = kiln_digest_file(KILN_SHA256, path, out, err);
+		goto out;
+	}
+	snprintf(stamp, sizeof(stamp), "%llu %llu %lld %lld.%09ld %lld.%09ld ", (unsigned long long)st.st_dev,
+		 (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+		 (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
+	memo = memo_path(s, abs);
+	kiln_error *e = NULL;
+	if (kiln_read_file(memo, &data, &len, 512, &e) == 0 && len > strlen(stamp) &&
+	    strncmp(data, stamp, strlen(stamp)) == 0 && kiln_digest_parse(data + strlen(stamp), NULL, &e) == 0 &&
+	    strlen(data + strlen(stamp)) < KILN_DIGEST_MAX) {
+		snprintf(out, KILN_DIGEST_MAX, "%s", data + strlen(stamp));
+		rc = 0;
+		goto out;
+	}
+	kiln_error_clear(&e);
+	if ((rc = kiln_digest_file(KILN_SHA256, path, out, err)) < 0)
+		goto out;
+	/* remember it only if the file did not change while it was read and is
+	 * older than the clock's granularity (a later write in the same tick
+	 * would leave the same ctime: git's "racy" files) */
+	struct stat after;
+	if (stat(path, &after) == 0 && after.st_ctim.tv_sec == st.st_ctim.tv_sec &&
+	    after.st_ctim.tv_nsec == st.st_ctim.tv_nsec && after.st_size == st.st_size &&
+	    time(NULL) > st.st_ctim.tv_sec + 2) {
+		char *dir = kiln_xasprintf("%s/hashes", build_store_home(s)), *line = kiln_xasprintf("%s%s", stamp, out);
+		if (kiln_mkdir_p(dir, 0700, &e) < 0 || kiln_write_atomic(memo, line, strlen(line), 0600, &e) < 0)
+			kiln_error_clear(&e); /* only a memo */
+		free(dir);
+		free(line);
+	}
+out:
+	free(abs);
+	free(memo);
+	free(data);
+	free(tmp);
+	return rc;
+}
+
+int build_cache_key_store(build_store *s, const char *parent, const char *instruction, const struct build_changes *ch,
+			  char out[KILN_DIGEST_MAX], kiln_error **err)
 {
 	kiln_hasher *h = kiln_hasher_new(KILN_SHA256);
 	kiln_buf line = KILN_BUF_INIT;
@@ -24,7 +88,7 @@ int build_cache_key(const char *parent, const char *instruction, const struct bu
 		const struct build_item *it = &ch->v[i];
 		char digest[KILN_DIGEST_MAX] = "-";
 
-		if (it->src && kiln_digest_file(KILN_SHA256, it->src, digest, err) < 0) {
+		if (it->src && file_digest(s, it->src, digest, err) < 0) {
 			kiln_hasher_free(h);
 			kiln_buf_free(&line);
 			return kiln_error_wrap(err, "cache key");
@@ -39,6 +103,12 @@ int build_cache_key(const char *parent, const char *instruction, const struct bu
 	kiln_hasher_final(h, out);
 	kiln_buf_free(&line);
 	return 0;
+}
+
+int build_cache_key(const char *parent, const char *instruction, const struct build_changes *ch,
+		    char out[KILN_DIGEST_MAX], kiln_error **err)
+{
+	return build_cache_key_store(NULL, parent, instruction, ch, out, err);
 }
 
 static char *entry_path(build_store *s, const char *key)
@@ -296,6 +366,10 @@ int build_cache_prune(build_store *s, bool all, int64_t older_than, struct build
 		goto out;
 	free(dir);
 	dir = kiln_path_join(build_store_home(s), "builder-vm");
+	if (all && kiln_rm_rf(dir, err) < 0)
+		goto out;
+	free(dir);
+	dir = kiln_path_join(build_store_home(s), "hashes");
 	if (all && kiln_rm_rf(dir, err) < 0)
 		goto out;
 	rc = 0;

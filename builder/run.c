@@ -506,7 +506,7 @@ int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage 
 	kiln_buf_addf(&keytext, "workdir %s\nuser %s\n", st->workdir ? st->workdir : "/", st->user ? st->user : "");
 	kiln_buf_addf(&keytext, "compression %s\n", build_layer_media_type(r->o->compression));
 	build_changes_finish(&ms.inputs);
-	if (build_cache_key(ss->key, keytext.buf, &ms.inputs, key, err) < 0)
+	if (build_cache_key_store(r->s, ss->key, keytext.buf, &ms.inputs, key, err) < 0)
 		goto out;
 	if (!r->o->no_cache && (hit = build_cache_get(r->s, key, &l, err)) < 0)
 		goto out;
