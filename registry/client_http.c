@@ -119,6 +119,18 @@ unsigned reg_backoff_ms(unsigned attempt)
 	return ms > 10000 ? 10000 : ms;
 }
 
+unsigned reg_retry_delay_ms(const struct reg_http *r, unsigned attempt)
+{
+	unsigned ms = reg_backoff_ms(attempt);
+	if (r->cr == CURLE_OK && r->retry_after && isdigit((unsigned char)r->retry_after[0])) {
+		unsigned long s = strtoul(r->retry_after, NULL, 10);
+		unsigned ra = s > 60 ? 60000 : (unsigned)s * 1000;
+		if (ra > ms)
+			ms = ra;
+	}
+	return ms;
+}
+
 void reg_http_init(struct reg_http *r, reg_client *c, const char *method, char *url, const char *scope)
 {
 	memset(r, 0, sizeof(*r));
@@ -140,7 +152,8 @@ void reg_http_reset(struct reg_http *r)
 	free(r->digest);
 	free(r->ctype);
 	free(r->range);
-	r->www_auth = r->location = r->digest = r->ctype = r->range = NULL;
+	free(r->retry_after);
+	r->www_auth = r->location = r->digest = r->ctype = r->range = r->retry_after = NULL;
 	kiln_buf_reset(&r->out);
 	kiln_buf_reset(&r->errbody);
 	r->status = 0;
@@ -189,11 +202,12 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 		{ "docker-content-digest", offsetof(struct reg_http, digest) },
 		{ "content-type", offsetof(struct reg_http, ctype) },
 		{ "range", offsetof(struct reg_http, range) },
+		{ "retry-after", offsetof(struct reg_http, retry_after) },
 	};
 
 	if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
 		/* a new answer (after a redirect or 100): forget the last one's */
-		char **fields[] = { &r->www_auth, &r->location, &r->digest, &r->ctype, &r->range };
+		char **fields[] = { &r->www_auth, &r->location, &r->digest, &r->ctype, &r->range, &r->retry_after };
 		for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
 			free(*fields[i]);
 			*fields[i] = NULL;
@@ -446,9 +460,10 @@ int reg_http_do(struct reg_http *r, kiln_error **err)
 			break;
 		attempt++;
 		r->c->stats.retries++;
+		unsigned ms = reg_retry_delay_ms(r, attempt);
 		kiln_debug("registry %s: %s %s: %s; retry %u in %u ms", r->c->host, r->method, r->url,
-			   r->cr != CURLE_OK ? transport_error(r) : "server error", attempt, reg_backoff_ms(attempt));
-		sleep_ms(reg_backoff_ms(attempt));
+			   r->cr != CURLE_OK ? transport_error(r) : "server error", attempt, ms);
+		sleep_ms(ms);
 	}
 	if (r->cr != CURLE_OK && !r->sink_failed) {
 		char more[48] = "";

@@ -361,7 +361,7 @@ static int retry(struct xfer *x, struct job *j, enum step next, kiln_error **err
 	j->attempts++;
 	x->c->stats.retries++;
 	j->st = next;
-	j->wake_ms = now_ms() + reg_backoff_ms(j->attempts);
+	j->wake_ms = now_ms() + reg_retry_delay_ms(&j->rq, j->attempts);
 	kiln_debug("blob %s: %s; retry %u", j->b->digest,
 		   j->rq.cr != CURLE_OK ? curl_easy_strerror(j->rq.cr) : "server error", j->attempts);
 	return 0;

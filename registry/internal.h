@@ -337,7 +337,7 @@ struct reg_http {
 	long status;
 	CURLcode cr;
 	char errbuf[CURL_ERROR_SIZE];
-	char *www_auth, *location, *digest, *ctype, *range;
+	char *www_auth, *location, *digest, *ctype, *range, *retry_after;
 	int64_t clen;
 	int sink_failed;            /* the sink refused (error already recorded by its owner) */
 	reg_client *c;
@@ -363,6 +363,8 @@ int reg_http_do(struct reg_http *r, kiln_error **err);
 int reg_http_fail(const struct reg_http *r, const char *what, kiln_error **err);
 /* Milliseconds to wait before retry number `attempt` (1-based). */
 unsigned reg_backoff_ms(unsigned attempt);
+/* The same, or the answer's Retry-After (seconds, at most 60) if longer. */
+unsigned reg_retry_delay_ms(const struct reg_http *r, unsigned attempt);
 char *reg_url(const reg_client *c, const char *fmt, ...) KILN_PRINTF(2, 3);
 /* A Location header resolved against the client's base URL. */
 char *reg_url_resolve(const reg_client *c, const char *location);

@@ -51,6 +51,9 @@ expect_exit 0 "skopeo copy what kiln pushed" skopeo copy --src-creds "ci:$SECRET
 	"docker://$REG/team/app:v1" "oci:$T_TMP/sk:x"
 expect_eq "  ... same manifest digest" "$(jq -r '.manifests[0].digest' "$T_TMP/sk/index.json")" "$L1"
 
+expect_exit 1 "push outside the token's namespace" "$KILN" push demo:1 "$REG/other/app:v1"
+expect_grep "  ... access denied, one line" '^kiln: .*HTTP 403.*access denied$' "$T_TMP/err"
+
 # ---- pull on a second host
 export KILN_HOME=$H2
 expect_exit 1 "anonymous pull of a private repository" "$KILN" pull "$REG/team/app:v1"
