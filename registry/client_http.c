@@ -314,12 +314,14 @@ void reg_http_setup(struct reg_http *r, CURL *h)
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)r->c->timeout_s);
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-	/* larger buffers: fewer callbacks and syscalls per blob */
-	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
-	curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 256L * 1024);
 	if (r->c->max_rate) {
 		curl_easy_setopt(h, CURLOPT_MAX_RECV_SPEED_LARGE, (curl_off_t)r->c->max_rate);
 		curl_easy_setopt(h, CURLOPT_MAX_SEND_SPEED_LARGE, (curl_off_t)r->c->max_rate);
+	} else {
+		/* larger buffers: fewer callbacks and syscalls per blob (not with a
+		 * rate limit: curl 7.88 then stops enforcing it on receive) */
+		curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
+		curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 256L * 1024);
 	}
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "kiln/" KILN_VERSION);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->errbuf);

@@ -147,6 +147,27 @@ MOVED=$(grep '"progress"' "$T_TMP/out" | tail -1 | jq .bytes_moved)
 expect_eq "  ... the stored layer is intact" "sha256:$(sha256sum "$KILN_HOME/blobs/sha256/${LAYER#sha256:}" | cut -d' ' -f1)" "$LAYER"
 export KILN_HOME=$H2
 
+# ---- the registry killed and restarted under a pull: the same process resumes
+export KILN_HOME="$T_TMP/h7"
+PART="$KILN_HOME/tmp/pull-${LAYER#sha256:}.part"
+KILN_REGISTRY_RETRIES=8 "$KILN" pull --json --limit-rate 1M "$REG/team/big:v1" >"$T_TMP/p7" 2>"$T_TMP/p7e" &
+P=$!
+for _ in $(seq 1 300); do
+	[ "$(stat -c %s "$PART" 2>/dev/null || echo 0)" -gt 400000 ] && break
+	sleep 0.1
+done
+reg_stop KILL
+sleep 0.3
+"$KILN" serve --addr "$REG" --data "$D" --config "$T_TMP/auth.json" 2>"$T_TMP/serve2.log" &
+REG_PID=$!
+wait "$P"; R7=$?
+expect_eq "a pull survives a registry restart" "$R7 $(tail -1 "$T_TMP/p7" | jq -r .digest)" "0 $LB"
+MOVED=$(grep '"progress"' "$T_TMP/p7" | tail -1 | jq .bytes_moved)
+[ "$MOVED" -lt $((LSIZE + 100000)) ] && ok "  ... resumed, not restarted ($MOVED bytes for a $LSIZE-byte layer)" ||
+	not_ok "  ... resumed, not restarted ($MOVED bytes for a $LSIZE-byte layer)"
+expect_eq "  ... the layer is intact" "sha256:$(sha256sum "$KILN_HOME/blobs/sha256/${LAYER#sha256:}" | cut -d' ' -f1)" "$LAYER"
+export KILN_HOME=$H2
+
 # ---- two pulls of the same image at once into one store
 export KILN_HOME="$T_TMP/h6"
 "$KILN" pull --limit-rate 4M "$REG/team/big:v1" >"$T_TMP/p1" 2>&1 &
