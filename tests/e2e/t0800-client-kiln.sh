@@ -38,6 +38,12 @@ echo "$SECRET" | expect_exit 0 "login (Bearer token flow)" "$KILN" login -u ci -
 expect_eq "auth.json is private" "$(stat -c %a "$H1/auth.json")" 600
 expect_eq "auth.json has docker's shape" "$(jq -r --arg h "$REG" '.auths[$h].auth' "$H1/auth.json" | base64 -d)" "ci:$SECRET"
 expect_exit 2 "login without a registry" "$KILN" login -u ci --password-stdin
+# on a terminal: asked for, the password not echoed
+(sleep 0.5; printf 'ci\n'; sleep 0.5; printf '%s\n' "$SECRET"; sleep 1) |
+	script -qec "$KILN login $REG" /dev/null >"$T_TMP/tty" 2>&1
+expect_grep "login on a terminal asks and succeeds" '^Login succeeded' "$T_TMP/tty"
+if grep -q "$SECRET" "$T_TMP/tty"; then not_ok "  ... the password is not echoed"; else ok "  ... the password is not echoed"; fi
+expect_exit 2 "login without a terminal or --password-stdin" "$KILN" login -u ci "$REG" </dev/null
 
 # ---- push, then other clients read it
 expect_exit 0 "kiln push" "$KILN" push demo:1 "$REG/team/app:v1"
