@@ -23,6 +23,7 @@ cd "$W"
 now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 mib() { awk -v b="$1" 'BEGIN {printf "%.2f", b / 1048576}'; }
+size() { awk -v b="$1" 'BEGIN {if (b < 1048576) printf "%.1f KiB", b / 1024; else printf "%.2f MiB", b / 1048576}'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", 100 * a / b}'; }
 done_of() { grep '"event":"done"' "$1" | jq -r ".$2"; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
@@ -121,8 +122,8 @@ EOF
 for v in va vb; do
 	case $v in va) what="(a) one file changed in the last step" ;; vb) what="(b) changed RUN writing 4 MB" ;; esac
 	ps=$(done_of "push-$v.json" bytes_moved); pl=$(done_of "pull-$v.json" bytes_moved)
-	echo "| $what | $(mib "$ps") MiB | $(mib "$pl") MiB | $(pct "$ps" "$full") % | $(pct "$pl" "$full") % |" \
-		"$(mib "$(cat "sk-push-$v.bytes")") MiB | $(mib "$(cat "sk-pull-$v.bytes")") MiB |"
+	echo "| $what | $(size "$ps") | $(size "$pl") | $(pct "$ps" "$full") % | $(pct "$pl" "$full") % |" \
+		"$(size "$(cat "sk-push-$v.bytes")") | $(size "$(cat "sk-pull-$v.bytes")") |"
 done
 echo
 echo "Pulled versions run on the second host: $(tr '\n' ' ' <run-va.txt)/ $(tr '\n' ' ' <run-vb.txt)"
