@@ -360,21 +360,28 @@ static int wait_accept(struct agent *a)
 	return 0;
 }
 
-static void on_alarm(int sig)
+static volatile sig_atomic_t got_quit;
+
+static void on_wake(int sig)
 {
-	(void)sig; /* only there to interrupt the blocking write */
+	/* Only there to interrupt the blocking write (and note a quit). */
+	if (sig == SIGTERM || sig == SIGINT)
+		got_quit = 1;
 }
 
 /* Device mode: wait until the host end of the port is open.  A disconnected
  * port reports POLLHUP at once, so poll cannot wait for the host; a blocking
  * write can (the kernel holds it until the host connects), so the HELLO is
  * written blocking, and a restored snapshot's new host is answered at once
- * instead of at the next tick.  SIGALRM interrupts it every 100 ms to reap
- * children and drain orphans. */
+ * instead of at the next tick.  SIGALRM interrupts it every 100 ms to drain
+ * orphans' output, but only while there are processes; SIGCHLD, SIGTERM and
+ * SIGINT (otherwise taken from the signalfd) are let through meanwhile, so a
+ * child is reaped and a quit seen at once. */
 static void wait_host(struct agent *a)
 {
 	struct pollfd p = { a->chan, POLLIN, 0 };
-	struct sigaction sa = { .sa_handler = on_alarm }; /* no SA_RESTART */
+	struct sigaction sa = { .sa_handler = on_wake }; /* no SA_RESTART */
+	sigset_t wake, old;
 	struct itimerval tick = { { 0, 100000 }, { 0, 100000 } }, off = { { 0, 0 }, { 0, 0 } };
 	struct guest_hello h = { .version = GUEST_PROTO_VERSION, .caps = a->caps, .agent = AGENT_VERSION,
 				 .pid = getpid() };
@@ -390,7 +397,14 @@ static void wait_host(struct agent *a)
 	guest_encode_hello(&w, 0, &h);
 	if (w.failed)
 		return;
+	sigemptyset(&wake);
+	sigaddset(&wake, SIGCHLD);
+	sigaddset(&wake, SIGTERM);
+	sigaddset(&wake, SIGINT);
 	sigaction(SIGALRM, &sa, NULL);
+	sigaction(SIGCHLD, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
 	fcntl(a->chan, F_SETFL, fl & ~O_NONBLOCK);
 	/* Without processes there is nothing to reap or drain: no tick, so an
 	 * idle guest's agents (one per port) cost no wake-ups.  (An orphan a
@@ -400,8 +414,16 @@ static void wait_host(struct agent *a)
 			setitimer(ITIMER_REAL, &tick, NULL);
 			break;
 		}
+	sessions_reap(a); /* what is already pending on the signalfd */
+	got_quit = 0;
+	sigprocmask(SIG_UNBLOCK, &wake, &old);
 	while (done < w.len && !a->quit) {
-		ssize_t n = write(a->chan, w.data + done, w.len - done);
+		ssize_t n;
+		if (got_quit) {
+			a->quit = true;
+			break;
+		}
+		n = write(a->chan, w.data + done, w.len - done);
 		if (n > 0) {
 			done += (size_t)n;
 			continue;
@@ -411,6 +433,7 @@ static void wait_host(struct agent *a)
 		sessions_reap(a);
 		sessions_drain_orphans(a);
 	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
 	setitimer(ITIMER_REAL, &off, NULL);
 	fcntl(a->chan, F_SETFL, fl);
 	guest_wbuf_free(&w);
