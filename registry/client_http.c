@@ -407,6 +407,14 @@ static const char *transport_error(const struct reg_http *r)
 	return r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->cr);
 }
 
+/* What to try when TLS fails: the usual cause is a plain-HTTP registry. */
+static const char *tls_hint(const struct reg_http *r)
+{
+	if (r->cr == CURLE_SSL_CONNECT_ERROR || r->cr == CURLE_PEER_FAILED_VERIFICATION)
+		return " (a plain-HTTP registry? list it in KILN_INSECURE_REGISTRIES)";
+	return "";
+}
+
 int reg_http_fail(const struct reg_http *r, const char *what, kiln_error **err)
 {
 	json_t *j, *e0;
@@ -414,7 +422,8 @@ int reg_http_fail(const struct reg_http *r, const char *what, kiln_error **err)
 	enum kiln_errkind kind = KILN_E_GENERIC;
 
 	if (r->cr != CURLE_OK)
-		return kiln_err(err, KILN_E_IO, "%s: registry %s: %s", what, r->c->host, transport_error(r));
+		return kiln_err(err, KILN_E_IO, "%s: registry %s: %s%s", what, r->c->host, transport_error(r),
+				tls_hint(r));
 	j = r->errbody.len ? json_loadb(r->errbody.buf, r->errbody.len, 0, NULL) : NULL;
 	e0 = json_array_get(json_object_get(j, "errors"), 0);
 	code = kiln_json_str(e0, "code");
@@ -471,7 +480,8 @@ int reg_http_do(struct reg_http *r, kiln_error **err)
 		char more[48] = "";
 		if (attempt)
 			snprintf(more, sizeof(more), " (after %u retries)", attempt);
-		return kiln_err(err, KILN_E_IO, "registry %s: %s%s", r->c->host, transport_error(r), more);
+		return kiln_err(err, KILN_E_IO, "registry %s: %s%s%s", r->c->host, transport_error(r), more,
+				tls_hint(r));
 	}
 	return r->sink_failed ? -1 : 0;
 }

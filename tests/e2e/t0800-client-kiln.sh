@@ -220,6 +220,11 @@ expect_exit 1 "bad tag" "$KILN" pull "$REG/team/app:bad:tag"
 expect_eq "  ... one line" "$(wc -l <"$T_TMP/err")" 1
 expect_exit 1 "unreachable registry" "$KILN" pull 127.0.0.1:1/x/y:z
 expect_grep "  ... one clear line" '^kiln: .*registry 127\.0\.0\.1:1: .*connect' "$T_TMP/err"
+# 0x7f000001 is 127.0.0.1, but not by a name kiln knows as loopback: HTTPS
+HX="0x7f000001:$REG_PORT"
+expect_exit 1 "a host not known as loopback gets HTTPS" "$KILN" pull "$HX/team/app:v1"
+expect_grep "  ... the TLS error points at KILN_INSECURE_REGISTRIES" 'SSL.*KILN_INSECURE_REGISTRIES' "$T_TMP/err"
+expect_exit 0 "  ... and listed there, plain HTTP" env KILN_INSECURE_REGISTRIES="other:1, $HX" "$KILN" pull "$HX/team/app:v1"
 expect_exit 1 "push of an unknown local image" "$KILN" push nope:1 "$REG/team/x:1"
 expect_grep "  ... says so" 'no local image nope:1' "$T_TMP/err"
 
