@@ -106,10 +106,19 @@ wait_pool(2)
 subprocess.run([K, "sandbox", "pool", "-n", "0", "web"], check=True, capture_output=True)
 load_after_pool = loadavg()
 
+RESTORE_RE = re.compile(r"started in ([0-9.]+) ms \(check ([0-9.]+), qemu ([0-9.]+), load ([0-9.]+), "
+                        r"agent ([0-9.]+), setup [0-9.]+\); first output ([0-9.]+) ms")
 restore_first = []
+rphases = {k: [] for k in ("QEMU process start until QMP answers", "state load (RAM mapped, not read)",
+                           "guest resume until the agent's HELLO", "IDENTITY + EXEC to first output (cold TCG)")}
 for i in range(max(1, starts // 5)):
-    f, _ = first_output([K, "run", "web", "--", "echo", "hi"])
+    f, _, err = first_output([K, "run", "--time", "web", "--", "echo", "hi"], want_err=True)
     restore_first.append(f)
+    m = RESTORE_RE.search(err)
+    if m:
+        total, check, qemu, load, agent, first = (float(x) for x in m.groups())
+        for k, v in zip(rphases, (qemu, load, agent, first - total)):
+            rphases[k].append(v)
 
 cold_first = []
 for i in range(boots):
@@ -146,6 +155,9 @@ for name, v in phases.items():
         row("    " + name, v)
 row("sandbox create + first exec, pool of 2", create_first)
 row("sandbox start, full restore, no pool", restore_first)
+for name, v in rphases.items():
+    if v:
+        row("    " + name, v)
 row("cold boot (kiln vm boot -- echo)", cold_first)
 print("ratio cold boot / pooled start (p50): %.0fx;  cold boot / full restore: %.0fx" %
       (pct(cold_first, 0.5) / pct(pool_first, 0.5), pct(cold_first, 0.5) / pct(restore_first, 0.5)))

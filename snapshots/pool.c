@@ -18,18 +18,37 @@
 
 #define AGENT_TIMEOUT_MS 10000
 
-/* Ids of the live pooled sandboxes of template digest. */
+/* Ids of the live pooled sandboxes of template digest.  Only directories
+ * with a pool mark are read: a claim should not pay for every running
+ * sandbox on the host. */
 static void pooled_ids(const char *digest, kiln_strv *out)
 {
-	json_t *list = snap_sandbox_list(NULL);
+	char *root = snap_sandboxes_dir();
+	DIR *d = opendir(root);
+	struct dirent *de;
 
-	for (size_t i = 0; list && i < json_array_size(list); i++) {
-		const json_t *it = json_array_get(list, i);
-		const char *st = kiln_json_str(it, "state"), *tp = kiln_json_str(it, "template");
-		if (st && tp && strcmp(st, "pooled") == 0 && strcmp(tp, digest) == 0)
-			kiln_strv_push(out, kiln_json_str(it, "id"));
+	while (d && (de = readdir(d)) != NULL) {
+		char *mark;
+		json_t *st;
+		kiln_error *e = NULL;
+		bool marked;
+		if (de->d_name[0] == '.')
+			continue;
+		mark = kiln_xasprintf("%s/%s/%s", root, de->d_name, SNAP_POOL_MARK);
+		marked = access(mark, F_OK) == 0;
+		free(mark);
+		if (!marked || (st = snap_sandbox_state(de->d_name, &e)) == NULL) {
+			kiln_error_free(e);
+			continue;
+		}
+		const char *tp = kiln_json_str(st, "template");
+		if (tp && strcmp(tp, digest) == 0 && strcmp(snap_sandbox_liveness(st), "pooled") == 0)
+			kiln_strv_push(out, de->d_name);
+		json_decref(st);
 	}
-	json_decref(list);
+	if (d)
+		closedir(d);
+	free(root);
 }
 
 static int resume(const char *dir, const char *id, pid_t qemu, bool defer_setup, struct snap_create_stats *s,
