@@ -115,13 +115,23 @@ static void push_layer(struct stage_state *ss, const struct build_layer *l)
 
 int build_add_layer(struct run *r, struct stage_state *ss, const struct build_layer *l, kiln_error **err)
 {
-	char *p = build_store_blob_path(r->s, l->digest);
-	int rc = build_fsindex_apply_layer(ss->idx, p, err);
+	push_layer(ss, l);
+	return 0;
+}
 
-	free(p);
-	if (rc == 0)
-		push_layer(ss, l);
-	return rc;
+/* The path index is brought up to date only when a step asks it something:
+ * reading a 100 MiB layer back just to index it costs more than the COPY's
+ * cache hit, and the last layers of a stage are rarely asked about. */
+int build_stage_index(struct run *r, struct stage_state *ss, kiln_error **err)
+{
+	for (; ss->n_indexed < ss->n_layers; ss->n_indexed++) {
+		char *p = build_store_blob_path(r->s, ss->layers[ss->n_indexed].digest);
+		int rc = build_fsindex_apply_layer(ss->idx, p, err);
+		free(p);
+		if (rc < 0)
+			return -1;
+	}
+	return 0;
 }
 
 static void key_chain(char key[KILN_DIGEST_MAX], const char *text)
@@ -263,6 +273,8 @@ static int copy_step(struct run *r, struct stage_state *ss, const struct df_step
 			goto out;
 		tree = empty;
 	}
+	if (build_stage_index(r, ss, err) < 0)
+		goto out;
 	rc = build_copy_resolve(tree, (const char *const *)st->args.v, st->args.n - 1, st->args.v[st->args.n - 1], &o,
 				ss->idx, &ch, err);
 	if (rc < 0)
@@ -282,6 +294,8 @@ out:
 static int workdir_step(struct run *r, struct stage_state *ss, const struct df_step *st, const char *text,
 			bool *cached, bool *layer, kiln_error **err)
 {
+	if (build_stage_index(r, ss, err) < 0)
+		return -1;
 	char *path = build_fsindex_resolve(ss->idx, st->workdir ? st->workdir : "/", true);
 	struct build_changes ch = { 0 };
 	int rc = 0;

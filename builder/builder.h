@@ -368,13 +368,14 @@ struct build_executor_ops {
 /* The executor available without a microVM: RUN fails with a clear error. */
 extern const struct build_executor_ops build_executor_none;
 
-/* RUN in a microVM (exec_vm.c): the stage as ext4, booted once per stage;
- * each step runs chrooted in its own overlay whose lower layers are the
+/* RUN in a microVM (exec_vm.c, exec_warm.c): one VM per stage, restored from
+ * a snapshot of a generic builder VM (the stage's layers uploaded) or booted
+ * from the stage as ext4; each step runs chrooted in its own overlay whose lower layers are the
  * earlier steps' upper directories, and its upper directory becomes the
  * layer (docs/builder.md).  ctx: a struct build_vm_opts, or NULL for the
  * defaults. */
 struct build_vm_opts {
-	unsigned cpus, memory_mib;  /* 0: the VM defaults */
+	unsigned cpus, memory_mib;  /* 0: the VM defaults (memory: the booted VM; a restored one has 2 GiB) */
 	unsigned scratch_mib;       /* the guest's disk for step changes; 0: 16 GiB (sparse) */
 	const char *kernel_dir;     /* NULL: vm_kernel_default_dir() */
 };

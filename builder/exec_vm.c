@@ -1,6 +1,7 @@
-/* exec_vm.c — the microVM executor for RUN: one VM per stage, booted at the
- * stage's first RUN that misses the cache from the stage so far as ext4 and
- * kept for its later RUNs.  Each step runs chrooted in an overlay of its own
+/* exec_vm.c — the microVM executor for RUN: one VM per stage, started at
+ * the stage's first RUN that misses the cache (restored from the builder VM
+ * snapshot, exec_warm.c, or booted from the stage as ext4) and kept for its
+ * later RUNs.  Each step runs chrooted in an overlay of its own
  * whose lower layers are the earlier steps' upper directories (and the layers
  * the host made meanwhile, uploaded), so its upper directory is exactly its
  * change set: downloaded, it becomes the layer.  Layout: docs/builder.md. */

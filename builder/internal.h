@@ -45,6 +45,7 @@ struct stage_state {
 	bool cmd_set;
 	build_tree *files; /* extracted for COPY --from, on demand */
 	build_exec_session *session; /* the executor's (the stage's builder VM) */
+	size_t n_indexed;  /* layers applied to idx so far (build_stage_index) */
 };
 
 struct img_slot {
@@ -74,6 +75,8 @@ struct run {
 void build_emit(struct run *r, const struct build_event *ev);
 const char *build_step_flag(const struct df_step *st, const char *name);
 int build_add_layer(struct run *r, struct stage_state *ss, const struct build_layer *l, kiln_error **err);
+/* Bring ss->idx up to the stage's layers before asking it anything. */
+int build_stage_index(struct run *r, struct stage_state *ss, kiln_error **err);
 /* The files COPY --from / RUN --mount from= read: a stage's or an image's
  * (owners kept), else the build context through .dockerignore. */
 int build_source_tree(struct run *r, int from_stage, const char *from_image, const build_tree **tree,

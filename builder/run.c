@@ -484,7 +484,8 @@ int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage 
 		goto out;
 	}
 	for (size_t i = 0; i < st->n_flags; i++)
-		if (!strcmp(st->flags[i].key, "mount") && parse_mount(r, ss, st, st->flags[i].value, &ms, err) < 0)
+		if (!strcmp(st->flags[i].key, "mount") &&
+		    (build_stage_index(r, ss, err) < 0 || parse_mount(r, ss, st, st->flags[i].value, &ms, err) < 0))
 			goto out;
 	argv = st->n_heredocs ? heredoc_argv(r, st, &ms, err) : build_command_json(st);
 	if (!argv)
