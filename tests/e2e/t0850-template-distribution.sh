@@ -4,7 +4,8 @@
 # `kiln serve` on 127.0.0.1: push, pull into a second KILN_HOME, `kiln run`
 # there gives the builder's answer; v2 moves few bytes both ways (pull only
 # the chunks the host lacks); a push and a pull killed midway resume and end
-# correct; a chunk corrupted on the server is refused; Debian's
+# correct (and survive a registry killed and restarted); a chunk corrupted on
+# the server is refused; a registry with tokens works after kiln login; Debian's
 # docker-registry (distribution 2.8) stores the artifact as well.
 . tests/e2e/lib.sh
 . tests/e2e/vmlib.sh
@@ -175,6 +176,20 @@ if [ -n "$f" ]; then
 else
 	not_ok "chunk $victim found in the server's store"
 fi
+reg_stop
+
+# -- a registry that wants tokens: kiln login, then the Bearer flow -----------------
+echo '{"auth": true}' >"$T_TMP/auth.json"
+SECRET=$("$KILN" token create --data "$T_TMP/reg-auth" --scope 'team:pull,push' ci)
+reg_start "$T_TMP/reg-auth" --config "$T_TMP/auth.json" || exit 0
+expect_exit 1 "a template push without credentials is refused" "$KILN" push app:v1 "$REG/team/app:v1"
+echo "$SECRET" | expect_exit 0 "kiln login" "$KILN" login -u ci --password-stdin "$REG"
+expect_exit 0 "after login the template pushes" "$KILN" push app:v1 "$REG/team/app:v1"
+H8=$T_TMP/host8
+expect_exit 1 "a host without credentials cannot pull it" env KILN_HOME="$H8" "$KILN" pull "$REG/team/app:v1"
+echo "$SECRET" | KILN_HOME=$H8 "$KILN" login -u ci --password-stdin "$REG" >/dev/null 2>&1
+expect_exit 0 "after login on that host, the pull works" env KILN_HOME="$H8" "$KILN" pull "$REG/team/app:v1"
+expect_eq "...and runs" "$(KILN_HOME=$H8 "$KILN" run team/app:v1 -- cat /app/app.txt 2>/dev/null)" "app version 1"
 reg_stop
 
 # -- Debian's docker-registry (distribution 2.8) -----------------------------------
