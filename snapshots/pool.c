@@ -55,7 +55,6 @@ static int resume(const char *dir, const char *id, pid_t qemu, bool defer_setup,
 		  guest_conn **conn, kiln_error **err)
 {
 	char *qmp_path = kiln_path_join(dir, "qmp.sock");
-	vm_qmp *q = NULL;
 	guest_conn *g = NULL;
 	json_t *r;
 	double t0 = snap_now_ms();
@@ -65,9 +64,7 @@ static int resume(const char *dir, const char *id, pid_t qemu, bool defer_setup,
 	 * it is foreground work (PGRP: every thread of QEMU, its own group). */
 	if (qemu > 0 && getpriority(PRIO_PGRP, qemu) > 0 && setpriority(PRIO_PGRP, qemu, 0) < 0)
 		kiln_debug("pool: renice %ld: %s", (long)qemu, strerror(errno));
-	if ((q = vm_qmp_connect(qmp_path, 5000, err)) == NULL)
-		goto out;
-	if ((r = vm_qmp_execute(q, "cont", NULL, 5000, err)) == NULL)
+	if ((r = vm_qmp_run_once(qmp_path, "cont", 5000, err)) == NULL)
 		goto out;
 	json_decref(r);
 	s->load_ms = snap_now_ms() - t0;
@@ -86,7 +83,6 @@ static int resume(const char *dir, const char *id, pid_t qemu, bool defer_setup,
 	rc = 0;
 out:
 	guest_close(g);
-	vm_qmp_close(q);
 	free(qmp_path);
 	return rc;
 }

@@ -111,10 +111,10 @@ static int write_all(vm_qmp *q, const char *s, size_t len, int64_t deadline, kil
 	return 0;
 }
 
-/* Send a command and wait for the reply with our id; events go to the queue. */
-static json_t *transact(vm_qmp *q, const char *command, json_t *args, int64_t deadline, kiln_error **err)
+/* Send a command; returns its id, or -1. */
+static json_int_t send_cmd(vm_qmp *q, const char *command, json_t *args, int64_t deadline, kiln_error **err)
 {
-	json_t *req = json_object(), *ret = NULL;
+	json_t *req = json_object();
 	json_int_t id = ++q->next_id;
 	char *text;
 	int rc;
@@ -131,8 +131,14 @@ static json_t *transact(vm_qmp *q, const char *command, json_t *args, int64_t de
 	free(text);
 	rc = write_all(q, line.buf, line.len, deadline, err);
 	kiln_buf_free(&line);
-	if (rc < 0)
-		return NULL;
+	return rc < 0 ? -1 : id;
+}
+
+/* Wait for the reply to command id; events go to the queue. */
+static json_t *wait_reply(vm_qmp *q, const char *command, json_int_t id, int64_t deadline, kiln_error **err)
+{
+	json_t *ret = NULL;
+
 	for (;;) {
 		json_t *m = read_msg(q, deadline, err), *mid;
 		if (m == NULL)
@@ -160,12 +166,18 @@ static json_t *transact(vm_qmp *q, const char *command, json_t *args, int64_t de
 	}
 }
 
-vm_qmp *vm_qmp_connect(const char *socket_path, int timeout_ms, kiln_error **err)
+static json_t *transact(vm_qmp *q, const char *command, json_t *args, int64_t deadline, kiln_error **err)
+{
+	json_int_t id = send_cmd(q, command, args, deadline, err);
+
+	return id < 0 ? NULL : wait_reply(q, command, id, deadline, err);
+}
+
+/* Connect, retrying until QEMU has created the socket and accepts. */
+static vm_qmp *open_socket(const char *socket_path, int64_t deadline, kiln_error **err)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int64_t deadline = now_ms() + timeout_ms;
-	vm_qmp *q = NULL;
-	json_t *m = NULL, *ret = NULL;
+	vm_qmp *q;
 	int fd = -1;
 
 	if (strlen(socket_path) >= sizeof(sa.sun_path)) {
@@ -197,22 +209,59 @@ vm_qmp *vm_qmp_connect(const char *socket_path, int timeout_ms, kiln_error **err
 	q->path = kiln_xstrdup(socket_path);
 	q->in = (kiln_buf)KILN_BUF_INIT;
 	q->events = json_array();
-	if ((m = read_msg(q, deadline, err)) == NULL)
-		goto fail;
+	return q;
+}
+
+static int read_greeting(vm_qmp *q, int64_t deadline, kiln_error **err)
+{
+	json_t *m = read_msg(q, deadline, err);
+
+	if (m == NULL)
+		return -1;
 	if (!json_is_object(json_object_get(m, "QMP"))) {
-		kiln_err(err, KILN_E_INVALID, "QMP %s: the greeting has no \"QMP\" object", socket_path);
-		goto fail;
+		json_decref(m);
+		return kiln_err(err, KILN_E_INVALID, "QMP %s: the greeting has no \"QMP\" object", q->path);
 	}
 	q->greeting = m;
-	m = NULL;
-	if ((ret = transact(q, "qmp_capabilities", NULL, deadline, err)) == NULL)
-		goto fail;
+	return 0;
+}
+
+vm_qmp *vm_qmp_connect(const char *socket_path, int timeout_ms, kiln_error **err)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	vm_qmp *q = open_socket(socket_path, deadline, err);
+	json_t *ret = NULL;
+
+	if (q == NULL)
+		return NULL;
+	if (read_greeting(q, deadline, err) < 0 || (ret = transact(q, "qmp_capabilities", NULL, deadline, err)) == NULL) {
+		vm_qmp_close(q);
+		return NULL;
+	}
 	json_decref(ret);
 	return q;
-fail:
-	json_decref(m);
+}
+
+json_t *vm_qmp_run_once(const char *socket_path, const char *command, int timeout_ms, kiln_error **err)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	vm_qmp *q = open_socket(socket_path, deadline, err);
+	json_int_t caps, id;
+	json_t *ret = NULL, *r;
+
+	if (q == NULL)
+		return NULL;
+	/* QEMU reads commands in order once it has sent its greeting: both go
+	 * in one write, and the three answers come back in one go. */
+	if ((caps = send_cmd(q, "qmp_capabilities", NULL, deadline, err)) < 0 ||
+	    (id = send_cmd(q, command, NULL, deadline, err)) < 0 || read_greeting(q, deadline, err) < 0 ||
+	    (r = wait_reply(q, "qmp_capabilities", caps, deadline, err)) == NULL)
+		goto out;
+	json_decref(r);
+	ret = wait_reply(q, command, id, deadline, err);
+out:
 	vm_qmp_close(q);
-	return NULL;
+	return ret;
 }
 
 json_t *vm_qmp_execute(vm_qmp *q, const char *command, json_t *args, int timeout_ms, kiln_error **err)

@@ -74,6 +74,11 @@ typedef struct vm_qmp vm_qmp;
 /* Connect (retrying until the socket exists and accepts, within timeout_ms),
  * read the greeting and negotiate capabilities. */
 vm_qmp *vm_qmp_connect(const char *socket_path, int timeout_ms, kiln_error **err);
+/* Connect, run one command without arguments and close, in one round trip
+ * (the capabilities negotiation and the command are sent together): for a
+ * latency-critical single command such as a pool claim's `cont`.  Returns
+ * its "return" value (new reference). */
+json_t *vm_qmp_run_once(const char *socket_path, const char *command, int timeout_ms, kiln_error **err);
 /* Run a command; args may be NULL (borrowed).  Returns the "return" value (new
  * reference); a QMP error becomes a kiln_error "CMD: CLASS: DESC". */
 json_t *vm_qmp_execute(vm_qmp *q, const char *command, json_t *args, int timeout_ms, kiln_error **err);

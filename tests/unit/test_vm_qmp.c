@@ -43,8 +43,17 @@ static void test_real_qemu(void)
 	char *sock = kiln_path_join(tmpdir, "qemu.sock");
 	pid_t pid = start_qemu(sock);
 	kiln_error *err = NULL;
+	/* One command in one round trip (capabilities + command sent together),
+	 * then an ordinary session: QEMU serves one client at a time. */
+	json_t *r = vm_qmp_run_once(sock, "query-status", 10000, &err), *ev;
+	CHECK(r != NULL);
+	CHECK_STR(kiln_json_str(r, "status"), "prelaunch");
+	json_decref(r);
+	kiln_error_clear(&err);
+	r = vm_qmp_run_once(sock, "no-such-command", 5000, &err);
+	CHECK(r == NULL && err != NULL && err->kind == KILN_E_NOTFOUND);
+	kiln_error_clear(&err);
 	vm_qmp *q = vm_qmp_connect(sock, 10000, &err);
-	json_t *r, *ev;
 	int status;
 
 	CHECK(q != NULL);
