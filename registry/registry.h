@@ -180,7 +180,8 @@ struct reg_client_stats {
 	uint64_t connects;             /* new connections opened (the rest reused one) */
 };
 
-/* A client for one registry host (HOST[:PORT] as in struct reg_imgref). */
+/* A client for one registry host (HOST[:PORT] as in struct reg_imgref);
+ * used by one thread at a time (its parallelism is curl multi, not threads). */
 reg_client *reg_client_new(const char *host, const struct reg_client_opts *o, kiln_error **err);
 void reg_client_free(reg_client *c);
 const struct reg_client_stats *reg_client_stats(const reg_client *c);
