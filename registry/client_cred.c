@@ -1,12 +1,23 @@
 /* client_cred.c — registry credentials: `kiln login` writes them to
  * $KILN_HOME/auth.json (0600, docker's config.json shape), lookups also read
- * the files podman/skopeo and docker use.  Base64 through openssl. */
+ * the files podman/skopeo and docker use, including their credential helper
+ * programs (credHelpers, credsStore).  Base64 through openssl. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+extern char **environ;
+
+#define HELPER_TIMEOUT_MS 30000
 
 #include <openssl/evp.h>
 
@@ -68,6 +79,137 @@ static int host_match(const char *key, const char *host)
 	return m;
 }
 
+/* Write all of s to fd without dying of SIGPIPE if the reader is gone. */
+static void write_quiet(int fd, const char *s)
+{
+	sigset_t pipe_set, old;
+	struct timespec zero = { 0, 0 };
+	size_t left = strlen(s);
+
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	while (left) {
+		ssize_t n = write(fd, s, left);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		s += n;
+		left -= (size_t)n;
+	}
+	while (sigtimedwait(&pipe_set, NULL, &zero) > 0)
+		; /* consume a SIGPIPE raised meanwhile */
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* `docker-credential-NAME get` with HOST on stdin answers
+ * {"Username":…,"Secret":…}; a non-zero exit means "none".  Bounded in time
+ * and size; the helper's stderr is discarded. */
+static int helper_get(const char *name, const char *host, char **user, char **pass)
+{
+	char *prog = NULL, *argv[3] = { NULL, "get", NULL };
+	posix_spawn_file_actions_t fa;
+	kiln_buf out = KILN_BUF_INIT;
+	int in[2] = { -1, -1 }, from[2] = { -1, -1 }, st = 0, found = 0;
+	pid_t pid = -1;
+
+	for (const char *p = name; *p; p++)
+		if (!isalnum((unsigned char)*p) && !strchr("._-", *p)) {
+			kiln_warn("registry credentials: bad credential helper name \"%s\"", name);
+			return 0;
+		}
+	prog = kiln_xasprintf("docker-credential-%s", name);
+	argv[0] = prog;
+	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(from, O_CLOEXEC) < 0)
+		goto out;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+	posix_spawn_file_actions_adddup2(&fa, from[1], 1);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	int sr = posix_spawnp(&pid, prog, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	close(in[0]);
+	close(from[1]);
+	in[0] = from[1] = -1;
+	if (sr != 0) {
+		kiln_warn("registry credentials: cannot run %s: %s", prog, strerror(sr));
+		pid = -1;
+		goto out;
+	}
+	write_quiet(in[1], host);
+	close(in[1]);
+	in[1] = -1;
+	for (;;) {
+		struct pollfd pf = { .fd = from[0], .events = POLLIN };
+		char buf[4096];
+		int pr = poll(&pf, 1, HELPER_TIMEOUT_MS);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0) {
+			kiln_warn("registry credentials: %s did not answer in %d s", prog, HELPER_TIMEOUT_MS / 1000);
+			kill(pid, SIGKILL);
+			break;
+		}
+		ssize_t n = read(from[0], buf, sizeof(buf));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (out.len < 65536)
+			kiln_buf_add(&out, buf, (size_t)n);
+	}
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	pid = -1;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+		json_t *j = json_loadb(out.buf, out.len, 0, NULL);
+		const char *u = kiln_json_str(j, "Username"), *sec = kiln_json_str(j, "Secret");
+		if (u && sec && *sec) {
+			*user = kiln_xstrdup(u);
+			*pass = kiln_xstrdup(sec);
+			found = 1;
+		} else {
+			kiln_warn("registry credentials: %s answered without Username and Secret", prog);
+		}
+		json_decref(j);
+	}
+out:
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		if (in[i] >= 0)
+			close(in[i]);
+		if (from[i] >= 0)
+			close(from[i]);
+	}
+	if (out.len)
+		memset(out.buf, 0, out.len);
+	kiln_buf_free(&out);
+	free(prog);
+	return found;
+}
+
+/* A credential helper the file names for host: credHelpers, then credsStore. */
+static int lookup_helper(json_t *j, const char *host, char **user, char **pass)
+{
+	const char *key;
+	json_t *v;
+
+	json_object_foreach(json_object_get(j, "credHelpers"), key, v)
+		if (json_is_string(v) && host_match(key, host))
+			return helper_get(json_string_value(v), key, user, pass);
+	const char *store = kiln_json_str(j, "credsStore");
+	if (store && *store) {
+		/* docker keys Docker Hub as its legacy URL in the helpers too */
+		const char *as = is_hub(host) ? "https://index.docker.io/v1/" : host;
+		return helper_get(store, as, user, pass);
+	}
+	return 0;
+}
+
 /* Look in one file: 1 found, 0 not (missing or unreadable files are skipped
  * with a warning; they are other tools' files). */
 static int lookup_in(const char *path, const char *host, char **user, char **pass)
@@ -84,6 +226,10 @@ static int lookup_in(const char *path, const char *host, char **user, char **pas
 		kiln_warn("registry credentials: skipping %s: %s", path, kiln_error_message(e));
 		kiln_error_free(e);
 		return 0;
+	}
+	if (lookup_helper(j, host, user, pass)) {
+		json_decref(j);
+		return 1;
 	}
 	auths = json_object_get(j, "auths");
 	json_object_foreach(auths, key, v) {

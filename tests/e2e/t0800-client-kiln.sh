@@ -5,7 +5,7 @@
 # public repository, pull of an image skopeo pushed, FROM a registry pinned
 # by digest (moved tag re-resolves, same digest hits the cache), resumed
 # blob downloads (a partial file; a pull killed midway), a corrupted blob
-# refused, bad references, logout.
+# refused, bad references, a docker credential helper, logout.
 . tests/e2e/lib.sh
 . tests/e2e/registry-lib.sh
 
@@ -227,6 +227,20 @@ expect_grep "  ... the TLS error points at KILN_INSECURE_REGISTRIES" 'SSL.*KILN_
 expect_exit 0 "  ... and listed there, plain HTTP" env KILN_INSECURE_REGISTRIES="other:1, $HX" "$KILN" pull "$HX/team/app:v1"
 expect_exit 1 "push of an unknown local image" "$KILN" push nope:1 "$REG/team/x:1"
 expect_grep "  ... says so" 'no local image nope:1' "$T_TMP/err"
+
+# ---- credentials from a docker credential helper (credHelpers in ~/.docker/config.json)
+mkdir -p "$T_TMP/hb" "$T_TMP/hhome/.docker"
+cat >"$T_TMP/hb/docker-credential-kilne2e" <<EOF
+#!/bin/sh
+[ "\$1" = get ] || exit 2
+read -r host
+[ "\$host" = "$REG" ] && printf '{"Username":"ci","Secret":"%s"}' "$SECRET" && exit 0
+echo "credentials not found in native keychain" >&2; exit 1
+EOF
+chmod +x "$T_TMP/hb/docker-credential-kilne2e"
+printf '{"credHelpers": {"%s": "kilne2e"}}\n' "$REG" >"$T_TMP/hhome/.docker/config.json"
+expect_exit 0 "pull of a private repository with a credential helper" env HOME="$T_TMP/hhome" \
+	PATH="$T_TMP/hb:$PATH" KILN_HOME="$T_TMP/h8" "$KILN" pull "$REG/team/onbig:v1"
 
 # ---- logout
 export KILN_HOME=$H1

@@ -138,6 +138,45 @@ static void test_credentials(void)
 	free(hh);
 	free(dh);
 	free(cfg);
+	/* credential helpers: credHelpers for a host, credsStore for the rest */
+	char *bin = kiln_xasprintf("%s/bin", tmp), *helper = kiln_xasprintf("%s/docker-credential-kilntest", bin);
+	const char *script = "#!/bin/sh\n[ \"$1\" = get ] || exit 2\nread -r host\n"
+			     "case \"$host\" in helped.io:5000|https://index.docker.io/v1/) "
+			     "printf '{\"ServerURL\":\"%s\",\"Username\":\"hu\",\"Secret\":\"hs\"}' \"$host\";;\n"
+			     "*) echo 'credentials not found' >&2; exit 1;; esac\n";
+	const char *hdoc = "{\"credHelpers\":{\"helped.io:5000\":\"kilntest\"},\"credsStore\":\"kilntest\","
+			   "\"auths\":{\"plain.io\":{\"auth\":\"cDpx\"}}}";
+	char *path0 = getenv("PATH") ? kiln_xstrdup(getenv("PATH")) : kiln_xstrdup("/usr/bin:/bin");
+	char *path1 = kiln_xasprintf("%s:%s", bin, path0);
+	CHECK(kiln_mkdir_p(bin, 0755, &err) == 0);
+	CHECK(kiln_write_atomic(helper, script, strlen(script), 0755, &err) == 0);
+	char *hf = kiln_xasprintf("%s/helped.json", tmp);
+	CHECK(kiln_write_atomic(hf, hdoc, strlen(hdoc), 0600, &err) == 0);
+	setenv("PATH", path1, 1);
+	setenv("REGISTRY_AUTH_FILE", hf, 1);
+	CHECK(reg_auth_lookup("helped.io:5000", &u, &p, &err) == 1);
+	CHECK_STR(u, "hu");
+	CHECK_STR(p, "hs");
+	free(u);
+	free(p);
+	CHECK(reg_auth_lookup("docker.io", &u, &p, &err) == 1); /* credsStore, asked with docker's key */
+	CHECK_STR(u, "hu");
+	free(u);
+	free(p);
+	CHECK(reg_auth_lookup("plain.io", &u, &p, &err) == 1); /* the store has none: auths */
+	CHECK_STR(u, "p");
+	CHECK_STR(p, "q");
+	free(u);
+	free(p);
+	CHECK(reg_auth_lookup("none.io", &u, &p, &err) == 0);
+	setenv("PATH", path0, 1);
+	CHECK(reg_auth_lookup("helped.io:5000", &u, &p, &err) == 0); /* helper missing: a warning, no credentials */
+	unsetenv("REGISTRY_AUTH_FILE");
+	free(bin);
+	free(helper);
+	free(hf);
+	free(path0);
+	free(path1);
 	CHECK(reg_auth_remove("reg.io:5000", &err) == 0);
 	CHECK(reg_auth_lookup("reg.io:5000", &u, &p, &err) == 0);
 	CHECK(reg_auth_remove("reg.io:5000", &err) < 0 && err->kind == KILN_E_NOTFOUND);
