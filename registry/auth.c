@@ -67,12 +67,15 @@ static void mac(const unsigned char key[32], int64_t id, int64_t exp, char out[6
 }
 
 /* Looks a secret up: 1 valid (id, scopes set), 0 unknown or expired, -1 error. */
-static int lookup_secret(reg_db *db, const char *secret, int64_t *id, char **scopes, kiln_error **err)
+static int lookup_secret(reg_server *srv, const char *secret, int64_t *id, char **scopes, kiln_error **err)
 {
+	reg_db *db = srv->db;
 	char h[KILN_DIGEST_MAX];
 	sqlite3_stmt *st;
 	int ret = -1, rc;
 
+	if (srv->store.use_s3)
+		return reg_s3a_lookup_secret(&srv->store, secret, id, scopes, err);
 	kiln_digest_buf(KILN_SHA256, secret, strlen(secret), h);
 	pthread_mutex_lock(&db->lock);
 	st = reg_db_prep(db, "SELECT id, scopes FROM tokens WHERE hash = ? AND (expires = 0 OR expires > ?)", err);
@@ -128,6 +131,8 @@ static int check_issued(reg_req *r, const char *tok, kiln_error **err)
 	r->tok_id = id;
 	if (id == 0)
 		return 1; /* anonymous token: valid, grants nothing beyond public pulls */
+	if (r->srv->store.use_s3)
+		return reg_s3a_lookup_id(&r->srv->store, id, &r->scopes, err);
 	return lookup_id(r->srv->db, id, &r->scopes, err);
 }
 
@@ -143,10 +148,10 @@ static int identify(reg_req *r, kiln_error **err)
 	if (strncasecmp(h, "Bearer ", 7) == 0) {
 		const char *tok = h + 7;
 		ret = strncmp(tok, "kt1.", 4) == 0 ? check_issued(r, tok, err)
-						   : lookup_secret(r->srv->db, tok, &r->tok_id, &r->scopes, err);
+						   : lookup_secret(r->srv, tok, &r->tok_id, &r->scopes, err);
 	} else if (strncasecmp(h, "Basic ", 6) == 0) {
 		user = MHD_basic_auth_get_username_password(r->conn, &pass);
-		ret = pass ? lookup_secret(r->srv->db, pass, &r->tok_id, &r->scopes, err) : 0;
+		ret = pass ? lookup_secret(r->srv, pass, &r->tok_id, &r->scopes, err) : 0;
 		MHD_free(user);
 		MHD_free(pass);
 	} else {
@@ -243,7 +248,7 @@ int reg_auth_allows(reg_req *r, const char *repo, enum reg_action a)
 		return 1;
 	if (a != REG_PULL)
 		return 0;
-	pub = reg_db_repo_public(r->srv->db, repo, &err);
+	pub = r->srv->store.use_s3 ? reg_s3a_public(&r->srv->store, repo, &err) : reg_db_repo_public(r->srv->db, repo, &err);
 	kiln_error_free(err);
 	return pub == 1;
 }

@@ -287,6 +287,14 @@ int reg_set_public(const struct reg_config *c, const char *repo, int public_, ki
 
 	if (!reg_name_valid(repo))
 		return kiln_err(err, KILN_E_INVALID, "invalid repository name '%s'", repo);
+	if (c->s3_endpoint) {
+		reg_store store;
+		if (reg_store_open(&store, c, err) < 0)
+			return -1;
+		ret = reg_s3a_set_public(&store, repo, public_, err);
+		reg_store_close(&store);
+		return ret;
+	}
 	db = reg_db_open_cfg(c, err);
 	if (db == NULL)
 		return -1;

@@ -282,6 +282,16 @@ int reg_s3m_catalog(const reg_store *st, const char *last, long n, kiln_strv *ou
 int reg_s3m_referrers(const reg_store *st, const char *repo, const char *subject, const char *artifact_type,
 		      json_t *out, kiln_error **err);
 int reg_s3m_history(const reg_store *st, const char *repo, const char *tag, kiln_buf *out, kiln_error **err);
+/* Tokens, the issued-token key and public flags in the bucket (auth_s3.c). */
+int reg_s3a_key(const reg_store *st, unsigned char key[32], kiln_error **err);
+int reg_s3a_lookup_secret(const reg_store *st, const char *secret, int64_t *id, char **scopes, kiln_error **err);
+int reg_s3a_lookup_id(const reg_store *st, int64_t id, char **scopes, kiln_error **err);
+int reg_s3a_token_put(const reg_store *st, const char *label, const char *hash, const char *scopes, int64_t expires,
+		      kiln_error **err);
+int reg_s3a_token_list(const reg_store *st, kiln_buf *out, kiln_error **err);
+int reg_s3a_token_revoke(const reg_store *st, const char *label, kiln_error **err);
+int reg_s3a_public(const reg_store *st, const char *repo, kiln_error **err);
+int reg_s3a_set_public(const reg_store *st, const char *repo, int public_, kiln_error **err);
 /* gc's side of the pin/tomb protocol (gc_s3.c). */
 int reg_s3m_gc(const reg_store *st, const struct reg_config *c, int dry_run, struct reg_gc_stats *stats,
 	       kiln_error **err);

@@ -63,6 +63,17 @@ int reg_token_create(const struct reg_config *c, const char *label, const char *
 	for (size_t i = 0; i < sizeof(rnd); i++)
 		snprintf(secret + 5 + 2 * i, 3, "%02x", rnd[i]);
 	kiln_digest_buf(KILN_SHA256, secret, strlen(secret), h);
+	if (c->s3_endpoint) {
+		reg_store store;
+		if (reg_store_open(&store, c, err) < 0)
+			goto out;
+		rc = reg_s3a_token_put(&store, label, h, sc.buf, ttl_s > 0 ? reg_db_now() + ttl_s : 0, err);
+		reg_store_close(&store);
+		if (rc == 0)
+			*token_out = kiln_xstrdup(secret);
+		ret = rc;
+		goto out;
+	}
 	db = reg_db_open_cfg(c, err);
 	if (db == NULL)
 		goto out;
@@ -92,12 +103,28 @@ out:
 	return ret;
 }
 
+/* With the S3 backend the tokens are in the bucket, for every replica. */
+static int with_s3(const struct reg_config *c, const char *label, kiln_buf *out, kiln_error **err)
+{
+	reg_store store;
+	int ret;
+
+	if (reg_store_open(&store, c, err) < 0)
+		return -1;
+	ret = label ? reg_s3a_token_revoke(&store, label, err) : reg_s3a_token_list(&store, out, err);
+	reg_store_close(&store);
+	return ret;
+}
+
 int reg_token_list(const struct reg_config *c, kiln_buf *out, kiln_error **err)
 {
-	reg_db *db = reg_db_open_cfg(c, err);
+	reg_db *db;
 	sqlite3_stmt *st = NULL;
 	int ret = -1, rc;
 
+	if (c->s3_endpoint)
+		return with_s3(c, NULL, out, err);
+	db = reg_db_open_cfg(c, err);
 	if (db == NULL)
 		return -1;
 	st = reg_db_prep(db, "SELECT label, scopes, created, expires FROM tokens ORDER BY label", err);
@@ -123,10 +150,13 @@ out:
 
 int reg_token_revoke(const struct reg_config *c, const char *label, kiln_error **err)
 {
-	reg_db *db = reg_db_open_cfg(c, err);
+	reg_db *db;
 	sqlite3_stmt *st = NULL;
 	int ret = -1;
 
+	if (c->s3_endpoint)
+		return with_s3(c, label, NULL, err);
+	db = reg_db_open_cfg(c, err);
 	if (db == NULL)
 		return -1;
 	st = reg_db_prep(db, "DELETE FROM tokens WHERE label = ?", err);

@@ -27,8 +27,8 @@ cat >s3.json <<EOC
 {"s3": {"endpoint": "$RGW_ENDPOINT", "bucket": "shared", "access_key": "$RGW_ACCESS", "secret_key": "$RGW_SECRET"},
  "gc_grace_s": 0, "gc_pin_s": 2, "upload_expiry_s": 0}
 EOC
-start() { # NAME -> sets NAME=host:port
-	reg_start "$T_TMP/data$1" --config s3.json || { not_ok "replica $1 starts"; exit 1; }
+start() { # NAME [CONFIG] -> sets NAME=host:port
+	reg_start "$T_TMP/data$1" --config "${2:-s3.json}" || { not_ok "replica $1 starts"; exit 1; }
 	PIDS+=("$REG_PID"); REG_PID=
 	eval "$1=$REG"
 }
@@ -36,6 +36,7 @@ start A
 start B
 ok "two replicas on one bucket: A=$A B=$B"
 S="skopeo --command-timeout 120s"
+OM_TYPE=application/vnd.oci.image.manifest.v1+json
 umoci init --layout img >/dev/null && umoci new --image img:v1 >/dev/null
 head -c 3000000 /dev/urandom >l1; head -c 3000 /dev/urandom >l2
 for f in l1 l2; do umoci insert --image img:v1 "$f" "/$f" >/dev/null; done
@@ -175,6 +176,42 @@ rc=$?
 sed -n 's/^\(not \)\{0,1\}ok - /&s3gc: /p; /^#/p' s3gc.out
 expect_eq "test_registry_s3gc exits 0" "$rc" 0
 expect_grep "the live race ran" '^ok - test_race' s3gc.out
+
+# ---- auth through the bucket: tokens, the issued-token key, public flags
+sed 's/"bucket": "shared"/"bucket": "authed"/; s/"gc_grace_s"/"auth": true, "gc_grace_s"/' s3.json >auth.json
+start P auth.json
+start Q auth.json
+expect_exit 0 "kiln token create on the bucket (no replica's data dir)" "$KILN" token create --data dataT --config auth.json --scope team:pull,push,delete ci
+SEC=$(cat out)
+expect_exit 0 "kiln token ls on the bucket" "$KILN" token ls --data dataT --config auth.json
+expect_grep "token listed" '^ci +team:pull,push,delete' out
+U=http://$P
+req GET /v2/team/x/tags/list
+expect_code "anonymous on P" 401
+U=http://$Q
+req GET /v2/team/x/tags/list -H "Authorization: Bearer $SEC"
+expect_error "the secret works on Q" 404 NAME_UNKNOWN
+U=http://$P
+req GET "/token?service=kiln&scope=repository:team/x:pull" -u "any:$SEC"
+TOK=$(jq -r .token body)
+U=http://$Q
+req GET /v2/team/x/tags/list -H "Authorization: Bearer $TOK"
+expect_error "a token issued by P works on Q" 404 NAME_UNKNOWN
+expect_exit 0 "skopeo push to P with the secret" $S copy --dest-tls-verify=false --dest-creds "x:$SEC" oci:img:v1 "docker://$P/team/app:v1"
+rm -rf apulled
+expect_exit 0 "skopeo pull from Q with the secret" $S copy --src-tls-verify=false --src-creds "x:$SEC" "docker://$Q/team/app:v1" oci:apulled:v1
+req GET /v2/team/app/manifests/v1
+expect_code "anonymous pull of a private repository on Q" 401
+expect_exit 0 "kiln registry public on the bucket" "$KILN" registry public --data dataT --config auth.json team/app
+req GET /v2/team/app/manifests/v1 -H "Accept: $OM_TYPE"
+expect_code "anonymous pull once public, on Q" 200
+expect_exit 0 "kiln token revoke on the bucket" "$KILN" token revoke --data dataT --config auth.json ci
+U=http://$P
+req GET /v2/team/x/tags/list -H "Authorization: Bearer $SEC"
+expect_code "the revoked secret on P" 401
+U=http://$Q
+req GET /v2/team/x/tags/list -H "Authorization: Bearer $TOK"
+expect_code "the token P issued, revoked, on Q" 401
 
 # ---- the conformance suites, with the repositories in the bucket
 for t in t0701-registry-api t0707-registry-conformance; do
