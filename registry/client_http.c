@@ -40,6 +40,9 @@ reg_client *reg_client_new(const char *host, const struct reg_client_opts *o, ki
 	c->retries = o->retries ? o->retries : env && *env ? (unsigned)atoi(env) : 4;
 	c->timeout_s = o->timeout_s ? o->timeout_s : 30;
 	c->max_rate = o->max_rate;
+	const char *ca = getenv("KILN_REGISTRY_CA_FILE");
+	if (ca && *ca)
+		c->ca_file = kiln_xstrdup(ca);
 	if (o->user) {
 		c->user = kiln_xstrdup(o->user);
 		c->pass = kiln_xstrdup(o->pass ? o->pass : "");
@@ -74,6 +77,7 @@ void reg_client_free(reg_client *c)
 	free(c->tokens);
 	free(c->host);
 	free(c->base);
+	free(c->ca_file);
 	free(c->user);
 	if (c->pass)
 		memset(c->pass, 0, strlen(c->pass));
@@ -324,6 +328,8 @@ void reg_http_setup(struct reg_http *r, CURL *h)
 		curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 256L * 1024);
 	}
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "kiln/" KILN_VERSION);
+	if (r->c->ca_file)
+		curl_easy_setopt(h, CURLOPT_CAINFO, r->c->ca_file);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->errbuf);
 	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
@@ -410,8 +416,10 @@ static const char *transport_error(const struct reg_http *r)
 /* What to try when TLS fails: the usual cause is a plain-HTTP registry. */
 static const char *tls_hint(const struct reg_http *r)
 {
-	if (r->cr == CURLE_SSL_CONNECT_ERROR || r->cr == CURLE_PEER_FAILED_VERIFICATION)
+	if (r->cr == CURLE_SSL_CONNECT_ERROR)
 		return " (a plain-HTTP registry? list it in KILN_INSECURE_REGISTRIES)";
+	if (r->cr == CURLE_PEER_FAILED_VERIFICATION || r->cr == CURLE_SSL_CACERT_BADFILE)
+		return " (certificate not trusted: KILN_REGISTRY_CA_FILE may name the CA bundle to trust)";
 	return "";
 }
 

@@ -319,6 +319,7 @@ struct reg_client {
 	CURL *easy;    /* for synchronous requests */
 	unsigned retries, timeout_s;
 	uint64_t max_rate;
+	char *ca_file; /* $KILN_REGISTRY_CA_FILE: trust these CAs instead of the system's */
 	struct reg_client_stats stats;
 };
 

@@ -3,28 +3,33 @@
 # docker-registry (distribution 2.8): push (monolithic and PATCH chunks) and
 # pull with digests equal to what skopeo sees, an image skopeo pushed pulled
 # by kiln (OCI and Docker schema 2, built on and pushed back), resume with
-# Range, and htpasswd (Basic challenge) login.
+# Range, HTTPS (certificate refused, then trusted with KILN_REGISTRY_CA_FILE)
+# and htpasswd (Basic challenge) login.
 . tests/e2e/lib.sh
 
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$T_TMP"' EXIT
 export SOURCE_DATE_EPOCH=1700000000 KILN_REGISTRY_RETRIES=1
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-start_distribution() { # NAME [AUTH-YAML] -> sets ADDR
-	local port d="$T_TMP/$1"; port=$(free_port)
+start_distribution() { # NAME [AUTH-YAML | TLS-YAML https] -> sets ADDR
+	local port d="$T_TMP/$1" scheme=${3:-http} auth=${2:-} tls=
+	port=$(free_port)
+	[ "$scheme" = https ] && { tls=$auth; auth=; }
 	mkdir -p "$d"
 	cat >"$d.yml" <<EOC
 version: 0.1
 log: {level: error, accesslog: {disabled: true}}
 storage:
   filesystem: {rootdirectory: $d}
-http: {addr: "127.0.0.1:$port"}
-${2:-}
+http:
+    addr: "127.0.0.1:$port"
+$tls
+$auth
 EOC
 	docker-registry serve "$d.yml" 2>"$d.log" &
 	PIDS+=($!); ADDR=127.0.0.1:$port
 	for _ in $(seq 1 200); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://$ADDR/v2/")" != 000 ] && return 0
+		[ "$(curl -sk -o /dev/null -w '%{http_code}' "$scheme://$ADDR/v2/")" != 000 ] && return 0
 		sleep 0.05
 	done
 	echo "# docker-registry did not start"; sed 's/^/#   /' "$d.log"; return 1
@@ -88,6 +93,23 @@ MOVED=$(grep '"progress"' "$T_TMP/out" | tail -1 | jq .bytes_moved)
 expect_eq "  ... intact" "sha256:$(sha256sum "$KILN_HOME/blobs/sha256/${LAYER#sha256:}" | cut -d' ' -f1)" "$LAYER"
 expect_exit 1 "a missing tag" "$KILN" pull "$R/a/one:nope"
 expect_grep "  ... MANIFEST_UNKNOWN from distribution" 'HTTP 404 MANIFEST_UNKNOWN' "$T_TMP/err"
+
+# HTTPS: a host name kiln does not take for loopback (0x7f000001 is 127.0.0.1,
+# which curl checks the certificate against), a self-signed certificate,
+# trusted through KILN_REGISTRY_CA_FILE
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=0x7f000001 -addext subjectAltName=DNS:0x7f000001,IP:127.0.0.1 \
+	-keyout "$T_TMP/tls.key" -out "$T_TMP/tls.crt" 2>/dev/null
+start_distribution tls "    tls: {certificate: $T_TMP/tls.crt, key: $T_TMP/tls.key}" https ||
+	{ not_ok "docker-registry with TLS starts"; exit 1; }
+TH="0x7f000001:${ADDR#127.0.0.1:}"
+export KILN_HOME=$H1
+expect_exit 1 "HTTPS with an untrusted certificate is refused" "$KILN" push two:1 "$TH/t/two:v1"
+expect_grep "  ... saying why" 'certificate.*KILN_REGISTRY_CA_FILE' "$T_TMP/err"
+expect_exit 0 "push over HTTPS with the CA trusted" env KILN_REGISTRY_CA_FILE="$T_TMP/tls.crt" "$KILN" push two:1 "$TH/t/two:v1"
+expect_exit 0 "  ... skopeo sees it" skopeo inspect --tls-verify=false "docker://$ADDR/t/two:v1"
+expect_eq "  ... same digest" "$(jq -r .Digest "$T_TMP/out")" "$L2"
+expect_exit 0 "pull over HTTPS" env KILN_REGISTRY_CA_FILE="$T_TMP/tls.crt" KILN_HOME="$T_TMP/h5" "$KILN" pull "$TH/t/two:v1"
+expect_eq "  ... same digest" "$(cat "$T_TMP/out")" "$L2"
 
 # htpasswd: the Basic challenge
 HASH=$(python3 -c 'import crypt; print(crypt.crypt("s3cret", crypt.mksalt(crypt.METHOD_BLOWFISH)))' 2>/dev/null)
