@@ -72,6 +72,11 @@ moved2=$(json_of "$T_TMP/push2.json" bytes_moved)
 total2=$(json_of "$T_TMP/push2.json" bytes_total)
 echo "# v1: $moved1 of $total1 bytes pushed; v2: $moved2 of $total2 bytes pushed"
 expect_grep "the summary line reports the bytes sent" "push template .*app:v2: sent .* of .*blobs" "$T_TMP/err"
+script -qec "$KILN push app:v2 $REG/team/app:tty" /dev/null >"$T_TMP/tty" 2>&1
+expect_grep "on a terminal the push draws progress (blobs, bytes, rate)" 'push template: [0-9]+/[0-9]+ blobs.*/s' "$T_TMP/tty"
+"$KILN" push app:v2 "$REG/team/app:quiet" >"$T_TMP/quiet" 2>"$T_TMP/quiet.err"
+expect_eq "without a terminal: the digest on stdout, one summary line on stderr" \
+	"$(wc -l <"$T_TMP/quiet") $(wc -l <"$T_TMP/quiet.err")" "1 1"
 if [ "$moved2" -lt $((total2 / 3)) ]; then ok "v2 sends a fraction of the template ($moved2 of $total2 bytes)"
 else not_ok "v2 sends a fraction of the template ($moved2 of $total2 bytes)"; fi
 
