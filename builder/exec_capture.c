@@ -88,10 +88,12 @@ out:
 	return rc;
 }
 
-int build_layer_plain_tar(build_store *s, const struct build_layer *l, const char *out, kiln_error **err)
+/* One layer's entries into w under "PREFIX/"; 1 if it holds whiteouts. */
+static int append_layer(build_store *s, const struct build_layer *l, const char *prefix, struct archive *w,
+			const char *out, kiln_error **err)
 {
 	char *blob = build_store_blob_path(s, l->digest);
-	struct archive *a = archive_read_new(), *w = archive_write_new();
+	struct archive *a = archive_read_new();
 	struct archive_entry *e;
 	const void *buf;
 	size_t len;
@@ -100,12 +102,18 @@ int build_layer_plain_tar(build_store *s, const struct build_layer *l, const cha
 
 	archive_read_support_filter_all(a);
 	archive_read_support_format_tar(a);
-	archive_write_set_format_pax_restricted(w);
 	if (archive_read_open_filename(a, blob, 65536) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_INVALID, "layer %s: %s", l->digest, archive_error_string(a));
 		goto out;
 	}
-	if (archive_write_open_filename(w, out) != ARCHIVE_OK) {
+	/* the layer's own directory, so an empty layer still makes one */
+	e = archive_entry_new();
+	archive_entry_set_pathname(e, prefix);
+	archive_entry_set_filetype(e, AE_IFDIR);
+	archive_entry_set_perm(e, 0755);
+	r = archive_write_header(w, e);
+	archive_entry_free(e);
+	if (r != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
 		goto out;
 	}
@@ -121,12 +129,15 @@ int build_layer_plain_tar(build_store *s, const struct build_layer *l, const cha
 			free(rel);
 			continue;
 		}
-		archive_entry_set_pathname(e, rel);
+		char *name = kiln_xasprintf("%s/%s", prefix, rel);
+		archive_entry_set_pathname(e, name);
+		free(name);
 		free(rel);
 		if (archive_entry_hardlink(e)) {
-			char *h = build_layer_path(archive_entry_hardlink(e));
-			archive_entry_set_hardlink(e, h);
+			char *h = build_layer_path(archive_entry_hardlink(e)), *hn = kiln_xasprintf("%s/%s", prefix, h);
+			archive_entry_set_hardlink(e, hn);
 			free(h);
+			free(hn);
 		}
 		if (archive_write_header(w, e) != ARCHIVE_OK) {
 			kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
@@ -146,15 +157,35 @@ int build_layer_plain_tar(build_store *s, const struct build_layer *l, const cha
 		kiln_err(err, KILN_E_INVALID, "layer %s: %s", l->digest, archive_error_string(a));
 		goto out;
 	}
+	rc = 0;
+out:
+	archive_read_free(a);
+	free(blob);
+	return rc;
+}
+
+int build_layers_plain_tar(build_store *s, const struct build_layer *layers, const char *const *prefixes, size_t n,
+			   const char *out, kiln_error **err)
+{
+	struct archive *w = archive_write_new();
+	int rc = -1;
+
+	archive_write_set_format_pax_restricted(w);
+	if (archive_write_open_filename(w, out) != ARCHIVE_OK) {
+		kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		if ((rc = append_layer(s, &layers[i], prefixes[i], w, out, err)) != 0)
+			goto out;
+	rc = -1;
 	if (archive_write_close(w) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
 		goto out;
 	}
 	rc = 0;
 out:
-	archive_read_free(a);
 	archive_write_free(w);
-	free(blob);
 	return rc;
 }
 

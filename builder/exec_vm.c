@@ -211,25 +211,29 @@ static int usable(build_exec_session *s, const struct build_run_request *req)
  * become lower directories.  1 when one has whiteouts: the caller reboots. */
 static int sync_layers(build_exec_session *s, const struct build_run_request *req, kiln_error **err)
 {
-	for (size_t i = s->synced.n; i < req->n_layers; i++) {
-		char *tar = kiln_xasprintf("%s/sync.tar", req->scratch);
-		char *rel = kiln_xasprintf("l%u", s->seq++);
-		char *gdir = kiln_xasprintf("%s/%s", s->work, rel);
-		int rc = build_layer_plain_tar(req->store, &req->layers[i], tar, err);
-		if (rc == 0)
-			rc = build_upload_tar_file(s->conn, tar, gdir, err);
-		unlink(tar);
-		free(tar);
-		free(gdir);
-		if (rc == 0) {
-			kiln_strv_push(&s->lowers, rel);
+	kiln_strv names = KILN_STRV_INIT;
+	size_t first = s->synced.n;
+	char *tar = kiln_xasprintf("%s/sync.tar", req->scratch);
+	int rc = 0;
+
+	if (first >= req->n_layers)
+		goto out;
+	/* one tar for all of them: one guest tar process (each costs under TCG) */
+	for (size_t i = first; i < req->n_layers; i++)
+		kiln_strv_push_owned(&names, kiln_xasprintf("l%u", s->seq++));
+	rc = build_layers_plain_tar(req->store, req->layers + first, (const char *const *)names.v, names.n, tar, err);
+	if (rc == 0)
+		rc = build_upload_tar_file(s->conn, tar, s->work, err);
+	if (rc == 0)
+		for (size_t i = first; i < req->n_layers; i++) {
+			kiln_strv_push(&s->lowers, names.v[i - first]);
 			kiln_strv_push(&s->synced, req->layers[i].digest);
 		}
-		free(rel);
-		if (rc != 0)
-			return rc;
-	}
-	return 0;
+out:
+	unlink(tar);
+	free(tar);
+	kiln_strv_free(&names);
+	return rc;
 }
 
 /* The step's overlay, its /proc /sys /dev and resolv.conf, and its mounts.

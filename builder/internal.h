@@ -28,10 +28,11 @@ typedef struct guest_conn guest_conn;
  * OCI whiteouts; the runtime's /etc/resolv.conf, hosts, hostname left out. */
 int build_upper_changes(guest_conn *conn, const char *guest_upper, const char *dir, struct build_changes *ch,
 			kiln_error **err);
-/* A layer blob as an uncompressed tar at `out` for the guest to extract;
- * returns 1 (nothing usable) when it holds whiteouts, which a plain
- * directory cannot express. */
-int build_layer_plain_tar(build_store *s, const struct build_layer *l, const char *out, kiln_error **err);
+/* Layer blobs as one uncompressed tar at `out` for the guest to extract,
+ * layer i under the directory prefixes[i]; returns 1 (nothing usable) when
+ * one holds whiteouts, which a plain directory cannot express. */
+int build_layers_plain_tar(build_store *s, const struct build_layer *layers, const char *const *prefixes, size_t n,
+			   const char *out, kiln_error **err);
 int build_upload_tar_file(guest_conn *conn, const char *tar, const char *guest_dir, kiln_error **err);
 
 /* The build driver's state (build.c), shared with the RUN step (run.c). */
