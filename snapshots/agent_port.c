@@ -1,9 +1,7 @@
-/* agent_port.c — which of a sandbox's agent ports a host client talks to.
- * QEMU's socket chardev serves one client at a time, so a VM has
- * VM_AGENT_PORTS ports, each with its own agent in the guest; a client holds
- * an flock on the port's lock file in the sandbox directory for as long as it
- * is connected (the kernel drops it when the client dies), and takes the
- * first free port — so that many execs run at once; more wait for a port. */
+/* agent_port.c — which of a sandbox's agent ports (one agent each) a host
+ * client talks to: QEMU's socket chardev serves one client at a time, so a
+ * client holds an flock on its port's lock file while connected and takes
+ * the first free port; more clients than ports wait for one. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>

@@ -1,9 +1,7 @@
-/* pool.c — sandboxes restored ahead of time.  Under TCG a restore's cost is
- * QEMU's start and the guest translating, afresh, every code path it runs
- * after resuming; a pooled sandbox has done both (restored, one warm-up exec,
- * paused), so a claim is `cont`, a handshake and the identity exec.  A claim
- * is one atomic rename of the pool mark; fills of one template are serialised
- * by a lock on its pool record ($KILN_HOME/snapshots/pools/HEX = the size). */
+/* pool.c — sandboxes restored ahead of time: restored, warmed up (TCG has
+ * translated what a first command runs), paused; a claim is one atomic
+ * rename of the pool mark, then `cont`, a handshake and IDENTITY.  Fills of a
+ * template are serialised by a lock on its record (snapshots/pools/HEX). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,8 +1,7 @@
 /* machine.c — the part of QEMU's command line that a boot and a restore of
- * its snapshot share: machine, accelerator, CPU, memory backend, devices in
- * their order (virtio-mmio slots follow it), sockets and console.  One
- * function builds it for both, so a restore cannot drift from the boot that
- * made the snapshot; vm_machine_signature names it in the snapshot's record. */
+ * its snapshot share (machine, CPU, memory backend, devices in their order,
+ * sockets, console), built by one function so a restore cannot drift from
+ * the boot; vm_machine_signature names it in the snapshot's record. */
 #include <stdlib.h>
 
 #include "guest/guest.h"

@@ -1,8 +1,7 @@
 /* snapshot.c — the VM side of snapshots: saving a paused guest's device state
- * with x-ignore-shared (the RAM file stays where it is), the command line of a
- * QEMU that restores it (machine.c's options as a boot has them, RAM mapped
- * private copy-on-write, `-incoming defer`) and loading the state into it
- * over QMP. */
+ * with x-ignore-shared (the RAM file stays put), the command line of a QEMU
+ * that restores it (machine.c's options, RAM mapped private copy-on-write,
+ * `-incoming defer`) and loading the state into it over QMP. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

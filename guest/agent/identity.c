@@ -1,9 +1,7 @@
 /* identity.c — IDENTITY: what a guest restored from a snapshot must not share
- * with its siblings or keep from the past.  The wall clock (it stood still
- * while the snapshot was stored), the hostname, and fresh entropy from the
- * host, credited and followed by a forced CRNG reseed: without it every
- * sandbox of a template hands out the same "random" bytes until the kernel's
- * next scheduled reseed. */
+ * with its siblings or keep from the past — wall clock, hostname, and the
+ * kernel's random state (fresh host entropy, credited, then a forced CRNG
+ * reseed: otherwise every sandbox of a template reads the same bytes). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
