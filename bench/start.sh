@@ -56,7 +56,8 @@ def first_output(argv, t0=None, want_err=False):
 TIME_RE = re.compile(r"started in ([0-9.]+) ms from the pool \(check ([0-9.]+), qemu [0-9.]+, cont ([0-9.]+), "
                      r"agent ([0-9.]+), setup [0-9.]+\); first output ([0-9.]+) ms")
 phases = {k: [] for k in ("kiln process start + output delivery", "template check", "claim (state, pool scan)",
-                          "QMP cont", "agent connect + HELLO", "IDENTITY + EXEC to first output")}
+                          "QMP cont", "agent connect (HELLO not awaited)",
+                          "HELLO + IDENTITY + EXEC to first output")}
 
 def loadavg():
     return open("/proc/loadavg").read().split()[:3]
@@ -91,8 +92,8 @@ for i in range(starts):
         phases["template check"].append(check)
         phases["claim (state, pool scan)"].append(total - check - cont - agent)
         phases["QMP cont"].append(cont)
-        phases["agent connect + HELLO"].append(agent)
-        phases["IDENTITY + EXEC to first output"].append(first - total)
+        phases["agent connect (HELLO not awaited)"].append(agent)
+        phases["HELLO + IDENTITY + EXEC to first output"].append(first - total)
 
 create_first = []
 for i in range(max(1, starts // 2)):
@@ -110,7 +111,7 @@ RESTORE_RE = re.compile(r"started in ([0-9.]+) ms \(check ([0-9.]+), qemu ([0-9.
                         r"agent ([0-9.]+), setup [0-9.]+\); first output ([0-9.]+) ms")
 restore_first = []
 rphases = {k: [] for k in ("QEMU process start until QMP answers", "state load (RAM mapped, not read)",
-                           "guest resume until the agent's HELLO", "IDENTITY + EXEC to first output (cold TCG)")}
+                           "agent connect (HELLO not awaited)", "HELLO + IDENTITY + EXEC to first output (cold TCG)")}
 for i in range(max(1, starts // 5)):
     f, _, err = first_output([K, "run", "--time", "web", "--", "echo", "hi"], want_err=True)
     restore_first.append(f)

@@ -134,6 +134,9 @@ static void dispatch(guest_conn *c, const struct guest_frame *f)
 	const char *why = NULL;
 	char tn[8];
 
+	/* Whatever precedes the agent's HELLO belongs to an earlier session. */
+	if (!c->have_hello && f->type != GUEST_F_HELLO)
+		return;
 	switch (f->type) {
 	case GUEST_F_HELLO:
 		if (c->have_hello)
@@ -143,6 +146,11 @@ static void dispatch(guest_conn *c, const struct guest_frame *f)
 			return;
 		}
 		c->have_hello = true;
+		if (c->late_hello && c->hello.version != GUEST_PROTO_VERSION)
+			set_broken(c, KILN_E_INVALID,
+				   "the agent (%s) speaks protocol version %u, this kiln speaks %u: rebuild the guest "
+				   "image with a matching kiln-agent",
+				   c->hello.agent ? c->hello.agent : "unknown", c->hello.version, GUEST_PROTO_VERSION);
 		return;
 	case GUEST_F_ERROR: {
 		struct guest_error_msg m;
@@ -228,11 +236,18 @@ int gc_pump(guest_conn *c, uint64_t deadline, kiln_error **err)
 
 	if (gc_check(c, err) < 0)
 		return -1;
+	if (c->late_hello && !c->have_hello && c->hello_deadline < deadline)
+		deadline = c->hello_deadline;
 	r = poll(&pfd, 1, poll_ms(deadline));
 	if (r < 0 && errno != EINTR)
 		return kiln_err_errno(err, errno, "agent connection: poll");
-	if (r <= 0)
+	if (r <= 0) {
+		if (c->late_hello && !c->have_hello && gc_now() >= c->hello_deadline) {
+			set_broken(c, KILN_E_IO, "no HELLO from the agent in time (is the guest running?)");
+			return gc_check(c, err);
+		}
 		return 0;
+	}
 	space = guest_framer_space(&c->in, &room);
 	if (space == NULL)
 		return kiln_err(err, KILN_E_IO, "agent connection: out of buffer space");
@@ -249,6 +264,8 @@ int gc_pump(guest_conn *c, uint64_t deadline, kiln_error **err)
 		dispatch(c, &f);
 	if (!c->broken && r < 0)
 		set_broken(c, KILN_E_INVALID, "agent protocol: %s", why);
+	if (c->late_hello && !c->have_hello && gc_now() >= c->hello_deadline)
+		set_broken(c, KILN_E_IO, "no HELLO from the agent in time (is the guest running?)");
 	return gc_check(c, err);
 }
 
@@ -341,16 +358,15 @@ fail:
 	return NULL;
 }
 
-guest_conn *guest_connect(const char *socket_path, int timeout_ms, kiln_error **err)
+/* Connect to the socket, retrying while it does not exist or refuses; the fd or -1. */
+static int connect_socket(const char *socket_path, uint64_t deadline, kiln_error **err)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	uint64_t deadline = gc_deadline(timeout_ms);
 	int fd = -1, last = 0;
-	guest_conn *c;
 
 	if (strlen(socket_path) >= sizeof(sa.sun_path)) {
 		kiln_err(err, KILN_E_INVALID, "agent connect: socket path too long: %s", socket_path);
-		return NULL;
+		return -1;
 	}
 	strcpy(sa.sun_path, socket_path);
 	/* QEMU (or a test agent) may not have created the socket yet.  Non-blocking,
@@ -360,10 +376,10 @@ guest_conn *guest_connect(const char *socket_path, int timeout_ms, kiln_error **
 		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 		if (fd < 0) {
 			kiln_err_errno(err, errno, "agent connect: socket");
-			return NULL;
+			return -1;
 		}
 		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-			break;
+			return fd;
 		last = errno;
 		close(fd);
 		if ((last != ENOENT && last != ECONNREFUSED && last != EAGAIN) || gc_now() >= deadline) {
@@ -372,10 +388,20 @@ guest_conn *guest_connect(const char *socket_path, int timeout_ms, kiln_error **
 					 "holds the agent?)", socket_path);
 			else
 				kiln_err_errno(err, last, "agent connect: %s", socket_path);
-			return NULL;
+			return -1;
 		}
 		usleep(20000);
 	}
+}
+
+guest_conn *guest_connect(const char *socket_path, int timeout_ms, kiln_error **err)
+{
+	uint64_t deadline = gc_deadline(timeout_ms);
+	int fd = connect_socket(socket_path, deadline, err);
+	guest_conn *c;
+
+	if (fd < 0)
+		return NULL;
 	c = guest_conn_from_fd(fd, poll_ms(deadline), err);
 	if (c == NULL) {
 		/* Accepted into the backlog, never served: QEMU has another client. */
@@ -384,6 +410,30 @@ guest_conn *guest_connect(const char *socket_path, int timeout_ms, kiln_error **
 					socket_path);
 		else
 			kiln_error_wrap(err, "agent connect: %s", socket_path);
+	}
+	return c;
+}
+
+guest_conn *guest_connect_nowait(const char *socket_path, int timeout_ms, kiln_error **err)
+{
+	uint64_t deadline = gc_deadline(timeout_ms);
+	int fd = connect_socket(socket_path, deadline, err);
+	struct guest_hello mine = { .version = GUEST_PROTO_VERSION, .agent = "kiln " KILN_VERSION, .pid = getpid() };
+	guest_conn *c;
+
+	if (fd < 0)
+		return NULL;
+	c = kiln_xcalloc(1, sizeof(*c));
+	c->fd = fd;
+	c->hold_fd = -1;
+	c->late_hello = true;
+	c->hello_deadline = deadline == UINT64_MAX ? UINT64_MAX : deadline;
+	guest_framer_init(&c->in);
+	guest_encode_hello(&c->out, 0, &mine);
+	if (gc_flush(c, deadline, err) < 0) {
+		kiln_error_wrap(err, "agent connect: %s", socket_path);
+		guest_close(c);
+		return NULL;
 	}
 	return c;
 }

@@ -83,6 +83,8 @@ guest_proc *guest_spawn(guest_conn *c, const struct guest_exec_opts *o, int time
 	if (gc_check(c, err) < 0)
 		goto fail;
 	/* an older agent would ignore the field and run in its own root */
+	if ((o->root || o->no_network) && gc_wait_for(c, &c->have_hello, deadline, "HELLO", err) < 0)
+		goto fail;
 	if ((o->root || o->no_network) && !(guest_conn_caps(c) & GUEST_CAP_ROOT)) {
 		kiln_err(err, KILN_E_GENERIC, "the agent cannot run a command in another root or without network");
 		goto fail;

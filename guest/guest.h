@@ -230,6 +230,13 @@ typedef struct guest_proc guest_proc;
  * agent run with --listen), retrying until the socket accepts, then wait for
  * the agent's HELLO and check its version.  timeout_ms covers all of it. */
 guest_conn *guest_connect(const char *socket_path, int timeout_ms, kiln_error **err);
+/* Connect and send HELLO without waiting for the agent's: requests can be
+ * queued at once and go out with it, saving a round trip through the guest.
+ * For a caller that knows the agent's protocol version (a restored snapshot
+ * records it): the agent's HELLO is checked when it arrives — another version
+ * breaks the connection, and so does no HELLO within timeout_ms (which also
+ * bounds the connect).  Capabilities are known only once it has come. */
+guest_conn *guest_connect_nowait(const char *socket_path, int timeout_ms, kiln_error **err);
 /* The same over an already connected stream fd (taken over, even on failure). */
 guest_conn *guest_conn_from_fd(int fd, int timeout_ms, kiln_error **err);
 void guest_close(guest_conn *c);

@@ -38,6 +38,8 @@ struct guest_conn {
 	uint32_t next_id;
 	struct guest_hello hello;
 	bool have_hello;
+	bool late_hello;       /* guest_connect_nowait: the HELLO is checked when it comes ... */
+	uint64_t hello_deadline; /* ... and must come by then (monotonic ms) */
 	char *broken;          /* why the connection is unusable, once it is */
 	enum kiln_errkind broken_kind;
 	struct guest_proc *reqs;

@@ -65,7 +65,7 @@ out:
 	return held;
 }
 
-guest_conn *snap_agent_connect(const char *dir, int port_want, int timeout_ms, kiln_error **err)
+guest_conn *snap_agent_connect(const char *dir, int port_want, bool wait_hello, int timeout_ms, kiln_error **err)
 {
 	unsigned port = 0;
 	int lock = lock_port(dir, port_want, &port, err);
@@ -75,7 +75,7 @@ guest_conn *snap_agent_connect(const char *dir, int port_want, int timeout_ms, k
 	if (lock < 0)
 		return NULL;
 	sock = vm_agent_socket_path(dir, port);
-	c = guest_connect(sock, timeout_ms, err);
+	c = wait_hello ? guest_connect(sock, timeout_ms, err) : guest_connect_nowait(sock, timeout_ms, err);
 	if (c)
 		guest_conn_hold_fd(c, lock);
 	else

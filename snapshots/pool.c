@@ -62,14 +62,17 @@ static int resume(const char *dir, const char *id, pid_t qemu, bool defer_setup,
 	 * it is foreground work (PGRP: every thread of QEMU, its own group). */
 	if (qemu > 0 && getpriority(PRIO_PGRP, qemu) > 0 && setpriority(PRIO_PGRP, qemu, 0) < 0)
 		kiln_debug("pool: renice %ld: %s", (long)qemu, strerror(errno));
+	/* The agent's socket is connected and our HELLO queued while the guest
+	 * is still paused (QEMU accepts meanwhile): once it runs, it finds the
+	 * host there and the HELLO, the IDENTITY and a first EXEC in a row. */
+	if ((g = snap_agent_connect(dir, 0, false, AGENT_TIMEOUT_MS, err)) == NULL)
+		goto out;
+	s->agent_ms = snap_now_ms() - t0;
+	t0 = snap_now_ms();
 	if ((r = vm_qmp_run_once(qmp_path, "cont", 5000, err)) == NULL)
 		goto out;
 	json_decref(r);
 	s->load_ms = snap_now_ms() - t0;
-	t0 = snap_now_ms();
-	if ((g = snap_agent_connect(dir, 0, AGENT_TIMEOUT_MS, err)) == NULL)
-		goto out;
-	s->agent_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
 	if (!defer_setup && snap_guest_setup(g, id, true, err) < 0)
 		goto out;

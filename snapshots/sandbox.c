@@ -151,7 +151,7 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		goto died;
 	s->load_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
-	if ((g = snap_agent_connect(dir, 0, AGENT_TIMEOUT_MS, err)) == NULL)
+	if ((g = snap_agent_connect(dir, 0, pooled, AGENT_TIMEOUT_MS, err)) == NULL)
 		goto died;
 	s->agent_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
@@ -373,7 +373,7 @@ guest_conn *snap_sandbox_connect(const char *id, int timeout_ms, kiln_error **er
 		goto out;
 	}
 	dir = snap_sandbox_dir(id);
-	c = snap_agent_connect(dir, -1, timeout_ms, err);
+	c = snap_agent_connect(dir, -1, false, timeout_ms, err);
 	if (c == NULL)
 		kiln_error_wrap(err, "sandbox %s", id);
 out:

@@ -60,8 +60,9 @@ struct snap_create_stats {
 	double total_ms;     /* request to a sandbox that answered a command */
 	double check_ms;     /* template lookup and dependency checks */
 	double spawn_ms;     /* QEMU process start until QMP answers */
-	double load_ms;      /* device state load (RAM is mapped, not copied) */
-	double agent_ms;     /* guest resume until the agent's HELLO */
+	double load_ms;      /* device state load (RAM is mapped, not copied); pooled: QMP cont */
+	double agent_ms;     /* connecting to the agent (its HELLO is not awaited: it comes
+			      * with the answer to the first request) */
 	double setup_ms;     /* clock, hostname and entropy set through the agent */
 	bool pooled;         /* claimed from the pool (spawn and load happened before) */
 };

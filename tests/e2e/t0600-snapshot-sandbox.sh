@@ -58,7 +58,7 @@ expect_eq "...its file and background process" "$(tr '\n' ' ' <"$T_TMP/out")" "A
 # Concurrent execs in one sandbox: each runs at once, with its own output and code.
 $KILN sandbox exec "$a" -- sh -c 'echo slow-start; sleep 3; echo slow-end; exit 3' >"$T_TMP/c1" 2>&1 &
 p1=$!
-for i in $(seq 100); do grep -q slow-start "$T_TMP/c1" && break; sleep 0.1; done
+for i in $(seq 100); do grep -qs slow-start "$T_TMP/c1" && break; sleep 0.1; done
 expect_exit 4 "a second exec while the first runs" $KILN sandbox exec "$a" -- sh -c 'echo fast; exit 4'
 expect_eq "...has its own output" "$(cat "$T_TMP/out")" "fast"
 kill -0 $p1 2>/dev/null && ok "...and finished while the first still ran" || not_ok "...the first had ended already"

@@ -304,12 +304,99 @@ static void test_hostile_download(void)
 	free(dir);
 }
 
+/* A listening socket whose one client gets `script`, then silence. */
+static pid_t fake_listener(const char *path, const void *script, size_t n)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	pid_t pid;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	unlink(path);
+	if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(ls, 1) < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		int fd = accept(ls, NULL, NULL);
+		if (fd >= 0 && n && write(fd, script, n) < 0)
+			_exit(1);
+		sleep(5);
+		_exit(0);
+	}
+	close(ls);
+	return pid;
+}
+
+/* guest_connect_nowait: requests go out before the agent's HELLO is read;
+ * a real agent answers them, a wrong version or a silent peer breaks the
+ * connection with a clear error (bounded by the connect's timeout). */
+static void test_connect_nowait(void)
+{
+	char dir[] = "/tmp/kiln-nowait.XXXXXX", *path;
+	const char *bin = getenv("KILN_AGENT");
+	struct guest_wbuf w = { 0 };
+	struct guest_hello h = { .version = GUEST_PROTO_VERSION + 1, .agent = "kiln-agent 9.9", .pid = 1 };
+	kiln_error *err = NULL;
+	guest_conn *c;
+	pid_t pid;
+	uint64_t t0;
+	struct timespec ts;
+
+	if (mkdtemp(dir) == NULL)
+		return;
+	path = kiln_path_join(dir, "agent.sock");
+	pid = fork();
+	if (pid == 0) {
+		execl(bin && *bin ? bin : "bin/kiln-agent", "kiln-agent", "--listen", path, "--once", (char *)NULL);
+		_exit(127);
+	}
+	c = guest_connect_nowait(path, 5000, &err);
+	CHECK(c != NULL);
+	CHECK_INT(guest_ping(c, 5000, &err), 0); /* one round trip: HELLO and PING together */
+	CHECK_INT(guest_conn_version(c), GUEST_PROTO_VERSION);
+	if (err)
+		printf("#   %s\n", kiln_error_message(err));
+	kiln_error_clear(&err);
+	guest_close(c);
+	waitpid(pid, NULL, 0);
+
+	guest_encode_hello(&w, 0, &h);
+	pid = fake_listener(path, w.data, w.len);
+	c = guest_connect_nowait(path, 2000, &err);
+	CHECK(c != NULL);
+	CHECK_INT(guest_ping(c, 2000, &err), -1);
+	CHECK(err && strstr(kiln_error_message(err), "speaks protocol version"));
+	kiln_error_clear(&err);
+	guest_close(c);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+
+	pid = fake_listener(path, NULL, 0);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	c = guest_connect_nowait(path, 300, &err);
+	CHECK(c != NULL);
+	CHECK_INT(guest_ping(c, 10000, &err), -1); /* the HELLO's deadline ends it, not the ping's */
+	CHECK(err && strstr(kiln_error_message(err), "no HELLO from the agent in time"));
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	CHECK((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 - t0 < 5000);
+	kiln_error_clear(&err);
+	guest_close(c);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	guest_wbuf_free(&w);
+	unlink(path);
+	rmdir(dir);
+	free(path);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	RUN(test_client_vs_bad_agents);
 	RUN(test_client_vs_bad_frames_later);
 	RUN(test_busy_socket);
+	RUN(test_connect_nowait);
 	RUN(test_hostile_download);
 	return test_done();
 }
