@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # registry.sh — kiln serve against Debian's docker-registry (distribution 2.8),
 # in one run on this machine: skopeo push and pull of the same ~100 MB,
-# 5-layer image into each (median of RUNS runs, fresh data directories each run),
+# 5-layer image into each (median of RUNS runs, fresh data directories each run,
+# the two registries' runs interleaved),
 # then a bounded concurrent pull of a 10 MB blob (wrk, CONNS connections for
 # DURATION) and manifest GETs per second.  Also the profile behind the push
 # and pull times: each server's CPU time (user + sys, from /proc) per push and
@@ -62,7 +63,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user + sys, in clock 
 push_pull() { # NAME START_FN -> appends "push pull" seconds to $W/NAME.times, server CPU s to NAME.cpu
 	local name=$1 start=$2 t0 t1 t2 got c0 c1 c2 hz
 	hz=$(getconf CLK_TCK)
-	for r in $(seq 1 "$RUNS"); do
+	{
 		rm -rf "$W/data-$name" "$W/pull"
 		"$start" "$W/data-$name"
 		c0=$(cpu_ticks "${PIDS[-1]}")
@@ -78,7 +79,7 @@ push_pull() { # NAME START_FN -> appends "push pull" seconds to $W/NAME.times, s
 		[ "$got" = "$SRC" ] || { echo "$name: pulled digest differs" >&2; exit 1; }
 		echo "$(echo "$t1 - $t0" | bc -l) $(echo "$t2 - $t1" | bc -l)" >>"$W/$name.times"
 		stop_last
-	done
+	}
 }
 
 load() { # NAME START_FN -> wrk figures in $W/NAME.wrk and $W/NAME.mwrk
@@ -109,10 +110,12 @@ wrkfig() { # FILE -> "req/s p50 p99 errors"
 	echo "$rps ${p50:-?} ${p99:-?} $(( ${errs:-0} + ${non2xx:-0} ))"
 }
 
-push_pull kiln start_kiln
-push_pull distribution start_distribution
-for r in $(seq 1 "$RUNS"); do # the client alone: skopeo between two local layouts
-	rm -rf "$W/copy"
+# Interleaved (kiln, distribution, skopeo alone, kiln, ...) so that all three see
+# the same drift of this shared machine's load.
+for r in $(seq 1 "$RUNS"); do
+	push_pull kiln start_kiln
+	push_pull distribution start_distribution
+	rm -rf "$W/copy" # the client alone: skopeo between two local layouts
 	t0=$(now)
 	skopeo copy -q oci:img:v1 oci:copy:v1 >/dev/null
 	echo "$(now) - $t0" | bc -l >>"$W/skopeo.times"

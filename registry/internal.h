@@ -251,6 +251,7 @@ int reg_s3_time(const struct reg_s3_cfg *s3, int64_t *now, kiln_error **err);
 /* Keys under prefix after start_after (NULL: all), in order, at most max
  * (<= 0: no limit; *more set when cut).  fn returns < 0 to fail the listing. */
 typedef int (*reg_s3_list_fn)(void *ud, const char *key, int64_t size, int64_t mtime);
+extern int reg_s3_page_size; /* keys per listing request (1000; tests make it small) */
 int reg_s3_list(const struct reg_s3_cfg *s3, const char *prefix, const char *start_after, long max, reg_s3_list_fn fn,
 		void *ud, int *more, kiln_error **err);
 typedef int (*reg_s3_upload_fn)(void *ud, const char *key, const char *upload_id, int64_t initiated);

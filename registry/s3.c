@@ -574,6 +574,8 @@ static int each_elem(const char *xml, const char *elem, elem_fn fn, void *ud)
 	return 0;
 }
 
+int reg_s3_page_size = 1000;
+
 struct list_walk {
 	reg_s3_list_fn fn;
 	void *ud;
@@ -618,10 +620,10 @@ int reg_s3_list(const struct reg_s3_cfg *s3, const char *prefix, const char *sta
 
 	for (;;) {
 		struct s3_req q = { .resp = &body };
-		long want = max > 0 ? max - w.count + 1 : 1000, st;
+		long want = max > 0 ? max - w.count + 1 : reg_s3_page_size, st;
 
-		if (want > 1000)
-			want = 1000;
+		if (want > reg_s3_page_size)
+			want = reg_s3_page_size;
 		kiln_buf_reset(&body);
 		kiln_buf_reset(&qs);
 		/* Canonical order: parameters sorted by name. */
@@ -701,14 +703,18 @@ int reg_s3_list_multipart(const struct reg_s3_cfg *s3, reg_s3_upload_fn fn, void
 
 		kiln_buf_reset(&body);
 		kiln_buf_reset(&qs);
+		/* Canonical order: parameters sorted by name. */
 		if (kmark) {
 			kiln_buf_adds(&qs, "key-marker=");
 			reg_s3_uri_encode(&qs, kmark, 0);
-			kiln_buf_adds(&qs, "&upload-id-marker=");
-			reg_s3_uri_encode(&qs, umark ? umark : "", 0);
 			kiln_buf_addc(&qs, '&');
 		}
-		kiln_buf_adds(&qs, "uploads=");
+		kiln_buf_addf(&qs, "max-uploads=%d", reg_s3_page_size);
+		if (kmark) {
+			kiln_buf_adds(&qs, "&upload-id-marker=");
+			reg_s3_uri_encode(&qs, umark ? umark : "", 0);
+		}
+		kiln_buf_adds(&qs, "&uploads=");
 		st = s3_do(s3, "GET", NULL, qs.buf, NULL, &q, err);
 		if (st != 200) {
 			if (st >= 0)

@@ -2,7 +2,8 @@
  * the S3 server named by KILN_TEST_S3_ENDPOINT (tests/e2e/t0706 starts
  * radosgw): a writer referencing a blob exactly while gc has put its tomb on
  * it (gc must keep the blob, the writer must succeed); an unpinned,
- * unreferenced blob and its links removed; a stale multipart upload aborted.
+ * unreferenced blob and its links removed; a stale multipart upload aborted;
+ * listings over several pages.
  * `test_registry_s3gc check BUCKET` checks a bucket's invariants instead:
  * every link names an existing blob of its size, every manifest's blobs are
  * linked in its repository and exist. */
@@ -152,6 +153,68 @@ static void test_multipart(void)
 	free(id);
 }
 
+/* Listings across several pages (continuation tokens, markers). */
+static int collect_keys(void *ud, const char *key, int64_t size, int64_t mtime)
+{
+	kiln_strv_push(ud, key);
+	return 0;
+}
+
+static int count_all(void *ud, const char *key, const char *upload_id, int64_t initiated)
+{
+	if (strncmp(key, "pages/", 6) == 0)
+		(*(int *)ud)++;
+	return 0;
+}
+
+static void test_pages(void)
+{
+	kiln_strv keys = KILN_STRV_INIT;
+	kiln_error *err = NULL;
+	char *ids[4] = { NULL };
+	int more = -1, n = 0;
+
+	for (int i = 0; i < 10; i++) {
+		char k[32];
+		snprintf(k, sizeof(k), "pages/k%02d", i);
+		CHECK(reg_s3_put(&st.s3, k, "x", 1, &err) == 0);
+	}
+	reg_s3_page_size = 3;
+	CHECK(reg_s3_list(&st.s3, "pages/", NULL, 0, collect_keys, &keys, &more, &err) == 0);
+	CHECK_INT(keys.n, 10);
+	CHECK_INT(more, 0);
+	for (size_t i = 0; i < keys.n; i++) {
+		char k[32];
+		snprintf(k, sizeof(k), "pages/k%02zu", i);
+		CHECK_STR(keys.v[i], k);
+	}
+	kiln_strv_free(&keys);
+	keys = (kiln_strv)KILN_STRV_INIT;
+	CHECK(reg_s3_list(&st.s3, "pages/", "pages/k03", 4, collect_keys, &keys, &more, &err) == 0);
+	CHECK_INT(keys.n, 4);
+	CHECK(keys.n == 4 && strcmp(keys.v[0], "pages/k04") == 0 && strcmp(keys.v[3], "pages/k07") == 0);
+	CHECK_INT(more, 1);
+	for (int i = 0; i < 4; i++) {
+		char k[32];
+		snprintf(k, sizeof(k), "pages/u%d", i);
+		CHECK(reg_s3_multipart_start(&st.s3, k, &ids[i], &err) == 0);
+	}
+	CHECK(reg_s3_list_multipart(&st.s3, count_all, &n, &err) == 0);
+	CHECK_INT(n, 4);
+	reg_s3_page_size = 1000;
+	for (int i = 0; i < 4; i++) {
+		char k[32];
+		snprintf(k, sizeof(k), "pages/u%d", i);
+		if (ids[i])
+			CHECK(reg_s3_abort_multipart(&st.s3, k, ids[i], &err) == 0);
+		free(ids[i]);
+	}
+	if (err)
+		printf("#   %s\n", kiln_error_message(err));
+	kiln_error_free(err);
+	kiln_strv_free(&keys);
+}
+
 /* ---- `check BUCKET` ---- */
 
 struct chk {
@@ -289,6 +352,7 @@ int main(int argc, char **argv)
 		kiln_digest_buf(KILN_SHA256, man.buf, man.len, man_digest);
 		RUN(test_race);
 		RUN(test_multipart);
+		RUN(test_pages);
 	}
 	reg_store_close(&st);
 	reg_config_free(&cfg);
