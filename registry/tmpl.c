@@ -3,6 +3,7 @@
  * chunks are all in the chunk store assembled (zero chunks as holes), checked
  * against the digests its config names and imported as a template. */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,12 +58,20 @@ out:
 	return rc;
 }
 
-/* Write one part from its chunks into path (created sparse). */
+static bool zero_block(const unsigned char *p, size_t n)
+{
+	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* Write one part from its chunks into path, sparse (zero chunks and zero 4 KiB
+ * blocks stay holes), hashing it on the way: it must be the file the index names. */
 static int assemble_part(reg_chunks *cs, const struct reg_tmpl_part *part, const char *path, kiln_error **err)
 {
+	enum { BLK = 4096 };
 	ZSTD_DCtx *z = ZSTD_createDCtx();
-	unsigned char *raw = kiln_xmalloc(part->chunk_size);
-	char *comp = NULL;
+	kiln_hasher *h = kiln_hasher_new(KILN_SHA256);
+	unsigned char *raw = kiln_xmalloc(part->chunk_size), *zeros = kiln_xcalloc(1, part->chunk_size);
+	char *comp = NULL, got[KILN_DIGEST_MAX];
 	size_t clen = 0;
 	int fd = -1, rc = -1;
 
@@ -81,8 +90,10 @@ static int assemble_part(reg_chunks *cs, const struct reg_tmpl_part *part, const
 	for (size_t i = 0; i < part->nchunks; i++) {
 		uint64_t off = i * part->chunk_size;
 		size_t len = (size_t)(part->size - off < part->chunk_size ? part->size - off : part->chunk_size);
-		if (part->chunks[i] == NULL)
-			continue; /* a hole */
+		if (part->chunks[i] == NULL) {
+			kiln_hasher_update(h, zeros, len); /* a hole */
+			continue;
+		}
 		if (reg_chunks_get(cs, part->chunks[i], &comp, &clen, err) < 0)
 			goto out;
 		size_t n = ZSTD_decompressDCtx(z, raw, part->chunk_size, comp, clen);
@@ -93,25 +104,35 @@ static int assemble_part(reg_chunks *cs, const struct reg_tmpl_part *part, const
 				 part->chunks[i], i, part->role, len, ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong length");
 			goto out;
 		}
-		for (size_t w = 0; w < n;) {
-			ssize_t k = pwrite(fd, raw + w, n - w, (off_t)(off + w));
-			if (k < 0 && errno == EINTR)
+		kiln_hasher_update(h, raw, n);
+		for (size_t b = 0; b < n; b += BLK) {
+			size_t bl = n - b < BLK ? n - b : BLK;
+			if (zero_block(raw + b, bl))
 				continue;
-			if (k < 0) {
+			if (pwrite(fd, raw + b, bl, (off_t)(off + b)) != (ssize_t)bl) {
 				kiln_err_errno(err, errno, "write %s", path);
 				goto out;
 			}
-			w += (size_t)k;
 		}
+	}
+	kiln_hasher_final(h, got);
+	h = NULL;
+	if (strcmp(got, part->digest) != 0) {
+		kiln_err(err, KILN_E_INVALID, "the assembled %s has digest %s, the index wants %s", part->role, got,
+			 part->digest);
+		goto out;
 	}
 	rc = 0;
 out:
 	if (rc < 0)
 		kiln_error_wrap(err, "assembling the %s", part->role);
+	if (h)
+		kiln_hasher_final(h, got);
 	if (fd >= 0)
 		close(fd);
 	ZSTD_freeDCtx(z);
 	free(raw);
+	free(zeros);
 	free(comp);
 	return rc;
 }
@@ -128,6 +149,7 @@ char *reg_tmpl_assemble(reg_chunks *cs, const struct reg_tmpl *t, const char *na
 {
 	char *dir = kiln_xasprintf("%s/tmp/assemble-%ld-XXXXXX", reg_chunks_dir(cs), (long)getpid());
 	char *files[NROLES] = { 0 }, *result = NULL;
+	json_t *cfg = NULL;
 	kiln_error *e = NULL;
 
 	/* Next to the chunks, not in $TMPDIR (often a tmpfs too small for a rootfs). */
@@ -137,10 +159,20 @@ char *reg_tmpl_assemble(reg_chunks *cs, const struct reg_tmpl *t, const char *na
 		dir = NULL;
 		goto out;
 	}
+	if ((cfg = kiln_json_loadb(t->config, t->config_len, "template config", err)) == NULL)
+		goto out;
 	for (size_t i = 0; i < NROLES; i++) {
 		const struct reg_tmpl_part *p = find_part(t, ROLES[i]);
+		const char *want = kiln_json_str(json_object_get(cfg, ROLES[i]), "digest");
 		if (p == NULL) {
 			kiln_err(err, KILN_E_INVALID, "the template index has no %s", ROLES[i]);
+			goto out;
+		}
+		/* The file is checked against the index while assembled: the index must
+		 * name what the config names. */
+		if (want == NULL || strcmp(want, p->digest) != 0) {
+			kiln_err(err, KILN_E_INVALID, "the index's %s (%s) is not the config's (%s)", ROLES[i], p->digest,
+				 want ? want : "none");
 			goto out;
 		}
 		files[i] = kiln_path_join(dir, ROLES[i]);
@@ -148,13 +180,15 @@ char *reg_tmpl_assemble(reg_chunks *cs, const struct reg_tmpl *t, const char *na
 			goto out;
 	}
 	struct snap_import im = { .config = t->config, .config_len = t->config_len, .rootfs = files[0],
-				  .memory = files[1], .disk = files[2], .state = files[3], .name = name };
+				  .memory = files[1], .disk = files[2], .state = files[3], .name = name,
+				  .verified = true };
 	result = snap_template_import(&im, err);
 out:
 	if (dir && kiln_rm_rf(dir, &e) < 0)
 		kiln_error_free(e);
 	for (size_t i = 0; i < NROLES; i++)
 		free(files[i]);
+	json_decref(cfg);
 	free(dir);
 	return result;
 }

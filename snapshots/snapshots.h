@@ -114,6 +114,8 @@ struct snap_import {
 	size_t config_len;
 	const char *rootfs, *memory, *disk, *state; /* assembled files, copied into the store */
 	const char *name;              /* NAME[:TAG] to tag, or NULL */
+	bool verified;                 /* rootfs, memory and state already hash to the config's digests
+					* (hashed while written): moved into the store, not copied */
 };
 /* Add a template that arrived from elsewhere: each file must hash to the
  * digest the config names (else nothing is tagged); the disk overlay is

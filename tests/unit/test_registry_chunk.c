@@ -188,6 +188,17 @@ static void test_round_trip(void)
 	/* the rootfs chunk with the byte, and the disk (it names the new rootfs blob) */
 	CHECK(fresh >= 1 && fresh <= 1 + v.parts[2].nchunks);
 
+	/* An index whose file digest is not the config's is refused before anything is stored. */
+	char saved[KILN_DIGEST_MAX];
+	snprintf(saved, sizeof(saved), "%s", u.parts[1].digest);
+	snprintf(u.parts[1].digest, KILN_DIGEST_MAX, "%s", t.parts[0].digest);
+	setenv("KILN_HOME", b, 1);
+	char *bad = reg_tmpl_assemble(cb, &u, "pulled/app:bad", &err);
+	CHECK(bad == NULL);
+	CHECK(err && strstr(kiln_error_message(err), "is not the config's"));
+	kiln_error_clear(&err);
+	snprintf(u.parts[1].digest, KILN_DIGEST_MAX, "%s", saved);
+
 	/* A corrupted chunk in the store is refused, removed, and the assembly fails. */
 	char *p = reg_chunks_path(cb, t.parts[0].chunks[0]);
 	chmod(p, 0644);
