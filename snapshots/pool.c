@@ -99,14 +99,15 @@ char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_sta
 		char *dir = snap_sandbox_dir(ids.v[i]), *mark = kiln_path_join(dir, SNAP_POOL_MARK);
 		char *claim = kiln_xasprintf("%s/claim-%ld", dir, (long)getpid());
 		json_t *st = NULL;
-		if (rename(mark, claim) == 0) { /* ours now */
-			if ((st = snap_sandbox_state(ids.v[i], err)) != NULL) {
-				json_object_set_new(st, "state", json_string("creating"));
+		/* Ours now.  Until the state says "running", the claim file tells
+		 * who holds it (ls: "creating" while that kiln lives, else "dead"),
+		 * so the state is written once, at the end, and the file stays. */
+		if (rename(mark, claim) == 0) {
+			st = snap_sandbox_state(ids.v[i], err);
+			if (st && resume(dir, ids.v[i], (pid_t)kiln_json_int(st, "pid", 0), defer_setup, s, conn, err) == 0) {
+				json_object_set_new(st, "state", json_string("running"));
 				json_object_set_new(st, "creator", json_integer(getpid()));
 				json_object_set_new(st, "creator_start", json_integer((json_int_t)snap_proc_start(getpid())));
-			}
-			if (st && snap_state_write(dir, st, err) == 0 && resume(dir, ids.v[i], (pid_t)kiln_json_int(st, "pid", 0), defer_setup, s, conn, err) == 0) {
-				json_object_set_new(st, "state", json_string("running"));
 				if (snap_state_write(dir, st, err) == 0)
 					result = kiln_xstrdup(ids.v[i]);
 			}
@@ -121,7 +122,6 @@ char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_sta
 				snap_sandbox_remove(ids.v[i], st, err);
 				kiln_error_clear(err);
 			}
-			unlink(claim);
 		}
 		json_decref(st);
 		free(dir);
