@@ -271,8 +271,9 @@ const struct kiln_command kiln_cmd_build = {
 		 "Build the Dockerfile (default CONTEXT/Dockerfile) with CONTEXT as the build\n"
 		 "context (.dockerignore honoured).  Bases: scratch, oci:DIR[:TAG],\n"
 		 "oci-archive:FILE[:TAG], docker-archive:FILE, or a local kiln image by name;\n"
-		 "pinned by digest.  Steps are cached by content; RUN runs in a builder microVM\n"
-		 "(the stage as a read-only rootfs under an overlay; its changes become the layer).\n\n"
+		 "pinned by digest.  Steps are cached by content; RUN runs in the stage's builder\n"
+		 "microVM (one per stage, restored from a snapshot; each RUN in an overlay of its\n"
+		 "own whose upper directory becomes the layer).\n\n"
 		 "Options:\n"
 		 "  -f, --file FILE      the Dockerfile (- for standard input)\n"
 		 "  -t, --tag NAME[:TAG] store the image under this name (repeatable)\n"
@@ -287,7 +288,8 @@ const struct kiln_command kiln_cmd_build = {
 		 "  --ready-cmd CMD      polled until it succeeds before the snapshot\n"
 		 "  --cpus N, --memory MiB  the template's resources\n"
 		 "  --compression C      layer compression: gzip (default), zstd or none\n"
-		 "  --json               one JSON event per line on stdout (step, step_done, done, error)\n"
+		 "  --json               one JSON event per line on stdout (step, step_done, output,\n"
+		 "                       vm, done, error)\n"
 		 "  -h, --help\n\n"
 		 "Progress goes to stderr; the manifest digest is printed on stdout.\n",
 	.run = run,
