@@ -2,8 +2,8 @@
  * number of replicas push: mark (every manifest object of every repository,
  * parsed for its references), sweep (blobs unreferenced and older than the
  * grace period, not pinned, not freshly linked), each removal guarded by a
- * tomb against writers' pins (meta_s3.c explains the protocol); and stale
- * multipart uploads aborted. */
+ * tomb against writers' pins (meta_s3.c explains the protocol); old pins of
+ * digests without a blob; and stale multipart uploads aborted. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -277,6 +277,27 @@ static int sweep(struct s3gc *g, kiln_error **err)
 	return 0;
 }
 
+/* Old pins of digests without a blob (removed, or never committed) go too,
+ * under the same tomb as a removal, so a writer pinning meanwhile waits. */
+static int sweep_pins(struct s3gc *g, kiln_error **err)
+{
+	for (size_t i = 0; i < g->pins.n && !g->dry; i++) {
+		const struct item *p = &g->pins.v[i];
+		struct item fake;
+		size_t first;
+		int r;
+
+		if (p->mtime >= g->now - g->st->pin_s || find(&g->blobs, p->digest, &first))
+			continue;
+		fake = (struct item){ p->digest, reg_s3m_blob_key(p->digest), 0, 0 };
+		r = remove_blob(g, &fake, err);
+		free(fake.key);
+		if (r < 0)
+			return -1;
+	}
+	return 0;
+}
+
 static int multipart_cb(void *ud, const char *key, const char *upload_id, int64_t initiated)
 {
 	struct s3gc *g = ud;
@@ -319,7 +340,9 @@ int reg_s3m_gc(const reg_store *st, const struct reg_config *c, int dry_run, str
 		qsort(g.links.v, g.links.n, sizeof(struct item), cmp_item);
 	if (g.pins.n)
 		qsort(g.pins.v, g.pins.n, sizeof(struct item), cmp_item);
-	if (sweep(&g, err) < 0 || reg_s3_list_multipart(&st->s3, multipart_cb, &g, err) < 0)
+	if (g.blobs.n)
+		qsort(g.blobs.v, g.blobs.n, sizeof(struct item), cmp_item);
+	if (sweep(&g, err) < 0 || sweep_pins(&g, err) < 0 || reg_s3_list_multipart(&st->s3, multipart_cb, &g, err) < 0)
 		goto out;
 	ret = 0;
 out:

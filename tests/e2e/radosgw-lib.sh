@@ -1,7 +1,7 @@
 # radosgw-lib.sh — a throw-away one-node Ceph (mon + memstore OSD) with a
 # radosgw S3 endpoint on 127.0.0.1, for the registry's S3 tests.
 # rgw_start DIR : sets RGW_ENDPOINT, RGW_ACCESS, RGW_SECRET; rgw_stop.
-# Every step is bounded; a failed bring-up is retried once from scratch.
+# Every step is bounded; a failed bring-up is retried from scratch (3 tries).
 RGW_PIDS=()
 
 rgw_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -60,6 +60,9 @@ EOC
 	for i in $(seq 1 120); do
 		curl -s -o /dev/null "$RGW_ENDPOINT/" && break
 		[ "$i" = 120 ] && return 1
+		# Seen now and then: the OSD's own registration is refused ('wrong
+		# fsid') and it never serves; radosgw would wait forever.  Start over.
+		grep -q "wrong fsid" "$d/log/osd.0.log" 2>/dev/null && { echo "# OSD refused ('wrong fsid')" >&2; return 1; }
 		sleep 0.5
 	done
 	timeout 60 radosgw-admin -c "$c" user create --uid=kiln --display-name=kiln \
@@ -68,11 +71,14 @@ EOC
 }
 
 rgw_start() {
-	rgw_try "$1/1" && return 0
-	echo "# radosgw bring-up failed once; retrying" >&2
-	tail -n 3 "$1"/1/log/*.log >&2
-	rgw_stop
-	rgw_try "$1/2"
+	local n
+	for n in 1 2 3; do
+		rgw_try "$1/$n" && return 0
+		echo "# radosgw bring-up $n failed" >&2
+		tail -n 3 "$1/$n"/log/*.log >&2
+		rgw_stop
+	done
+	return 1
 }
 
 rgw_stop() {

@@ -83,6 +83,9 @@ static int exists(const char *key)
 	return r;
 }
 
+#define OLD_PIN "1111111111111111111111111111111111111111111111111111111111111111"
+#define NEW_PIN "2222222222222222222222222222222222222222222222222222222222222222"
+
 static void test_race(void)
 {
 	struct reg_gc_stats stats;
@@ -104,10 +107,15 @@ static void test_race(void)
 	CHECK(exists(bkey) == 1 && exists(link) == 1);
 	/* Unreferenced again and unpinned: now it goes, links first. */
 	CHECK_INT(reg_s3m_manifest_delete(&st, "r/a", man_digest, &err), 1);
+	/* Pins of digests that never became blobs: an old one goes, a fresh one stays. */
+	CHECK(reg_s3_put(&st.s3, "_gc/pins/sha256/" OLD_PIN, "", 0, &err) == 0);
 	sleep((unsigned)cfg.gc_pin_s + 1);
+	CHECK(reg_s3_put(&st.s3, "_gc/pins/sha256/" NEW_PIN, "", 0, &err) == 0);
 	CHECK(reg_gc(&cfg, 0, &stats, &err) == 0);
 	CHECK_INT(stats.blobs_removed, 1);
 	CHECK(exists(bkey) == 0 && exists(link) == 0);
+	CHECK_INT(exists("_gc/pins/sha256/" OLD_PIN), 0);
+	CHECK_INT(exists("_gc/pins/sha256/" NEW_PIN), 1);
 	/* A manifest naming it now is refused, not stored dangling. */
 	writer_result = -2;
 	writer(NULL);
