@@ -1,6 +1,7 @@
 /* test_build_copy.c — COPY/ADD resolution rules (globs, directory contents,
  * trailing slashes, --parents, --exclude, --chown, --chmod), layer bytes
- * (reproducible) and cache keys (content, mode, owner; not mtime). */
+ * (reproducible), cache keys (content, mode, owner; not mtime) with the
+ * digest memo of big inputs, and layers rewritten for the builder VM. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "builder/builder.h"
+#include "builder/internal.h"
 #include "test.h"
 
 static char *ctxdir, *home;
@@ -322,6 +324,54 @@ out:
 	free(memo_dir);
 }
 
+/* Layers for the builder VM: one plain tar, layer i under prefix i; a layer
+ * with a whiteout cannot be a plain directory (1: the VM is booted instead). */
+static void test_layers_plain_tar(void)
+{
+	build_store *s = NULL;
+	kiln_error *err = NULL;
+	struct build_layer l[2];
+	struct build_changes a = { 0 }, b = { 0 };
+	char *tar = kiln_path_join(home, "plain.tar"), *src = kiln_path_join(ctxdir, "a.txt");
+	const char *names[] = { "l0", "l1" };
+
+	a.v = kiln_xcalloc(2, sizeof(*a.v));
+	a.v[0] = (struct build_item){ .dest = kiln_xstrdup("d"), .mode = S_IFDIR | 0750, .uid = 7 };
+	a.v[1] = (struct build_item){ .dest = kiln_xstrdup("d/f"), .src = kiln_xstrdup(src), .mode = S_IFREG | 0600,
+				      .size = 1 };
+	a.n = a.cap = 2;
+	b.v = kiln_xcalloc(1, sizeof(*b.v));
+	b.v[0] = (struct build_item){ .dest = kiln_xstrdup("d/.wh.f"), .mode = S_IFREG | 0644 };
+	b.n = b.cap = 1;
+	if (build_store_open(home, &s, &err) < 0 || build_layer_write(s, &a, BUILD_GZIP, 0, &l[0], &err) < 0 ||
+	    build_layer_write(s, &b, BUILD_ZSTD, 0, &l[1], &err) < 0) {
+		printf("#   %s\n", kiln_error_message(err));
+		CHECK(0);
+		goto out;
+	}
+	CHECK_INT(build_layers_plain_tar(s, l, names, 1, tar, &err), 0);
+	struct archive *ar = archive_read_new();
+	struct archive_entry *e;
+	kiln_buf got = KILN_BUF_INIT;
+	archive_read_support_format_tar(ar);
+	if (archive_read_open_filename(ar, tar, 4096) == ARCHIVE_OK)
+		while (archive_read_next_header(ar, &e) == ARCHIVE_OK)
+			kiln_buf_addf(&got, "%s %o %lld;", archive_entry_pathname(e),
+				      (unsigned)archive_entry_mode(e) & 07777, (long long)archive_entry_uid(e));
+	archive_read_free(ar);
+	CHECK_STR(got.buf, "l0/ 755 0;l0/d/ 750 7;l0/d/f 600 0;");
+	kiln_buf_free(&got);
+	CHECK_INT(build_layers_plain_tar(s, l, names, 2, tar, &err), 1);
+out:
+	kiln_error_free(err);
+	build_changes_free(&a);
+	build_changes_free(&b);
+	build_store_close(s);
+	unlink(tar);
+	free(tar);
+	free(src);
+}
+
 int main(void)
 {
 	kiln_error *err = NULL;
@@ -338,6 +388,7 @@ int main(void)
 	RUN(test_layer_and_key);
 	RUN(test_cache_store);
 	RUN(test_digest_memo);
+	RUN(test_layers_plain_tar);
 	kiln_rm_rf(ctxdir, &err);
 	kiln_rm_rf(home, &err);
 	kiln_error_free(err);
