@@ -296,9 +296,10 @@ static const struct kiln_command vm_kernel_cmd = {
 	.name = "kernel",
 	.summary = "show or fetch the guest kernel",
 	.usage = "Usage: kiln vm kernel [--fetch] [--dir DIR]\n\n"
-		 "Show the guest kernel kiln boots (Debian's linux-image-cloud-amd64, unpacked in\n"
-		 "$KILN_KERNEL_DIR or $KILN_HOME/kernel).  --fetch downloads it first with\n"
-		 "vm/fetch-kernel.sh (apt-get download + dpkg-deb -x; nothing is installed).\n",
+		 "Show the guest kernel kiln boots (in $KILN_KERNEL_DIR or $KILN_HOME/kernel).\n"
+		 "--fetch puts it there first with vm/fetch-kernel.sh: by default a minimal kernel\n"
+		 "built from Debian's linux-source (vm/build-kernel.sh); with KILN_GUEST_KERNEL=cloud\n"
+		 "Debian's linux-image-cloud-amd64 (apt-get download + dpkg-deb -x; nothing installed).\n",
 	.run = run_kernel,
 };
 

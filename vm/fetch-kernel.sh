@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# fetch-kernel.sh DEST — download Debian's cloud kernel package (never install
-# it on the host) and unpack it into DEST for kiln's microVMs.  Idempotent: a
-# DEST that already holds the candidate version is left alone.  Layout:
+# fetch-kernel.sh DEST — put the guest kernel kiln boots into DEST.
+# KILN_GUEST_KERNEL picks which (docs/vm.md has the measurements):
+#   minimal (default)  built from Debian's linux-source by vm/build-kernel.sh
+#   cloud              Debian's linux-image-cloud-amd64, downloaded (never
+#                      installed on the host) and unpacked, as below
+# Idempotent: a DEST that already holds the current kernel is left alone.
+# Layout of the cloud kernel (build-kernel.sh writes the same, without modules):
 #   DEST/release              the kernel release, e.g. 6.1.0-57-cloud-amd64
 #   DEST/root/boot/vmlinuz-R  the kernel;  DEST/root/lib/modules/R  its modules
 #   DEST/root/boot/vmlinux-R  the same kernel decompressed (ELF): QEMU enters it
@@ -30,9 +34,14 @@ extract_vmlinux() {
 	return 1
 }
 dest=${1:?usage: fetch-kernel.sh DEST}
-# A kernel vm/build-kernel.sh built there (it writes DEST/inputs) is the one
-# the user chose: leave it (callers such as the tests fetch unconditionally).
-[ -f "$dest/inputs" ] && exit 0
+case ${KILN_GUEST_KERNEL:-minimal} in
+minimal) exec "$(dirname "$0")/build-kernel.sh" "$dest" ;;
+cloud) ;;
+*)
+	echo "fetch-kernel: KILN_GUEST_KERNEL=$KILN_GUEST_KERNEL: expected minimal or cloud" >&2
+	exit 2
+	;;
+esac
 meta=${KILN_KERNEL_PACKAGE:-linux-image-cloud-amd64}
 
 # The metapackage names the versioned image package it depends on.
@@ -72,4 +81,5 @@ rm -rf "$dest/root.old"
 mv "$work/root" "$dest/root"
 rm -rf "$dest/root.old"
 echo "$release" >"$dest/release.tmp" && mv "$dest/release.tmp" "$dest/release"
+rm -f "$dest/inputs" # the minimal kernel's marker, if DEST held it before
 echo "fetch-kernel: $release in $dest" >&2
