@@ -228,7 +228,9 @@ static const struct kiln_command sb_exec = {
 	.summary = "run a command in a sandbox",
 	.usage = "Usage: kiln sandbox exec ID -- CMD [ARG...]\n\n"
 		 "Run CMD in the sandbox as the template's user, in its workdir with its env;\n"
-		 "stream its output and exit with its exit code (128+N if killed by signal N).\n",
+		 "stream its output and exit with its exit code (128+N if killed by signal N;\n"
+		 "127 if CMD is not found, 126 if it cannot be executed).  Up to 4 execs run in\n"
+		 "one sandbox at once; more wait for one of them to end.\n",
 	.run = run_exec,
 };
 static const struct kiln_command sb_ls = {
