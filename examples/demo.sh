@@ -19,7 +19,7 @@ for df in examples/*.Dockerfile; do
 	printf '  %-32s %3d instructions, stages to build: %s\n' "$df" "$n" "$order"
 done
 
-step "2. guest kernel (Debian's cloud kernel, unpacked into kiln's cache)"
+step "2. guest kernel (built from Debian's linux-source, or copied from the build cache)"
 "$KILN" vm kernel --fetch | sed 's/^/  /'
 
 step "3. a busybox base image (OCI layout, made locally with umoci)"
