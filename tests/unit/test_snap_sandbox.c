@@ -84,6 +84,31 @@ static void test_liveness(void)
 	CHECK_STR(snap_sandbox_liveness(NULL), "dead");
 }
 
+/* state.json is replaced whole (no fsync: runtime state), no temporary left. */
+static void test_state_write(void)
+{
+	char *dir = snap_sandbox_dir("cccccccccccc"), *tmp = kiln_path_join(dir, "state.json.tmp");
+	json_t *st = json_pack("{s:s, s:s}", "id", "cccccccccccc", "state", "pooled"), *back;
+	kiln_error *err = NULL;
+
+	CHECK_INT(kiln_mkdir_p(dir, 0700, &err), 0);
+	CHECK_INT(snap_state_write(dir, st, &err), 0);
+	json_object_set_new(st, "state", json_string("running"));
+	CHECK_INT(snap_state_write(dir, st, &err), 0);
+	back = snap_sandbox_state("cccccccccccc", &err);
+	CHECK_STR(kiln_json_str(back, "state"), "running");
+	CHECK(access(tmp, F_OK) < 0);
+	json_decref(back);
+	/* A directory that is gone is an error, not a crash or a stray file. */
+	CHECK_INT(kiln_rm_rf(dir, &err), 0);
+	CHECK_INT(snap_state_write(dir, st, &err), -1);
+	CHECK(err != NULL);
+	kiln_error_free(err);
+	json_decref(st);
+	free(dir);
+	free(tmp);
+}
+
 static void test_spawn_and_gc(void)
 {
 	char *log = kiln_path_join(home, "sleep.log");
@@ -144,6 +169,7 @@ int main(void)
 		return 1;
 	setenv("KILN_HOME", home, 1);
 	RUN(test_liveness);
+	RUN(test_state_write);
 	RUN(test_spawn_and_gc);
 	kiln_rm_rf(home, &err);
 	kiln_error_free(err);
