@@ -2,50 +2,11 @@
  * plain image (same manifest bytes, so the same digest anywhere), or a
  * template as a chunked artifact (cli/tmpl_xfer.c).  Progress on a terminal,
  * nothing but the digest otherwise, JSON events with --json. */
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "builder/builder.h"
-#include "cli/cli.h"
-#include "cli/tmpl_xfer.h"
-#include "registry/registry.h"
-
-struct view {
-	bool json, tty;
-	struct timespec t0;
-	bool drawn;
-};
-
-static double elapsed(const struct view *v)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)(t.tv_sec - v->t0.tv_sec) + (double)(t.tv_nsec - v->t0.tv_nsec) / 1e9;
-}
-
-static void on_progress(void *ud, const struct reg_progress *p)
-{
-	struct view *v = ud;
-	if (v->json) {
-		json_t *j = reg_progress_json(p, elapsed(v));
-		json_object_set_new(j, "event", json_string(p->digest ? "blob" : "progress"));
-		char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(6));
-		printf("%s\n", s);
-		fflush(stdout);
-		free(s);
-		json_decref(j);
-	} else if (v->tty) {
-		kiln_buf b = KILN_BUF_INIT;
-		reg_progress_format(p, elapsed(v), &b);
-		fprintf(stderr, "\r\033[Kpush: %s", b.buf);
-		v->drawn = true;
-		kiln_buf_free(&b);
-	}
-}
+#include "cli/xfer.h"
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
@@ -59,26 +20,22 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct view v = { .tty = isatty(STDOUT_FILENO) && isatty(STDERR_FILENO) };
-	struct build_remote_opts o = { .progress = on_progress, .ud = &v };
+	struct cli_xfer x;
+	struct build_remote_opts o = { .progress = cli_xfer_progress, .ud = &x };
 	kiln_error *err = NULL;
 	build_store *s = NULL;
 	char digest[KILN_DIGEST_MAX];
 	int c, kind = 0; /* 'T' template, 'I' image, 0: a template if NAME is one */
 
+	cli_xfer_init(&x, "push");
 	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		switch (c) {
-		case 'j':
-			v.json = true;
-			break;
-		case 'P': {
-			char *end;
-			long n = strtol(optarg, &end, 10);
-			if (*end || n < 1 || n > 64)
-				return cli_usage_error(cmd, "--parallel '%s': want 1 to 64", optarg);
-			o.parallel = (unsigned)n;
-			break;
+		int rc = cli_xfer_option(cmd, &x, c, optarg);
+		if (rc != -1) {
+			if (rc != KILN_EXIT_OK)
+				return rc;
+			continue;
 		}
+		switch (c) {
 		case 'C':
 			if (kiln_parse_size(optarg, &o.chunk_size, &err) < 0 || o.chunk_size < 4096) {
 				kiln_error_free(err);
@@ -88,12 +45,6 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		case 'T':
 		case 'I':
 			kind = c;
-			break;
-		case 'L':
-			if (kiln_parse_size(optarg, &o.max_rate, &err) < 0 || o.max_rate == 0) {
-				kiln_error_free(err);
-				return cli_usage_error(cmd, "--limit-rate '%s': want bytes per second (e.g. 10M)", optarg);
-			}
 			break;
 		case 'h':
 			return KILN_EXIT_OK;
@@ -106,32 +57,17 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	const char *name = argv[optind], *dest = optind + 1 < argc ? argv[optind + 1] : argv[optind];
 	if (optind + 1 == argc && !reg_imgref_has_host(name))
 		return cli_usage_error(cmd, "where to? give [REGISTRY/]REPO[:TAG] after %s", name);
-	if (kind == 'T' || (kind == 0 && cli_is_template(name))) {
-		struct cli_xfer_flags f = { .json = v.json, .parallel = o.parallel };
-		return cli_tmpl_push(name, dest, &f);
-	}
-	clock_gettime(CLOCK_MONOTONIC, &v.t0);
+	if (kind == 'T' || (kind == 0 && cli_is_template(name)))
+		return cli_tmpl_push(name, dest, &x);
+	o.parallel = x.parallel;
+	o.max_rate = x.max_rate;
+	cli_xfer_start(&x, "push", true);
 	int rc = build_store_open(NULL, &s, &err) < 0 ? -1 : build_image_push(s, name, dest, &o, digest, &err);
-	if (v.drawn)
-		fputc('\n', stderr);
+	cli_xfer_end_line(&x);
 	build_store_close(s);
 	if (rc < 0)
 		return cli_fail(err);
-	if (v.json) {
-		json_t *j = json_pack("{s:s,s:s,s:s,s:f}", "event", "done", "digest", digest, "ref", dest, "seconds",
-				      elapsed(&v));
-		char *t = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(6));
-		printf("%s\n", t);
-		free(t);
-		json_decref(j);
-	} else {
-		printf("%s\n", digest);
-	}
-	if (fflush(stdout) != 0) {
-		kiln_err_errno(&err, errno, "write output");
-		return cli_fail(err);
-	}
-	return KILN_EXIT_OK;
+	return cli_xfer_done_image(&x, digest, dest);
 }
 
 const struct kiln_command kiln_cmd_push = {

@@ -1,0 +1,52 @@
+/* xfer.h — what `kiln push` and `kiln pull` share: the transfer flags, the
+ * progress view (a line on a terminal, JSON events with --json; cli/xfer.c)
+ * and the template half of both commands (cli/tmpl_xfer.c). */
+#ifndef KILN_CLI_XFER_H
+#define KILN_CLI_XFER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "registry/registry.h"
+
+struct cli_xfer {
+	/* flags */
+	bool json;          /* progress events and a final "done" event on stdout */
+	unsigned parallel;  /* 0: the client's default */
+	uint64_t max_rate;  /* bytes/s per blob transfer; 0: unlimited */
+	const char *name;   /* pull: the local template name (NULL: REPO:TAG) */
+	/* view */
+	const char *label;  /* "push", "pull template", ...: starts the terminal line */
+	bool per_blob;      /* an event per finished blob (a template has thousands: no) */
+	bool tty, drawn;
+	struct timespec t0;
+};
+
+void cli_xfer_init(struct cli_xfer *x, const char *label);
+/* The options both commands take: --json ('j'), --parallel N ('P'),
+ * --limit-rate RATE ('L').  Returns -1 when c is none of them, else
+ * KILN_EXIT_OK or the exit code of a usage error. */
+int cli_xfer_option(const struct kiln_command *cmd, struct cli_xfer *x, int c, const char *arg);
+/* Start the clock; the transfer begins. */
+void cli_xfer_start(struct cli_xfer *x, const char *label, bool per_blob);
+double cli_xfer_elapsed(const struct cli_xfer *x);
+/* The progress callback of the registry client (ud: struct cli_xfer). */
+void cli_xfer_progress(void *ud, const struct reg_progress *p);
+/* Ends the terminal progress line, if one was drawn. */
+void cli_xfer_end_line(struct cli_xfer *x);
+/* One compact JSON event on stdout, flushed (takes j). */
+void cli_xfer_event(json_t *j);
+/* An image moved: its digest on stdout, or the "done" event. Exit code. */
+int cli_xfer_done_image(struct cli_xfer *x, const char *digest, const char *ref);
+
+/* Whether ref names a local template. */
+bool cli_is_template(const char *ref);
+/* Push template ref to dest ([REGISTRY/]REPO[:TAG]); returns an exit code. */
+int cli_tmpl_push(const char *ref, const char *dest, struct cli_xfer *x);
+/* If src names a template artifact, pull it and return an exit code; else
+ * return -1 (a plain image: the caller's path). */
+int cli_tmpl_pull(const char *src, struct cli_xfer *x);
+
+#endif
