@@ -227,12 +227,16 @@ static int pull_finish(struct xfer *x, struct job *j, kiln_error **err)
 				"blob %s from registry %s: content does not match its digest (got %s); not stored",
 				j->b->digest, x->c->host, got);
 	}
-	/* renamed while still locked: a waiting process then sees the .part gone */
-	if (fsync(j->fd) < 0)
+	/* renamed while still locked: a waiting process then sees the .part gone.
+	 * The fsyncs cost most of a pull of many small blobs (they run one after
+	 * another in this loop); a destination that verifies every read can go
+	 * without (see no_fsync). */
+	if (!x->o->no_fsync && fsync(j->fd) < 0)
 		return kiln_err_errno(err, errno, "write %s", j->part);
 	if (rename(j->part, j->b->path) < 0)
 		return kiln_err_errno(err, errno, "rename %s", j->part);
-	fsync_dir_of(j->b->path);
+	if (!x->o->no_fsync)
+		fsync_dir_of(j->b->path);
 	if (close(j->fd) < 0) {
 		j->fd = -1;
 		return kiln_err_errno(err, errno, "write %s", j->b->path);

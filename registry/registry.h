@@ -251,6 +251,12 @@ struct reg_xfer_opts {
 	int (*have)(void *ud, const char *digest);
 	void (*progress)(void *ud, const struct reg_progress *p); /* at most ~10/s, and per blob */
 	void *ud;
+	/* pull: rename each verified blob into place without fsync (of it or of
+	 * its directory).  Only for destinations that verify every read against
+	 * the digest and fetch again what fails (the chunk store): after a power
+	 * loss PATH may then be torn, which such a reader detects.  Otherwise
+	 * (0) PATH is durable before it appears, and so only ever complete. */
+	int no_fsync;
 };
 
 /* Parallel transfers over one curl multi handle.  Push skips the blobs the

@@ -253,6 +253,18 @@ static void test_blobs(void)
 	kiln_error_clear(&err);
 	CHECK(access(dst, F_OK) != 0 && access(part, F_OK) != 0);
 	CHECK(reg_blob_get(c, "t/b", &g, &err) == 0); /* and a clean retry works */
+	/* no_fsync skips only the fsyncs: the digest is still checked before the rename */
+	struct reg_xfer_opts nf = { .parallel = 1, .no_fsync = 1 };
+	unlink(dst);
+	free(write_file("dst.part", "garbage!", 8));
+	CHECK(reg_blobs_pull(c, "t/b", &g, 1, &nf, &err) < 0);
+	CHECK(err && strstr(kiln_error_message(err), "does not match its digest"));
+	kiln_error_clear(&err);
+	CHECK(access(dst, F_OK) != 0 && access(part, F_OK) != 0);
+	CHECK(reg_blobs_pull(c, "t/b", &g, 1, &nf, &err) == 0);
+	CHECK(kiln_read_file(dst, &got, &len, 0, &err) == 0 && len == big && memcmp(got, data, big) == 0);
+	free(got);
+	CHECK(access(part, F_OK) != 0);
 	/* a missing blob */
 	struct reg_blob miss = { .path = dst, .size = -1 };
 	kiln_digest_buf(KILN_SHA256, "nope", 4, miss.digest);
