@@ -153,16 +153,8 @@ int snap_template_check(const snap_template *t, bool full, kiln_error **err)
 		goto out;
 	/* The state is small and decides whether QEMU accepts the rest: always hashed. */
 	if (check_blob(t, "state", t->state, true, err) < 0 || check_blob(t, "memory", t->memory, full, err) < 0 ||
-	    check_blob(t, "disk", t->disk, full, err) < 0)
+	    check_blob(t, "disk", t->disk, full, err) < 0 || check_blob(t, "rootfs", t->rootfs, full, err) < 0)
 		goto out;
-	if (full) {
-		const char *rootfs = kiln_json_str(json_object_get(t->config, "rootfs"), "digest");
-		char *p = rootfs ? snap_blob_path(rootfs) : NULL;
-		int r = p ? check_blob(t, "rootfs", p, true, err) : kiln_err(err, KILN_E_INVALID, "no rootfs recorded");
-		free(p);
-		if (r < 0)
-			goto out;
-	}
 	rc = 0;
 out:
 	if (rc < 0)

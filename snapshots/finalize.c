@@ -173,7 +173,7 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 			goto out;
 		vc.tsc_khz = khz;
 	}
-	/* The rootfs goes into the store first: the disk overlay will point there. */
+	/* The rootfs goes into the store first: the disk overlay will point at it. */
 	if (snap_blob_put_file(o->rootfs, true, d_root, &s_root, err) < 0)
 		goto out;
 	if ((tmpdir = kiln_mkdtemp("kiln-snap", err)) == NULL)
@@ -199,10 +199,11 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 		goto out;
 	vm_destroy(v);
 	v = NULL;
-	char *root_blob = snap_blob_path(d_root);
-	int r = vm_overlay_rebase(disk, root_blob, err);
-	free(root_blob);
-	if (r < 0 || snap_blob_put_file(disk, false, d_disk, &s_disk, err) < 0)
+	/* The backing name is the rootfs blob's own name, relative: the disk blob
+	 * sits next to it, and its bytes do not depend on where the store is (a
+	 * pulled template keeps its digest). A restore names the backing anyway. */
+	if (vm_overlay_rebase(disk, kiln_digest_hex(d_root), err) < 0 ||
+	    snap_blob_put_file(disk, false, d_disk, &s_disk, err) < 0)
 		goto out;
 
 	for (size_t i = 0; o->env && o->env[i]; i++)

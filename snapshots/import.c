@@ -1,7 +1,8 @@
 /* import.c — the hook template distribution (registry/tmpl*.c) uses: the
  * stored files of a template for a push, and adding a pulled template to the
- * store.  Imported files must hash to the digests its config names; the disk
- * overlay is re-pointed at this host's rootfs blob (its backing path is absolute). */
+ * store.  Imported files must hash to the digests its config names and are
+ * stored unchanged (the disk names its backing relative to the blob directory),
+ * so a pulled template has the digest it had on its builder. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,9 +84,8 @@ static int import_blob(const json_t *cfg, const char *role, const char *src, boo
 char *snap_template_import(const struct snap_import *im, kiln_error **err)
 {
 	json_t *cfg = NULL;
-	char *root_blob = NULL, *text = NULL, *result = NULL;
-	char d_disk[KILN_DIGEST_MAX], d_cfg[KILN_DIGEST_MAX];
-	uint64_t s_disk = 0;
+	char *result = NULL;
+	char d_cfg[KILN_DIGEST_MAX];
 
 	if (im->name && snap_ref_check(im->name, err) < 0)
 		goto out;
@@ -98,24 +98,11 @@ char *snap_template_import(const struct snap_import *im, kiln_error **err)
 	}
 	if (import_blob(cfg, "rootfs", im->rootfs, true, im->verified, err) < 0 ||
 	    import_blob(cfg, "memory", im->memory, true, im->verified, err) < 0 ||
-	    import_blob(cfg, "state", im->state, false, im->verified, err) < 0)
+	    import_blob(cfg, "state", im->state, false, im->verified, err) < 0 ||
+	    import_blob(cfg, "disk", im->disk, false, im->verified, err) < 0)
 		goto out;
-	/* The disk as built must be what arrived; then it points at our rootfs blob. */
-	if (kiln_digest_file(KILN_SHA256, im->disk, d_disk, err) < 0)
-		goto out;
-	const char *want_disk = kiln_json_str(json_object_get(cfg, "disk"), "digest");
-	if (want_disk == NULL || strcmp(d_disk, want_disk) != 0) {
-		kiln_err(err, KILN_E_INVALID, "the assembled disk has digest %s, the config wants %s", d_disk,
-			 want_disk ? want_disk : "(none)");
-		goto out;
-	}
-	root_blob = snap_blob_path(kiln_json_str(json_object_get(cfg, "rootfs"), "digest")); /* checked above */
-	if (vm_overlay_rebase(im->disk, root_blob, err) < 0 || snap_blob_put_file(im->disk, false, d_disk, &s_disk, err) < 0)
-		goto out;
-	json_object_set_new(json_object_get(cfg, "disk"), "digest", json_string(d_disk));
-	json_object_set_new(json_object_get(cfg, "disk"), "size", json_integer((json_int_t)s_disk));
-	text = kiln_json_dumps_canonical(cfg);
-	if (snap_blob_put_data(text, strlen(text), d_cfg, err) < 0)
+	/* The config as pushed (the registry client verified its digest). */
+	if (snap_blob_put_data(im->config, im->config_len, d_cfg, err) < 0)
 		goto out;
 	if (im->name && snap_ref_set(im->name, d_cfg, err) < 0)
 		goto out;
@@ -124,7 +111,5 @@ out:
 	if (result == NULL)
 		kiln_error_wrap(err, "importing a template");
 	json_decref(cfg);
-	free(root_blob);
-	free(text);
 	return result;
 }

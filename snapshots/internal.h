@@ -13,7 +13,7 @@
 struct snap_template {
 	char *digest;          /* of the config blob */
 	json_t *config;
-	char *memory, *state, *disk; /* blob paths */
+	char *memory, *state, *disk, *rootfs; /* blob paths */
 	kiln_strv env;
 };
 

@@ -131,6 +131,7 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 	rc_.memory_mib = (unsigned)kiln_json_int(cfg, "memory_mib", 256);
 	rc_.memory_file = t->memory;
 	rc_.disk = t->disk;
+	rc_.disk_backing = t->rootfs;
 	rc_.dir = dir;
 	vm_restore_argv(&rc_, &av);
 	t0 = snap_now_ms();

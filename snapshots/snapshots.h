@@ -114,13 +114,14 @@ struct snap_import {
 	size_t config_len;
 	const char *rootfs, *memory, *disk, *state; /* assembled files, copied into the store */
 	const char *name;              /* NAME[:TAG] to tag, or NULL */
-	bool verified;                 /* rootfs, memory and state already hash to the config's digests
-					* (hashed while written): moved into the store, not copied */
+	bool verified;                 /* the files already hash to the config's digests (hashed
+					* while written): moved into the store, not copied */
 };
 /* Add a template that arrived from elsewhere: each file must hash to the
- * digest the config names (else nothing is tagged); the disk overlay is
- * re-pointed at this store's rootfs blob, so the config (and the returned
- * template digest) change when that changed the overlay's bytes. */
+ * digest the config names (else nothing is tagged).  Nothing is rewritten
+ * (the disk names its backing relative to the store, and a restore gives
+ * QEMU the rootfs blob explicitly), so the returned template digest is the
+ * config's digest on the builder. */
 char *snap_template_import(const struct snap_import *im, kiln_error **err);
 
 #endif

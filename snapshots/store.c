@@ -344,14 +344,15 @@ snap_template *snap_template_open(const char *ref, kiln_error **err)
 		goto fail;
 	}
 	const char *m = blob_digest(t->config, "memory"), *s = blob_digest(t->config, "state"),
-		   *d = blob_digest(t->config, "disk");
-	if (!m || !s || !d) {
-		kiln_err(err, KILN_E_INVALID, "template %s: config names no memory, state or disk blob", ref);
+		   *d = blob_digest(t->config, "disk"), *r = blob_digest(t->config, "rootfs");
+	if (!m || !s || !d || !r) {
+		kiln_err(err, KILN_E_INVALID, "template %s: config names no memory, state, disk or rootfs blob", ref);
 		goto fail;
 	}
 	t->memory = snap_blob_path(m);
 	t->state = snap_blob_path(s);
 	t->disk = snap_blob_path(d);
+	t->rootfs = snap_blob_path(r);
 	env = json_object_get(t->config, "env");
 	for (size_t i = 0; json_is_array(env) && i < json_array_size(env); i++)
 		if (json_is_string(json_array_get(env, i)))
@@ -376,6 +377,7 @@ void snap_template_free(snap_template *t)
 	free(t->memory);
 	free(t->state);
 	free(t->disk);
+	free(t->rootfs);
 	kiln_strv_free(&t->env);
 	free(t);
 }

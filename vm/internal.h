@@ -26,6 +26,8 @@ struct vm_machine {
 	bool memory_private;      /* mapped share=off (a restore), else shared */
 	const char *disk;         /* the root disk, qcow2 */
 	bool disk_snapshot;       /* snapshot=on: writes go to a temporary overlay */
+	const char *disk_backing; /* raw backing of disk, given to QEMU (the name in the
+				   * qcow2 header is then not used), or NULL */
 	const char *scratch;      /* a raw scratch disk (boot only), or NULL */
 };
 void vm_machine_argv(const struct vm_machine *m, kiln_strv *av);

@@ -57,8 +57,13 @@ void vm_machine_argv(const struct vm_machine *m, kiln_strv *av)
 	kiln_strv_push(av, "-qmp");
 	kiln_strv_push_owned(av, kiln_xasprintf("unix:%s/qmp.sock,server=on,wait=off", m->dir));
 	kiln_strv_push(av, "-drive");
-	kiln_strv_push_owned(av, kiln_xasprintf("id=root,file=%s,format=qcow2,if=none%s", m->disk,
-						m->disk_snapshot ? ",snapshot=on" : ""));
+	/* An explicit backing makes the disk's bytes independent of where the
+	 * store is: the name in its qcow2 header is never opened. */
+	char *backing = m->disk_backing ? kiln_xasprintf(",backing.driver=raw,backing.file.filename=%s", m->disk_backing)
+					: kiln_xstrdup("");
+	kiln_strv_push_owned(av, kiln_xasprintf("id=root,file=%s,format=qcow2,if=none%s%s", m->disk,
+						m->disk_snapshot ? ",snapshot=on" : "", backing));
+	free(backing);
 	kiln_strv_push(av, "-device");
 	/* init finds its disks by serial: virtio-mmio probe order is not a contract. */
 	kiln_strv_push(av, "virtio-blk-device,drive=root,serial=kiln-root");

@@ -122,6 +122,7 @@ void vm_restore_argv(const struct vm_restore_config *c, kiln_strv *av)
 	struct vm_machine m = {
 		.accel = c->accel, .cpus = c->cpus, .memory_mib = c->memory_mib, .net = c->net, .dir = c->dir,
 		.memory_file = c->memory_file, .memory_private = true, .disk = c->disk, .disk_snapshot = true,
+		.disk_backing = c->disk_backing,
 	};
 
 	vm_machine_argv(&m, av);

@@ -192,6 +192,8 @@ struct vm_restore_config {
 	const char *memory_file;   /* the snapshot's RAM, mapped share=off */
 	const char *disk;          /* qcow2 disk, opened with snapshot=on: writes go to
 				    * a temp overlay under $TMPDIR (set it to dir) */
+	const char *disk_backing;  /* the disk's raw backing file (its qcow2 header's
+				    * backing name is ignored), or NULL: use that name */
 	const char *dir;           /* holds qmp.sock, agent.sock, console.log */
 };
 /* The QEMU command line (argv[0] = $KILN_QEMU or qemu-system-x86_64) of a VM
@@ -201,7 +203,8 @@ void vm_restore_argv(const struct vm_restore_config *c, kiln_strv *av);
  * the guest runs when this returns 0.  A refused state is an error quoting
  * QEMU's reason (QEMU then exits). */
 int vm_snapshot_load(vm_qmp *q, const char *state_path, int timeout_ms, kiln_error **err);
-/* Point a qcow2 overlay at another backing file (qemu-img rebase -u). */
+/* Point a qcow2 overlay at another backing file (qemu-img rebase -u); a
+ * relative name is resolved against the overlay's own directory when opened. */
 int vm_overlay_rebase(const char *overlay, const char *backing_raw, kiln_error **err);
 /* Ask QEMU for its version string ("7.2.22") from a QMP greeting. */
 char *vm_qmp_version_string(const vm_qmp *q);

@@ -37,6 +37,11 @@ if [ "$(du -k "$memf" | cut -f1)" -lt $(( $(stat -c %s "$memf") / 1024 / 2 )) ];
 	ok "zero pages of the memory file take no space"
 else not_ok "zero pages of the memory file take no space ($(du -k "$memf"))"; fi
 expect_exit 0 "snapshot verify" $KILN snapshot verify web:v1
+# The disk blob names its rootfs blob relatively: its bytes do not depend on $KILN_HOME.
+rootd=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rootfs"]["digest"][7:])' "$cfg")
+diskd=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["disk"]["digest"][7:])' "$cfg")
+expect_eq "the disk blob's backing is the rootfs blob's relative name" \
+	"$(qemu-img info -U --output=json "$KILN_HOME/snapshots/blobs/sha256/$diskd" | jq -r '.["backing-filename"]')" "$rootd"
 
 expect_exit 0 "sandbox create" $KILN sandbox create --json web:v1
 a=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$T_TMP/out")

@@ -78,7 +78,8 @@ static void test_open(void)
 {
 	const char *cfg = "{\"schemaVersion\":1,\"mediaType\":\"" SNAP_CONFIG_MEDIA "\","
 			  "\"memory\":{\"digest\":\"sha256:aa\"},\"state\":{\"digest\":\"sha256:bb\"},"
-			  "\"disk\":{\"digest\":\"sha256:cc\"},\"env\":[\"A=1\"]}";
+			  "\"disk\":{\"digest\":\"sha256:cc\"},\"rootfs\":{\"digest\":\"sha256:dd\"},"
+			  "\"env\":[\"A=1\"]}";
 	char digest[KILN_DIGEST_MAX];
 	kiln_error *err = NULL;
 	snap_template *t;
