@@ -395,6 +395,7 @@ static int build_stage(struct run *r, int index, kiln_error **err)
 		free(from_text);
 		goto out;
 	}
+	ss->n_base = ss->n_layers;
 	char *pinned = kiln_xasprintf("%s%s", from_text, pin);
 	ev.kind = BUILD_EV_STEP_DONE;
 	ev.instruction = pinned;

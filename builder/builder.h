@@ -316,6 +316,7 @@ struct build_run_mount {
 struct build_run_stats {
 	bool booted;          /* this step started the stage's VM */
 	bool restored;        /* ... from the builder VM snapshot (boot_ms: the restore) */
+	bool base_restored;   /* ... from its snapshot with the stage's base already in it */
 	double ext4_ms;       /* the stage as an ext4 image (cold boot only) */
 	double boot_ms;       /* VM start to agent ready (boot only) */
 	double sync_ms;       /* layers made on the host since the last RUN, into the VM */
@@ -337,6 +338,7 @@ struct build_run_request {
 	build_store *store;
 	const struct build_layer *layers; /* the stage so far, bottom first */
 	size_t n_layers;
+	size_t n_base_layers;             /* layers[0..n) are the stage's FROM (its base) */
 	enum build_compression compression;
 	const char *scratch;              /* a private temp directory */
 	bool network;                     /* RUN --network=default (not none) */

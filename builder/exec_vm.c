@@ -209,23 +209,23 @@ static int usable(build_exec_session *s, const struct build_run_request *req)
 
 /* Layers the host made since the last RUN (COPY, ADD, WORKDIR, cached RUNs)
  * become lower directories.  1 when one has whiteouts: the caller reboots. */
-static int sync_layers(build_exec_session *s, const struct build_run_request *req, kiln_error **err)
+static int sync_layers(build_exec_session *s, const struct build_run_request *req, size_t upto, kiln_error **err)
 {
 	kiln_strv names = KILN_STRV_INIT;
 	size_t first = s->synced.n;
 	char *tar = kiln_xasprintf("%s/sync.tar", req->scratch);
 	int rc = 0;
 
-	if (first >= req->n_layers)
+	if (first >= upto)
 		goto out;
 	/* one tar for all of them: one guest tar process (each costs under TCG) */
-	for (size_t i = first; i < req->n_layers; i++)
+	for (size_t i = first; i < upto; i++)
 		kiln_strv_push_owned(&names, kiln_xasprintf("l%u", s->seq++));
 	rc = build_layers_plain_tar(req->store, req->layers + first, (const char *const *)names.v, names.n, tar, err);
 	if (rc == 0)
 		rc = build_upload_tar_file(s->conn, tar, s->work, err);
 	if (rc == 0)
-		for (size_t i = first; i < req->n_layers; i++) {
+		for (size_t i = first; i < upto; i++) {
 			kiln_strv_push(&s->lowers, names.v[i - first]);
 			kiln_strv_push(&s->synced, req->layers[i].digest);
 		}
@@ -400,7 +400,7 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 		*sp = NULL;
 	}
 	if (*sp) {
-		int r = sync_layers(*sp, req, err);
+		int r = sync_layers(*sp, req, req->n_layers, err);
 		if (r < 0)
 			goto out;
 		if (r == 1) {
@@ -503,7 +503,14 @@ static int warm(const struct build_vm_opts *vo, const struct build_run_request *
 	double t0 = now_ms();
 	int rc = -1;
 
-	if (build_warm_start(req->store, vo, req->scratch, &s->warm, err) < 0)
+	kiln_strv base = KILN_STRV_INIT;
+	size_t n_base = req->n_base_layers <= req->n_layers ? req->n_base_layers : 0;
+
+	for (size_t i = 0; i < n_base; i++)
+		kiln_strv_push(&base, req->layers[i].digest);
+	rc = build_warm_start(req->store, vo, req->scratch, base.v, n_base, &s->warm, err);
+	kiln_strv_free(&base);
+	if (rc < 0)
 		goto out;
 	s->conn = build_warm_conn(s->warm);
 	s->net = true;
@@ -511,11 +518,23 @@ static int warm(const struct build_vm_opts *vo, const struct build_run_request *
 	st->boot_ms = now_ms() - t0;
 	st->booted = st->restored = true;
 	t0 = now_ms();
-	rc = sync_layers(s, req, err);
+	if (build_warm_has_base(s->warm)) {
+		/* restored with the base in place, where sync_layers puts it */
+		for (size_t i = 0; i < n_base; i++) {
+			kiln_strv_push_owned(&s->lowers, kiln_xasprintf("l%u", s->seq++));
+			kiln_strv_push(&s->synced, req->layers[i].digest);
+		}
+		st->base_restored = true;
+	} else if ((rc = sync_layers(s, req, n_base, err)) == 0) {
+		rc = build_warm_save_base(s->warm, err);
+	}
+	if (rc == 0)
+		rc = sync_layers(s, req, req->n_layers, err);
 	st->sync_ms = now_ms() - t0;
 	if (rc == 0) {
-		kiln_info("build: builder VM restored in %.0f ms, %zu layers uploaded in %.0f ms", st->boot_ms,
-			  req->n_layers, st->sync_ms);
+		kiln_info("build: builder VM restored in %.0f ms%s, %zu layers uploaded in %.0f ms", st->boot_ms,
+			  st->base_restored ? " with its base" : "", req->n_layers - (st->base_restored ? n_base : 0),
+			  st->sync_ms);
 		*out = s;
 		s = NULL;
 	} else if (rc == 1) {
@@ -529,7 +548,7 @@ out:
 		rc = 1;
 	}
 	if (rc == 1)
-		st->booted = st->restored = false;
+		st->booted = st->restored = st->base_restored = false;
 	end_vm(NULL, s);
 	return rc;
 }

@@ -3,7 +3,10 @@
  * large tmpfs for step files), snapshots it into $KILN_HOME/builder-vm/KEY and
  * later stages restore it in a fraction of a cold boot; the stage's layers are
  * then uploaded as lower directories.  KEY covers everything the snapshot
- * depends on (kernel, agent, busybox, QEMU's machine, host boot, accel). */
+ * depends on (kernel, agent, busybox, QEMU's machine, host boot, accel).
+ * A base image seen a second time gets a snapshot of its own (KEY/base-B:
+ * the builder VM with that base uploaded), so later stages on it upload
+ * nothing of it. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,12 +25,19 @@
 #include "vm/vm.h"
 
 #define WARM_MEMORY_MIB 2048u
+/* per-base snapshots kept per KEY (≈ 60 MiB of RAM file each, the newest
+ * used kept) and bases remembered as seen once */
+#define MAX_BASE_SNAPSHOTS 4
+#define MAX_SEEN_BASES 64
 
 struct build_warm_vm {
 	pid_t pid;
 	char *dir;
 	vm_qmp *q;
 	guest_conn *g;
+	char *lock;      /* $KILN_HOME/builder-vm/lock */
+	char *save_dir;  /* the per-base snapshot to make once the base is uploaded */
+	bool has_base;   /* restored from a per-base snapshot: the base is in place */
 };
 
 static double now_ms(void)
@@ -38,7 +48,7 @@ static double now_ms(void)
 }
 
 /* A copy that keeps holes (the guest's RAM file is mostly holes). */
-static int copy_sparse(const char *src, const char *dst, kiln_error **err)
+static int copy_sparse(const char *src, const char *dst, bool sync, kiln_error **err)
 {
 	int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
 	struct stat st;
@@ -69,7 +79,7 @@ static int copy_sparse(const char *src, const char *dst, kiln_error **err)
 		}
 		off = hole;
 	}
-	if (fsync(out) < 0) {
+	if (sync && fsync(out) < 0) {
 		kiln_err_errno(err, errno, "%s", dst);
 		goto out;
 	}
@@ -195,8 +205,8 @@ static int make_snapshot(build_store *s, const struct build_vm_opts *vo, const c
 	    guest_sh(vm_agent(v), "true", err) < 0)
 		goto out;
 	overlay = vm_overlay_path(v);
-	if (vm_snapshot_save(v, state, 60000, err) < 0 || copy_sparse(vm_memory_path(v), mem, err) < 0 ||
-	    copy_sparse(overlay, disk, err) < 0)
+	if (vm_snapshot_save(v, state, 60000, err) < 0 || copy_sparse(vm_memory_path(v), mem, true, err) < 0 ||
+	    copy_sparse(overlay, disk, true, err) < 0)
 		goto out;
 	vm_destroy(v);
 	v = NULL;
@@ -270,22 +280,34 @@ static pid_t spawn(char *const argv[], const char *dir, kiln_error **err)
 	return pid;
 }
 
-void build_warm_stop(struct build_warm_vm *w)
+/* The QEMU process and its connections; the directory stays. */
+static void warm_kill(struct build_warm_vm *w)
 {
-	if (!w)
-		return;
 	guest_close(w->g);
+	w->g = NULL;
 	vm_qmp_close(w->q);
+	w->q = NULL;
 	if (w->pid > 0) {
 		kill(w->pid, SIGKILL);
 		waitpid(w->pid, NULL, 0);
 	}
+	w->pid = 0;
 	if (w->dir) {
 		kiln_error *e = NULL;
 		if (kiln_rm_rf(w->dir, &e) < 0)
 			kiln_error_free(e);
 	}
 	free(w->dir);
+	w->dir = NULL;
+}
+
+void build_warm_stop(struct build_warm_vm *w)
+{
+	if (!w)
+		return;
+	warm_kill(w);
+	free(w->lock);
+	free(w->save_dir);
 	free(w);
 }
 
@@ -294,25 +316,195 @@ guest_conn *build_warm_conn(struct build_warm_vm *w)
 	return w->g;
 }
 
-int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char *scratch, struct build_warm_vm **out,
-		     kiln_error **err)
+bool build_warm_has_base(const struct build_warm_vm *w)
+{
+	return w->has_base;
+}
+
+/* Start QEMU on a snapshot's RAM file and state.  shared: the RAM is first
+ * copied into the VM's own directory and mapped share=on, so that the VM
+ * can be saved again (build_warm_save_base). */
+static int restore(struct build_warm_vm *w, const struct build_vm_opts *vo, const char *scratch, const char *mem,
+		   const char *state, const char *disk, bool shared, kiln_error **err)
+{
+	kiln_strv av = KILN_STRV_INIT;
+	char *own = NULL, *qmp = NULL, *agent = NULL;
+	int rc = -1;
+
+	w->dir = kiln_xasprintf("%s/warm-XXXXXX", scratch);
+	if (!mkdtemp(w->dir)) {
+		kiln_err_errno(err, errno, "%s", w->dir);
+		goto out;
+	}
+	if (shared) {
+		own = kiln_path_join(w->dir, "memory");
+		if (copy_sparse(mem, own, false, err) < 0)
+			goto out;
+	}
+	struct vm_restore_config rc_ = { .accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG,
+					 .cpus = vo && vo->cpus ? vo->cpus : 1, .memory_mib = WARM_MEMORY_MIB,
+					 .net = true, .memory_file = shared ? own : mem, .memory_shared = shared,
+					 .disk = disk, .dir = w->dir };
+	vm_restore_argv(&rc_, &av);
+	if ((w->pid = spawn(av.v, w->dir, err)) < 0)
+		goto out;
+	qmp = kiln_path_join(w->dir, "qmp.sock");
+	agent = kiln_path_join(w->dir, "agent.sock");
+	if ((w->q = vm_qmp_connect(qmp, 10000, err)) && vm_snapshot_load(w->q, state, 30000, err) == 0)
+		w->g = guest_connect(agent, 30000, err);
+	if (!w->g) {
+		kiln_error_wrap(err, "restoring the builder VM (log: %s/qemu.log)", w->dir);
+		goto out;
+	}
+	rc = 0;
+out:
+	kiln_strv_free(&av);
+	free(own);
+	free(qmp);
+	free(agent);
+	return rc;
+}
+
+/* Keep the `keep` newest entries of dir named prefix* (by mtime). */
+static void keep_newest(const char *dir, const char *prefix, size_t keep)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	kiln_strv names = KILN_STRV_INIT;
+
+	while (d && (de = readdir(d)))
+		if (!strncmp(de->d_name, prefix, strlen(prefix)))
+			kiln_strv_push(&names, de->d_name);
+	if (d)
+		closedir(d);
+	while (names.n > keep) {
+		size_t oldest = 0;
+		struct timespec ot = { 0, 0 };
+		for (size_t i = 0; i < names.n; i++) {
+			char *p = kiln_path_join(dir, names.v[i]);
+			struct stat st;
+			struct timespec t = stat(p, &st) == 0 ? st.st_mtim : (struct timespec){ 0, 0 };
+			free(p);
+			if (i == 0 || t.tv_sec < ot.tv_sec || (t.tv_sec == ot.tv_sec && t.tv_nsec < ot.tv_nsec)) {
+				oldest = i;
+				ot = t;
+			}
+		}
+		char *p = kiln_path_join(dir, names.v[oldest]);
+		kiln_error *e = NULL;
+		if (kiln_rm_rf(p, &e) < 0)
+			kiln_error_free(e);
+		free(p);
+		free(names.v[oldest]);
+		names.v[oldest] = names.v[--names.n];
+	}
+	kiln_strv_free(&names);
+}
+
+/* The builder-vm lock without waiting: -1 when another build holds it. */
+static int try_lock(const char *lock)
+{
+	int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+int build_warm_save_base(struct build_warm_vm *w, kiln_error **err)
+{
+	char *tmp = NULL, *state = NULL, *mem = NULL, *own = NULL, *ok = NULL;
+	double t0 = now_ms();
+	bool paused = false;
+	int lfd = -1, rc = 0;
+	kiln_error *e = NULL;
+
+	if (!w->save_dir)
+		return 0;
+	/* another build making a snapshot: it is only an optimisation, skip */
+	if ((lfd = try_lock(w->lock)) < 0)
+		goto out;
+	ok = kiln_path_join(w->save_dir, "ok");
+	if (access(ok, F_OK) == 0)
+		goto out;
+	tmp = kiln_xasprintf("%s.tmp", w->save_dir);
+	state = kiln_path_join(tmp, "state");
+	mem = kiln_path_join(tmp, "memory");
+	own = kiln_path_join(w->dir, "memory");
+	if (kiln_rm_rf(tmp, &e) < 0 || kiln_rm_rf(w->save_dir, &e) < 0 || kiln_mkdir_p(tmp, 0700, &e) < 0)
+		goto out;
+	paused = true;
+	if (vm_snapshot_save_qmp(w->q, state, 60000, &e) < 0 || copy_sparse(own, mem, true, &e) < 0)
+		goto out;
+	json_t *r = vm_qmp_execute(w->q, "cont", NULL, 5000, err);
+	paused = false;
+	if (!r) {
+		rc = -1; /* the VM cannot go on */
+		goto out;
+	}
+	json_decref(r);
+	if (rename(tmp, w->save_dir) < 0) {
+		kiln_err_errno(&e, errno, "%s", w->save_dir);
+		goto out;
+	}
+	if (kiln_write_atomic(ok, "1\n", 2, 0600, &e) < 0)
+		goto out;
+	char *parent = kiln_xstrdup(w->save_dir);
+	*strrchr(parent, '/') = '\0';
+	keep_newest(parent, "base-", MAX_BASE_SNAPSHOTS);
+	free(parent);
+	kiln_info("build: builder VM snapshot with the base made in %.0f ms (%s)", now_ms() - t0, w->save_dir);
+out:
+	if (paused) {
+		json_t *c = vm_qmp_execute(w->q, "cont", NULL, 5000, err);
+		if (c)
+			json_decref(c);
+		else
+			rc = -1;
+	}
+	if (e) {
+		kiln_warn("build: no builder VM snapshot with the base (%s)", kiln_error_message(e));
+		kiln_error_free(e);
+		if (tmp) {
+			kiln_error *e2 = NULL;
+			if (kiln_rm_rf(tmp, &e2) < 0)
+				kiln_error_free(e2);
+		}
+	}
+	if (rc < 0)
+		kiln_error_wrap(err, "resuming the builder VM");
+	if (lfd >= 0)
+		close(lfd);
+	free(w->save_dir);
+	w->save_dir = NULL;
+	free(tmp);
+	free(state);
+	free(mem);
+	free(own);
+	free(ok);
+	return rc;
+}
+
+int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char *scratch, char *const *base,
+		     size_t n_base, struct build_warm_vm **out, kiln_error **err)
 {
 	char key[KILN_DIGEST_MAX];
-	char *base = kiln_xasprintf("%s/builder-vm", build_store_home(s)), *snap = NULL, *ok = NULL, *lock = NULL;
+	char *dir = kiln_xasprintf("%s/builder-vm", build_store_home(s)), *snap = NULL, *ok = NULL;
+	char *bdir = NULL, *seen = NULL, *mem = NULL, *disk = NULL, *state = NULL;
 	struct build_warm_vm *w = kiln_xcalloc(1, sizeof(*w));
-	kiln_strv av = KILN_STRV_INIT;
 	int lfd = -1, rc = -1;
 
-	if (warm_key(vo, key, err) < 0 || kiln_mkdir_p(base, 0700, err) < 0)
+	if (warm_key(vo, key, err) < 0 || kiln_mkdir_p(dir, 0700, err) < 0)
 		goto out;
-	snap = kiln_path_join(base, kiln_digest_hex(key));
+	snap = kiln_path_join(dir, kiln_digest_hex(key));
 	ok = kiln_path_join(snap, "ok");
-	lock = kiln_path_join(base, "lock");
+	w->lock = kiln_path_join(dir, "lock");
 	if (access(ok, F_OK) < 0) {
 		/* one build makes it; others wait for it */
-		lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		lfd = open(w->lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (lfd < 0 || flock(lfd, LOCK_EX) < 0) {
-			kiln_err_errno(err, errno, "%s", lock);
+			kiln_err_errno(err, errno, "%s", w->lock);
 			goto out;
 		}
 		if (access(ok, F_OK) < 0) {
@@ -321,34 +513,60 @@ int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char 
 				kiln_error_free(e);
 			if (make_snapshot(s, vo, snap, err) < 0)
 				goto out;
-			remove_others(base, kiln_digest_hex(key));
+			remove_others(dir, kiln_digest_hex(key));
+		}
+		close(lfd);
+		lfd = -1;
+	}
+	disk = kiln_path_join(snap, "disk.qcow2");
+	if (n_base) {
+		/* the base's snapshot: KEY (it lives under it) + the base's layers */
+		kiln_buf t = KILN_BUF_INIT;
+		char bk[KILN_DIGEST_MAX];
+		kiln_buf_adds(&t, "kiln-builder-vm-base/1\n");
+		for (size_t i = 0; i < n_base; i++)
+			kiln_buf_addf(&t, "%s\n", base[i]);
+		kiln_digest_buf(KILN_SHA256, t.buf, t.len, bk);
+		kiln_buf_free(&t);
+		bdir = kiln_xasprintf("%s/base-%s", snap, kiln_digest_hex(bk));
+		seen = kiln_xasprintf("%s/seen-%s", snap, kiln_digest_hex(bk));
+		char *bok = kiln_path_join(bdir, "ok");
+		bool have = access(bok, F_OK) == 0;
+		free(bok);
+		if (have) {
+			kiln_error *e = NULL;
+			mem = kiln_path_join(bdir, "memory");
+			state = kiln_path_join(bdir, "state");
+			utimensat(AT_FDCWD, bdir, NULL, 0); /* recently used: kept */
+			if (restore(w, vo, scratch, mem, state, disk, false, &e) == 0) {
+				w->has_base = true;
+				goto done;
+			}
+			/* never fatal: the generic snapshot and an upload instead */
+			kiln_warn("build: the builder VM snapshot with the base did not start (%s): "
+				  "using the generic one", kiln_error_message(e));
+			kiln_error_free(e);
+			e = NULL;
+			warm_kill(w);
+			if ((lfd = try_lock(w->lock)) >= 0 && kiln_rm_rf(bdir, &e) < 0)
+				kiln_error_free(e);
+			free(mem);
+			free(state);
+		} else if (access(seen, F_OK) == 0) {
+			/* second time this base: this VM saves it once it is uploaded */
+			w->save_dir = kiln_xstrdup(bdir);
+		} else {
+			kiln_error *e = NULL;
+			if (kiln_write_atomic(seen, "1\n", 2, 0600, &e) < 0)
+				kiln_error_free(e);
+			keep_newest(snap, "seen-", MAX_SEEN_BASES);
 		}
 	}
-	w->dir = kiln_xasprintf("%s/warm-XXXXXX", scratch);
-	if (!mkdtemp(w->dir)) {
-		kiln_err_errno(err, errno, "%s", w->dir);
+	mem = kiln_path_join(snap, "memory");
+	state = kiln_path_join(snap, "state");
+	if (restore(w, vo, scratch, mem, state, disk, w->save_dir != NULL, err) < 0)
 		goto out;
-	}
-	char *mem = kiln_path_join(snap, "memory"), *disk = kiln_path_join(snap, "disk.qcow2");
-	struct vm_restore_config rc_ = { .accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG,
-					 .cpus = vo && vo->cpus ? vo->cpus : 1, .memory_mib = WARM_MEMORY_MIB,
-					 .net = true, .memory_file = mem, .disk = disk, .dir = w->dir };
-	vm_restore_argv(&rc_, &av);
-	free(mem);
-	free(disk);
-	if ((w->pid = spawn(av.v, w->dir, err)) < 0)
-		goto out;
-	char *qmp = kiln_path_join(w->dir, "qmp.sock"), *agent = kiln_path_join(w->dir, "agent.sock");
-	char *state = kiln_path_join(snap, "state");
-	if ((w->q = vm_qmp_connect(qmp, 10000, err)) && vm_snapshot_load(w->q, state, 30000, err) == 0)
-		w->g = guest_connect(agent, 30000, err);
-	free(qmp);
-	free(agent);
-	free(state);
-	if (!w->g) {
-		kiln_error_wrap(err, "restoring the builder VM (log: %s/qemu.log)", w->dir);
-		goto out;
-	}
+done:
 	*out = w;
 	w = NULL;
 	rc = 0;
@@ -356,10 +574,13 @@ out:
 	if (lfd >= 0)
 		close(lfd);
 	build_warm_stop(w);
-	kiln_strv_free(&av);
-	free(base);
+	free(dir);
 	free(snap);
 	free(ok);
-	free(lock);
+	free(bdir);
+	free(seen);
+	free(mem);
+	free(disk);
+	free(state);
 	return rc;
 }

@@ -46,6 +46,7 @@ struct stage_state {
 	bool cmd_set;
 	build_tree *files; /* extracted for COPY --from, on demand */
 	build_exec_session *session; /* the executor's (the stage's builder VM) */
+	size_t n_base;     /* layers[0..n_base) come from the stage's FROM */
 	size_t n_indexed;  /* layers applied to idx so far (build_stage_index) */
 };
 
@@ -88,11 +89,19 @@ int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage 
 /* End the stage's executor session (its VM), if any. */
 void build_stage_end(struct run *r, struct stage_state *ss);
 
-/* exec_warm.c: the builder VM restored from its snapshot (made on first use) */
+/* exec_warm.c: the builder VM restored from its snapshot (made on first use).
+ * base: the digests of the stage's base layers (its FROM's), bottom first;
+ * when a snapshot with them uploaded exists, the VM is restored from it and
+ * build_warm_has_base() says so: they are then in place as l0, l1, ... */
 struct build_warm_vm;
-int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char *scratch, struct build_warm_vm **out,
-		     kiln_error **err);
+int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char *scratch, char *const *base,
+		     size_t n_base, struct build_warm_vm **out, kiln_error **err);
 guest_conn *build_warm_conn(struct build_warm_vm *w);
+bool build_warm_has_base(const struct build_warm_vm *w);
+/* Once the base layers are uploaded (as l0, l1, ...): if this is the base's
+ * second use, snapshot the VM with them (failures only warned).  <0 only when
+ * the VM could not be resumed afterwards. */
+int build_warm_save_base(struct build_warm_vm *w, kiln_error **err);
 void build_warm_stop(struct build_warm_vm *w);
 
 /* image.c */

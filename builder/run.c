@@ -515,7 +515,7 @@ int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage 
 		struct build_run_request req = {
 			.step = st, .instruction = text, .argv = argv, .env = st->env.v, .n_env = st->env.n,
 			.workdir = st->workdir ? st->workdir : "/", .user = st->user ? st->user : "",
-			.store = r->s, .layers = ss->layers, .n_layers = ss->n_layers,
+			.store = r->s, .layers = ss->layers, .n_layers = ss->n_layers, .n_base_layers = ss->n_base,
 			.compression = r->o->compression, .scratch = r->scratch,
 			.network = !net || strcmp(net, "none") != 0, .stage_network = stage_wants_net(sg, index),
 			.mounts = ms.v, .n_mounts = ms.n, .on_output = on_run_output, .output_ud = r, .stats = &stats,

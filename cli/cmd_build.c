@@ -36,9 +36,9 @@ static void on_event(void *ud, const struct build_event *ev)
 									ev->run->capture_ms / 1e3, "booted", ev->run->booted));
 			break;
 		case BUILD_EV_VM:
-			j = json_pack("{s:s,s:i,s:f,s:f,s:b}", "event", "vm", "step", ev->step, "boot_seconds",
+			j = json_pack("{s:s,s:i,s:f,s:f,s:b,s:b}", "event", "vm", "step", ev->step, "boot_seconds",
 				      ev->run->boot_ms / 1e3, "ext4_seconds", ev->run->ext4_ms / 1e3, "restored",
-				      ev->run->restored);
+				      ev->run->restored, "base_restored", ev->run->base_restored);
 			break;
 		case BUILD_EV_DONE:
 			j = json_pack("{s:s,s:s,s:i}", "event", "done", "digest", ev->digest, "steps", ev->step);
@@ -68,7 +68,8 @@ static void on_event(void *ud, const struct build_event *ev)
 		break;
 	case BUILD_EV_VM:
 		if (ev->run->restored)
-			fprintf(stderr, "  builder VM restored in %.2fs (stage uploaded %.2fs)\n", ev->run->boot_ms / 1e3,
+			fprintf(stderr, "  builder VM restored%s in %.2fs (stage uploaded %.2fs)\n",
+				ev->run->base_restored ? " with its base" : "", ev->run->boot_ms / 1e3,
 				ev->run->sync_ms / 1e3);
 		else
 			fprintf(stderr, "  builder VM started in %.2fs (stage as ext4 %.2fs)\n", ev->run->boot_ms / 1e3,

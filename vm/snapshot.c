@@ -91,12 +91,20 @@ static int wait_migration(vm_qmp *q, double deadline, kiln_error **err)
 int vm_snapshot_save(vm_instance *v, const char *state_path, int timeout_ms, kiln_error **err)
 {
 	vm_qmp *q = vm_get_qmp(v);
+
+	if (q == NULL)
+		return kiln_err(err, KILN_E_GENERIC, "saving the VM state to %s: no QMP connection", state_path);
+	return vm_snapshot_save_qmp(q, state_path, timeout_ms, err);
+}
+
+int vm_snapshot_save_qmp(vm_qmp *q, const char *state_path, int timeout_ms, kiln_error **err)
+{
 	double deadline = now_ms() + timeout_ms;
 	json_t *r = NULL, *args = NULL;
 	char *uri = NULL;
 	int rc = -1;
 
-	if (q == NULL || shell_safe(state_path, err) < 0)
+	if (shell_safe(state_path, err) < 0)
 		goto out;
 	if ((r = vm_qmp_execute(q, "stop", NULL, 5000, err)) == NULL)
 		goto out;
@@ -121,7 +129,7 @@ void vm_restore_argv(const struct vm_restore_config *c, kiln_strv *av)
 {
 	struct vm_machine m = {
 		.accel = c->accel, .cpus = c->cpus, .memory_mib = c->memory_mib, .net = c->net, .dir = c->dir,
-		.memory_file = c->memory_file, .memory_private = true, .disk = c->disk, .disk_snapshot = true,
+		.memory_file = c->memory_file, .memory_private = !c->memory_shared, .disk = c->disk, .disk_snapshot = true,
 		.disk_backing = c->disk_backing,
 	};
 

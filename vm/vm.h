@@ -184,12 +184,17 @@ char *vm_overlay_path(const vm_instance *v);
 
 /* Pause the guest and write its device state to state_path (RAM excluded). */
 int vm_snapshot_save(vm_instance *v, const char *state_path, int timeout_ms, kiln_error **err);
+/* The same for any QEMU reachable at q (e.g. one started from
+ * vm_restore_argv); the guest stays paused: "cont" resumes it. */
+int vm_snapshot_save_qmp(vm_qmp *q, const char *state_path, int timeout_ms, kiln_error **err);
 
 struct vm_restore_config {
 	enum vm_accel accel;       /* KVM or TCG, as recorded */
 	unsigned cpus, memory_mib;
 	bool net;
-	const char *memory_file;   /* the snapshot's RAM, mapped share=off */
+	const char *memory_file;   /* the snapshot's RAM, mapped share=off, or */
+	bool memory_shared;        /* share=on: the guest writes into memory_file (a
+				    * private copy) so that it can be saved again */
 	const char *disk;          /* qcow2 disk, opened with snapshot=on: writes go to
 				    * a temp overlay under $TMPDIR (set it to dir) */
 	const char *disk_backing;  /* the disk's raw backing file (its qcow2 header's

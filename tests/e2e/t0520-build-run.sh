@@ -180,6 +180,37 @@ expect_eq "one cold boot for the three RUNs" "$(grep -o '"restored":[a-z]*' "$T_
 expect_exit 0 "umoci unpacks it" umoci unpack --image "$T_TMP/oci-wh2:latest" "$T_TMP/uwh2"
 expect_eq "same files either way" "$(cd "$T_TMP/uwh2/rootfs" && cat rc rc2 && ls)" "$(cd "$T_TMP/uwh/rootfs" && cat rc rc2 && ls)"
 
+# a base seen a second time gets a builder VM snapshot of its own (the base
+# uploaded): later uncached stages on it restore that and upload nothing of
+# it, with the same layers; a corrupt one falls back to the generic snapshot
+# (a new base: the base's bundle with one more file; umoci 0.4.7's insert
+# writes a truncated tar)
+cp "$C/b.txt" "$R/b2.txt"
+umoci repack --image "$B:base2" "$T_TMP/bbb" >/dev/null 2>&1
+printf 'FROM oci:%s:base2\nCOPY a.txt /pb\nRUN cat /pb /b2.txt /old/keep >/pb2\n' "$B" >"$T_TMP/Dockerfile.pb"
+pb_layers() { python3 -c 'import json,sys
+m=json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"].split(":")[1]
+print(" ".join(l["digest"] for l in json.load(open(sys.argv[1]+"/blobs/sha256/"+m))["layers"]))' "$1"; }
+for i in 1 2 3 4; do
+	[ "$i" = 4 ] && for f in "$KILN_HOME"/builder-vm/*/base-*/state; do echo corrupt >"$f"; done
+	expect_exit 0 "uncached build $i on a new base" "$KILN" build --json --no-cache -f "$T_TMP/Dockerfile.pb" \
+		--oci-out "$T_TMP/oci-pb$i" "$C"
+	grep -o '"base_restored":[a-z]*' "$T_TMP/out" >"$T_TMP/pb-vm$i"
+	cp "$T_TMP/err" "$T_TMP/pb-err$i"
+	ls "$KILN_HOME"/builder-vm/*/base-*/ok 2>/dev/null | wc -l >"$T_TMP/pb-n$i"
+done
+expect_eq "1st and 2nd: the generic snapshot, 3rd: the one with the base, 4th (corrupt): generic" \
+	"$(cat "$T_TMP"/pb-vm[1-4] | tr '\n' ' ')" \
+	'"base_restored":false "base_restored":false "base_restored":true "base_restored":false '
+expect_eq "the 2nd build made the snapshot with the base" "$(cat "$T_TMP/pb-n2")" "$(($(cat "$T_TMP/pb-n1") + 1))"
+expect_grep "the corrupt snapshot was warned about" 'snapshot with the base did not start' "$T_TMP/pb-err4"
+expect_eq "the same layers from the snapshot with the base" "$(pb_layers "$T_TMP/oci-pb3")" "$(pb_layers "$T_TMP/oci-pb1")"
+expect_eq "the same layers after the fallback" "$(pb_layers "$T_TMP/oci-pb4")" "$(pb_layers "$T_TMP/oci-pb1")"
+expect_exit 0 "umoci unpacks it" umoci unpack --image "$T_TMP/oci-pb3:latest" "$T_TMP/upb"
+expect_eq "the RUN saw the base, the COPY and the base's own file" "$(cat "$T_TMP/upb/rootfs/pb2")" "changed
+bee
+kept"
+
 # --template: the image finalised by the snapshot stage; its start command
 # defaults to ENTRYPOINT + CMD, and a sandbox restored from it sees its work
 printf 'FROM oci:%s:base\nENV MODE=tpl\nWORKDIR /srv\nCMD ["sh", "-c", "echo started $MODE > /tmp/s"]\n' "$B" >"$T_TMP/Dockerfile.tpl"
