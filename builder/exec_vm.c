@@ -42,19 +42,6 @@ static double now_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* One word for sh: single quotes, ' written as '\''. */
-static void sq(kiln_buf *b, const char *s)
-{
-	kiln_buf_addc(b, '\'');
-	for (; *s; s++) {
-		if (*s == '\'')
-			kiln_buf_adds(b, "'\\''");
-		else
-			kiln_buf_addc(b, *s);
-	}
-	kiln_buf_addc(b, '\'');
-}
-
 static void end_vm(void *ctx, build_exec_session *s)
 {
 	if (!s)
@@ -248,7 +235,7 @@ static char *setup_script(build_exec_session *s, const struct build_run_request 
 	for (size_t i = 0; i < req->n_mounts; i++) {
 		const struct build_run_mount *m = &req->mounts[i];
 		kiln_buf_adds(&b, "t=$d/stub");
-		sq(&b, m->target);
+		build_shell_quote(&b, m->target);
 		kiln_buf_adds(&b, m->file ? "\nmkdir -p \"${t%/*}\"\n[ -e \"$t\" ] || : > \"$t\"\n" : "\nmkdir -p \"$t\"\n");
 	}
 	kiln_buf_adds(&b, "mount -t overlay -o lowerdir=");
@@ -265,7 +252,7 @@ static char *setup_script(build_exec_session *s, const struct build_run_request 
 	for (size_t i = 0; i < req->n_mounts; i++) {
 		const struct build_run_mount *m = &req->mounts[i];
 		kiln_buf_adds(&b, "t=$d/r");
-		sq(&b, m->target);
+		build_shell_quote(&b, m->target);
 		kiln_buf_adds(&b, "\n[ -e \"$t\" ] || mkdir -p \"$t\"\n");
 		if (m->type == BUILD_MOUNT_TMPFS) {
 			kiln_buf_adds(&b, "mount -t tmpfs");

@@ -7,6 +7,8 @@
 
 /* "./a/b/" → "a/b"; "/" or "." → "" (the root). */
 char *build_layer_path(const char *name);
+/* Append s as one word for /bin/sh: single quotes, ' written as '\'' (template.c). */
+void build_shell_quote(kiln_buf *b, const char *s);
 /* Extract the current entry e of reader a under dir through disk writer w:
  * its path and hardlink target are rebased into dir, then header and data
  * are written.  `what` names the source in errors ("layer X", "ADD F"). */

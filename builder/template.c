@@ -8,8 +8,7 @@
 #include "builder/internal.h"
 #include "snapshots/snapshots.h"
 
-/* One word for /bin/sh -c: single quotes, with ' written as '\''. */
-static void shell_quote(kiln_buf *b, const char *s)
+void build_shell_quote(kiln_buf *b, const char *s)
 {
 	kiln_buf_addc(b, '\'');
 	for (; *s; s++) {
@@ -35,7 +34,7 @@ char *build_default_start_cmd(const json_t *config)
 				continue;
 			if (b.len)
 				kiln_buf_addc(&b, ' ');
-			shell_quote(&b, json_string_value(v));
+			build_shell_quote(&b, json_string_value(v));
 		}
 	return b.len ? kiln_buf_detach(&b) : NULL;
 }
