@@ -51,8 +51,9 @@ static int run_parse(const struct kiln_command *cmd, int argc, char **argv)
 		return cli_fail(err);
 	print_warnings(ast);
 	if (dump) {
-		char *s = df_ast_dump(ast);
-		fputs(s, stdout);
+		size_t len;
+		char *s = df_ast_dump(ast, &len);
+		fwrite(s, 1, len, stdout);
 		free(s);
 	} else {
 		/* one write of the whole text: json_dumpf writes token by token */

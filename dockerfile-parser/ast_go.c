@@ -193,8 +193,6 @@ char *df_utf8_sanitize(const char *s, size_t len)
 			kiln_buf_add(&b, s + i, (size_t)w);
 		i += (size_t)w;
 	}
-	if (b.len == 0)
-		return kiln_xstrdup("");
 	return kiln_buf_detach(&b);
 }
 
@@ -267,4 +265,59 @@ char *df_json_fix_surrogates(const char *s, size_t len)
 		}
 	}
 	return kiln_buf_detach(&b);
+}
+
+/* ---- NUL mode (struct df_ast.nul) ----------------------------------------- */
+
+int32_t df_rune_at(const char *s, size_t len, bool nul, int *width)
+{
+	if (nul && (unsigned char)s[0] == 0xC0 && len >= 2) {
+		*width = 2;
+		return s[1] == (char)0x80 ? 0 : 0xFFFD;
+	}
+	return df_utf8_decode(s, len, width);
+}
+
+void df_rune_put(kiln_buf *b, int32_t r)
+{
+	if (r == 0)
+		kiln_buf_add(b, "\xC0\x80", 2);
+	else
+		df_utf8_encode(b, r);
+}
+
+char *df_nul_encode(const char *s, size_t len, size_t *out_len)
+{
+	kiln_buf b = KILN_BUF_INIT;
+
+	kiln_buf_grow(&b, len + len / 8 + 16);
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == 0)
+			kiln_buf_add(&b, "\xC0\x80", 2);
+		else if (c == 0xC0)
+			kiln_buf_add(&b, "\xC0\x81", 2);
+		else
+			kiln_buf_addc(&b, (char)c);
+	}
+	*out_len = b.len;
+	return kiln_buf_detach(&b);
+}
+
+char *df_nul_decode(const char *s, size_t *len)
+{
+	char *out = kiln_xmalloc(*len + 1);
+	size_t o = 0;
+
+	for (size_t i = 0; i < *len; i++) {
+		if ((unsigned char)s[i] == 0xC0 && i + 1 < *len) {
+			out[o++] = s[i + 1] == (char)0x80 ? '\0' : (char)0xC0;
+			i++;
+			continue;
+		}
+		out[o++] = s[i];
+	}
+	out[o] = '\0';
+	*len = o;
+	return out;
 }

@@ -30,7 +30,8 @@ struct df_heredoc {
  * format can be reproduced exactly. */
 struct df_node {
 	char *name;          /* lowercase instruction: "from", "run", "onbuild", ... */
-	char *original;      /* the instruction's text as BuildKit records it (Node.Original) */
+	char *original;      /* the instruction's text as BuildKit records it (Node.Original);
+	                      * NULL for an ONBUILD trigger nested two or more deep */
 	int start_line;      /* 1-based, inclusive */
 	int end_line;
 	int col;             /* 1-based column of the instruction keyword */
@@ -53,13 +54,26 @@ struct df_ast {
 	struct df_node *nodes;
 	size_t n_nodes;
 	kiln_strv warnings;  /* "FILE:LINE:COL: message" for accepted-but-suspect input */
+	/* The text as parsed, so pass 2 can point at the column of a flag. */
+	char *text;
+	size_t len;
+	size_t *line_off;    /* offset of each physical line (line_off[0] = 0) */
+	size_t n_lines;
+	/* The text holds a NUL byte, or a JSON string decodes to one (BuildKit
+	 * keeps both).  No C string can, so then every string of this tree holds
+	 * NUL as the bytes C0 80 and a raw C0 byte as C0 81 (the dump and JSON
+	 * writers undo it); pass 2 refuses such a tree at nul_line:nul_col. */
+	bool nul;
+	int nul_line, nul_col;
 };
 
-/* Parse Dockerfile text.  `file` is used in messages only.  Besides BuildKit's
- * parser errors this also rejects what BuildKit's instructions.Parse rejects
- * before any variable is expanded: unknown instructions, wrong argument
- * counts, unknown/duplicate/valueless flags, bad --mount/--network/--security
- * and HEALTHCHECK options, SHELL not in JSON form, bad ONBUILD triggers. */
+/* Parse Dockerfile text.  `file` is used in messages only.  Accepts what
+ * BuildKit's parser (frontend/dockerfile/parser) accepts and fails where it
+ * fails (bad directives, ENV/LABEL syntax, JSON arrays of non-strings,
+ * unterminated heredocs, over-long lines, no instructions).  What BuildKit's
+ * instructions.Parse rejects (unknown instructions and flags, argument
+ * counts, --mount/--network/--security and HEALTHCHECK values, SHELL form,
+ * ONBUILD triggers) is left to pass 2, df_plan_build. */
 int df_parse(const char *file, const char *text, size_t len, struct df_ast **out, kiln_error **err);
 /* Read and parse a file ("-" for stdin). */
 int df_parse_file(const char *path, struct df_ast **out, kiln_error **err);
@@ -68,8 +82,10 @@ void df_ast_free(struct df_ast *ast);
 /* The AST as JSON: {"escape","syntax","check","instructions":[{"instruction",
  * "flags","args","json","heredocs","original","start_line","end_line",...}]}. */
 json_t *df_ast_to_json(const struct df_ast *ast);
-/* BuildKit's Node.Dump() format, one line per instruction, "\n"-terminated. */
-char *df_ast_dump(const struct df_ast *ast);
+/* BuildKit's Node.Dump() format, one line per instruction, "\n"-terminated;
+ * *len (if non-NULL) gets its length, since an instruction word printed
+ * unquoted may hold a NUL byte. */
+char *df_ast_dump(const struct df_ast *ast, size_t *len);
 
 /* ===========================================================================
  * Pass 2: semantics (owned by dockerfile-parser/expand*.c, plan*.c)
@@ -198,7 +214,12 @@ struct df_plan {
 	size_t n_triggers;
 };
 
-/* The semantic pass.  Errors: "FILE:LINE:COL: message" (KILN_E_INVALID),
+/* The semantic pass.  First what BuildKit's instructions.Parse rejects before
+ * expanding anything, over every instruction of every stage (unknown
+ * instructions, argument counts, unknown/duplicate/valueless flags, bad
+ * --mount/--network/--security and HEALTHCHECK options, SHELL not in JSON
+ * form, ONBUILD triggers: a trigger's own problems are warnings) and a tree
+ * holding NUL; then expansion.  Errors: "FILE:LINE:COL: message" (KILN_E_INVALID),
  * KILN_E_NOTFOUND for an unknown --target, KILN_E_USAGE for bad options. */
 int df_plan_build(const struct df_ast *ast, const struct df_plan_opts *opts, struct df_plan **out, kiln_error **err);
 /* {"target","target_name","order","global_args","stages":[{"index","name","base",

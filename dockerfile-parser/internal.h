@@ -42,20 +42,48 @@ char *df_go_lower(const char *s);
 const char *df_trim_space(const char *s, size_t *len);
 const char *df_trim_left_space(const char *s, size_t *len);
 
+/* A tree in NUL mode (struct df_ast.nul) holds NUL as C0 80 and a raw C0
+ * byte as C0 81.  These read and write runes of such text as Go sees the
+ * original: df_rune_at gives 0 for C0 80 and U+FFFD for C0 81 (width 2 each,
+ * when nul is set; otherwise it is df_utf8_decode); df_rune_put writes rune 0
+ * as C0 80. */
+int32_t df_rune_at(const char *s, size_t len, bool nul, int *width);
+void df_rune_put(kiln_buf *b, int32_t r);
+/* Encode text for NUL mode / decode a NUL-mode string back to its bytes
+ * (*len in: length of s, out: length of the result, which may hold NULs). */
+char *df_nul_encode(const char *s, size_t len, size_t *out_len);
+char *df_nul_decode(const char *s, size_t *len);
+
+/* What the line parsers need to know of the file. */
+struct df_lineopts {
+	char escape;
+	bool nul;      /* NUL mode: the text is encoded */
+};
+
 /* Per-instruction argument parsing (parse_line.c): BuildKit's
- * newNodeFromLine.  Fills n->name, flags, args, json, sub, original. */
-int df_node_from_line(const char *line, size_t len, char escape, struct df_node *n, kiln_error **err);
+ * newNodeFromLine.  Fills n->name, flags, args, json, sub, original.
+ * Returns -2 (no error set) when not in NUL mode and a JSON string decodes to
+ * a NUL: the caller parses again in NUL mode. */
+int df_node_from_line(const char *line, size_t len, const struct df_lineopts *lo, struct df_node *n,
+		      kiln_error **err);
 
 /* Heredoc words on an instruction line (parse_heredoc.c): BuildKit's
  * heredocsFromLine.  Returns the count (0: none), <0 on error. */
-int df_heredocs_from_line(const char *line, struct df_heredoc **out, size_t *n_out, kiln_error **err);
+int df_heredocs_from_line(const char *line, bool nul, struct df_heredoc **out, size_t *n_out, kiln_error **err);
 
 /* BuildKit's MustParseHeredoc: is this one argument a heredoc word? */
 bool df_is_heredoc_word(const char *word);
 
-/* Instruction checks (parse_check.c): what BuildKit's instructions.Parse
- * rejects without expanding variables.  `src` is the whole text so errors can
- * point at the column of an offending flag. */
+void df_node_clear(struct df_node *n);
+
+/* ===========================================================================
+ * Instruction checks (parse_check*.c): what BuildKit's instructions.Parse
+ * rejects without expanding variables.  Not part of df_parse (BuildKit's
+ * parser accepts all of it): df_plan_build runs them first.
+ * ========================================================================= */
+
+/* `src` is the whole text so errors can point at the column of an offending
+ * flag. */
 struct df_src {
 	const char *file;
 	const char *text;
@@ -64,11 +92,12 @@ struct df_src {
 	size_t len;
 };
 int df_check_node(const struct df_src *src, const struct df_node *n, kiln_strv *warnings, kiln_error **err);
+/* Every instruction of ast (not in NUL mode); ONBUILD triggers' problems are
+ * pushed to warnings. */
+int df_check_ast(const struct df_ast *ast, kiln_strv *warnings, kiln_error **err);
 /* 1-based column of the first occurrence of needle on lines [start,end] of
  * the node, and its line; falls back to the node's own position. */
 void df_locate(const struct df_src *src, const struct df_node *n, const char *needle, int *line, int *col);
-
-void df_node_clear(struct df_node *n);
 
 /* "FILE:LINE:COL: message" for node n, at needle's position if found. */
 int df_check_errf(const struct df_src *src, const struct df_node *n, const char *needle, kiln_error **err,
@@ -196,6 +225,9 @@ int dfp_check_reference(const char *ref, char **why);
 int dfp_require_reference(const struct dfp_ctx *c, const struct df_node *n, const char *ref, kiln_error **err);
 /* "--name=value" -> {name, value}. */
 void dfp_parse_flags(const struct df_node *n, struct df_kv **out, size_t *n_out);
+
+/* df_check_ast, after refusing a tree in NUL mode (plan.c). */
+int dfp_check_ast(const struct df_ast *ast, kiln_strv *warnings, kiln_error **err);
 
 /* Expand the instructions of stage `index` into steps (plan_steps.c). */
 int dfp_dispatch_stage(struct dfp_ctx *c, int index, kiln_error **err);

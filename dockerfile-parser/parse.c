@@ -1,7 +1,8 @@
 /* parse.c — Dockerfile text to AST, line by line as BuildKit's parser.Parse
  * does: parser directives at the top, comments, line continuations (with
- * comment and blank lines inside them), heredoc bodies, then the
- * instruction checks of parse_check.c.  Errors are "FILE:LINE:COL: msg". */
+ * comment and blank lines inside them), heredoc bodies.  What BuildKit's
+ * instructions.Parse rejects is left to parse_check.c, run by pass 2.
+ * Errors are "FILE:LINE:COL: msg". */
 #include <string.h>
 
 #include "dockerfile-parser/internal.h"
@@ -12,6 +13,7 @@
 struct scan {
 	const char *text;
 	size_t len, pos;
+	bool nul;                /* NUL-mode text: a C0 byte starts a 2-byte pair */
 	int line;                /* physical lines consumed so far */
 	size_t *line_off;
 	size_t n_off, cap_off;
@@ -29,7 +31,11 @@ static bool scan_line(struct scan *sc, const char **p, size_t *n, bool *too_long
 	avail = sc->len - sc->pos;
 	nl = memchr(sc->text + sc->pos, '\n', avail);
 	*n = nl ? (size_t)(nl - (sc->text + sc->pos)) + 1 : avail;
-	if (*n > MAX_LINE || (!nl && *n >= MAX_LINE)) {
+	size_t orig = *n; /* the length BuildKit's scanner sees */
+	if (sc->nul)
+		for (const char *q = sc->text + sc->pos; (q = memchr(q, 0xC0, (size_t)(sc->text + sc->pos + *n - q))); q++)
+			orig--;
+	if (orig > MAX_LINE || (!nl && orig >= MAX_LINE)) {
 		*too_long = true;
 		return false;
 	}
@@ -230,7 +236,7 @@ static int read_heredocs(struct scan *sc, struct df_node *n, const char *file, b
 {
 	struct df_heredoc *docs = NULL;
 	size_t nd = 0;
-	int ret = df_heredocs_from_line(n->original, &docs, &nd, err);
+	int ret = df_heredocs_from_line(n->original, sc->nul, &docs, &nd, err);
 
 	if (ret < 0)
 		return relocate(err, file, n->start_line, n->col);
@@ -276,10 +282,13 @@ static struct df_node *new_node(struct df_ast *ast, size_t *cap)
 	return &ast->nodes[ast->n_nodes++];
 }
 
-int df_parse(const char *file, const char *text, size_t len, struct df_ast **out, kiln_error **err)
+/* One pass over the text (already encoded when nul).  Returns -2 (no error
+ * set) when a JSON string decodes to NUL outside NUL mode, with the node's
+ * position in *nul_line, *nul_col. */
+static int parse_text(struct df_ast *ast, const char *text, size_t len, bool nul, int *nul_line, int *nul_col,
+		      kiln_error **err)
 {
-	struct df_ast *ast = kiln_xcalloc(1, sizeof(*ast));
-	struct scan sc = { .text = text, .len = len };
+	struct scan sc = { .text = text, .len = len, .nul = nul };
 	struct directives d = { .escape = '\\' };
 	kiln_strv comments = KILN_STRV_INIT;
 	kiln_buf line = KILN_BUF_INIT;
@@ -289,17 +298,6 @@ int df_parse(const char *file, const char *text, size_t len, struct df_ast **out
 	size_t n;
 	int ret = -1;
 
-	*out = NULL;
-	ast->file = kiln_xstrdup(strcmp(file, "-") == 0 ? "<stdin>" : file);
-	ast->escape = '\\';
-	if (memchr(text, '\0', len) != NULL) {
-		const char *z = memchr(text, '\0', len);
-		int ln = 1;
-		for (const char *q = text; q < z; q++)
-			ln += *q == '\n';
-		loc_err(err, ast->file, ln, 1, "NUL byte in Dockerfile");
-		goto out;
-	}
 	while (scan_line(&sc, &p, &n, &too_long)) {
 		bool first = sc.line == 1, end;
 		int start = sc.line, col, r;
@@ -360,7 +358,17 @@ int df_parse(const char *file, const char *text, size_t len, struct df_ast **out
 		node->start_line = start;
 		node->end_line = sc.line;
 		node->col = col;
-		if (df_node_from_line(line.buf, line.len, d.escape, node, err) < 0) {
+		{
+			struct df_lineopts lo = { d.escape, nul };
+			r = df_node_from_line(line.buf, line.len, &lo, node, err);
+		}
+		if (r == -2) {
+			*nul_line = start;
+			*nul_col = col;
+			ret = -2;
+			goto out;
+		}
+		if (r < 0) {
 			relocate(err, ast->file, start, col);
 			goto out;
 		}
@@ -381,19 +389,74 @@ int df_parse(const char *file, const char *text, size_t len, struct df_ast **out
 		loc_err(err, ast->file, sc.line, 1, "file with no instructions");
 		goto out;
 	}
-	{
-		struct df_src src = { ast->file, text, sc.line_off, sc.n_off, len };
-		for (size_t i = 0; i < ast->n_nodes; i++)
-			if (df_check_node(&src, &ast->nodes[i], &ast->warnings, err) < 0)
-				goto out;
-	}
-	*out = ast;
-	ast = NULL;
+	ast->line_off = sc.line_off;
+	ast->n_lines = sc.n_off;
+	sc.line_off = NULL;
 	ret = 0;
 out:
 	kiln_buf_free(&line);
 	kiln_strv_free(&comments);
 	free(sc.line_off);
+	return ret;
+}
+
+static void ast_reset(struct df_ast *ast)
+{
+	for (size_t i = 0; i < ast->n_nodes; i++)
+		df_node_clear(&ast->nodes[i]);
+	free(ast->nodes);
+	ast->nodes = NULL;
+	ast->n_nodes = 0;
+	free(ast->syntax);
+	free(ast->check);
+	ast->syntax = ast->check = NULL;
+	ast->escape = '\\';
+	kiln_strv_free(&ast->warnings);
+}
+
+/* BuildKit's parser.Parse.  A NUL byte, which BuildKit keeps like any other,
+ * switches to NUL mode (struct df_ast.nul); so does a JSON "\u0000", found
+ * by a first pass. */
+int df_parse(const char *file, const char *text, size_t len, struct df_ast **out, kiln_error **err)
+{
+	struct df_ast *ast = kiln_xcalloc(1, sizeof(*ast));
+	const char *z = memchr(text, '\0', len);
+	int ret = -1, r;
+
+	*out = NULL;
+	ast->file = kiln_xstrdup(strcmp(file, "-") == 0 ? "<stdin>" : file);
+	ast->escape = '\\';
+	if (z) {
+		const char *ls = text;
+		ast->nul_line = 1;
+		for (const char *q = text; q < z; q++)
+			if (*q == '\n')
+				ast->nul_line++, ls = q + 1;
+		ast->nul_col = 1;
+		for (const char *q = ls; q < z; q++)
+			ast->nul_col += ((unsigned char)*q & 0xC0) != 0x80;
+	}
+	if (!z) {
+		ast->text = kiln_xstrndup(text, len);
+		ast->len = len;
+		r = parse_text(ast, ast->text, len, false, &ast->nul_line, &ast->nul_col, err);
+		if (r != -2) {
+			if (r < 0)
+				goto out;
+			goto done;
+		}
+		ast_reset(ast);
+		free(ast->text);
+	}
+	ast->nul = true;
+	ast->text = df_nul_encode(text, len, &ast->len);
+	if (parse_text(ast, ast->text, ast->len, true, &ast->nul_line, &ast->nul_col, err) < 0)
+		goto out;
+done:
+	*out = ast;
+	ast = NULL;
+	ret = 0;
+out:
 	df_ast_free(ast);
 	return ret;
 }
@@ -418,8 +481,11 @@ int df_parse_file(const char *path, struct df_ast **out, kiln_error **err)
 	return ret;
 }
 
+/* The ONBUILD chain is freed in a loop: it can be thousands deep. */
 void df_node_clear(struct df_node *n)
 {
+	struct df_node *sub = n->sub;
+
 	free(n->name);
 	free(n->original);
 	kiln_strv_free(&n->flags);
@@ -429,12 +495,15 @@ void df_node_clear(struct df_node *n)
 		free(n->heredocs[i].content);
 	}
 	free(n->heredocs);
-	if (n->sub) {
-		df_node_clear(n->sub);
-		free(n->sub);
-	}
 	free(n->comment);
 	memset(n, 0, sizeof(*n));
+	while (sub) {
+		struct df_node *next = sub->sub;
+		sub->sub = NULL;
+		df_node_clear(sub);
+		free(sub);
+		sub = next;
+	}
 }
 
 void df_ast_free(struct df_ast *ast)
@@ -448,5 +517,7 @@ void df_ast_free(struct df_ast *ast)
 	free(ast->syntax);
 	free(ast->check);
 	kiln_strv_free(&ast->warnings);
+	free(ast->text);
+	free(ast->line_off);
 	free(ast);
 }

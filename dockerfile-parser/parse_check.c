@@ -491,3 +491,13 @@ int df_check_node(const struct df_src *src, const struct df_node *n, kiln_strv *
 {
 	return check_one(src, n, warnings, err);
 }
+
+int df_check_ast(const struct df_ast *ast, kiln_strv *warnings, kiln_error **err)
+{
+	struct df_src src = { ast->file, ast->text, ast->line_off, ast->n_lines, ast->len };
+
+	for (size_t i = 0; i < ast->n_nodes; i++)
+		if (df_check_node(&src, &ast->nodes[i], warnings, err) < 0)
+			return -1;
+	return 0;
+}

@@ -15,12 +15,14 @@ struct lex {
 	bool raw_quotes, raw_escapes;
 	int depth;
 	const char *errmsg;
+	bool nul; /* NUL-mode text (struct df_ast.nul) */
 };
 
 struct words {
 	kiln_buf word;
 	kiln_strv *out; /* NULL: words are not wanted */
 	bool in_word;
+	bool nul;
 };
 
 static int32_t peek(struct lex *lx)
@@ -29,7 +31,7 @@ static int32_t peek(struct lex *lx)
 
 	if (lx->pos >= lx->len)
 		return -1;
-	return df_utf8_decode(lx->s + lx->pos, lx->len - lx->pos, &w);
+	return df_rune_at(lx->s + lx->pos, lx->len - lx->pos, lx->nul, &w);
 }
 
 static int32_t next(struct lex *lx)
@@ -39,14 +41,14 @@ static int32_t next(struct lex *lx)
 
 	if (lx->pos >= lx->len)
 		return -1;
-	r = df_utf8_decode(lx->s + lx->pos, lx->len - lx->pos, &w);
+	r = df_rune_at(lx->s + lx->pos, lx->len - lx->pos, lx->nul, &w);
 	lx->pos += (size_t)w;
 	return r;
 }
 
 static void w_raw_char(struct words *w, int32_t ch)
 {
-	df_utf8_encode(&w->word, ch);
+	df_rune_put(&w->word, ch);
 	w->in_word = true;
 }
 
@@ -68,7 +70,7 @@ static void w_string(struct words *w, const char *s, size_t len)
 {
 	for (size_t i = 0; i < len;) {
 		int n;
-		int32_t r = df_utf8_decode(s + i, len - i, &n);
+		int32_t r = df_rune_at(s + i, len - i, w->nul, &n);
 		w_char(w, r);
 		i += (size_t)n;
 	}
@@ -93,17 +95,17 @@ static int single_quote(struct lex *lx, kiln_buf *out)
 	int32_t ch = next(lx);
 
 	if (lx->raw_quotes)
-		df_utf8_encode(out, ch);
+		df_rune_put(out, ch);
 	for (;;) {
 		ch = next(lx);
 		if (ch < 0)
 			return fail(lx, "unexpected end of statement while looking for matching single-quote");
 		if (ch == '\'') {
 			if (lx->raw_quotes)
-				df_utf8_encode(out, ch);
+				df_rune_put(out, ch);
 			return 0;
 		}
-		df_utf8_encode(out, ch);
+		df_rune_put(out, ch);
 	}
 }
 
@@ -114,7 +116,7 @@ static int double_quote(struct lex *lx, kiln_buf *out)
 	int32_t ch = next(lx);
 
 	if (lx->raw_quotes)
-		df_utf8_encode(out, ch);
+		df_rune_put(out, ch);
 	for (;;) {
 		ch = peek(lx);
 		if (ch < 0)
@@ -122,7 +124,7 @@ static int double_quote(struct lex *lx, kiln_buf *out)
 		if (ch == '"') {
 			next(lx);
 			if (lx->raw_quotes)
-				df_utf8_encode(out, ch);
+				df_rune_put(out, ch);
 			return 0;
 		}
 		if (ch == '$') {
@@ -134,14 +136,14 @@ static int double_quote(struct lex *lx, kiln_buf *out)
 		if (ch == '\\') {
 			int32_t p;
 			if (lx->raw_escapes)
-				df_utf8_encode(out, ch);
+				df_rune_put(out, ch);
 			p = peek(lx);
 			if (p < 0)
 				continue;
 			if (p == '"' || p == '$' || p == '\\')
 				ch = next(lx);
 		}
-		df_utf8_encode(out, ch);
+		df_rune_put(out, ch);
 	}
 }
 
@@ -159,16 +161,16 @@ static void process_name(struct lex *lx, kiln_buf *name)
 	while ((ch = peek(lx)) >= 0) {
 		if (name->len == 0 && ch >= '0' && ch <= '9') {
 			while ((ch = peek(lx)) >= '0' && ch <= '9')
-				df_utf8_encode(name, next(lx));
+				df_rune_put(name, next(lx));
 			return;
 		}
 		if (name->len == 0 && ch > 0 && ch < 0x80 && strchr("@*#?-$!0", (int)ch) != NULL) {
-			df_utf8_encode(name, next(lx));
+			df_rune_put(name, next(lx));
 			return;
 		}
 		if (!is_letter_or_digit(ch) && ch != '_')
 			return;
-		df_utf8_encode(name, next(lx));
+		df_rune_put(name, next(lx));
 	}
 }
 
@@ -225,9 +227,9 @@ static int curly(struct lex *lx, kiln_buf *out)
 		goto out;
 	}
 	kiln_buf_addf(out, "${%s", name.buf);
-	df_utf8_encode(out, ch);
+	df_rune_put(out, ch);
 	if (op2)
-		df_utf8_encode(out, op2);
+		df_rune_put(out, op2);
 	if (ch == '/') {
 		kiln_buf_add(out, word2.buf, word2.len);
 		kiln_buf_addc(out, '/');
@@ -282,7 +284,7 @@ static void possible_heredoc(struct lex *lx, kiln_buf *out)
 
 static int process_stop_on(struct lex *lx, int32_t stop, kiln_buf *result, kiln_strv *words)
 {
-	struct words w = { KILN_BUF_INIT, words, false };
+	struct words w = { KILN_BUF_INIT, words, false, lx->nul };
 	kiln_buf tmp = KILN_BUF_INIT;
 	int ret = -1;
 	int32_t ch;
@@ -315,7 +317,7 @@ static int process_stop_on(struct lex *lx, int32_t stop, kiln_buf *result, kiln_
 		if (ch == '\\') {
 			if (lx->raw_escapes) {
 				w_raw_char(&w, ch);
-				df_utf8_encode(result, ch);
+				df_rune_put(result, ch);
 			}
 			ch = next(lx);
 			if (ch < 0)
@@ -324,7 +326,7 @@ static int process_stop_on(struct lex *lx, int32_t stop, kiln_buf *result, kiln_
 		} else {
 			w_char(&w, ch);
 		}
-		df_utf8_encode(result, ch);
+		df_rune_put(result, ch);
 	}
 	if (stop >= 0) {
 		fail(lx, "unexpected end of statement while looking for matching closing character");
@@ -340,9 +342,10 @@ out:
 }
 
 /* ProcessWords with an empty environment and SkipUnsetEnv. */
-static int lex_words(const char *s, size_t len, bool raw_quotes, bool raw_escapes, kiln_strv *out, const char **errmsg)
+static int lex_words(const char *s, size_t len, bool raw_quotes, bool raw_escapes, bool nul, kiln_strv *out,
+		     const char **errmsg)
 {
-	struct lex lx = { s, len, 0, raw_quotes, raw_escapes, 0, NULL };
+	struct lex lx = { s, len, 0, raw_quotes, raw_escapes, 0, NULL, nul };
 	kiln_buf result = KILN_BUF_INIT;
 	int ret = process_stop_on(&lx, -1, &result, out);
 
@@ -362,7 +365,7 @@ static size_t count_quotes(const char *s)
 }
 
 /* BuildKit's ParseHeredoc on one word: 1 = a heredoc, 0 = not, -1 = error. */
-static int heredoc_from_word(const char *word, struct df_heredoc *h, kiln_error **err)
+static int heredoc_from_word(const char *word, bool nul, struct df_heredoc *h, kiln_error **err)
 {
 	kiln_strv words = KILN_STRV_INIT, raw = KILN_STRV_INIT;
 	const char *p = word, *rest, *msg = NULL;
@@ -387,11 +390,11 @@ static int heredoc_from_word(const char *word, struct df_heredoc *h, kiln_error 
 	rest = p;
 	if (*rest == '\0' || strchr(rest, '<') != NULL)
 		return 0;
-	if (lex_words(rest, strlen(rest), false, false, &words, &msg) < 0)
+	if (lex_words(rest, strlen(rest), false, false, nul, &words, &msg) < 0)
 		goto lexfail;
 	if (words.n != 1)
 		goto out;
-	if (lex_words(rest, strlen(rest), true, false, &raw, &msg) < 0)
+	if (lex_words(rest, strlen(rest), true, false, nul, &raw, &msg) < 0)
 		goto lexfail;
 	if (raw.n != words.n) {
 		ret = kiln_err(err, KILN_E_INVALID, "internal lexing of heredoc produced inconsistent results: %s", rest);
@@ -416,7 +419,7 @@ out:
 	return ret;
 }
 
-int df_heredocs_from_line(const char *line, struct df_heredoc **out, size_t *n_out, kiln_error **err)
+int df_heredocs_from_line(const char *line, bool nul, struct df_heredoc **out, size_t *n_out, kiln_error **err)
 {
 	kiln_strv words = KILN_STRV_INIT;
 	const char *msg = NULL;
@@ -425,11 +428,11 @@ int df_heredocs_from_line(const char *line, struct df_heredoc **out, size_t *n_o
 	*out = NULL;
 	*n_out = 0;
 	/* BuildKit ignores a lexing error here: such a line has no heredocs */
-	if (lex_words(line, strlen(line), true, true, &words, &msg) < 0)
+	if (lex_words(line, strlen(line), true, true, nul, &words, &msg) < 0)
 		goto out;
 	for (size_t i = 0; i < words.n; i++) {
 		struct df_heredoc h = { 0 };
-		int r = heredoc_from_word(words.v[i], &h, err);
+		int r = heredoc_from_word(words.v[i], nul, &h, err);
 		if (r < 0) {
 			ret = -1;
 			goto out;
@@ -456,7 +459,7 @@ bool df_is_heredoc_word(const char *word)
 {
 	struct df_heredoc h = { 0 };
 	kiln_error *err = NULL;
-	int r = heredoc_from_word(word, &h, &err);
+	int r = heredoc_from_word(word, false, &h, &err);
 
 	/* MustParseHeredoc: an error counts as "not a heredoc" */
 	kiln_error_free(err);

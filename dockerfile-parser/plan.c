@@ -533,6 +533,19 @@ static void free_state(struct dfp_state *s)
 	free(s->onbuild);
 }
 
+/* What BuildKit's instructions.Parse refuses, over the whole file, before
+ * anything is expanded (parse_check*.c); first a tree holding NUL, which no
+ * argument, path or file name kiln hands on can carry. */
+int dfp_check_ast(const struct df_ast *ast, kiln_strv *warnings, kiln_error **err)
+{
+	if (ast->nul)
+		return kiln_err(err, KILN_E_INVALID, "%s:%d:%d: %s", ast->file, ast->nul_line, ast->nul_col,
+				memmem(ast->text, ast->len, "\xC0\x80", 2) != NULL
+					? "NUL byte in Dockerfile"
+					: "a JSON string holds \\u0000, which no command argument can contain");
+	return df_check_ast(ast, warnings, err);
+}
+
 int df_plan_build(const struct df_ast *ast, const struct df_plan_opts *opts, struct df_plan **out, kiln_error **err)
 {
 	static const struct df_plan_opts no_opts;
@@ -551,6 +564,8 @@ int df_plan_build(const struct df_ast *ast, const struct df_plan_opts *opts, str
 			kiln_err(err, KILN_E_USAGE, "build arg %zu has an empty name", i + 1);
 			goto out;
 		}
+	if (dfp_check_ast(ast, &c.plan->warnings, err) < 0)
+		goto out;
 	if (init_meta(&c, err) < 0)
 		goto out;
 	parse_check(&c);

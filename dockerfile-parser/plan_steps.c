@@ -449,7 +449,8 @@ static const struct df_node *parse_trigger(struct dfp_ctx *c, struct df_stage *s
 	char *name = kiln_xasprintf("ONBUILD trigger of %s", st->base);
 	struct df_node *n;
 
-	if (df_parse(name, text, strlen(text), &ast, &e) < 0) {
+	if (df_parse(name, text, strlen(text), &ast, &e) < 0 || dfp_check_ast(ast, &c->plan->warnings, &e) < 0) {
+		df_ast_free(ast);
 		dfp_fail(c, st->node, err, "base image %s: %s", st->base, kiln_error_message(e));
 		kiln_error_free(e);
 		free(name);

@@ -45,19 +45,40 @@ expect_exit 0 "backtick escape, from stdin" "$KILN" dockerfile parse --dump - <"
 expect_eq "backtick continuation joined" "$(sed -n 2p "$T_TMP/out")" '(run "echo \\   done")'
 expect_grep "empty continuation warned with its line" "warning: <stdin>:4:1: empty continuation line" "$T_TMP/err"
 
-# Errors: FILE:LINE:COL and exit 1.
-printf 'FROM alpine\n\nRUN --mount=type=nfs,target=/x true\n' >"$T_TMP/bad-mount"
-expect_exit 1 "bad mount type exits 1" "$KILN" dockerfile parse "$T_TMP/bad-mount"
-expect_grep "bad mount located" "bad-mount:3:5: unsupported mount type \"nfs\"" "$T_TMP/err"
+# Errors of the syntax layer (BuildKit's parser): FILE:LINE:COL and exit 1.
 printf 'FROM alpine\nRUN <<EOF\necho never closed\n' >"$T_TMP/unterminated"
 expect_exit 1 "unterminated heredoc exits 1" "$KILN" dockerfile parse --dump "$T_TMP/unterminated"
 expect_grep "unterminated heredoc located" "unterminated:2:1: unterminated heredoc" "$T_TMP/err"
+
+# What BuildKit's parser takes and only its instructions.Parse refuses: parse
+# dumps it as BuildKit's dumper does; plan (and so build) refuses it with
+# FILE:LINE:COL and exit 1.
+layers() { # NAME FILE WANT-DUMP WANT-ERROR
+	expect_exit 0 "$1: parse takes it" "$KILN" dockerfile parse --dump "$2"
+	expect_eq "$1: dumped as BuildKit does" "$(sed -n 2p "$T_TMP/out")" "$3"
+	expect_exit 1 "$1: plan refuses it" "$KILN" dockerfile plan "$2"
+	expect_grep "$1: plan error located" "$(basename "$2"):$4" "$T_TMP/err"
+}
+printf 'FROM alpine\n\nRUN --mount=type=nfs,target=/x true\n' >"$T_TMP/bad-mount"
+layers "bad mount type" "$T_TMP/bad-mount" '(run ["--mount=type=nfs,target=/x"] "true")' \
+	'3:5: unsupported mount type "nfs"'
 printf 'FROM alpine\n  FORM x\n' >"$T_TMP/typo"
-expect_exit 1 "unknown instruction exits 1" "$KILN" dockerfile parse "$T_TMP/typo"
-expect_grep "unknown instruction located" "typo:2:3: unknown instruction: FORM" "$T_TMP/err"
+layers "unknown instruction" "$T_TMP/typo" '(form "")' '2:3: unknown instruction: FORM'
 printf 'FROM alpine\nCOPY --chmown=1 a b\n' >"$T_TMP/flag"
-expect_exit 1 "unknown flag exits 1" "$KILN" dockerfile parse "$T_TMP/flag"
-expect_grep "unknown flag located" "flag:2:6: Unknown flag: chmown" "$T_TMP/err"
+layers "unknown flag" "$T_TMP/flag" '(copy ["--chmown=1"] "a" "b")' '2:6: Unknown flag: chmown'
+printf 'FROM alpine\nCOPY --user=me a b\n' >"$T_TMP/user"
+layers "COPY --user" "$T_TMP/user" '(copy ["--user=me"] "a" "b")' '2:6: Unknown flag: user'
+printf 'FROM alpine\nHEALTHCHECK\n' >"$T_TMP/health"
+layers "HEALTHCHECK alone" "$T_TMP/health" '(healthcheck)' '2:1: HEALTHCHECK requires at least one argument'
+printf 'FROM alpine\nCMD ["\\u0000"]\n' >"$T_TMP/nul-json"
+layers "CMD [\"\\u0000\"]" "$T_TMP/nul-json" '(cmd "\x00")' '2:1: a JSON string holds \\u0000'
+printf 'FROM alpine\nRUN a\0b\n' >"$T_TMP/nul"
+layers "NUL byte" "$T_TMP/nul" '(run "a\x00b")' '2:6: NUL byte in Dockerfile'
+printf 'FROM alpine\nONBUILD ONBUILD RUN x\n' >"$T_TMP/onbuild"
+layers "ONBUILD ONBUILD" "$T_TMP/onbuild" '(onbuild (onbuild (run "x")))' "2:1: Chaining ONBUILD via \`ONBUILD ONBUILD\` isn't allowed"
+mkdir -p "$T_TMP/ctx" && cp "$T_TMP/user" "$T_TMP/ctx/Dockerfile"
+expect_exit 1 "build refuses COPY --user" "$KILN" build --no-cache -t t0100:user "$T_TMP/ctx"
+expect_grep "build error located" "Dockerfile:2:6: Unknown flag: user" "$T_TMP/err"
 printf '# just a comment\n' >"$T_TMP/empty"
 expect_exit 1 "no instructions exits 1" "$KILN" dockerfile parse "$T_TMP/empty"
 expect_grep "no instructions message" "empty:1:1: file with no instructions" "$T_TMP/err"

@@ -130,3 +130,16 @@ expect_grep "empty tag message" 'emptytag:2:1: failed to parse stage name "alpin
 printf 'FROM alpine:${TAG:-3.19}\n' >"$T_TMP/undeclared"
 expect_exit 0 "undeclared FROM arg only warns" "$KILN" dockerfile plan "$T_TMP/undeclared"
 expect_grep "UndefinedArgInFrom warning" "undeclared:1:1: FROM argument 'TAG' is not declared" "$T_TMP/err"
+
+# BuildKit's instruction checks run in plan (parse takes these), over every
+# stage, the unbuilt ones too, before anything is expanded
+printf 'FROM alpine AS unused\nCOPY --user=me a b\nFROM alpine\nRUN true\n' >"$T_TMP/unbuilt"
+expect_exit 0 "parse takes an unknown flag" "$KILN" dockerfile parse "$T_TMP/unbuilt"
+expect_exit 1 "plan refuses it in a stage not built" "$KILN" dockerfile plan "$T_TMP/unbuilt"
+expect_grep "... located" 'unbuilt:2:6: Unknown flag: user' "$T_TMP/err"
+printf 'FROM alpine\nHEALTHCHECK --interval=5 CMD true\n' >"$T_TMP/hc"
+expect_exit 1 "plan refuses a HEALTHCHECK duration without unit" "$KILN" dockerfile plan "$T_TMP/hc"
+expect_grep "... located at the flag" 'hc:2:13: time: missing unit in duration "5"' "$T_TMP/err"
+printf 'FROM alpine\nONBUILD COPY --bogus a b\n' >"$T_TMP/trig"
+expect_exit 0 "a bad ONBUILD trigger only warns" "$KILN" dockerfile plan "$T_TMP/trig"
+expect_grep "... with its place" 'warning: .*trig:2:14: Unknown flag: bogus \(in an ONBUILD trigger' "$T_TMP/err"

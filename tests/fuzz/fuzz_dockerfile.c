@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		kiln_error_free(err);
 		return 0;
 	}
-	char *dump = df_ast_dump(ast);
+	char *dump = df_ast_dump(ast, NULL);
 	json_t *j = df_ast_to_json(ast);
 	char *s = json_dumps(j, JSON_COMPACT);
 	if (s == NULL || dump == NULL)

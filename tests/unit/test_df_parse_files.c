@@ -56,7 +56,7 @@ static void test_dumps_match(void)
 		CHECK(kiln_read_file(want_path, &want, &want_len, 0, &err) == 0);
 		kiln_error_free(err);
 		if (ast && want) {
-			char *got = df_ast_dump(ast);
+			char *got = df_ast_dump(ast, NULL);
 			if (strcmp(got, want) != 0) {
 				printf("#   %s: dump differs from %s\n", name, want_path);
 				test_checks_failed++;
