@@ -95,18 +95,7 @@ out:
 
 static char *agent_path(void)
 {
-	const char *env = getenv("KILN_AGENT");
-	if (env && *env)
-		return kiln_xstrdup(env);
-	char self[4096];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return kiln_xstrdup("kiln-agent");
-	self[n] = '\0';
-	char *slash = strrchr(self, '/');
-	if (slash)
-		*slash = '\0';
-	return kiln_path_join(self, "kiln-agent");
+	return vm_agent_default_path();
 }
 
 /* The snapshot's directory: a digest over what it depends on. */

@@ -15,23 +15,15 @@
 
 static const struct kiln_command vm_kernel_cmd, vm_boot_cmd, vm_run_cmd;
 
-/* vm/fetch-kernel.sh from the source tree this kiln was built in (bin/kiln
- * sits beside vm/), or $KILN_FETCH_KERNEL. */
+/* $KILN_FETCH_KERNEL, else fetch-kernel.sh of kiln's installation
+ * (PREFIX/lib/kiln) or checkout (vm/). */
 static char *fetch_script(void)
 {
 	const char *env = getenv("KILN_FETCH_KERNEL");
-	char self[PATH_MAX], *slash;
-	ssize_t n;
 
 	if (env && *env)
 		return kiln_xstrdup(env);
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return NULL;
-	self[n] = '\0';
-	for (int up = 0; up < 2 && (slash = strrchr(self, '/')); up++)
-		*slash = '\0';
-	return kiln_xasprintf("%s/vm/fetch-kernel.sh", self);
+	return vm_own_file("fetch-kernel.sh", "vm/fetch-kernel.sh");
 }
 
 static int run_kernel(const struct kiln_command *cmd, int argc, char **argv)
@@ -57,13 +49,14 @@ static int run_kernel(const struct kiln_command *cmd, int argc, char **argv)
 	}
 	if (optind < argc)
 		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-	dir = dir_opt ? kiln_xstrdup(dir_opt) : vm_kernel_default_dir();
+	/* --fetch writes where the user's overrides point; showing follows the search path. */
+	dir = dir_opt ? kiln_xstrdup(dir_opt) : fetch ? vm_kernel_user_dir() : NULL;
 	if (fetch) {
 		char *script = fetch_script();
 		pid_t pid;
 		int status = 0;
 		if (script == NULL || access(script, X_OK) < 0) {
-			kiln_err(&err, KILN_E_NOTFOUND, "cannot find vm/fetch-kernel.sh (set KILN_FETCH_KERNEL)");
+			kiln_err(&err, KILN_E_NOTFOUND, "cannot find fetch-kernel.sh in PREFIX/lib/kiln or the checkout's vm/ (set KILN_FETCH_KERNEL)");
 			free(script);
 			free(dir);
 			return cli_fail(err);
@@ -88,7 +81,8 @@ static int run_kernel(const struct kiln_command *cmd, int argc, char **argv)
 		free(dir);
 		return cli_fail(err);
 	}
-	printf("release  %s\nkernel   %s\nboots    %s\nmodules  %s\n", k.release, k.vmlinuz, k.image, k.modules);
+	printf("release  %s\nkernel   %s\nboots    %s\nmodules  %s\ndir      %s\n", k.release, k.vmlinuz, k.image,
+	       k.modules, k.dir);
 	vm_kernel_free(&k);
 	free(dir);
 	return KILN_EXIT_OK;
@@ -253,7 +247,7 @@ static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 		return cli_fail(err);
 	}
 	if (ea.argv && !vm_has_agent(v)) {
-		kiln_err(&err, KILN_E_NOTFOUND, "a command needs the guest agent: build bin/kiln-agent or set KILN_AGENT");
+		kiln_err(&err, KILN_E_NOTFOUND, "a command needs the guest agent: install kiln-agent in PREFIX/lib/kiln, build bin/kiln-agent, or set KILN_AGENT");
 		goto out;
 	}
 	/* With a command, kiln's stdout and stderr are the command's alone. */
@@ -296,10 +290,17 @@ static const struct kiln_command vm_kernel_cmd = {
 	.name = "kernel",
 	.summary = "show or fetch the guest kernel",
 	.usage = "Usage: kiln vm kernel [--fetch] [--dir DIR]\n\n"
-		 "Show the guest kernel kiln boots (in $KILN_KERNEL_DIR or $KILN_HOME/kernel).\n"
-		 "--fetch puts it there first with vm/fetch-kernel.sh: by default a minimal kernel\n"
-		 "built from Debian's linux-source (vm/build-kernel.sh); with KILN_GUEST_KERNEL=cloud\n"
-		 "Debian's linux-image-cloud-amd64 (apt-get download + dpkg-deb -x; nothing installed).\n",
+		 "Show the guest kernel kiln boots: the first directory holding one of\n"
+		 "$KILN_KERNEL (alone when set; $KILN_KERNEL_DIR is its older name),\n"
+		 "$KILN_HOME/kernel, the installation's PREFIX/lib/kiln/kernel, the checkout's\n"
+		 "build/kernel (both found beside the running kiln binary).\n\n"
+		 "Options:\n"
+		 "  -f, --fetch          put a kernel into DIR first (default $KILN_KERNEL, else\n"
+		 "                       $KILN_HOME/kernel) with fetch-kernel.sh: by default a minimal\n"
+		 "                       kernel built from Debian's linux-source (build-kernel.sh);\n"
+		 "                       with KILN_GUEST_KERNEL=cloud Debian's linux-image-cloud-amd64\n"
+		 "                       (apt-get download + dpkg-deb -x; nothing installed)\n"
+		 "  -d, --dir DIR        show (or fetch into) DIR instead\n",
 	.run = run_kernel,
 };
 

@@ -181,7 +181,7 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 	if ((v = vm_boot(&vc, err)) == NULL)
 		goto out;
 	if (!vm_has_agent(v)) {
-		kiln_err(err, KILN_E_NOTFOUND, "no guest agent (bin/kiln-agent or $KILN_AGENT) to run the start command");
+		kiln_err(err, KILN_E_NOTFOUND, "no guest agent (PREFIX/lib/kiln/kiln-agent, bin/kiln-agent in a checkout, or $KILN_AGENT) to run the start command");
 		goto out;
 	}
 	if (start_and_wait(v, o, err) < 0)

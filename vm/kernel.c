@@ -1,25 +1,12 @@
-/* kernel.c — finding the guest kernel in kiln's cache (filled by
- * vm/fetch-kernel.sh from Debian's linux-image-cloud-amd64) and resolving the
- * modules init must load, with their dependencies, from depmod's modules.dep. */
+/* kernel.c — opening a guest kernel directory (filled by vm/fetch-kernel.sh;
+ * which one: vm/locate.c) and resolving the modules init must load, with
+ * their dependencies, from depmod's modules.dep. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "vm/vm.h"
-
-char *vm_kernel_default_dir(void)
-{
-	const char *env = getenv("KILN_KERNEL_DIR");
-	char *home, *dir;
-
-	if (env && *env)
-		return kiln_xstrdup(env);
-	home = kiln_home();
-	dir = kiln_path_join(home, "kernel");
-	free(home);
-	return dir;
-}
 
 void vm_kernel_free(struct vm_kernel *k)
 {
@@ -40,11 +27,18 @@ int vm_kernel_open(const char *dir, struct vm_kernel *k, kiln_error **err)
 
 	memset(k, 0, sizeof(*k));
 	k->dir = dir ? kiln_xstrdup(dir) : vm_kernel_default_dir();
+	if (k->dir == NULL) {
+		vm_kernel_not_found(err);
+		goto out;
+	}
 	relpath = kiln_path_join(k->dir, "release");
 	if (stat(relpath, &st) < 0 && errno == ENOENT) {
-		kiln_err(err, KILN_E_NOTFOUND,
-			 "no guest kernel in %s (run 'kiln vm kernel --fetch' or vm/fetch-kernel.sh %s)", k->dir,
-			 k->dir);
+		if (dir == NULL)
+			vm_kernel_not_found(err);
+		else
+			kiln_err(err, KILN_E_NOTFOUND,
+				 "no guest kernel in %s (run 'kiln vm kernel --fetch --dir %s' or vm/fetch-kernel.sh %s)",
+				 k->dir, k->dir, k->dir);
 		goto out;
 	}
 	if (kiln_read_file(relpath, &data, &len, 256, err) < 0)

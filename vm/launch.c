@@ -78,35 +78,22 @@ void vm_agent_release(vm_instance *v)
 	v->conn = NULL;
 }
 
-/* The agent binary: explicit, $KILN_AGENT, or kiln-agent beside this program. */
+/* The agent binary: explicit, or vm_agent_default_path() if it is there. */
 static char *find_agent(const struct vm_config *c, kiln_error **err)
 {
-	const char *env = getenv("KILN_AGENT");
-	char self[PATH_MAX], *slash, *path;
-	ssize_t n;
+	bool chosen = c->agent || (getenv("KILN_AGENT") && *getenv("KILN_AGENT"));
+	char *path;
 
 	if (c->no_agent)
 		return NULL;
-	if (c->agent || (env && *env)) {
-		path = kiln_xstrdup(c->agent ? c->agent : env);
-		if (access(path, X_OK) < 0) {
-			kiln_err_errno(err, errno, "guest agent %s", path);
-			free(path);
-			return (char *)-1;
-		}
-		return path;
-	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return NULL;
-	self[n] = '\0';
-	slash = strrchr(self, '/');
-	if (slash == NULL)
-		return NULL;
-	*slash = '\0';
-	path = kiln_path_join(self, "kiln-agent");
+	path = c->agent ? kiln_xstrdup(c->agent) : vm_agent_default_path();
 	if (access(path, X_OK) == 0)
 		return path;
+	if (chosen) {
+		kiln_err_errno(err, errno, "guest agent %s", path);
+		free(path);
+		return (char *)-1;
+	}
 	kiln_debug("vm: no guest agent at %s; booting without one", path);
 	free(path);
 	return NULL;

@@ -1,5 +1,5 @@
-/* vm.h — kiln's microVM layer: the guest kernel (Debian's cloud kernel, fetched
- * into a cache by vm/fetch-kernel.sh), the initramfs kiln generates for it, the
+/* vm.h — kiln's microVM layer: the guest kernel (built or fetched by
+ * vm/fetch-kernel.sh, found in kiln's installation), the initramfs kiln generates for it, the
  * QEMU `-M microvm` launcher (KVM when /dev/kvm is usable, TCG otherwise) and a
  * small QMP client.  Formats, boot protocol and the clock fix: docs/vm.md. */
 #ifndef KILN_VM_H
@@ -27,10 +27,27 @@ struct vm_kernel {
 	char *modules;  /* dir/root/lib/modules/RELEASE */
 };
 
-/* $KILN_KERNEL_DIR, else $KILN_HOME/kernel (see kiln_home()). */
+/* Where kiln looks for its guest kernel (vm/locate.c, docs/vm.md), in order:
+ * $KILN_KERNEL (or its older name $KILN_KERNEL_DIR) alone when set; else
+ * $KILN_HOME/kernel, then the installation's PREFIX/lib/kiln/kernel, then the
+ * checkout's build/kernel (both beside the running binary, via /proc/self/exe). */
+void vm_kernel_search_path(kiln_strv *out);
+/* The first directory of the search path that holds a kernel, or NULL. */
 char *vm_kernel_default_dir(void);
-/* Check a kernel directory and fill k (dir NULL: the default).  A missing
- * kernel is KILN_E_NOTFOUND and says how to fetch one. */
+/* Where `kiln vm kernel --fetch` puts a kernel: $KILN_KERNEL, else $KILN_HOME/kernel. */
+char *vm_kernel_user_dir(void);
+/* Set *err (KILN_E_NOTFOUND) to "no guest kernel", listing where kiln looked. */
+int vm_kernel_not_found(kiln_error **err);
+/* One of kiln's own files: PREFIX/lib/kiln/NAME when it is installed, else
+ * CHECKOUT/IN_TREE when run from a checkout; NULL when neither exists. */
+char *vm_own_file(const char *name, const char *in_tree);
+/* The guest agent kiln puts in a VM: $KILN_AGENT, else kiln's own
+ * (PREFIX/lib/kiln/kiln-agent, or the checkout's bin/kiln-agent), which may
+ * not exist: callers check. */
+char *vm_agent_default_path(void);
+/* Check a kernel directory and fill k (dir NULL: the first of the search
+ * path holding one).  A missing kernel is KILN_E_NOTFOUND and says where kiln
+ * looked and how to fetch one. */
 int vm_kernel_open(const char *dir, struct vm_kernel *k, kiln_error **err);
 void vm_kernel_free(struct vm_kernel *k);
 /* The module files (relative to k->modules) needed for `names` (module names
@@ -116,7 +133,7 @@ struct vm_config {
 	enum vm_accel accel;
 	enum vm_root_mode root_mode;
 	const char *kernel_dir;    /* NULL: vm_kernel_default_dir() */
-	const char *agent;         /* kiln-agent path; NULL: $KILN_AGENT, else next to this program */
+	const char *agent;         /* kiln-agent path; NULL: vm_agent_default_path() */
 	bool no_agent;             /* boot without the agent (init idles after the marker) */
 	const char *busybox;       /* NULL: /bin/busybox */
 	int boot_timeout_ms;       /* until init's ready marker; 0: 120 s TCG, 30 s KVM */

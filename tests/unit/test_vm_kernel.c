@@ -1,7 +1,8 @@
 /* test_vm_kernel.c — the two things that decide how a guest starts besides
  * the image: a kernel directory laid out by vm/build-kernel.sh (every driver
- * built in, no modules: the initramfs carries none), and the KVM decision on a
- * host whose /dev/kvm comes from kvm_pvm, which kiln must refuse. */
+ * built in, no modules: the initramfs carries none), the KVM decision on a
+ * host whose /dev/kvm comes from kvm_pvm, which kiln must refuse, and where
+ * kiln looks for its kernel. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
@@ -117,6 +118,80 @@ static void test_builtin_missing(void)
 	free(dir);
 }
 
+/* Where kiln looks for a kernel (vm/locate.c): $KILN_KERNEL alone when set,
+ * else $KILN_HOME/kernel, then PREFIX/lib/kiln/kernel and the checkout's
+ * build/kernel beside this program; a miss lists every place looked at. */
+static void test_search_path(void)
+{
+	kiln_strv sp = KILN_STRV_INIT;
+	kiln_error *err = NULL;
+	struct vm_kernel k;
+	char *home = kiln_path_join(tmpdir, "home"), *hk = kiln_path_join(home, "kernel");
+	char *other = kiln_path_join(tmpdir, "other"), *d;
+	char *old_home = getenv("KILN_HOME") ? kiln_xstrdup(getenv("KILN_HOME")) : NULL;
+
+	setenv("KILN_HOME", home, 1);
+	unsetenv("KILN_KERNEL");
+	unsetenv("KILN_KERNEL_DIR");
+	vm_kernel_search_path(&sp);
+	CHECK_INT(sp.n, 3);
+	if (sp.n == 3) {
+		CHECK_STR(sp.v[0], hk);
+		CHECK(strstr(sp.v[1], "/lib/kiln/kernel") != NULL);
+		CHECK(strstr(sp.v[2], "/build/kernel") != NULL);
+		/* this test runs from build/asan/tests/: neither of those exists */
+		CHECK(access(sp.v[1], F_OK) < 0 && access(sp.v[2], F_OK) < 0);
+	}
+	d = vm_kernel_default_dir();
+	CHECK(d == NULL);
+	free(d);
+	CHECK(vm_kernel_open(NULL, &k, &err) < 0);
+	CHECK(err && err->kind == KILN_E_NOTFOUND);
+	CHECK(err && strstr(kiln_error_message(err), hk) && sp.n == 3 &&
+	      strstr(kiln_error_message(err), sp.v[1]) && strstr(kiln_error_message(err), sp.v[2]));
+	kiln_error_free(err);
+	err = NULL;
+	kiln_strv_free(&sp);
+
+	/* A kernel in KILN_HOME is taken first. */
+	put(hk, "release", "6.1.0-kiln-home\n");
+	put(hk, "root/boot/vmlinuz-6.1.0-kiln-home", "bzImage");
+	d = vm_kernel_default_dir();
+	CHECK_STR(d, hk);
+	free(d);
+	CHECK(vm_kernel_open(NULL, &k, &err) == 0);
+	CHECK_STR(k.release, "6.1.0-kiln-home");
+	vm_kernel_free(&k);
+	d = vm_kernel_user_dir();
+	CHECK_STR(d, hk);
+	free(d);
+
+	/* $KILN_KERNEL (and its older name) is the only place looked at. */
+	setenv("KILN_KERNEL_DIR", other, 1);
+	vm_kernel_search_path(&sp);
+	CHECK(sp.n == 1 && strcmp(sp.v[0], other) == 0);
+	kiln_strv_free(&sp);
+	setenv("KILN_KERNEL", other, 1);
+	d = vm_kernel_user_dir();
+	CHECK_STR(d, other);
+	free(d);
+	CHECK(vm_kernel_default_dir() == NULL);
+	CHECK(vm_kernel_open(NULL, &k, &err) < 0);
+	CHECK(err && strstr(kiln_error_message(err), other) && strstr(kiln_error_message(err), "$KILN_KERNEL"));
+	kiln_error_free(err);
+
+	unsetenv("KILN_KERNEL");
+	unsetenv("KILN_KERNEL_DIR");
+	if (old_home)
+		setenv("KILN_HOME", old_home, 1);
+	else
+		unsetenv("KILN_HOME");
+	free(old_home);
+	free(home);
+	free(hk);
+	free(other);
+}
+
 static void mkdir_in(const char *dir, const char *name)
 {
 	char *p = kiln_path_join(dir, name);
@@ -189,6 +264,7 @@ int main(void)
 	RUN(test_all_builtin);
 	RUN(test_builtin_missing);
 	RUN(test_kvm_pvm_refused);
+	RUN(test_search_path);
 	kiln_rm_rf(tmpdir, &err);
 	free(tmpdir);
 	return test_done();
