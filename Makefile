@@ -81,14 +81,36 @@ $(ASAN)/tests/replay_%: $(ASAN)/tests/fuzz/fuzz_%.o $(ASAN)/tests/fuzz/replay.o 
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -o $@ $< $(ASAN)/tests/fuzz/replay.o $(ASAN)/libkiln.a $(LDLIBS)
 
+# T=NAME runs one test (tests/README.md): a unit program or a replay
+# (T=test_df_parse, T=replay_plan; T=test_df_parse:test_onbuild runs one case
+# of it, through KILN_TEST_ONLY) for check; for test also an e2e test by its
+# number or name prefix (T=t0520).
+E2E_ALL := $(sort $(wildcard tests/e2e/t*.sh))
+T_PROG   = $(firstword $(subst :, ,$(T)))
+T_CASE   = $(word 2,$(subst :, ,$(T)))
+T_BINS   = $(filter $(addprefix %/,$(T_PROG)),$(UNIT_BINS) $(REPLAY_BINS))
+T_E2E    = $(filter tests/e2e/$(T_PROG)%,$(E2E_ALL))
+
+ifeq ($(T),)
 check: $(UNIT_BINS) $(REPLAY_BINS)
 	@tests/run.sh $(UNIT_BINS) $(REPLAY_BINS)
+else
+check: $(T_BINS)
+	@if [ -z "$(T_BINS)" ]; then echo "make check: no unit test or replay named '$(T_PROG)'" >&2; exit 2; fi
+	@KILN_TEST_ONLY=$(T_CASE) tests/run.sh $(T_BINS)
+endif
 
 # -- everything: deps, build, unit tests, end-to-end tests ---------------------
 test: deps
+ifeq ($(T),)
 	$(MAKE) all clang-check
 	$(MAKE) $(UNIT_BINS) $(REPLAY_BINS)
-	@tests/run.sh $(UNIT_BINS) $(REPLAY_BINS) $(sort $(wildcard tests/e2e/t*.sh))
+	@tests/run.sh $(UNIT_BINS) $(REPLAY_BINS) $(E2E_ALL)
+else
+	@if [ -z "$(T_BINS)$(T_E2E)" ]; then echo "make test: no test named '$(T_PROG)'" >&2; exit 2; fi
+	$(MAKE) all $(T_BINS)
+	@KILN_TEST_ONLY=$(T_CASE) tests/run.sh $(T_BINS) $(T_E2E)
+endif
 
 # Packages, then the guest kernel the tests boot: by default a minimal kernel
 # built from Debian's linux-source (vm/build-kernel.sh, vm/kernel.config; about

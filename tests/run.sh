@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # run.sh — run test programs and scripts, count their TAP-style result lines
-# ("ok - NAME" / "not ok - NAME: why") and close with "N passed, N failed".
+# ("ok - NAME", "not ok - NAME: why", and "ok - NAME # skip WHY" for a check
+# that could not run here) and close with "N passed, N failed, N skipped".
 # A program that exits non-zero without reporting a failure counts as one
-# failure, so a crash can never pass silently.
+# failure, so a crash can never pass silently; one that reports nothing at
+# all fails too.  tests/README.md says how to write and run tests.
 set -u
-pass=0 fail=0
+pass=0 fail=0 skip=0
 failed_names=()
 for t in "$@"; do
 	name=$(basename "$t")
@@ -18,22 +20,25 @@ for t in "$@"; do
 	fi
 	rc=$?
 	cat "$log"
-	p=$(grep -c '^ok ' "$log")
+	# TAP's SKIP directive: "# skip" (any case) after the description
+	s=$(grep -Eci '^ok .*# *skip( |$)' "$log")
+	p=$(( $(grep -c '^ok ' "$log") - s ))
 	f=$(grep -c '^not ok ' "$log")
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
 		echo "not ok - $name exited with status $rc"
 		f=1
 	fi
-	if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then
+	if [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && [ "$s" -eq 0 ]; then
 		echo "not ok - $name reported no results"
 		f=1
 	fi
 	[ "$f" -gt 0 ] && failed_names+=("$name")
-	echo "# $name: $p passed, $f failed ($(( $(date +%s) - start ))s)"
+	echo "# $name: $p passed, $f failed, $s skipped ($(( $(date +%s) - start ))s)"
 	pass=$((pass + p))
 	fail=$((fail + f))
+	skip=$((skip + s))
 	rm -f "$log"
 done
 [ ${#failed_names[@]} -gt 0 ] && echo "# failing: ${failed_names[*]}"
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

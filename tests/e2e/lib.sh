@@ -9,6 +9,32 @@ export KILN_HOME="$T_TMP/home"
 
 ok() { echo "ok - $*"; }
 not_ok() { echo "not ok - $*"; }
+# skip NAME WHY: a check that cannot run here (no root, no KVM, ...): counted
+# as skipped by tests/run.sh, never as passed.
+skip() { echo "ok - $1 # skip $2"; }
+
+# A test of a stale binary tests old code: refuse bin/kiln (or bin/kiln-agent)
+# older than a source it is built from.  An installed KILN (say /usr/bin/kiln)
+# is taken as it is.
+stale_binary() { # BINARY SOURCES...
+	local bin=$1 newer
+	shift
+	[ -e "$bin" ] || return 1
+	newer=$(find "$@" -maxdepth 1 -name '*.[ch]' -newer "$bin" -print -quit 2>/dev/null)
+	[ -n "$newer" ] && echo "$newer"
+}
+if [ -e "$PWD/bin/kiln" ] && [ "$KILN" -ef "$PWD/bin/kiln" ]; then
+	# what the Makefile builds each from
+	for b in kiln kiln-agent; do
+		if [ $b = kiln ]; then srcs="common dockerfile-parser rootfs builder vm guest snapshots registry cli"
+		else srcs="guest/agent $(echo guest/proto*.c guest/*.h)"; fi
+		# shellcheck disable=SC2086
+		if f=$(stale_binary "$PWD/bin/$b" $srcs); then
+			not_ok "bin/$b is older than its source $f: run make all (or set KILN=/path/to/kiln)"
+			exit 1
+		fi
+	done
+fi
 
 # expect_exit CODE NAME CMD... : run CMD, check its exit status; output kept
 # in $T_TMP/out and $T_TMP/err for later checks.

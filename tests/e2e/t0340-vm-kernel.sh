@@ -60,5 +60,5 @@ if [ -e /dev/kvm ] && [ -d /sys/module/kvm_pvm ] && [ ! -d /sys/module/kvm_intel
 	expect_grep "runs under TCG" '^kiln: VM booted in [0-9]+ ms \(tcg' "$T_TMP/err"
 	expect_grep "and says why KVM was not used" 'KVM not used: no kvm_intel or kvm_amd module' "$T_TMP/err"
 else
-	ok "# SKIP no kvm_pvm-only /dev/kvm on this host (the refusal is unit-tested in test_vm_kernel)"
+	skip "TCG chosen on a kvm_pvm host" "no kvm_pvm-only /dev/kvm on this host (the refusal is unit-tested in test_vm_kernel)"
 fi

@@ -23,6 +23,8 @@ expect_eq "exec: env and cwd applied" "$(cat "$T_TMP/out")" "hi 1 /usr"
 if [ "$(id -u)" = 0 ]; then
 	expect_exit 0 "exec: numeric user" A exec --user 4321:765 -- id
 	expect_grep "exec: user applied" '^uid=4321 gid=765' "$T_TMP/out"
+else
+	skip "exec: numeric user" "needs root"
 fi
 expect_exit 0 "exec: stdin forwarded" sh -c "seq 1 100000 | '$KILN' agent exec --socket '$S' --stdin -- wc -l"
 expect_eq "exec: all of stdin arrived" "$(cat "$T_TMP/out")" "100000"
@@ -62,6 +64,8 @@ expect_eq "downloaded tree identical" "$(listing "$T_TMP/back")" "$(listing "$sr
 if [ "$(id -u)" = 0 ]; then
 	expect_exit 0 "upload with --chown" A upload --chown 77:88 "$src" "$T_TMP/guest/owned"
 	expect_eq "every entry owned 77:88" "$(find "$T_TMP/guest/owned" -mindepth 1 ! -user 77 -o -mindepth 1 ! -group 88 | wc -l)" 0
+else
+	skip "upload with --chown" "needs root"
 fi
 expect_exit 1 "download a missing dir" A download /no/such/dir "$T_TMP/none"
 expect_grep "names the dir" 'download /no/such/dir: No such file' "$T_TMP/err"

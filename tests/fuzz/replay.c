@@ -67,6 +67,11 @@ int main(int argc, char **argv)
 		}
 		free(dir);
 	}
+	/* A replay of nothing checks nothing: an empty or unreadable corpus fails. */
+	if (count == 0) {
+		printf("not ok - replay %s: no inputs replayed\n", self);
+		return 1;
+	}
 	/* Reaching here means no input crashed or tripped a sanitizer. */
 	printf("ok - replay %s: %d inputs\n", self, count);
 	return 0;
