@@ -233,12 +233,10 @@ int build_extract_entry(struct archive *a, struct archive *w, struct archive_ent
  * extracted with owners and modes, never through symlinks or "..". */
 static int extract_layer(const char *blob, const char *dir, kiln_error **err)
 {
-	struct archive *a = archive_read_new(), *w = archive_write_disk_new();
+	struct archive *a = kiln_tar_reader_new(), *w = archive_write_disk_new();
 	struct archive_entry *e;
 	int r, rc = -1;
 
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
 	archive_write_disk_set_options(w, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_XATTR |
 						  ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
 						  ARCHIVE_EXTRACT_UNLINK);
@@ -246,7 +244,7 @@ static int extract_layer(const char *blob, const char *dir, kiln_error **err)
 		kiln_err(err, KILN_E_INVALID, "layer %s: %s", blob, archive_error_string(a));
 		goto out;
 	}
-	while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+	while ((r = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
 		char *rel = build_layer_path(archive_entry_pathname(e));
 		char *slash = strrchr(rel, '/');
 		const char *base = slash ? slash + 1 : rel;

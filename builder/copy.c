@@ -245,33 +245,29 @@ static void ensure_dirs(struct ctx *c, const char *dir)
 /* Is the tar at `path` an archive ADD extracts (tar, possibly compressed)? */
 static bool is_archive(const char *path)
 {
-	struct archive *a = archive_read_new();
+	struct archive *a = kiln_tar_reader_new();
 	struct archive_entry *e;
 	bool yes = false;
 
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
 	if (archive_read_open_filename(a, path, 65536) == ARCHIVE_OK)
-		yes = archive_read_next_header(a, &e) == ARCHIVE_OK;
+		yes = kiln_tar_next(a, &e) == ARCHIVE_OK;
 	archive_read_free(a);
 	return yes;
 }
 
 static int extract_archive(const char *path, const char *dir, kiln_error **err)
 {
-	struct archive *a = archive_read_new(), *w = archive_write_disk_new();
+	struct archive *a = kiln_tar_reader_new(), *w = archive_write_disk_new();
 	struct archive_entry *e;
 	int r, rc = -1;
 
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
 	archive_write_disk_set_options(w, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
 						  ARCHIVE_EXTRACT_SECURE_NODOTDOT);
 	if (archive_read_open_filename(a, path, 65536) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_INVALID, "ADD %s: %s", path, archive_error_string(a));
 		goto out;
 	}
-	while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+	while ((r = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
 		char *rel = build_layer_path(archive_entry_pathname(e));
 		char *what = kiln_xasprintf("ADD %s", path);
 		int er = build_extract_entry(a, w, e, dir, rel, what, err);

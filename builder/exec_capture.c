@@ -93,15 +93,13 @@ static int append_layer(build_store *s, const struct build_layer *l, const char 
 			const char *out, kiln_error **err)
 {
 	char *blob = build_store_blob_path(s, l->digest);
-	struct archive *a = archive_read_new();
+	struct archive *a = kiln_tar_reader_new();
 	struct archive_entry *e;
 	const void *buf;
 	size_t len;
 	la_int64_t off;
 	int r, rc = -1;
 
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
 	if (archive_read_open_filename(a, blob, 65536) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_INVALID, "layer %s: %s", l->digest, archive_error_string(a));
 		goto out;
@@ -111,13 +109,13 @@ static int append_layer(build_store *s, const struct build_layer *l, const char 
 	archive_entry_set_pathname(e, prefix);
 	archive_entry_set_filetype(e, AE_IFDIR);
 	archive_entry_set_perm(e, 0755);
-	r = archive_write_header(w, e);
+	r = kiln_tar_write_header(w, e);
 	archive_entry_free(e);
 	if (r != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
 		goto out;
 	}
-	while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+	while ((r = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
 		char *rel = build_layer_path(archive_entry_pathname(e));
 		const char *slash = strrchr(rel, '/'), *base = slash ? slash + 1 : rel;
 		if (strncmp(base, ".wh.", 4) == 0) {
@@ -139,7 +137,7 @@ static int append_layer(build_store *s, const struct build_layer *l, const char 
 			free(h);
 			free(hn);
 		}
-		if (archive_write_header(w, e) != ARCHIVE_OK) {
+		if (kiln_tar_write_header(w, e) != ARCHIVE_OK) {
 			kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
 			goto out;
 		}
@@ -167,10 +165,9 @@ out:
 int build_layers_plain_tar(build_store *s, const struct build_layer *layers, const char *const *prefixes, size_t n,
 			   const char *out, kiln_error **err)
 {
-	struct archive *w = archive_write_new();
+	struct archive *w = kiln_tar_writer_new();
 	int rc = -1;
 
-	archive_write_set_format_pax_restricted(w);
 	if (archive_write_open_filename(w, out) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
 		goto out;

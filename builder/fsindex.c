@@ -166,17 +166,15 @@ char *build_layer_path(const char *name)
 
 int build_fsindex_apply_layer(build_fsindex *x, const char *blob, kiln_error **err)
 {
-	struct archive *a = archive_read_new();
+	struct archive *a = kiln_tar_reader_new();
 	struct archive_entry *e;
 	int r, rc = -1;
 
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
 	if (archive_read_open_filename(a, blob, 65536) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_INVALID, "layer %s: %s", blob, archive_error_string(a));
 		goto out;
 	}
-	while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+	while ((r = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
 		char *path = build_layer_path(archive_entry_pathname(e));
 		char *slash = strrchr(path, '/');
 		const char *base = slash ? slash + 1 : path;

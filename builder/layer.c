@@ -85,7 +85,7 @@ int build_layer_write(build_store *s, const struct build_changes *ch, enum build
 		      struct build_layer *out, kiln_error **err)
 {
 	struct pipe p = { 0 };
-	struct archive *a = archive_write_new();
+	struct archive *a = kiln_tar_writer_new();
 	struct archive_entry *e = archive_entry_new();
 	int rc = -1;
 
@@ -121,7 +121,6 @@ int build_layer_write(build_store *s, const struct build_changes *ch, enum build
 		}
 		archive_entry_free(raw);
 	}
-	archive_write_set_format_pax_restricted(a);
 	archive_write_set_bytes_in_last_block(a, 1);
 	if (archive_write_open2(a, &p, NULL, outer_write, NULL, NULL) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_IO, "layer: %s", archive_error_string(a));
@@ -141,7 +140,7 @@ int build_layer_write(build_store *s, const struct build_changes *ch, enum build
 		if (S_ISLNK(it->mode))
 			archive_entry_set_symlink(e, it->link);
 		archive_entry_set_size(e, S_ISREG(it->mode) ? (la_int64_t)it->size : 0);
-		if (archive_write_header(a, e) != ARCHIVE_OK) {
+		if (kiln_tar_write_header(a, e) != ARCHIVE_OK) {
 			kiln_err(err, KILN_E_IO, "layer: %s: %s", it->dest, archive_error_string(a));
 			goto out;
 		}

@@ -125,7 +125,7 @@ static int bind_tar(const build_tree *tree, const char *src, bool keep_owner, co
 {
 	char *rel = build_path_clean(src[0] == '/' ? src + 1 : src);
 	const struct build_entry *top = strcmp(rel, ".") ? build_tree_find(tree, rel) : NULL;
-	struct archive *w = archive_write_new();
+	struct archive *w = kiln_tar_writer_new();
 	size_t b = 0, e = 0;
 	int rc = -1;
 
@@ -140,7 +140,6 @@ static int bind_tar(const build_tree *tree, const char *src, bool keep_owner, co
 	} else {
 		build_tree_children(tree, rel, &b, &e);
 	}
-	archive_write_set_format_pax_restricted(w);
 	if (archive_write_open_filename(w, tar) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_IO, "%s: %s", tar, archive_error_string(w));
 		goto out;
@@ -161,7 +160,7 @@ static int bind_tar(const build_tree *tree, const char *src, bool keep_owner, co
 			archive_entry_set_symlink(ae, en->link);
 		if (!S_ISREG(en->st.st_mode))
 			archive_entry_set_size(ae, 0);
-		if (archive_write_header(w, ae) != ARCHIVE_OK) {
+		if (kiln_tar_write_header(w, ae) != ARCHIVE_OK) {
 			kiln_err(err, KILN_E_IO, "%s: %s", tar, archive_error_string(w));
 			archive_entry_free(ae);
 			goto out;

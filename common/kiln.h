@@ -180,6 +180,23 @@ char *kiln_home(void);
 /* Make a fresh private temp directory under $TMPDIR (or /tmp). */
 char *kiln_mkdtemp(const char *prefix, kiln_error **err);
 
+/* ---------------------------------------------------------------------------
+ * Tar streams (libarchive) whose names are bytes: every tar kiln reads or
+ * writes is opened here.  UTF-8 names are written as plain PAX records (as
+ * BuildKit's), other bytes under hdrcharset=BINARY; readers keep raw bytes.
+ * ------------------------------------------------------------------------- */
+struct archive;
+struct archive_entry;
+/* A pax (restricted) writer; open it with archive_write_open*. */
+struct archive *kiln_tar_writer_new(void);
+/* archive_write_header, with a name written as bytes not a warning. */
+int kiln_tar_write_header(struct archive *w, struct archive_entry *e);
+/* A tar reader (plain, gzip, zstd, bzip2, xz); open it with archive_read_open*. */
+struct archive *kiln_tar_reader_new(void);
+/* archive_read_next_header: ARCHIVE_OK, ARCHIVE_EOF, or an error; a name that
+ * is not in the C locale's charset is not one (it is kept as its bytes). */
+int kiln_tar_next(struct archive *a, struct archive_entry **e);
+
 /* Parse sizes like "512", "64K", "10M", "2G", "1T" (powers of 1024). */
 int kiln_parse_size(const char *s, uint64_t *out, kiln_error **err);
 

@@ -164,7 +164,7 @@ int guest_upload_dir_owned(guest_conn *c, const char *host_dir, const char *gues
 			   int timeout_ms, kiln_error **err)
 {
 	struct up_ctx u = { .deadline = gc_deadline(timeout_ms) };
-	struct archive *disk = archive_read_disk_new(), *aw = archive_write_new();
+	struct archive *disk = archive_read_disk_new(), *aw = kiln_tar_writer_new();
 	struct archive_entry_linkresolver *lr = NULL;
 	struct archive_entry *e = archive_entry_new();
 	size_t plen = strlen(host_dir);
@@ -176,7 +176,6 @@ int guest_upload_dir_owned(guest_conn *c, const char *host_dir, const char *gues
 	u.p = xfer_start(c, GUEST_F_UPLOAD, guest_dir, u.deadline, NULL, NULL, err);
 	if (u.p == NULL)
 		goto out;
-	archive_write_set_format_pax_restricted(aw);
 	archive_write_set_bytes_in_last_block(aw, 1);
 	if (archive_write_open(aw, &u, NULL, up_write, NULL) != ARCHIVE_OK)
 		goto archive_fail;
@@ -213,7 +212,7 @@ int guest_upload_dir_owned(guest_conn *c, const char *host_dir, const char *gues
 		archive_entry_linkify(lr, &cur, &spare);
 		if (cur == NULL)
 			continue;
-		if (archive_write_header(aw, cur) < ARCHIVE_WARN)
+		if (kiln_tar_write_header(aw, cur) != ARCHIVE_OK)
 			goto archive_fail;
 		if (archive_entry_filetype(cur) == AE_IFREG && archive_entry_size(cur) > 0 &&
 		    archive_entry_hardlink(cur) == NULL && copy_file(aw, archive_entry_sourcepath(cur), err) < 0)
@@ -356,10 +355,10 @@ static int extract(struct archive *ar, const char *root, kiln_error **err)
 	if (geteuid() == 0)
 		flags |= ARCHIVE_EXTRACT_OWNER;
 	archive_write_disk_set_options(aw, flags);
-	while ((r = archive_read_next_header(ar, &e)) != ARCHIVE_EOF) {
+	while ((r = kiln_tar_next(ar, &e)) != ARCHIVE_EOF) {
 		const char *name, *link;
 		char *full;
-		if (r < ARCHIVE_WARN) {
+		if (r != ARCHIVE_OK) {
 			kiln_err(err, KILN_E_INVALID, "%s", archive_error_string(ar));
 			goto out;
 		}
@@ -413,7 +412,7 @@ int guest_download_dir(guest_conn *c, const char *guest_dir, const char *host_di
 		       kiln_error **err)
 {
 	struct dl_ctx d = { .deadline = gc_deadline(timeout_ms), .data = KILN_BUF_INIT };
-	struct archive *ar = archive_read_new();
+	struct archive *ar = kiln_tar_reader_new();
 	char *root = NULL;
 	int rc = -1;
 
@@ -428,7 +427,6 @@ int guest_download_dir(guest_conn *c, const char *guest_dir, const char *host_di
 	d.p = xfer_start(c, GUEST_F_DOWNLOAD, guest_dir, d.deadline, dl_collect, &d, err);
 	if (d.p == NULL)
 		goto out;
-	archive_read_support_format_tar(ar);
 	if (archive_read_open(ar, &d, NULL, dl_read, NULL) != ARCHIVE_OK || extract(ar, root, err) < 0) {
 		if (d.p->failed || d.err) {
 			kiln_error_clear(err);

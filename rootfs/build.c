@@ -159,7 +159,7 @@ static int stream_layer(struct rootfs_ext4 *w, rootfs_image *img, size_t layer, 
 	a = rootfs_vblob_archive(vb, err);
 	if (a == NULL)
 		goto out;
-	while (k < ws->n && ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN)) {
+	while (k < ws->n && (r = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
 		if (ordinal++ != ws->v[k].entry)
 			continue;
 		struct rootfs_inode *ino = ws->v[k++].ino;

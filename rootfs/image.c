@@ -125,14 +125,9 @@ static la_ssize_t vblob_archive_read(struct archive *a, void *ctx, const void **
 
 struct archive *rootfs_vblob_archive(struct rootfs_vblob *vb, kiln_error **err)
 {
-	struct archive *a = archive_read_new();
+	struct archive *a = kiln_tar_reader_new();
 
-	archive_read_support_format_tar(a);
 	archive_read_support_format_empty(a);
-	archive_read_support_filter_gzip(a);
-	archive_read_support_filter_zstd(a);
-	archive_read_support_filter_bzip2(a);
-	archive_read_support_filter_xz(a);
 	if (archive_read_open(a, vb, NULL, vblob_archive_read, NULL) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_INVALID, "%s: %s", vb->what,
 			 vb->err ? kiln_error_message(vb->err) : archive_error_string(a));

@@ -312,7 +312,7 @@ int rootfs_layer_apply(rootfs_tree *t, unsigned layer, struct archive *a, const 
 	uint64_t ordinal = 0;
 	int r;
 
-	while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
+	while ((r = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
 		if (++t->entries > t->limits.max_entries)
 			return kiln_err(err, KILN_E_LIMIT, "%s: more than %llu entries in the image's layers",
 					name, (unsigned long long)t->limits.max_entries);
@@ -332,13 +332,10 @@ int rootfs_layer_apply(rootfs_tree *t, unsigned layer, struct archive *a, const 
 int rootfs_tree_apply_buffer(rootfs_tree *t, unsigned layer, const void *data, size_t len,
 			     const char *name, kiln_error **err)
 {
-	struct archive *a = archive_read_new();
+	struct archive *a = kiln_tar_reader_new();
 	int rc;
 
-	archive_read_support_format_tar(a);
 	archive_read_support_format_empty(a);
-	archive_read_support_filter_gzip(a);
-	archive_read_support_filter_zstd(a);
 	if (archive_read_open_memory(a, data, len) != ARCHIVE_OK) {
 		rc = kiln_err(err, KILN_E_INVALID, "%s: %s", name, archive_error_string(a));
 	} else {

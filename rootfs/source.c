@@ -173,17 +173,15 @@ static const char *member_name(struct archive_entry *e)
 
 static int tar_find(const char *file, const char *name, struct tar_member **out, kiln_error **err)
 {
-	struct archive *a = archive_read_new();
+	struct archive *a = kiln_tar_reader_new();
 	struct archive_entry *e;
 	int r;
 
-	archive_read_support_format_tar(a);
-	archive_read_support_filter_all(a);
 	if (archive_read_open_filename(a, file, 1 << 16) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_IO, "%s: %s", file, archive_error_string(a));
 		goto fail;
 	}
-	while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
+	while ((r = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
 		if (strcmp(member_name(e), name) == 0 && archive_entry_filetype(e) == AE_IFREG) {
 			*out = kiln_xcalloc(1, sizeof(**out));
 			(*out)->a = a;
