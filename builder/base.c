@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "builder/internal.h"
@@ -199,6 +200,39 @@ int build_image_load(build_store *s, const char *ref, struct build_image **out, 
 	return 0;
 }
 
+/* The real path of dir/rel's parent when it resolves inside dir (symlinks on
+ * the way followed, as the kernel would), else NULL: removals go through
+ * this so that a layer's symlink can never aim one outside the tree. */
+static char *parent_inside(const char *dir, const char *rel)
+{
+	const char *slash = strrchr(rel, '/');
+	char *p = slash ? kiln_xasprintf("%s/%.*s", dir, (int)(slash - rel), rel) : kiln_xstrdup(dir);
+	char *root = realpath(dir, NULL), *real = realpath(p, NULL);
+	size_t n = root ? strlen(root) : 0;
+
+	if (!root || !real || strncmp(real, root, n) != 0 || (real[n] != '\0' && real[n] != '/')) {
+		free(real);
+		real = NULL;
+	}
+	free(root);
+	free(p);
+	return real;
+}
+
+/* Remove dir/rel (a tree, never followed) if its parent is inside dir. */
+static void remove_inside(const char *dir, const char *rel)
+{
+	const char *slash = strrchr(rel, '/');
+	char *parent = parent_inside(dir, rel);
+
+	if (parent) {
+		char *victim = kiln_path_join(parent, slash ? slash + 1 : rel);
+		kiln_rm_rf(victim, NULL);
+		free(victim);
+	}
+	free(parent);
+}
+
 int build_extract_entry(struct archive *a, struct archive *w, struct archive_entry *e, const char *dir,
 			const char *rel, const char *what, kiln_error **err)
 {
@@ -207,8 +241,12 @@ int build_extract_entry(struct archive *a, struct archive *w, struct archive_ent
 	const void *buf;
 	size_t len;
 	la_int64_t off;
+	struct stat st;
 	int r;
 
+	/* an entry replaces what is at its path: a directory too (file→dir→file) */
+	if (rel[0] && (archive_entry_filetype(e) != AE_IFDIR || hl) && lstat(full, &st) == 0 && S_ISDIR(st.st_mode))
+		remove_inside(dir, rel);
 	archive_entry_set_pathname(e, full);
 	free(full);
 	if (hl) {
@@ -228,9 +266,35 @@ int build_extract_entry(struct archive *a, struct archive *w, struct archive_ent
 	return 0;
 }
 
+/* Empty directory dir/rel (opaque whiteout) if it is inside dir; keep it. */
+static void empty_inside(const char *dir, const char *rel)
+{
+	char *parent = rel[0] ? parent_inside(dir, rel) : realpath(dir, NULL);
+	const char *slash = strrchr(rel, '/');
+	char *pd = parent && rel[0] ? kiln_path_join(parent, slash ? slash + 1 : rel) : parent ? kiln_xstrdup(parent) : NULL;
+	struct stat st;
+	build_tree *t = NULL;
+	kiln_error *err = NULL;
 
-/* Apply one layer blob to a directory: whiteouts delete, the rest is
- * extracted with owners and modes, never through symlinks or "..". */
+	/* a symlink there is not followed: only a real directory is emptied */
+	if (pd && lstat(pd, &st) == 0 && S_ISDIR(st.st_mode) && build_tree_open(pd, NULL, &t, &err) == 0) {
+		for (size_t i = 0; i < build_tree_count(t); i++) {
+			const char *p = build_tree_entry(t, i)->path;
+			if (!strchr(p, '/')) {
+				char *full = kiln_path_join(pd, p);
+				kiln_rm_rf(full, NULL);
+				free(full);
+			}
+		}
+	}
+	kiln_error_free(err);
+	build_tree_free(t);
+	free(pd);
+	free(parent);
+}
+
+/* Apply one layer blob to a directory: whiteouts delete (only inside it),
+ * the rest is extracted with owners and modes, never through symlinks or "..". */
 static int extract_layer(const char *blob, const char *dir, kiln_error **err)
 {
 	struct archive *a = kiln_tar_reader_new(), *w = archive_write_disk_new();
@@ -247,36 +311,25 @@ static int extract_layer(const char *blob, const char *dir, kiln_error **err)
 	while ((r = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
 		char *rel = build_layer_path(archive_entry_pathname(e));
 		char *slash = strrchr(rel, '/');
-		const char *base = slash ? slash + 1 : rel;
-		if (strncmp(base, ".wh.", 4) == 0) {
+		const char *base = slash ? slash + 1 : rel, *name = NULL;
+		enum rootfs_whiteout wh = rootfs_whiteout_kind(base, &name);
+		if (wh == ROOTFS_WH_INVALID) {
+			kiln_err(err, KILN_E_INVALID, "layer %s: entry '%s': invalid whiteout name '%s'", blob, rel, base);
+			free(rel);
+			goto out;
+		}
+		if (wh == ROOTFS_WH_FILE || wh == ROOTFS_WH_OPAQUE) {
 			char *parent = slash ? kiln_xstrndup(rel, (size_t)(slash - rel)) : kiln_xstrdup("");
-			char *victim = strcmp(base, ".wh..wh..opq") == 0
-					       ? NULL
-					       : kiln_xasprintf("%s/%s%s%s", dir, parent, parent[0] ? "/" : "", base + 4);
-			if (victim) {
-				if (kiln_rm_rf(victim, err) < 0)
-					kiln_error_clear(err);
+			if (wh == ROOTFS_WH_FILE) {
+				char *victim = parent[0] ? kiln_xasprintf("%s/%s", parent, name) : kiln_xstrdup(name);
+				remove_inside(dir, victim);
+				free(victim);
 			} else {
-				/* opaque: empty the directory, keep it */
-				char *pd = kiln_xasprintf("%s/%s", dir, parent);
-				build_tree *t = NULL;
-				if (build_tree_open(pd, NULL, &t, err) == 0) {
-					for (size_t i = 0; i < build_tree_count(t); i++) {
-						const char *p = build_tree_entry(t, i)->path;
-						if (!strchr(p, '/')) {
-							char *full = kiln_path_join(pd, p);
-							if (kiln_rm_rf(full, err) < 0)
-								kiln_error_clear(err);
-							free(full);
-						}
-					}
-				}
-				kiln_error_clear(err);
-				build_tree_free(t);
-				free(pd);
+				empty_inside(dir, parent);
 			}
-			free(victim);
 			free(parent);
+		}
+		if (wh != ROOTFS_WH_NONE) {
 			free(rel);
 			continue;
 		}

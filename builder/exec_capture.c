@@ -14,6 +14,7 @@
 
 #include "builder/internal.h"
 #include "guest/guest.h"
+#include "rootfs/rootfs.h"
 
 static struct build_item *push_item(struct build_changes *ch)
 {
@@ -47,10 +48,8 @@ int build_upper_changes(guest_conn *conn, const char *guest_upper, const char *d
 			continue;
 		if (S_ISCHR(e->st.st_mode) && major(e->st.st_rdev) == 0 && minor(e->st.st_rdev) == 0) {
 			/* overlayfs whiteout: the path was deleted */
-			const char *slash = strrchr(e->path, '/');
 			struct build_item *it = push_item(ch);
-			it->dest = slash ? kiln_xasprintf("%.*s/.wh.%s", (int)(slash - e->path), e->path, slash + 1)
-					 : kiln_xasprintf(".wh.%s", e->path);
+			it->dest = rootfs_whiteout_path(e->path);
 			it->mode = S_IFREG | 0644;
 			continue;
 		}
@@ -66,7 +65,7 @@ int build_upper_changes(guest_conn *conn, const char *guest_upper, const char *d
 			const struct guest_xattr *x = guest_stat_xattr(&gs, "trusted.overlay.opaque");
 			if (x && x->len >= 1 && x->value[0] == 'y') {
 				struct build_item *op = push_item(ch);
-				op->dest = kiln_xasprintf("%s/.wh..wh..opq", e->path);
+				op->dest = kiln_xasprintf("%s/" ROOTFS_WH_OPAQUE_NAME, e->path);
 				op->mode = S_IFREG | 0644;
 			}
 			guest_stat_free(&gs);
@@ -118,7 +117,7 @@ static int append_layer(build_store *s, const struct build_layer *l, const char 
 	while ((r = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
 		char *rel = build_layer_path(archive_entry_pathname(e));
 		const char *slash = strrchr(rel, '/'), *base = slash ? slash + 1 : rel;
-		if (strncmp(base, ".wh.", 4) == 0) {
+		if (rootfs_whiteout_kind(base, NULL) != ROOTFS_WH_NONE) {
 			free(rel);
 			rc = 1; /* the guest cannot be given this as a plain directory */
 			goto out;

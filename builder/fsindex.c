@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "builder/internal.h"
+#include "rootfs/rootfs.h"
 
 struct node {
 	struct build_fsnode n;
@@ -177,14 +178,21 @@ int build_fsindex_apply_layer(build_fsindex *x, const char *blob, kiln_error **e
 	while ((r = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
 		char *path = build_layer_path(archive_entry_pathname(e));
 		char *slash = strrchr(path, '/');
-		const char *base = slash ? slash + 1 : path;
+		const char *base = slash ? slash + 1 : path, *name = NULL;
+		enum rootfs_whiteout wh = rootfs_whiteout_kind(base, &name);
 
-		if (strncmp(base, ".wh.", 4) == 0) {
+		if (wh == ROOTFS_WH_INVALID) {
+			kiln_err(err, KILN_E_INVALID, "layer %s: entry '%s': invalid whiteout name '%s'", blob, path,
+				 base);
+			free(path);
+			goto out;
+		}
+		if (wh != ROOTFS_WH_NONE) {
 			char *dir = slash ? kiln_xstrndup(path, (size_t)(slash - path)) : kiln_xstrdup("");
-			if (strcmp(base, ".wh..wh..opq") == 0) {
+			if (wh == ROOTFS_WH_OPAQUE) {
 				remove_tree(x, dir, false);
-			} else {
-				char *victim = dir[0] ? kiln_xasprintf("%s/%s", dir, base + 4) : kiln_xstrdup(base + 4);
+			} else if (wh == ROOTFS_WH_FILE) {
+				char *victim = dir[0] ? kiln_xasprintf("%s/%s", dir, name) : kiln_xstrdup(name);
 				remove_tree(x, victim, true);
 				free(victim);
 			}

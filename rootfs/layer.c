@@ -1,5 +1,6 @@
 /* layer.c — apply one layer tar to the merged tree, with OCI whiteouts
- * (".wh.NAME", ".wh..wh..opq"), hardlinks (also to lower layers), and the
+ * (".wh.NAME", ".wh..wh..opq", read by rootfs_whiteout_kind, which the
+ * builder uses too), hardlinks (also to lower layers), and the
  * limits that stop a tar bomb.  File contents are not read here: a regular
  * file records which layer entry holds its bytes. */
 #include <stdlib.h>
@@ -7,8 +8,30 @@
 
 #include "rootfs/internal.h"
 
-#define WH_PREFIX ".wh."
-#define WH_OPAQUE ".wh..wh..opq"
+enum rootfs_whiteout rootfs_whiteout_kind(const char *base, const char **victim)
+{
+	const char *name = base + strlen(ROOTFS_WH_PREFIX);
+
+	if (strncmp(base, ROOTFS_WH_PREFIX, strlen(ROOTFS_WH_PREFIX)) != 0)
+		return ROOTFS_WH_NONE;
+	if (strcmp(base, ROOTFS_WH_OPAQUE_NAME) == 0)
+		return ROOTFS_WH_OPAQUE;
+	if (strncmp(name, ROOTFS_WH_PREFIX, strlen(ROOTFS_WH_PREFIX)) == 0)
+		return ROOTFS_WH_META;
+	if (*name == '\0' || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || strchr(name, '/'))
+		return ROOTFS_WH_INVALID;
+	if (victim)
+		*victim = name;
+	return ROOTFS_WH_FILE;
+}
+
+char *rootfs_whiteout_path(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	return slash ? kiln_xasprintf("%.*s/" ROOTFS_WH_PREFIX "%s", (int)(slash - path), path, slash + 1)
+		     : kiln_xasprintf(ROOTFS_WH_PREFIX "%s", path);
+}
 
 static const char *entry_path(struct archive_entry *e)
 {
@@ -111,26 +134,28 @@ static int file_content(rootfs_tree *t, struct rootfs_inode *ino, struct archive
 	return 0;
 }
 
-static int whiteout(rootfs_tree *t, unsigned layer, char **comps, size_t n, kiln_error **err)
+static int whiteout(rootfs_tree *t, unsigned layer, char **comps, size_t n, enum rootfs_whiteout kind,
+		    const char *victim_name, kiln_error **err)
 {
 	const char *base = comps[n - 1];
 	struct rootfs_node *dir, *victim;
 	kiln_error *miss = NULL;
 
-	if (strcmp(base, WH_OPAQUE) == 0) {
+	switch (kind) {
+	case ROOTFS_WH_OPAQUE:
 		dir = rootfs_tree_mkparents(t, comps, n - 1, layer, 1, err);
 		if (dir == NULL)
 			return -1;
 		make_opaque(t, dir, layer);
 		return 0;
-	}
-	if (strncmp(base, WH_PREFIX WH_PREFIX, 8) == 0) {
+	case ROOTFS_WH_META:
 		kiln_warn("ignoring AUFS metadata entry '%s'", base);
 		return 0;
-	}
-	const char *victim_name = base + strlen(WH_PREFIX);
-	if (*victim_name == '\0' || strcmp(victim_name, ".") == 0 || strcmp(victim_name, "..") == 0)
+	case ROOTFS_WH_INVALID:
 		return kiln_err(err, KILN_E_INVALID, "invalid whiteout name '%s'", base);
+	case ROOTFS_WH_FILE: case ROOTFS_WH_NONE:
+		break;
+	}
 	dir = rootfs_tree_mkparents(t, comps, n - 1, layer, 0, &miss);
 	if (dir == NULL) {
 		/* whiting out something under a path that does not exist is a no-op */
@@ -214,8 +239,10 @@ static int apply_entry(rootfs_tree *t, unsigned layer, uint64_t ordinal, struct 
 			rc = kiln_err(err, KILN_E_INVALID, "the root can only be a directory");
 		goto out;
 	}
-	if (strncmp(comps[n - 1], WH_PREFIX, strlen(WH_PREFIX)) == 0) {
-		rc = whiteout(t, layer, comps, n, err);
+	const char *victim = NULL;
+	enum rootfs_whiteout wh = rootfs_whiteout_kind(comps[n - 1], &victim);
+	if (wh != ROOTFS_WH_NONE) {
+		rc = whiteout(t, layer, comps, n, wh, victim, err);
 		goto out;
 	}
 	if (archive_entry_hardlink(e) == NULL && type == AE_IFSOCK) {

@@ -88,6 +88,25 @@ void rootfs_tree_list(const rootfs_tree *t, kiln_buf *out);
 uint64_t rootfs_tree_entries(const rootfs_tree *t);
 
 /* ---------------------------------------------------------------------------
+ * OCI whiteouts: the one reading of a layer entry's name, used by the merge
+ * here and by the builder (image index, extraction, capture).
+ * ------------------------------------------------------------------------- */
+#define ROOTFS_WH_PREFIX ".wh."
+#define ROOTFS_WH_OPAQUE_NAME ".wh..wh..opq"
+enum rootfs_whiteout {
+	ROOTFS_WH_NONE,    /* an ordinary name */
+	ROOTFS_WH_FILE,    /* ".wh.NAME": NAME of lower layers is removed */
+	ROOTFS_WH_OPAQUE,  /* ".wh..wh..opq": the directory hides lower layers' entries */
+	ROOTFS_WH_META,    /* any other ".wh..wh.*" (AUFS metadata): ignored */
+	ROOTFS_WH_INVALID, /* ".wh.", ".wh..", ".wh...": no name to remove; refused */
+};
+/* Classify one path component (a base name, no "/"); for ROOTFS_WH_FILE,
+ * *victim (if victim is not NULL) points at NAME inside base. */
+enum rootfs_whiteout rootfs_whiteout_kind(const char *base, const char **victim);
+/* The whiteout entry for an image path: "a/b" -> "a/.wh.b" (caller frees). */
+char *rootfs_whiteout_path(const char *path);
+
+/* ---------------------------------------------------------------------------
  * Building an ext4 image.
  * ------------------------------------------------------------------------- */
 struct rootfs_options {
