@@ -54,7 +54,7 @@ COPY ctx/ /c/
 ADD names.tar /a/
 ADD names-gnu.tar.gz /g/
 COPY mk.sh /mk.sh
-RUN sh /mk.sh && cp -a /base-names /r2 && cp -a /c /r3 && ls /c >/seen-c
+RUN sh /mk.sh && cp -a /base-names /r2 && cp -a /c /r3 && cd /c && find . | sort >/seen-c
 DF
 expect_exit 0 "build with names in COPY, ADD and RUN" "$KILN" build -t names:1 --oci-out "$T_TMP/oci" "$C"
 expect_exit 0 "umoci unpacks it" umoci unpack --image "$T_TMP/oci:1" "$T_TMP/u"
@@ -68,7 +68,7 @@ same "RUN making the names: captured as bytes" "$($NAMES list "$U/r")" "$want"
 same "RUN copying the base's names (uploaded to the VM): bytes" "$($NAMES list "$U/r2")" "$want"
 same "RUN copying the COPY's names (uploaded to the VM): bytes" "$($NAMES list "$U/r3")" "$want"
 expect_eq "the RUN saw the COPY's names" "$(od -An -tx1 "$U/seen-c" | tr -d ' \n')" \
-	"$(cd "$ref" && ls | od -An -tx1 | tr -d ' \n')"
+	"$(cd "$ref" && find . | LC_ALL=C sort | od -An -tx1 | tr -d ' \n')"
 
 # the same COPY/ADD steps built by buildah give the same names
 if command -v buildah >/dev/null && [ "$(id -u)" = 0 ]; then
