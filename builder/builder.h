@@ -300,16 +300,20 @@ int build_image_push(build_store *s, const char *name, const char *ref, const st
 /* A RUN --mount, prepared on the host: what the executor puts at `target`
  * (an absolute path already resolved inside the image) for the step only;
  * none of it is part of the layer. */
-enum build_mount_type { BUILD_MOUNT_BIND, BUILD_MOUNT_CACHE, BUILD_MOUNT_TMPFS };
+enum build_mount_type { BUILD_MOUNT_BIND, BUILD_MOUNT_CACHE, BUILD_MOUNT_TMPFS, BUILD_MOUNT_SECRET, BUILD_MOUNT_SSH };
 struct build_run_mount {
 	enum build_mount_type type;
 	const char *target;
 	const char *src_dir;   /* BIND/CACHE: host directory whose contents go there, or */
 	const char *src_tar;   /* BIND: a tar file with them (a file source: one entry) */
-	bool file;             /* BIND: the source is one file, mounted on a file */
+	bool file;             /* BIND: the source is one file, mounted on a file (SECRET, SSH: always) */
 	bool readonly;
 	bool save;             /* CACHE: the directory comes back into src_dir afterwards */
 	uint64_t size;         /* TMPFS: bytes, 0 = the kernel's default */
+	const void *data;      /* SECRET: its bytes, kept in memory only (never a host file) */
+	size_t len;
+	const char *socket;    /* SSH: the host's agent socket the guest's is relayed to */
+	uint32_t mode, uid, gid; /* SECRET, SSH: the file's (the socket's) */
 };
 
 /* Where the time of a RUN step went (filled by the executor). */
@@ -345,6 +349,10 @@ struct build_run_request {
 	bool stage_network;               /* some RUN of the stage still to run wants the network */
 	const struct build_run_mount *mounts;
 	size_t n_mounts;
+	char *const *step_env;            /* "K=V" for the command only, overriding env: secret
+	                                   * mounts' env= and SSH_AUTH_SOCK; never part of the
+	                                   * cache key, the image or a log */
+	size_t n_step_env;
 	void (*on_output)(void *ud, const void *data, size_t len); /* the command's output */
 	void *output_ud;
 	struct build_run_stats *stats;    /* may be NULL */
@@ -418,6 +426,19 @@ char *build_default_start_cmd(const json_t *config);
 int build_template_make(build_store *s, const char *manifest, const struct build_template_opts *t,
 			const char *rootfs, char digest[KILN_DIGEST_MAX], kiln_error **err);
 
+/* kiln build --secret id=ID,src=FILE|env=VAR: read when a RUN step mounts it
+ * (RUN --mount=type=secret), never stored, logged or part of a cache key. */
+struct build_secret {
+	const char *id;
+	const char *file;                  /* or */
+	const char *env;                   /* the variable holding it */
+};
+/* kiln build --ssh ID=SOCKET: an ssh-agent a RUN --mount=type=ssh reaches. */
+struct build_ssh {
+	const char *id;
+	const char *socket;
+};
+
 struct build_options {
 	const char *context;               /* directory */
 	const char *dockerfile;            /* NULL = CONTEXT/Dockerfile; "-" = stdin */
@@ -426,6 +447,10 @@ struct build_options {
 	const struct df_kv *build_args;
 	size_t n_build_args;
 	const char *target;
+	const struct build_secret *secrets;
+	size_t n_secrets;
+	const struct build_ssh *ssh;
+	size_t n_ssh;
 	bool no_cache;
 	const char *oci_out;               /* OCI layout directory, or NULL */
 	const char *rootfs_out;            /* ext4 file of the result, or NULL */

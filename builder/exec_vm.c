@@ -18,6 +18,10 @@
 
 #define DEFAULT_SCRATCH_MIB 16384u
 
+/* Secrets and ssh-agent sockets in the guest: a tmpfs of their own (RAM only,
+ * never the scratch disk), bind-mounted onto their targets for one step. */
+#define SECRETS_DIR "/run/kiln/secrets"
+
 /* Stages up to this size (compressed layers) start from the builder VM
  * snapshot and upload their layers; bigger ones boot from their ext4. */
 #define WARM_MAX_BYTES (64ll << 20)
@@ -33,6 +37,7 @@ struct build_exec_session {
 	kiln_strv synced;      /* digests of the stage's layers the VM has, bottom first */
 	unsigned seq;          /* next step directory number */
 	char *rootfs;          /* host ext4 of the stage at boot */
+	bool secrets_dir;      /* SECRETS_DIR is mounted */
 };
 
 static double now_ms(void)
@@ -259,6 +264,8 @@ static char *setup_script(build_exec_session *s, const struct build_run_request 
 			if (m->size)
 				kiln_buf_addf(&b, " -o size=%llu", (unsigned long long)m->size);
 			kiln_buf_adds(&b, " tmpfs \"$t\"\n");
+		} else if (m->type == BUILD_MOUNT_SECRET || m->type == BUILD_MOUNT_SSH) {
+			kiln_buf_addf(&b, "mount -o bind " SECRETS_DIR "/%s-m%zu \"$t\"\n", d, i);
 		} else {
 			kiln_buf_addf(&b, "mount -o bind $d/m%zu%s \"$t\"\n", i, m->file ? "/f" : "");
 		}
@@ -292,8 +299,16 @@ static int run_command(build_exec_session *s, const struct build_run_request *re
 
 	json_array_foreach(req->argv, i, a)
 		kiln_strv_push(&argv, json_string_value(a) ? json_string_value(a) : "");
-	for (size_t k = 0; k < req->n_env; k++)
-		kiln_strv_push(&env, req->env[k]);
+	for (size_t k = 0; k < req->n_env; k++) {
+		size_t kl = strcspn(req->env[k], "=");
+		bool over = false;
+		for (size_t j = 0; j < req->n_step_env; j++)
+			over |= !strncmp(req->step_env[j], req->env[k], kl + 1);
+		if (!over)
+			kiln_strv_push(&env, req->env[k]);
+	}
+	for (size_t k = 0; k < req->n_step_env; k++)
+		kiln_strv_push(&env, req->step_env[k]);
 	if (argv.n == 0) {
 		kiln_err(err, KILN_E_INVALID, "RUN with an empty command");
 		goto out;
@@ -321,8 +336,31 @@ static int run_command(build_exec_session *s, const struct build_run_request *re
 	rc = 0;
 out:
 	kiln_strv_free(&argv);
+	for (size_t k = 0; k < env.n; k++) /* secrets' copies */
+		explicit_bzero(env.v[k], strlen(env.v[k]));
 	kiln_strv_free(&env);
 	return rc;
+}
+
+/* The step's ssh relays stop and its secrets go (best effort: the VM ends
+ * with the stage anyway, and it is never snapshotted once it held them). */
+static void stop_relays(build_exec_session *s, const struct build_run_request *req, const char *d,
+			struct build_ssh_relay **relays)
+{
+	bool any = false;
+
+	for (size_t i = 0; i < req->n_mounts; i++) {
+		build_ssh_relay_stop(relays[i]);
+		relays[i] = NULL;
+		any |= req->mounts[i].type == BUILD_MOUNT_SECRET || req->mounts[i].type == BUILD_MOUNT_SSH;
+	}
+	if (any && s && s->secrets_dir) {
+		char *script = kiln_xasprintf("rm -f " SECRETS_DIR "/%s-m*", d);
+		kiln_error *e = NULL;
+		if (guest_script(s, script, "removing the step's secrets", &e) < 0)
+			kiln_error_free(e);
+		free(script);
+	}
 }
 
 /* Cache mounts come back to the host: a fresh copy replaces the old one. */
@@ -352,13 +390,57 @@ static int save_mounts(build_exec_session *s, const struct build_run_request *re
 	return 0;
 }
 
-static int upload_mounts(build_exec_session *s, const struct build_run_request *req, const char *d, kiln_error **err)
+/* A secret goes through the exec's stdin into the secrets tmpfs: never a
+ * file on the host, the scratch disk or in a command line. */
+static int put_secret(build_exec_session *s, const struct build_run_mount *m, const char *path, kiln_error **err)
+{
+	char owner[32], mode[16];
+	struct guest_exec_opts eo;
+	struct guest_result res;
+
+	snprintf(owner, sizeof(owner), "%u:%u", (unsigned)m->uid, (unsigned)m->gid);
+	snprintf(mode, sizeof(mode), "%o", (unsigned)m->mode);
+	const char *argv[] = { VM_GUEST_BUSYBOX, "sh", "-c", "umask 077 && cat > \"$1\" && chown \"$2\" \"$1\" && chmod \"$3\" \"$1\"",
+			       "sh", path, owner, mode, NULL };
+	guest_exec_opts_init(&eo);
+	eo.argv = argv;
+	if (guest_exec(s->conn, &eo, m->data, m->len, 60000, &res, err) < 0)
+		return -1;
+	if (res.exit_code || res.signal)
+		return kiln_err(err, KILN_E_GENERIC, "cannot write the secret in the builder VM");
+	return 0;
+}
+
+/* The VM now holds secrets (or an agent's socket): no snapshot of it. */
+static int secrets_begin(build_exec_session *s, kiln_error **err)
+{
+	if (s->warm)
+		build_warm_taint(s->warm);
+	if (s->secrets_dir)
+		return 0;
+	if (guest_script(s, "mkdir -p " SECRETS_DIR " && mount -t tmpfs -o mode=0700,size=64m kiln-secrets " SECRETS_DIR,
+			 "making the secrets' tmpfs", err) < 0)
+		return -1;
+	s->secrets_dir = true;
+	return 0;
+}
+
+static int upload_mounts(build_exec_session *s, const struct build_run_request *req, const char *d,
+			 struct build_ssh_relay **relays, kiln_error **err)
 {
 	for (size_t i = 0; i < req->n_mounts; i++) {
 		const struct build_run_mount *m = &req->mounts[i];
 		char *g = kiln_xasprintf("%s/%s/m%zu", s->work, d, i);
 		int rc = 0;
-		if (m->src_tar)
+		if (m->type == BUILD_MOUNT_SECRET || m->type == BUILD_MOUNT_SSH) {
+			char *path = kiln_xasprintf(SECRETS_DIR "/%s-m%zu", d, i);
+			rc = secrets_begin(s, err);
+			if (rc == 0 && m->type == BUILD_MOUNT_SECRET)
+				rc = put_secret(s, m, path, err);
+			else if (rc == 0)
+				rc = build_ssh_relay_start(s->conn, path, m, &relays[i], err);
+			free(path);
+		} else if (m->src_tar)
 			rc = build_upload_tar_file(s->conn, m->src_tar, g, err);
 		else if (m->src_dir)
 			rc = guest_upload_dir(s->conn, m->src_dir, g, 600000, err);
@@ -377,6 +459,7 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 	char *d = NULL, *root = NULL, *upper = NULL, *gupper = NULL, *script = NULL;
 	struct build_changes ch = { 0 };
 	bool mounted = false;
+	struct build_ssh_relay **relays = NULL;
 	int rc = -1;
 	double t;
 
@@ -414,7 +497,8 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 	t = now_ms();
 	d = kiln_xasprintf("s%u", s->seq++);
 	root = kiln_xasprintf("%s/%s/r", s->work, d);
-	if (upload_mounts(s, req, d, err) < 0)
+	relays = req->n_mounts ? kiln_xcalloc(req->n_mounts, sizeof(*relays)) : NULL;
+	if (upload_mounts(s, req, d, relays, err) < 0)
 		goto out;
 	script = setup_script(s, req, d);
 	if (guest_script(s, script, "setting up the step", err) < 0)
@@ -428,6 +512,7 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 		rc = guest_script(s, script, "ending the step", err);
 	else
 		guest_script(s, script, "ending the step", NULL);
+	stop_relays(s, req, d, relays);
 	if (rc < 0 || save_mounts(s, req, d, err) < 0)
 		goto out;
 	if (req->n_mounts) {
@@ -469,6 +554,9 @@ out:
 		script = teardown_script(*sp, d);
 		guest_script(*sp, script, "ending the step", NULL);
 	}
+	if (relays)
+		stop_relays(*sp, req, d, relays);
+	free(relays);
 	if (upper) {
 		kiln_error *e2 = NULL;
 		if (kiln_rm_rf(upper, &e2) < 0)

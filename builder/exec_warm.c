@@ -38,6 +38,7 @@ struct build_warm_vm {
 	char *lock;      /* $KILN_HOME/builder-vm/lock */
 	char *save_dir;  /* the per-base snapshot to make once the base is uploaded */
 	bool has_base;   /* restored from a per-base snapshot: the base is in place */
+	bool tainted;    /* has held a secret: never saved again */
 };
 
 static double now_ms(void)
@@ -305,6 +306,11 @@ guest_conn *build_warm_conn(struct build_warm_vm *w)
 	return w->g;
 }
 
+void build_warm_taint(struct build_warm_vm *w)
+{
+	w->tainted = true;
+}
+
 bool build_warm_has_base(const struct build_warm_vm *w)
 {
 	return w->has_base;
@@ -411,6 +417,10 @@ int build_warm_save_base(struct build_warm_vm *w, kiln_error **err)
 
 	if (!w->save_dir)
 		return 0;
+	if (w->tainted) { /* its memory holds a secret: it must not become a file */
+		kiln_info("build: no builder VM snapshot of a VM that held a secret");
+		goto out;
+	}
 	/* another build making a snapshot: it is only an optimisation, skip */
 	if ((lfd = try_lock(w->lock)) < 0)
 		goto out;

@@ -88,6 +88,12 @@ int build_source_tree(struct run *r, int from_stage, const char *from_image, con
 /* run.c: a RUN step (cache lookup, mounts, heredocs, executor). */
 int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage *sg, size_t index,
 		   const char *text, bool *cached, kiln_error **err);
+/* exec_ssh.c: a RUN --mount=type=ssh socket at guest_path relayed to the
+ * host's agent (m->socket) while the step runs. */
+struct build_ssh_relay;
+int build_ssh_relay_start(guest_conn *c, const char *guest_path, const struct build_run_mount *m,
+			  struct build_ssh_relay **out, kiln_error **err);
+void build_ssh_relay_stop(struct build_ssh_relay *r);
 /* End the stage's executor session (its VM), if any. */
 void build_stage_end(struct run *r, struct stage_state *ss);
 
@@ -99,6 +105,8 @@ struct build_warm_vm;
 int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char *scratch, char *const *base,
 		     size_t n_base, struct build_warm_vm **out, kiln_error **err);
 guest_conn *build_warm_conn(struct build_warm_vm *w);
+/* The VM has held a secret or an agent socket: build_warm_save_base refuses. */
+void build_warm_taint(struct build_warm_vm *w);
 bool build_warm_has_base(const struct build_warm_vm *w);
 /* Once the base layers are uploaded (as l0, l1, ...): if this is the base's
  * second use, snapshot the VM with them (failures only warned).  <0 only when

@@ -21,6 +21,12 @@ struct mounts {
 	int *locks;            /* cache directories held for the step */
 	size_t n_locks;
 	struct build_changes inputs; /* bind sources: part of the cache key */
+	char **secrets;        /* secrets' bytes (and "K=V" of env= ones), wiped when done */
+	size_t *secret_len;
+	size_t n_secrets;
+	kiln_strv step_env;    /* secrets' env= (pointing into secrets), SSH_AUTH_SOCK */
+	kiln_strv step_env_own; /* what step_env holds besides secrets */
+	unsigned n_ssh;
 };
 
 static void mounts_free(struct mounts *m)
@@ -31,59 +37,30 @@ static void mounts_free(struct mounts *m)
 	free(m->v);
 	kiln_strv_free(&m->strs);
 	build_changes_free(&m->inputs);
+	for (size_t i = 0; i < m->n_secrets; i++) {
+		explicit_bzero(m->secrets[i], m->secret_len[i]);
+		free(m->secrets[i]);
+	}
+	free(m->secrets);
+	free(m->secret_len);
+	free(m->step_env.v); /* its strings are in secrets or step_env_own */
+	kiln_strv_free(&m->step_env_own);
+}
+
+/* Keep a secret's copy to wipe when the step is done. */
+static char *keep_secret(struct mounts *m, char *p, size_t len)
+{
+	m->secrets = kiln_xrealloc(m->secrets, (m->n_secrets + 1) * sizeof(*m->secrets));
+	m->secret_len = kiln_xrealloc(m->secret_len, (m->n_secrets + 1) * sizeof(*m->secret_len));
+	m->secrets[m->n_secrets] = p;
+	m->secret_len[m->n_secrets++] = len;
+	return p;
 }
 
 static const char *keep(struct mounts *m, char *s)
 {
 	kiln_strv_push_owned(&m->strs, s);
 	return s;
-}
-
-/* --mount's CSV: fields split at commas outside double quotes. */
-static void split_csv(const char *s, kiln_strv *out)
-{
-	kiln_buf f = KILN_BUF_INIT;
-	bool q = false;
-
-	for (;; s++) {
-		if (*s == '"') {
-			q = !q;
-			continue;
-		}
-		if (*s == '\0' || (*s == ',' && !q)) {
-			kiln_strv_push(out, f.buf ? f.buf : "");
-			kiln_buf_free(&f);
-			if (*s == '\0')
-				break;
-			continue;
-		}
-		kiln_buf_addc(&f, *s);
-	}
-}
-
-static int parse_bool(const char *v, bool *out)
-{
-	if (!v || !strcasecmp(v, "true") || !strcmp(v, "1"))
-		*out = true;
-	else if (!strcasecmp(v, "false") || !strcmp(v, "0"))
-		*out = false;
-	else
-		return -1;
-	return 0;
-}
-
-/* A stage by name (case-insensitive) or index, else -1. */
-static int stage_named(struct run *r, const char *name)
-{
-	char *end;
-	long idx = strtol(name, &end, 10);
-
-	if (*name && !*end && idx >= 0 && (size_t)idx < r->plan->n_stages)
-		return (int)idx;
-	for (size_t i = 0; i < r->plan->n_stages; i++)
-		if (r->plan->stages[i].name && !strcasecmp(r->plan->stages[i].name, name))
-			return (int)i;
-	return -1;
 }
 
 /* An image path for a mount target, symlinks resolved inside the image. */
@@ -234,128 +211,152 @@ out:
 	return rc;
 }
 
-static int parse_id_opt(const char *k, const char *v, unsigned long max, unsigned long *out, kiln_error **err)
+/* BuildKit's limit on one secret (session/secrets/secretsprovider). */
+#define SECRET_MAX (500u * 1024u)
+
+/* The secret `id` given to the build, read now; 1 when it was not given. */
+static int read_secret(struct run *r, struct mounts *ms, const char *id, char **data, size_t *len, kiln_error **err)
 {
-	char *end;
-	errno = 0;
-	unsigned long n = strtoul(v, &end, !strcmp(k, "mode") ? 8 : 10);
-	if (!*v || *end || errno || n > max)
-		return kiln_err(err, KILN_E_INVALID, "--mount %s=%s: not a valid %s", k, v,
-				!strcmp(k, "mode") ? "octal mode" : "number");
-	*out = n;
+	const struct build_secret *sec = NULL;
+
+	for (size_t i = 0; i < r->o->n_secrets; i++)
+		if (!strcmp(r->o->secrets[i].id, id))
+			sec = &r->o->secrets[i];
+	if (!sec)
+		return 1;
+	if (sec->env) {
+		const char *v = getenv(sec->env);
+		if (!v)
+			return kiln_err(err, KILN_E_NOTFOUND, "secret %s: the variable %s is not set", id, sec->env);
+		*len = strlen(v);
+		*data = keep_secret(ms, kiln_xstrdup(v), *len);
+		return 0;
+	}
+	char *buf = NULL;
+	if (kiln_read_file(sec->file, &buf, len, SECRET_MAX, err) < 0)
+		return kiln_error_wrap(err, "secret %s", id);
+	*data = keep_secret(ms, buf, *len);
 	return 0;
 }
 
-static int parse_mount(struct run *r, struct stage_state *ss, const struct df_step *st, const char *spec,
-		       struct mounts *ms, kiln_error **err)
+/* A secret or ssh mount: its bytes or the agent's socket; *skip when an
+ * optional one was not given (BuildKit then mounts nothing). */
+static int secret_or_ssh(struct run *r, struct mounts *ms, const struct df_mount *dm, struct build_run_mount *m,
+			 bool *skip, kiln_error **err)
 {
-	kiln_strv f = KILN_STRV_INIT;
-	const char *type = "bind", *target = NULL, *source = NULL, *from = NULL, *id = NULL;
-	bool ro = false, ro_set = false;
-	unsigned long uid = 0, gid = 0, mode = 0755, size = 0;
+	m->file = true;
+	m->readonly = true;
+	m->mode = dm->mode;
+	m->uid = dm->uid;
+	m->gid = dm->gid;
+	if (dm->type == DF_MOUNT_SSH) {
+		const struct build_ssh *a = NULL;
+		for (size_t i = 0; i < r->o->n_ssh; i++)
+			if (!strcmp(r->o->ssh[i].id, dm->id))
+				a = &r->o->ssh[i];
+		if (!a) {
+			*skip = true;
+			if (dm->required)
+				return kiln_err(err, KILN_E_NOTFOUND, "no SSH key %s forwarded from the client "
+						"(give it with kiln build --ssh %s[=SOCKET])", dm->id, dm->id);
+			return 0;
+		}
+		m->type = BUILD_MOUNT_SSH;
+		m->socket = a->socket;
+		return 0;
+	}
+	char *data = NULL;
+	size_t len = 0;
+	int rc = read_secret(r, ms, dm->id, &data, &len, err);
+	if (rc < 0)
+		return -1;
+	if (rc == 1) {
+		*skip = true;
+		if (dm->required)
+			return kiln_err(err, KILN_E_NOTFOUND, "secret %s: not found (give it with kiln build --secret id=%s,src=FILE)",
+					dm->id, dm->id);
+		return 0;
+	}
+	if (dm->env) {
+		char *kv = kiln_xmalloc(strlen(dm->env) + len + 2);
+		memcpy(kv, dm->env, strlen(dm->env));
+		kv[strlen(dm->env)] = '=';
+		memcpy(kv + strlen(dm->env) + 1, data, len);
+		kv[strlen(dm->env) + 1 + len] = '\0';
+		kiln_strv_push_owned(&ms->step_env, keep_secret(ms, kv, strlen(dm->env) + len + 1));
+	}
+	if (!dm->target) { /* env= only */
+		*skip = true;
+		return 0;
+	}
+	m->type = BUILD_MOUNT_SECRET;
+	m->data = data;
+	m->len = len;
+	return 0;
+}
+
+static const char *const mount_type_names[] = {
+	[DF_MOUNT_BIND] = "bind", [DF_MOUNT_CACHE] = "cache", [DF_MOUNT_TMPFS] = "tmpfs",
+	[DF_MOUNT_SECRET] = "secret", [DF_MOUNT_SSH] = "ssh",
+};
+
+/* One RUN --mount (as the plan parsed it) made ready for the executor. */
+static int prepare_mount(struct run *r, struct stage_state *ss, const struct df_step *st, const struct df_mount *dm,
+			 struct mounts *ms, kiln_error **err)
+{
+	bool skip = false;
 	int rc = -1;
 
-	split_csv(spec, &f);
-	for (size_t i = 0; i < f.n; i++) {
-		char *k = f.v[i], *eq = strchr(k, '=');
-		const char *v = eq ? eq + 1 : NULL;
-		if (eq)
-			*eq = '\0';
-		if (!strcmp(k, "type"))
-			type = v ? v : "";
-		else if (!strcmp(k, "target") || !strcmp(k, "dst") || !strcmp(k, "destination"))
-			target = v;
-		else if (!strcmp(k, "source") || !strcmp(k, "src"))
-			source = v;
-		else if (!strcmp(k, "from"))
-			from = v;
-		else if (!strcmp(k, "id"))
-			id = v;
-		else if (!strcmp(k, "ro") || !strcmp(k, "readonly") || !strcmp(k, "rw") || !strcmp(k, "readwrite")) {
-			bool b;
-			if (parse_bool(v, &b) < 0) {
-				kiln_err(err, KILN_E_INVALID, "--mount %s=%s: want true or false", k, v);
-				goto out;
-			}
-			ro = !strcmp(k, "ro") || !strcmp(k, "readonly") ? b : !b;
-			ro_set = true;
-		} else if (!strcmp(k, "uid") || !strcmp(k, "gid") || !strcmp(k, "mode") || !strcmp(k, "size")) {
-			unsigned long *dst = !strcmp(k, "uid") ? &uid : !strcmp(k, "gid") ? &gid : !strcmp(k, "mode") ? &mode : &size;
-			if (!v || parse_id_opt(k, v, k[0] == 's' ? ~0ul : k[0] == 'm' ? 07777 : 0xfffffffe, dst, err) < 0) {
-				if (!v)
-					kiln_err(err, KILN_E_INVALID, "--mount %s needs a value", k);
-				goto out;
-			}
-		} else if (!strcmp(k, "sharing")) {
-			if (!v || (strcmp(v, "shared") && strcmp(v, "private") && strcmp(v, "locked"))) {
-				kiln_err(err, KILN_E_INVALID, "--mount sharing=%s: want shared, private or locked", v ? v : "");
-				goto out;
-			}
-		} else if (!strcmp(k, "required") || !strcmp(k, "env") || !strcmp(k, "bind-propagation") ||
-			   !strcmp(k, "bind-nonrecursive")) {
-			/* secret/ssh options (refused below) and propagation, which a copy has no use for */
-		} else {
-			kiln_err(err, KILN_E_INVALID, "--mount: unknown option '%s'", k);
-			goto out;
-		}
-	}
-	if (!strcmp(type, "secret") || !strcmp(type, "ssh")) {
-		kiln_err(err, KILN_E_INVALID,
-			 "RUN --mount=type=%s is not supported: kiln has no %s store to give the builder VM "
-			 "(pass what the step needs with a bind or cache mount, or --build-arg)",
-			 type, !strcmp(type, "ssh") ? "ssh-agent" : "secret");
-		goto out;
-	}
-	if (strcmp(type, "bind") && strcmp(type, "cache") && strcmp(type, "tmpfs")) {
-		kiln_err(err, KILN_E_INVALID, "RUN --mount=type=%s: want bind, cache, tmpfs (secret and ssh are refused)",
-			 type);
-		goto out;
-	}
-	if (!target || !*target) {
-		kiln_err(err, KILN_E_INVALID, "RUN --mount=type=%s needs target=", type);
-		goto out;
-	}
 	ms->v = kiln_xrealloc(ms->v, (ms->n + 1) * sizeof(*ms->v));
 	struct build_run_mount *m = &ms->v[ms->n];
 	memset(m, 0, sizeof(*m));
+	if (dm->type == DF_MOUNT_SECRET || dm->type == DF_MOUNT_SSH) {
+		if (secret_or_ssh(r, ms, dm, m, &skip, err) < 0)
+			goto out;
+		if (skip) {
+			rc = 0;
+			goto out;
+		}
+	}
+	const char *target = dm->target ? dm->target : "";
 	m->target = keep(ms, resolve_target(ss, st, target));
+	if (!strcmp(m->target, "/")) {
+		kiln_err(err, KILN_E_INVALID, "invalid mount target \"%s\"", target);
+		goto out;
+	}
 	for (size_t i = 0; i < ms->n; i++)
 		if (!strcmp(ms->v[i].target, m->target)) {
 			kiln_err(err, KILN_E_INVALID, "RUN --mount: two mounts at %s", m->target);
 			goto out;
 		}
-	if (!strcmp(type, "tmpfs")) {
+	if (dm->type == DF_MOUNT_TMPFS) {
 		m->type = BUILD_MOUNT_TMPFS;
-		m->size = size;
-	} else if (!strcmp(type, "cache")) {
-		if (from) {
+		m->size = dm->size;
+		m->readonly = dm->readonly;
+	} else if (dm->type == DF_MOUNT_CACHE) {
+		if (dm->from) {
 			kiln_err(err, KILN_E_INVALID, "RUN --mount=type=cache,from=%s: seeding a cache from a stage or "
-				 "image is not supported", from);
+				 "image is not supported", dm->from);
 			goto out;
 		}
 		m->type = BUILD_MOUNT_CACHE;
-		m->readonly = ro_set && ro;
+		m->readonly = dm->readonly;
 		m->save = !m->readonly;
-		char *cid = id && *id ? kiln_xstrdup(id) : kiln_xstrdup(target);
-		int crc = cache_dir(r, ms, cid, (uid_t)uid, (gid_t)gid, (mode_t)mode, &m->src_dir, err);
-		free(cid);
-		if (crc < 0)
+		if (cache_dir(r, ms, dm->id, (uid_t)dm->uid, (gid_t)dm->gid, (mode_t)dm->mode, &m->src_dir, err) < 0)
 			goto out;
-	} else {
-		int from_stage = -1;
-		const char *from_image = NULL;
+	} else if (dm->type == DF_MOUNT_BIND) {
 		const build_tree *tree;
 		bool keep_owner;
-		if (from && *from && (from_stage = stage_named(r, from)) < 0)
-			from_image = from;
 		m->type = BUILD_MOUNT_BIND;
-		m->readonly = ro_set ? ro : true;
-		if (build_source_tree(r, from_stage, from_image, &tree, &keep_owner, err) < 0)
+		m->readonly = dm->readonly;
+		if (build_source_tree(r, dm->from_stage, dm->from_stage < 0 ? dm->from : NULL, &tree, &keep_owner,
+				      err) < 0)
 			goto out;
 		char *tar = kiln_xasprintf("%s/mount-%zu.tar", r->scratch, ms->n);
 		m->src_tar = keep(ms, tar);
 		char *prefix = kiln_xasprintf("mount %s", m->target);
-		int brc = bind_tar(tree, source ? source : "/", keep_owner, tar, prefix, &ms->inputs, &m->file, err);
+		int brc = bind_tar(tree, dm->source ? dm->source : "/", keep_owner, tar, prefix, &ms->inputs, &m->file,
+				   err);
 		free(prefix);
 		if (brc < 0)
 			goto out;
@@ -363,9 +364,9 @@ static int parse_mount(struct run *r, struct stage_state *ss, const struct df_st
 	ms->n++;
 	rc = 0;
 out:
-	if (rc < 0)
-		kiln_error_wrap(err, "RUN --mount=%s", spec);
-	kiln_strv_free(&f);
+	/* a secret's or an agent's error names its id already */
+	if (rc < 0 && dm->type != DF_MOUNT_SECRET && dm->type != DF_MOUNT_SSH)
+		kiln_error_wrap(err, "--mount=type=%s,target=%s", mount_type_names[dm->type], dm->target ? dm->target : "");
 	return rc;
 }
 
@@ -482,10 +483,23 @@ int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage 
 		kiln_err(err, KILN_E_INVALID, "RUN --security=%s: want sandbox or insecure", sec);
 		goto out;
 	}
-	for (size_t i = 0; i < st->n_flags; i++)
-		if (!strcmp(st->flags[i].key, "mount") &&
-		    (build_stage_index(r, ss, err) < 0 || parse_mount(r, ss, st, st->flags[i].value, &ms, err) < 0))
+	for (size_t i = 0; i < st->n_mounts; i++)
+		if (build_stage_index(r, ss, err) < 0 || prepare_mount(r, ss, st, &st->mounts[i], &ms, err) < 0)
 			goto out;
+	/* BuildKit's exec: SSH_AUTH_SOCK is the first ssh mount's unless set */
+	for (size_t i = 0; i < st->n_mounts; i++) {
+		bool set = false;
+		if (st->mounts[i].type != DF_MOUNT_SSH)
+			continue;
+		for (size_t k = 0; k < st->env.n; k++)
+			set |= !strncmp(st->env.v[k], "SSH_AUTH_SOCK=", 14);
+		if (!set) {
+			char *kv = kiln_xasprintf("SSH_AUTH_SOCK=%s", st->mounts[i].target);
+			kiln_strv_push_owned(&ms.step_env_own, kv);
+			kiln_strv_push_owned(&ms.step_env, kv);
+		}
+		break;
+	}
 	argv = st->n_heredocs ? heredoc_argv(r, st, &ms, err) : build_command_json(st);
 	if (!argv)
 		goto out;
@@ -517,7 +531,8 @@ int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage 
 			.store = r->s, .layers = ss->layers, .n_layers = ss->n_layers, .n_base_layers = ss->n_base,
 			.compression = r->o->compression, .scratch = r->scratch,
 			.network = !net || strcmp(net, "none") != 0, .stage_network = stage_wants_net(sg, index),
-			.mounts = ms.v, .n_mounts = ms.n, .on_output = on_run_output, .output_ud = r, .stats = &stats,
+			.mounts = ms.v, .n_mounts = ms.n, .step_env = ms.step_env.v, .n_step_env = ms.step_env.n,
+			.on_output = on_run_output, .output_ud = r, .stats = &stats,
 		};
 		if (ex->run(r->o->executor_ctx, &ss->session, &req, &l, err) < 0)
 			goto out;

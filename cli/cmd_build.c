@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "builder/builder.h"
+#include "cli/build_flags.h"
 #include "cli/cli.h"
 #include "vm/vm.h"
 
@@ -83,23 +84,6 @@ static void on_event(void *ud, const struct build_event *ev)
 	}
 }
 
-static int parse_kv(const char *s, struct df_kv *kv)
-{
-	const char *eq = strchr(s, '=');
-	if (eq == s)
-		return -1;
-	if (eq) {
-		kv->key = kiln_xstrndup(s, (size_t)(eq - s));
-		kv->value = kiln_xstrdup(eq + 1);
-	} else {
-		/* a bare K takes $K, as docker does; unset means no value */
-		const char *v = getenv(s);
-		kv->key = kiln_xstrdup(s);
-		kv->value = v ? kiln_xstrdup(v) : NULL;
-	}
-	return 0;
-}
-
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -110,7 +94,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		{ "rootfs-out", required_argument, NULL, 'r' },
 		{ "template", no_argument, NULL, 'P' },      { "start-cmd", required_argument, NULL, 'S' },
 		{ "ready-cmd", required_argument, NULL, 'R' }, { "cpus", required_argument, NULL, 'C' },
-		{ "memory", required_argument, NULL, 'M' },
+		{ "memory", required_argument, NULL, 'M' },  { "secret", required_argument, NULL, 's' },
+		{ "ssh", required_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
 	};
 	struct build_options o = { .compression = BUILD_GZIP };
@@ -118,8 +103,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	bool want_template = false;
 	struct build_result res;
 	kiln_strv tags = KILN_STRV_INIT;
-	struct df_kv *args = NULL;
-	size_t n_args = 0;
+	struct cli_build_flags bf = { 0 };
 	kiln_error *err = NULL;
 	bool json = false;
 	int c, rc = KILN_EXIT_USAGE;
@@ -133,12 +117,16 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 			kiln_strv_push(&tags, optarg);
 			break;
 		case 'a':
-			args = kiln_xrealloc(args, (n_args + 1) * sizeof(*args));
-			if (parse_kv(optarg, &args[n_args]) < 0) {
-				rc = cli_usage_error(cmd, "--build-arg '%s': want K=V", optarg);
+			if (cli_build_arg(cmd, &bf, optarg) != 0)
 				goto out;
-			}
-			n_args++;
+			break;
+		case 's':
+			if (cli_build_secret(cmd, &bf, optarg) != 0)
+				goto out;
+			break;
+		case 'H':
+			if (cli_build_ssh(cmd, &bf, optarg) != 0)
+				goto out;
 			break;
 		case 'T':
 			o.target = optarg;
@@ -217,8 +205,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	o.context = argv[optind];
 	o.tags = (const char *const *)tags.v;
 	o.n_tags = tags.n;
-	o.build_args = args;
-	o.n_build_args = n_args;
+	o.build_args = bf.args;
+	o.n_build_args = bf.n_args;
+	o.secrets = bf.secrets;
+	o.n_secrets = bf.n_secrets;
+	o.ssh = bf.ssh;
+	o.n_ssh = bf.n_ssh;
 	if (want_template) {
 		tpl.name = tags.n ? tags.v[0] : NULL;
 		o.template = &tpl;
@@ -254,11 +246,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	}
 out:
 	kiln_strv_free(&tags);
-	for (size_t i = 0; i < n_args; i++) {
-		free(args[i].key);
-		free(args[i].value);
-	}
-	free(args);
+	cli_build_flags_free(&bf);
 	return rc;
 }
 
@@ -267,6 +255,7 @@ const struct kiln_command kiln_cmd_build = {
 	.summary = "build an image from a Dockerfile",
 	.usage = "Usage: kiln build [-f Dockerfile] [-t NAME[:TAG]]... [--build-arg K=V]... [--target STAGE]\n"
 		 "                  [--no-cache] [--oci-out DIR] [--rootfs-out FILE] [--compression gzip|zstd|none]\n"
+		 "                  [--secret id=ID[,src=FILE|,env=VAR]]... [--ssh default|ID[=SOCKET]]...\n"
 		 "                  [--template] [--start-cmd CMD] [--ready-cmd CMD] [--cpus N] [--memory MiB]\n"
 		 "                  [--json] CONTEXT\n\n"
 		 "Build the Dockerfile (default CONTEXT/Dockerfile) with CONTEXT as the build\n"
@@ -278,7 +267,13 @@ const struct kiln_command kiln_cmd_build = {
 		 "Options:\n"
 		 "  -f, --file FILE      the Dockerfile (- for standard input)\n"
 		 "  -t, --tag NAME[:TAG] store the image under this name (repeatable)\n"
-		 "  --build-arg K=V      set a build argument (repeatable; a bare K takes $K)\n"
+		 "  --build-arg K=V      set a build argument (repeatable; a bare K takes $K, and is\n"
+		 "                       left out when K is not set: the Dockerfile's default applies)\n"
+		 "  --secret id=ID,src=FILE  a secret for RUN --mount=type=secret,id=ID (also env=VAR,\n"
+		 "                       type=file|env; bare id=ID: $ID if set, else the file ID);\n"
+		 "                       never in a layer, the cache key, the log or a snapshot\n"
+		 "  --ssh default|ID[=SOCKET]  an ssh-agent for RUN --mount=type=ssh (default:\n"
+		 "                       $SSH_AUTH_SOCK), relayed into the builder VM\n"
 		 "  --target STAGE       build this stage (and what it needs)\n"
 		 "  --no-cache           do not reuse cached steps\n"
 		 "  --oci-out DIR        also write an OCI image layout to DIR\n"

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/build_flags.h"
 #include "cli/cli.h"
 #include "dockerfile-parser/dockerfile.h"
 
@@ -91,29 +92,6 @@ static const struct kiln_command sub_parse = {
 	.run = run_parse,
 };
 
-/* --build-arg K=V; a bare K takes K's value from the environment, as
- * docker build does (and is dropped when K is not set there). */
-static int add_build_arg(const struct kiln_command *cmd, const char *arg, struct df_kv **v, size_t *n)
-{
-	const char *eq = strchr(arg, '=');
-	char *key = eq ? kiln_xstrndup(arg, (size_t)(eq - arg)) : kiln_xstrdup(arg);
-	const char *value = eq ? eq + 1 : getenv(key);
-
-	if (!*key) {
-		free(key);
-		return cli_usage_error(cmd, "--build-arg '%s': the name is empty (want NAME=VALUE)", arg);
-	}
-	if (!value) {
-		free(key);
-		return 0;
-	}
-	*v = kiln_xrealloc(*v, (*n + 1) * sizeof(**v));
-	(*v)[*n].key = key;
-	(*v)[*n].value = kiln_xstrdup(value);
-	(*n)++;
-	return 0;
-}
-
 static int run_plan(const struct kiln_command *cmd, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -124,8 +102,7 @@ static int run_plan(const struct kiln_command *cmd, int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct df_plan_opts po = { 0 };
-	struct df_kv *args = NULL;
-	size_t n_args = 0;
+	struct cli_build_flags bf = { 0 };
 	kiln_error *err = NULL;
 	struct df_ast *ast = NULL;
 	struct df_plan *plan = NULL;
@@ -134,7 +111,7 @@ static int run_plan(const struct kiln_command *cmd, int argc, char **argv)
 	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
 		switch (c) {
 		case 'b':
-			if (add_build_arg(cmd, optarg, &args, &n_args) != 0)
+			if (cli_build_arg(cmd, &bf, optarg) != 0)
 				goto out;
 			break;
 		case 't':
@@ -158,8 +135,8 @@ static int run_plan(const struct kiln_command *cmd, int argc, char **argv)
 		rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
 		goto out;
 	}
-	po.build_args = args;
-	po.n_build_args = n_args;
+	po.build_args = bf.args;
+	po.n_build_args = bf.n_args;
 	if (df_parse_file(argv[optind], &ast, &err) < 0 || df_plan_build(ast, &po, &plan, &err) < 0) {
 		rc = cli_fail(err);
 		goto out;
@@ -180,11 +157,7 @@ static int run_plan(const struct kiln_command *cmd, int argc, char **argv)
 out:
 	df_plan_free(plan);
 	df_ast_free(ast);
-	for (size_t i = 0; i < n_args; i++) {
-		free(args[i].key);
-		free(args[i].value);
-	}
-	free(args);
+	cli_build_flags_free(&bf);
 	return rc;
 }
 
@@ -196,7 +169,8 @@ static const struct kiln_command sub_plan = {
 		 "the build plan as JSON: stages, their dependencies and build order, and per\n"
 		 "instruction the expanded arguments, flags and the environment in effect.\n\n"
 		 "Options:\n"
-		 "  --build-arg K=V  set a build argument (repeatable; a bare K takes $K)\n"
+		 "  --build-arg K=V  set a build argument (repeatable; a bare K takes $K, left out\n"
+		 "                   when K is not set, as in kiln build and docker buildx)\n"
 		 "  --target T       build stage T (name or index) and what it needs; default\n"
 		 "                   the last stage\n"
 		 "  --platform P     target platform os/arch[/variant] (default linux/amd64)\n"

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kiln.h"
 
@@ -87,6 +88,12 @@ json_t *df_ast_to_json(const struct df_ast *ast);
  * unquoted may hold a NUL byte. */
 char *df_ast_dump(const struct df_ast *ast, size_t *len);
 
+/* encoding/csv reading one record with default options, as BuildKit reads
+ * RUN --mount and buildx --secret (parse_check_values.c): the fields go to
+ * *out; NULL on success, else the error text (static) with *errcol its
+ * 1-based column, or 0 when there is none. */
+const char *df_csv_fields(const char *s, kiln_strv *out, size_t *errcol);
+
 /* ===========================================================================
  * Pass 2: semantics (owned by dockerfile-parser/expand*.c, plan*.c)
  * ========================================================================= */
@@ -119,6 +126,31 @@ enum df_kind {
 
 /* Lowercase instruction name of a kind ("run"). */
 const char *df_kind_name(enum df_kind kind);
+
+/* A RUN --mount, parsed once here (BuildKit's parseMount after expansion,
+ * then the defaults its dispatch applies); the builder reads only this. */
+enum df_mount_type { DF_MOUNT_BIND, DF_MOUNT_CACHE, DF_MOUNT_TMPFS, DF_MOUNT_SECRET, DF_MOUNT_SSH };
+enum df_mount_sharing { DF_SHARING_SHARED, DF_SHARING_PRIVATE, DF_SHARING_LOCKED };
+struct df_mount {
+	enum df_mount_type type;
+	char *from;          /* from= as written (a stage or an image), NULL: the build
+	                      * context (bind), an empty directory (cache) */
+	int from_stage;      /* the stage `from` names, else -1 */
+	char *source;        /* source=/src=, NULL if not given */
+	char *target;        /* target=/dst=/destination=, expanded; NULL if not given.
+	                      * secret: /run/secrets/ID by default (NULL with env= and
+	                      * no target); ssh: /run/buildkit/ssh_agent.N by default
+	                      * (N: the mount's place among the step's ssh mounts) */
+	char *id;            /* cache: id= or else the target; secret: source=, id= or
+	                      * the target's base name; ssh: id= or "default" */
+	char *env;           /* secret: env= (the secret also as that variable), or NULL */
+	bool readonly;       /* ro/rw as given, else bind, secret, ssh: true */
+	bool required;       /* secret, ssh: a missing one fails the step */
+	enum df_mount_sharing sharing; /* cache (default shared) */
+	uint64_t size;       /* tmpfs size= in bytes (go-units RAMInBytes), 0: none */
+	uint32_t mode, uid, gid; /* cache: 0755 0 0, secret: 0400 0 0, ssh: 0600 0 0
+	                      * unless given; bind and tmpfs take none */
+};
 
 /* One instruction of a stage, after expansion.  Expanded, as BuildKit does:
  * ADD/COPY sources, dest, --chown, --chmod, --checksum, --exclude and
@@ -155,6 +187,8 @@ struct df_step {
 	int from_stage;              /* COPY --from=<stage|index> or RUN --mount from=<stage>:
 	                              * the stage index (the first, for several mounts), else -1 */
 	char *from_image;            /* COPY --from=<image> that names no stage, else NULL */
+	struct df_mount *mounts;     /* RUN: its --mount flags, in order */
+	size_t n_mounts;
 };
 
 struct df_stage {
@@ -225,7 +259,7 @@ int df_plan_build(const struct df_ast *ast, const struct df_plan_opts *opts, str
 /* {"target","target_name","order","global_args","stages":[{"index","name","base",
  * "base_stage","platform","line","reachable","deps","steps":[{"instruction","line",
  * "end_line","original","args","exec_form","flags","kvs","heredocs","env","workdir",
- * "user","shell","from_stage","from_image"}]}],"warnings"}; see docs/dockerfile-plan.md. */
+ * "user","shell","from_stage","from_image","mounts"}]}],"warnings"}; see docs/dockerfile-plan.md. */
 json_t *df_plan_to_json(const struct df_plan *plan);
 void df_plan_free(struct df_plan *plan);
 

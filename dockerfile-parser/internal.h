@@ -124,6 +124,10 @@ struct df_flagval {
 /* vals has one slot per spec entry, in spec order. */
 int df_parse_flags(const struct df_src *src, const struct df_node *n, const struct df_flagspec *spec,
 		   struct df_flagval *vals, kiln_error **err);
+/* strconv.ParseBool: 0 and *out, or -1. */
+int df_go_parse_bool(const char *v, bool *out);
+/* strconv.ParseUint(v, base, 32) for base 8 or 10; *out may be NULL. */
+bool df_go_parse_uint32(const char *v, int base, uint32_t *out);
 /* parse_check_values.c: RUN --mount, HEALTHCHECK durations and retries. */
 int df_check_mount(const struct df_src *src, const struct df_node *n, const char *flag, const char *value,
 		   kiln_error **err);
@@ -216,8 +220,18 @@ int dfp_stage_by_name(const struct df_plan *plan, const char *name);
  * stage `cur`: *stage gets the stage index, or -1 when ref names an image. */
 int dfp_resolve_from(const struct dfp_ctx *c, const struct df_node *n, int cur, const char *ref, bool mount,
 		     int *stage, kiln_error **err);
-/* The value of a mount spec's from= field, or NULL (caller frees). */
-char *dfp_mount_from(const char *spec);
+/* RUN --mount (plan_mount.c): parse one value as BuildKit's parseMount.  With
+ * env every value but from= expands in it, the checks after expansion are
+ * made and the dispatch defaults applied (ssh_index: the mount's place among
+ * the step's ssh mounts); with env NULL only from= is read (*m gets from), for
+ * the stage graph, which is built before anything expands.  Errors: FILE:LINE:COL
+ * of node n. */
+int dfp_mount_parse(const struct dfp_ctx *c, const struct df_node *n, const char *spec, const struct dfp_env *env,
+		    unsigned ssh_index, struct df_mount *m, kiln_error **err);
+void dfp_mount_free(struct df_mount *m);
+/* Go's path.Clean for an absolute path (plan_steps.c). */
+char *dfp_path_clean_abs(const char *p);
+json_t *dfp_mount_json(const struct df_mount *m);
 /* 0 if ref is a valid image reference (distribution/reference grammar),
  * else -1 with *why set (caller frees). */
 int dfp_check_reference(const char *ref, char **why);

@@ -11,9 +11,7 @@
 
 /* ---- --mount ------------------------------------------------------------- */
 
-/* encoding/csv, one record, default options.  Returns NULL on success or
- * the error text (static). */
-static const char *csv_fields(const char *s, kiln_strv *out, size_t *errcol)
+const char *df_csv_fields(const char *s, kiln_strv *out, size_t *errcol)
 {
 	size_t i = 0, len = strlen(s);
 	kiln_buf f = KILN_BUF_INIT;
@@ -62,8 +60,7 @@ static const char *csv_fields(const char *s, kiln_strv *out, size_t *errcol)
 	return NULL;
 }
 
-/* strconv.ParseBool */
-static int parse_bool(const char *v, bool *out)
+int df_go_parse_bool(const char *v, bool *out)
 {
 	static const char *const t[] = { "1", "t", "T", "TRUE", "true", "True", NULL };
 	static const char *const f[] = { "0", "f", "F", "FALSE", "false", "False", NULL };
@@ -81,7 +78,7 @@ static int parse_bool(const char *v, bool *out)
 	return -1;
 }
 
-static bool parse_uint(const char *v, int base)
+bool df_go_parse_uint32(const char *v, int base, uint32_t *out)
 {
 	unsigned long long x = 0;
 
@@ -95,6 +92,8 @@ static bool parse_uint(const char *v, int base)
 		if (x > 0xFFFFFFFFull)
 			return false;
 	}
+	if (out)
+		*out = (uint32_t)x;
 	return true;
 }
 
@@ -111,7 +110,7 @@ int df_check_mount(const struct df_src *src, const struct df_node *n, const char
 	const char *e;
 	int ret = -1;
 
-	if ((e = csv_fields(value, &fields, &errcol)) != NULL) {
+	if ((e = df_csv_fields(value, &fields, &errcol)) != NULL) {
 		if (errcol)
 			df_check_errf(src, n, flag, err, "failed to parse csv mounts: parse error on line 1, column %zu: %s",
 				      errcol, e);
@@ -198,7 +197,7 @@ int df_check_mount(const struct df_src *src, const struct df_node *n, const char
 				df_check_errf(src, n, flag, err, "unexpected key '%s' for mount type '%s'", key, type);
 				goto out;
 			}
-			if (!dollar && parse_bool(val, &b) < 0) {
+			if (!dollar && df_go_parse_bool(val, &b) < 0) {
 				df_check_errf(src, n, flag, err, "invalid value for %s: %s", key, val);
 				goto out;
 			}
@@ -226,7 +225,7 @@ int df_check_mount(const struct df_src *src, const struct df_node *n, const char
 		if (!strcmp(key, "mode") || !strcmp(key, "uid") || !strcmp(key, "gid")) {
 			bool *has = key[0] == 'm' ? &has_mode : key[0] == 'u' ? &has_uid : &has_gid;
 			*has = true;
-			if (!dollar && !parse_uint(val, key[0] == 'm' ? 8 : 10)) {
+			if (!dollar && !df_go_parse_uint32(val, key[0] == 'm' ? 8 : 10, NULL)) {
 				df_check_errf(src, n, flag, err, "invalid value %s for %s", val, key);
 				goto out;
 			}

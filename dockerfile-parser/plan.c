@@ -165,25 +165,6 @@ int dfp_resolve_from(const struct dfp_ctx *c, const struct df_node *n, int cur, 
 	return 0;
 }
 
-char *dfp_mount_from(const char *spec)
-{
-	const char *p = spec;
-
-	while (*p) {
-		const char *f = p, *e = p;
-		bool q = false;
-		while (*e && (q || *e != ',')) {
-			if (*e == '"')
-				q = !q;
-			e++;
-		}
-		if ((size_t)(e - f) >= 5 && strncasecmp(f, "from=", 5) == 0)
-			return kiln_xstrndup(f + 5, (size_t)(e - f - 5));
-		p = *e ? e + 1 : e;
-	}
-	return NULL;
-}
-
 void dfp_parse_flags(const struct df_node *n, struct df_kv **out, size_t *n_out)
 {
 	*out = n->flags.n ? kiln_xcalloc(n->flags.n, sizeof(**out)) : NULL;
@@ -463,8 +444,14 @@ static int collect_edges(struct dfp_ctx *c, kiln_error **err)
 
 				if (copy && !strncmp(fl, "--from=", 7))
 					ref = kiln_xstrdup(fl + 7);
-				else if (run && !strncmp(fl, "--mount=", 8))
-					ref = dfp_mount_from(fl + 8);
+				else if (run && !strncmp(fl, "--mount=", 8)) {
+					struct df_mount m;
+					if (dfp_mount_parse(c, n, fl + 8, NULL, 0, &m, err) < 0)
+						return -1;
+					ref = m.from;
+					m.from = NULL;
+					dfp_mount_free(&m);
+				}
 				if (!ref)
 					continue;
 				rc = dfp_resolve_from(c, n, (int)s, ref, run, &to, err);

@@ -68,6 +68,12 @@ static json_t *step_json(const struct df_step *st)
 	json_object_set_new(o, "shell", strv_json(&st->shell));
 	json_object_set_new(o, "from_stage", json_integer(st->from_stage));
 	json_object_set_new(o, "from_image", str_or_null(st->from_image));
+	if (st->kind == DF_RUN) {
+		json_t *m = json_array();
+		for (size_t i = 0; i < st->n_mounts; i++)
+			json_array_append_new(m, dfp_mount_json(&st->mounts[i]));
+		json_object_set_new(o, "mounts", m);
+	}
 	return o;
 }
 
@@ -126,6 +132,9 @@ static void free_step(struct df_step *st)
 	free(st->user);
 	kiln_strv_free(&st->shell);
 	free(st->from_image);
+	for (size_t i = 0; i < st->n_mounts; i++)
+		dfp_mount_free(&st->mounts[i]);
+	free(st->mounts);
 }
 
 void df_plan_free(struct df_plan *plan)

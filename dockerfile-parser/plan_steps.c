@@ -67,8 +67,7 @@ static void add_kv(struct df_step *step, const char *key, const char *value)
 	kiln_strv_push_owned(&step->args, value ? kiln_xasprintf("%s=%s", key, value) : kiln_xstrdup(key));
 }
 
-/* Go's path.Clean for an absolute path. */
-static char *clean_abs(const char *p)
+char *dfp_path_clean_abs(const char *p)
 {
 	kiln_strv parts = KILN_STRV_INIT;
 	kiln_buf out = KILN_BUF_INIT;
@@ -91,47 +90,6 @@ static char *clean_abs(const char *p)
 	kiln_strv_free(&parts);
 	free(dup);
 	return kiln_buf_detach(&out);
-}
-
-/* RUN --mount=k=v,...: every value but from= expands (BuildKit's
- * parseMount with an expander). */
-static int expand_mount(struct dfp_ctx *c, const struct df_node *n, struct dfp_state *s, char **spec, kiln_error **err)
-{
-	kiln_buf out = KILN_BUF_INIT;
-	const char *p = *spec;
-	int rc = -1;
-
-	while (*p) {
-		const char *f = p, *e = p, *eq;
-		bool q = false;
-		while (*e && (q || *e != ',')) {
-			if (*e == '"')
-				q = !q;
-			e++;
-		}
-		eq = memchr(f, '=', (size_t)(e - f));
-		if (out.len)
-			kiln_buf_addc(&out, ',');
-		if (!eq || ((size_t)(eq - f) == 4 && !strncasecmp(f, "from", 4))) {
-			kiln_buf_add(&out, f, (size_t)(e - f));
-		} else {
-			char *raw = kiln_xstrndup(eq + 1, (size_t)(e - eq - 1)), *v = NULL;
-			int r = expand(c, n, s, raw, 0, &v, NULL, err);
-			free(raw);
-			if (r < 0)
-				goto out;
-			kiln_buf_add(&out, f, (size_t)(eq - f + 1));
-			kiln_buf_adds(&out, v);
-			free(v);
-		}
-		p = *e ? e + 1 : e;
-	}
-	free(*spec);
-	*spec = kiln_buf_detach(&out);
-	rc = 0;
-out:
-	kiln_buf_free(&out);
-	return rc;
 }
 
 /* "<<-": leading tabs of every line go (BuildKit's ChompHeredocContent). */
@@ -285,26 +243,31 @@ static int do_copy(struct dfp_ctx *c, int stage, const struct df_node *n, const 
 	return 0;
 }
 
+/* RUN: its --mount flags parsed once into step->mounts (plan_mount.c); the
+ * flags keep the values as written. */
 static int do_run(struct dfp_ctx *c, int stage, const struct df_node *n, const struct df_node *hd, struct dfp_state *s,
 		  struct df_step *step, kiln_error **err)
 {
+	unsigned n_ssh = 0;
+
 	for (size_t i = 0; i < step->n_flags; i++) {
-		char *from;
-		int to = -1;
+		struct df_mount m;
 
 		if (strcmp(step->flags[i].key, "mount") != 0)
 			continue;
-		if (expand_mount(c, n, s, &step->flags[i].value, err) < 0)
+		if (dfp_mount_parse(c, n, step->flags[i].value, &s->env, n_ssh, &m, err) < 0)
 			return -1;
-		from = dfp_mount_from(step->flags[i].value);
-		if (from && (dfp_resolve_from(c, n, stage, from, true, &to, err) < 0 ||
-			     (to < 0 && *from && dfp_require_reference(c, n, from, err) < 0))) {
-			free(from);
+		n_ssh += m.type == DF_MOUNT_SSH;
+		if (m.from &&
+		    (dfp_resolve_from(c, n, stage, m.from, true, &m.from_stage, err) < 0 ||
+		     (m.from_stage < 0 && dfp_require_reference(c, n, m.from, err) < 0))) {
+			dfp_mount_free(&m);
 			return -1;
 		}
-		free(from);
-		if (to >= 0 && step->from_stage < 0)
-			step->from_stage = to;
+		if (m.from_stage >= 0 && step->from_stage < 0)
+			step->from_stage = m.from_stage;
+		step->mounts = kiln_xrealloc(step->mounts, (step->n_mounts + 1) * sizeof(*step->mounts));
+		step->mounts[step->n_mounts++] = m;
 	}
 	for (size_t i = 0; i < n->args.n; i++)
 		kiln_strv_push(&step->args, n->args.v[i]);
@@ -413,7 +376,7 @@ static int dispatch(struct dfp_ctx *c, int stage, struct dfp_state *s, const str
 				wd = kiln_xstrdup(v);
 			} else {
 				char *joined = kiln_xasprintf("%s/%s", s->workdir ? s->workdir : "", v);
-				wd = clean_abs(joined);
+				wd = dfp_path_clean_abs(joined);
 				free(joined);
 			}
 			free(s->workdir);

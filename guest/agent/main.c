@@ -28,7 +28,9 @@ static const char usage[] =
 	"connections to a unix socket SOCKET, one after another (--once: only the\n"
 	"first), as QEMU's chardev would.  One agent serves one port: a VM with\n"
 	"several ports (several host clients at once) runs one agent per port.\n"
-	"--tar names the tar (or busybox) used for uploads/downloads.\n";
+	"--tar names the tar (or busybox) used for uploads/downloads.\n"
+	"kiln-agent --relay PATH MODE UID GID: listen on the unix socket PATH and carry\n"
+	"its connections over stdin/stdout (a build step's ssh-agent socket).\n";
 
 uint64_t agent_now_ms(void)
 {
@@ -566,6 +568,9 @@ int main(int argc, char **argv)
 		if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
 			fputs(usage, stdout);
 			return 0;
+		} else if (strcmp(arg, "--relay") == 0 && i + 4 < argc) {
+			/* not the agent: one RUN's ssh-agent socket (relay.c) */
+			return agent_relay(argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4]);
 		} else if (strcmp(arg, "--version") == 0) {
 			printf("%s (protocol %u)\n", AGENT_VERSION, GUEST_PROTO_VERSION);
 			return 0;

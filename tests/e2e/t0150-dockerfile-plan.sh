@@ -48,9 +48,9 @@ expect_eq "stage names are lowercased" "$(jq -r '.stages[0].name' "$T_TMP/defaul
 expect_eq "FROM <stage> is a stage base" "$(jq -c '[.stages[1].base, .stages[1].base_stage]' "$T_TMP/default.json")" '["build",0]'
 expect_eq "--platform=\$BUILDPLATFORM" "$(jq -r '.stages[0].platform' "$T_TMP/default.json")" "linux/amd64"
 expect_eq "runtime deps (COPY --from=build, --from=1)" "$(jq -c '.stages[2].deps' "$T_TMP/default.json")" '[0,1]'
-expect_eq "--mount value expanded" \
-	"$(jq -r '.stages[0].steps[5].flags[] | select(.name=="mount") | .value' "$T_TMP/default.json")" \
-	"type=cache,target=/root/.cache/go-build,id=go-amd64"
+expect_eq "--mount parsed, its values expanded" \
+	"$(jq -c '.stages[0].steps[5].mounts[] | [.type, .target, .id, .sharing, .mode, .readonly]' "$T_TMP/default.json")" \
+	'["cache","/root/.cache/go-build","go-amd64","shared","0755",false]'
 expect_eq "RUN command left to the shell" "$(jq -r '.stages[0].steps[5].args[0]' "$T_TMP/default.json")" \
 	'GOOS=$TARGETOS GOARCH=$TARGETARCH go build -ldflags "-X main.version=$VERSION" -o /out/app .'
 expect_eq "RUN env: ENV + ARGs in scope" "$(jq -c '.stages[0].steps[5].env' "$T_TMP/default.json")" \
@@ -122,6 +122,27 @@ expect_exit 1 "bare --build-arg with K unset: K stays unset" env -u FOO "$KILN" 
 expect_grep "... so \${FOO:?} fails" 'bare:3:1: failed to process "\$\{FOO:\?\}": FOO: is not allowed to be unset' "$T_TMP/err"
 expect_exit 0 "bare --build-arg with K set" env FOO=fromenv "$KILN" dockerfile plan --build-arg FOO "$T_TMP/bare"
 expect_eq "... takes its value" "$(jq -r '.stages[0].steps[1].kvs[0].value' "$T_TMP/out")" "fromenv"
+
+# ... and kiln build agrees (one parser for the flag, buildx's rule: K not in
+# the environment is left out, so the Dockerfile's default applies)
+mkdir -p "$T_TMP/ctx-ba"
+printf 'FROM scratch\nARG FOO=dflt\nENV X=$FOO\n' >"$T_TMP/ctx-ba/Dockerfile"
+env_x() { python3 - "$1" <<'PY'
+import json, sys
+d = sys.argv[1]
+m = json.load(open(d + "/blobs/sha256/" + json.load(open(d + "/index.json"))["manifests"][0]["digest"][7:]))
+c = json.load(open(d + "/blobs/sha256/" + m["config"]["digest"][7:]))
+print([e for e in c["config"]["Env"] if e.startswith("X=")][0])
+PY
+}
+for v in unset fromenv; do
+	if [ $v = unset ]; then run_env="env -u FOO"; want=X=dflt; else run_env="env FOO=fromenv"; want=X=fromenv; fi
+	expect_exit 0 "plan, bare --build-arg FOO, FOO $v" $run_env "$KILN" dockerfile plan --build-arg FOO "$T_TMP/ctx-ba/Dockerfile"
+	expect_eq "plan: $want" "$(jq -r '.stages[0].steps[1].env[] | select(startswith("X="))' "$T_TMP/out")" "$want"
+	expect_exit 0 "build, bare --build-arg FOO, FOO $v" $run_env "$KILN" build --build-arg FOO --oci-out "$T_TMP/oci-ba-$v" "$T_TMP/ctx-ba"
+	expect_eq "build: $want, as the plan" "$(env_x "$T_TMP/oci-ba-$v")" "$want"
+done
+expect_exit 2 "build: empty --build-arg name exits 2, as plan" "$KILN" build --build-arg =x "$T_TMP/ctx-ba"
 
 # FROM with an empty ARG is a bad reference, as BuildKit reports it
 printf 'ARG TAG\nFROM alpine:$TAG\n' >"$T_TMP/emptytag"

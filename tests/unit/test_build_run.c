@@ -1,8 +1,9 @@
 /* test_build_run.c — the builder's side of RUN through a recording executor
  * (no VM): one session per stage handed to every RUN of it and ended once,
  * also when a step fails; heredocs turned into BuildKit's commands; --mount
- * prepared (bind tars, cache directories, tmpfs), --network, --security;
- * cache keys covering heredoc bodies and bind sources but not cache mounts. */
+ * prepared (bind tars, cache directories, tmpfs, secrets, ssh sockets) from
+ * the plan's typed mounts, --network, --security; cache keys covering heredoc
+ * bodies and bind sources but not cache mounts or secrets. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <stdlib.h>
@@ -13,6 +14,10 @@
 #include "test.h"
 
 static char *ctxdir, *home;
+static const struct build_secret *g_secrets;
+static size_t g_n_secrets;
+static const struct build_ssh *g_ssh;
+static size_t g_n_ssh;
 
 struct call {
 	char *argv;          /* JSON */
@@ -22,6 +27,8 @@ struct call {
 	size_t n_layers;
 	char *bind_tar_names; /* entries of the first bind tar */
 	char *heredoc_file;   /* content of the /dev/pipes script */
+	char *secrets;        /* "target=bytes mode uid gid|..." */
+	char *step_env;       /* "K=V|..." */
 };
 
 struct rec {
@@ -54,7 +61,8 @@ static int rec_run(void *ctx, build_exec_session **sp, const struct build_run_re
 	struct rec *r = ctx;
 	struct call *c = &r->calls[r->n_calls++];
 	kiln_buf m = KILN_BUF_INIT;
-	static const char *types[] = { "bind", "cache", "tmpfs" };
+	kiln_buf sec = KILN_BUF_INIT, env = KILN_BUF_INIT;
+	static const char *types[] = { "bind", "cache", "tmpfs", "secret", "ssh" };
 
 	if (!*sp) {
 		*sp = kiln_xcalloc(1, sizeof(**sp));
@@ -76,6 +84,12 @@ static int rec_run(void *ctx, build_exec_session **sp, const struct build_run_re
 			CHECK(mt->src_dir && stat(mt->src_dir, &st) == 0 && S_ISDIR(st.st_mode));
 			CHECK(mt->src_dir && strstr(mt->src_dir, "/run-cache/") != NULL);
 		}
+		if (mt->type == BUILD_MOUNT_SECRET)
+			kiln_buf_addf(&sec, "%s%s=%.*s %o %u %u", sec.len ? "|" : "", mt->target, (int)mt->len,
+				      (const char *)mt->data, (unsigned)mt->mode, (unsigned)mt->uid, (unsigned)mt->gid);
+		if (mt->type == BUILD_MOUNT_SSH)
+			kiln_buf_addf(&sec, "%s%s=socket:%s %o", sec.len ? "|" : "", mt->target, mt->socket,
+				      (unsigned)mt->mode);
 		if (mt->src_tar && !c->bind_tar_names)
 			c->bind_tar_names = tar_names(mt->src_tar);
 		if (mt->src_dir && !strcmp(mt->target, "/dev/pipes")) {
@@ -92,6 +106,10 @@ static int rec_run(void *ctx, build_exec_session **sp, const struct build_run_re
 		}
 	}
 	c->mounts = kiln_buf_detach(&m);
+	c->secrets = kiln_buf_detach(&sec);
+	for (size_t i = 0; i < req->n_step_env; i++)
+		kiln_buf_addf(&env, "%s%s", i ? "|" : "", req->step_env[i]);
+	c->step_env = kiln_buf_detach(&env);
 	if (r->n_calls == r->fail_at)
 		return kiln_err(err, KILN_E_GENERIC, "the command returned a non-zero code: 7");
 	struct build_changes ch = { 0 };
@@ -114,6 +132,8 @@ static void rec_free(struct rec *r)
 		free(r->calls[i].mounts);
 		free(r->calls[i].bind_tar_names);
 		free(r->calls[i].heredoc_file);
+		free(r->calls[i].secrets);
+		free(r->calls[i].step_env);
 	}
 	memset(r, 0, sizeof(*r));
 }
@@ -134,7 +154,8 @@ static void put(const char *rel, const char *content)
 static int build(struct rec *r, bool no_cache, char **errmsg, struct build_result *res)
 {
 	struct build_options o = { .context = ctxdir, .home = home, .executor = &rec_ops, .executor_ctx = r,
-				   .no_cache = no_cache };
+				   .no_cache = no_cache, .secrets = g_secrets, .n_secrets = g_n_secrets, .ssh = g_ssh,
+				   .n_ssh = g_n_ssh };
 	kiln_error *err = NULL;
 	int rc = build_run(&o, res, &err);
 	if (errmsg)
@@ -269,11 +290,63 @@ static void refused(const char *df, const char *want)
 	rec_free(&r);
 }
 
+/* The plan's typed mounts are what the builder uses: BuildKit's spellings
+ * (keys any case, strconv.ParseBool values) reach the executor as written
+ * meant them; secrets and ssh sockets come from the build's options. */
+static void test_typed_mounts(void)
+{
+	struct rec r = { 0 };
+	struct build_result res;
+	char *msg = NULL;
+	char *sfile = kiln_path_join(home, "secret-value");
+	kiln_error *e = NULL;
+	const struct build_secret secs[] = { { .id = "s", .file = sfile } };
+	const struct build_ssh ssh[] = { { .id = "default", .socket = "/host/agent.sock" } };
+
+	kiln_write_atomic(sfile, "s3cr3t", 6, 0600, &e);
+	kiln_error_clear(&e);
+	g_secrets = secs, g_n_secrets = 1, g_ssh = ssh, g_n_ssh = 1;
+	put("Dockerfile", "FROM scratch\n"
+			  "RUN --mount=Type=cache,target=/x,ro=t --mount=TYPE=Secret,id=s,env=E,target=/s,uid=7 "
+			  "--mount=type=ssh,MODE=0640 --mount=type=secret,id=absent --mount=type=tmpfs,target=/t,rw=F true\n");
+	CHECK_INT(build(&r, false, &msg, &res), 0);
+	if (msg)
+		printf("#   %s\n", msg);
+	free(msg);
+	CHECK_INT(r.n_calls, 1);
+	if (r.n_calls == 1) {
+		CHECK_STR(r.calls[0].mounts, "cache /x ro|secret /s ro file|tmpfs /t ro|ssh /run/buildkit/ssh_agent.0 ro file");
+		CHECK_STR(r.calls[0].secrets, "/s=s3cr3t 400 7 0|/run/buildkit/ssh_agent.0=socket:/host/agent.sock 640");
+		CHECK_STR(r.calls[0].step_env, "E=s3cr3t|SSH_AUTH_SOCK=/run/buildkit/ssh_agent.0");
+	}
+	rec_free(&r);
+	/* another value of the secret: still a cache hit, as in BuildKit */
+	kiln_write_atomic(sfile, "other!", 6, 0600, &e);
+	kiln_error_clear(&e);
+	CHECK_INT(build(&r, false, NULL, &res), 0);
+	CHECK_INT(r.n_calls, 0);
+	rec_free(&r);
+	/* required ones not given */
+	g_n_secrets = g_n_ssh = 0;
+	put("Dockerfile", "FROM scratch\nRUN --mount=type=secret,id=s,required=true true\n");
+	CHECK_INT(build(&r, true, &msg, &res), -1);
+	CHECK(msg && strstr(msg, "Dockerfile:2: [2/2] RUN --mount=type=secret,id=s,required=true true: "
+				 "secret s: not found"));
+	free(msg);
+	rec_free(&r);
+	put("Dockerfile", "FROM scratch\nRUN --mount=type=ssh,required true\n");
+	CHECK_INT(build(&r, true, &msg, &res), -1);
+	CHECK(msg && strstr(msg, "no SSH key default forwarded"));
+	free(msg);
+	rec_free(&r);
+	g_secrets = NULL, g_ssh = NULL;
+	free(sfile);
+}
+
 static void test_refused(void)
 {
-	refused("FROM scratch\nRUN --mount=type=secret,id=x cat /run/secrets/x\n", "type=secret is not supported");
-	refused("FROM scratch\nRUN --mount=type=ssh true\n", "type=ssh is not supported");
-	refused("FROM scratch\nRUN --mount=type=cache true\n", "needs target=");
+	refused("FROM scratch\nRUN --mount=type=cache true\n", "invalid mount target \"\"");
+	refused("FROM scratch\nRUN --mount=type=cache,ro=yes,target=/x true\n", "invalid value for ro: yes");
 	refused("FROM scratch\nRUN --mount=type=bind,target=/x,bogus=1 true\n", "unexpected key 'bogus'");
 	refused("FROM scratch\nRUN --mount=type=bind,source=nope,target=/x true\n", "source nope: not found");
 	refused("FROM scratch\nRUN --mount=type=bind,source=../..,target=/x true\n", "not found");
@@ -296,6 +369,7 @@ int main(void)
 	}
 	RUN(test_sessions_and_commands);
 	RUN(test_failure_ends_session);
+	RUN(test_typed_mounts);
 	RUN(test_refused);
 	kiln_rm_rf(ctxdir, &err);
 	kiln_rm_rf(home, &err);

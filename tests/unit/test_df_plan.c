@@ -236,7 +236,13 @@ static void test_what_expands(void)
 	CHECK(strstr(s[13].args.v[0], "echo $NAME") != NULL);
 	CHECK_STR(s[14].args.v[0], "CMD");
 	CHECK_INT(s[15].shell.n, 2);
-	CHECK_STR(flag(&s[16], "mount"), "type=cache,target=/cache/kiln,id=kiln");
+	CHECK_STR(flag(&s[16], "mount"), "type=cache,target=/cache/$NAME,id=$NAME"); /* as written */
+	CHECK_INT(s[16].n_mounts, 1);
+	if (s[16].n_mounts == 1) {
+		CHECK_INT(s[16].mounts[0].type, DF_MOUNT_CACHE);
+		CHECK_STR(s[16].mounts[0].target, "/cache/kiln");
+		CHECK_STR(s[16].mounts[0].id, "kiln");
+	}
 	CHECK_STR(s[16].shell.v[0], "/bin/bash");
 	done(p);
 }
@@ -332,6 +338,89 @@ static void expect_error(const char *df, const struct df_plan_opts *o, const cha
 	CHECK(err && strstr(kiln_error_message(err), want));
 	kiln_error_free(err);
 	done(p);
+}
+
+/* RUN --mount parsed once, as BuildKit's parseMount and dispatch do. */
+static void test_mounts(void)
+{
+	const char *df = "FROM alpine\nARG T=Cache ID=pip\n"
+			 "RUN --mount=Type=$T,TARGET=/root/.cache,Id=$ID,Sharing=LOCKED,ro=t,UID=1,mode=0700 "
+			 "--mount=type=secret,id=npmrc,target=/root/.npmrc,required "
+			 "--mount=type=secret,source=tok,env=TOK "
+			 "--mount=type=secret,target=/a/b/cred/ "
+			 "--mount=type=ssh,id=gh,mode=0644 --mount=type=ssh,required=1 "
+			 "--mount=type=tmpfs,target=/t,size=\"64 MiB\",rw=false "
+			 "--mount=from=alpine,src=/etc,dst=e true\n";
+	kiln_error *err = NULL;
+	struct df_plan *p = plan_of(df, NULL, &err);
+
+	print_err(err);
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	const struct df_step *st = &p->stages[0].steps[1];
+	CHECK_INT(st->n_mounts, 8);
+	if (st->n_mounts != 8)
+		goto out;
+	const struct df_mount *m = st->mounts;
+	CHECK_INT(m[0].type, DF_MOUNT_CACHE);
+	CHECK_STR(m[0].target, "/root/.cache");
+	CHECK_STR(m[0].id, "pip");
+	CHECK_INT(m[0].sharing, DF_SHARING_LOCKED);
+	CHECK(m[0].readonly);
+	CHECK_INT(m[0].uid, 1);
+	CHECK_INT(m[0].mode, 0700);
+	CHECK_INT(m[1].type, DF_MOUNT_SECRET);
+	CHECK_STR(m[1].id, "npmrc");
+	CHECK(m[1].required && m[1].readonly);
+	CHECK_INT(m[1].mode, 0400);
+	CHECK_STR(m[2].id, "tok");
+	CHECK(m[2].target == NULL && m[2].source == NULL);
+	CHECK_STR(m[2].env, "TOK");
+	CHECK_STR(m[3].id, "cred"); /* path.Base of the target */
+	CHECK_STR(m[3].target, "/a/b/cred/");
+	CHECK_INT(m[4].type, DF_MOUNT_SSH);
+	CHECK_STR(m[4].id, "gh");
+	CHECK_STR(m[4].target, "/run/buildkit/ssh_agent.0");
+	CHECK_INT(m[4].mode, 0644);
+	CHECK_STR(m[5].id, "default");
+	CHECK_STR(m[5].target, "/run/buildkit/ssh_agent.1");
+	CHECK(m[5].required);
+	CHECK_INT(m[5].mode, 0600);
+	CHECK_INT(m[6].type, DF_MOUNT_TMPFS);
+	CHECK_INT((long long)m[6].size, 64ll << 20);
+	CHECK(m[6].readonly);
+	CHECK_INT(m[7].type, DF_MOUNT_BIND);
+	CHECK_STR(m[7].from, "alpine");
+	CHECK_INT(m[7].from_stage, -1);
+	CHECK_STR(m[7].source, "/etc");
+	CHECK_STR(m[7].target, "e");
+	CHECK(m[7].readonly);
+	json_t *j = df_plan_to_json(p);
+	json_t *jm = json_object_get(json_array_get(json_object_get(json_array_get(json_object_get(j, "stages"), 0),
+								    "steps"), 1), "mounts");
+	CHECK_INT((long long)json_array_size(jm), 8);
+	CHECK_STR(json_string_value(json_object_get(json_array_get(jm, 0), "mode")), "0700");
+	CHECK_STR(json_string_value(json_object_get(json_array_get(jm, 0), "sharing")), "locked");
+	json_decref(j);
+out:
+	done(p);
+	/* the checks BuildKit makes after expansion, at FILE:LINE:COL */
+	expect_error("FROM alpine\nARG T=cash\nRUN --mount=type=$T,target=/x true\n", NULL,
+		     "Dockerfile:3:1: unsupported mount type \"cash\" (did you mean cache?)");
+	expect_error("FROM alpine\nARG B=yes\nRUN --mount=type=cache,target=/x,ro=$B true\n", NULL,
+		     "Dockerfile:3:1: invalid value for ro: yes");
+	expect_error("FROM alpine\nARG T=secret\nRUN --mount=type=$T,target=/x,sharing=locked true\n", NULL,
+		     "Dockerfile:3:1: secret mount should not define sharing");
+	expect_error("FROM alpine\nARG M=9\nRUN --mount=type=cache,target=/x,mode=$M true\n", NULL,
+		     "Dockerfile:3:1: invalid value 9 for mode");
+	expect_error("FROM alpine\nARG S=lots\nRUN --mount=type=tmpfs,target=/x,size=$S true\n", NULL,
+		     "Dockerfile:3:1: invalid value for size: lots");
+	expect_error("FROM alpine\nARG T=bind\nRUN --mount=type=$T,target=/x,uid=1 true\n", NULL,
+		     "Dockerfile:3:1: uid not allowed for \"bind\" type mounts");
+	expect_error("FROM alpine\nRUN --mount=type=ssh,source=/x true\n", NULL, "Dockerfile:2:1: ssh does not support source");
+	expect_error("FROM alpine\nARG T=secret\nRUN --mount=type=$T,source=a,id=b true\n", NULL,
+		     "Dockerfile:3:1: both source and id can't be set");
 }
 
 static void test_errors(void)
@@ -522,6 +611,7 @@ int main(void)
 	RUN(test_env_sees_previous_values);
 	RUN(test_heredoc_and_workdir);
 	RUN(test_global_arg_without_value);
+	RUN(test_mounts);
 	RUN(test_errors);
 	RUN(test_image_config);
 	RUN(test_references_and_from_warnings);
