@@ -15,6 +15,10 @@
 #include "builder/internal.h"
 #include "guest/guest.h"
 
+/* where vm/init_script.c puts the agent in every guest */
+#ifndef BUILD_GUEST_AGENT
+#define BUILD_GUEST_AGENT "/run/kiln/bin/kiln-agent"
+#endif
 #define SSH_MSG_MAX (256u * 1024u)
 #define SSH_AGENT_TIMEOUT_MS 120000 /* a confirming agent (ssh-add -c) waits for a person */
 #define RELAY_CONNS 32
@@ -196,6 +200,13 @@ static void on_relay_out(void *ud, const void *data, size_t len)
 	r->busy = false;
 }
 
+/* The relay's complaints (it cannot listen, ...) go to kiln's log. */
+static void on_relay_err(void *ud, const void *data, size_t len)
+{
+	kiln_warn("build: ssh relay: %.*s", (int)(len && ((const char *)data)[len - 1] == '\n' ? len - 1 : len),
+		  (const char *)data);
+}
+
 int build_ssh_relay_start(guest_conn *c, const char *guest_path, const struct build_run_mount *m,
 			  struct build_ssh_relay **out, kiln_error **err)
 {
@@ -209,19 +220,27 @@ int build_ssh_relay_start(guest_conn *c, const char *guest_path, const struct bu
 	snprintf(mode, sizeof(mode), "%o", (unsigned)m->mode);
 	snprintf(uid, sizeof(uid), "%u", (unsigned)m->uid);
 	snprintf(gid, sizeof(gid), "%u", (unsigned)m->gid);
-	const char *argv[] = { "/run/kiln/bin/kiln-agent", "--relay", guest_path, mode, uid, gid, NULL };
+	const char *argv[] = { BUILD_GUEST_AGENT, "--relay", guest_path, mode, uid, gid, NULL };
 	guest_exec_opts_init(&eo);
 	eo.argv = argv;
 	eo.want_stdin = true;
 	eo.on_stdout = on_relay_out;
+	eo.on_stderr = on_relay_err;
 	eo.user = r;
 	r->p = guest_spawn(c, &eo, 30000, err);
 	if (!r->p)
 		goto fail;
-	/* pings pump the connection until the relay says it listens */
-	for (int i = 0; i < 300 && !r->ready && !guest_proc_done(r->p); i++)
-		if (guest_ping(c, 10000, err) < 0)
+	/* waiting (briefly) for its exit pumps the connection until the relay
+	 * says it listens; a loaded host can take a while to start it */
+	for (int i = 0; i < 600 && !r->ready && !guest_proc_done(r->p); i++) {
+		kiln_error *e = NULL;
+		if (guest_proc_wait(r->p, 50, NULL, &e) < 0 && !guest_proc_done(r->p) && !r->ready &&
+		    guest_ping(c, 10000, err) < 0) {
+			kiln_error_free(e);
 			goto fail;
+		}
+		kiln_error_free(e);
+	}
 	if (!r->ready) {
 		kiln_err(err, KILN_E_GENERIC, "the ssh-agent relay did not start in the builder VM");
 		goto fail;

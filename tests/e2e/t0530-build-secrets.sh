@@ -130,7 +130,9 @@ expect_grep "the file is named" "secret nope.*no-such" "$T_TMP/err"
 ssh-keygen -q -t ed25519 -N '' -C kiln-t0530-key -f "$T_TMP/id" >/dev/null
 eval "$(ssh-agent -s -a "$T_TMP/agent.sock")" >/dev/null
 AGENT_PID=$SSH_AGENT_PID
-ssh-add -q "$T_TMP/id" 2>/dev/null
+added=no
+for _ in $(seq 1 50); do ssh-add -q "$T_TMP/id" 2>/dev/null && added=yes && break; sleep 0.1; done
+expect_eq "the key is in the host's ssh-agent" "$added" yes
 cat >"$C/Dockerfile.ssh" <<DF
 FROM oci:$B:base
 RUN --mount=type=ssh agentls >/ids && echo "\$SSH_AUTH_SOCK" >/sock
