@@ -10,13 +10,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,9 +28,8 @@
 #define MAX_SEEN_BASES 64
 
 struct build_warm_vm {
-	pid_t pid;
+	vm_instance *vm; /* restored by vm_restore: its directory is in scratch */
 	char *dir;
-	vm_qmp *q;
 	guest_conn *g;
 	char *lock;      /* $KILN_HOME/builder-vm/lock */
 	char *save_dir;  /* the per-base snapshot to make once the base is uploaded */
@@ -94,36 +90,29 @@ out:
 	return rc;
 }
 
-static char *agent_path(void)
-{
-	return vm_agent_default_path();
-}
-
-/* The snapshot's directory: a digest over what it depends on. */
+/* The snapshot's directory: a digest over what it depends on (vm/'s one
+ * fingerprint of a snapshot, with this machine's options) and the agent and
+ * busybox it runs. */
 static int warm_key(const struct build_vm_opts *vo, char key[KILN_DIGEST_MAX], kiln_error **err)
 {
-	struct vm_kernel k = { 0 };
-	char dk[KILN_DIGEST_MAX], da[KILN_DIGEST_MAX], db[KILN_DIGEST_MAX];
-	char *agent = agent_path(), *boot = NULL;
-	size_t len = 0;
+	char da[KILN_DIGEST_MAX], db[KILN_DIGEST_MAX];
+	char *agent = vm_agent_default_path(), *deps = NULL, *text = NULL;
+	json_t *d = vm_snapshot_depends(vo ? vo->kernel_dir : NULL, VM_ACCEL_AUTO, vo && vo->cpus ? vo->cpus : 1,
+					WARM_MEMORY_MIB, true, NULL, err);
 	int rc = -1;
 
-	if (vm_kernel_open(vo ? vo->kernel_dir : NULL, &k, err) < 0 || kiln_digest_file(KILN_SHA256, k.vmlinuz, dk, err) < 0 ||
-	    kiln_digest_file(KILN_SHA256, agent, da, err) < 0 || kiln_digest_file(KILN_SHA256, "/bin/busybox", db, err) < 0)
+	if (d == NULL || kiln_digest_file(KILN_SHA256, agent, da, err) < 0 ||
+	    kiln_digest_file(KILN_SHA256, "/bin/busybox", db, err) < 0)
 		goto out;
-	/* a snapshot's guest keeps the TSC rate it booted with: same host boot only */
-	if (kiln_read_file("/proc/sys/kernel/random/boot_id", &boot, &len, 100, err) < 0)
-		goto out;
-	char *text = kiln_xasprintf("kiln-builder-vm/1\n%s\n%s\n%s\n%s\n%s\n%u\n%u\n%u\n%s", dk, k.release, da, db, boot,
-				    vo && vo->cpus ? vo->cpus : 1, WARM_MEMORY_MIB, GUEST_PROTO_VERSION,
-				    vm_kvm_usable() ? "kvm" : "tcg");
+	deps = kiln_json_dumps_canonical(d);
+	text = kiln_xasprintf("kiln-builder-vm/2\n%s\n%s\n%s", deps, da, db);
 	kiln_digest_buf(KILN_SHA256, text, strlen(text), key);
-	free(text);
 	rc = 0;
 out:
-	vm_kernel_free(&k);
+	json_decref(d);
 	free(agent);
-	free(boot);
+	free(deps);
+	free(text);
 	return rc;
 }
 
@@ -236,57 +225,13 @@ static void remove_others(const char *base, const char *keep)
 		closedir(d);
 }
 
-static pid_t spawn(char *const argv[], const char *dir, kiln_error **err)
-{
-	char *log = kiln_path_join(dir, "qemu.log");
-	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	pid_t parent = getpid(), pid;
-
-	free(log);
-	if (fd < 0)
-		return kiln_err_errno(err, errno, "qemu.log");
-	pid = fork();
-	if (pid == 0) {
-		/* QEMU dies with kiln (^C, kill): no VM outlives its build */
-		setpgid(0, 0);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		int null = open("/dev/null", O_RDONLY);
-		if (null >= 0)
-			dup2(null, 0);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		setenv("TMPDIR", dir, 1); /* the disk's snapshot=on overlay */
-		execvp(argv[0], argv);
-		_exit(127);
-	}
-	close(fd);
-	if (pid < 0)
-		return kiln_err_errno(err, errno, "fork");
-	return pid;
-}
-
-/* The QEMU process and its connections; the directory stays. */
+/* The QEMU process and its connections; the directory goes with it. */
 static void warm_kill(struct build_warm_vm *w)
 {
 	guest_close(w->g);
 	w->g = NULL;
-	vm_qmp_close(w->q);
-	w->q = NULL;
-	if (w->pid > 0) {
-		kill(w->pid, SIGKILL);
-		waitpid(w->pid, NULL, 0);
-	}
-	w->pid = 0;
-	if (w->dir) {
-		kiln_error *e = NULL;
-		if (kiln_rm_rf(w->dir, &e) < 0)
-			kiln_error_free(e);
-	}
+	vm_destroy(w->vm);
+	w->vm = NULL;
 	free(w->dir);
 	w->dir = NULL;
 }
@@ -322,8 +267,7 @@ bool build_warm_has_base(const struct build_warm_vm *w)
 static int restore(struct build_warm_vm *w, const struct build_vm_opts *vo, const char *scratch, const char *mem,
 		   const char *state, const char *disk, bool shared, kiln_error **err)
 {
-	kiln_strv av = KILN_STRV_INIT;
-	char *own = NULL, *qmp = NULL, *agent = NULL;
+	char *own = NULL, *agent = NULL;
 	int rc = -1;
 
 	w->dir = kiln_xasprintf("%s/warm-XXXXXX", scratch);
@@ -339,23 +283,28 @@ static int restore(struct build_warm_vm *w, const struct build_vm_opts *vo, cons
 	struct vm_restore_config rc_ = { .accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG,
 					 .cpus = vo && vo->cpus ? vo->cpus : 1, .memory_mib = WARM_MEMORY_MIB,
 					 .net = true, .memory_file = shared ? own : mem, .memory_shared = shared,
-					 .disk = disk, .dir = w->dir };
-	vm_restore_argv(&rc_, &av);
-	if ((w->pid = spawn(av.v, w->dir, err)) < 0)
-		goto out;
-	qmp = kiln_path_join(w->dir, "qmp.sock");
-	agent = kiln_path_join(w->dir, "agent.sock");
-	if ((w->q = vm_qmp_connect(qmp, 10000, err)) && vm_snapshot_load(w->q, state, 30000, err) == 0)
-		w->g = guest_connect(agent, 30000, err);
-	if (!w->g) {
-		kiln_error_wrap(err, "restoring the builder VM (log: %s/qemu.log)", w->dir);
-		goto out;
+					 .disk = disk, .state = state, .dir = w->dir };
+	/* kiln's child, removed with its directory on ^C (vm_cleanup_on_signals) */
+	if ((w->vm = vm_restore(&rc_, NULL, err)) == NULL) {
+		/* the failed VM took its directory with it */
+		free(w->dir);
+		w->dir = NULL;
+		goto fail;
 	}
+	agent = vm_agent_socket_path(w->dir, 0);
+	if ((w->g = guest_connect(agent, 30000, err)) == NULL)
+		goto fail;
 	rc = 0;
+	goto out;
+fail:
+	kiln_error_wrap(err, "restoring the builder VM");
 out:
-	kiln_strv_free(&av);
+	if (rc < 0 && w->dir && !w->vm) {
+		kiln_error *e = NULL;
+		if (kiln_rm_rf(w->dir, &e) < 0)
+			kiln_error_free(e);
+	}
 	free(own);
-	free(qmp);
 	free(agent);
 	return rc;
 }
@@ -434,9 +383,9 @@ int build_warm_save_base(struct build_warm_vm *w, kiln_error **err)
 	if (kiln_rm_rf(tmp, &e) < 0 || kiln_rm_rf(w->save_dir, &e) < 0 || kiln_mkdir_p(tmp, 0700, &e) < 0)
 		goto out;
 	paused = true;
-	if (vm_snapshot_save_qmp(w->q, state, 60000, &e) < 0 || copy_sparse(own, mem, true, &e) < 0)
+	if (vm_snapshot_save_qmp(vm_get_qmp(w->vm), state, 60000, &e) < 0 || copy_sparse(own, mem, true, &e) < 0)
 		goto out;
-	json_t *r = vm_qmp_execute(w->q, "cont", NULL, 5000, err);
+	json_t *r = vm_qmp_execute(vm_get_qmp(w->vm), "cont", NULL, 5000, err);
 	paused = false;
 	if (!r) {
 		rc = -1; /* the VM cannot go on */
@@ -456,7 +405,7 @@ int build_warm_save_base(struct build_warm_vm *w, kiln_error **err)
 	kiln_info("build: builder VM snapshot with the base made in %.0f ms (%s)", now_ms() - t0, w->save_dir);
 out:
 	if (paused) {
-		json_t *c = vm_qmp_execute(w->q, "cont", NULL, 5000, err);
+		json_t *c = vm_qmp_execute(vm_get_qmp(w->vm), "cont", NULL, 5000, err);
 		if (c)
 			json_decref(c);
 		else

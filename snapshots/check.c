@@ -1,7 +1,7 @@
 /* check.c — refusing a template this host cannot restore (another QEMU, a
  * different machine, agent protocol, accelerator or TSC rate) or whose blobs
  * are not what the config says, before any guest runs; and listing the store.
- * The host's TSC rate costs ~60 ms to measure, so it is cached per boot. */
+ * The host's TSC rate costs ~60 ms to measure: vm/ caches it per boot. */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -15,56 +15,6 @@
 /* A restored TCG guest keeps the TSC rate it calibrated at boot; beyond this
  * difference its clock would visibly run fast or slow. */
 #define TSC_TOLERANCE 0.002
-
-char *snap_boot_id(void)
-{
-	char *id = NULL;
-	size_t len = 0;
-	kiln_error *e = NULL;
-
-	if (kiln_read_file("/proc/sys/kernel/random/boot_id", &id, &len, 100, &e) < 0) {
-		kiln_error_free(e);
-		return NULL;
-	}
-	while (len && id[len - 1] == '\n')
-		id[--len] = '\0';
-	return id;
-}
-
-int snap_host_tsc_khz(uint32_t *khz, kiln_error **err)
-{
-	char *boot_id = snap_boot_id(), *store = snap_store_dir(), *path = kiln_path_join(store, "host-tsc.json");
-	json_t *j = NULL;
-	int rc = -1;
-
-	if (boot_id == NULL) {
-		kiln_err(err, KILN_E_IO, "cannot read /proc/sys/kernel/random/boot_id");
-		goto out;
-	}
-	j = kiln_json_load_file(path, NULL);
-	if (j && kiln_json_str(j, "boot_id") && strcmp(kiln_json_str(j, "boot_id"), boot_id) == 0 &&
-	    kiln_json_int(j, "tsc_khz", 0) > 0) {
-		*khz = (uint32_t)kiln_json_int(j, "tsc_khz", 0);
-		rc = 0;
-		goto out;
-	}
-	if (vm_host_tsc_khz(khz, err) < 0)
-		goto out;
-	json_decref(j);
-	j = json_pack("{s:s, s:I}", "boot_id", boot_id, "tsc_khz", (json_int_t)*khz);
-	kiln_error *e = NULL;
-	if (kiln_mkdir_p(store, 0755, &e) < 0 || kiln_json_write_file(path, j, &e) < 0) {
-		kiln_debug("snapshots: not caching the TSC rate: %s", kiln_error_message(e));
-		kiln_error_free(e);
-	}
-	rc = 0;
-out:
-	json_decref(j);
-	free(boot_id);
-	free(store);
-	free(path);
-	return rc;
-}
 
 static const char *dep(const snap_template *t, const char *key)
 {
@@ -106,7 +56,7 @@ int snap_check_depends(const snap_template *t, const char *qemu_version, kiln_er
 	}
 	if (accel == VM_ACCEL_TCG) {
 		uint32_t khz = 0, want = (uint32_t)kiln_json_int(d, "tsc_khz", 0);
-		if (snap_host_tsc_khz(&khz, err) < 0)
+		if (vm_host_tsc_khz_cached(&khz, err) < 0)
 			goto out;
 		if (want == 0 || fabs((double)khz - (double)want) > TSC_TOLERANCE * (double)want) {
 			kiln_err(err, KILN_E_INVALID,

@@ -143,15 +143,14 @@ static int copy_file(const char *src, const char *dst, kiln_error **err)
 char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 {
 	struct vm_config vc;
-	struct vm_kernel k = { 0 };
 	vm_instance *v = NULL;
 	json_t *cfg = NULL, *env = json_array();
-	char *tmpdir = NULL, *state = NULL, *overlay = NULL, *disk = NULL, *qemu = NULL, *sig = NULL;
-	char *created = iso_now(), *text = NULL, *result = NULL, *boot_id = snap_boot_id();
+	json_t *depends = NULL;
+	char *tmpdir = NULL, *state = NULL, *overlay = NULL, *disk = NULL, *qemu = NULL;
+	char *created = iso_now(), *text = NULL, *result = NULL;
 	char d_mem[KILN_DIGEST_MAX], d_state[KILN_DIGEST_MAX], d_root[KILN_DIGEST_MAX], d_disk[KILN_DIGEST_MAX];
-	char d_kernel[KILN_DIGEST_MAX], d_cfg[KILN_DIGEST_MAX];
+	char d_cfg[KILN_DIGEST_MAX];
 	uint64_t s_mem = 0, s_state = 0, s_root = 0, s_disk = 0;
-	uint32_t khz = 0;
 	double t0 = snap_now_ms();
 
 	vm_config_init(&vc);
@@ -166,13 +165,12 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 	}
 	if (o->name && snap_ref_check(o->name, err) < 0)
 		goto out;
-	if (vm_kernel_open(o->kernel_dir, &k, err) < 0 || kiln_digest_file(KILN_SHA256, k.vmlinuz, d_kernel, err) < 0)
+	/* what the snapshot depends on (the QEMU version is added once it runs);
+	 * a TCG guest boots with the host's TSC rate recorded here */
+	if ((depends = vm_snapshot_depends(o->kernel_dir, VM_ACCEL_AUTO, vc.cpus, vc.memory_mib, false, NULL, err)) ==
+	    NULL)
 		goto out;
-	if (!vm_kvm_usable()) {
-		if (snap_host_tsc_khz(&khz, err) < 0)
-			goto out;
-		vc.tsc_khz = khz;
-	}
+	vc.tsc_khz = (uint32_t)kiln_json_int(depends, "tsc_khz", 0);
 	/* The rootfs goes into the store first: the disk overlay will point at it. */
 	if (snap_blob_put_file(o->rootfs, true, d_root, &s_root, err) < 0)
 		goto out;
@@ -208,20 +206,14 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 
 	for (size_t i = 0; o->env && o->env[i]; i++)
 		json_array_append_new(env, json_string(o->env[i]));
-	enum vm_accel accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG;
-	sig = vm_machine_signature(accel, vc.cpus, vc.memory_mib, false);
 	cfg = json_pack("{s:i, s:s, s:s, s:s?, s:s?, s:s?, s:s?, s:o, s:i, s:i}", "schemaVersion", SNAP_SCHEMA,
 			"mediaType", SNAP_CONFIG_MEDIA, "created", created, "start", o->start_cmd, "ready", o->ready_cmd,
 			"user", o->user, "workdir", o->workdir, "env", env, "cpus", (int)vc.cpus, "memory_mib",
 			(int)vc.memory_mib);
 	env = NULL;
-	json_object_set_new(cfg, "depends",
-			    json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:I}", "kernel_digest", d_kernel,
-				      "kernel_release", k.release, "qemu", qemu, "machine", sig, "agent_protocol",
-				      (int)GUEST_PROTO_VERSION, "accel", accel == VM_ACCEL_KVM ? "kvm" : "tcg",
-				      "tsc_khz", (json_int_t)khz));
-	if (boot_id)
-		json_object_set_new(json_object_get(cfg, "depends"), "boot_id", json_string(boot_id));
+	json_object_set_new(depends, "qemu", json_string(qemu));
+	json_object_set_new(cfg, "depends", depends);
+	depends = NULL;
 	json_object_set_new(cfg, "rootfs", blob_json("application/vnd.kiln.rootfs.ext4", d_root, s_root));
 	json_object_set_new(cfg, "disk", blob_json("application/vnd.kiln.disk.qcow2", d_disk, s_disk));
 	json_object_set_new(cfg, "memory", blob_json("application/vnd.kiln.memory.raw", d_mem, s_mem));
@@ -242,7 +234,6 @@ out:
 		if (kiln_rm_rf(tmpdir, &e) < 0)
 			kiln_error_free(e);
 	}
-	vm_kernel_free(&k);
 	json_decref(cfg);
 	json_decref(env);
 	free(tmpdir);
@@ -250,9 +241,8 @@ out:
 	free(overlay);
 	free(disk);
 	free(qemu);
-	free(sig);
+	json_decref(depends);
 	free(created);
-	free(boot_id);
 	free(text);
 	return result;
 }

@@ -1,6 +1,6 @@
 /* internal.h — what the snapshots/ sources share: the store's paths, blob
- * writing (sparse, hashed on the way in), the template record, host facts
- * cached per boot, and the detached spawn of a sandbox's QEMU. */
+ * writing (sparse, hashed on the way in), the template record, the
+ * sandboxes' bookkeeping and pools. */
 #ifndef KILN_SNAPSHOTS_INTERNAL_H
 #define KILN_SNAPSHOTS_INTERNAL_H
 
@@ -31,10 +31,6 @@ int snap_ref_check(const char *ref, kiln_error **err);
 /* Point NAME[:TAG] at a config digest. */
 int snap_ref_set(const char *name, const char *digest, kiln_error **err);
 
-/* This host boot's id (/proc/sys/kernel/random/boot_id), or NULL. */
-char *snap_boot_id(void);
-/* The host's TSC rate, measured once per host boot (cached in the store). */
-int snap_host_tsc_khz(uint32_t *khz, kiln_error **err);
 /* Whether the recorded dependencies match a restore on this host with the
  * QEMU that reported qemu_version (NULL: not checked here). */
 int snap_check_depends(const snap_template *t, const char *qemu_version, kiln_error **err);
@@ -50,11 +46,6 @@ json_t *snap_sandbox_state(const char *id, kiln_error **err);
 int snap_state_write(const char *dir, const json_t *state, kiln_error **err);
 /* "running", "creating" or "dead", from the state and the live processes. */
 const char *snap_sandbox_liveness(const json_t *state);
-/* The start time (clock ticks since boot) of a process, 0 if it is gone. */
-unsigned long long snap_proc_start(pid_t pid);
-/* Start argv as a daemon (own session, not a child of kiln, outliving it),
- * output to log_path, $TMPDIR=tmpdir.  Returns its pid. */
-pid_t snap_spawn_detached(char *const argv[], const char *log_path, const char *tmpdir, kiln_error **err);
 /* Kill a sandbox's QEMU (if it is still the recorded process) and remove its directory. */
 int snap_sandbox_remove(const char *id, const json_t *state, kiln_error **err);
 

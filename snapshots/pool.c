@@ -107,7 +107,7 @@ char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_sta
 			if (st && resume(dir, ids.v[i], (pid_t)kiln_json_int(st, "pid", 0), defer_setup, s, conn, err) == 0) {
 				json_object_set_new(st, "state", json_string("running"));
 				json_object_set_new(st, "creator", json_integer(getpid()));
-				json_object_set_new(st, "creator_start", json_integer((json_int_t)snap_proc_start(getpid())));
+				json_object_set_new(st, "creator_start", json_integer((json_int_t)vm_proc_start_time(getpid())));
 				if (snap_state_write(dir, st, err) == 0)
 					result = kiln_xstrdup(ids.v[i]);
 			}

@@ -107,6 +107,30 @@ static void warm_up(const snap_template *t, guest_conn *g, const char *id)
 	}
 }
 
+struct restore_ctx {
+	const snap_template *t;
+	const char *dir;
+	json_t *state;
+};
+
+/* Recorded before anything waits on QEMU: a kiln killed now leaves a
+ * sandbox that gc finds and removes, QEMU and all. */
+static int on_spawn(void *ud, pid_t pid, kiln_error **err)
+{
+	struct restore_ctx *x = ud;
+
+	json_object_set_new(x->state, "pid", json_integer(pid));
+	json_object_set_new(x->state, "pid_start", json_integer((json_int_t)vm_proc_start_time(pid)));
+	return snap_state_write(x->dir, x->state, err);
+}
+
+static int on_version(void *ud, const char *version, kiln_error **err)
+{
+	struct restore_ctx *x = ud;
+
+	return snap_check_depends(x->t, version, err);
+}
+
 /* Start QEMU for a sandbox, load the template and connect to its agent.  A
  * pooled one is warmed up (the same exec a claim runs, so the code it needs
  * is translated already under TCG) and paused; otherwise the guest gets its
@@ -115,42 +139,24 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		   bool pooled, bool defer_setup, guest_conn **conn, kiln_error **err)
 {
 	const json_t *cfg = t->config;
-	struct vm_restore_config rc_ = { 0 };
-	kiln_strv av = KILN_STRV_INIT;
-	char *log = kiln_path_join(dir, "qemu.log"), *qmp_path = kiln_path_join(dir, "qmp.sock");
-	char *version = NULL;
-	vm_qmp *q = NULL;
+	const char *accel = kiln_json_str(json_object_get(cfg, "depends"), "accel");
+	struct restore_ctx x = { .t = t, .dir = dir, .state = state };
+	struct vm_restore_config rc_ = {
+		.accel = accel && strcmp(accel, "kvm") == 0 ? VM_ACCEL_KVM : VM_ACCEL_TCG,
+		.cpus = (unsigned)kiln_json_int(cfg, "cpus", 1), .memory_mib = (unsigned)kiln_json_int(cfg, "memory_mib", 256),
+		.memory_file = t->memory, .disk = t->disk, .disk_backing = t->rootfs, .state = t->state, .dir = dir,
+		.detached = true, .on_spawn = on_spawn, .on_version = on_version, .ud = &x,
+	};
+	struct vm_restore_stats rs;
+	vm_instance *v = NULL;
 	guest_conn *g = NULL;
-	pid_t pid;
 	double t0;
 	int rc = -1;
 
-	const char *accel = kiln_json_str(json_object_get(cfg, "depends"), "accel");
-	rc_.accel = accel && strcmp(accel, "kvm") == 0 ? VM_ACCEL_KVM : VM_ACCEL_TCG;
-	rc_.cpus = (unsigned)kiln_json_int(cfg, "cpus", 1);
-	rc_.memory_mib = (unsigned)kiln_json_int(cfg, "memory_mib", 256);
-	rc_.memory_file = t->memory;
-	rc_.disk = t->disk;
-	rc_.disk_backing = t->rootfs;
-	rc_.dir = dir;
-	vm_restore_argv(&rc_, &av);
-	t0 = snap_now_ms();
-	if ((pid = snap_spawn_detached(av.v, log, dir, err)) < 0)
+	if ((v = vm_restore(&rc_, &rs, err)) == NULL)
 		goto out;
-	json_object_set_new(state, "pid", json_integer(pid));
-	json_object_set_new(state, "pid_start", json_integer((json_int_t)snap_proc_start(pid)));
-	if (snap_state_write(dir, state, err) < 0)
-		goto out;
-	if ((q = vm_qmp_connect(qmp_path, 10000, err)) == NULL)
-		goto died;
-	s->spawn_ms = snap_now_ms() - t0;
-	version = vm_qmp_version_string(q);
-	if (snap_check_depends(t, version, err) < 0)
-		goto out;
-	t0 = snap_now_ms();
-	if (vm_snapshot_load(q, t->state, 30000, err) < 0)
-		goto died;
-	s->load_ms = snap_now_ms() - t0;
+	s->spawn_ms = rs.spawn_ms;
+	s->load_ms = rs.load_ms;
 	t0 = snap_now_ms();
 	if ((g = snap_agent_connect(dir, 0, pooled, AGENT_TIMEOUT_MS, err)) == NULL)
 		goto died;
@@ -161,7 +167,7 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 	s->setup_ms = snap_now_ms() - t0;
 	if (pooled) {
 		warm_up(t, g, id);
-		json_t *r = vm_qmp_execute(q, "stop", NULL, 5000, err);
+		json_t *r = vm_qmp_execute(vm_get_qmp(v), "stop", NULL, 5000, err);
 		if (r == NULL)
 			goto died;
 		json_decref(r);
@@ -172,20 +178,17 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 	rc = 0;
 	goto out;
 died:
-	if (snap_proc_start(pid) == 0) {
+	if (vm_proc_start_time(vm_qemu_pid(v)) == 0) {
 		char *tail = log_tail(dir, "qemu.log");
 		kiln_error_wrap(err, "QEMU exited%s%s", *tail ? ": " : "", tail);
 		free(tail);
-	} else if (g == NULL && q != NULL) {
+	} else if (g == NULL) {
 		kiln_error_wrap(err, "the restored guest did not answer (is the snapshot intact?)");
 	}
 out:
 	guest_close(g);
-	vm_qmp_close(q);
-	kiln_strv_free(&av);
-	free(log);
-	free(qmp_path);
-	free(version);
+	/* the sandbox's QEMU lives on; on failure snap_sandbox_remove kills it */
+	vm_release(v);
 	return rc;
 }
 
@@ -205,7 +208,7 @@ json_t *snap_sandbox_new_state(const snap_template *t, const char *id, const cha
 	char *created = iso_now();
 	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:O?, s:O?, s:O?}", "id", id, "template", t->digest,
 			      "state", state, "created", created, "creator", (json_int_t)getpid(), "creator_start",
-			      (json_int_t)snap_proc_start(getpid()), "env", json_object_get(t->config, "env"), "workdir",
+			      (json_int_t)vm_proc_start_time(getpid()), "env", json_object_get(t->config, "env"), "workdir",
 			      json_object_get(t->config, "workdir"), "user", json_object_get(t->config, "user"));
 	free(created);
 	return j;

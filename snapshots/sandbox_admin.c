@@ -1,7 +1,6 @@
 /* sandbox_admin.c — the bookkeeping of sandboxes: their directories and
  * state files, whether the recorded QEMU is really alive (pid plus start
- * time, so a reused pid is not mistaken for it), the detached spawn, and
- * ls / kill / gc, which also find QEMUs whose directory is gone. */
+ * time, so a reused pid is not mistaken for it), and ls / kill / gc, which also find QEMUs whose directory is gone. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -97,47 +96,10 @@ json_t *snap_sandbox_state(const char *id, kiln_error **err)
 	return j;
 }
 
-unsigned long long snap_proc_start(pid_t pid)
-{
-	char path[64], *data = NULL, *p;
-	size_t len = 0;
-	unsigned long long start = 0;
-	kiln_error *e = NULL;
-
-	if (pid <= 0)
-		return 0;
-	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
-	if (kiln_read_file(path, &data, &len, 4096, &e) < 0) {
-		kiln_error_free(e);
-		return 0;
-	}
-	/* Field 22 (starttime), counted after the command name's closing ')'. */
-	p = strrchr(data, ')');
-	if (p) {
-		int field = 2;
-		char state = 0;
-		for (char *q = p + 1; *q; q++) {
-			if (*q != ' ')
-				continue;
-			field++;
-			if (field == 3)
-				state = q[1];
-			if (field == 22) {
-				start = strtoull(q + 1, NULL, 10);
-				break;
-			}
-		}
-		if (state == 'Z' || state == 'X')
-			start = 0; /* exited, not yet reaped */
-	}
-	free(data);
-	return start;
-}
-
 static bool recorded_alive(const json_t *state, const char *pid_key, const char *start_key)
 {
 	pid_t pid = (pid_t)kiln_json_int(state, pid_key, 0);
-	unsigned long long start = snap_proc_start(pid);
+	unsigned long long start = vm_proc_start_time(pid);
 
 	if (start == 0)
 		return false;
@@ -159,7 +121,7 @@ const char *snap_sandbox_liveness(const json_t *state)
 		DIR *d = *what == 'd' ? opendir(dir) : NULL;
 		struct dirent *de;
 		while (d && (de = readdir(d)) != NULL)
-			if (strncmp(de->d_name, "claim-", 6) == 0 && snap_proc_start((pid_t)atol(de->d_name + 6)) != 0)
+			if (strncmp(de->d_name, "claim-", 6) == 0 && vm_proc_start_time((pid_t)atol(de->d_name + 6)) != 0)
 				what = "creating";
 		if (d)
 			closedir(d);
@@ -170,62 +132,12 @@ const char *snap_sandbox_liveness(const json_t *state)
 	return "dead";
 }
 
-pid_t snap_spawn_detached(char *const argv[], const char *log_path, const char *tmpdir, kiln_error **err)
-{
-	int pfd[2], status;
-	pid_t mid, pid = -1;
-
-	if (pipe2(pfd, O_CLOEXEC) < 0)
-		return kiln_err_errno(err, errno, "pipe");
-	mid = fork();
-	if (mid < 0) {
-		close(pfd[0]);
-		close(pfd[1]);
-		return kiln_err_errno(err, errno, "fork");
-	}
-	if (mid == 0) {
-		/* The middle process makes the daemon an orphan of init, in its
-		 * own session: no signal to kiln or its terminal reaches it. */
-		setsid();
-		pid_t g = fork();
-		if (g == 0) {
-			int null = open("/dev/null", O_RDWR);
-			int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-			sigset_t none;
-			if (null >= 0)
-				dup2(null, 0);
-			if (log >= 0) {
-				dup2(log, 1);
-				dup2(log, 2);
-			}
-			sigemptyset(&none);
-			sigprocmask(SIG_SETMASK, &none, NULL);
-			signal(SIGPIPE, SIG_DFL);
-			/* Its own process group: setpriority(PRIO_PGRP) reaches all its threads. */
-			setpgid(0, 0);
-			setenv("TMPDIR", tmpdir, 1);
-			execvp(argv[0], argv);
-			dprintf(2, "kiln: cannot run %s: %s\n", argv[0], strerror(errno));
-			_exit(127);
-		}
-		(void)!write(pfd[1], &g, sizeof(g));
-		_exit(g > 0 ? 0 : 1);
-	}
-	close(pfd[1]);
-	while (waitpid(mid, &status, 0) < 0 && errno == EINTR)
-		;
-	if (read(pfd[0], &pid, sizeof(pid)) != (ssize_t)sizeof(pid) || pid <= 0)
-		pid = kiln_err(err, KILN_E_GENERIC, "could not start %s", argv[0]);
-	close(pfd[0]);
-	return pid;
-}
-
 static void kill_and_wait(pid_t pid, unsigned long long start)
 {
-	if (pid <= 0 || snap_proc_start(pid) != start)
+	if (pid <= 0 || vm_proc_start_time(pid) != start)
 		return;
 	kill(pid, SIGKILL);
-	for (int i = 0; i < 400 && snap_proc_start(pid) == start; i++)
+	for (int i = 0; i < 400 && vm_proc_start_time(pid) == start; i++)
 		nanosleep(&(struct timespec){ 0, 5000000 }, NULL);
 }
 
@@ -238,7 +150,7 @@ int snap_sandbox_remove(const char *id, const json_t *state, kiln_error **err)
 		pid_t pid = (pid_t)kiln_json_int(state, "pid", 0);
 		unsigned long long start = (unsigned long long)kiln_json_int(state, "pid_start", 0);
 		if (pid > 0 && start == 0)
-			start = snap_proc_start(pid); /* recorded before its start time was read */
+			start = vm_proc_start_time(pid); /* recorded before its start time was read */
 		kill_and_wait(pid, start);
 	}
 	rc = kiln_rm_rf(dir, err);
@@ -324,7 +236,7 @@ static int reap_strays(const char *root)
 			bool ours = st && (pid_t)kiln_json_int(st, "pid", 0) == pid &&
 				    strcmp(snap_sandbox_liveness(st), "dead") != 0;
 			if (!ours && strcmp(snap_sandbox_liveness(st), "creating") != 0) {
-				kill_and_wait(pid, snap_proc_start(pid));
+				kill_and_wait(pid, vm_proc_start_time(pid));
 				n++;
 			}
 			json_decref(st);

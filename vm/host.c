@@ -1,6 +1,7 @@
 /* host.c — facts about the host that decide how a VM is started: whether KVM
- * is usable, and the TSC rate a TCG guest must be told (its TSC is the host's,
- * and the guest cannot calibrate it reliably under TCG: see docs/vm.md). */
+ * is usable, the TSC rate a TCG guest must be told (its TSC is the host's,
+ * and the guest cannot calibrate it reliably under TCG: see docs/vm.md;
+ * measured once per host boot) and the host boot's id. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -118,4 +119,62 @@ int vm_host_tsc_khz(uint32_t *khz, kiln_error **err)
 				(unsigned long long)rates[WINDOWS / 2]);
 	*khz = (uint32_t)rates[WINDOWS / 2];
 	return 0;
+}
+
+char *vm_host_boot_id(void)
+{
+	char *id = NULL;
+	size_t len = 0;
+	kiln_error *e = NULL;
+
+	if (kiln_read_file("/proc/sys/kernel/random/boot_id", &id, &len, 100, &e) < 0) {
+		kiln_error_free(e);
+		return NULL;
+	}
+	while (len && id[len - 1] == '\n')
+		id[--len] = '\0';
+	return id;
+}
+
+int vm_host_tsc_khz_cached(uint32_t *khz, kiln_error **err)
+{
+	static uint32_t mine; /* this process measured or read it already */
+	char *boot_id = NULL, *home = NULL, *path = NULL;
+	json_t *j = NULL;
+	int rc = -1;
+
+	if (mine) {
+		*khz = mine;
+		return 0;
+	}
+	if ((boot_id = vm_host_boot_id()) == NULL) {
+		kiln_err(err, KILN_E_IO, "cannot read /proc/sys/kernel/random/boot_id");
+		goto out;
+	}
+	home = kiln_home();
+	path = kiln_path_join(home, "host-tsc.json");
+	j = kiln_json_load_file(path, NULL);
+	if (j && kiln_json_str(j, "boot_id") && strcmp(kiln_json_str(j, "boot_id"), boot_id) == 0 &&
+	    kiln_json_int(j, "tsc_khz", 0) > 0 && kiln_json_int(j, "tsc_khz", 0) <= UINT32_MAX) {
+		*khz = mine = (uint32_t)kiln_json_int(j, "tsc_khz", 0);
+		rc = 0;
+		goto out;
+	}
+	if (vm_host_tsc_khz(khz, err) < 0)
+		goto out;
+	mine = *khz;
+	json_decref(j);
+	j = json_pack("{s:s, s:I}", "boot_id", boot_id, "tsc_khz", (json_int_t)*khz);
+	kiln_error *e = NULL;
+	if (kiln_mkdir_p(home, 0755, &e) < 0 || kiln_json_write_file(path, j, &e) < 0) {
+		kiln_debug("vm: not caching the TSC rate: %s", kiln_error_message(e));
+		kiln_error_free(e);
+	}
+	rc = 0;
+out:
+	json_decref(j);
+	free(boot_id);
+	free(home);
+	free(path);
+	return rc;
 }

@@ -11,9 +11,17 @@
  * stderr.  Used for qemu-img. */
 int vm_run_tool(char *const argv[], kiln_error **err);
 
-/* Start a program in its own process group, killed if kiln dies (PDEATHSIG),
- * stdin from /dev/null, stdout+stderr appended to log_path. */
-pid_t vm_spawn(char *const argv[], const char *log_path, kiln_error **err);
+/* The one way kiln starts QEMU (a boot, a restore, for a sandbox, a
+ * template, a builder or `kiln vm`).  stdin from /dev/null, stdout+stderr
+ * appended to log_path.  Attached: a child of kiln in its own process group,
+ * killed if kiln dies (PDEATHSIG).  Detached: an orphan of init in its own
+ * session, outliving kiln (a sandbox). */
+struct vm_spawn_opts {
+	const char *log_path;
+	const char *tmpdir;  /* $TMPDIR of QEMU (a snapshot=on disk's overlay), or NULL */
+	bool detached;
+};
+pid_t vm_spawn(char *const argv[], const struct vm_spawn_opts *o, kiln_error **err);
 
 /* The QEMU options a boot and the restore of its snapshot share (machine.c);
  * a boot adds its kernel, a restore `-incoming defer`. */
@@ -41,6 +49,33 @@ struct vm_files {
 };
 void vm_registry_add(struct vm_files *f);
 void vm_registry_remove(struct vm_files *f);
+
+/* A VM, booted (launch.c) or restored (restore.c). */
+struct vm_instance {
+	struct vm_files files;
+	vm_qmp *qmp;
+	guest_conn *conn;
+	bool agent;
+	bool exited;             /* QEMU reaped (or, detached, gone) */
+	bool detached;           /* not kiln's child: liveness from /proc */
+	bool keep_dir;           /* vm_destroy leaves files.dir (its owner removes it) */
+	unsigned long long start_time; /* of a detached QEMU, vm_proc_start_time */
+	int exit_status;
+	enum vm_accel accel;
+	uint32_t tsc_khz;
+	double boot_ms;
+	double agent_ms;
+};
+/* Reap QEMU if it has exited (flags: WNOHANG or 0); true when it is gone. */
+bool vm_qemu_gone(vm_instance *v, int flags);
+/* The last max bytes of a file (whole lines), "" if unreadable. */
+char *vm_file_tail(const char *path, size_t max);
+double vm_now_ms(void);
+/* Load device state into a QEMU waiting with `-incoming defer`, reachable at
+ * q; the guest runs when this returns 0.  A refused state is an error
+ * quoting QEMU's reason (QEMU then exits). */
+int vm_snapshot_load(vm_qmp *q, const char *state_path, int timeout_ms, kiln_error **err);
+void vm_nap_ms(long ms);
 
 /* vm_kvm_usable() with the host's paths and KILN_ACCEL as parameters (tests
  * present a kvm_pvm-only host); *why gets a static reason either way. */

@@ -25,19 +25,6 @@ enum {
 };
 _Static_assert(F_COUNT < VM_MAX_FILES, "vm_files has room for every file (and the NULL)");
 
-struct vm_instance {
-	struct vm_files files;
-	vm_qmp *qmp;
-	guest_conn *conn;
-	bool agent;
-	bool exited;             /* QEMU reaped */
-	int exit_status;
-	enum vm_accel accel;
-	uint32_t tsc_khz;
-	double boot_ms;
-	double agent_ms;
-};
-
 void vm_config_init(struct vm_config *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -45,19 +32,8 @@ void vm_config_init(struct vm_config *c)
 	c->memory_mib = 256;
 }
 
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
-static void nap_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
+#define now_ms vm_now_ms
+#define nap_ms vm_nap_ms
 
 const char *vm_dir(const vm_instance *v) { return v->files.dir; }
 const char *vm_console_path(const vm_instance *v) { return v->files.paths[F_CONSOLE]; }
@@ -99,17 +75,18 @@ static char *find_agent(const struct vm_config *c, kiln_error **err)
 	return NULL;
 }
 
-/* The console's last lines, for an error message. */
-static char *console_tail(const vm_instance *v, size_t max)
+char *vm_file_tail(const char *path, size_t max)
 {
 	char *data = NULL, *start, *out;
 	size_t len = 0;
 	kiln_error *e = NULL;
 
-	if (kiln_read_file(v->files.paths[F_CONSOLE], &data, &len, 0, &e) < 0) {
+	if (kiln_read_file(path, &data, &len, 0, &e) < 0) {
 		kiln_error_free(e);
-		return kiln_xstrdup("(no console output)");
+		return kiln_xstrdup("");
 	}
+	while (len > 0 && (data[len - 1] == '\n' || data[len - 1] == '\r'))
+		data[--len] = '\0';
 	start = len > max ? data + len - max : data;
 	if (start != data) {
 		char *nl = strchr(start, '\n');
@@ -119,19 +96,35 @@ static char *console_tail(const vm_instance *v, size_t max)
 	for (char *p = start; *p; p++)
 		if (*p == '\r')
 			*p = ' ';
-	out = kiln_xstrdup(*start ? start : "(no console output)");
+	out = kiln_xstrdup(start);
 	free(data);
 	return out;
 }
 
-/* Reap QEMU if it has exited; true when it is gone. */
-static bool qemu_gone(vm_instance *v, int flags)
+/* The console's last lines, for an error message. */
+static char *console_tail(const vm_instance *v, size_t max)
+{
+	char *t = vm_file_tail(v->files.paths[F_CONSOLE], max);
+
+	if (*t)
+		return t;
+	free(t);
+	return kiln_xstrdup("(no console output)");
+}
+
+bool vm_qemu_gone(vm_instance *v, int flags)
 {
 	int status;
 	pid_t r;
 
 	if (v->exited || v->files.pid <= 0)
 		return true;
+	if (v->detached) {
+		/* not our child: gone when its pid no longer names it */
+		if (vm_proc_start_time(v->files.pid) != v->start_time)
+			v->exited = true;
+		return v->exited;
+	}
 	do
 		r = waitpid(v->files.pid, &status, flags);
 	while (r < 0 && errno == EINTR);
@@ -203,7 +196,7 @@ static int wait_ready(vm_instance *v, int timeout_ms, kiln_error **err)
 				}
 			}
 		}
-		if (qemu_gone(v, WNOHANG)) {
+		if (vm_qemu_gone(v, WNOHANG)) {
 			qemu_died(v, "during boot", err);
 			goto out;
 		}
@@ -278,7 +271,8 @@ static int start_qemu(const struct vm_config *c, vm_instance *v, const char *ker
 		kiln_debug("vm: %s", line.buf);
 		kiln_buf_free(&line);
 	}
-	pid = vm_spawn(av.v, v->files.paths[F_QEMU_LOG], err);
+	struct vm_spawn_opts so = { .log_path = v->files.paths[F_QEMU_LOG] };
+	pid = vm_spawn(av.v, &so, err);
 	kiln_strv_free(&av);
 	free(cmdline);
 	if (pid < 0)
@@ -349,11 +343,10 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 	if (v->accel == VM_ACCEL_AUTO)
 		v->accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG;
 	if (v->accel == VM_ACCEL_TCG) {
-		/* The rate is a property of the host: measure once per process. */
-		static uint32_t host_khz;
-		if (c->tsc_khz == 0 && host_khz == 0 && vm_host_tsc_khz(&host_khz, err) < 0)
+		/* The rate is a property of the host: measured once per host boot. */
+		v->tsc_khz = c->tsc_khz;
+		if (v->tsc_khz == 0 && vm_host_tsc_khz_cached(&v->tsc_khz, err) < 0)
 			goto fail;
-		v->tsc_khz = c->tsc_khz ? c->tsc_khz : host_khz;
 	}
 	if ((dir = kiln_mkdtemp("kiln-vm", err)) == NULL)
 		goto fail;
@@ -388,9 +381,9 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 	v->qmp = vm_qmp_connect(v->files.paths[F_QMP], timeout < 20000 ? timeout : 20000, err);
 	if (v->qmp == NULL) {
 		/* Most often QEMU refused its arguments: say why, from its log. */
-		for (int i = 0; i < 100 && !qemu_gone(v, WNOHANG); i++)
+		for (int i = 0; i < 100 && !vm_qemu_gone(v, WNOHANG); i++)
 			nap_ms(10);
-		if (qemu_gone(v, WNOHANG)) {
+		if (vm_qemu_gone(v, WNOHANG)) {
 			kiln_error_clear(err);
 			qemu_died(v, "at start", err);
 		}
@@ -432,7 +425,7 @@ int vm_wait_exit(vm_instance *v, int timeout_ms, kiln_error **err)
 	double deadline = now_ms() + timeout_ms;
 
 	(void)err;
-	while (!qemu_gone(v, WNOHANG)) {
+	while (!vm_qemu_gone(v, WNOHANG)) {
 		if (timeout_ms >= 0 && now_ms() >= deadline)
 			return 0;
 		nap_ms(10);
@@ -447,27 +440,30 @@ void vm_destroy(vm_instance *v)
 	if (v == NULL)
 		return;
 	guest_close(v->conn);
-	if (!qemu_gone(v, WNOHANG) && v->qmp) {
+	v->conn = NULL;
+	if (!vm_qemu_gone(v, WNOHANG) && v->qmp) {
 		json_t *r = vm_qmp_execute(v->qmp, "quit", NULL, 2000, &e);
 		json_decref(r);
 		kiln_error_clear(&e);
-		for (int i = 0; i < 200 && !qemu_gone(v, WNOHANG); i++)
+		for (int i = 0; i < 200 && !vm_qemu_gone(v, WNOHANG); i++)
 			nap_ms(5);
 	}
-	if (!qemu_gone(v, WNOHANG)) {
+	if (!vm_qemu_gone(v, WNOHANG)) {
 		kill(v->files.pid, SIGKILL);
-		qemu_gone(v, 0);
+		if (v->detached)
+			for (int i = 0; i < 400 && !vm_qemu_gone(v, WNOHANG); i++)
+				nap_ms(5);
+		else
+			vm_qemu_gone(v, 0);
 	}
-	vm_qmp_close(v->qmp);
-	vm_registry_remove(&v->files);
-	if (v->files.paths[F_MEM])
-		unlink(v->files.paths[F_MEM]);
-	if (v->files.dir && kiln_rm_rf(v->files.dir, &e) < 0) {
-		kiln_warn("vm: cleaning up %s: %s", v->files.dir, kiln_error_message(e));
-		kiln_error_clear(&e);
+	if (!v->keep_dir) {
+		/* files outside the directory too (guest RAM in /dev/shm) */
+		for (int i = 0; i < VM_MAX_FILES && v->files.paths[i]; i++)
+			unlink(v->files.paths[i]);
+		if (v->files.dir && kiln_rm_rf(v->files.dir, &e) < 0) {
+			kiln_warn("vm: cleaning up %s: %s", v->files.dir, kiln_error_message(e));
+			kiln_error_clear(&e);
+		}
 	}
-	for (int i = 0; i < VM_MAX_FILES; i++)
-		free(v->files.paths[i]);
-	free(v->files.dir);
-	free(v);
+	vm_release(v);
 }

@@ -1,5 +1,5 @@
-/* proc.c — child processes of the VM layer (QEMU, qemu-img) and the registry
- * of live VMs: on SIGINT/SIGTERM/SIGHUP the handler kills each QEMU and
+/* proc.c — child processes of the VM layer: the one QEMU spawner (attached
+ * or detached), tools such as qemu-img, and the registry of live VMs: on SIGINT/SIGTERM/SIGHUP the handler kills each QEMU and
  * unlinks the VM's files with async-signal-safe calls only, then lets the
  * signal take its default course so the exit status stays honest. */
 #include <errno.h>
@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,8 +92,9 @@ static void child_setup(int out_fd)
 {
 	int devnull = open("/dev/null", O_RDONLY);
 
-	setpgid(0, 0); /* the terminal's ^C goes to kiln, which stops the VM itself */
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* The terminal's ^C goes to kiln, which stops the VM itself; and
+	 * setpriority(PRIO_PGRP) reaches every thread of QEMU. */
+	setpgid(0, 0);
 	if (devnull >= 0)
 		dup2(devnull, 0);
 	if (out_fd >= 0) {
@@ -109,31 +111,125 @@ static void child_setup(int out_fd)
 	signal(SIGPIPE, SIG_DFL);
 }
 
-pid_t vm_spawn(char *const argv[], const char *log_path, kiln_error **err)
+/* The detached QEMU: the middle process makes it an orphan of init in its
+ * own session (no signal to kiln or its terminal reaches it), and tells its
+ * pid through the pipe. */
+static void spawn_detached_child(char *const argv[], int out_fd, const struct vm_spawn_opts *o, int pfd)
 {
-	int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	pid_t parent = getpid(), pid;
+	setsid();
+	pid_t g = fork();
+	if (g == 0) {
+		child_setup(out_fd);
+		if (o->tmpdir)
+			setenv("TMPDIR", o->tmpdir, 1);
+		execvp(argv[0], argv);
+		dprintf(2, "kiln: cannot run %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	(void)!write(pfd, &g, sizeof(g));
+	_exit(g > 0 ? 0 : 1);
+}
 
-	if (fd < 0) {
-		kiln_err_errno(err, errno, "open %s", log_path);
+pid_t vm_spawn(char *const argv[], const struct vm_spawn_opts *o, kiln_error **err)
+{
+	int fd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600), pfd[2] = { -1, -1 }, status;
+	pid_t parent = getpid(), pid, g = -1;
+
+	if (fd < 0)
+		return kiln_err_errno(err, errno, "open %s", o->log_path);
+	if (o->detached && pipe2(pfd, O_CLOEXEC) < 0) {
+		kiln_err_errno(err, errno, "pipe");
+		close(fd);
 		return -1;
 	}
 	pid = fork();
 	if (pid < 0) {
 		kiln_err_errno(err, errno, "fork");
-		close(fd);
-		return -1;
+		g = -1;
+		goto out;
 	}
 	if (pid == 0) {
+		if (o->detached)
+			spawn_detached_child(argv, fd, o, pfd[1]);
 		child_setup(fd);
+		/* PDEATHSIG: no VM outlives the kiln that started it */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent) /* kiln died before PDEATHSIG was armed */
 			_exit(127);
+		if (o->tmpdir)
+			setenv("TMPDIR", o->tmpdir, 1);
 		execvp(argv[0], argv);
 		dprintf(2, "kiln: cannot run %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
 	}
+	if (!o->detached) {
+		g = pid;
+		goto out;
+	}
+	close(pfd[1]);
+	pfd[1] = -1;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (read(pfd[0], &g, sizeof(g)) != (ssize_t)sizeof(g) || g <= 0)
+		g = kiln_err(err, KILN_E_GENERIC, "could not start %s", argv[0]);
+out:
 	close(fd);
-	return pid;
+	if (pfd[0] >= 0)
+		close(pfd[0]);
+	if (pfd[1] >= 0)
+		close(pfd[1]);
+	return g;
+}
+
+unsigned long long vm_proc_start_time(pid_t pid)
+{
+	char path[64], *data = NULL, *p;
+	size_t len = 0;
+	unsigned long long start = 0;
+	kiln_error *e = NULL;
+
+	if (pid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+	if (kiln_read_file(path, &data, &len, 4096, &e) < 0) {
+		kiln_error_free(e);
+		return 0;
+	}
+	/* Field 22 (starttime), counted after the command name's closing ')'. */
+	p = strrchr(data, ')');
+	if (p) {
+		int field = 2;
+		char state = 0;
+		for (char *q = p + 1; *q; q++) {
+			if (*q != ' ')
+				continue;
+			field++;
+			if (field == 3)
+				state = q[1];
+			if (field == 22) {
+				start = strtoull(q + 1, NULL, 10);
+				break;
+			}
+		}
+		if (state == 'Z' || state == 'X')
+			start = 0; /* exited, not yet reaped */
+	}
+	free(data);
+	return start;
+}
+
+double vm_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+void vm_nap_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
 }
 
 int vm_run_tool(char *const argv[], kiln_error **err)
@@ -152,6 +248,7 @@ int vm_run_tool(char *const argv[], kiln_error **err)
 	}
 	if (pid == 0) {
 		child_setup(pipefd[1]);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execvp(argv[0], argv);
 		dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
 		_exit(127);

@@ -6,21 +6,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "guest/guest.h"
 #include "vm/internal.h"
 
-static void nap_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
-
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
+#define nap_ms vm_nap_ms
+#define now_ms vm_now_ms
 
 char *vm_overlay_path(const vm_instance *v)
 {
@@ -125,17 +115,34 @@ out:
 	return rc;
 }
 
-void vm_restore_argv(const struct vm_restore_config *c, kiln_strv *av)
+json_t *vm_snapshot_depends(const char *kernel_dir, enum vm_accel accel, unsigned cpus, unsigned memory_mib, bool net,
+			    const char *qemu_version, kiln_error **err)
 {
-	struct vm_machine m = {
-		.accel = c->accel, .cpus = c->cpus, .memory_mib = c->memory_mib, .net = c->net, .dir = c->dir,
-		.memory_file = c->memory_file, .memory_private = !c->memory_shared, .disk = c->disk, .disk_snapshot = true,
-		.disk_backing = c->disk_backing,
-	};
+	struct vm_kernel k = { 0 };
+	char dk[KILN_DIGEST_MAX], *sig = NULL, *boot = NULL;
+	uint32_t khz = 0;
+	json_t *d = NULL;
 
-	vm_machine_argv(&m, av);
-	kiln_strv_push(av, "-incoming");
-	kiln_strv_push(av, "defer");
+	if (accel == VM_ACCEL_AUTO)
+		accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG;
+	if (vm_kernel_open(kernel_dir, &k, err) < 0 || kiln_digest_file(KILN_SHA256, k.vmlinuz, dk, err) < 0)
+		goto out;
+	/* a restored TCG guest keeps the TSC rate it calibrated at boot */
+	if (accel == VM_ACCEL_TCG && vm_host_tsc_khz_cached(&khz, err) < 0)
+		goto out;
+	sig = vm_machine_signature(accel, cpus, memory_mib, net);
+	d = json_pack("{s:s, s:s, s:s, s:i, s:s, s:I}", "kernel_digest", dk, "kernel_release", k.release, "machine", sig,
+		      "agent_protocol", (int)GUEST_PROTO_VERSION, "accel", accel == VM_ACCEL_KVM ? "kvm" : "tcg",
+		      "tsc_khz", (json_int_t)khz);
+	if (qemu_version)
+		json_object_set_new(d, "qemu", json_string(qemu_version));
+	if ((boot = vm_host_boot_id()) != NULL)
+		json_object_set_new(d, "boot_id", json_string(boot));
+out:
+	vm_kernel_free(&k);
+	free(sig);
+	free(boot);
+	return d;
 }
 
 int vm_snapshot_load(vm_qmp *q, const char *state_path, int timeout_ms, kiln_error **err)

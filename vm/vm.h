@@ -1,6 +1,7 @@
 /* vm.h — kiln's microVM layer: the guest kernel (built or fetched by
- * vm/fetch-kernel.sh, found in kiln's installation), the initramfs kiln generates for it, the
- * QEMU `-M microvm` launcher (KVM when /dev/kvm is usable, TCG otherwise) and a
+ * vm/fetch-kernel.sh, found in kiln's installation), the initramfs kiln
+ * generates for it, the one QEMU `-M microvm` spawner (KVM when /dev/kvm is
+ * usable, TCG otherwise) for boots and snapshot restores, and a
  * small QMP client.  Formats, boot protocol and the clock fix: docs/vm.md. */
 #ifndef KILN_VM_H
 #define KILN_VM_H
@@ -81,6 +82,14 @@ bool vm_kvm_usable(void);
 /* The host's TSC rate in kHz, measured against CLOCK_MONOTONIC_RAW (median of
  * several short windows).  Under TCG the guest's TSC ticks at exactly this rate. */
 int vm_host_tsc_khz(uint32_t *khz, kiln_error **err);
+/* The same, measured once per host boot (~60 ms) and cached in
+ * $KILN_HOME/host-tsc.json (and in this process). */
+int vm_host_tsc_khz_cached(uint32_t *khz, kiln_error **err);
+/* This host boot's id (/proc/sys/kernel/random/boot_id, no newline), or NULL. */
+char *vm_host_boot_id(void);
+/* The start time (clock ticks since boot) of a process, 0 if it is gone or a
+ * zombie: with the pid it names one process, whatever reuses the pid later. */
+unsigned long long vm_proc_start_time(pid_t pid);
 
 /* ---------------------------------------------------------------------------
  * QMP client (unix socket, one JSON object per line).  Events that arrive
@@ -188,6 +197,13 @@ void vm_cleanup_on_signals(void);
 /* The machine and device options that a restore must repeat exactly, as one
  * stable string (recorded in a snapshot and compared on restore). */
 char *vm_machine_signature(enum vm_accel accel, unsigned cpus, unsigned memory_mib, bool net);
+/* The one fingerprint of what a snapshot made on this host depends on, as a
+ * JSON object: kernel_digest, kernel_release, machine (the signature above),
+ * agent_protocol, accel ("kvm"|"tcg"), tsc_khz (the host's under TCG, else 0),
+ * boot_id, and qemu when qemu_version is given.  Templates record it; the
+ * builder VM snapshot's key is a digest of it.  accel AUTO: this host's. */
+json_t *vm_snapshot_depends(const char *kernel_dir, enum vm_accel accel, unsigned cpus, unsigned memory_mib, bool net,
+			    const char *qemu_version, kiln_error **err);
 /* Every VM has this many virtio-serial ports for the agent (guest names
  * org.kiln.agent, org.kiln.agent.1, ...; the agent serves each on its own):
  * QEMU's socket chardev serves one client at a time, so that is how many
@@ -201,8 +217,8 @@ char *vm_overlay_path(const vm_instance *v);
 
 /* Pause the guest and write its device state to state_path (RAM excluded). */
 int vm_snapshot_save(vm_instance *v, const char *state_path, int timeout_ms, kiln_error **err);
-/* The same for any QEMU reachable at q (e.g. one started from
- * vm_restore_argv); the guest stays paused: "cont" resumes it. */
+/* The same for any QEMU reachable at q (e.g. a restored one); the guest
+ * stays paused: "cont" resumes it. */
 int vm_snapshot_save_qmp(vm_qmp *q, const char *state_path, int timeout_ms, kiln_error **err);
 
 struct vm_restore_config {
@@ -211,20 +227,38 @@ struct vm_restore_config {
 	bool net;
 	const char *memory_file;   /* the snapshot's RAM, mapped share=off, or */
 	bool memory_shared;        /* share=on: the guest writes into memory_file (a
-				    * private copy) so that it can be saved again */
+				    * private copy, in dir) so that it can be saved again */
 	const char *disk;          /* qcow2 disk, opened with snapshot=on: writes go to
-				    * a temp overlay under $TMPDIR (set it to dir) */
+				    * a temp overlay in dir */
 	const char *disk_backing;  /* the disk's raw backing file (its qcow2 header's
 				    * backing name is ignored), or NULL: use that name */
-	const char *dir;           /* holds qmp.sock, agent.sock, console.log */
+	const char *state;         /* the device state to load */
+	const char *dir;           /* the caller's: qmp.sock, agent*.sock, console.log, qemu.log */
+	/* Detached: QEMU outlives kiln (a sandbox; the caller records its pid,
+	 * removes dir and kills it).  Otherwise it is kiln's child, killed with
+	 * kiln and on SIGINT/SIGTERM/SIGHUP (vm_cleanup_on_signals), and
+	 * vm_destroy removes dir. */
+	bool detached;
+	int qmp_timeout_ms;        /* until QMP answers; 0: 10 s */
+	/* Called once QEMU runs, before anything waits on it (a sandbox records
+	 * the pid), and with QEMU's version before the state is loaded; either
+	 * may be NULL, a negative return fails the restore. */
+	int (*on_spawn)(void *ud, pid_t pid, kiln_error **err);
+	int (*on_version)(void *ud, const char *qemu_version, kiln_error **err);
+	void *ud;
 };
-/* The QEMU command line (argv[0] = $KILN_QEMU or qemu-system-x86_64) of a VM
- * waiting for its state with `-incoming defer`. */
-void vm_restore_argv(const struct vm_restore_config *c, kiln_strv *av);
-/* Load device state into a QEMU started from vm_restore_argv, reachable at q;
- * the guest runs when this returns 0.  A refused state is an error quoting
- * QEMU's reason (QEMU then exits). */
-int vm_snapshot_load(vm_qmp *q, const char *state_path, int timeout_ms, kiln_error **err);
+struct vm_restore_stats {
+	double spawn_ms; /* QEMU started until QMP answered */
+	double load_ms;  /* the state loaded and the guest resumed */
+};
+/* Start QEMU with the snapshot's machine, RAM file and disk, waiting with
+ * `-incoming defer`, and load the state: the guest runs when this returns.
+ * The VM has no agent connection (vm_agent_socket_path gives its sockets).
+ * A refused state is an error quoting QEMU's reason.  stats may be NULL. */
+vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_stats *stats, kiln_error **err);
+/* Let go of a VM without stopping it (a detached sandbox lives on): closes
+ * the QMP and agent connections and frees v; QEMU and the files stay. */
+void vm_release(vm_instance *v);
 /* Point a qcow2 overlay at another backing file (qemu-img rebase -u); a
  * relative name is resolved against the overlay's own directory when opened. */
 int vm_overlay_rebase(const char *overlay, const char *backing_raw, kiln_error **err);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "snapshots/internal.h"
+#include "vm/internal.h"
 #include "test.h"
 
 static char *home;
@@ -39,11 +40,11 @@ static void touch(const char *id, const char *name)
 
 static void test_liveness(void)
 {
-	json_int_t me = getpid(), start = (json_int_t)snap_proc_start(getpid());
+	json_int_t me = getpid(), start = (json_int_t)vm_proc_start_time(getpid());
 	json_t *st;
 
 	CHECK(start > 0);
-	CHECK_INT(snap_proc_start(-1), 0);
+	CHECK_INT(vm_proc_start_time(-1), 0);
 	st = json_pack("{s:s, s:s, s:I, s:I}", "id", "aaaaaaaaaaaa", "state", "running", "pid", me, "pid_start", start);
 	CHECK_STR(snap_sandbox_liveness(st), "running");
 	json_object_set_new(st, "pid_start", json_integer(start + 1)); /* the pid was reused */
@@ -113,11 +114,12 @@ static void test_spawn_and_gc(void)
 {
 	char *log = kiln_path_join(home, "sleep.log");
 	kiln_error *err = NULL;
-	pid_t pid = snap_spawn_detached((char *const[]){ "sleep", "30", NULL }, log, home, &err);
+	struct vm_spawn_opts so = { .log_path = log, .tmpdir = home, .detached = true };
+	pid_t pid = vm_spawn((char *const[]){ "sleep", "30", NULL }, &so, &err);
 	unsigned long long start;
 
 	CHECK(pid > 0);
-	start = snap_proc_start(pid);
+	start = vm_proc_start_time(pid);
 	CHECK(start > 0);
 	CHECK(getpgid(pid) != getpgid(0)); /* its own session: ^C to us is not to it */
 
@@ -144,10 +146,10 @@ static void test_spawn_and_gc(void)
 
 	CHECK_INT(snap_sandbox_gc(&err), 2);
 	CHECK(access(broken, F_OK) < 0);
-	CHECK(snap_proc_start(pid) == start); /* the live one is kept */
+	CHECK(vm_proc_start_time(pid) == start); /* the live one is kept */
 
 	CHECK_INT(snap_sandbox_kill("cccccccccccc", &err), 0);
-	CHECK_INT(snap_proc_start(pid), 0);
+	CHECK_INT(vm_proc_start_time(pid), 0);
 	CHECK(snap_sandbox_kill("cccccccccccc", &err) < 0);
 	CHECK(err && err->kind == KILN_E_NOTFOUND);
 	kiln_error_clear(&err);
