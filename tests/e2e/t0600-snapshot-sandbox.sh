@@ -221,15 +221,15 @@ EOF
 expect_exit 1 "a template made with another QEMU is refused" $KILN sandbox create otherqemu
 expect_grep "...naming both versions" "made with QEMU 99.0.0, this host has QEMU" "$T_TMP/err"
 # A host whose TSC runs at another rate (the cached measurement edited).
-cp "$KILN_HOME/snapshots/host-tsc.json" "$T_TMP/tsc.bak"
-python3 - "$KILN_HOME/snapshots/host-tsc.json" <<'EOF'
+cp "$KILN_HOME/host-tsc.json" "$T_TMP/tsc.bak"
+python3 - "$KILN_HOME/host-tsc.json" <<'EOF'
 import json, sys
 j = json.load(open(sys.argv[1])); j["tsc_khz"] = j["tsc_khz"] * 2
 json.dump(j, open(sys.argv[1], "w"))
 EOF
 expect_exit 1 "a template from a host with another TSC rate is refused" $KILN sandbox create web:v1
 expect_grep "...saying why" "TSC, this host's runs at" "$T_TMP/err"
-cp "$T_TMP/tsc.bak" "$KILN_HOME/snapshots/host-tsc.json"
+cp "$T_TMP/tsc.bak" "$KILN_HOME/host-tsc.json"
 # A config blob whose bytes do not match its digest.
 chmod u+w "$cfg"; cp "$cfg" "$T_TMP/cfg.bak"; sed -i 's/"cpus":1/"cpus":2/' "$cfg"
 expect_exit 1 "a corrupted config is refused" $KILN sandbox create web:v1
