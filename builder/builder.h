@@ -161,7 +161,7 @@ int build_fetch_url(const char *url, const char *path, const char *checksum, kil
  * hold a shared flock on "lock"; prune/GC holds it exclusively.
  * ========================================================================= */
 typedef struct build_store build_store;
-typedef struct build_blob_writer build_blob_writer;
+typedef kiln_cas_writer build_blob_writer;
 
 /* home NULL = kiln_home().  Creates the layout if missing. */
 int build_store_open(const char *home, build_store **out, kiln_error **err);

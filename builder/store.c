@@ -1,7 +1,7 @@
 /* store.c — kiln's local content-addressed store: blobs by digest, written
  * atomically (temp file, fsync, rename, directory fsync) and verified on
  * read, plus the image names.  A shared/exclusive flock lets builds run side
- * by side while prune waits for them. */
+ * by side while prune waits for them.  Blobs are common/cas.c's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -15,34 +15,34 @@
 struct build_store {
 	char *home;
 	int lockfd;
-};
-
-struct build_blob_writer {
-	build_store *s;
-	char *tmp;
-	int fd;
-	kiln_hasher *h;
-	int64_t size;
+	kiln_cas *blobs;
 };
 
 int build_store_open(const char *home, build_store **out, kiln_error **err)
 {
 	build_store *s = kiln_xcalloc(1, sizeof(*s));
-	static const char *const dirs[] = { "blobs/sha256", "tmp", "cache" };
+	char *blobs = NULL, *tmp = NULL, *cache = NULL;
+	int rc = -1;
 
 	s->home = home ? kiln_xstrdup(home) : kiln_home();
 	s->lockfd = -1;
-	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-		char *d = kiln_path_join(s->home, dirs[i]);
-		int rc = kiln_mkdir_p(d, 0755, err);
-		free(d);
-		if (rc < 0) {
-			build_store_close(s);
-			return kiln_error_wrap(err, "store %s", home ? home : "");
-		}
+	blobs = kiln_path_join(s->home, "blobs");
+	tmp = kiln_path_join(s->home, "tmp");
+	cache = kiln_path_join(s->home, "cache");
+	/* Image blobs are the build's results: durable before they are named. */
+	const struct kiln_cas_layout lay = { .mode = 0644, .sync = KILN_CAS_SYNC_FULL, .tmp = tmp };
+	if (kiln_cas_open(blobs, &lay, &s->blobs, err) < 0 || kiln_mkdir_p(cache, 0755, err) < 0) {
+		kiln_error_wrap(err, "store %s", home ? home : "");
+		build_store_close(s);
+		goto out;
 	}
 	*out = s;
-	return 0;
+	rc = 0;
+out:
+	free(blobs);
+	free(tmp);
+	free(cache);
+	return rc;
 }
 
 void build_store_close(build_store *s)
@@ -51,6 +51,7 @@ void build_store_close(build_store *s)
 		return;
 	if (s->lockfd >= 0)
 		close(s->lockfd);
+	kiln_cas_close(s->blobs);
 	free(s->home);
 	free(s);
 }
@@ -75,228 +76,57 @@ int build_store_lock(build_store *s, bool exclusive, kiln_error **err)
 	return 0;
 }
 
+/* The blob operations are the common content store's (common/cas.c). */
 char *build_store_blob_path(const build_store *s, const char *digest)
 {
-	const char *colon = strchr(digest, ':');
-	if (!colon)
-		return kiln_xasprintf("%s/blobs/invalid", s->home);
-	return kiln_xasprintf("%s/blobs/%.*s/%s", s->home, (int)(colon - digest), digest, colon + 1);
+	return kiln_cas_path(s->blobs, digest);
 }
 
 bool build_store_has_blob(const build_store *s, const char *digest)
 {
-	char *p = build_store_blob_path(s, digest);
-	bool yes = access(p, F_OK) == 0;
-	free(p);
-	return yes;
+	return kiln_cas_has(s->blobs, digest);
 }
 
 int build_blob_begin(build_store *s, build_blob_writer **w, kiln_error **err)
 {
-	build_blob_writer *b = kiln_xcalloc(1, sizeof(*b));
-
-	b->s = s;
-	b->tmp = kiln_xasprintf("%s/tmp/blob.XXXXXX", s->home);
-	b->fd = mkstemp(b->tmp);
-	if (b->fd < 0) {
-		int e = errno;
-		free(b->tmp);
-		free(b);
-		return kiln_err_errno(err, e, "store: temp blob");
-	}
-	b->h = kiln_hasher_new(KILN_SHA256);
-	*w = b;
-	return 0;
+	return kiln_cas_begin(s->blobs, KILN_SHA256, false, w, err);
 }
 
 int build_blob_write(build_blob_writer *w, const void *data, size_t len, kiln_error **err)
 {
-	const char *p = data;
-
-	kiln_hasher_update(w->h, data, len);
-	w->size += (int64_t)len;
-	while (len > 0) {
-		ssize_t n = write(w->fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return kiln_err_errno(err, errno, "store: write %s", w->tmp);
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	return kiln_cas_write(w, data, len, err);
 }
 
 void build_blob_abort(build_blob_writer *w)
 {
-	if (!w)
-		return;
-	close(w->fd);
-	unlink(w->tmp);
-	if (w->h)
-		kiln_hasher_free(w->h);
-	free(w->tmp);
-	free(w);
-}
-
-static void fsync_dir(const char *path)
-{
-	char *d = kiln_xstrdup(path), *slash = strrchr(d, '/');
-	if (slash)
-		*slash = '\0';
-	int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		fsync(fd);
-		close(fd);
-	}
-	free(d);
+	kiln_cas_abort(w);
 }
 
 int build_blob_commit(build_blob_writer *w, const char *expect, char digest[KILN_DIGEST_MAX], int64_t *size,
 		      kiln_error **err)
 {
-	char got[KILN_DIGEST_MAX];
-	char *dst = NULL;
-	int rc = -1;
-
-	kiln_hasher_final(w->h, got);
-	w->h = NULL;
-	if (expect && strcmp(expect, got) != 0) {
-		kiln_err(err, KILN_E_INVALID, "blob digest mismatch: got %s, want %s", got, expect);
-		goto out;
-	}
-	if (fsync(w->fd) < 0 || fchmod(w->fd, 0644) < 0) {
-		kiln_err_errno(err, errno, "store: sync %s", w->tmp);
-		goto out;
-	}
-	dst = build_store_blob_path(w->s, got);
-	if (rename(w->tmp, dst) < 0) {
-		kiln_err_errno(err, errno, "store: rename into %s", dst);
-		goto out;
-	}
-	fsync_dir(dst);
-	if (digest)
-		memcpy(digest, got, KILN_DIGEST_MAX);
-	if (size)
-		*size = w->size;
-	free(w->tmp);
-	w->tmp = NULL;
-	rc = 0;
-out:
-	free(dst);
-	if (w->tmp)
-		unlink(w->tmp);
-	close(w->fd);
-	free(w->tmp);
-	free(w);
-	return rc;
+	return kiln_cas_commit(w, expect, digest, size, err);
 }
 
 int build_store_put(build_store *s, const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err)
 {
-	build_blob_writer *w;
-
-	kiln_digest_buf(KILN_SHA256, data, len, digest);
-	if (build_store_has_blob(s, digest))
-		return 0;
-	if (build_blob_begin(s, &w, err) < 0)
-		return -1;
-	if (build_blob_write(w, data, len, err) < 0) {
-		build_blob_abort(w);
-		return -1;
-	}
-	return build_blob_commit(w, digest, NULL, NULL, err);
+	return kiln_cas_put(s->blobs, data, len, digest, err);
 }
 
 int build_store_read(const build_store *s, const char *digest, char **data, size_t *len, size_t max,
 		     kiln_error **err)
 {
-	char *p = build_store_blob_path(s, digest);
-	char got[KILN_DIGEST_MAX];
-	int rc = kiln_read_file(p, data, len, max, err);
-
-	free(p);
-	if (rc < 0)
-		return kiln_error_wrap(err, "store: blob %s", digest);
-	kiln_digest_buf(KILN_SHA256, *data, *len, got);
-	if (strcmp(got, digest) != 0) {
-		free(*data);
-		*data = NULL;
-		return kiln_err(err, KILN_E_INVALID, "store: blob %s is corrupt (content hashes to %s)", digest, got);
-	}
-	return 0;
+	return kiln_cas_read(s->blobs, digest, max, data, len, err);
 }
 
 int build_store_import_file(build_store *s, const char *path, const char *expect, kiln_error **err)
 {
-	build_blob_writer *w;
-	char buf[65536];
-	int fd;
-	ssize_t n;
-
-	if (expect && build_store_has_blob(s, expect))
-		return 0;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return kiln_err_errno(err, errno, "open %s", path);
-	if (build_blob_begin(s, &w, err) < 0) {
-		close(fd);
-		return -1;
-	}
-	while ((n = read(fd, buf, sizeof(buf))) != 0) {
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			kiln_err_errno(err, errno, "read %s", path);
-			goto fail;
-		}
-		if (build_blob_write(w, buf, (size_t)n, err) < 0)
-			goto fail;
-	}
-	close(fd);
-	if (build_blob_commit(w, expect, NULL, NULL, err) < 0)
-		return kiln_error_wrap(err, "%s", path);
-	return 0;
-fail:
-	close(fd);
-	build_blob_abort(w);
-	return -1;
+	return kiln_cas_import(s->blobs, path, expect, false, NULL, NULL, err);
 }
 
 int build_store_adopt(build_store *s, const char *path, const char *expect, kiln_error **err)
 {
-	char got[KILN_DIGEST_MAX], *dst = NULL;
-	int fd = -1, rc = -1;
-
-	if (build_store_has_blob(s, expect)) {
-		unlink(path);
-		return 0;
-	}
-	if (kiln_digest_file(KILN_SHA256, path, got, err) < 0)
-		goto out;
-	if (strcmp(got, expect) != 0) {
-		unlink(path);
-		kiln_err(err, KILN_E_INVALID, "%s: blob digest mismatch: got %s, want %s", path, got, expect);
-		goto out;
-	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) < 0 || fchmod(fd, 0644) < 0) {
-		kiln_err_errno(err, errno, "store: sync %s", path);
-		goto out;
-	}
-	dst = build_store_blob_path(s, got);
-	if (rename(path, dst) < 0) {
-		kiln_err_errno(err, errno, "store: rename into %s", dst);
-		goto out;
-	}
-	fsync_dir(dst);
-	rc = 0;
-out:
-	if (fd >= 0)
-		close(fd);
-	free(dst);
-	return rc;
+	return kiln_cas_adopt(s->blobs, path, expect, KILN_CAS_VERIFY, err);
 }
 
 char *build_ref_normalize(const char *name)

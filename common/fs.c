@@ -12,7 +12,7 @@
 
 #include "kiln.h"
 
-static int write_all(int fd, const void *data, size_t len)
+int kiln_write_full(int fd, const void *data, size_t len)
 {
 	const char *p = data;
 
@@ -29,7 +29,44 @@ static int write_all(int fd, const void *data, size_t len)
 	return 0;
 }
 
-static void fsync_parent(const char *path)
+int kiln_pwrite_full(int fd, const void *data, size_t len, off_t off)
+{
+	const char *p = data;
+
+	while (len > 0) {
+		ssize_t n = pwrite(fd, p, len, off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += n;
+		off += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+ssize_t kiln_read_full(int fd, void *buf, size_t len)
+{
+	char *p = buf;
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = read(fd, p + got, len - got);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
+void kiln_fsync_parent(const char *path)
 {
 	char *dir = kiln_xstrdup(path);
 	char *slash = strrchr(dir, '/');
@@ -59,7 +96,7 @@ int kiln_write_atomic(const char *path, const void *data, size_t len, mode_t mod
 		kiln_err_errno(err, errno, "create temporary file for %s", path);
 		goto out;
 	}
-	if (fchmod(fd, mode) < 0 || write_all(fd, data, len) < 0 || fsync(fd) < 0) {
+	if (fchmod(fd, mode) < 0 || kiln_write_full(fd, data, len) < 0 || fsync(fd) < 0) {
 		kiln_err_errno(err, errno, "write %s", tmp);
 		goto out_unlink;
 	}
@@ -73,7 +110,7 @@ int kiln_write_atomic(const char *path, const void *data, size_t len, mode_t mod
 		kiln_err_errno(err, errno, "rename %s to %s", tmp, path);
 		goto out_unlink;
 	}
-	fsync_parent(path);
+	kiln_fsync_parent(path);
 	ret = 0;
 	goto out;
 out_unlink:

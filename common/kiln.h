@@ -6,6 +6,7 @@
 #define KILN_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -196,6 +197,65 @@ struct archive *kiln_tar_reader_new(void);
 /* archive_read_next_header: ARCHIVE_OK, ARCHIVE_EOF, or an error; a name that
  * is not in the C locale's charset is not one (it is kept as its bytes). */
 int kiln_tar_next(struct archive *a, struct archive_entry **e);
+
+/* Whole-buffer I/O that retries EINTR and short transfers: write/pwrite
+ * return 0 or -1 (errno set); read returns the bytes read, fewer than len
+ * only at end of file, or -1. */
+int kiln_write_full(int fd, const void *data, size_t len);
+int kiln_pwrite_full(int fd, const void *data, size_t len, off_t off);
+ssize_t kiln_read_full(int fd, void *buf, size_t len);
+/* fsync the directory holding path, so a rename or create in it is durable. */
+void kiln_fsync_parent(const char *path);
+
+/* ---------------------------------------------------------------------------
+ * The content-addressed store (cas.c): every blob store of kiln — images,
+ * templates, the registry's files, the host's chunk cache — is one of these
+ * with its own layout and durability.  A blob appears under ROOT/ALGO/HEX
+ * (or ROOT/ALGO/XX/HEX) only whole, verified and renamed from ROOT's tmp dir.
+ * ------------------------------------------------------------------------- */
+enum kiln_cas_sync {
+	KILN_CAS_SYNC_FULL, /* file and directory fsync'd before a blob counts as stored */
+	KILN_CAS_SYNC_NONE, /* a cache: no fsync, every read verifies, a torn blob is dropped */
+};
+
+struct kiln_cas_layout {
+	bool fanout;             /* ALGO/XX/HEX instead of ALGO/HEX */
+	mode_t mode;             /* of a stored blob (0 = 0644) */
+	enum kiln_cas_sync sync;
+	const char *tmp;         /* temp dir on the same filesystem (NULL = ROOT/tmp) */
+};
+
+typedef struct kiln_cas kiln_cas;
+typedef struct kiln_cas_writer kiln_cas_writer;
+
+int kiln_cas_open(const char *root, const struct kiln_cas_layout *lay, kiln_cas **out, kiln_error **err);
+void kiln_cas_close(kiln_cas *c);
+const char *kiln_cas_root(const kiln_cas *c);
+/* The blob's path; a malformed digest maps to ROOT/invalid, never outside. */
+char *kiln_cas_path(const kiln_cas *c, const char *digest);
+bool kiln_cas_has(const kiln_cas *c, const char *digest);
+/* A streaming writer hashing with algo; sparse leaves whole zero 4 KiB blocks as holes. */
+int kiln_cas_begin(kiln_cas *c, enum kiln_digest_algo algo, bool sparse, kiln_cas_writer **w, kiln_error **err);
+int kiln_cas_write(kiln_cas_writer *w, const void *data, size_t len, kiln_error **err);
+const char *kiln_cas_writer_path(const kiln_cas_writer *w);
+/* Verify against expect (if given), store, free the writer (also on error). */
+int kiln_cas_commit(kiln_cas_writer *w, const char *expect, char digest[KILN_DIGEST_MAX], int64_t *size,
+		    kiln_error **err);
+void kiln_cas_abort(kiln_cas_writer *w);
+/* Store bytes under their sha256 (digest is set); put_as checks them against
+ * a given digest of any algorithm. */
+int kiln_cas_put(kiln_cas *c, const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err);
+int kiln_cas_put_as(kiln_cas *c, const char *digest, const void *data, size_t len, kiln_error **err);
+/* Read and verify a whole blob (max = 0: no limit). */
+int kiln_cas_read(const kiln_cas *c, const char *digest, size_t max, char **data, size_t *len, kiln_error **err);
+/* Move a finished file in as blob expect (hashed first with KILN_CAS_VERIFY;
+ * copied, and so hashed, when it is on another filesystem, keeping holes with
+ * KILN_CAS_SPARSE); the file is gone afterwards, stored or not. */
+enum { KILN_CAS_VERIFY = 1, KILN_CAS_SPARSE = 2 };
+int kiln_cas_adopt(kiln_cas *c, const char *path, const char *expect, unsigned flags, kiln_error **err);
+/* Copy a file in (expect checked if given); digest and size may be NULL. */
+int kiln_cas_import(kiln_cas *c, const char *path, const char *expect, bool sparse, char digest[KILN_DIGEST_MAX],
+		    int64_t *size, kiln_error **err);
 
 /* Parse sizes like "512", "64K", "10M", "2G", "1T" (powers of 1024). */
 int kiln_parse_size(const char *s, uint64_t *out, kiln_error **err);

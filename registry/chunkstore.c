@@ -17,6 +17,7 @@
 
 struct reg_chunks {
 	char *dir;
+	kiln_cas *cas;   /* the chunks: a cache, so no fsync; every read verifies */
 	int pin_fd;      /* our pin file, flock'd exclusively while held */
 	char *pin_path;
 };
@@ -34,17 +35,18 @@ reg_chunks *reg_chunks_open(const char *dir, kiln_error **err)
 		cs->dir = kiln_xstrdup(dir);
 	}
 	free(home);
-	const char *subs[] = { "sha256", "tmp", "pins" };
-	for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
-		sub = kiln_path_join(cs->dir, subs[i]);
-		int r = kiln_mkdir_p(sub, 0755, err);
+	/* No fsync: every read is verified, so a chunk torn by a crash is found,
+	 * removed and fetched again — while an fsync per chunk (thousands per
+	 * template) costs ~6 ms each here. */
+	const struct kiln_cas_layout lay = { .fanout = true, .mode = 0444, .sync = KILN_CAS_SYNC_NONE };
+	sub = kiln_path_join(cs->dir, "pins");
+	if (kiln_cas_open(cs->dir, &lay, &cs->cas, err) < 0 || kiln_mkdir_p(sub, 0755, err) < 0) {
 		free(sub);
-		if (r < 0) {
-			kiln_error_wrap(err, "chunk store %s", cs->dir);
-			reg_chunks_close(cs);
-			return NULL;
-		}
+		kiln_error_wrap(err, "chunk store %s", cs->dir);
+		reg_chunks_close(cs);
+		return NULL;
 	}
+	free(sub);
 	return cs;
 }
 
@@ -53,6 +55,7 @@ void reg_chunks_close(reg_chunks *cs)
 	if (cs == NULL)
 		return;
 	reg_chunks_unpin(cs);
+	kiln_cas_close(cs->cas);
 	free(cs->dir);
 	free(cs);
 }
@@ -72,8 +75,7 @@ static int sha256_digest(const char *digest, kiln_error **err)
 
 char *reg_chunks_path(const reg_chunks *cs, const char *digest)
 {
-	const char *hex = kiln_digest_hex(digest);
-	return kiln_xasprintf("%s/sha256/%.2s/%s", cs->dir, hex, hex);
+	return kiln_cas_path(cs->cas, digest);
 }
 
 int reg_chunks_has(reg_chunks *cs, const char *digest)
@@ -99,136 +101,39 @@ char *reg_chunks_tmp(reg_chunks *cs, int *fd, kiln_error **err)
 	return p;
 }
 
-/* Hash a file's bytes. */
-static int file_digest(int fd, const char *path, char out[KILN_DIGEST_MAX], uint64_t *size, kiln_error **err)
-{
-	enum { BUF = 1 << 16 };
-	unsigned char *buf = kiln_xmalloc(BUF);
-	kiln_hasher *h = kiln_hasher_new(KILN_SHA256);
-	uint64_t total = 0;
-	int rc = -1;
-
-	for (;;) {
-		ssize_t n = pread(fd, buf, BUF, (off_t)total);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			kiln_err_errno(err, errno, "read %s", path);
-			goto out;
-		}
-		if (n == 0)
-			break;
-		kiln_hasher_update(h, buf, (size_t)n);
-		total += (uint64_t)n;
-	}
-	rc = 0;
-out:
-	kiln_hasher_final(h, out);
-	if (size)
-		*size = total;
-	free(buf);
-	return rc;
-}
-
 int reg_chunks_commit(reg_chunks *cs, const char *tmp, const char *digest, kiln_error **err)
 {
-	char got[KILN_DIGEST_MAX], *path = NULL, *dir = NULL;
-	int fd = -1, rc = -1;
-
-	if (sha256_digest(digest, err) < 0)
-		goto out;
-	if ((fd = open(tmp, O_RDONLY | O_CLOEXEC)) < 0) {
-		kiln_err_errno(err, errno, "open %s", tmp);
-		goto out;
-	}
-	if (file_digest(fd, tmp, got, NULL, err) < 0)
-		goto out;
-	if (strcmp(got, digest) != 0) {
-		kiln_err(err, KILN_E_INVALID, "chunk %s is corrupted: its bytes hash to %s", digest, got);
-		goto out;
-	}
-	/* No fsync: the store is a cache whose every read is verified, so a chunk
-	 * torn by a crash is found, removed and fetched again — while an fsync per
-	 * chunk (thousands per template) costs ~6 ms each here. */
-	path = reg_chunks_path(cs, digest);
-	dir = kiln_xstrndup(path, (size_t)(strrchr(path, '/') - path));
-	if (kiln_mkdir_p(dir, 0755, err) < 0)
-		goto out;
-	fchmod(fd, 0444);
-	if (rename(tmp, path) < 0) {
-		kiln_err_errno(err, errno, "store chunk %s", path);
-		goto out;
-	}
-	rc = 0;
-out:
-	if (rc < 0)
+	if (sha256_digest(digest, err) < 0) {
 		unlink(tmp);
-	if (fd >= 0)
-		close(fd);
-	free(path);
-	free(dir);
-	return rc;
+		return -1;
+	}
+	if (kiln_cas_adopt(cs->cas, tmp, digest, KILN_CAS_VERIFY, err) < 0)
+		return kiln_error_wrap(err, "chunk %s", digest);
+	return 0;
 }
 
 int reg_chunks_put(reg_chunks *cs, const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err)
 {
-	char *tmp = NULL;
-	int fd = -1, rc = -1;
-	const unsigned char *p = data;
-
 	kiln_digest_buf(KILN_SHA256, data, len, digest);
 	if (reg_chunks_has(cs, digest))
 		return 0;
-	if ((tmp = reg_chunks_tmp(cs, &fd, err)) == NULL)
-		return -1;
-	for (size_t off = 0; off < len;) {
-		ssize_t n = write(fd, p + off, len - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			kiln_err_errno(err, errno, "write %s", tmp);
-			unlink(tmp);
-			goto out;
-		}
-		off += (size_t)n;
-	}
-	close(fd);
-	fd = -1;
-	rc = reg_chunks_commit(cs, tmp, digest, err);
-out:
-	if (fd >= 0)
-		close(fd);
-	free(tmp);
-	return rc;
+	return kiln_cas_put(cs->cas, data, len, digest, err);
 }
 
 int reg_chunks_get(reg_chunks *cs, const char *digest, char **data, size_t *len, kiln_error **err)
 {
-	char got[KILN_DIGEST_MAX], *path = NULL;
-	int rc = -1;
+	char *path;
 
 	*data = NULL;
 	if (sha256_digest(digest, err) < 0)
 		return -1;
+	/* A corrupt chunk is removed by the read, so the next pull fetches it afresh. */
+	if (kiln_cas_read(cs->cas, digest, 0, data, len, err) < 0)
+		return -1;
 	path = reg_chunks_path(cs, digest);
-	if (kiln_read_file(path, data, len, 0, err) < 0)
-		goto out;
-	kiln_digest_buf(KILN_SHA256, *data, *len, got);
-	if (strcmp(got, digest) != 0) {
-		/* Never serve it again: the next pull fetches it afresh. */
-		unlink(path);
-		kiln_err(err, KILN_E_INVALID, "stored chunk %s is corrupted (its bytes hash to %s); removed it", path, got);
-		goto out;
-	}
 	utimensat(AT_FDCWD, path, NULL, 0);
-	rc = 0;
-out:
-	if (rc < 0) {
-		free(*data);
-		*data = NULL;
-	}
 	free(path);
-	return rc;
+	return 0;
 }
 
 /* The store-wide lock: shared while a pin is written, exclusive for eviction. */

@@ -74,6 +74,7 @@ struct reg_s3_cfg {
 
 typedef struct reg_store {
 	char *root, *blobs, *uploads;
+	kiln_cas *cas;       /* the filesystem store (NULL with S3) */
 	int use_s3;          /* blobs and repository metadata live in S3 (s3) */
 	struct reg_s3_cfg s3;
 	int64_t pin_s;       /* S3: lifetime of a writer's gc pin (gc_pin_s) */

@@ -24,7 +24,9 @@ int reg_store_open(reg_store *st, const struct reg_config *c, kiln_error **err)
 	st->root = kiln_xstrdup(root);
 	st->blobs = kiln_path_join(root, "blobs");
 	st->uploads = kiln_path_join(root, "uploads");
-	if (kiln_mkdir_p(st->uploads, 0700, err) < 0 || (!c->s3_endpoint && kiln_mkdir_p(st->blobs, 0755, err) < 0)) {
+	/* The registry's blobs are what clients pushed: durable once acknowledged. */
+	const struct kiln_cas_layout lay = { .fanout = true, .mode = 0644, .sync = KILN_CAS_SYNC_FULL, .tmp = st->uploads };
+	if (kiln_mkdir_p(st->uploads, 0700, err) < 0 || (!c->s3_endpoint && kiln_cas_open(st->blobs, &lay, &st->cas, err) < 0)) {
 		reg_store_close(st);
 		return kiln_error_wrap(err, "blob store %s", root);
 	}
@@ -46,6 +48,7 @@ int reg_store_open(reg_store *st, const struct reg_config *c, kiln_error **err)
 
 void reg_store_close(reg_store *st)
 {
+	kiln_cas_close(st->cas);
 	free(st->root);
 	free(st->blobs);
 	free(st->uploads);
@@ -69,10 +72,7 @@ static char *s3_key(const char *digest)
  * inside the store. */
 char *reg_store_blob_path(const reg_store *st, const char *digest)
 {
-	const char *hex = kiln_digest_hex(digest);
-	int algolen = (int)(hex - 1 - digest);
-
-	return kiln_xasprintf("%s/%.*s/%.2s/%s", st->blobs, algolen, digest, hex, hex);
+	return kiln_cas_path(st->cas, digest);
 }
 
 int reg_store_blob_stat(const reg_store *st, const char *digest, int64_t *size, kiln_error **err)
@@ -97,37 +97,15 @@ int reg_store_blob_stat(const reg_store *st, const char *digest, int64_t *size, 
 	return ret;
 }
 
-static int mkparent(const char *path, kiln_error **err)
-{
-	char *dir = kiln_xstrdup(path);
-	int ret;
-
-	*strrchr(dir, '/') = '\0';
-	ret = kiln_mkdir_p(dir, 0755, err);
-	free(dir);
-	return ret;
-}
-
 int reg_store_put_bytes(const reg_store *st, const char *digest, const void *data, size_t len, kiln_error **err)
 {
-	char *path;
-	struct stat sb;
-	int ret = 0;
-
 	if (st->use_s3) {
 		char *key = s3_key(digest);
-		ret = reg_s3_put(&st->s3, key, data, len, err);
+		int ret = reg_s3_put(&st->s3, key, data, len, err);
 		free(key);
 		return ret;
 	}
-	path = reg_store_blob_path(st, digest);
-	if (stat(path, &sb) == 0 && (size_t)sb.st_size == len)
-		goto out; /* content-addressed: same digest, same bytes */
-	if (mkparent(path, err) < 0 || kiln_write_atomic(path, data, len, 0644, err) < 0)
-		ret = -1;
-out:
-	free(path);
-	return ret;
+	return kiln_cas_put_as(st->cas, digest, data, len, err);
 }
 
 static int to_buf(void *ud, const void *data, size_t len)
@@ -203,31 +181,9 @@ out:
 
 int reg_store_adopt(const reg_store *st, const char *digest, const char *src, kiln_error **err)
 {
-	char *path;
-	char *dir = NULL;
-	int ret = -1, dfd;
-
 	if (st->use_s3)
 		return adopt_s3(st, digest, src, err);
-	path = reg_store_blob_path(st, digest);
-	if (mkparent(path, err) < 0)
-		goto out;
-	if (rename(src, path) < 0) {
-		kiln_err_errno(err, errno, "rename %s to %s", src, path);
-		goto out;
-	}
-	dir = kiln_xstrdup(path);
-	*strrchr(dir, '/') = '\0';
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		fsync(dfd);
-		close(dfd);
-	}
-	ret = 0;
-out:
-	free(dir);
-	free(path);
-	return ret;
+	return kiln_cas_adopt(st->cas, src, digest, 0, err);
 }
 
 /* ---- serving ---- */

@@ -23,38 +23,17 @@ char *snap_template_blob(const snap_template *t, const char *role, kiln_error **
 	return snap_blob_path(d);
 }
 
-/* Move a file the caller hashed into the store (a copy across filesystems). */
-static int adopt_blob(const json_t *o, const char *src, bool *done, kiln_error **err)
+/* Move a file the caller hashed into the store, if it has the config's size. */
+static int adopt_blob(const json_t *o, const char *src, bool sparse, kiln_error **err)
 {
-	const char *want = kiln_json_str(o, "digest");
-	char *path = snap_blob_path(want), *dir = kiln_xstrndup(path, (size_t)(strrchr(path, '/') - path));
 	struct stat st;
-	int rc = -1;
 
-	*done = false;
-	if (stat(src, &st) < 0) {
-		kiln_err_errno(err, errno, "stat %s", src);
-		goto out;
-	}
-	if ((json_int_t)st.st_size != kiln_json_int(o, "size", -1)) {
-		kiln_err(err, KILN_E_INVALID, "%s has %lld bytes, the config wants %lld", src, (long long)st.st_size,
-			 (long long)kiln_json_int(o, "size", -1));
-		goto out;
-	}
-	if (kiln_mkdir_p(dir, 0755, err) < 0)
-		goto out;
-	chmod(src, 0444);
-	if (access(path, F_OK) == 0 || rename(src, path) == 0)
-		*done = true;
-	else if (errno != EXDEV) {
-		kiln_err_errno(err, errno, "storing %s", path);
-		goto out;
-	}
-	rc = 0;
-out:
-	free(path);
-	free(dir);
-	return rc;
+	if (stat(src, &st) < 0)
+		return kiln_err_errno(err, errno, "stat %s", src);
+	if ((json_int_t)st.st_size != kiln_json_int(o, "size", -1))
+		return kiln_err(err, KILN_E_INVALID, "%s has %lld bytes, the config wants %lld", src,
+				(long long)st.st_size, (long long)kiln_json_int(o, "size", -1));
+	return snap_blob_adopt(src, kiln_json_str(o, "digest"), sparse, err);
 }
 
 /* Store src, which must hash to the digest and size the config gives role. */
@@ -65,14 +44,14 @@ static int import_blob(const json_t *cfg, const char *role, const char *src, boo
 	const char *want = kiln_json_str(o, "digest");
 	char got[KILN_DIGEST_MAX];
 	uint64_t size = 0;
-	bool done = false;
 
 	if (want == NULL || kiln_digest_parse(want, NULL, NULL) < 0)
 		return kiln_err(err, KILN_E_INVALID, "the template config names no %s blob", role);
-	if (verified && adopt_blob(o, src, &done, err) < 0)
-		return kiln_error_wrap(err, "storing the %s", role);
-	if (done)
+	if (verified) {
+		if (adopt_blob(o, src, sparse, err) < 0)
+			return kiln_error_wrap(err, "storing the %s", role);
 		return 0;
+	}
 	if (snap_blob_put_file(src, sparse, got, &size, err) < 0)
 		return kiln_error_wrap(err, "storing the %s", role);
 	if (strcmp(got, want) != 0 || (json_int_t)size != kiln_json_int(o, "size", -1))

@@ -26,6 +26,9 @@ char *snap_blob_path(const char *digest);
  * zeros become holes.  Fills digest and size. */
 int snap_blob_put_file(const char *src, bool sparse, char digest[KILN_DIGEST_MAX], uint64_t *size, kiln_error **err);
 int snap_blob_put_data(const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err);
+/* Move src, already hashed by the caller to digest, into the store (it is
+ * gone afterwards); a copy when it is on another filesystem. */
+int snap_blob_adopt(const char *src, const char *digest, bool sparse, kiln_error **err);
 /* Whether NAME[:TAG] is a valid template name. */
 int snap_ref_check(const char *ref, kiln_error **err);
 /* Point NAME[:TAG] at a config digest. */

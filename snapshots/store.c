@@ -37,6 +37,22 @@ char *snap_sandboxes_dir(void)
 	return d;
 }
 
+/* The template blobs: read-only once stored (QEMU maps the memory and backs
+ * disks on them), durable before a ref names them. */
+static kiln_cas *open_blobs(kiln_error **err)
+{
+	char *store = snap_store_dir(), *root = kiln_path_join(store, "blobs"), *tmp = kiln_path_join(store, "tmp");
+	const struct kiln_cas_layout lay = { .mode = 0444, .sync = KILN_CAS_SYNC_FULL, .tmp = tmp };
+	kiln_cas *c = NULL;
+
+	if (kiln_cas_open(root, &lay, &c, err) < 0)
+		c = NULL;
+	free(store);
+	free(root);
+	free(tmp);
+	return c;
+}
+
 char *snap_blob_path(const char *digest)
 {
 	char *store = snap_store_dir();
@@ -46,119 +62,42 @@ char *snap_blob_path(const char *digest)
 	return p;
 }
 
-static bool all_zero(const unsigned char *p, size_t n)
-{
-	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
-}
-
-/* Move a finished temp file to its digest's name (an existing blob with that
- * digest is the same content: keep it). */
-static int commit_blob(const char *tmp, const char *digest, kiln_error **err)
-{
-	char *path = snap_blob_path(digest);
-	int rc = 0;
-
-	chmod(tmp, 0444);
-	if (access(path, F_OK) == 0)
-		unlink(tmp);
-	else if (rename(tmp, path) < 0)
-		rc = kiln_err_errno(err, errno, "storing blob %s", path);
-	free(path);
-	return rc;
-}
-
-static char *blob_tmp(kiln_error **err)
-{
-	char *store = snap_store_dir(), *dir = kiln_xasprintf("%s/blobs/sha256", store);
-	char *tmp = NULL;
-
-	if (kiln_mkdir_p(dir, 0755, err) == 0)
-		tmp = kiln_xasprintf("%s/.tmp-%ld-XXXXXX", dir, (long)getpid());
-	free(store);
-	free(dir);
-	return tmp;
-}
-
 int snap_blob_put_file(const char *src, bool sparse, char digest[KILN_DIGEST_MAX], uint64_t *size, kiln_error **err)
 {
-	enum { BLK = 4096, CHUNK = 1 << 20 };
-	unsigned char *buf = kiln_xmalloc(CHUNK);
-	kiln_hasher *h = kiln_hasher_new(KILN_SHA256);
-	char *tmp = blob_tmp(err);
-	int in = -1, out = -1, rc = -1;
-	uint64_t total = 0;
+	kiln_cas *c = open_blobs(err);
+	int64_t n = 0;
+	int rc;
 
-	if (tmp == NULL)
-		goto out;
-	if ((in = open(src, O_RDONLY | O_CLOEXEC)) < 0) {
-		kiln_err_errno(err, errno, "open %s", src);
-		goto out;
-	}
-	if ((out = mkstemp(tmp)) < 0) {
-		kiln_err_errno(err, errno, "create %s", tmp);
-		goto out;
-	}
-	for (;;) {
-		ssize_t n = read(in, buf, CHUNK);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			kiln_err_errno(err, errno, "read %s", src);
-			goto out;
-		}
-		if (n == 0)
-			break;
-		kiln_hasher_update(h, buf, (size_t)n);
-		for (ssize_t off = 0; off < n; off += BLK) {
-			size_t len = (size_t)(n - off < BLK ? n - off : BLK);
-			if (sparse && all_zero(buf + off, len))
-				continue; /* a hole: ftruncate below gives the length */
-			if (pwrite(out, buf + off, len, (off_t)(total + (uint64_t)off)) != (ssize_t)len) {
-				kiln_err_errno(err, errno, "write %s", tmp);
-				goto out;
-			}
-		}
-		total += (uint64_t)n;
-	}
-	if (ftruncate(out, (off_t)total) < 0 || fsync(out) < 0) {
-		kiln_err_errno(err, errno, "write %s", tmp);
-		goto out;
-	}
-	kiln_hasher_final(h, digest);
-	h = NULL;
-	close(out);
-	out = -1;
-	if (commit_blob(tmp, digest, err) < 0)
-		goto out;
-	if (size)
-		*size = total;
-	rc = 0;
-out:
-	if (rc < 0 && tmp)
-		unlink(tmp);
-	if (h)
-		kiln_hasher_final(h, (char[KILN_DIGEST_MAX]){ 0 });
-	if (in >= 0)
-		close(in);
-	if (out >= 0)
-		close(out);
-	free(tmp);
-	free(buf);
+	if (!c)
+		return -1;
+	rc = kiln_cas_import(c, src, NULL, sparse, digest, &n, err);
+	kiln_cas_close(c);
+	if (rc == 0 && size)
+		*size = (uint64_t)n;
 	return rc;
 }
 
 int snap_blob_put_data(const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err)
 {
-	char *tmp = blob_tmp(err), *path = NULL;
-	int rc = -1;
+	kiln_cas *c = open_blobs(err);
+	int rc;
 
-	if (tmp == NULL)
+	if (!c)
 		return -1;
-	kiln_digest_buf(KILN_SHA256, data, len, digest);
-	path = snap_blob_path(digest);
-	rc = kiln_write_atomic(path, data, len, 0444, err);
-	free(path);
-	free(tmp);
+	rc = kiln_cas_put(c, data, len, digest, err);
+	kiln_cas_close(c);
+	return rc;
+}
+
+int snap_blob_adopt(const char *src, const char *digest, bool sparse, kiln_error **err)
+{
+	kiln_cas *c = open_blobs(err);
+	int rc;
+
+	if (!c)
+		return -1;
+	rc = kiln_cas_adopt(c, src, digest, sparse ? KILN_CAS_SPARSE : 0, err);
+	kiln_cas_close(c);
 	return rc;
 }
 
