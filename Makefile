@@ -32,7 +32,7 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(ASAN)/tests/%)
 REPLAY_BINS := $(FUZZ_SRCS:tests/fuzz/fuzz_%.c=$(ASAN)/tests/replay_%)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
 
-.PHONY: all deps check test demo fuzz clean clang-check
+.PHONY: all deps check test demo fuzz clean clang-check check-layers
 .SECONDARY:
 all: bin/kiln $(if $(AGENT_SRCS),bin/kiln-agent)
 
@@ -103,7 +103,7 @@ endif
 # -- everything: deps, build, unit tests, end-to-end tests ---------------------
 test: deps
 ifeq ($(T),)
-	$(MAKE) all clang-check
+	$(MAKE) all clang-check check-layers
 	$(MAKE) $(UNIT_BINS) $(REPLAY_BINS)
 	@tests/run.sh $(UNIT_BINS) $(REPLAY_BINS) $(E2E_ALL)
 else
@@ -134,6 +134,11 @@ build/fuzz/fuzz_%: build/fuzzobj/tests/fuzz/fuzz_%.o $(LIB_SRCS:%.c=build/fuzzob
 	$(CLANG) -fsanitize=fuzzer,address,undefined -o $@ $^ $(LDLIBS)
 
 fuzz: $(FUZZ_BINS)
+
+# Includes point down the stack only (the graph is in tests/check-layers.sh
+# and docs/ARCHITECTURE.md).
+check-layers:
+	@tests/check-layers.sh .
 
 # Build the whole tree with clang too (CI does both compilers).
 clang-check:
