@@ -4,6 +4,7 @@
  * synchronous request loop with backoff retries and the auth challenge. */
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,13 +15,17 @@
 
 #define ERRBODY_MAX 65536
 
+static void curl_init_once(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* Once per process, whichever thread comes first (the server's S3 backend
+ * makes clients from its request threads). */
 static void global_init(void)
 {
-	static int done;
-	if (!done) {
-		curl_global_init(CURL_GLOBAL_DEFAULT);
-		done = 1;
-	}
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, curl_init_once);
 }
 
 reg_client *reg_client_new(const char *host, const struct reg_client_opts *o, kiln_error **err)
@@ -36,7 +41,8 @@ reg_client *reg_client_new(const char *host, const struct reg_client_opts *o, ki
 	global_init();
 	c = kiln_xcalloc(1, sizeof(*c));
 	c->host = kiln_xstrdup(host);
-	c->base = kiln_xasprintf("%s://%s", reg_host_insecure(host) ? "http" : "https", host);
+	c->base = o->base ? kiln_xstrdup(o->base)
+			  : kiln_xasprintf("%s://%s", reg_host_insecure(host) ? "http" : "https", host);
 	c->retries = o->retries ? o->retries : env && *env ? (unsigned)atoi(env) : 4;
 	c->timeout_s = o->timeout_s ? o->timeout_s : 30;
 	c->max_rate = o->max_rate;
@@ -157,7 +163,11 @@ void reg_http_reset(struct reg_http *r)
 	free(r->ctype);
 	free(r->range);
 	free(r->retry_after);
+	free(r->etag);
+	free(r->last_modified);
+	free(r->date);
 	r->www_auth = r->location = r->digest = r->ctype = r->range = r->retry_after = NULL;
+	r->etag = r->last_modified = r->date = NULL;
 	kiln_buf_reset(&r->out);
 	kiln_buf_reset(&r->errbody);
 	r->status = 0;
@@ -207,11 +217,15 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 		{ "content-type", offsetof(struct reg_http, ctype) },
 		{ "range", offsetof(struct reg_http, range) },
 		{ "retry-after", offsetof(struct reg_http, retry_after) },
+		{ "etag", offsetof(struct reg_http, etag) },
+		{ "last-modified", offsetof(struct reg_http, last_modified) },
+		{ "date", offsetof(struct reg_http, date) },
 	};
 
 	if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
 		/* a new answer (after a redirect or 100): forget the last one's */
-		char **fields[] = { &r->www_auth, &r->location, &r->digest, &r->ctype, &r->range, &r->retry_after };
+		char **fields[] = { &r->www_auth, &r->location, &r->digest, &r->ctype, &r->range, &r->retry_after,
+				    &r->etag, &r->last_modified, &r->date };
 		for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
 			free(*fields[i]);
 			*fields[i] = NULL;
@@ -305,6 +319,7 @@ void reg_http_setup(struct reg_http *r, CURL *h)
 	char *auth;
 
 	reg_http_reset(r);
+	r->attempts++;
 	r->h = h;
 	curl_easy_reset(h);
 	curl_easy_setopt(h, CURLOPT_SHARE, r->c->share);

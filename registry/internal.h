@@ -351,6 +351,8 @@ struct reg_http {
 	CURLcode cr;
 	char errbuf[CURL_ERROR_SIZE];
 	char *www_auth, *location, *digest, *ctype, *range, *retry_after;
+	char *etag, *last_modified, *date; /* kept for S3 (s3.c) */
+	unsigned attempts;          /* attempts started (reg_http_setup): a sink sees each start over */
 	int64_t clen;
 	int sink_failed;            /* the sink refused (error already recorded by its owner) */
 	reg_client *c;

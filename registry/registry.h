@@ -172,6 +172,7 @@ struct reg_client_opts {
 	unsigned retries;        /* retries after a transient failure; 0: 4 ($KILN_REGISTRY_RETRIES) */
 	unsigned timeout_s;      /* connect timeout and stall limit; 0: 30 */
 	uint64_t max_rate;       /* bytes/s per transfer, each way; 0: unlimited */
+	const char *base;        /* "SCHEME://HOST[:PORT]" to use as is (S3 endpoints); NULL: derived */
 };
 
 struct reg_client_stats {

@@ -4,6 +4,7 @@
  * objects are ordinary objects (no Range on them). */
 #include <ctype.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -127,62 +128,106 @@ struct s3_req {
 	int64_t mtime, date;        /* Last-Modified, Date of the answer (-1: none) */
 };
 
-static size_t on_read(char *buf, size_t sz, size_t n, void *ud)
+/* An HTTP date (RFC 1123) as Unix time, -1 when absent or unparsable. */
+static int64_t header_time(const char *v)
 {
-	struct s3_req *q = ud;
-	size_t left = q->body_len - q->body_off, want = sz * n;
-
-	if (want > left)
-		want = left;
-	memcpy(buf, q->body + q->body_off, want);
-	q->body_off += want;
-	return want;
+	return v ? (int64_t)curl_getdate(v, NULL) : -1;
 }
 
-static size_t on_write(char *p, size_t sz, size_t n, void *ud)
-{
-	struct s3_req *q = ud;
+/* S3 requests ride on the registry client's transport (client_http.c):
+ * keep-alive connections, retries with backoff after connection errors, 429
+ * and 5xx.  A client serves one caller at a time, so the server's threads
+ * take one from this pool (or make one) per request and give it back. */
+enum { POOL_MAX = 16 };
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct pooled {
+	reg_client *c;
+	char *endpoint;
+	struct pooled *next;
+} *pool;
+static size_t pool_n;
 
-	if (q->resp) {
-		kiln_buf_add(q->resp, p, sz * n);
-		return sz * n;
+static reg_client *client_take(const struct reg_s3_cfg *s3, kiln_error **err)
+{
+	struct pooled **pp, *hit = NULL;
+	reg_client *c;
+
+	pthread_mutex_lock(&pool_mu);
+	for (pp = &pool; *pp; pp = &(*pp)->next)
+		if (strcmp((*pp)->endpoint, s3->endpoint) == 0) {
+			hit = *pp;
+			*pp = hit->next;
+			pool_n--;
+			break;
+		}
+	pthread_mutex_unlock(&pool_mu);
+	if (hit) {
+		c = hit->c;
+		free(hit->endpoint);
+		free(hit);
+		return c;
 	}
-	return q->sink && q->sink(q->ud, p, sz * n) < 0 ? 0 : sz * n;
+	const char *host = strstr(s3->endpoint, "://");
+	host = host ? host + 3 : s3->endpoint;
+	char *h = kiln_xstrndup(host, strcspn(host, "/"));
+	size_t blen = strlen(s3->endpoint);
+	while (blen > 0 && s3->endpoint[blen - 1] == '/')
+		blen--;
+	char *base = kiln_xstrndup(s3->endpoint, blen);
+	/* anonymous: SigV4 headers authorise each request, not the client */
+	const struct reg_client_opts o = { .anonymous = 1, .base = base };
+	c = reg_client_new(h, &o, err);
+	free(h);
+	free(base);
+	return c;
 }
 
-/* An HTTP date (RFC 1123) as Unix time, -1 when unparsable. */
-static int64_t header_time(const char *v, size_t len)
+static void client_give(const struct reg_s3_cfg *s3, reg_client *c)
 {
-	char tmp[64];
+	struct pooled *p = NULL;
 
-	snprintf(tmp, sizeof(tmp), "%.*s", (int)(len < sizeof(tmp) - 1 ? len : sizeof(tmp) - 1), v);
-	tmp[strcspn(tmp, "\r\n")] = '\0';
-	return (int64_t)curl_getdate(tmp, NULL);
-}
-
-static size_t on_header(char *p, size_t sz, size_t n, void *ud)
-{
-	struct s3_req *q = ud;
-	size_t len = sz * n;
-
-	if (len > 5 && strncasecmp(p, "ETag:", 5) == 0) {
-		const char *v = p + 5;
-		while (*v == ' ')
-			v++;
-		snprintf(q->etag, sizeof(q->etag), "%.*s", (int)strcspn(v, "\r\n"), v);
-	} else if (len > 15 && strncasecmp(p, "Content-Length:", 15) == 0) {
-		q->length = strtoll(p + 15, NULL, 10);
-	} else if (len > 13 && strncasecmp(p, "Content-Type:", 13) == 0) {
-		const char *v = p + 13;
-		while (*v == ' ')
-			v++;
-		snprintf(q->type, sizeof(q->type), "%.*s", (int)strcspn(v, "\r\n"), v);
-	} else if (len > 14 && strncasecmp(p, "Last-Modified:", 14) == 0) {
-		q->mtime = header_time(p + 14, len - 14);
-	} else if (len > 5 && strncasecmp(p, "Date:", 5) == 0) {
-		q->date = header_time(p + 5, len - 5);
+	pthread_mutex_lock(&pool_mu);
+	if (pool_n < POOL_MAX) {
+		p = kiln_xcalloc(1, sizeof(*p));
+		p->c = c;
+		p->endpoint = kiln_xstrdup(s3->endpoint);
+		p->next = pool;
+		pool = p;
+		pool_n++;
 	}
-	return len;
+	pthread_mutex_unlock(&pool_mu);
+	if (!p)
+		reg_client_free(c);
+}
+
+/* The answer's body: a retried attempt starts over, so the bytes an earlier
+ * attempt already handed on are skipped, never delivered twice. */
+struct s3_body {
+	struct s3_req *q;
+	unsigned attempt;
+	uint64_t pos, delivered;
+};
+
+static int on_body(void *ud, struct reg_http *r, const char *p, size_t n)
+{
+	struct s3_body *b = ud;
+	uint64_t end;
+
+	if (b->attempt != r->attempts) {
+		b->attempt = r->attempts;
+		b->pos = 0;
+	}
+	end = b->pos + n;
+	if (end > b->delivered) {
+		size_t skip = b->delivered > b->pos ? (size_t)(b->delivered - b->pos) : 0;
+		if (b->q->resp)
+			kiln_buf_add(b->q->resp, p + skip, n - skip);
+		else if (b->q->sink && b->q->sink(b->q->ud, p + skip, n - skip) < 0)
+			return -1;
+		b->delivered = end;
+	}
+	b->pos = end;
+	return 0;
 }
 
 /* One signed request; returns the HTTP status or -1 (transport error). */
@@ -190,17 +235,24 @@ static long s3_do(const struct reg_s3_cfg *s3, const char *method, const char *k
 		  const char *range, struct s3_req *q, kiln_error **err)
 {
 	kiln_buf path = KILN_BUF_INIT, url = KILN_BUF_INIT;
-	char amz_date[17], payload[65], errbuf[CURL_ERROR_SIZE] = "";
+	char amz_date[17], payload[65];
 	const char *host = strstr(s3->endpoint, "://");
-	struct curl_slist *hl = NULL;
 	const char *hdrs[5];
 	char *h_host, *h_date, *h_sha, *h_range = NULL, *auth, *h_auth;
 	time_t now = time(NULL);
 	struct tm tm;
-	CURL *c;
+	struct reg_http r;
+	struct s3_body body = { .q = q };
+	reg_client *c;
 	long status = -1;
 	int nh = 0;
 
+	q->length = -1;
+	q->mtime = q->date = -1;
+	q->type[0] = '\0';
+	q->etag[0] = '\0';
+	if ((c = client_take(s3, err)) == NULL)
+		return -1;
 	host = host ? host + 3 : s3->endpoint;
 	strftime(amz_date, sizeof(amz_date), "%Y%m%dT%H%M%SZ", gmtime_r(&now, &tm));
 	if (q->body && q->body_len)
@@ -227,49 +279,42 @@ static long s3_do(const struct reg_s3_cfg *s3, const char *method, const char *k
 	hdrs[nh] = NULL;
 	auth = reg_s3_authorization(s3, method, path.buf, query, hdrs, payload, amz_date);
 	h_auth = kiln_xasprintf("Authorization: %s", auth);
+
+	/* Signed once: a retry within S3's 15-minute window carries the same signature. */
+	reg_http_init(&r, c, method, kiln_xstrdup(url.buf), NULL);
 	for (int i = 1; i < nh; i++)
-		hl = curl_slist_append(hl, hdrs[i]);
-	hl = curl_slist_append(hl, h_auth);
-	hl = curl_slist_append(hl, "Expect:");
+		r.headers = curl_slist_append(r.headers, hdrs[i]);
+	r.headers = curl_slist_append(r.headers, h_auth);
 	if (q->put_type) {
 		char *ct = kiln_xasprintf("Content-Type: %s", q->put_type);
-		hl = curl_slist_append(hl, ct);
+		r.headers = curl_slist_append(r.headers, ct);
 		free(ct);
 	}
-	c = curl_easy_init();
-	curl_easy_setopt(c, CURLOPT_URL, url.buf);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
-	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
-	if (strcmp(method, "HEAD") == 0) {
-		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-	} else if (strcmp(method, "PUT") == 0) {
-		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
-		curl_easy_setopt(c, CURLOPT_READDATA, q);
-		curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
-	} else if (strcmp(method, "POST") == 0) {
-		curl_easy_setopt(c, CURLOPT_POST, 1L);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, q->body ? q->body : "");
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
-	} else if (strcmp(method, "GET") != 0) {
-		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	if (strcmp(method, "PUT") == 0 || strcmp(method, "POST") == 0) {
+		r.body_mem = q->body ? q->body : "";
+		r.body_len = q->body_len;
+		r.has_body = 1;
 	}
-	q->length = -1;
-	q->mtime = q->date = -1;
-	q->type[0] = '\0';
-	if (curl_easy_perform(c) != CURLE_OK)
-		kiln_err(err, KILN_E_IO, "s3 %s %s: %s", method, url.buf, errbuf);
-	else
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(c);
-	curl_slist_free_all(hl);
+	r.sink = on_body;
+	r.sink_ud = &body;
+	if (reg_http_do(&r, err) < 0) {
+		kiln_error_wrap(err, "s3 %s %s", method, url.buf);
+		goto out;
+	}
+	status = r.status;
+	q->length = r.clen;
+	if (r.ctype)
+		snprintf(q->type, sizeof(q->type), "%s", r.ctype);
+	if (r.etag)
+		snprintf(q->etag, sizeof(q->etag), "%s", r.etag);
+	q->mtime = header_time(r.last_modified);
+	q->date = header_time(r.date);
+	/* Error answers' bodies (S3's XML) for the caller's message. */
+	if ((status < 200 || status >= 300) && q->resp && r.errbody.len)
+		kiln_buf_add(q->resp, r.errbody.buf, r.errbody.len);
+out:
+	reg_http_free(&r);
+	client_give(s3, c);
 	free(h_host);
 	free(h_date);
 	free(h_sha);

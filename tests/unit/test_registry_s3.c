@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <microhttpd.h>
+
 #include "registry/internal.h"
 #include "test.h"
 
@@ -119,8 +121,76 @@ static void test_live(void)
 	free(big);
 }
 
+/* A flaky S3 stand-in on loopback: every third request answers 503, the
+ * others 200 with a body (GET) or an ETag (PUT).  It counts requests and
+ * the TCP connections they came on. */
+static int fake_requests, fake_connections;
+
+static enum MHD_Result fake_s3(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+			       const char *version, const char *upload, size_t *upload_len, void **state)
+{
+	static int marker;
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	if (*state == NULL) {
+		*state = &marker;
+		return MHD_YES;
+	}
+	if (*upload_len) {
+		*upload_len = 0;
+		return MHD_YES;
+	}
+	int n = ++fake_requests;
+	const char *body = strcmp(method, "GET") == 0 ? "object bytes" : "";
+	resp = MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
+	MHD_add_response_header(resp, "ETag", "\"e1\"");
+	ret = MHD_queue_response(conn, n % 3 == 1 ? 503 : 200, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static void fake_notify(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode code)
+{
+	if (code == MHD_CONNECTION_NOTIFY_STARTED)
+		fake_connections++;
+}
+
+/* S3 rides on the registry client's transport: a 503 is retried, and
+ * consecutive requests reuse one keep-alive connection. */
+static void test_transport(void)
+{
+	struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, fake_s3, NULL,
+						MHD_OPTION_NOTIFY_CONNECTION, fake_notify, NULL, MHD_OPTION_END);
+	kiln_error *err = NULL;
+	kiln_buf got = KILN_BUF_INIT;
+
+	CHECK(d != NULL);
+	if (!d)
+		return;
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+	char *ep = kiln_xasprintf("http://127.0.0.1:%u", (unsigned)info->port);
+	struct reg_s3_cfg s3 = { .endpoint = ep, .region = "us-east-1", .bucket = "b", .access_key = "k", .secret_key = "s" };
+
+	setenv("KILN_REGISTRY_RETRIES", "3", 1);
+	for (int i = 0; i < 4; i++)
+		CHECK_INT(reg_s3_put(&s3, "blobs/x", "data", 4, &err), 0);
+	CHECK(reg_s3_get(&s3, "blobs/x", 0, -1, to_buf, &got, &err) == 0);
+	CHECK_STR(got.buf, "object bytes");
+	/* 5 operations, and requests 1, 4 and 7 refused and retried: 8 in all */
+	CHECK_INT(fake_requests, 8);
+	CHECK_INT(fake_connections, 1);
+	if (err)
+		printf("#   %s\n", kiln_error_message(err));
+	kiln_error_free(err);
+	kiln_buf_free(&got);
+	MHD_stop_daemon(d);
+	free(ep);
+}
+
 int main(void)
 {
+	RUN(test_transport);
 	RUN(test_sigv4_get_object);
 	RUN(test_sigv4_list_objects);
 	RUN(test_uri_encode);
