@@ -18,6 +18,7 @@
 #include <openssl/hmac.h>
 
 #include "registry/internal.h"
+#include "registry/server_limits.h"
 
 int reg_auth_key(const char *data_dir, unsigned char key[32], kiln_error **err)
 {
@@ -136,31 +137,78 @@ static int check_issued(reg_req *r, const char *tok, kiln_error **err)
 	return lookup_id(r->srv->db, id, &r->scopes, err);
 }
 
-/* Decodes the Authorization header.  1 valid identity, 0 none given, -2 bad. */
+/* The name a credential claims, for the limiter: the Basic user name, or
+ * "kt1.ID" of an issued token; "" when it names nothing. */
+static void claimed_name(const char *h, const char *user, char out[128])
+{
+	long long id;
+
+	out[0] = '\0';
+	if (user)
+		snprintf(out, 128, "u:%s", user);
+	else if (strncasecmp(h, "Bearer ", 7) == 0 && sscanf(h + 7, "kt1.%lld.", &id) == 1)
+		snprintf(out, 128, "kt1.%lld", id);
+}
+
+/* Failed authentications are limited per client address and per claimed
+ * name (server_limits.c): 429 with Retry-After instead of checking.  A name
+ * that is out of tries stays open to addresses with no failure on record, so
+ * guessing at a name from elsewhere never locks out its rightful user. */
+static int limited(reg_req *r, const char *name)
+{
+	reg_authlim *l = reg_limits_auth(r->srv->limits);
+	int64_t now = reg_db_now();
+	unsigned wait = reg_authlim_blocked(l, 'a', r->client, now);
+	char s[16];
+
+	if (wait == 0 && name[0] && reg_authlim_failed(l, 'a', r->client, now))
+		wait = reg_authlim_blocked(l, 'n', name, now);
+	if (wait == 0)
+		return 0;
+	reg_error(r, 429, "TOOMANYREQUESTS", "too many failed authentications, retry in %u s", wait);
+	snprintf(s, sizeof(s), "%u", wait);
+	reg_header(r, "Retry-After", s);
+	return 1;
+}
+
+/* Decodes the Authorization header.  1 valid identity, 0 none given, -2 bad,
+ * -3 answered (429: too many failures). */
 static int identify(reg_req *r, kiln_error **err)
 {
 	const char *h = reg_req_header(r, "Authorization");
-	char *user = NULL, *pass = NULL;
+	char *user = NULL, *pass = NULL, name[128];
 	int ret;
 
 	if (h == NULL)
 		return 0;
+	if (strncasecmp(h, "Basic ", 6) == 0) {
+		user = reg_b64_decode(h + 6);
+		pass = user ? strchr(user, ':') : NULL;
+		if (pass)
+			*pass++ = '\0';
+	}
+	claimed_name(h, pass ? user : NULL, name);
+	if (limited(r, name)) {
+		free(user);
+		return -3;
+	}
 	if (strncasecmp(h, "Bearer ", 7) == 0) {
 		const char *tok = h + 7;
 		ret = strncmp(tok, "kt1.", 4) == 0 ? check_issued(r, tok, err)
 						   : lookup_secret(r->srv, tok, &r->tok_id, &r->scopes, err);
-	} else if (strncasecmp(h, "Basic ", 6) == 0) {
-		user = MHD_basic_auth_get_username_password(r->conn, &pass);
-		ret = pass ? lookup_secret(r->srv, pass, &r->tok_id, &r->scopes, err) : 0;
-		MHD_free(user);
-		MHD_free(pass);
 	} else {
-		ret = 0;
+		ret = pass ? lookup_secret(r->srv, pass, &r->tok_id, &r->scopes, err) : 0;
 	}
+	free(user);
 	if (ret < 0)
 		return -1;
 	r->authed = ret == 1;
-	return ret == 1 ? 1 : -2;
+	if (ret == 1)
+		return 1;
+	reg_authlim_fail(reg_limits_auth(r->srv->limits), 'a', r->client, reg_db_now());
+	if (name[0])
+		reg_authlim_fail(reg_limits_auth(r->srv->limits), 'n', name, reg_db_now());
+	return -2;
 }
 
 static int actions_of(const char *s, size_t len)
@@ -267,6 +315,8 @@ int reg_auth_request(reg_req *r)
 		reg_internal(r, err);
 		return -1;
 	}
+	if (who == -3)
+		return -1;
 	if (r->route == R_BASE || r->route == R_CATALOG)
 		snprintf(scope, sizeof(scope), "%s", r->route == R_CATALOG ? "registry:catalog:*" : "");
 	else
@@ -315,6 +365,8 @@ void reg_token_handle(reg_req *r)
 		reg_internal(r, err);
 		return;
 	}
+	if (who == -3)
+		return;
 	if (who == -2) {
 		reg_error(r, 401, "UNAUTHORIZED", "invalid, expired or revoked credentials");
 		return;

@@ -38,8 +38,7 @@ static char *b64_encode(const char *s)
 	return out;
 }
 
-/* NULL when s is not base64. */
-static char *b64_decode(const char *s)
+char *reg_b64_decode(const char *s)
 {
 	size_t n = strlen(s);
 	if (n == 0 || n % 4 != 0)
@@ -238,7 +237,7 @@ static int lookup_in(const char *path, const char *host, char **user, char **pas
 		const char *a = kiln_json_str(v, "auth"), *u = kiln_json_str(v, "username"),
 			   *p = kiln_json_str(v, "password");
 		if (a && *a) {
-			char *dec = b64_decode(a), *colon = dec ? strchr(dec, ':') : NULL;
+			char *dec = reg_b64_decode(a), *colon = dec ? strchr(dec, ':') : NULL;
 			if (!colon) {
 				kiln_warn("registry credentials: %s: entry \"%s\" is not base64 of USER:PASSWORD", path,
 					  key);

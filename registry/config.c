@@ -2,6 +2,7 @@
  * a JSON config file that overrides them, and the --addr syntax.  Unknown
  * keys in the file are errors so a typo never silently changes nothing. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,8 +18,17 @@ void reg_config_init(struct reg_config *c)
 	c->data_dir = kiln_path_join(home, "registry");
 	c->manifest_max = 4 << 20;
 	c->blob_max = 0;
-	c->connection_limit = 1024;
+	c->connection_limit = 4096;
+	c->connection_headroom = 256;
+	c->per_ip_connection_limit = 512;
 	c->timeout_s = 60;
+	c->header_timeout_s = 10;
+	c->body_min_rate = 1024;
+	c->body_rate_window_s = 20;
+	c->idle_timeout_s = 30;
+	c->auth_fail_burst = 10;
+	c->auth_fail_refill_s = 6;
+	c->auth_fail_slots = 4096;
 	c->sndbuf = 256 << 10;
 	c->blob_streams = 64;
 	c->upload_expiry_s = 24 * 3600;
@@ -125,8 +135,33 @@ static int load_s3(struct reg_config *c, json_t *o, kiln_error **err)
 	return 0;
 }
 
+/* The limits of hostile load (server_limits.c): plain counts and seconds. */
+static const struct uint_key {
+	const char *key;
+	size_t off;
+	int64_t min;
+} uint_keys[] = {
+	{ "connection_headroom", offsetof(struct reg_config, connection_headroom), 0 },
+	{ "per_ip_connection_limit", offsetof(struct reg_config, per_ip_connection_limit), 0 },
+	{ "header_timeout_s", offsetof(struct reg_config, header_timeout_s), 0 },
+	{ "body_rate_window_s", offsetof(struct reg_config, body_rate_window_s), 1 },
+	{ "idle_timeout_s", offsetof(struct reg_config, idle_timeout_s), 0 },
+	{ "auth_fail_burst", offsetof(struct reg_config, auth_fail_burst), 1 },
+	{ "auth_fail_refill_s", offsetof(struct reg_config, auth_fail_refill_s), 1 },
+	{ "auth_fail_slots", offsetof(struct reg_config, auth_fail_slots), 16 },
+};
+
+static const struct uint_key *uint_key(const char *key)
+{
+	for (size_t i = 0; i < sizeof(uint_keys) / sizeof(uint_keys[0]); i++)
+		if (strcmp(key, uint_keys[i].key) == 0)
+			return &uint_keys[i];
+	return NULL;
+}
+
 int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 {
+	const struct uint_key *u;
 	json_t *root = kiln_json_load_file(path, err), *v;
 	const char *key;
 	int64_t i = 0;
@@ -155,6 +190,13 @@ int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 		} else if (strcmp(key, "connection_limit") == 0) {
 			if ((r = get_int(v, key, 1, &i, err)) == 0)
 				c->connection_limit = (unsigned)i;
+		} else if ((u = uint_key(key)) != NULL) {
+			if ((r = get_int(v, key, u->min, &i, err)) == 0 && i > (int64_t)UINT32_MAX)
+				r = kiln_err(err, KILN_E_INVALID, "%s: at most %u", key, (unsigned)UINT32_MAX);
+			if (r == 0)
+				*(unsigned *)((char *)c + u->off) = (unsigned)i;
+		} else if (strcmp(key, "body_min_rate") == 0) {
+			r = get_size(v, key, &c->body_min_rate, err);
 		} else if (strcmp(key, "blob_streams") == 0) {
 			if ((r = get_int(v, key, 0, &i, err)) == 0)
 				c->blob_streams = (unsigned)i;

@@ -1,7 +1,7 @@
 /* http.c — the HTTP side of `kiln serve`: the libmicrohttpd daemon (one
- * thread per connection, bounded count and idle timeout), URL routing onto
- * the distribution API, request bodies fed to a sink, and responses with the
- * spec's JSON error bodies. */
+ * thread per connection, limits per address and in total, deadlines from
+ * server_limits.c), its callbacks feeding the router (router.c), and responses
+ * with the spec's JSON error bodies. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <sys/socket.h>
@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "registry/internal.h"
+#include "registry/server_limits.h"
 
 #define JSON_TYPE "application/json"
-#define DISCARD_MAX (16u << 20)
 
 /* ---- responses ---- */
 
@@ -42,11 +42,43 @@ void reg_respond_with(reg_req *r, unsigned status, struct MHD_Response *resp)
 
 void reg_respond_json(reg_req *r, unsigned status, json_t *body, const char *content_type)
 {
-	char *s = json_dumps(body, JSON_COMPACT);
+	char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
 
+	/* A body that cannot be built is a bug, never a crash of the server. */
+	if (s == NULL) {
+		kiln_warn("registry: %s %s: no JSON body for a %u answer", r->method, r->name ? r->name : "", status);
+		status = 500;
+		s = kiln_xstrdup("{\"errors\":[{\"code\":\"UNKNOWN\",\"message\":\"internal error\",\"detail\":{}}]}");
+		content_type = NULL;
+	}
 	reg_respond(r, status, s, strlen(s), content_type ? content_type : JSON_TYPE);
 	free(s);
 	json_decref(body);
+}
+
+/* Replaces each byte that is not part of valid UTF-8 with '?': messages
+ * quote what the client sent (a method, a name unescaped from %ff), and
+ * jansson takes only UTF-8. */
+static void utf8_clean(char *s)
+{
+	unsigned char *p = (unsigned char *)s;
+
+	while (*p) {
+		unsigned char c = p[0];
+		size_t n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+		unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+		unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+		size_t i;
+
+		for (i = 1; i < n; i++)
+			if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xbf))
+				break;
+		if (n == 0 || i < n) {
+			*p++ = '?';
+			continue;
+		}
+		p += n;
+	}
 }
 
 void reg_error(reg_req *r, unsigned status, const char *code, const char *fmt, ...)
@@ -57,6 +89,7 @@ void reg_error(reg_req *r, unsigned status, const char *code, const char *fmt, .
 	va_start(ap, fmt);
 	kiln_buf_vaddf(&msg, fmt, ap);
 	va_end(ap);
+	utf8_clean(msg.buf);
 	reg_respond_json(r, status, json_pack("{s:[{s:s,s:s,s:{}}]}", "errors", "code", code, "message", msg.buf, "detail"),
 			 NULL);
 	kiln_debug("registry: %s %s -> %u %s: %s", r->method, r->name ? r->name : "", status, code, msg.buf);
@@ -76,275 +109,115 @@ void reg_header(reg_req *r, const char *name, const char *value)
 		MHD_add_response_header(r->resp, name, value);
 }
 
-const char *reg_query(reg_req *r, const char *key)
+/* ---- the libmicrohttpd side: one router call per callback ---- */
+
+static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
-	return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
-}
+	reg_req *r = cls;
 
-const char *reg_req_header(reg_req *r, const char *key)
-{
-	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
-}
-
-int reg_page_args(reg_req *r, long *n, const char **last)
-{
-	const char *s = reg_query(r, "n");
-	char *end;
-
-	*n = -1;
-	*last = reg_query(r, "last");
-	if (s) {
-		long v = strtol(s, &end, 10);
-		if (*s == '\0' || *end != '\0' || v < 0 || v > 100000) {
-			reg_error(r, 400, "PAGINATION_NUMBER_INVALID", "invalid number of results requested: '%s'", s);
-			return -1;
-		}
-		*n = v;
-	}
-	return 0;
-}
-
-/* ---- routing ---- */
-
-/* /v2/NAME/{manifests/REF, blobs/DIGEST, blobs/uploads/[UUID], tags/list, referrers/DIGEST}.
- * The name may itself contain slashes, so the shape is read from the right. */
-static void route(reg_req *r, const char *url)
-{
-	const char *p, *seg[3] = { NULL, NULL, NULL };
-	size_t len;
-	char *path;
-
-	if (strcmp(url, "/token") == 0) {
-		r->route = R_TOKEN;
-		return;
-	}
-	if (strncmp(url, "/v2", 3) != 0 || (url[3] != '\0' && url[3] != '/'))
-		return;
-	if (url[3] == '\0' || strcmp(url + 3, "/") == 0) {
-		r->route = R_BASE;
-		return;
-	}
-	if (strcmp(url, "/v2/_catalog") == 0) {
-		r->route = R_CATALOG;
-		return;
-	}
-	path = kiln_xstrdup(url + 4);
-	len = strlen(path);
-	/* Split off up to three trailing segments (a trailing slash is an empty one). */
-	for (int i = 0; i < 3; i++) {
-		char *slash = strrchr(path, '/');
-		if (slash == NULL)
-			break;
-		seg[i] = slash + 1;
-		*slash = '\0';
-	}
-	(void)len;
-	/* Reassemble: seg[0] is last, seg[1] second to last, seg[2] third. */
-	p = NULL;
-	if (seg[1] && strcmp(seg[1], "tags") == 0 && seg[0] && strcmp(seg[0], "list") == 0) {
-		r->route = R_TAGS;
-		p = seg[2];
-	} else if (seg[1] && strcmp(seg[1], "manifests") == 0) {
-		r->route = R_MANIFEST;
-		r->ref = kiln_xstrdup(seg[0]);
-		p = seg[2];
-	} else if (seg[1] && strcmp(seg[1], "referrers") == 0) {
-		r->route = R_REFERRERS;
-		r->ref = kiln_xstrdup(seg[0]);
-		p = seg[2];
-	} else if (seg[2] && strcmp(seg[2], "blobs") == 0 && seg[1] && strcmp(seg[1], "uploads") == 0) {
-		r->route = seg[0][0] ? R_UPLOAD : R_UPLOAD_START;
-		r->ref = seg[0][0] ? kiln_xstrdup(seg[0]) : NULL;
-	} else if (seg[1] && strcmp(seg[1], "blobs") == 0) {
-		r->route = strcmp(seg[0], "uploads") == 0 ? R_UPLOAD_START : R_BLOB;
-		r->ref = r->route == R_BLOB ? kiln_xstrdup(seg[0]) : NULL;
-		p = seg[2];
-	} else {
-		free(path);
-		return;
-	}
-	/* p is the last name segment split off too far: glue it back. */
-	if (p)
-		r->name = *path ? kiln_xasprintf("%s/%s", path, p) : kiln_xstrdup(p);
+	if (kind == MHD_HEADER_KIND)
+		reg_req_add_header(r, key, value);
 	else
-		r->name = kiln_xstrdup(path);
-	free(path);
+		reg_req_add_arg(r, key, value);
+	return MHD_YES;
 }
 
-static int method_is(reg_req *r, const char *m)
+static reg_conn *conn_of(struct MHD_Connection *conn)
 {
-	return strcmp(r->method, m) == 0;
+	const union MHD_ConnectionInfo *i = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return i ? i->socket_context : NULL;
 }
 
-static void begin(reg_req *r)
+static void client_address(struct MHD_Connection *conn, char *out, size_t len)
 {
-	int get = method_is(r, "GET") || method_is(r, "HEAD");
+	const union MHD_ConnectionInfo *i = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *sa = i ? i->client_addr : NULL;
 
-	if (r->route == R_NONE) {
-		reg_error(r, 404, "NOT_FOUND", "no such endpoint");
-		return;
-	}
-	if (r->name && !reg_name_valid(r->name)) {
-		reg_error(r, 400, "NAME_INVALID", "invalid repository name '%s'", r->name);
-		return;
-	}
-	if (reg_auth_request(r) < 0)
-		return;
-	switch (r->route) {
-	case R_TOKEN:
-		reg_token_handle(r);
-		return;
-	case R_BASE:
-		if (!get)
-			break;
-		reg_respond(r, 200, "{}", 2, JSON_TYPE);
-		return;
-	case R_CATALOG:
-		if (!get)
-			break;
-		reg_catalog_handle(r);
-		return;
-	case R_TAGS:
-		if (!get)
-			break;
-		reg_tags_handle(r);
-		return;
-	case R_REFERRERS:
-		if (!get)
-			break;
-		reg_referrers_handle(r);
-		return;
-	case R_BLOB:
-		if (!get && !method_is(r, "DELETE"))
-			break;
-		reg_blob_handle(r);
-		return;
-	case R_MANIFEST:
-		if (!get && !method_is(r, "PUT") && !method_is(r, "DELETE"))
-			break;
-		reg_manifest_begin(r);
-		return;
-	case R_UPLOAD_START:
-		if (!method_is(r, "POST"))
-			break;
-		reg_upload_begin(r);
-		return;
-	case R_UPLOAD:
-		if (!method_is(r, "GET") && !method_is(r, "PATCH") && !method_is(r, "PUT") && !method_is(r, "DELETE"))
-			break;
-		reg_upload_begin(r);
-		return;
-	default:
-		break;
-	}
-	reg_error(r, 405, "UNSUPPORTED", "method %s not allowed here", r->method);
+	out[0] = '\0';
+	if (sa && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)len);
+	else if (sa && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)len);
 }
 
-static void finish(reg_req *r)
+/* Over the headroom with no idle connection to close: come back later. */
+static enum MHD_Result refuse(reg_req *r, struct MHD_Connection *conn, unsigned retry)
 {
-	if (r->route == R_MANIFEST)
-		reg_manifest_finish(r);
-	else if (r->route == R_UPLOAD || r->route == R_UPLOAD_START)
-		reg_upload_finish(r);
-}
+	char s[16];
 
-static void sink(reg_req *r, const char *data, size_t len)
-{
-	kiln_error *err = NULL;
-
-	r->received += len;
-	switch (r->body) {
-	case BODY_MEM:
-		if (r->mem.len + len > r->mem_max) {
-			reg_error(r, 413, "SIZE_INVALID", "body larger than %llu bytes", (unsigned long long)r->mem_max);
-			return;
-		}
-		kiln_buf_add(&r->mem, data, len);
-		return;
-	case BODY_UPLOAD:
-		if (r->srv->cfg.blob_max && r->up->offset + len > r->srv->cfg.blob_max) {
-			reg_error(r, 413, "SIZE_INVALID", "blob larger than %llu bytes",
-				  (unsigned long long)r->srv->cfg.blob_max);
-			return;
-		}
-		if (reg_upload_write(r->up, data, len, &err) < 0)
-			reg_internal(r, err);
-		return;
-	case BODY_IGNORE:
-		return;
-	}
-}
-
-static int has_body(reg_req *r)
-{
-	const char *cl = reg_req_header(r, "Content-Length");
-
-	return (cl && strcmp(cl, "0") != 0) || reg_req_header(r, "Transfer-Encoding") != NULL;
+	r->begun = 1;
+	r->body_error = 1;
+	reg_error(r, 503, "UNAVAILABLE", "too many connections, retry later");
+	snprintf(s, sizeof(s), "%u", retry);
+	reg_header(r, "Retry-After", s);
+	reg_header(r, "Connection", "close");
+	return MHD_queue_response(conn, r->status, r->resp);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				  const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls)
 {
+	reg_server *s = cls;
 	reg_req *r = *con_cls;
+	size_t len = *upload_data_size;
+	enum reg_step step;
 
 	if (r == NULL) {
-		r = kiln_xcalloc(1, sizeof(*r));
-		r->srv = cls;
-		r->conn = conn;
-		r->method = method;
-		r->mem = (kiln_buf)KILN_BUF_INIT;
+		unsigned retry = reg_conn_headers(s->limits, conn_of(conn));
+		r = reg_req_new(s, method, url);
 		*con_cls = r;
-		route(r, url);
-		begin(r);
-		/* An answer before a body: sent now, and MHD drops the rest of the body
-		 * (and the connection); a bodiless request is answered in the last call
-		 * so the connection stays alive. */
-		if (r->resp && has_body(r)) {
-			r->body_error = 1;
-			return MHD_queue_response(conn, r->status, r->resp);
-		}
-		return MHD_YES;
-	}
-	if (*upload_data_size > 0) {
-		if (r->resp == NULL)
-			sink(r, upload_data, *upload_data_size);
-		else
-			r->discarded += *upload_data_size;
+		MHD_get_connection_values(conn, MHD_HEADER_KIND, collect, r);
+		MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect, r);
+		client_address(conn, r->client, sizeof(r->client));
+		if (retry)
+			return refuse(r, conn, retry);
+	} else if (len > 0) {
+		reg_conn_body(s->limits, conn_of(conn), len);
 		*upload_data_size = 0;
-		/* After an error (e.g. over a limit) the rest of the body is read and
-		 * dropped so the client gets the answer, but only so much of it. */
-		if (r->discarded > DISCARD_MAX)
-			return MHD_NO;
-		return MHD_YES;
+	} else if (!r->body_error) {
+		reg_conn_busy(s->limits, conn_of(conn));
 	}
-	if (r->body_error)
-		return MHD_YES;
-	if (r->resp == NULL)
-		finish(r);
-	if (r->resp == NULL)
-		reg_error(r, 500, "UNKNOWN", "no response");
-	return MHD_queue_response(conn, r->status, r->resp);
+	step = reg_router_call(r, upload_data, len);
+	if (step == REG_STEP_ABORT)
+		return MHD_NO;
+	if (step == REG_STEP_RESPOND)
+		return MHD_queue_response(conn, r->status, r->resp);
+	return MHD_YES;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-	reg_req *r = *con_cls;
 	reg_server *s = cls;
 
-	if (r == NULL)
-		return;
-	if (r->up)
-		reg_upload_release(&s->uploads, r->up);
-	if (r->stream_slot)
-		reg_streams_release(&s->streams);
-	if (r->resp)
-		MHD_destroy_response(r->resp);
-	kiln_buf_free(&r->mem);
-	free(r->scopes);
-	free(r->name);
-	free(r->ref);
-	free(r);
+	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		reg_conn_done(s->limits, conn_of(conn));
+	reg_req_free(*con_cls);
 	*con_cls = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	reg_server *s = cls;
+
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *i = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		*socket_context = i ? reg_conn_open(s->limits, i->connect_fd) : NULL;
+	} else {
+		reg_conn_closed(s->limits, *socket_context);
+		*socket_context = NULL;
+	}
+}
+
+/* Called once the request line is in: the header deadline of a reused
+ * connection starts here. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	reg_server *s = cls;
+
+	reg_conn_request_line(s->limits, conn_of(conn));
+	return NULL;
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -382,16 +255,30 @@ static int listen_socket(const struct sockaddr_storage *ss, const struct reg_con
 	return fd;
 }
 
-reg_server *reg_server_start(const struct reg_config *c, kiln_error **err)
+static int parse_addr(const struct reg_config *c, struct sockaddr_storage *ss, kiln_error **err)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (strchr(c->host, ':')) {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons(c->port);
+		if (inet_pton(AF_INET6, c->host, &a->sin6_addr) == 1)
+			return 0;
+	} else {
+		struct sockaddr_in *a = (struct sockaddr_in *)ss;
+		a->sin_family = AF_INET;
+		a->sin_port = htons(c->port);
+		if (inet_pton(AF_INET, c->host, &a->sin_addr) == 1)
+			return 0;
+	}
+	return kiln_err(err, KILN_E_USAGE, "listen address '%s' is not an IP address", c->host);
+}
+
+reg_server *reg_server_open(const struct reg_config *c, kiln_error **err)
 {
 	reg_server *s = kiln_xcalloc(1, sizeof(*s));
-	struct sockaddr_storage ss;
-	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
 	char *dbpath = NULL;
-	const union MHD_DaemonInfo *info;
-	int lfd;
 
-	memset(&ss, 0, sizeof(ss));
 	s->cfg = *c;
 	s->cfg.host = kiln_xstrdup(c->host);
 	s->cfg.data_dir = kiln_xstrdup(c->data_dir);
@@ -399,20 +286,7 @@ reg_server *reg_server_start(const struct reg_config *c, kiln_error **err)
 	s->cfg.service = kiln_xstrdup(c->service ? c->service : "kiln");
 	/* The server's copy owns no S3 strings: the store copies what it needs. */
 	s->cfg.s3_endpoint = s->cfg.s3_region = s->cfg.s3_bucket = s->cfg.s3_access_key = s->cfg.s3_secret_key = NULL;
-	if (strchr(c->host, ':')) {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-		a->sin6_family = AF_INET6;
-		a->sin6_port = htons(c->port);
-		if (inet_pton(AF_INET6, c->host, &a->sin6_addr) != 1)
-			goto badaddr;
-		flags |= MHD_USE_IPv6;
-	} else {
-		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-		a->sin_family = AF_INET;
-		a->sin_port = htons(c->port);
-		if (inet_pton(AF_INET, c->host, &a->sin_addr) != 1)
-			goto badaddr;
-	}
+	s->limits = reg_limits_new(c);
 	if (reg_store_open(&s->store, c, err) < 0)
 		goto fail;
 	reg_uploads_init(&s->uploads, &s->store);
@@ -424,17 +298,50 @@ reg_server *reg_server_start(const struct reg_config *c, kiln_error **err)
 	s->db = reg_db_open(dbpath, err);
 	if (s->db == NULL)
 		goto fail;
+	free(dbpath);
+	return s;
+fail:
+	free(dbpath);
+	reg_server_stop(s);
+	return NULL;
+}
+
+reg_server *reg_server_start(const struct reg_config *c, kiln_error **err)
+{
+	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
+	const union MHD_DaemonInfo *info;
+	struct sockaddr_storage ss;
+	uint64_t nofile;
+	reg_server *s;
+	int lfd;
+
+	if (parse_addr(c, &ss, err) < 0)
+		return NULL;
+	if (ss.ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
 	if (c->threads > 0)
 		flags = (flags & ~(unsigned)(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL)) | MHD_USE_EPOLL;
+	/* Each connection is a descriptor (plus a few for the store and db): the
+	 * soft limit, often 1024, would otherwise cap connection_limit. */
+	nofile = reg_limits_raise_nofile((uint64_t)c->connection_limit + 64);
+	if (nofile < (uint64_t)c->connection_limit + 64)
+		kiln_warn("registry: RLIMIT_NOFILE is %llu: fewer than connection_limit (%u) connections will fit",
+			  (unsigned long long)nofile, c->connection_limit);
+	s = reg_server_open(c, err);
+	if (s == NULL)
+		return NULL;
+	if (reg_limits_start(s->limits, err) < 0)
+		goto fail;
 	lfd = listen_socket(&ss, c, err);
 	if (lfd < 0)
 		goto fail;
 	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 				  MHD_OPTION_THREAD_POOL_SIZE, c->threads > 0 ? c->threads : 0u, MHD_OPTION_LISTEN_SOCKET, lfd,
-				  MHD_OPTION_CONNECTION_LIMIT, c->connection_limit, MHD_OPTION_CONNECTION_TIMEOUT,
-				  c->timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE,
-				  1024, MHD_OPTION_END);
+				  MHD_OPTION_CONNECTION_LIMIT, c->connection_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+				  c->per_ip_connection_limit, MHD_OPTION_CONNECTION_TIMEOUT, c->timeout_s,
+				  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+				  MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+				  (size_t)(128 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, MHD_OPTION_END);
 	if (s->mhd == NULL) {
 		close(lfd);
 		kiln_err(err, KILN_E_IO, "cannot start the HTTP server on %s:%u", c->host, c->port);
@@ -442,12 +349,8 @@ reg_server *reg_server_start(const struct reg_config *c, kiln_error **err)
 	}
 	info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = info ? info->port : c->port;
-	free(dbpath);
 	return s;
-badaddr:
-	kiln_err(err, KILN_E_USAGE, "listen address '%s' is not an IP address", c->host);
 fail:
-	free(dbpath);
 	reg_server_stop(s);
 	return NULL;
 }
@@ -461,8 +364,18 @@ void reg_server_stop(reg_server *s)
 {
 	if (s == NULL)
 		return;
-	if (s->mhd)
+	if (s->mhd) {
+		struct reg_limits_stats st;
 		MHD_stop_daemon(s->mhd);
+		reg_limits_stats(s->limits, &st);
+		kiln_debug("registry: %llu connections; closed: %llu header timeout, %llu slow body, %llu idle, %llu "
+			   "for headroom; %llu refused 503; longest headers %lld ms, longest keep-alive gap %lld ms",
+			   (unsigned long long)st.accepted, (unsigned long long)st.closed_header,
+			   (unsigned long long)st.closed_body_rate, (unsigned long long)st.closed_idle,
+			   (unsigned long long)st.closed_headroom, (unsigned long long)st.refused_503,
+			   (long long)st.header_max_ms, (long long)st.keepalive_gap_max_ms);
+	}
+	reg_limits_free(s->limits);
 	reg_db_close(s->db);
 	if (s->uploads.st) {
 		reg_uploads_destroy(&s->uploads);

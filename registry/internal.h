@@ -148,7 +148,8 @@ void reg_streams_destroy(reg_streams *s);
 int reg_streams_acquire(reg_streams *s, unsigned wait_s);
 void reg_streams_release(reg_streams *s);
 
-/* ---- the server and requests (http.c) ---- */
+/* ---- the server and requests (http.c, router.c) ---- */
+struct reg_limits;
 struct reg_server {
 	reg_streams streams;
 	struct reg_config cfg;
@@ -158,7 +159,12 @@ struct reg_server {
 	reg_uploads uploads;
 	uint16_t port;
 	unsigned char auth_key[32];
+	struct reg_limits *limits;   /* connection tracking and the auth limiter (server_limits.c) */
 };
+
+/* The server without a listening socket (store, db, uploads, auth key): what
+ * reg_server_start() runs the daemon on, and what the fuzzer routes into. */
+reg_server *reg_server_open(const struct reg_config *c, kiln_error **err);
 
 enum reg_route {
 	R_NONE, R_BASE, R_CATALOG, R_TAGS, R_MANIFEST, R_BLOB, R_UPLOAD_START, R_UPLOAD, R_REFERRERS, R_TOKEN,
@@ -166,10 +172,17 @@ enum reg_route {
 
 enum reg_body { BODY_IGNORE, BODY_MEM, BODY_UPLOAD };
 
+struct reg_kvs {
+	struct reg_kv { const char *key, *value; } *kv;  /* borrowed strings, valid for the request */
+	size_t n, cap;
+};
+
 typedef struct reg_req {
 	struct reg_server *srv;
-	struct MHD_Connection *conn;
-	const char *method;
+	const char *method, *url;  /* borrowed; the URL is the unescaped path */
+	struct reg_kvs headers, args;
+	char client[64];           /* the client's address ("" unknown), for the auth limiter */
+	int begun;
 	enum reg_route route;
 	char *name, *ref;
 	/* body sink */
@@ -189,6 +202,21 @@ typedef struct reg_req {
 	struct MHD_Response *resp;
 	unsigned status;
 } reg_req;
+
+/* The router (router.c).  A request is made with its method and URL, given
+ * its headers and query arguments, then called: once with no data when the
+ * headers are in, once per piece of body, and once with no data at the end.
+ * REG_STEP_RESPOND: send r->resp with r->status now (before the body, the
+ * rest of it is dropped); REG_STEP_ABORT: close the connection. */
+enum reg_step { REG_STEP_CONTINUE, REG_STEP_RESPOND, REG_STEP_ABORT };
+reg_req *reg_req_new(reg_server *s, const char *method, const char *url);
+void reg_req_add_header(reg_req *r, const char *key, const char *value);
+void reg_req_add_arg(reg_req *r, const char *key, const char *value);
+enum reg_step reg_router_call(reg_req *r, const char *data, size_t len);
+/* Ends the request: releases its upload session, stream slot and response. */
+void reg_req_free(reg_req *r);
+/* Base64 (no line breaks) to a NUL-terminated string; NULL when s is not base64. */
+char *reg_b64_decode(const char *s);
 
 /* Error codes of the distribution spec. */
 void reg_error(reg_req *r, unsigned status, const char *code, const char *fmt, ...) KILN_PRINTF(4, 5);

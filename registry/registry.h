@@ -20,8 +20,17 @@ struct reg_config {
 	char *data_dir;             /* blobs/, uploads/, meta.db */
 	uint64_t manifest_max;      /* bytes; larger manifests get 413 */
 	uint64_t blob_max;          /* bytes per blob upload; 0 = no limit */
-	unsigned connection_limit;  /* concurrent connections */
-	unsigned timeout_s;         /* idle connection timeout (slow clients) */
+	unsigned connection_limit;  /* concurrent connections (the library refuses more at accept) */
+	unsigned connection_headroom; /* over limit - headroom: close the oldest idle connection, else 503 */
+	unsigned per_ip_connection_limit; /* per client address (more are closed at accept); 0 = none */
+	unsigned timeout_s;         /* no progress either way this long: closed (libmicrohttpd's timeout) */
+	unsigned header_timeout_s;  /* a request's headers must be in within this (0 = no limit) */
+	uint64_t body_min_rate;     /* bytes/s a body must average over each window (0 = no check) */
+	unsigned body_rate_window_s;
+	unsigned idle_timeout_s;    /* keep-alive connections idle this long are closed (0 = no limit) */
+	unsigned auth_fail_burst;   /* failed authentications per address / token name before 429 */
+	unsigned auth_fail_refill_s; /* then one more try per this many seconds */
+	unsigned auth_fail_slots;   /* the limiter's fixed table size (entries) */
 	uint64_t sndbuf;            /* socket send buffer per connection; 0 = kernel's autotuning */
 	unsigned threads;           /* 0: a thread per connection; N: N event-loop threads */
 	unsigned blob_streams;      /* large blob GETs sent at once, the rest queue in order; 0 = no limit */

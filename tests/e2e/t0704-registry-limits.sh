@@ -7,7 +7,7 @@
 
 trap 'reg_stop; rm -rf "$T_TMP"' EXIT
 cd "$T_TMP"
-echo '{"timeout_s": 1, "connection_limit": 4, "blob_max": "1M", "manifest_max": "64K"}' >limits.json
+echo '{"timeout_s": 1, "connection_limit": 4, "connection_headroom": 0, "blob_max": "1M", "manifest_max": "64K"}' >limits.json
 reg_start "$T_TMP/data" --config limits.json || { not_ok "kiln serve starts"; exit 1; }
 
 # A slow client (headers never finished) is dropped after the idle timeout.
