@@ -8,10 +8,12 @@
 # and pull times: each server's CPU time (user + sys, from /proc) per push and
 # per pull, and skopeo's own time copying the image between two local OCI
 # layouts (no registry at all).  Prints a markdown block for
-# bench/RESULTS.md.  Usage: bench/registry.sh [RUNS]
+# bench/RESULTS.md.  Usage: bench/registry.sh [RUNS], or bench/registry.sh attack
+# (below: real clients pulling while one address holds thousands of slow connections)
 # (env: CONNS, DURATION, KILN_CONFIG = a kiln serve config file for A/B runs)
 set -euo pipefail
 RUNS=${1:-5}
+[ "$RUNS" = attack ] && RUNS=0
 CONNS=${CONNS:-256}
 DURATION=${DURATION:-10s}
 KILN=${KILN:-$PWD/bin/kiln}
@@ -47,6 +49,87 @@ EOC
 	PIDS+=($!); ADDR=127.0.0.1:$port; wait_http "$ADDR"
 }
 stop_last() { local p=${PIDS[-1]}; kill "$p"; wait "$p" 2>/dev/null || true; unset 'PIDS[-1]'; }
+
+# -- attack: real clients pulling while one address holds slow connections --------
+# bench/registry.sh attack: for each server, CONNS (256) wrk connections GET a
+# BLOB_SIZE blob for DURATION with no attack, then again while tests/holdconns.py
+# holds ATTACK (3000) half-sent requests from 127.0.0.2 (each trickles a header
+# line every 5 s; every one the server closes is reopened, up to 1000/s).  Also a
+# fresh client's GET /v2/ during the attack, the server's threads and RSS, and for
+# kiln the limits' own figures (the info line at stop).
+attack_one() { # NAME START_FN -> $W/NAME.{base,att}.wrk, NAME.hold, NAME.fresh, NAME.proc
+	local name=$1 start=$2 loc pid hp
+	rm -rf "$W/data-$name"
+	"$start" "$W/data-$name"
+	pid=${PIDS[-1]}
+	head -c "$BLOB_SIZE" /dev/urandom >blob
+	BLOB=sha256:$(sha256sum blob | cut -d' ' -f1)
+	loc=$(curl -s -X POST -D - -o /dev/null "http://$ADDR/v2/bench/blob/blobs/uploads/" | tr -d '\r' | awk 'tolower($1)=="location:" {print $2}')
+	case $loc in http*) ;; *) loc="http://$ADDR$loc" ;; esac
+	case $loc in *\?*) loc="$loc&digest=$BLOB" ;; *) loc="$loc?digest=$BLOB" ;; esac
+	curl -sf -X PUT --data-binary @blob -H 'Content-Type: application/octet-stream' "$loc" >/dev/null
+	curl -sf -o /dev/null "http://$ADDR/v2/bench/blob/blobs/$BLOB"
+	wrk -t2 -c"$CONNS" -d"$DURATION" --timeout 30s --latency "http://$ADDR/v2/bench/blob/blobs/$BLOB" >"$W/$name.base.wrk"
+	python3 "$HOLDCONNS" --dst "$ADDR" --src 127.0.0.2 --count "$ATTACK" --mode half --trickle 5 --reopen \
+		--rate 1000 --duration $(( ${DURATION%s} + 10 )) >"$W/$name.hold" &
+	hp=$!
+	sleep 5
+	curl -s -o /dev/null -w '%{http_code} %{time_total}\n' --max-time 10 "http://$ADDR/v2/" >"$W/$name.fresh"
+	echo "$(ls "/proc/$pid/task" | wc -l) $(awk '/VmRSS/ {print $2}' "/proc/$pid/status")" >"$W/$name.proc"
+	wrk -t2 -c"$CONNS" -d"$DURATION" --timeout 30s --latency "http://$ADDR/v2/bench/blob/blobs/$BLOB" >"$W/$name.att.wrk"
+	wait "$hp"
+	stop_last
+}
+
+ms() { # wrk latency ("12.3ms", "1.2s", "800us") -> milliseconds
+	awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.1f", n }'
+}
+
+attack() {
+	local name
+	# 3,000 held connections plus the real clients need more descriptors than
+	# the usual soft limit of 1024, in this shell (wrk, holdconns) and the servers.
+	ulimit -n "$(( ATTACK + CONNS + 1024 ))"
+	for name in kiln distribution; do attack_one "$name" "start_$name"; done
+	echo "## registry under attack (\`bench/registry.sh attack\`)"
+	echo
+	echo "\`bench/registry.sh attack\` (CONNS=$CONNS DURATION=$DURATION BLOB_SIZE=$BLOB_SIZE ATTACK=$ATTACK) on $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M') UTC;"
+	echo "load average at the end: $(cut -d" " -f1-3 /proc/loadavg); docker-registry $(dpkg-query -W -f '${Version}' docker-registry); kiln serve with its default config."
+	echo
+	echo "| | kiln serve | docker-registry 2.8 |"
+	echo "| --- | --- | --- |"
+	read -r kr k50 k99 ke <<<"$(wrkfig "$W/kiln.base.wrk")"
+	read -r dr d50 d99 de <<<"$(wrkfig "$W/distribution.base.wrk")"
+	echo "| no attack: blob GET req/s | $kr | $dr |"
+	echo "| ... p50 / p99 | $k50 / $k99 | $d50 / $d99 |"
+	echo "| ... errors (socket + non-2xx) | $ke | $de |"
+	local kb99=$k99 db99=$d99
+	read -r kr k50 k99 ke <<<"$(wrkfig "$W/kiln.att.wrk")"
+	read -r dr d50 d99 de <<<"$(wrkfig "$W/distribution.att.wrk")"
+	echo "| $ATTACK slow connections from 127.0.0.2: blob GET req/s | $kr | $dr |"
+	echo "| ... p50 / p99 | $k50 / $k99 | $d50 / $d99 |"
+	echo "| ... errors (socket + non-2xx) | $ke | $de |"
+	printf '| ... p99 under attack / without | %.2f | %.2f |\n' \
+		"$(echo "$(ms "$k99") / $(ms "$kb99")" | bc -l)" "$(echo "$(ms "$d99") / $(ms "$db99")" | bc -l)"
+	echo "| fresh GET /v2/ during the attack (status, s) | $(cat "$W/kiln.fresh") | $(cat "$W/distribution.fresh") |"
+	echo "| server threads, RSS (KiB) during the attack | $(cat "$W/kiln.proc") | $(cat "$W/distribution.proc") |"
+	for name in kiln distribution; do
+		jq -r '"\(.opened) connected, \(.refused) closed at accept, \(.closed) closed later, \(.open_at_end) held at the end"' "$W/$name.hold" >"$W/$name.holds"
+	done
+	echo "| attacker (over the whole run) | $(cat "$W/kiln.holds") | $(cat "$W/distribution.holds") |"
+	echo
+	echo "kiln's own account (info line at stop):"
+	echo; echo '```'; grep 'registry: .* connections; closed' "$W/data-kiln.log" | sed "s/^kiln: info: //"; echo '```'
+}
+
+if [ "${1:-}" = attack ]; then
+	BLOB_SIZE=${BLOB_SIZE:-1000000}
+	ATTACK=${ATTACK:-3000}
+	HOLDCONNS=$(dirname "$KILN")/../tests/holdconns.py
+	export KILN_LOG=${KILN_LOG:-info}
+	attack
+	exit 0
+fi
 
 # -- the image: 5 layers of ~20 MB incompressible data, built once ------------------
 umoci init --layout img >/dev/null

@@ -368,7 +368,7 @@ void reg_server_stop(reg_server *s)
 		struct reg_limits_stats st;
 		MHD_stop_daemon(s->mhd);
 		reg_limits_stats(s->limits, &st);
-		kiln_debug("registry: %llu connections; closed: %llu header timeout, %llu slow body, %llu idle, %llu "
+		kiln_info("registry: %llu connections; closed: %llu header timeout, %llu slow body, %llu idle, %llu "
 			   "for headroom; %llu refused 503; longest headers %lld ms, longest keep-alive gap %lld ms",
 			   (unsigned long long)st.accepted, (unsigned long long)st.closed_header,
 			   (unsigned long long)st.closed_body_rate, (unsigned long long)st.closed_idle,
