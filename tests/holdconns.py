@@ -5,12 +5,14 @@ server did with them as one JSON line.
 
   holdconns.py --dst 127.0.0.1:PORT [--src 127.0.0.2] [--count N]
                [--mode half|silent|idle|body] [--duration S] [--trickle S]
-               [--reopen] [--rate N] [--path P] [--header 'K: V' ...]
+               [--reopen] [--rate N] [--path P] [--method M] [--length N]
+               [--header 'K: V' ...]
 
 Modes: half — half a request header, then one more header line every
 --trickle seconds (slowloris); silent — connect and send nothing; idle — one
 complete GET /v2/, read the answer, then keep the connection idle; body — a
-PATCH with a large Content-Length whose body arrives a byte per --trickle s.
+PATCH (--method) of --path with a large Content-Length (--length) whose body
+arrives a byte per --trickle s.
 --reopen keeps COUNT connections open by replacing each one the server
 closes (an attack); without it each is opened once (a test).  Only loopback
 addresses are accepted; everything stops after --duration seconds.
@@ -18,7 +20,7 @@ addresses are accepted; everything stops after --duration seconds.
 The report: opened, refused (closed by the server within 0.5 s of the connect
 with no answer), closed (closed later), open_at_end, statuses (HTTP status
 lines received, counted), close_after_s (min / median / max seconds from
-connect to the server's close).
+connect to the server's close), open_at_checkpoint (with --checkpoint).
 """
 import argparse
 import errno
@@ -50,8 +52,11 @@ def main():
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--trickle", type=float, default=5.0)
     ap.add_argument("--reopen", action="store_true")
+    ap.add_argument("--checkpoint", type=float, default=0, help="also report how many are open this many s in")
     ap.add_argument("--rate", type=int, default=1000, help="new connections per second at most")
-    ap.add_argument("--path", default="/v2/hold/blobs/uploads/x", help="the PATCH target of --mode body")
+    ap.add_argument("--path", default="/v2/hold/blobs/uploads/x", help="the target of --mode body")
+    ap.add_argument("--method", default="PATCH", help="the method of --mode body")
+    ap.add_argument("--length", type=int, default=100000000, help="the Content-Length of --mode body")
     ap.add_argument("--header", action="append", default=[], help="an extra request header (idle, body)")
     a = ap.parse_args()
     host, port = a.dst.rsplit(":", 1)
@@ -79,8 +84,8 @@ def main():
         "half": f"GET /v2/ HTTP/1.1\r\nHost: {hostname}\r\n".encode(),
         "silent": b"",
         "idle": f"GET /v2/ HTTP/1.1\r\nHost: {hostname}\r\n{extra}\r\n".encode(),
-        "body": (f"PATCH {a.path} HTTP/1.1\r\nHost: {hostname}\r\n{extra}"
-                 "Content-Type: application/octet-stream\r\nContent-Length: 100000000\r\n\r\n").encode(),
+        "body": (f"{a.method} {a.path} HTTP/1.1\r\nHost: {hostname}\r\n{extra}"
+                 f"Content-Type: application/octet-stream\r\nContent-Length: {a.length}\r\n\r\n").encode(),
     }[a.mode]
 
     def open_one(t):
@@ -125,10 +130,13 @@ def main():
 
     budget = 0.0
     last = start
+    open_at_checkpoint = None
     while True:
         t = time.monotonic()
         if t >= end:
             break
+        if a.checkpoint and open_at_checkpoint is None and t - start >= a.checkpoint:
+            open_at_checkpoint = sum(1 for c in conns.values() if c.connected)
         budget = min(budget + (t - last) * a.rate, float(a.rate))
         last = t
         want = a.count - len(conns) if a.reopen else a.count - opened_total
@@ -180,7 +188,7 @@ def main():
         drop(c, time.monotonic(), False)
     close_after.sort()
     med = close_after[len(close_after) // 2] if close_after else None
-    out = dict(stats, open_at_end=open_at_end, statuses=statuses,
+    out = dict(stats, open_at_end=open_at_end, open_at_checkpoint=open_at_checkpoint, statuses=statuses,
                close_after_s=[round(close_after[0], 2) if close_after else None,
                               round(med, 2) if med is not None else None,
                               round(close_after[-1], 2) if close_after else None])

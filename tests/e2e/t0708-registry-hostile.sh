@@ -30,25 +30,25 @@ in_range() {
 jqr() { jq -r "$1" "$2"; }
 
 # -- slowloris from 127.0.0.2: 200 connections each trickling a header line ----
-$HOLD --dst "$REG" --src 127.0.0.2 --count 200 --mode half --trickle 0.5 --duration 4.5 >slow.json &
+$HOLD --dst "$REG" --src 127.0.0.2 --count 200 --mode half --trickle 0.5 --checkpoint 1.2 --duration 5 >slow.json &
 HPID=$!
 sleep 1.5
 t=$(curl -s -o /dev/null -w '%{http_code} %{time_total}' --max-time 5 -H "$AUTH" "$U/v2/")
 expect_eq "a fresh client is answered during the flood" "${t% *}" 200
-in_range "... at once (s)" "${t#* }" 0 0.5
+in_range "... at once (s)" "${t#* }" 0 1
 wait "$HPID"
-in_range "per-address limit: the excess is closed at accept" "$(jqr .refused slow.json)" 175 180
-in_range "... 20 held, then closed by the header deadline" "$(jqr .closed slow.json)" 20 25
-in_range "... 2 s after the connect though they trickle (max, s)" "$(jqr '.close_after_s[2]' slow.json)" 1.9 3.5
+expect_eq "per-address limit: 20 of the 200 held, the rest closed at accept" "$(jqr .open_at_checkpoint slow.json)" 20
+expect_eq "... the 20 closed by the header deadline though they trickle" "$(jqr '.refused + .closed' slow.json)" 200
+in_range "... 2 s after the connect (the last, s)" "$(jqr '.close_after_s[2]' slow.json)" 1.9 4.5
 
 # -- silent connections and idle keep-alive -------------------------------------
 $HOLD --dst "$REG" --src 127.0.0.3 --count 5 --mode silent --duration 4 >silent.json &
 HPID=$!
 $HOLD --dst "$REG" --src 127.0.0.4 --count 5 --mode idle --header "$AUTH" --duration 4 >idle.json
 wait "$HPID"
-in_range "a connection that sends nothing is closed by the header deadline (s)" "$(jqr '.close_after_s[1]' silent.json)" 1.9 3.5
+in_range "a connection that sends nothing is closed by the header deadline (s)" "$(jqr '.close_after_s[1]' silent.json)" 1.9 4
 expect_eq "idle keep-alive: each got its answer" "$(jqr '.statuses["200"]' idle.json)" 5
-in_range "... then was closed after idle_timeout_s (s)" "$(jqr '.close_after_s[1]' idle.json)" 1.9 3.5
+in_range "... then was closed after idle_timeout_s (s)" "$(jqr '.close_after_s[1]' idle.json)" 1.9 4
 
 # -- a body that trickles is closed after a window below body_min_rate ----------
 req POST /v2/slow/blobs/uploads/ -H "$AUTH"
@@ -82,7 +82,7 @@ r=$(guess 127.0.0.12 ci kiln_wrong8)
 in_range "... with Retry-After (s)" "${r#* }" 1 60
 t=$(curl -s -o /dev/null -w '%{http_code} %{time_total}' --max-time 5 --interface 127.0.0.13 -u "ci:$ADMIN" "$U/v2/")
 expect_eq "the correct token from another address works, same user name" "${t% *}" 200
-in_range "... at once (s)" "${t#* }" 0 0.5
+in_range "... at once (s)" "${t#* }" 0 1
 expect_eq "... and as Bearer" "$(curl -s -o /dev/null -w '%{http_code}' --interface 127.0.0.13 -H "$AUTH" "$U/v2/")" 200
 expect_eq "the guessing address is refused even with the right token" "$(guess 127.0.0.12 ci "$ADMIN" | cut -d' ' -f1)" 429
 # The name "ci" is out of tries: an address that fails once on it is held back at its next try.
@@ -94,3 +94,22 @@ expect_eq "... another name from it is still checked" "$(guess 127.0.0.14 other 
 req GET /v2/ -H "$AUTH"
 expect_code "the server answers after all of it" 200
 kill -0 "$REG_PID" && ok "server process alive" || not_ok "server process alive"
+reg_stop
+
+# -- over the headroom with every connection busy: 503 + Retry-After ------------
+# 8 connections, headroom 2: six manifest bodies in progress (no rate check)
+# leave no idle connection to close, so the 7th is told to come back.
+echo '{"connection_limit": 8, "connection_headroom": 2, "body_min_rate": 0, "per_ip_connection_limit": 0}' >busy.json
+reg_start "$T_TMP/busy" --config busy.json || { not_ok "kiln serve starts (busy)"; exit 1; }
+$HOLD --dst "$REG" --src 127.0.0.20 --count 6 --mode body --method PUT --path /v2/hold/manifests/t --length 100000 \
+	--trickle 0.2 --duration 6 >busy.json.out &
+HPID=$!
+# (until the six are in: python may start slowly on a loaded machine)
+for _ in $(seq 1 40); do sleep 0.1; req GET /v2/; [ "$CODE" = 503 ] && break; done
+expect_code "over the headroom, all busy: 503" 503
+expect_eq "... with Retry-After" "$(hdr Retry-After)" 1
+expect_eq "... and the connection closed" "$(hdr Connection)" close
+wait "$HPID"
+expect_eq "the busy connections were left alone" "$(jq -r .closed busy.json.out)" 0
+req GET /v2/
+expect_code "served again once they are gone" 200
