@@ -58,8 +58,8 @@ int cli_fail(kiln_error *err)
 	int code = err && err->kind == KILN_E_USAGE ? KILN_EXIT_USAGE : KILN_EXIT_FAIL;
 	const char *msg = kiln_error_message(err);
 
-	/* One line: a multi-line cause (e.g. a guest's output) is cut at the first newline
-	 * only if it would otherwise scroll the message itself away. */
+	/* The chain as one "outer: inner: cause" line (a cause that holds
+	 * newlines, such as a guest's output, is printed as it is). */
 	fprintf(stderr, "kiln: %s\n", msg);
 	kiln_error_free(err);
 	return code;

@@ -41,8 +41,10 @@ struct reg_config {
 	char *realm;                /* token endpoint URL for the challenge; NULL = derived */
 	char *service;              /* the "service" of the Bearer challenge */
 	int64_t token_ttl_s;        /* lifetime of tokens issued by the token endpoint */
-	/* S3 object storage for blobs (s3_endpoint NULL: the local filesystem);
-	 * uploads still stage under data_dir, metadata stays in data_dir/meta.db. */
+	/* S3 object storage (s3_endpoint NULL: the local filesystem): blobs and
+	 * the metadata too (links, manifests, tags, history: meta_s3.c; tokens and
+	 * the token key: auth_s3.c), so replicas share one bucket; uploads still
+	 * stage under data_dir. */
 	char *s3_endpoint, *s3_region, *s3_bucket, *s3_access_key, *s3_secret_key;
 };
 

@@ -14,9 +14,12 @@
 #include "kiln.h"
 
 /* ---------------------------------------------------------------------------
- * Guest kernel.  A kernel directory holds `release` (e.g. 6.1.0-57-cloud-amd64)
- * and `root/` = the unpacked Debian package with boot/vmlinuz-R, the ELF
- * boot/vmlinux-R extracted from it, and lib/modules/R (with modules.dep).
+ * Guest kernel.  A kernel directory holds `release` and `root/`: by default
+ * the minimal kernel vm/build-kernel.sh builds from Debian's linux-source
+ * (release 6.1.N-kiln-HASH; boot/vmlinux-R, the ELF QEMU enters, boot/vmlinuz-R,
+ * and lib/modules/R with an empty modules.dep: everything is built in); with
+ * KILN_GUEST_KERNEL=cloud, Debian's cloud kernel package unpacked (e.g.
+ * 6.1.0-57-cloud-amd64, its modules, and the vmlinux extracted from vmlinuz).
  * ------------------------------------------------------------------------- */
 struct vm_kernel {
 	char *dir;      /* the kernel directory */
