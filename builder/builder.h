@@ -347,6 +347,7 @@ struct build_run_request {
 	const char *scratch;              /* a private temp directory */
 	bool network;                     /* RUN --network=default (not none) */
 	bool stage_network;               /* some RUN of the stage still to run wants the network */
+	bool stage_secrets;               /* ... or mounts a secret or an ssh agent */
 	const struct build_run_mount *mounts;
 	size_t n_mounts;
 	char *const *step_env;            /* "K=V" for the command only, overriding env: secret

@@ -583,7 +583,7 @@ static int warm(const struct build_vm_opts *vo, const struct build_run_request *
 
 	for (size_t i = 0; i < n_base; i++)
 		kiln_strv_push(&base, req->layers[i].digest);
-	rc = build_warm_start(req->store, vo, req->scratch, base.v, n_base, &s->warm, err);
+	rc = build_warm_start(req->store, vo, req->scratch, base.v, n_base, req->stage_secrets, &s->warm, err);
 	kiln_strv_free(&base);
 	if (rc < 0)
 		goto out;

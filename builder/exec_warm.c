@@ -435,7 +435,7 @@ out:
 }
 
 int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char *scratch, char *const *base,
-		     size_t n_base, struct build_warm_vm **out, kiln_error **err)
+		     size_t n_base, bool no_save, struct build_warm_vm **out, kiln_error **err)
 {
 	char key[KILN_DIGEST_MAX];
 	char *dir = kiln_xasprintf("%s/builder-vm", build_store_home(s)), *snap = NULL, *ok = NULL;
@@ -501,8 +501,10 @@ int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char 
 			free(mem);
 			free(state);
 		} else if (access(seen, F_OK) == 0) {
-			/* second time this base: this VM saves it once it is uploaded */
-			w->save_dir = kiln_xstrdup(bdir);
+			/* second time this base: this VM saves it once it is uploaded
+			 * (not one that will hold secrets: a later stage then does) */
+			if (!no_save)
+				w->save_dir = kiln_xstrdup(bdir);
 		} else {
 			kiln_error *e = NULL;
 			if (kiln_write_atomic(seen, "1\n", 2, 0600, &e) < 0)

@@ -102,8 +102,10 @@ void build_stage_end(struct run *r, struct stage_state *ss);
  * when a snapshot with them uploaded exists, the VM is restored from it and
  * build_warm_has_base() says so: they are then in place as l0, l1, ... */
 struct build_warm_vm;
+/* no_save: the stage will hold secrets, so this VM is not the one that saves
+ * the base's snapshot (its RAM is then never mapped to a file). */
 int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char *scratch, char *const *base,
-		     size_t n_base, struct build_warm_vm **out, kiln_error **err);
+		     size_t n_base, bool no_save, struct build_warm_vm **out, kiln_error **err);
 guest_conn *build_warm_conn(struct build_warm_vm *w);
 /* The VM has held a secret or an agent socket: build_warm_save_base refuses. */
 void build_warm_taint(struct build_warm_vm *w);

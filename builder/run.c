@@ -458,6 +458,16 @@ static bool stage_wants_net(const struct df_stage *sg, size_t from)
 	return false;
 }
 
+/* Does a RUN of the stage from `from` on mount a secret or an ssh agent? */
+static bool stage_wants_secrets(const struct df_stage *sg, size_t from)
+{
+	for (size_t i = from; i < sg->n_steps; i++)
+		for (size_t k = 0; k < sg->steps[i].n_mounts; k++)
+			if (sg->steps[i].mounts[k].type == DF_MOUNT_SECRET || sg->steps[i].mounts[k].type == DF_MOUNT_SSH)
+				return true;
+	return false;
+}
+
 int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage *sg, size_t index,
 		   const char *text, bool *cached, kiln_error **err)
 {
@@ -531,6 +541,7 @@ int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage 
 			.store = r->s, .layers = ss->layers, .n_layers = ss->n_layers, .n_base_layers = ss->n_base,
 			.compression = r->o->compression, .scratch = r->scratch,
 			.network = !net || strcmp(net, "none") != 0, .stage_network = stage_wants_net(sg, index),
+			.stage_secrets = stage_wants_secrets(sg, index),
 			.mounts = ms.v, .n_mounts = ms.n, .step_env = ms.step_env.v, .n_step_env = ms.step_env.n,
 			.on_output = on_run_output, .output_ud = r, .stats = &stats,
 		};

@@ -111,7 +111,7 @@ expect_eq "each RUN its own layer: whiteout and opaque marker, no /etc copied up
 work work/.wh.made work/both"
 expect_eq "no VM left behind" "$(ls -A "$TMPDIR" | grep -c kiln-vm)" 0
 
-# refused clearly, before any VM starts (secret and ssh mounts: t0530)
+# refused clearly, before any VM starts (secret and ssh mounts: t0540)
 printf 'FROM oci:%s:base\nRUN --network=host true\n' "$B" >"$T_TMP/Dockerfile.host"
 expect_exit 1 "RUN --network=host" "$KILN" build -f "$T_TMP/Dockerfile.host" "$C"
 expect_grep "host network refused" 'want none or default' "$T_TMP/err"

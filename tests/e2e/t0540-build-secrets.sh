@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t0530-build-secrets.sh — build secrets and ssh-agent forwarding, as BuildKit
+# t0540-build-secrets.sh — build secrets and ssh-agent forwarding, as BuildKit
 # has them: kiln build --secret (file, env, type=) with RUN
 # --mount=type=secret (default target, a target in a directory the base
 # lacks, env=, mode/uid/gid, required, optional), --ssh with
@@ -129,7 +129,7 @@ expect_exit 1 "--secret src= of a missing file" "$KILN" build --no-cache -f "$T_
 expect_grep "the file is named" "secret nope.*no-such" "$T_TMP/err"
 
 # --ssh: a real ssh-agent with a generated key, reached from the RUN
-ssh-keygen -q -t ed25519 -N '' -C kiln-t0530-key -f "$T_TMP/id" >/dev/null
+ssh-keygen -q -t ed25519 -N '' -C kiln-t0540-key -f "$T_TMP/id" >/dev/null
 eval "$(ssh-agent -s -a "$T_TMP/agent.sock")" >/dev/null
 AGENT_PID=$SSH_AGENT_PID
 added=no
@@ -144,10 +144,10 @@ expect_exit 0 "build with --ssh default and --ssh ID=SOCKET" "$KILN" build --jso
 	-f "$C/Dockerfile.ssh" --ssh default --ssh work="$T_TMP/agent.sock" "$C"
 expect_exit 0 "umoci unpacks it" umoci unpack --image "$T_TMP/oci-ssh:latest" "$T_TMP/us"
 expect_eq "the RUN lists the host agent's key" "$(cat "$T_TMP/us/rootfs/ids")" "1
-kiln-t0530-key"
+kiln-t0540-key"
 expect_eq "SSH_AUTH_SOCK is BuildKit's default target" "$(cat "$T_TMP/us/rootfs/sock")" /run/buildkit/ssh_agent.0
 expect_eq "an id, a target, its owner and mode" "$(cat "$T_TMP/us/rootfs/ids2" "$T_TMP/us/rootfs/st")" "1
-kiln-t0530-key
+kiln-t0540-key
 600 1000"
 expect_eq "no socket or mount point in the image" "$(ls -d "$T_TMP/us/rootfs/run/buildkit" "$T_TMP/us/rootfs/tmp/a.sock" 2>/dev/null | wc -l)" 0
 printf 'FROM oci:%s:base\nRUN --mount=type=ssh,id=other,required true\n' "$B" >"$T_TMP/Dockerfile.sshreq"
@@ -158,10 +158,19 @@ expect_grep "usage error names it" 'none.sock is not an ssh-agent socket' "$T_TM
 kill "$AGENT_PID" 2>/dev/null
 AGENT_PID=
 
+# the builder VM snapshot of the base: never saved by a VM that will hold
+# secrets (its RAM is a file while it runs), but by the next plain stage
+expect_eq "stages with secrets or ssh saved no builder VM snapshot of the base" \
+	"$(ls -d "$KILN_HOME"/builder-vm/*/base-*/ok 2>/dev/null | wc -l)" 0
+printf 'FROM oci:%s:base\nRUN echo plain >/plain\n' "$B" >"$T_TMP/Dockerfile.plain"
+expect_exit 0 "a plain build on the base" "$KILN" build -f "$T_TMP/Dockerfile.plain" "$C"
+expect_eq "... saves it" "$(ls -d "$KILN_HOME"/builder-vm/*/base-*/ok 2>/dev/null | wc -l)" 1
+
 # the template of an image built with a secret: its files and memory image clean
 printf 'FROM oci:%s:base\nRUN --mount=type=secret,id=tok sha256sum /run/secrets/tok >/sum2\nCMD ["sleep", "1000"]\n' "$B" >"$T_TMP/Dockerfile.tpl"
-expect_exit 0 "build --template with a secret" "$KILN" build -f "$T_TMP/Dockerfile.tpl" -t sectpl:1 --memory 256 \
+expect_exit 0 "build --template with a secret" "$KILN" build --json -f "$T_TMP/Dockerfile.tpl" -t sectpl:1 --memory 256 \
 	--secret id=tok,src="$T_TMP/secret.txt" "$C"
+expect_eq "its builder VM came from the base's snapshot" "$(grep -c '"base_restored":true' "$T_TMP/out")" 1
 expect_eq "no file in \$KILN_HOME holds the secret: templates, snapshots, caches" "$(leaks "$KILN_HOME" "$SECRET")" ""
 expect_eq "no VM left behind" "$(ls -A "$TMPDIR" | grep -c kiln-vm)" 0
 
