@@ -267,7 +267,7 @@ bool build_warm_has_base(const struct build_warm_vm *w)
 static int restore(struct build_warm_vm *w, const struct build_vm_opts *vo, const char *scratch, const char *mem,
 		   const char *state, const char *disk, bool shared, kiln_error **err)
 {
-	char *own = NULL, *agent = NULL;
+	char *own = NULL, *agent = NULL, *backing = NULL;
 	int rc = -1;
 
 	w->dir = kiln_xasprintf("%s/warm-XXXXXX", scratch);
@@ -280,10 +280,13 @@ static int restore(struct build_warm_vm *w, const struct build_vm_opts *vo, cons
 		if (copy_sparse(mem, own, false, err) < 0)
 			goto out;
 	}
+	/* the disk's backing, given explicitly: the rootfs beside it (make_snapshot) */
+	backing = kiln_xstrdup(disk);
+	strcpy(strrchr(backing, '/') + 1, "rootfs.ext4");
 	struct vm_restore_config rc_ = { .accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG,
 					 .cpus = vo && vo->cpus ? vo->cpus : 1, .memory_mib = WARM_MEMORY_MIB,
 					 .net = true, .memory_file = shared ? own : mem, .memory_shared = shared,
-					 .disk = disk, .state = state, .dir = w->dir };
+					 .disk = disk, .disk_backing = backing, .state = state, .dir = w->dir };
 	/* kiln's child, removed with its directory on ^C (vm_cleanup_on_signals) */
 	if ((w->vm = vm_restore(&rc_, NULL, err)) == NULL) {
 		/* the failed VM took its directory with it */
@@ -292,7 +295,8 @@ static int restore(struct build_warm_vm *w, const struct build_vm_opts *vo, cons
 		goto fail;
 	}
 	agent = vm_agent_socket_path(w->dir, 0);
-	if ((w->g = guest_connect(agent, 30000, err)) == NULL)
+	if ((w->g = guest_connect(agent, 30000, err)) == NULL ||
+	    vm_socket_peer_check(guest_conn_fd(w->g), vm_jail_uid(w->vm), "the builder VM's agent", err) < 0)
 		goto fail;
 	rc = 0;
 	goto out;
@@ -306,6 +310,7 @@ out:
 	}
 	free(own);
 	free(agent);
+	free(backing);
 	return rc;
 }
 

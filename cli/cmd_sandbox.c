@@ -161,12 +161,19 @@ static int run_ls(const struct kiln_command *cmd, int argc, char **argv)
 	if (json) {
 		cli_print_json(list);
 	} else {
-		printf("%-12s  %-8s  %-8s  %-20s  %s\n", "ID", "STATE", "PID", "CREATED", "TEMPLATE");
+		printf("%-12s  %-8s  %-8s  %-20s  %-19s  %s\n", "ID", "STATE", "PID", "CREATED", "TEMPLATE", "JAIL");
 		for (size_t i = 0; i < json_array_size(list); i++) {
 			const json_t *it = json_array_get(list, i);
 			const char *t = kiln_json_str(it, "template"), *cr = kiln_json_str(it, "created");
-			printf("%-12s  %-8s  %-8lld  %-20s  %.19s\n", kiln_json_str(it, "id"), kiln_json_str(it, "state"),
+			json_int_t uid = kiln_json_int(it, "uid", 0);
+			printf("%-12s  %-8s  %-8lld  %-20s  %-19.19s  ", kiln_json_str(it, "id"), kiln_json_str(it, "state"),
 			       (long long)kiln_json_int(it, "pid", 0), cr ? cr : "-", t ? t : "-");
+			if (json_is_true(json_object_get(it, "unconfined")))
+				printf("UNCONFINED\n");
+			else if (uid > 0)
+				printf("uid %lld\n", (long long)uid);
+			else
+				printf("-\n");
 		}
 	}
 	json_decref(list);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "vm/vm.h"
 
 #define KILN_CMD(n) extern const struct kiln_command kiln_cmd_##n;
 #include "commands.h"
@@ -21,7 +22,7 @@ static const struct kiln_command *const commands[] = {
 
 static void print_main_usage(FILE *out)
 {
-	fprintf(out, "Usage: kiln [--log LEVEL] COMMAND [ARGS...]\n\n"
+	fprintf(out, "Usage: kiln [--log LEVEL] [--unconfined] COMMAND [ARGS...]\n\n"
 		     "kiln builds sandbox templates from Dockerfiles and serves them.\n\n"
 		     "Commands:\n");
 	for (size_t i = 0; commands[i] != NULL; i++)
@@ -29,6 +30,8 @@ static void print_main_usage(FILE *out)
 	fprintf(out, "  %-12s %s\n", "help", "show help for kiln or for a command");
 	fprintf(out, "\nGlobal options:\n"
 		     "  --log LEVEL  log level: error, warn (default), info, debug, trace (or KILN_LOG)\n"
+		     "  --unconfined run VMs without their jail (own uid, namespaces, cgroup, seccomp:\n"
+		     "               docs/security.md), or KILN_UNCONFINED=1; flagged in the output\n"
 		     "  -h, --help   show this help\n"
 		     "  --version    print the version\n\n"
 		     "Run 'kiln COMMAND --help' for a command's options.\n");
@@ -157,6 +160,8 @@ int main(int argc, char **argv)
 		} else if (strcmp(argv[i], "--version") == 0) {
 			printf("kiln %s\n", KILN_VERSION);
 			return KILN_EXIT_OK;
+		} else if (strcmp(argv[i], "--unconfined") == 0) {
+			vm_set_unconfined(true);
 		} else if (strcmp(argv[i], "--log") == 0 || strncmp(argv[i], "--log=", 6) == 0) {
 			const char *lvl = argv[i][5] == '=' ? argv[i] + 6 : (i + 1 < argc ? argv[++i] : NULL);
 			enum kiln_loglevel level;

@@ -455,6 +455,11 @@ void guest_close(guest_conn *c)
 	free(c);
 }
 
+int guest_conn_fd(const guest_conn *c)
+{
+	return c->fd;
+}
+
 void guest_conn_hold_fd(guest_conn *c, int fd)
 {
 	if (c->hold_fd >= 0)

@@ -243,6 +243,8 @@ void guest_close(guest_conn *c);
 /* Keep fd open as long as the connection (e.g. a lock held while connected);
  * guest_close closes it. */
 void guest_conn_hold_fd(guest_conn *c, int fd);
+/* The connection's socket (for checking its peer). */
+int guest_conn_fd(const guest_conn *c);
 /* What the agent announced. */
 uint32_t guest_conn_version(const guest_conn *c);
 uint64_t guest_conn_caps(const guest_conn *c);

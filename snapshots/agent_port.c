@@ -65,7 +65,8 @@ out:
 	return held;
 }
 
-guest_conn *snap_agent_connect(const char *dir, int port_want, bool wait_hello, int timeout_ms, kiln_error **err)
+guest_conn *snap_agent_connect(const char *dir, int port_want, bool wait_hello, uid_t peer_uid, int timeout_ms,
+			       kiln_error **err)
 {
 	unsigned port = 0;
 	int lock = lock_port(dir, port_want, &port, err);
@@ -76,6 +77,10 @@ guest_conn *snap_agent_connect(const char *dir, int port_want, bool wait_hello, 
 		return NULL;
 	sock = vm_agent_socket_path(dir, port);
 	c = wait_hello ? guest_connect(sock, timeout_ms, err) : guest_connect_nowait(sock, timeout_ms, err);
+	if (c && vm_socket_peer_check(guest_conn_fd(c), peer_uid, sock, err) < 0) {
+		guest_close(c);
+		c = NULL;
+	}
 	if (c)
 		guest_conn_hold_fd(c, lock);
 	else

@@ -80,8 +80,13 @@ static int check_blob(const snap_template *t, const char *key, const char *path,
 	char got[KILN_DIGEST_MAX];
 	struct stat st;
 
-	if (stat(path, &st) < 0)
+	/* a symlink planted in the store would make kiln (and the jail's bind
+	 * mount) open a host file: only a regular file is a blob */
+	if (lstat(path, &st) < 0)
 		return kiln_err_errno(err, errno, "the template's %s blob %s", key, path);
+	if (!S_ISREG(st.st_mode))
+		return kiln_err(err, KILN_E_INVALID, "the template's %s blob %s is not a regular file (%s): refused", key,
+				path, S_ISLNK(st.st_mode) ? "a symlink" : "a special file");
 	if ((json_int_t)st.st_size != size)
 		return kiln_err(err, KILN_E_INVALID, "the template's %s blob is corrupted: %lld bytes, want %lld", key,
 				(long long)st.st_size, (long long)size);
@@ -95,6 +100,25 @@ static int check_blob(const snap_template *t, const char *key, const char *path,
 	return 0;
 }
 
+/* The store's blob directories themselves: a symlink there redirects every blob. */
+static int check_store_dirs(kiln_error **err)
+{
+	char *store = snap_store_dir(), *b = kiln_path_join(store, "blobs"), *s = kiln_path_join(b, "sha256");
+	const char *paths[] = { store, b, s };
+	int rc = 0;
+
+	for (size_t i = 0; i < 3 && rc == 0; i++) {
+		struct stat st;
+		if (lstat(paths[i], &st) == 0 && !S_ISDIR(st.st_mode))
+			rc = kiln_err(err, KILN_E_INVALID, "the template store's %s is not a directory (%s): refused",
+				      paths[i], S_ISLNK(st.st_mode) ? "a symlink" : "a file");
+	}
+	free(store);
+	free(b);
+	free(s);
+	return rc;
+}
+
 int snap_template_check(const snap_template *t, bool full, kiln_error **err)
 {
 	int rc = -1;
@@ -102,8 +126,15 @@ int snap_template_check(const snap_template *t, bool full, kiln_error **err)
 	if (snap_check_depends(t, NULL, err) < 0)
 		goto out;
 	/* The state is small and decides whether QEMU accepts the rest: always hashed. */
-	if (check_blob(t, "state", t->state, true, err) < 0 || check_blob(t, "memory", t->memory, full, err) < 0 ||
-	    check_blob(t, "disk", t->disk, full, err) < 0 || check_blob(t, "rootfs", t->rootfs, full, err) < 0)
+	if (check_store_dirs(err) < 0 || check_blob(t, "state", t->state, true, err) < 0 ||
+	    check_blob(t, "memory", t->memory, full, err) < 0 || check_blob(t, "disk", t->disk, full, err) < 0 ||
+	    check_blob(t, "rootfs", t->rootfs, full, err) < 0)
+		goto out;
+	/* the disk's qcow2 header may name no other backing file than the
+	 * rootfs blob beside it (QEMU is given that one explicitly anyway) and
+	 * no external data file */
+	if (vm_qcow2_check(t->disk, kiln_digest_hex(kiln_json_str(json_object_get(t->config, "rootfs"), "digest")),
+			   err) < 0)
 		goto out;
 	rc = 0;
 out:

@@ -69,12 +69,14 @@ char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_sta
 int snap_guest_setup(guest_conn *c, const char *id, bool wait, kiln_error **err);
 json_t *snap_sandbox_new_state(const snap_template *t, const char *id, const char *state);
 
-/* Connect to the agent of the VM whose directory is dir, on port port_want
+/* Connect to the agent of the VM whose directory is dir (its QEMU running as
+ * peer_uid: vm_socket_peer_check), on port port_want
  * (>= 0) or on the first free one, waiting while all are busy; the port's
  * lock is held until the connection is closed (agent_port.c).  Without
  * wait_hello the agent's HELLO is not awaited (guest_connect_nowait): for
  * guests restored from a template, whose agent's version was checked. */
-guest_conn *snap_agent_connect(const char *dir, int port_want, bool wait_hello, int timeout_ms, kiln_error **err);
+guest_conn *snap_agent_connect(const char *dir, int port_want, bool wait_hello, uid_t peer_uid, int timeout_ms,
+			       kiln_error **err);
 
 /* Milliseconds on CLOCK_MONOTONIC. */
 double snap_now_ms(void);

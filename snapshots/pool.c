@@ -49,8 +49,8 @@ static void pooled_ids(const char *digest, kiln_strv *out)
 	free(root);
 }
 
-static int resume(const char *dir, const char *id, pid_t qemu, bool defer_setup, struct snap_create_stats *s,
-		  guest_conn **conn, kiln_error **err)
+static int resume(const char *dir, const char *id, pid_t qemu, uid_t uid, bool defer_setup,
+		  struct snap_create_stats *s, guest_conn **conn, kiln_error **err)
 {
 	char *qmp_path = kiln_path_join(dir, "qmp.sock");
 	guest_conn *g = NULL;
@@ -65,11 +65,11 @@ static int resume(const char *dir, const char *id, pid_t qemu, bool defer_setup,
 	/* The agent's socket is connected and our HELLO queued while the guest
 	 * is still paused (QEMU accepts meanwhile): once it runs, it finds the
 	 * host there and the HELLO, the IDENTITY and a first EXEC in a row. */
-	if ((g = snap_agent_connect(dir, 0, false, AGENT_TIMEOUT_MS, err)) == NULL)
+	if ((g = snap_agent_connect(dir, 0, false, uid, AGENT_TIMEOUT_MS, err)) == NULL)
 		goto out;
 	s->agent_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
-	if ((r = vm_qmp_run_once(qmp_path, "cont", 5000, err)) == NULL)
+	if ((r = vm_qmp_run_once(qmp_path, "cont", uid, 5000, err)) == NULL)
 		goto out;
 	json_decref(r);
 	s->load_ms = snap_now_ms() - t0;
@@ -104,7 +104,8 @@ char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_sta
 		 * so the state is written once, at the end, and the file stays. */
 		if (rename(mark, claim) == 0) {
 			st = snap_sandbox_state(ids.v[i], err);
-			if (st && resume(dir, ids.v[i], (pid_t)kiln_json_int(st, "pid", 0), defer_setup, s, conn, err) == 0) {
+			if (st && resume(dir, ids.v[i], (pid_t)kiln_json_int(st, "pid", 0),
+						 (uid_t)kiln_json_int(st, "uid", 0), defer_setup, s, conn, err) == 0) {
 				json_object_set_new(st, "state", json_string("running"));
 				json_object_set_new(st, "creator", json_integer(getpid()));
 				json_object_set_new(st, "creator_start", json_integer((json_int_t)vm_proc_start_time(getpid())));

@@ -155,10 +155,14 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 
 	if ((v = vm_restore(&rc_, &rs, err)) == NULL)
 		goto out;
+	if (vm_jailed(v))
+		json_object_set_new(state, "uid", json_integer((json_int_t)vm_jail_uid(v)));
+	else
+		json_object_set_new(state, "unconfined", json_true());
 	s->spawn_ms = rs.spawn_ms;
 	s->load_ms = rs.load_ms;
 	t0 = snap_now_ms();
-	if ((g = snap_agent_connect(dir, 0, pooled, AGENT_TIMEOUT_MS, err)) == NULL)
+	if ((g = snap_agent_connect(dir, 0, pooled, vm_jail_uid(v), AGENT_TIMEOUT_MS, err)) == NULL)
 		goto died;
 	s->agent_ms = snap_now_ms() - t0;
 	t0 = snap_now_ms();
@@ -377,7 +381,7 @@ guest_conn *snap_sandbox_connect(const char *id, int timeout_ms, kiln_error **er
 		goto out;
 	}
 	dir = snap_sandbox_dir(id);
-	c = snap_agent_connect(dir, -1, false, timeout_ms, err);
+	c = snap_agent_connect(dir, -1, false, (uid_t)kiln_json_int(st, "uid", 0), timeout_ms, err);
 	if (c == NULL)
 		kiln_error_wrap(err, "sandbox %s", id);
 out:

@@ -153,6 +153,7 @@ int snap_sandbox_remove(const char *id, const json_t *state, kiln_error **err)
 			start = vm_proc_start_time(pid); /* recorded before its start time was read */
 		kill_and_wait(pid, start);
 	}
+	vm_dir_cleanup(dir); /* the RAM copy outside it */
 	rc = kiln_rm_rf(dir, err);
 	free(dir);
 	return rc;
@@ -189,9 +190,10 @@ json_t *snap_sandbox_list(kiln_error **err)
 		if (st == NULL) {
 			item = json_pack("{s:s, s:s}", "id", de->d_name, "state", "dead");
 		} else {
-			item = json_pack("{s:s, s:s, s:O?, s:O?, s:O?}", "id", de->d_name, "state",
+			item = json_pack("{s:s, s:s, s:O?, s:O?, s:O?, s:O?, s:O?}", "id", de->d_name, "state",
 					 snap_sandbox_liveness(st), "template", json_object_get(st, "template"), "pid",
-					 json_object_get(st, "pid"), "created", json_object_get(st, "created"));
+					 json_object_get(st, "pid"), "created", json_object_get(st, "created"), "unconfined",
+					 json_object_get(st, "unconfined"), "uid", json_object_get(st, "uid"));
 		}
 		kiln_error_free(e);
 		json_decref(st);
@@ -270,6 +272,7 @@ int snap_sandbox_gc(kiln_error **err)
 		json_decref(st);
 	}
 	n += reap_strays(root);
+	vm_jail_gc(); /* the cgroups of jails no VM holds */
 	json_decref(list);
 	free(root);
 	return rc < 0 ? -1 : n;

@@ -251,6 +251,19 @@ static const char *blob_digest(const json_t *cfg, const char *key)
 	return o ? kiln_json_str(o, "digest") : NULL;
 }
 
+/* A blob's name comes from the config: only sha256:<64 hex> names a file of
+ * the store (no "..", no absolute path). */
+static int check_digest(const char *ref, const char *key, const char *d, kiln_error **err)
+{
+	if (d == NULL)
+		return kiln_err(err, KILN_E_INVALID, "template %s: config names no %s blob", ref, key);
+	if (strncmp(d, "sha256:", 7) != 0 || strlen(d) != 71 || !is_hex(d + 7, 64))
+		return kiln_err(err, KILN_E_INVALID,
+				"template %s: config's %s digest '%.80s' is not sha256:<64 hex digits> (refused: it "
+				"would name a file outside the store)", ref, key, d);
+	return 0;
+}
+
 snap_template *snap_template_open(const char *ref, kiln_error **err)
 {
 	snap_template *t = kiln_xcalloc(1, sizeof(*t));
@@ -284,10 +297,9 @@ snap_template *snap_template_open(const char *ref, kiln_error **err)
 	}
 	const char *m = blob_digest(t->config, "memory"), *s = blob_digest(t->config, "state"),
 		   *d = blob_digest(t->config, "disk"), *r = blob_digest(t->config, "rootfs");
-	if (!m || !s || !d || !r) {
-		kiln_err(err, KILN_E_INVALID, "template %s: config names no memory, state, disk or rootfs blob", ref);
+	if (check_digest(ref, "memory", m, err) < 0 || check_digest(ref, "state", s, err) < 0 ||
+	    check_digest(ref, "disk", d, err) < 0 || check_digest(ref, "rootfs", r, err) < 0)
 		goto fail;
-	}
 	t->memory = snap_blob_path(m);
 	t->state = snap_blob_path(s);
 	t->disk = snap_blob_path(d);

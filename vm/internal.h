@@ -16,10 +16,49 @@ int vm_run_tool(char *const argv[], kiln_error **err);
  * appended to log_path.  Attached: a child of kiln in its own process group,
  * killed if kiln dies (PDEATHSIG).  Detached: an orphan of init in its own
  * session, outliving kiln (a sandbox). */
+/* The jail of one QEMU (jail.c, docs/security.md). */
+struct vm_jail {
+	bool on;
+	uid_t uid;
+	gid_t gid;
+	unsigned slot;
+	int slot_fd;          /* the slot's lock, held by QEMU for its life */
+	char *root;           /* an empty directory: the tmpfs root pivot_root enters */
+	kiln_strv ro, rw;     /* host paths bound at the same place inside */
+	bool netns;           /* a network namespace of its own (the VM has no network) */
+	bool kvm;             /* /dev/kvm inside */
+	const char *copy_from, *copy_to; /* copied (sparse) in the jail's cgroup before exec */
+	bool cg_v2;
+	char *cg[4];          /* the slot's cgroup directories (one per v1 controller) */
+	size_t n_cg;
+};
+/* Take a uid slot and set up its cgroup with the VM's limits; refused (with
+ * what to do) when kiln is not root or the host has no cgroups. */
+int vm_jail_prepare(struct vm_jail *j, unsigned cpus, unsigned memory_mib, kiln_error **err);
+void vm_jail_add(struct vm_jail *j, const char *path, bool writable);
+/* chown path to the VM's uid/gid (nothing when j is off or NULL). */
+int vm_jail_own(const struct vm_jail *j, const char *path, kiln_error **err);
+/* In the child between clone and exec: cgroup, mounts, pivot_root,
+ * privileges dropped; a failure is written to errfd and ends the child. */
+void vm_jail_enter(const struct vm_jail *j, int errfd);
+int vm_jail_clone_flags(const struct vm_jail *j);
+void vm_jail_free_cgroups(struct vm_jail *j);
+/* The parent's side: close its slot lock, free.  The cgroup stays for
+ * QEMU; vm_jail_remove_cgroups removes it once QEMU is gone. */
+void vm_jail_release(struct vm_jail *j);
+void vm_jail_remove_cgroups(const struct vm_jail *j);
+/* The jail of a VM whose directory is dir (the tmpfs root goes on dir/jail):
+ * prepared for cpus/memory_mib with dir bound writable and owned by the VM's
+ * uid; j->on stays false when vm_unconfined(). */
+int vm_jail_setup(struct vm_jail *j, const char *dir, const char *writable_dir, unsigned cpus, unsigned memory_mib,
+		  bool net, enum vm_accel accel, kiln_error **err);
+
 struct vm_spawn_opts {
 	const char *log_path;
 	const char *tmpdir;  /* $TMPDIR of QEMU (a snapshot=on disk's overlay), or NULL */
 	bool detached;
+	const struct vm_jail *jail; /* NULL or off: unconfined */
+	int keep_fd[2];      /* > 0: fds QEMU inherits (-add-fd), else none */
 };
 pid_t vm_spawn(char *const argv[], const struct vm_spawn_opts *o, kiln_error **err);
 
@@ -37,6 +76,7 @@ struct vm_machine {
 	const char *disk_backing; /* raw backing of disk, given to QEMU (the name in the
 				   * qcow2 header is then not used), or NULL */
 	const char *scratch;      /* a raw scratch disk (boot only), or NULL */
+	bool sandbox;             /* QEMU's seccomp policy (-sandbox ...deny) */
 };
 void vm_machine_argv(const struct vm_machine *m, kiln_strv *av);
 
@@ -46,6 +86,7 @@ struct vm_files {
 	pid_t pid;                        /* QEMU, 0 before it starts */
 	char *dir;
 	char *paths[VM_MAX_FILES];        /* absolute, NULL-terminated */
+	char *subdirs[2];                 /* emptied by then: removed before dir */
 };
 void vm_registry_add(struct vm_files *f);
 void vm_registry_remove(struct vm_files *f);
@@ -65,6 +106,7 @@ struct vm_instance {
 	uint32_t tsc_khz;
 	double boot_ms;
 	double agent_ms;
+	struct vm_jail jail;
 };
 /* Reap QEMU if it has exited (flags: WNOHANG or 0); true when it is gone. */
 bool vm_qemu_gone(vm_instance *v, int flags);

@@ -3,6 +3,7 @@
  * QEMU `-M microvm` under KVM or TCG, and the wait for init's ready marker on
  * the serial console.  Every failure and vm_destroy remove all of it. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -246,18 +247,26 @@ static char *kernel_cmdline(const struct vm_config *c, const vm_instance *v)
 	return kiln_buf_detach(&b);
 }
 
-static int start_qemu(const struct vm_config *c, vm_instance *v, const char *kernel, kiln_error **err)
+/* base_fd >= 0 (jailed): the base rootfs, opened by kiln, goes to QEMU as an
+ * fd set: its owner and mode need not let the VM's uid read it, and its path
+ * need not exist inside the jail. */
+static int start_qemu(const struct vm_config *c, vm_instance *v, const char *kernel, int base_fd, kiln_error **err)
 {
 	struct vm_machine m = {
 		.accel = v->accel, .cpus = c->cpus, .memory_mib = c->memory_mib, .net = c->net, .dir = v->files.dir,
 		.memory_file = v->files.paths[F_MEM], .disk = v->files.paths[F_OVERLAY],
-		.scratch = use_scratch(c) ? v->files.paths[F_SCRATCH] : NULL,
+		.scratch = use_scratch(c) ? v->files.paths[F_SCRATCH] : NULL, .sandbox = v->jail.on,
+		.disk_backing = base_fd >= 0 ? "/dev/fdset/1" : NULL,
 	};
 	char *cmdline = kernel_cmdline(c, v);
 	kiln_strv av = KILN_STRV_INIT;
 	pid_t pid;
 
 	vm_machine_argv(&m, &av);
+	if (base_fd >= 0) {
+		kiln_strv_push(&av, "-add-fd");
+		kiln_strv_push_owned(&av, kiln_xasprintf("fd=%d,set=1,opaque=rootfs", base_fd));
+	}
 	kiln_strv_push(&av, "-kernel");
 	kiln_strv_push(&av, kernel);
 	kiln_strv_push(&av, "-initrd");
@@ -271,7 +280,8 @@ static int start_qemu(const struct vm_config *c, vm_instance *v, const char *ker
 		kiln_debug("vm: %s", line.buf);
 		kiln_buf_free(&line);
 	}
-	struct vm_spawn_opts so = { .log_path = v->files.paths[F_QEMU_LOG] };
+	struct vm_spawn_opts so = { .log_path = v->files.paths[F_QEMU_LOG], .jail = &v->jail,
+				    .keep_fd = { base_fd, -1 } };
 	pid = vm_spawn(av.v, &so, err);
 	kiln_strv_free(&av);
 	free(cmdline);
@@ -311,7 +321,7 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 	vm_instance *v = kiln_xcalloc(1, sizeof(*v));
 	char *dir = NULL, *agent = NULL, *base = NULL;
 	double t0;
-	int timeout;
+	int timeout, base_fd = -1;
 
 	if (c->rootfs == NULL) {
 		kiln_err(err, KILN_E_USAGE, "vm: no rootfs image given");
@@ -352,6 +362,27 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 		goto fail;
 	files_init(v, dir);
 	vm_registry_add(&v->files);
+	if (vm_jail_setup(&v->jail, dir, dir, c->cpus, c->memory_mib, c->net, v->accel, err) < 0)
+		goto fail;
+	if (v->jail.on) {
+		/* what QEMU opens besides its directory: the base (read-only, the
+		 * overlay's backing), the kernel, and the guest RAM file */
+		int fd = open(v->files.paths[F_MEM], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			kiln_err_errno(err, errno, "vm: %s", v->files.paths[F_MEM]);
+			goto fail;
+		}
+		close(fd);
+		if (vm_jail_own(&v->jail, v->files.paths[F_MEM], err) < 0)
+			goto fail;
+		v->files.subdirs[0] = kiln_xstrdup(v->jail.root);
+		vm_jail_add(&v->jail, v->files.paths[F_MEM], true);
+		vm_jail_add(&v->jail, k.image, false);
+		if ((base_fd = open(base, O_RDONLY | O_CLOEXEC)) < 0) {
+			kiln_err_errno(err, errno, "vm: rootfs %s", base);
+			goto fail;
+		}
+	}
 
 	struct vm_initramfs_opts io = { .kernel = &k, .busybox = c->busybox, .agent = agent,
 					.modules = vm_default_modules(c->net) };
@@ -374,9 +405,20 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 			goto fail;
 		}
 	}
-	t0 = now_ms();
-	if (start_qemu(c, v, k.image, err) < 0)
+	if (vm_jail_own(&v->jail, v->files.paths[F_OVERLAY], err) < 0 ||
+	    (use_scratch(c) && vm_jail_own(&v->jail, v->files.paths[F_SCRATCH], err) < 0))
 		goto fail;
+	t0 = now_ms();
+	if (start_qemu(c, v, k.image, base_fd, err) < 0)
+		goto fail;
+	if (base_fd >= 0)
+		close(base_fd);
+	base_fd = -1;
+	if (v->jail.on) {
+		/* QEMU holds the slot now; the cgroup is removed with the VM */
+		close(v->jail.slot_fd);
+		v->jail.slot_fd = -1;
+	}
 	timeout = c->boot_timeout_ms > 0 ? c->boot_timeout_ms : v->accel == VM_ACCEL_KVM ? 30000 : 120000;
 	v->qmp = vm_qmp_connect(v->files.paths[F_QMP], timeout < 20000 ? timeout : 20000, err);
 	if (v->qmp == NULL) {
@@ -389,12 +431,16 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 		}
 		goto fail;
 	}
-	if (wait_ready(v, timeout, err) < 0)
+	if (vm_qmp_peer_check(v->qmp, vm_jail_uid(v), err) < 0 || wait_ready(v, timeout, err) < 0)
 		goto fail;
 	v->boot_ms = now_ms() - t0;
 	if (v->agent) {
 		int left = timeout - (int)v->boot_ms;
 		v->conn = guest_connect(v->files.paths[F_AGENT], left > 5000 ? left : 5000, err);
+		if (v->conn && vm_socket_peer_check(guest_conn_fd(v->conn), vm_jail_uid(v), "the agent's socket", err) < 0) {
+			guest_close(v->conn);
+			v->conn = NULL;
+		}
 		if (v->conn == NULL) {
 			char *tail = console_tail(v, 1500);
 			kiln_error_wrap(err, "the guest agent did not answer; console:\n%s\n", tail);
@@ -411,6 +457,8 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 	free(dir);
 	return v;
 fail:
+	if (base_fd >= 0)
+		close(base_fd);
 	kiln_error_wrap(err, "booting a VM");
 	vm_kernel_free(&k);
 	free(agent);
@@ -456,6 +504,8 @@ void vm_destroy(vm_instance *v)
 		else
 			vm_qemu_gone(v, 0);
 	}
+	if (vm_qemu_gone(v, WNOHANG) && !v->detached)
+		vm_jail_remove_cgroups(&v->jail);
 	if (!v->keep_dir) {
 		/* files outside the directory too (guest RAM in /dev/shm) */
 		for (int i = 0; i < VM_MAX_FILES && v->files.paths[i]; i++)

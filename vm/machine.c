@@ -45,6 +45,12 @@ void vm_machine_argv(const struct vm_machine *m, kiln_strv *av)
 	 * copy-on-write, so the sandbox's writes never reach it. */
 	kiln_strv_push_owned(av, kiln_xasprintf("memory-backend-file,id=mem,size=%uM,mem-path=%s,share=%s",
 						m->memory_mib, m->memory_file, m->memory_private ? "off" : "on"));
+	if (m->sandbox) {
+		/* QEMU's own seccomp policy: no exec or fork (migration goes
+		 * through a passed fd), no set*id, no scheduler or obsolete calls */
+		kiln_strv_push(av, "-sandbox");
+		kiln_strv_push(av, "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
+	}
 	kiln_strv_push(av, "-nodefaults");
 	kiln_strv_push(av, "-no-user-config");
 	kiln_strv_push(av, "-display");

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,6 +68,9 @@ static void on_signal(int sig)
 		}
 		for (int j = 0; j < VM_MAX_FILES && f->paths[j]; j++)
 			unlink(f->paths[j]);
+		for (int j = 0; j < 2; j++)
+			if (f->subdirs[j])
+				rmdir(f->subdirs[j]);
 		rmdir(f->dir);
 	}
 	struct sigaction dfl;
@@ -111,73 +115,121 @@ static void child_setup(int out_fd)
 	signal(SIGPIPE, SIG_DFL);
 }
 
-/* The detached QEMU: the middle process makes it an orphan of init in its
- * own session (no signal to kiln or its terminal reaches it), and tells its
- * pid through the pipe. */
-static void spawn_detached_child(char *const argv[], int out_fd, const struct vm_spawn_opts *o, int pfd)
+static bool jailed(const struct vm_spawn_opts *o)
 {
-	setsid();
-	pid_t g = fork();
-	if (g == 0) {
-		child_setup(out_fd);
-		if (o->tmpdir)
-			setenv("TMPDIR", o->tmpdir, 1);
-		execvp(argv[0], argv);
-		dprintf(2, "kiln: cannot run %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
+	return o->jail && o->jail->on;
+}
+
+/* fork(), or clone() into the jail's new namespaces: the child is pid 1 of
+ * its pid namespace and the returned pid is the host's. */
+static pid_t spawn_fork(const struct vm_spawn_opts *o)
+{
+	if (!jailed(o))
+		return fork();
+	return (pid_t)syscall(SYS_clone, SIGCHLD | vm_jail_clone_flags(o->jail), NULL, NULL, NULL, NULL);
+}
+
+/* The process that becomes QEMU.  errfd (close-on-exec) gets the reason if
+ * it does not get to exec. */
+static void spawn_child(char *const argv[], int out_fd, const struct vm_spawn_opts *o, int errfd)
+{
+	child_setup(out_fd);
+	if (!o->detached) {
+		/* PDEATHSIG: no VM outlives the kiln that started it; and if kiln
+		 * died before it was armed, the error pipe's reader is gone */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		struct pollfd p = { .fd = errfd, .events = 0 };
+		if (poll(&p, 1, 0) > 0 && (p.revents & POLLERR))
+			_exit(127);
 	}
-	(void)!write(pfd, &g, sizeof(g));
-	_exit(g > 0 ? 0 : 1);
+	if (jailed(o))
+		vm_jail_enter(o->jail, errfd);
+	for (int i = 0; i < 2; i++) {
+		int kfd = o->keep_fd[i], fl = kfd > 0 ? fcntl(kfd, F_GETFD) : 0;
+		if (kfd > 0 && (fl < 0 || fcntl(kfd, F_SETFD, fl & ~FD_CLOEXEC) < 0)) {
+			dprintf(errfd, "keeping fd %d for QEMU: %s", kfd, strerror(errno));
+			_exit(127);
+		}
+	}
+	if (o->tmpdir)
+		setenv("TMPDIR", o->tmpdir, 1);
+	execvp(argv[0], argv);
+	dprintf(errfd, "cannot run %s: %s", argv[0], strerror(errno));
+	_exit(127);
 }
 
 pid_t vm_spawn(char *const argv[], const struct vm_spawn_opts *o, kiln_error **err)
 {
-	int fd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600), pfd[2] = { -1, -1 }, status;
-	pid_t parent = getpid(), pid, g = -1;
+	int fd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600), pfd[2] = { -1, -1 };
+	int efd[2] = { -1, -1 }, status;
+	pid_t pid, g = -1;
+	char why[512];
+	ssize_t n;
 
 	if (fd < 0)
 		return kiln_err_errno(err, errno, "open %s", o->log_path);
-	if (o->detached && pipe2(pfd, O_CLOEXEC) < 0) {
+	if (pipe2(efd, O_CLOEXEC) < 0 || (o->detached && pipe2(pfd, O_CLOEXEC) < 0)) {
 		kiln_err_errno(err, errno, "pipe");
-		close(fd);
-		return -1;
+		goto out;
 	}
-	pid = fork();
+	pid = o->detached ? fork() : spawn_fork(o);
 	if (pid < 0) {
-		kiln_err_errno(err, errno, "fork");
-		g = -1;
+		kiln_err_errno(err, errno, jailed(o) ? "clone into the jail's namespaces (the jail needs mount, pid, "
+						      "IPC, UTS and network namespaces; or run with --unconfined)"
+						    : "fork");
 		goto out;
 	}
 	if (pid == 0) {
-		if (o->detached)
-			spawn_detached_child(argv, fd, o, pfd[1]);
-		child_setup(fd);
-		/* PDEATHSIG: no VM outlives the kiln that started it */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent) /* kiln died before PDEATHSIG was armed */
-			_exit(127);
-		if (o->tmpdir)
-			setenv("TMPDIR", o->tmpdir, 1);
-		execvp(argv[0], argv);
-		dprintf(2, "kiln: cannot run %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
+		close(efd[0]);
+		if (!o->detached)
+			spawn_child(argv, fd, o, efd[1]);
+		/* The middle process makes QEMU an orphan of init in its own
+		 * session (no signal to kiln or its terminal reaches it) and
+		 * tells its pid through the pipe. */
+		setsid();
+		pid_t c = spawn_fork(o);
+		if (c == 0)
+			spawn_child(argv, fd, o, efd[1]);
+		if (c < 0)
+			dprintf(efd[1], "%s: %s",
+				jailed(o) ? "clone into the jail's namespaces (the jail needs mount, pid, IPC, UTS and "
+					    "network namespaces; or run with --unconfined)"
+					  : "fork",
+				strerror(errno));
+		(void)!write(pfd[1], &c, sizeof(c));
+		_exit(c > 0 ? 0 : 1);
 	}
-	if (!o->detached) {
+	close(efd[1]);
+	efd[1] = -1;
+	if (o->detached) {
+		close(pfd[1]);
+		pfd[1] = -1;
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+		if (read(pfd[0], &g, sizeof(g)) != (ssize_t)sizeof(g) || g <= 0)
+			g = -1;
+	} else {
 		g = pid;
-		goto out;
 	}
-	close(pfd[1]);
-	pfd[1] = -1;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	if (read(pfd[0], &g, sizeof(g)) != (ssize_t)sizeof(g) || g <= 0)
-		g = kiln_err(err, KILN_E_GENERIC, "could not start %s", argv[0]);
+	/* EOF: QEMU was exec'd (the pipe is close-on-exec) */
+	do
+		n = read(efd[0], why, sizeof(why) - 1);
+	while (n < 0 && errno == EINTR);
+	if (n > 0 || g <= 0) {
+		why[n > 0 ? n : 0] = '\0';
+		kiln_err(err, KILN_E_GENERIC, "could not start %s%s%s", argv[0], n > 0 ? ": " : "", why);
+		if (g > 0 && !o->detached)
+			waitpid(g, &status, 0);
+		g = -1;
+	}
 out:
 	close(fd);
-	if (pfd[0] >= 0)
-		close(pfd[0]);
-	if (pfd[1] >= 0)
-		close(pfd[1]);
+	for (int i = 0; i < 2; i++) {
+		if (pfd[i] >= 0)
+			close(pfd[i]);
+		if (efd[i] >= 0)
+			close(efd[i]);
+	}
 	return g;
 }
 

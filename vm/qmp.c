@@ -91,10 +91,28 @@ static json_t *read_msg(vm_qmp *q, int64_t deadline, kiln_error **err)
 	}
 }
 
-static int write_all(vm_qmp *q, const char *s, size_t len, int64_t deadline, kiln_error **err)
+/* fd >= 0 rides along with the first bytes (SCM_RIGHTS), as QMP's getfd wants. */
+static int write_all(vm_qmp *q, const char *s, size_t len, int fd, int64_t deadline, kiln_error **err)
 {
 	while (len > 0) {
-		ssize_t n = send(q->fd, s, len, MSG_NOSIGNAL);
+		ssize_t n;
+		if (fd >= 0) {
+			char cbuf[CMSG_SPACE(sizeof(int))];
+			struct iovec iov = { .iov_base = (void *)s, .iov_len = len };
+			struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+					     .msg_controllen = sizeof(cbuf) };
+			struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+			memset(cbuf, 0, sizeof(cbuf));
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+			n = sendmsg(q->fd, &mh, MSG_NOSIGNAL);
+			if (n > 0)
+				fd = -1;
+		} else {
+			n = send(q->fd, s, len, MSG_NOSIGNAL);
+		}
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN) {
@@ -111,8 +129,9 @@ static int write_all(vm_qmp *q, const char *s, size_t len, int64_t deadline, kil
 	return 0;
 }
 
-/* Send a command; returns its id, or -1. */
-static json_int_t send_cmd(vm_qmp *q, const char *command, json_t *args, int64_t deadline, kiln_error **err)
+/* Send a command (with fd, if >= 0); returns its id, or -1. */
+static json_int_t send_cmd_fd(vm_qmp *q, const char *command, json_t *args, int fd, int64_t deadline,
+			      kiln_error **err)
 {
 	json_t *req = json_object();
 	json_int_t id = ++q->next_id;
@@ -129,9 +148,14 @@ static json_int_t send_cmd(vm_qmp *q, const char *command, json_t *args, int64_t
 	kiln_buf_adds(&line, text);
 	kiln_buf_addc(&line, '\n');
 	free(text);
-	rc = write_all(q, line.buf, line.len, deadline, err);
+	rc = write_all(q, line.buf, line.len, fd, deadline, err);
 	kiln_buf_free(&line);
 	return rc < 0 ? -1 : id;
+}
+
+static json_int_t send_cmd(vm_qmp *q, const char *command, json_t *args, int64_t deadline, kiln_error **err)
+{
+	return send_cmd_fd(q, command, args, -1, deadline, err);
 }
 
 /* Wait for the reply to command id; events go to the queue. */
@@ -242,7 +266,29 @@ vm_qmp *vm_qmp_connect(const char *socket_path, int timeout_ms, kiln_error **err
 	return q;
 }
 
-json_t *vm_qmp_run_once(const char *socket_path, const char *command, int timeout_ms, kiln_error **err)
+int vm_socket_peer_check(int fd, uid_t uid, const char *what, kiln_error **err)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+
+	if (uid == 0)
+		return 0;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+		return kiln_err_errno(err, errno, "%s: SO_PEERCRED", what);
+	if (cr.uid != uid)
+		return kiln_err(err, KILN_E_GENERIC,
+				"%s answers as uid %u, not as the VM's uid %u (a socket replaced by its QEMU?): refused",
+				what, (unsigned)cr.uid, (unsigned)uid);
+	return 0;
+}
+
+int vm_qmp_peer_check(const vm_qmp *q, uid_t uid, kiln_error **err)
+{
+	return vm_socket_peer_check(q->fd, uid, q->path, err);
+}
+
+json_t *vm_qmp_run_once(const char *socket_path, const char *command, uid_t peer_uid, int timeout_ms,
+			kiln_error **err)
 {
 	int64_t deadline = now_ms() + timeout_ms;
 	vm_qmp *q = open_socket(socket_path, deadline, err);
@@ -251,6 +297,8 @@ json_t *vm_qmp_run_once(const char *socket_path, const char *command, int timeou
 
 	if (q == NULL)
 		return NULL;
+	if (vm_qmp_peer_check(q, peer_uid, err) < 0)
+		goto out;
 	/* QEMU reads commands in order once it has sent its greeting: both go
 	 * in one write, and the three answers come back in one go. */
 	if ((caps = send_cmd(q, "qmp_capabilities", NULL, deadline, err)) < 0 ||
@@ -267,6 +315,14 @@ out:
 json_t *vm_qmp_execute(vm_qmp *q, const char *command, json_t *args, int timeout_ms, kiln_error **err)
 {
 	return transact(q, command, args, now_ms() + timeout_ms, err);
+}
+
+json_t *vm_qmp_execute_fd(vm_qmp *q, const char *command, json_t *args, int fd, int timeout_ms, kiln_error **err)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	json_int_t id = send_cmd_fd(q, command, args, fd, deadline, err);
+
+	return id < 0 ? NULL : wait_reply(q, command, id, deadline, err);
 }
 
 json_t *vm_qmp_wait_event(vm_qmp *q, const char *name, int timeout_ms, kiln_error **err)

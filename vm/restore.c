@@ -4,27 +4,45 @@
  * and disk under a temporary overlay, waiting with `-incoming defer`; then
  * the device state is loaded over QMP and the guest resumed. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "guest/guest.h"
 #include "vm/internal.h"
 
-enum { R_CONSOLE, R_QMP, R_QEMU_LOG, R_AGENT0, R_MEM = R_AGENT0 + VM_AGENT_PORTS };
-_Static_assert(R_MEM + 1 < VM_MAX_FILES, "vm_files has room for every file (and the NULL)");
+/* QEMU's own files live in dir/run (the only directory it may write, owned
+ * by its uid when jailed); dir's names for them are symlinks, so callers
+ * keep using dir/qmp.sock, dir/agent.sock, ...  The RAM copy of a jailed
+ * VM (below) is named by the symlink dir/ram. */
+static const char *const linked[] = { "console.log", "qmp.sock" };
+enum { R_QEMU_LOG, R_LINKS, R_RUN = R_LINKS + 2 + VM_AGENT_PORTS,
+       R_MEM = R_RUN + 2 + VM_AGENT_PORTS, R_RAM_LINK, R_END };
+_Static_assert(R_END < VM_MAX_FILES, "vm_files has room for every file (and the NULL)");
 
-static void restore_argv(const struct vm_restore_config *c, kiln_strv *av)
+/* fds[0] >= 0 (jailed): the disk and its backing, opened read-only by kiln,
+ * go to QEMU as fd sets 2 and 1: their modes need not let the VM's uid read
+ * them and their paths are not in the jail. */
+static void restore_argv(const struct vm_restore_config *c, const char *run, const char *mem, bool shared,
+			 bool sandbox, const int fds[2], kiln_strv *av)
 {
 	struct vm_machine m = {
-		.accel = c->accel, .cpus = c->cpus, .memory_mib = c->memory_mib, .net = c->net, .dir = c->dir,
-		.memory_file = c->memory_file, .memory_private = !c->memory_shared, .disk = c->disk, .disk_snapshot = true,
-		.disk_backing = c->disk_backing,
+		.accel = c->accel, .cpus = c->cpus, .memory_mib = c->memory_mib, .net = c->net, .dir = run,
+		.memory_file = mem, .memory_private = !shared, .disk = fds[0] >= 0 ? "/dev/fdset/2" : c->disk,
+		.disk_snapshot = true, .disk_backing = fds[1] >= 0 ? "/dev/fdset/1" : c->disk_backing, .sandbox = sandbox,
 	};
 
 	vm_machine_argv(&m, av);
+	for (int i = 0; i < 2; i++) {
+		if (fds[i] < 0)
+			continue;
+		kiln_strv_push(av, "-add-fd");
+		kiln_strv_push_owned(av, kiln_xasprintf("fd=%d,set=%d,opaque=%s", fds[i], 2 - i, i ? "rootfs" : "disk"));
+	}
 	kiln_strv_push(av, "-incoming");
 	kiln_strv_push(av, "defer");
 }
@@ -38,13 +56,67 @@ static void wrap_died(vm_instance *v, kiln_error **err)
 	free(tail);
 }
 
+/* A jailed QEMU 7.2 cannot map the shared RAM blob: memory-backend-file
+ * opens its file read-write even for share=off, and an unprivileged uid
+ * must not hold a writable descriptor of a blob every sandbox of the
+ * template maps.  So it gets a private copy (sparse, in /dev/shm, made in
+ * its own cgroup before exec) mapped share=on. */
+static char *ram_copy_path(const char *dir)
+{
+	struct stat st;
+	const char *base = strrchr(dir, '/');
+
+	if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0)
+		return kiln_xasprintf("/dev/shm/kiln-%s-%ld.mem", base ? base + 1 : "vm", (long)getpid());
+	return kiln_path_join(dir, "run/memory");
+}
+
+static int setup_dir(vm_instance *v, const struct vm_restore_config *c, kiln_error **err)
+{
+	char *run = kiln_path_join(c->dir, "run");
+	int rc = -1;
+
+	if (mkdir(run, 0700) < 0 && errno != EEXIST) {
+		kiln_err_errno(err, errno, "vm: mkdir %s", run);
+		goto out;
+	}
+	v->files.subdirs[0] = run;
+	run = NULL;
+	for (size_t i = 0; i < 2 + VM_AGENT_PORTS; i++) {
+		char *name = i < 2 ? kiln_xstrdup(linked[i]) : NULL;
+		if (name == NULL) {
+			char *p = vm_agent_socket_path(c->dir, (unsigned)(i - 2));
+			name = kiln_xstrdup(strrchr(p, '/') + 1);
+			free(p);
+		}
+		char *target = kiln_xasprintf("run/%s", name);
+		v->files.paths[R_LINKS + i] = kiln_path_join(c->dir, name);
+		v->files.paths[R_RUN + i] = kiln_path_join(v->files.subdirs[0], name);
+		unlink(v->files.paths[R_LINKS + i]);
+		int r = symlink(target, v->files.paths[R_LINKS + i]);
+		free(target);
+		free(name);
+		if (r < 0) {
+			kiln_err_errno(err, errno, "vm: symlink %s", v->files.paths[R_LINKS + i]);
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	free(run);
+	return rc;
+}
+
 vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_stats *stats, kiln_error **err)
 {
 	struct vm_restore_stats dummy;
 	struct vm_restore_stats *s = stats ? stats : &dummy;
 	vm_instance *v = kiln_xcalloc(1, sizeof(*v));
 	kiln_strv av = KILN_STRV_INIT;
-	char *version = NULL;
+	char *version = NULL, *qmp = NULL;
+	const char *mem = c->memory_file;
+	bool shared = c->memory_shared;
+	int fds[2] = { -1, -1 };
 	double t0;
 
 	memset(s, 0, sizeof(*s));
@@ -52,31 +124,81 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 	v->detached = c->detached;
 	v->keep_dir = c->detached;
 	v->files.dir = kiln_xstrdup(c->dir);
-	v->files.paths[R_CONSOLE] = kiln_path_join(c->dir, "console.log");
-	v->files.paths[R_QMP] = kiln_path_join(c->dir, "qmp.sock");
 	v->files.paths[R_QEMU_LOG] = kiln_path_join(c->dir, "qemu.log");
-	for (unsigned i = 0; i < VM_AGENT_PORTS; i++)
-		v->files.paths[R_AGENT0 + i] = vm_agent_socket_path(c->dir, i);
-	/* a shared RAM file is the VM's own copy: removed with it */
-	if (c->memory_shared)
-		v->files.paths[R_MEM] = kiln_xstrdup(c->memory_file);
 	if (!c->detached)
 		vm_registry_add(&v->files);
+	if (setup_dir(v, c, err) < 0 ||
+	    vm_jail_setup(&v->jail, c->dir, v->files.subdirs[0], c->cpus, c->memory_mib, c->net, c->accel, err) < 0)
+		goto fail;
+	if (v->jail.on) {
+		v->files.subdirs[1] = kiln_xstrdup(v->jail.root);
+		if (!shared) {
+			char *link = kiln_path_join(c->dir, "ram");
+			v->files.paths[R_MEM] = ram_copy_path(c->dir);
+			v->files.paths[R_RAM_LINK] = link;
+			unlink(link);
+			if (symlink(v->files.paths[R_MEM], link) < 0) {
+				kiln_err_errno(err, errno, "vm: symlink %s", link);
+				goto fail;
+			}
+			unlink(v->files.paths[R_MEM]);
+			v->jail.copy_from = c->memory_file;
+			v->jail.copy_to = v->files.paths[R_MEM];
+			mem = v->files.paths[R_MEM];
+			shared = true;
+			/* the copy is created inside, before the bind: a mount point */
+			int fd = open(mem, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+			if (fd < 0) {
+				kiln_err_errno(err, errno, "vm: %s", mem);
+				goto fail;
+			}
+			close(fd);
+		} else {
+			/* the caller's own copy */
+			v->files.paths[R_MEM] = kiln_xstrdup(c->memory_file);
+		}
+		if (vm_jail_own(&v->jail, mem, err) < 0)
+			goto fail;
+		vm_jail_add(&v->jail, mem, true);
+		if (!c->disk_backing) {
+			kiln_err(err, KILN_E_USAGE, "vm: a jailed restore needs the disk's backing file named");
+			goto fail;
+		}
+		if ((fds[0] = open(c->disk, O_RDONLY | O_CLOEXEC)) < 0 ||
+		    (fds[1] = open(c->disk_backing, O_RDONLY | O_CLOEXEC)) < 0) {
+			kiln_err_errno(err, errno, "vm: %s", fds[0] < 0 ? c->disk : c->disk_backing);
+			goto fail;
+		}
+	} else if (shared) {
+		/* a shared RAM file is the VM's own copy: removed with it */
+		v->files.paths[R_MEM] = kiln_xstrdup(c->memory_file);
+	}
 
-	restore_argv(c, &av);
-	struct vm_spawn_opts so = { .log_path = v->files.paths[R_QEMU_LOG], .tmpdir = c->dir, .detached = c->detached };
+	restore_argv(c, v->files.subdirs[0], mem, shared, v->jail.on, fds, &av);
+	struct vm_spawn_opts so = { .log_path = v->files.paths[R_QEMU_LOG], .tmpdir = v->files.subdirs[0],
+				    .detached = c->detached, .jail = &v->jail, .keep_fd = { fds[0], fds[1] } };
 	t0 = vm_now_ms();
 	if ((v->files.pid = vm_spawn(av.v, &so, err)) < 0) {
 		v->files.pid = 0;
 		goto fail;
 	}
+	if (v->jail.on) {
+		close(v->jail.slot_fd); /* QEMU holds the slot now */
+		v->jail.slot_fd = -1;
+	}
+	for (int i = 0; i < 2; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	fds[0] = fds[1] = -1;
 	if (c->detached)
 		v->start_time = vm_proc_start_time(v->files.pid);
 	if (c->on_spawn && c->on_spawn(c->ud, v->files.pid, err) < 0)
 		goto fail;
-	if ((v->qmp = vm_qmp_connect(v->files.paths[R_QMP], c->qmp_timeout_ms > 0 ? c->qmp_timeout_ms : 10000, err)) ==
-	    NULL)
+	qmp = kiln_path_join(v->files.subdirs[0], "qmp.sock");
+	if ((v->qmp = vm_qmp_connect(qmp, c->qmp_timeout_ms > 0 ? c->qmp_timeout_ms : 10000, err)) == NULL)
 		goto died;
+	if (vm_qmp_peer_check(v->qmp, vm_jail_uid(v), err) < 0)
+		goto fail;
 	s->spawn_ms = vm_now_ms() - t0;
 	version = vm_qmp_version_string(v->qmp);
 	if (c->on_version && c->on_version(c->ud, version, err) < 0)
@@ -87,15 +209,45 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 	s->load_ms = vm_now_ms() - t0;
 	kiln_strv_free(&av);
 	free(version);
+	free(qmp);
 	return v;
 died:
 	if (vm_qemu_gone(v, WNOHANG))
 		wrap_died(v, err);
 fail:
+	for (int i = 0; i < 2; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
 	kiln_strv_free(&av);
 	free(version);
+	free(qmp);
+	/* detached: QEMU is killed, dir (and the RAM copy it names, see
+	 * vm_dir_cleanup) stays for the caller to remove */
 	vm_destroy(v);
 	return NULL;
+}
+
+bool vm_jailed(const vm_instance *v)
+{
+	return v->jail.on;
+}
+
+uid_t vm_jail_uid(const vm_instance *v)
+{
+	return v->jail.on ? v->jail.uid : 0;
+}
+
+void vm_dir_cleanup(const char *dir)
+{
+	char *link = kiln_path_join(dir, "ram"), target[4096];
+	ssize_t n = readlink(link, target, sizeof(target) - 1);
+
+	if (n > 0) {
+		target[n] = '\0';
+		if (strncmp(target, "/dev/shm/kiln-", 14) == 0 && !strstr(target, ".."))
+			unlink(target);
+	}
+	free(link);
 }
 
 void vm_release(vm_instance *v)
@@ -108,6 +260,9 @@ void vm_release(vm_instance *v)
 		vm_registry_remove(&v->files);
 	for (int i = 0; i < VM_MAX_FILES; i++)
 		free(v->files.paths[i]);
+	for (int i = 0; i < 2; i++)
+		free(v->files.subdirs[i]);
+	vm_jail_release(&v->jail);
 	free(v->files.dir);
 	free(v);
 }

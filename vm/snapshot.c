@@ -1,8 +1,11 @@
 /* snapshot.c — the VM side of snapshots: saving a paused guest's device state
- * with x-ignore-shared (the RAM file stays put), the command line of a QEMU
- * that restores it (machine.c's options, RAM mapped private copy-on-write,
- * `-incoming defer`) and loading the state into it over QMP. */
+ * with x-ignore-shared (the RAM file stays put) and loading it into a QEMU
+ * waiting with `-incoming defer`, both through a file descriptor passed over
+ * QMP; and the one fingerprint of what a snapshot depends on. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -29,11 +32,25 @@ char *vm_qmp_version_string(const vm_qmp *q)
 			      (int)kiln_json_int(qe, "micro", 0), pkg && *pkg ? " " : "", pkg ? pkg : "");
 }
 
-/* Paths go through QEMU's exec: (a shell); kiln names them, but be sure. */
-static int shell_safe(const char *path, kiln_error **err)
+/* The state file goes to QEMU as a file descriptor (QMP getfd, migration
+ * URI fd:NAME): a jailed QEMU can neither open host paths nor spawn a
+ * helper (-sandbox spawn=deny rules out exec:), and it needs no path. */
+#define STATE_FD_NAME "kiln-state"
+
+static int pass_state_fd(vm_qmp *q, const char *path, bool write, kiln_error **err)
 {
-	if (strchr(path, '\'') || strchr(path, '\n'))
-		return kiln_err(err, KILN_E_INVALID, "snapshot path %s contains a quote or newline", path);
+	int fd = write ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : open(path, O_RDONLY | O_CLOEXEC);
+	json_t *args, *r;
+
+	if (fd < 0)
+		return kiln_err_errno(err, errno, "%s", path);
+	args = json_pack("{s:s}", "fdname", STATE_FD_NAME);
+	r = vm_qmp_execute_fd(q, "getfd", args, fd, 5000, err);
+	json_decref(args);
+	close(fd); /* QEMU has its own copy */
+	if (r == NULL)
+		return -1;
+	json_decref(r);
 	return 0;
 }
 
@@ -94,14 +111,12 @@ int vm_snapshot_save_qmp(vm_qmp *q, const char *state_path, int timeout_ms, kiln
 	char *uri = NULL;
 	int rc = -1;
 
-	if (shell_safe(state_path, err) < 0)
-		goto out;
 	if ((r = vm_qmp_execute(q, "stop", NULL, 5000, err)) == NULL)
 		goto out;
 	json_decref(r);
-	if (set_ignore_shared(q, false, err) < 0)
+	if (set_ignore_shared(q, false, err) < 0 || pass_state_fd(q, state_path, true, err) < 0)
 		goto out;
-	uri = kiln_xasprintf("exec:cat > '%s'", state_path);
+	uri = kiln_xstrdup("fd:" STATE_FD_NAME);
 	args = json_pack("{s:s}", "uri", uri);
 	if ((r = vm_qmp_execute(q, "migrate", args, 5000, err)) == NULL)
 		goto out;
@@ -152,9 +167,9 @@ int vm_snapshot_load(vm_qmp *q, const char *state_path, int timeout_ms, kiln_err
 	char *uri = NULL;
 	int rc = -1;
 
-	if (shell_safe(state_path, err) < 0 || set_ignore_shared(q, false, err) < 0)
+	if (set_ignore_shared(q, false, err) < 0 || pass_state_fd(q, state_path, false, err) < 0)
 		goto out;
-	uri = kiln_xasprintf("exec:cat '%s'", state_path);
+	uri = kiln_xstrdup("fd:" STATE_FD_NAME);
 	args = json_pack("{s:s}", "uri", uri);
 	if ((r = vm_qmp_execute(q, "migrate-incoming", args, 5000, err)) == NULL)
 		goto out;

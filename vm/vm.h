@@ -107,10 +107,13 @@ vm_qmp *vm_qmp_connect(const char *socket_path, int timeout_ms, kiln_error **err
  * (the capabilities negotiation and the command are sent together): for a
  * latency-critical single command such as a pool claim's `cont`.  Returns
  * its "return" value (new reference). */
-json_t *vm_qmp_run_once(const char *socket_path, const char *command, int timeout_ms, kiln_error **err);
+json_t *vm_qmp_run_once(const char *socket_path, const char *command, uid_t peer_uid, int timeout_ms,
+			kiln_error **err);
 /* Run a command; args may be NULL (borrowed).  Returns the "return" value (new
  * reference); a QMP error becomes a kiln_error "CMD: CLASS: DESC". */
 json_t *vm_qmp_execute(vm_qmp *q, const char *command, json_t *args, int timeout_ms, kiln_error **err);
+/* The same, passing fd to QEMU with it (SCM_RIGHTS; e.g. for "getfd"). */
+json_t *vm_qmp_execute_fd(vm_qmp *q, const char *command, json_t *args, int fd, int timeout_ms, kiln_error **err);
 /* Wait for the next event named `name` (NULL: any); returns the whole event. */
 json_t *vm_qmp_wait_event(vm_qmp *q, const char *name, int timeout_ms, kiln_error **err);
 /* The greeting's {"qemu": ...} version object (borrowed). */
@@ -184,6 +187,16 @@ double vm_agent_ms(const vm_instance *v);            /* QEMU start to the agent'
 /* Block until QEMU exits on its own (guest poweroff) or timeout_ms passes
  * (<0: forever); returns 1 if it exited, 0 on timeout. */
 int vm_wait_exit(vm_instance *v, int timeout_ms, kiln_error **err);
+
+/* Every QEMU runs in a jail (docs/security.md) unless this is set (the
+ * CLI's --unconfined) or $KILN_UNCONFINED is non-empty and not "0". */
+void vm_set_unconfined(bool on);
+bool vm_unconfined(void);
+/* Remove the cgroups of uid slots no VM holds; returns how many. */
+int vm_jail_gc(void);
+/* Remove what a restored VM left outside its directory dir (the RAM copy in
+ * /dev/shm that dir/memory points to); the caller removes dir. */
+void vm_dir_cleanup(const char *dir);
 
 /* Install SIGINT/SIGTERM/SIGHUP handlers that kill every live VM's QEMU and
  * remove its files before the process dies of the signal.  For programs (the
@@ -262,6 +275,19 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 /* Let go of a VM without stopping it (a detached sandbox lives on): closes
  * the QMP and agent connections and frees v; QEMU and the files stay. */
 void vm_release(vm_instance *v);
+/* A jailed QEMU owns the directory its sockets are in and could replace one
+ * with a symlink to another VM's or a host service's socket: a connection to
+ * it is kept only if its peer runs as the VM's uid (SO_PEERCRED; uid 0:
+ * unconfined, not checked). */
+int vm_socket_peer_check(int fd, uid_t uid, const char *what, kiln_error **err);
+int vm_qmp_peer_check(const vm_qmp *q, uid_t uid, kiln_error **err);
+/* Whether the VM's QEMU runs in a jail, and as which uid (0: unconfined). */
+bool vm_jailed(const vm_instance *v);
+uid_t vm_jail_uid(const vm_instance *v);
+/* Refuse a qcow2 disk whose header names a backing file other than
+ * want_backing (a plain name beside it; NULL: none allowed) or an external
+ * data file: a disk from the store must not make QEMU open a host file. */
+int vm_qcow2_check(const char *path, const char *want_backing, kiln_error **err);
 /* Point a qcow2 overlay at another backing file (qemu-img rebase -u); a
  * relative name is resolved against the overlay's own directory when opened. */
 int vm_overlay_rebase(const char *overlay, const char *backing_raw, kiln_error **err);

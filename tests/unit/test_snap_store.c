@@ -77,8 +77,8 @@ static void test_names(void)
 static void test_open(void)
 {
 	const char *cfg = "{\"schemaVersion\":1,\"mediaType\":\"" SNAP_CONFIG_MEDIA "\","
-			  "\"memory\":{\"digest\":\"sha256:aa\"},\"state\":{\"digest\":\"sha256:bb\"},"
-			  "\"disk\":{\"digest\":\"sha256:cc\"},\"rootfs\":{\"digest\":\"sha256:dd\"},"
+			  "\"memory\":{\"digest\":\"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"},\"state\":{\"digest\":\"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"},"
+			  "\"disk\":{\"digest\":\"sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc\"},\"rootfs\":{\"digest\":\"sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\"},"
 			  "\"env\":[\"A=1\"]}";
 	char digest[KILN_DIGEST_MAX];
 	kiln_error *err = NULL;
@@ -131,6 +131,23 @@ static void test_open(void)
 	json_decref(list);
 }
 
+/* A blob digest that is a path names no file of the store (docs/security.md). */
+static void test_open_refuses_paths(void)
+{
+	char ed[KILN_DIGEST_MAX];
+	kiln_error *err = NULL;
+
+	const char *evil = "{\"schemaVersion\":1,\"mediaType\":\"" SNAP_CONFIG_MEDIA "\","
+			   "\"memory\":{\"digest\":\"sha256:../../../etc/shadow\"},\"state\":{\"digest\":\"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"},"
+			   "\"disk\":{\"digest\":\"sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc\"},\"rootfs\":{\"digest\":\"sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\"}}";
+	CHECK_INT(snap_blob_put_data(evil, strlen(evil), ed, &err), 0);
+	CHECK_INT(snap_ref_set("evil:1", ed, &err), 0);
+	CHECK(snap_template_open("evil:1", &err) == NULL);
+	CHECK(err && strstr(kiln_error_message(err), "is not sha256:<64 hex digits>"));
+	kiln_error_clear(&err);
+
+}
+
 int main(void)
 {
 	kiln_error *err = NULL;
@@ -142,6 +159,7 @@ int main(void)
 	RUN(test_sparse_blob);
 	RUN(test_names);
 	RUN(test_open);
+	RUN(test_open_refuses_paths);
 	kiln_rm_rf(home, &err);
 	kiln_error_free(err);
 	free(home);

@@ -45,12 +45,12 @@ static void test_real_qemu(void)
 	kiln_error *err = NULL;
 	/* One command in one round trip (capabilities + command sent together),
 	 * then an ordinary session: QEMU serves one client at a time. */
-	json_t *r = vm_qmp_run_once(sock, "query-status", 10000, &err), *ev;
+	json_t *r = vm_qmp_run_once(sock, "query-status", 0, 10000, &err), *ev;
 	CHECK(r != NULL);
 	CHECK_STR(kiln_json_str(r, "status"), "prelaunch");
 	json_decref(r);
 	kiln_error_clear(&err);
-	r = vm_qmp_run_once(sock, "no-such-command", 5000, &err);
+	r = vm_qmp_run_once(sock, "no-such-command", 0, 5000, &err);
 	CHECK(r == NULL && err != NULL && err->kind == KILN_E_NOTFOUND);
 	kiln_error_clear(&err);
 	vm_qmp *q = vm_qmp_connect(sock, 10000, &err);
