@@ -17,6 +17,7 @@ RUNS=${1:-5}
 CONNS=${CONNS:-256}
 DURATION=${DURATION:-10s}
 KILN=${KILN:-$PWD/bin/kiln}
+HOLDCONNS=${HOLDCONNS:-$PWD/tests/holdconns.py}
 W=$(mktemp -d /tmp/kiln-bench-registry.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$W"; }
@@ -50,6 +51,16 @@ EOC
 }
 stop_last() { local p=${PIDS[-1]}; kill "$p"; wait "$p" 2>/dev/null || true; unset 'PIDS[-1]'; }
 
+wrkfig() { # FILE -> "req/s p50 p99 errors"
+	local f=$1 rps p50 p99 errs non2xx
+	rps=$(awk '/^Requests\/sec/ {print $2}' "$f")
+	p50=$(awk '$1=="50%" {print $2}' "$f")
+	p99=$(awk '$1=="99%" {print $2}' "$f")
+	errs=$(awk '/Socket errors/ {gsub(",",""); print $4+$6+$8+$10}' "$f")
+	non2xx=$(awk '/Non-2xx/ {print $5}' "$f")
+	echo "$rps ${p50:-?} ${p99:-?} $(( ${errs:-0} + ${non2xx:-0} ))"
+}
+
 # -- attack: real clients pulling while one address holds slow connections --------
 # bench/registry.sh attack: for each server, CONNS (256) wrk connections GET a
 # BLOB_SIZE blob for DURATION with no attack, then again while tests/holdconns.py
@@ -69,12 +80,17 @@ attack_one() { # NAME START_FN -> $W/NAME.{base,att}.wrk, NAME.hold, NAME.fresh,
 	case $loc in *\?*) loc="$loc&digest=$BLOB" ;; *) loc="$loc?digest=$BLOB" ;; esac
 	curl -sf -X PUT --data-binary @blob -H 'Content-Type: application/octet-stream' "$loc" >/dev/null
 	curl -sf -o /dev/null "http://$ADDR/v2/bench/blob/blobs/$BLOB"
+	# A real client's own pace (kiln's figures at stop: longest headers, longest
+	# keep-alive gap): a skopeo push and pull of a small image, before the load.
+	skopeo copy -q --dest-tls-verify=false oci:small:v1 "docker://$ADDR/bench/small:v1" >/dev/null
+	rm -rf small-pull
+	skopeo copy -q --src-tls-verify=false "docker://$ADDR/bench/small:v1" oci:small-pull:v1 >/dev/null
 	wrk -t2 -c"$CONNS" -d"$DURATION" --timeout 30s --latency "http://$ADDR/v2/bench/blob/blobs/$BLOB" >"$W/$name.base.wrk"
 	python3 "$HOLDCONNS" --dst "$ADDR" --src 127.0.0.2 --count "$ATTACK" --mode half --trickle 5 --reopen \
 		--rate 1000 --duration $(( ${DURATION%s} + 10 )) >"$W/$name.hold" &
 	hp=$!
 	sleep 5
-	curl -s -o /dev/null -w '%{http_code} %{time_total}\n' --max-time 10 "http://$ADDR/v2/" >"$W/$name.fresh"
+	{ curl -s -o /dev/null -w '%{http_code} %{time_total}\n' --max-time 10 "http://$ADDR/v2/" || true; } >"$W/$name.fresh"
 	echo "$(ls "/proc/$pid/task" | wc -l) $(awk '/VmRSS/ {print $2}' "/proc/$pid/status")" >"$W/$name.proc"
 	wrk -t2 -c"$CONNS" -d"$DURATION" --timeout 30s --latency "http://$ADDR/v2/bench/blob/blobs/$BLOB" >"$W/$name.att.wrk"
 	wait "$hp"
@@ -90,6 +106,10 @@ attack() {
 	# 3,000 held connections plus the real clients need more descriptors than
 	# the usual soft limit of 1024, in this shell (wrk, holdconns) and the servers.
 	ulimit -n "$(( ATTACK + CONNS + 1024 ))"
+	umoci init --layout small >/dev/null
+	umoci new --image small:v1 >/dev/null
+	head -c 1000000 /dev/urandom >small-layer
+	umoci insert --image small:v1 small-layer /small-layer >/dev/null
 	for name in kiln distribution; do attack_one "$name" "start_$name"; done
 	echo "## registry under attack (\`bench/registry.sh attack\`)"
 	echo
@@ -119,13 +139,12 @@ attack() {
 	echo "| attacker (over the whole run) | $(cat "$W/kiln.holds") | $(cat "$W/distribution.holds") |"
 	echo
 	echo "kiln's own account (info line at stop):"
-	echo; echo '```'; grep 'registry: .* connections; closed' "$W/data-kiln.log" | sed "s/^kiln: info: //"; echo '```'
+	echo; echo '```'; { grep 'registry: .* connections; closed' "$W/data-kiln.log" || echo '(none: an older kiln)'; } | sed "s/^kiln: info: //"; echo '```'
 }
 
 if [ "${1:-}" = attack ]; then
 	BLOB_SIZE=${BLOB_SIZE:-1000000}
 	ATTACK=${ATTACK:-3000}
-	HOLDCONNS=$(dirname "$KILN")/../tests/holdconns.py
 	export KILN_LOG=${KILN_LOG:-info}
 	attack
 	exit 0
@@ -183,15 +202,6 @@ load() { # NAME START_FN -> wrk figures in $W/NAME.wrk and $W/NAME.mwrk
 	stop_last
 }
 
-wrkfig() { # FILE -> "req/s p50 p99 errors"
-	local f=$1 rps p50 p99 errs non2xx
-	rps=$(awk '/^Requests\/sec/ {print $2}' "$f")
-	p50=$(awk '$1=="50%" {print $2}' "$f")
-	p99=$(awk '$1=="99%" {print $2}' "$f")
-	errs=$(awk '/Socket errors/ {gsub(",",""); print $4+$6+$8+$10}' "$f")
-	non2xx=$(awk '/Non-2xx/ {print $5}' "$f")
-	echo "$rps ${p50:-?} ${p99:-?} $(( ${errs:-0} + ${non2xx:-0} ))"
-}
 
 # Interleaved (kiln, distribution, skopeo alone, kiln, ...) so that all three see
 # the same drift of this shared machine's load.
