@@ -185,7 +185,10 @@ static int wait_ready(vm_instance *v, int timeout_ms, kiln_error **err)
 				for (size_t i = 0; i < seen.len; i++)
 					if (seen.buf[i] == '\0')
 						seen.buf[i] = ' ';
-				if (strstr(seen.buf, READY_MARKER)) {
+				/* The whole line: the guest's uptime follows the marker, and
+				 * a console printed at once would show it cut off. */
+				const char *ready = strstr(seen.buf, READY_MARKER);
+				if (ready && strchr(ready, '\n')) {
 					rc = 0;
 					goto out;
 				}
