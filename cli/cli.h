@@ -46,5 +46,9 @@ const struct kiln_command *cli_find(const struct kiln_command *const *table, con
  * with argv shifted by one; no sub-command or an unknown one is a usage error,
  * "-h", "--help" and "help" print cmd's usage. */
 int cli_dispatch(const struct kiln_command *cmd, const struct kiln_command *const *subs, int argc, char **argv);
+/* "NAME\tSUMMARY" per line for `kiln --list-commands` and `kiln CMD
+ * --list-commands` (cli_dispatch answers it): what the man pages and the bash
+ * completion are generated from (cli/gen-man.sh, cli/gen-completion.sh). */
+int cli_list_commands(const struct kiln_command *const *table);
 
 #endif

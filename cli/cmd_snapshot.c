@@ -227,6 +227,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	static const struct kiln_command *const subs[] = { &snap_ls_cmd, &snap_verify_cmd, NULL };
 	const struct kiln_command *sub = argc >= 2 ? cli_find(subs, argv[1]) : NULL;
 
+	if (argc == 2 && strcmp(argv[1], "--list-commands") == 0)
+		return cli_list_commands(subs);
 	if (sub) {
 		optind = 1;
 		return sub->run(sub, argc - 1, argv + 1);

@@ -128,18 +128,34 @@ const struct kiln_command *cli_find(const struct kiln_command *const *table, con
 	return NULL;
 }
 
-int cli_dispatch(const struct kiln_command *cmd, const struct kiln_command *const *subs, int argc, char **argv)
+/* A sub-command's own name: "ls" for one named "ls" or "cache ls". */
+static const char *sub_name(const struct kiln_command *cmd, const struct kiln_command *sub)
 {
 	size_t plen = strlen(cmd->name);
+	const char *n = sub->name;
 
+	return strncmp(n, cmd->name, plen) == 0 && n[plen] == ' ' ? n + plen + 1 : n;
+}
+
+int cli_list_commands(const struct kiln_command *const *table)
+{
+	for (size_t i = 0; table[i] != NULL; i++) {
+		const char *n = strrchr(table[i]->name, ' ');
+		printf("%s\t%s\n", n ? n + 1 : table[i]->name, table[i]->summary ? table[i]->summary : "");
+	}
+	return KILN_EXIT_OK;
+}
+
+int cli_dispatch(const struct kiln_command *cmd, const struct kiln_command *const *subs, int argc, char **argv)
+{
 	if (argc < 2)
 		return cli_usage_error(cmd, "missing sub-command");
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0)
 		return cli_help(cmd);
+	if (strcmp(argv[1], "--list-commands") == 0)
+		return cli_list_commands(subs);
 	for (size_t i = 0; subs[i] != NULL; i++) {
-		const char *n = subs[i]->name;
-		if (strncmp(n, cmd->name, plen) == 0 && n[plen] == ' ')
-			n += plen + 1;
+		const char *n = sub_name(cmd, subs[i]);
 		if (strcmp(n, argv[1]) == 0) {
 			optind = 0; /* glibc: a full getopt reset for the sub-command's parse */
 			return subs[i]->run(subs[i], argc - 1, argv + 1);
@@ -157,6 +173,8 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
 			print_main_usage(stdout);
 			return KILN_EXIT_OK;
+		} else if (strcmp(argv[i], "--list-commands") == 0) {
+			return cli_list_commands(commands);
 		} else if (strcmp(argv[i], "--version") == 0) {
 			printf("kiln %s\n", KILN_VERSION);
 			return KILN_EXIT_OK;
