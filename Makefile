@@ -32,14 +32,14 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(ASAN)/tests/%)
 REPLAY_BINS := $(FUZZ_SRCS:tests/fuzz/fuzz_%.c=$(ASAN)/tests/replay_%)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
 
-.PHONY: all deps check test demo fuzz clean clang-check check-layers
+.PHONY: all deps check test demo fuzz clean clang-check check-layers install uninstall deb test-deb
 .SECONDARY:
-all: bin/kiln $(if $(AGENT_SRCS),bin/kiln-agent)
+all: bin/kiln $(if $(AGENT_SRCS),bin/kiln-agent) build/man/kiln.1 build/kiln.bash-completion
 
 # -- the library and the CLI ------------------------------------------------
 $(OBJ)/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(BASEFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(BASEFLAGS) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
 build/libkiln.a: $(LIB_OBJS)
 	@rm -f $@
@@ -56,11 +56,76 @@ $(OBJ)/cli/main.o: build/gen/commands.h
 
 bin/kiln: $(CLI_OBJS) build/libkiln.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $(CLI_OBJS) build/libkiln.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJS) build/libkiln.a $(LDLIBS)
 
+# AGENT_CFLAGS: e.g. -g for the Debian package, whose dh_strip moves the debug
+# information into kiln-dbgsym (the agent itself is copied into every initramfs).
 bin/kiln-agent: $(AGENT_SRCS) $(wildcard guest/*.h guest/agent/*.h)
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -D_GNU_SOURCE -I. $(WARN) -Os -static -o $@ $(AGENT_SRCS)
+	$(CC) -std=c11 -D_GNU_SOURCE -I. $(WARN) $(CPPFLAGS) -Os $(AGENT_CFLAGS) -static $(LDFLAGS) -o $@ $(AGENT_SRCS)
+
+# Man pages and bash completion come from the binary's own --help and
+# --list-commands, so they cannot drift from it (t0900 checks the installed ones).
+build/man/kiln.1: bin/kiln cli/gen-man.sh
+	@rm -rf build/man
+	cli/gen-man.sh bin/kiln build/man
+
+build/kiln.bash-completion: bin/kiln cli/gen-completion.sh
+	cli/gen-completion.sh bin/kiln $@
+
+# -- install: PREFIX/bin/kiln, and the files it finds beside itself in
+# PREFIX/lib/kiln (the agent, the guest kernel, the kernel scripts; vm/locate.c),
+# man pages, bash completion, docs.  The list of what was installed is kept in
+# PREFIX/lib/kiln/installed-files for `make uninstall`.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+INSTALL ?= install
+LIBEXEC := $(PREFIX)/lib/kiln
+MANDIR  := $(PREFIX)/share/man/man1
+DOCDIR  := $(PREFIX)/share/doc/kiln
+COMPDIR := $(PREFIX)/share/bash-completion/completions
+KERNEL  ?= build/kernel
+DOCS    := README.md $(sort $(wildcard docs/*.md))
+
+install: all
+	@test -f $(KERNEL)/release || { echo "make install: no guest kernel in $(KERNEL) (run 'make deps' or vm/fetch-kernel.sh $(KERNEL))" >&2; exit 1; }
+	@set -e; d='$(DESTDIR)'; p='$(PREFIX)'; list=$$(mktemp); \
+	inst() { $(INSTALL) -D -m $$1 "$$2" "$$d$$3"; echo "$${3#$$p/}" >>$$list; }; \
+	inst 755 bin/kiln $(PREFIX)/bin/kiln; \
+	inst 755 bin/kiln-agent $(LIBEXEC)/kiln-agent; \
+	inst 755 vm/fetch-kernel.sh $(LIBEXEC)/fetch-kernel.sh; \
+	inst 755 vm/build-kernel.sh $(LIBEXEC)/build-kernel.sh; \
+	inst 644 vm/kernel.config $(LIBEXEC)/kernel.config; \
+	rm -rf "$$d$(LIBEXEC)/kernel"; \
+	inst 644 $(KERNEL)/release $(LIBEXEC)/kernel/release; \
+	cp -R $(KERNEL)/root "$$d$(LIBEXEC)/kernel/root"; \
+	chmod -R u+rwX,go+rX,go-w "$$d$(LIBEXEC)/kernel/root"; \
+	(cd $(KERNEL) && find root ! -type d) | sed 's|^|lib/kiln/kernel/|' >>$$list; \
+	for f in build/man/*.1; do inst 644 $$f $(MANDIR)/$${f##*/}; done; \
+	inst 644 build/kiln.bash-completion $(COMPDIR)/kiln; \
+	for f in $(DOCS); do inst 644 $$f $(DOCDIR)/$${f##*/}; done; \
+	echo lib/kiln/installed-files >>$$list; \
+	$(INSTALL) -m 644 $$list "$$d$(LIBEXEC)/installed-files"; rm -f $$list; \
+	echo "installed kiln in $$d$(PREFIX) (guest kernel $$(cat $(KERNEL)/release) in $(LIBEXEC)/kernel)"
+
+# Removes exactly what install recorded, then kiln's own folders (lib/kiln,
+# share/doc/kiln) once empty; shared ones (bin, man1, completions) stay.
+uninstall:
+	@set -e; d='$(DESTDIR)$(PREFIX)'; list="$$d/lib/kiln/installed-files"; \
+	test -f "$$list" || { echo "make uninstall: no $$list: kiln is not installed in $$d" >&2; exit 1; }; \
+	while IFS= read -r f; do rm -f "$$d/$$f"; done <"$$list"; \
+	for dir in "$$d/lib/kiln" "$$d/share/doc/kiln"; do \
+		[ ! -d "$$dir" ] || find "$$dir" -depth -type d -empty -delete; done; \
+	echo "removed kiln from $$d"
+
+# The Debian package (debian/), built from this tree; ../kiln_*.deb.
+deb:
+	dpkg-buildpackage -us -uc -b
+
+# Slower than `make test` (a second compile, lintian, apt install, e2e tests
+# against /usr/bin/kiln, purge): tests/deb.sh.
+test-deb: deps all
+	@tests/run.sh tests/deb.sh
 
 # -- unit tests under ASan + UBSan ----------------------------------------------
 $(ASAN)/%.o: %.c

@@ -3,6 +3,16 @@
 # Tests run from the repository root with KILN pointing at the built binary.
 set -u
 KILN=${KILN:-$PWD/bin/kiln}
+# The guest agent that goes with $KILN (e.g. KILN=/usr/bin/kiln): $KILN_AGENT,
+# else what its installation or checkout holds, where vm/locate.c looks.
+kiln_top=$(dirname "$(dirname "$(readlink -f "$(command -v "$KILN" || echo "$KILN")")")")
+if [ -n "${KILN_AGENT:-}" ]; then
+	KILN_AGENT_BIN=$KILN_AGENT
+elif [ -x "$kiln_top/lib/kiln/kiln-agent" ]; then
+	KILN_AGENT_BIN=$kiln_top/lib/kiln/kiln-agent
+else
+	KILN_AGENT_BIN=$kiln_top/bin/kiln-agent
+fi
 T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-e2e.XXXXXX")
 trap 'rm -rf "$T_TMP"' EXIT
 export KILN_HOME="$T_TMP/home"

@@ -8,8 +8,8 @@
 vm_setup
 img=$T_TMP/root.ext4
 sum=$(sha256sum <"$img")
-if [ ! -x bin/kiln-agent ]; then
-	not_ok "bin/kiln-agent is built"
+if [ ! -x "$KILN_AGENT_BIN" ]; then
+	not_ok "the guest agent $KILN_AGENT_BIN is built"
 	exit 0
 fi
 boot() { $KILN vm boot --timeout 180 "$@"; }

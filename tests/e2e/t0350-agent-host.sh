@@ -4,7 +4,7 @@
 # Python implementation of docs/agent-protocol.md: handshake, exec with
 # separate streams, stdin, ping, stat, timeout, bad frames.  No VM needed.
 . tests/e2e/lib.sh
-AGENT=${KILN_AGENT:-$PWD/bin/kiln-agent}
+AGENT=$KILN_AGENT_BIN
 
 expect_exit 0 "kiln-agent --version" "$AGENT" --version
 expect_grep "version names the protocol" '^kiln-agent [0-9.]+ \(protocol 2\)$' "$T_TMP/out"

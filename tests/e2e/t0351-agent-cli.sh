@@ -4,7 +4,7 @@
 # streams, env/cwd/user/stdin/timeout, ping, stat, and an upload/download
 # round trip of a tree with modes, symlinks and hard links.
 . tests/e2e/lib.sh
-AGENT=${KILN_AGENT:-$PWD/bin/kiln-agent}
+AGENT=$KILN_AGENT_BIN
 S=$T_TMP/agent.sock
 "$AGENT" --listen "$S" 2>"$T_TMP/agent.err" &
 apid=$!
