@@ -46,7 +46,7 @@ expect_eq "lintian: no errors or warnings (debian/README.source explains the res
 grep -E '^[EWIP]: ' "$T_TMP/lintian" | sort | uniq -c | sed 's/^/#   /' | head -30
 
 if [ "$(id -u)" -ne 0 ] || dpkg-query -W -f '${Status}' kiln 2>/dev/null | grep -q installed; then
-	ok "install and run the package # skip not root, or a kiln package is installed already"
+	skip "install and run the package" "not root, or a kiln package is installed already"
 	exit 0
 fi
 trap 'dpkg --purge kiln >/dev/null 2>&1; rm -rf "$T_TMP"' EXIT
@@ -57,7 +57,7 @@ expect_exit 0 "/usr/bin/kiln finds the packaged kernel with a new KILN_HOME" \
 expect_grep "in /usr/lib/kiln/kernel" '^dir +/usr/lib/kiln/kernel$' "$T_TMP/out"
 # The e2e tests against the installed binary (they use the tree only for data).
 KILN=/usr/bin/kiln KILN_AGENT= tests/run.sh tests/e2e/t0001-cli.sh tests/e2e/t0300-vm-boot.sh \
-	tests/e2e/t0520-build-run.sh tests/e2e/t0900-install.sh 2>&1 | grep -v '^[0-9]* passed, [0-9]* failed$'
+	tests/e2e/t0520-build-run.sh tests/e2e/t0900-install.sh 2>&1 | grep -v '^[0-9]* passed, [0-9]* failed'
 expect_exit 0 "dpkg --purge kiln" dpkg --purge kiln
 expect_eq "purge removes /usr/bin/kiln, /usr/lib/kiln and the user" \
 	"$([ -e /usr/bin/kiln ] || [ -e /usr/lib/kiln ] || getent passwd kiln >/dev/null || echo gone)" gone

@@ -106,7 +106,7 @@ else
 fi
 
 # agent upload/download, with GNU tar and with busybox's (the guest's tar)
-AGENT=$PWD/bin/kiln-agent
+AGENT=$KILN_AGENT_BIN
 wantn=$($NAMES list "$ref" --nlink)
 for tarp in tar busybox; do
 	S=$T_TMP/agent-$tarp.sock
