@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "builder/internal.h"
@@ -263,6 +264,17 @@ int build_extract_entry(struct archive *a, struct archive *w, struct archive_ent
 	if (r != ARCHIVE_EOF)
 		return kiln_err(err, KILN_E_INVALID, "%s: %s", what, archive_error_string(a));
 	archive_write_finish_entry(w);
+	/* libarchive's disk writer skips POSIX ACLs carried as xattrs (as
+	 * SCHILY.xattr.system.posix_acl_*, buildah's form): set those here, on the
+	 * path it just wrote (never through a symlink: SECURE_SYMLINKS) */
+	const char *xn;
+	const void *xv;
+	size_t xl;
+	archive_entry_xattr_reset(e);
+	while (archive_entry_xattr_next(e, &xn, &xv, &xl) == ARCHIVE_OK)
+		if (strncmp(xn, "system.posix_acl_", 17) == 0 &&
+		    lsetxattr(archive_entry_pathname(e), xn, xv, xl, 0) < 0)
+			kiln_warn("%s: %s: %s", what, xn, strerror(errno));
 	return 0;
 }
 
@@ -301,7 +313,7 @@ static int extract_layer(const char *blob, const char *dir, kiln_error **err)
 	struct archive_entry *e;
 	int r, rc = -1;
 
-	archive_write_disk_set_options(w, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_XATTR |
+	archive_write_disk_set_options(w, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_ACL |
 						  ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
 						  ARCHIVE_EXTRACT_UNLINK);
 	if (archive_read_open_filename(a, blob, 65536) != ARCHIVE_OK) {

@@ -97,6 +97,12 @@ const char *build_fsindex_file(const build_fsindex *x, const char *path);
 /* ===========================================================================
  * COPY / ADD (copy.c, fetch.c): what a step adds, as a sorted list of items.
  * ========================================================================= */
+struct build_xattr {
+	char *name;        /* "security.capability", "user.x", "system.posix_acl_access" */
+	uint8_t *value;
+	size_t len;
+};
+
 struct build_item {
 	char *dest;        /* image path, index form ("app/main.c") */
 	char *src;         /* host file with the content (regular files), else NULL */
@@ -105,6 +111,10 @@ struct build_item {
 	gid_t gid;
 	char *link;        /* symlink target */
 	uint64_t size;
+	char *hardlink;    /* dest of an earlier item this is a hard link to, else NULL */
+	dev_t rdev;        /* character and block devices */
+	struct build_xattr *xattrs; /* written as SCHILY.xattr.NAME records, as buildah does */
+	size_t n_xattrs;
 	/* the input file's own metadata, for the cache key */
 	mode_t src_mode;
 	uid_t src_uid;
@@ -118,6 +128,7 @@ struct build_changes {
 };
 
 void build_changes_free(struct build_changes *c);
+void build_item_add_xattr(struct build_item *it, const char *name, const void *value, size_t len);
 /* Sort by destination path, the later of two equal paths winning. */
 void build_changes_finish(struct build_changes *c);
 

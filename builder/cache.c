@@ -98,6 +98,15 @@ int build_cache_key_store(build_store *s, const char *parent, const char *instru
 			      (unsigned)it->mode, (unsigned)it->uid, (unsigned)it->gid, (unsigned)it->src_mode,
 			      (unsigned)it->src_uid, (unsigned)it->src_gid, it->link ? strlen(it->link) : 0,
 			      it->link ? it->link : "", digest);
+		/* metadata most files lack adds to the line only when present (older keys stay) */
+		if (it->rdev)
+			kiln_buf_addf(&line, "rdev %llu\n", (unsigned long long)it->rdev);
+		for (size_t k = 0; k < it->n_xattrs; k++) {
+			kiln_buf_addf(&line, "xattr %zu:%s %zu:", strlen(it->xattrs[k].name), it->xattrs[k].name,
+				      it->xattrs[k].len);
+			kiln_buf_add(&line, it->xattrs[k].value, it->xattrs[k].len);
+			kiln_buf_addc(&line, '\n');
+		}
 		kiln_hasher_update(h, line.buf, line.len);
 	}
 	kiln_hasher_final(h, out);

@@ -7,17 +7,39 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "builder/internal.h"
 
+static void item_clear(struct build_item *it)
+{
+	free(it->dest);
+	free(it->src);
+	free(it->link);
+	free(it->hardlink);
+	for (size_t i = 0; i < it->n_xattrs; i++) {
+		free(it->xattrs[i].name);
+		free(it->xattrs[i].value);
+	}
+	free(it->xattrs);
+}
+
+void build_item_add_xattr(struct build_item *it, const char *name, const void *value, size_t len)
+{
+	it->xattrs = kiln_xrealloc(it->xattrs, (it->n_xattrs + 1) * sizeof(*it->xattrs));
+	struct build_xattr *x = &it->xattrs[it->n_xattrs++];
+	x->name = kiln_xstrdup(name);
+	x->value = kiln_xmalloc(len ? len : 1);
+	memcpy(x->value, value, len);
+	x->len = len;
+}
+
 void build_changes_free(struct build_changes *c)
 {
-	for (size_t i = 0; i < c->n; i++) {
-		free(c->v[i].dest);
-		free(c->v[i].src);
-		free(c->v[i].link);
-	}
+	for (size_t i = 0; i < c->n; i++)
+		item_clear(&c->v[i]);
 	free(c->v);
 	for (size_t i = 0; i < c->tmpdirs.n; i++) {
 		kiln_error *err = NULL;
@@ -56,9 +78,7 @@ void build_changes_finish(struct build_changes *c)
 		qsort(c->v, c->n, sizeof(*c->v), cmp_item);
 	for (size_t i = 0; i < c->n; i++) {
 		if (i + 1 < c->n && strcmp(c->v[i].dest, c->v[i + 1].dest) == 0) {
-			free(c->v[i].dest);
-			free(c->v[i].src);
-			free(c->v[i].link);
+			item_clear(&c->v[i]);
 			continue;
 		}
 		c->v[w++] = c->v[i];
@@ -180,6 +200,25 @@ static char *join(const char *a, const char *b)
 	return kiln_xasprintf("%s/%s", a, b);
 }
 
+/* The source's extended attributes (file capabilities, ACLs, user.*), kept
+ * by COPY and ADD as BuildKit keeps them; none where the filesystem has none. */
+static void source_xattrs(struct build_item *it, const char *host)
+{
+	char names[65536], *value = NULL;
+	ssize_t n = llistxattr(host, names, sizeof(names));
+
+	for (char *nm = names; n > 0 && nm < names + n; nm += strlen(nm) + 1) {
+		ssize_t vl = lgetxattr(host, nm, NULL, 0);
+		if (vl < 0 || strncmp(nm, "trusted.overlay.", 16) == 0)
+			continue;
+		value = kiln_xrealloc(value, (size_t)vl + 1);
+		vl = lgetxattr(host, nm, value, (size_t)vl);
+		if (vl >= 0)
+			build_item_add_xattr(it, nm, value, (size_t)vl);
+	}
+	free(value);
+}
+
 /* Add one item from a tree entry (or a plain host file) at image path `dest`. */
 static void put_entry(struct ctx *c, const char *host, const struct stat *st, const char *link, const char *dest,
 		      bool keep_owner)
@@ -205,6 +244,9 @@ static void put_entry(struct ctx *c, const char *host, const struct stat *st, co
 	}
 	if (link)
 		it->link = kiln_xstrdup(link);
+	if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode))
+		it->rdev = st->st_rdev;
+	source_xattrs(it, host);
 }
 
 static char *host_path(const build_tree *t, const char *rel)
@@ -261,8 +303,8 @@ static int extract_archive(const char *path, const char *dir, kiln_error **err)
 	struct archive_entry *e;
 	int r, rc = -1;
 
-	archive_write_disk_set_options(w, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-						  ARCHIVE_EXTRACT_SECURE_NODOTDOT);
+	archive_write_disk_set_options(w, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_ACL |
+						  ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT);
 	if (archive_read_open_filename(a, path, 65536) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_INVALID, "ADD %s: %s", path, archive_error_string(a));
 		goto out;

@@ -206,6 +206,7 @@ static int sync_layers(build_exec_session *s, const struct build_run_request *re
 	kiln_strv names = KILN_STRV_INIT;
 	size_t first = s->synced.n;
 	char *tar = kiln_xasprintf("%s/sync.tar", req->scratch);
+	struct guest_xattr_list xl = { 0 };
 	int rc = 0;
 
 	if (first >= upto)
@@ -213,15 +214,19 @@ static int sync_layers(build_exec_session *s, const struct build_run_request *re
 	/* one tar for all of them: one guest tar process (each costs under TCG) */
 	for (size_t i = first; i < upto; i++)
 		kiln_strv_push_owned(&names, kiln_xasprintf("l%u", s->seq++));
-	rc = build_layers_plain_tar(req->store, req->layers + first, (const char *const *)names.v, names.n, tar, err);
+	rc = build_layers_plain_tar(req->store, req->layers + first, (const char *const *)names.v, names.n, tar, &xl,
+				    err);
 	if (rc == 0)
 		rc = build_upload_tar_file(s->conn, tar, s->work, err);
+	if (rc == 0)
+		rc = guest_xattrs_apply(s->conn, s->work, &xl, 60000, err);
 	if (rc == 0)
 		for (size_t i = first; i < upto; i++) {
 			kiln_strv_push(&s->lowers, names.v[i - first]);
 			kiln_strv_push(&s->synced, req->layers[i].digest);
 		}
 out:
+	guest_xattr_list_free(&xl);
 	unlink(tar);
 	free(tar);
 	kiln_strv_free(&names);

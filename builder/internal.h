@@ -31,10 +31,12 @@ typedef struct guest_conn guest_conn;
 int build_upper_changes(guest_conn *conn, const char *guest_upper, const char *dir, struct build_changes *ch,
 			kiln_error **err);
 /* Layer blobs as one uncompressed tar at `out` for the guest to extract,
- * layer i under the directory prefixes[i]; returns 1 (nothing usable) when
- * one holds whiteouts, which a plain directory cannot express. */
+ * layer i under the directory prefixes[i], and their xattrs (which the
+ * guest's tar drops) added to *xattrs; returns 1 (nothing usable) when one
+ * holds whiteouts, which a plain directory cannot express. */
+struct guest_xattr_list;
 int build_layers_plain_tar(build_store *s, const struct build_layer *layers, const char *const *prefixes, size_t n,
-			   const char *out, kiln_error **err);
+			   const char *out, struct guest_xattr_list *xattrs, kiln_error **err);
 int build_upload_tar_file(guest_conn *conn, const char *tar, const char *guest_dir, kiln_error **err);
 
 /* The build driver's state (build.c), shared with the RUN step (run.c). */

@@ -139,12 +139,18 @@ int build_layer_write(build_store *s, const struct build_changes *ch, enum build
 		archive_entry_set_mtime(e, mtime, 0);
 		if (S_ISLNK(it->mode))
 			archive_entry_set_symlink(e, it->link);
-		archive_entry_set_size(e, S_ISREG(it->mode) ? (la_int64_t)it->size : 0);
+		if (S_ISCHR(it->mode) || S_ISBLK(it->mode))
+			archive_entry_set_rdev(e, it->rdev);
+		for (size_t k = 0; k < it->n_xattrs; k++)
+			archive_entry_xattr_add_entry(e, it->xattrs[k].name, it->xattrs[k].value, it->xattrs[k].len);
+		if (it->hardlink)
+			archive_entry_set_hardlink(e, it->hardlink);
+		archive_entry_set_size(e, S_ISREG(it->mode) && !it->hardlink ? (la_int64_t)it->size : 0);
 		if (kiln_tar_write_header(a, e) != ARCHIVE_OK) {
 			kiln_err(err, KILN_E_IO, "layer: %s: %s", it->dest, archive_error_string(a));
 			goto out;
 		}
-		if (S_ISREG(it->mode) && it->size > 0 && copy_file(a, it, err) < 0)
+		if (S_ISREG(it->mode) && !it->hardlink && it->size > 0 && copy_file(a, it, err) < 0)
 			goto out;
 	}
 	if (archive_write_close(a) != ARCHIVE_OK ||

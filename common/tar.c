@@ -28,6 +28,8 @@ struct archive *kiln_tar_writer_new(void)
 	}
 	if (r != ARCHIVE_OK)
 		archive_write_set_format_option(a, "pax", "hdrcharset", "BINARY");
+	/* xattrs as SCHILY.xattr.NAME records only, as Go's archive/tar (buildah) writes them */
+	archive_write_set_format_option(a, "pax", "xattrheader", "SCHILY");
 	return a;
 }
 

@@ -321,6 +321,27 @@ int guest_upload_dir(guest_conn *c, const char *host_dir, const char *guest_dir,
  * COPY --chown or for a build context that must land as root's. */
 int guest_upload_dir_owned(guest_conn *c, const char *host_dir, const char *guest_dir, int64_t uid, int64_t gid,
 			   int timeout_ms, kiln_error **err);
+/* The extended attributes of a tree, which the guest's tar (busybox) does
+ * not carry: the agent lists or sets them (`kiln-agent --xattrs-dump/-apply`,
+ * run through EXEC), paths relative to the tree's directory. */
+struct guest_path_xattr {
+	char *path;    /* relative, "/"-separated */
+	struct guest_xattr x;
+};
+struct guest_xattr_list {
+	struct guest_path_xattr *v;
+	size_t n, cap;
+};
+void guest_xattr_list_add(struct guest_xattr_list *l, const char *path, const char *name, const void *value,
+			  size_t len);
+void guest_xattr_list_free(struct guest_xattr_list *l);
+/* Every attribute under guest_dir (trusted.overlay.* included), sorted by path. */
+int guest_xattrs_dump(guest_conn *c, const char *guest_dir, struct guest_xattr_list *out, int timeout_ms,
+		      kiln_error **err);
+/* Set them under guest_dir; one the guest cannot hold (no user.* on tmpfs
+ * before Linux 6.6) is warned about, not an error. */
+int guest_xattrs_apply(guest_conn *c, const char *guest_dir, const struct guest_xattr_list *l, int timeout_ms,
+		       kiln_error **err);
 /* Write guest_dir as a tar to out_fd. */
 int guest_download_tar(guest_conn *c, const char *guest_dir, int out_fd, int timeout_ms, kiln_error **err);
 /* Download guest_dir and extract it under host_dir (libarchive: ".." refused,

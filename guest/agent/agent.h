@@ -111,6 +111,9 @@ void identity_apply(struct agent *a, uint32_t id, const uint8_t *p, size_t n);
 void files_find_tar(struct agent *a, const char *opt);
 void files_stat(struct agent *a, uint32_t id, const uint8_t *p, size_t n);
 void files_xfer(struct agent *a, uint8_t type, uint32_t id, const uint8_t *p, size_t n);
+/* xattrs.c: `--xattrs-dump DIR` / `--xattrs-apply DIR`, exit codes */
+int xattrs_dump(const char *dir);
+int xattrs_apply(const char *dir);
 
 /* relay.c: `--relay PATH MODE UID GID` (an ssh-agent socket for a build step). */
 int agent_relay(const char *path, const char *mode, const char *uid, const char *gid);

@@ -30,7 +30,9 @@ static const char usage[] =
 	"several ports (several host clients at once) runs one agent per port.\n"
 	"--tar names the tar (or busybox) used for uploads/downloads.\n"
 	"kiln-agent --relay PATH MODE UID GID: listen on the unix socket PATH and carry\n"
-	"its connections over stdin/stdout (a build step's ssh-agent socket).\n";
+	"its connections over stdin/stdout (a build step's ssh-agent socket).\n"
+	"kiln-agent --xattrs-dump DIR | --xattrs-apply DIR: a tree's extended attributes as\n"
+	"hex lines \"PATH NAME VALUE\" on stdout, or set from stdin (the host runs these).\n";
 
 uint64_t agent_now_ms(void)
 {
@@ -559,6 +561,11 @@ int main(int argc, char **argv)
 	int fd = -1, rc;
 	sigset_t mask;
 
+	/* helpers the host runs through EXEC (xattrs.c) */
+	if (argc == 3 && strcmp(argv[1], "--xattrs-dump") == 0)
+		return xattrs_dump(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "--xattrs-apply") == 0)
+		return xattrs_apply(argv[2]);
 	memset(&a, 0, sizeof(a));
 	a.chan = -1;
 	a.listen_fd = -1;
