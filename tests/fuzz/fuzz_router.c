@@ -48,6 +48,8 @@ static void server_up(void)
 
 	if (srv && runs % RESET_EVERY != 0)
 		return;
+	if (srv == NULL)
+		atexit(server_down); /* the last data directory goes when the run ends */
 	server_down();
 	if (mkdtemp(tmpl) == NULL) {
 		strcpy(tmpl, "/tmp/kiln-fuzz-router.XXXXXX");
