@@ -15,6 +15,7 @@
 #include "builder/internal.h"
 #include "registry/registry.h"
 #include "rootfs/rootfs.h"
+#include "snapshots/snapshots.h"
 
 void build_image_free(struct build_image *im)
 {
@@ -163,6 +164,16 @@ out:
 	return rc;
 }
 
+static bool is_template(const char *ref)
+{
+	kiln_error *e = NULL;
+	snap_template *t = snap_template_open(ref, &e);
+
+	kiln_error_free(e);
+	snap_template_free(t);
+	return t != NULL;
+}
+
 int build_image_load(build_store *s, const char *ref, struct build_image **out, kiln_error **err)
 {
 	struct build_image *im = kiln_xcalloc(1, sizeof(*im));
@@ -173,22 +184,28 @@ int build_image_load(build_store *s, const char *ref, struct build_image **out, 
 		rc = import_rootfs(s, ref, im, err);
 	} else {
 		json_t *images = build_store_images(s, err);
-		char *norm = build_ref_normalize(ref);
-		const char *dg = images ? kiln_json_str(json_object_get(images, norm), "digest") : NULL;
+		kiln_error *e = NULL;
+		char *norm = kiln_ref_normalize(ref, &e); /* NULL: the pull below says why */
+		const char *dg = images && norm ? kiln_json_str(json_object_get(images, norm), "digest") : NULL;
 		const char *at = strchr(ref, '@');
 		char pulled[KILN_DIGEST_MAX];
 		if (!images)
 			rc = -1;
 		else if (at && build_store_has_blob(s, at + 1))
 			rc = import_local(s, ref, at + 1, im, err); /* pinned: the stored copy is the image */
-		else if (dg && !reg_imgref_has_host(ref))
+		else if (dg && !kiln_ref_has_host(ref))
 			rc = import_local(s, ref, dg, im, err);
 		else if ((rc = build_image_pull(s, ref, NULL, pulled, err)) == 0)
 			/* an explicit registry is asked every time: a moved tag re-resolves */
 			rc = import_local(s, ref, pulled, im, err);
-		else if (!reg_imgref_has_host(ref))
+		else if (!kiln_ref_has_host(ref) && is_template(ref))
+			kiln_error_wrap(err, "%s is a template here, not an image (FROM takes images: build one with "
+				       "kiln build -t %s, or kiln pull the image it was made from); not on Docker Hub either",
+					ref, ref);
+		else if (!kiln_ref_has_host(ref))
 			kiln_error_wrap(err, "not a local kiln image, and pulling it failed");
 		json_decref(images);
+		kiln_error_free(e);
 		free(norm);
 	}
 	if (rc < 0) {

@@ -481,10 +481,13 @@ static void set_created(struct run *r)
 /* The tag part of NAME[:TAG] for the OCI layout's ref.name. */
 static char *tag_of(const char *name)
 {
-	char *n = build_ref_normalize(name);
-	const char *slash = strrchr(n, '/'), *colon = strrchr(slash ? slash : n, ':');
-	char *t = kiln_xstrdup(colon ? colon + 1 : "latest");
-	free(n);
+	struct kiln_ref r;
+	char *t;
+
+	if (kiln_ref_parse(name, &r, NULL) < 0)
+		return kiln_xstrdup("latest");
+	t = kiln_xstrdup(r.tag ? r.tag : "latest");
+	kiln_ref_free(&r);
 	return t;
 }
 

@@ -196,12 +196,11 @@ int build_store_import_file(build_store *s, const char *path, const char *expect
 /* Move a file from the store's tmp/ into the store (no copy), verified
  * against `expect` (sha256); the file is gone afterwards either way. */
 int build_store_adopt(build_store *s, const char *path, const char *expect, kiln_error **err);
-/* Point NAME[:TAG] (":latest" added when missing) at a manifest. */
+/* Point a reference (kiln_ref_parse; stored as kiln_ref_str, ":latest" added
+ * when there is neither tag nor digest) at a manifest. */
 int build_store_tag(build_store *s, const char *name, const char *manifest_digest, kiln_error **err);
 /* {"NAME:TAG": {"digest": ..., "created": ...}} */
 json_t *build_store_images(const build_store *s, kiln_error **err);
-/* "busybox" → "busybox:latest"; "host:5000/a" → "host:5000/a:latest". */
-char *build_ref_normalize(const char *name);
 
 /* ===========================================================================
  * Layers (layer.c): one OCI layer from a change list, deterministic (sorted,

@@ -81,6 +81,13 @@ int build_image_pull(build_store *s, const char *ref, const struct build_remote_
 	if (!(c = reg_client_new(r.host, &(struct reg_client_opts){ .max_rate = o->max_rate }, err)) ||
 	    reg_image_manifest_get(c, r.repo, reg_imgref_reference(&r), &doc, err) < 0)
 		goto out;
+	if (reg_tmpl_is_artifact(doc.data, doc.len)) {
+		kiln_err(err, KILN_E_INVALID,
+			 "%s is a kiln template, not an image: kiln run and kiln sandbox create take it; "
+			 "FROM and image pulls want the image it was built from (kiln push --image NAME %s)",
+			 ref, ref);
+		goto out;
+	}
 	if (reg_manifest_parse(doc.data, doc.len, doc.media_type, &check, err) < 0 ||
 	    !(m = kiln_json_loadb(doc.data, doc.len, "manifest", err))) {
 		kiln_error_wrap(err, "%s: manifest %s", ref, doc.digest);
@@ -148,7 +155,7 @@ static void find_mounts(build_store *s, json_t *images, const struct reg_imgref 
 		size_t len = 0;
 		json_t *m = NULL;
 		const char *dg = kiln_json_str(v, "digest");
-		if (!reg_imgref_has_host(name) || reg_imgref_parse(name, &r, &e) < 0) {
+		if (!kiln_ref_has_host(name) || reg_imgref_parse(name, &r, &e) < 0) {
 			kiln_error_free(e);
 			continue;
 		}
@@ -185,14 +192,15 @@ int build_image_push(build_store *s, const char *name, const char *ref, const st
 	reg_client *c = NULL;
 	json_t *images = NULL, *m = NULL, *descs = NULL, *d;
 	struct reg_blob *blobs = NULL;
-	char **paths = NULL, *norm = build_ref_normalize(name), *data = NULL;
+	char **paths = NULL, *norm = NULL, *data = NULL;
 	kiln_strv repos = KILN_STRV_INIT;
 	size_t n = 0, len = 0, i;
 	int rc = -1;
 
 	if (!o)
 		o = &none;
-	if (reg_imgref_parse(ref, &r, err) < 0 || build_store_lock(s, false, err) < 0)
+	if ((norm = kiln_ref_normalize(name, err)) == NULL || reg_imgref_parse(ref, &r, err) < 0 ||
+	    build_store_lock(s, false, err) < 0)
 		goto out;
 	if (r.digest) {
 		kiln_err(err, KILN_E_INVALID, "%s: push to a tag, not a digest", ref);

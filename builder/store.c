@@ -129,16 +129,6 @@ int build_store_adopt(build_store *s, const char *path, const char *expect, kiln
 	return kiln_cas_adopt(s->blobs, path, expect, KILN_CAS_VERIFY, err);
 }
 
-char *build_ref_normalize(const char *name)
-{
-	const char *slash = strrchr(name, '/');
-	const char *colon = strrchr(slash ? slash : name, ':');
-
-	if (colon || strchr(name, '@'))
-		return kiln_xstrdup(name);
-	return kiln_xasprintf("%s:latest", name);
-}
-
 static int images_lock(const build_store *s, kiln_error **err)
 {
 	char *p = kiln_path_join(s->home, "images.lock");
@@ -175,8 +165,8 @@ static json_t *load_images(const build_store *s, kiln_error **err)
 
 int build_store_tag(build_store *s, const char *name, const char *manifest_digest, kiln_error **err)
 {
-	int fd = images_lock(s, err), rc = -1;
-	char *ref = build_ref_normalize(name), *p = kiln_path_join(s->home, "images.json");
+	char *ref = kiln_ref_normalize(name, err), *p = kiln_path_join(s->home, "images.json");
+	int fd = ref ? images_lock(s, err) : -1, rc = -1;
 	json_t *j = NULL;
 
 	if (fd < 0)

@@ -197,11 +197,17 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
 		goto out;
 	}
-	for (size_t i = 0; i < tags.n; i++)
-		if (!tags.v[i][0] || strpbrk(tags.v[i], " \t\n@")) {
-			rc = cli_usage_error(cmd, "invalid tag '%s'", tags.v[i]);
+	for (size_t i = 0; i < tags.n; i++) {
+		struct kiln_ref r;
+		if (kiln_ref_parse(tags.v[i], &r, &err) < 0 || r.digest) {
+			rc = cli_usage_error(cmd, "invalid tag '%s': %s", tags.v[i],
+					     err ? kiln_error_message(err) : "a name takes a tag, not a digest");
+			kiln_ref_free(&r);
+			kiln_error_clear(&err);
 			goto out;
 		}
+		kiln_ref_free(&r);
+	}
 	o.context = argv[optind];
 	o.tags = (const char *const *)tags.v;
 	o.n_tags = tags.n;
@@ -237,6 +243,10 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		if (res.template_digest[0]) {
 			fprintf(stderr, "template %s\n", res.template_digest);
 			printf("%s\n", res.template_digest);
+		} else if (tags.n) {
+			/* the image alone does not run: say so before it travels */
+			fprintf(stderr, "%s is an image; kiln run needs a template: add --template, or `kiln snapshot %s`\n",
+				tags.v[0], tags.v[0]);
 		}
 	}
 	rc = KILN_EXIT_OK;

@@ -55,9 +55,23 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	if (optind >= argc || optind + 2 < argc)
 		return cli_usage_error(cmd, optind >= argc ? "missing NAME" : "unexpected argument '%s'", argv[argc - 1]);
 	const char *name = argv[optind], *dest = optind + 1 < argc ? argv[optind + 1] : argv[optind];
-	if (optind + 1 == argc && !reg_imgref_has_host(name))
+	if (optind + 1 == argc && !kiln_ref_has_host(name))
 		return cli_usage_error(cmd, "where to? give [REGISTRY/]REPO[:TAG] after %s", name);
-	if (kind == 'T' || (kind == 0 && cli_is_template(name)))
+	/* what exists under that name decides, and a wrong guess says which flag fits */
+	bool is_tmpl = cli_is_template(name), is_image = cli_is_image(name);
+	if (kind == 'T' && !is_tmpl && is_image)
+		kiln_err(&err, KILN_E_NOTFOUND,
+			 "%s is an image, not a template; push it without --template, or make the template "
+			 "first (`kiln snapshot %s`, or kiln build --template)", name, name);
+	else if (kind == 'I' && !is_image && is_tmpl)
+		kiln_err(&err, KILN_E_NOTFOUND,
+			 "%s is a template, not an image; push it without --image (it goes as a chunked "
+			 "artifact), or build the image with kiln build -t %s", name, name);
+	else if (kind == 0 && !is_tmpl && !is_image)
+		kiln_err(&err, KILN_E_NOTFOUND, "no image or template %s here (kiln images, kiln snapshot ls)", name);
+	if (err)
+		return cli_fail(err);
+	if (kind == 'T' || (kind == 0 && is_tmpl))
 		return cli_tmpl_push(name, dest, &x);
 	o.parallel = x.parallel;
 	o.max_rate = x.max_rate;

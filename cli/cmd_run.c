@@ -1,12 +1,13 @@
 /* cmd_run.c — `kiln run TEMPLATE -- CMD...`: restore a sandbox, run one
  * command in it with streamed output, remove the sandbox, exit with the
- * command's code (snap_run).  --time reports where the start time went. */
+ * command's code (snap_run).  A registry reference not on the host is pulled
+ * first (cli_tmpl_need).  --time reports where the start time went. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "cli/cli.h"
+#include "cli/xfer.h"
 #include "snapshots/snapshots.h"
 
 static double began_ms, first_ms; /* when run() began, when the first output came (--time) */
@@ -62,6 +63,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		optind++;
 	if (optind >= argc)
 		return cli_usage_error(cmd, "no command given (kiln run TEMPLATE -- CMD [ARG...])");
+	if (cli_tmpl_need(tmpl, &err) < 0)
+		return cli_fail(err);
 	began_ms = now_ms();
 	rc = snap_run(tmpl, (const char *const *)argv + optind, to_stdout, to_stderr, NULL, &res, &st, &err);
 	if (timing && st.total_ms > 0)
@@ -86,6 +89,9 @@ const struct kiln_command kiln_cmd_run = {
 	.summary = "start a sandbox from a template, run a command in it, remove it",
 	.usage = "Usage: kiln run [--time] TEMPLATE -- CMD [ARG...]\n\n"
 		 "kiln sandbox create + exec + kill in one go: exits with CMD's exit code.\n"
+		 "TEMPLATE is NAME[:TAG], REGISTRY/REPO[:TAG], either @sha256:DIGEST, or a\n"
+		 "template digest; one that names a registry and is not here is pulled first\n"
+		 "(progress on a terminal), as docker run does.\n"
 		 "  --time   print where the start time went on stderr\n",
 	.run = run,
 };

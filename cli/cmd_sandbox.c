@@ -8,7 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli/xfer.h"
 #include "snapshots/snapshots.h"
 
 static void to_stdout(void *user, const void *data, size_t len)
@@ -84,7 +84,7 @@ static int run_pool(const struct kiln_command *cmd, int argc, char **argv)
 	}
 	if (optind != argc - 1)
 		return cli_usage_error(cmd, "one template, please");
-	if ((made = snap_pool_fill(argv[optind], n, &err)) < 0)
+	if (cli_tmpl_need(argv[optind], &err) < 0 || (made = snap_pool_fill(argv[optind], n, &err)) < 0)
 		return cli_fail(err);
 	printf("started %d\n", made);
 	return KILN_EXIT_OK;
@@ -109,7 +109,7 @@ static int run_create(const struct kiln_command *cmd, int argc, char **argv)
 	}
 	if (optind != argc - 1)
 		return cli_usage_error(cmd, "one template, please");
-	if ((id = snap_sandbox_create(argv[optind], &st, NULL, &err)) == NULL)
+	if (cli_tmpl_need(argv[optind], &err) < 0 || (id = snap_sandbox_create(argv[optind], &st, NULL, &err)) == NULL)
 		return cli_fail(err);
 	if (json) {
 		json_t *j = json_pack("{s:s, s:s, s:b, s:{s:f, s:f, s:f, s:f, s:f, s:f}}", "id", id, "template",
@@ -219,15 +219,17 @@ static const struct kiln_command sb_pool = {
 	.usage = "Usage: kiln sandbox pool [-n N] TEMPLATE\n\n"
 		 "Keep N sandboxes of TEMPLATE restored, warmed up and paused, so that 'kiln sandbox\n"
 		 "create' and 'kiln run' only resume one (and refill the pool in the background).\n"
-		 "Without -n, refill to the size last set; -n 0 empties the pool.\n",
+		 "Without -n, refill to the size last set; -n 0 empties the pool.  TEMPLATE is\n"
+		 "a reference as kiln run takes it (a registry one not here is pulled first).\n",
 	.run = run_pool,
 };
 static const struct kiln_command sb_create = {
 	.name = "create",
 	.summary = "restore a sandbox from a template",
 	.usage = "Usage: kiln sandbox create [--json] TEMPLATE\n\n"
-		 "Restore a new sandbox from TEMPLATE (NAME[:TAG] or digest) and print its id;\n"
-		 "with --json, also where the time went.\n",
+		 "Restore a new sandbox from TEMPLATE (NAME[:TAG], REGISTRY/REPO[:TAG], either\n"
+		 "@sha256:DIGEST, or a template digest) and print its id; with --json, also\n"
+		 "where the time went.  A registry reference not on this host is pulled first.\n",
 	.run = run_create,
 };
 static const struct kiln_command sb_exec = {

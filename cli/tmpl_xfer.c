@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "builder/builder.h"
 #include "cli/xfer.h"
 #include "snapshots/snapshots.h"
 
@@ -43,7 +44,7 @@ static int done(struct cli_xfer *x, bool push, const char *ref, const struct reg
 			json_object_set_new(j, "template", json_string(st->template_digest));
 		}
 		cli_xfer_event(j);
-	} else {
+	} else if (!x->quiet) {
 		printf("%s\n", local ? st->template_digest : st->manifest_digest);
 	}
 	if (fflush(stdout) != 0) {
@@ -86,43 +87,137 @@ int cli_tmpl_push(const char *ref, const char *dest, struct cli_xfer *x)
 	return rc;
 }
 
-int cli_tmpl_pull(const char *src, struct cli_xfer *x)
+/* Pull src if it is a template artifact: 1 pulled (named x->name or src's
+ * canonical local name, *local set), 0 a plain image (nothing done), -1 its
+ * manifest could not be fetched, -2 the template pull failed (*err both).
+ * With x->quiet the summary goes to stderr only. */
+static int tmpl_pull(const char *src, struct cli_xfer *x, char **local, kiln_error **err)
 {
 	struct reg_imgref r = { 0 };
 	struct reg_doc m = { 0 };
 	struct reg_tmpl_stats st = { 0 };
 	struct reg_tmpl_xfer_opts o = { .parallel = x->parallel, .progress = cli_xfer_progress, .ud = x };
 	reg_client *c = NULL;
-	kiln_error *err = NULL;
-	char *local = NULL;
 	int rc = -1;
 
+	*local = NULL;
 	cli_xfer_start(x, "pull template", false);
-	if (reg_imgref_parse(src, &r, &err) < 0 || (c = reg_client_new(r.host, NULL, &err)) == NULL ||
-	    reg_manifest_get(c, r.repo, reg_imgref_reference(&r), NULL, &m, &err) < 0) {
-		/* Not ours to report: the image path says it again, or succeeds. */
-		kiln_error_free(err);
+	if (reg_imgref_parse(src, &r, err) < 0 || (c = reg_client_new(r.host, NULL, err)) == NULL ||
+	    reg_manifest_get(c, r.repo, reg_imgref_reference(&r), NULL, &m, err) < 0)
+		goto out;
+	if (!reg_tmpl_is_artifact(m.data, m.len)) {
+		rc = 0;
 		goto out;
 	}
-	if (!reg_tmpl_is_artifact(m.data, m.len))
-		goto out;
-	local = x->name ? kiln_xstrdup(x->name) : kiln_xasprintf("%s:%s", r.repo, r.tag ? r.tag : "latest");
-	if (reg_tmpl_pull(c, r.repo, &m, local, &o, &st, &err) < 0) {
+	*local = x->name ? kiln_xstrdup(x->name) : kiln_ref_normalize(src, err);
+	if (*local == NULL || reg_tmpl_pull(c, r.repo, &m, *local, &o, &st, err) < 0) {
 		cli_xfer_end_line(x);
-		rc = cli_fail(err);
+		rc = -2;
 		goto out;
 	}
-	rc = done(x, false, src, &st, local);
-	/* A template made on another kind of host is refused at restore: say so now. */
-	snap_template *t = snap_template_open(local, &err);
-	if (t && snap_template_check(t, false, &err) < 0)
-		fprintf(stderr, "kiln pull: warning: this host cannot restore %s: %s\n", local, kiln_error_message(err));
-	kiln_error_free(err);
-	snap_template_free(t);
+	rc = done(x, false, src, &st, *local) == KILN_EXIT_OK ? 1 : -2;
 out:
-	free(local);
+	if (rc < 0) {
+		free(*local);
+		*local = NULL;
+	}
 	reg_doc_free(&m);
 	reg_client_free(c);
 	reg_imgref_free(&r);
 	return rc;
+}
+
+/* A template made on another kind of host is refused at restore: say so now. */
+static void warn_restorable(const char *local)
+{
+	kiln_error *err = NULL;
+	snap_template *t = snap_template_open(local, &err);
+
+	if (t && snap_template_check(t, false, &err) < 0)
+		fprintf(stderr, "kiln pull: warning: this host cannot restore %s: %s\n", local, kiln_error_message(err));
+	kiln_error_free(err);
+	snap_template_free(t);
+}
+
+int cli_tmpl_pull(const char *src, struct cli_xfer *x)
+{
+	kiln_error *err = NULL;
+	char *local = NULL;
+	int rc = tmpl_pull(src, x, &local, &err);
+
+	if (rc == -2)
+		return err ? cli_fail(err) : KILN_EXIT_FAIL;
+	if (rc == -1) {
+		/* Not ours to report: the image path says it again, or succeeds. */
+		kiln_error_free(err);
+		return -1;
+	}
+	if (rc == 0)
+		return -1;
+	warn_restorable(local);
+	free(local);
+	return KILN_EXIT_OK;
+}
+
+bool cli_is_image(const char *ref)
+{
+	kiln_error *e = NULL;
+	build_store *s = NULL;
+	json_t *images = NULL;
+	char *norm = kiln_ref_normalize(ref, &e);
+	bool yes = false;
+
+	if (norm && build_store_open(NULL, &s, &e) == 0 && (images = build_store_images(s, &e)) != NULL)
+		yes = json_object_get(images, norm) != NULL;
+	json_decref(images);
+	build_store_close(s);
+	kiln_error_free(e);
+	free(norm);
+	return yes;
+}
+
+int cli_tmpl_need(const char *ref, kiln_error **err)
+{
+	kiln_error *e = NULL;
+	snap_template *t = snap_template_open(ref, &e);
+	struct cli_xfer x;
+	char *local = NULL;
+	int rc;
+
+	snap_template_free(t);
+	if (t)
+		return 0;
+	if (e->kind != KILN_E_NOTFOUND || !kiln_ref_has_host(ref)) {
+		if (e->kind == KILN_E_NOTFOUND && cli_is_image(ref)) {
+			kiln_error_free(e);
+			return kiln_err(err, KILN_E_NOTFOUND,
+					"%s is an image, not a template; build it with --template, or `kiln snapshot %s`",
+					ref, ref);
+		}
+		if (e->kind == KILN_E_NOTFOUND) {
+			kiln_err(err, KILN_E_NOTFOUND,
+				 "%s here (kiln snapshot ls lists the templates; a reference naming a registry, "
+				 "HOST[:PORT]/NAME:TAG, is pulled)", kiln_error_cause(e));
+			kiln_error_free(e);
+			return -1;
+		}
+		*err = e;
+		return -1;
+	}
+	kiln_error_free(e);
+	cli_xfer_init(&x, "pull template");
+	x.quiet = true;
+	fprintf(stderr, "kiln: template %s is not on this host: pulling it\n", ref);
+	rc = tmpl_pull(ref, &x, &local, err);
+	if (rc < 0)
+		return kiln_error_wrap(err, "template %s is not on this host, and pulling it failed", ref);
+	if (rc == 0)
+		return kiln_err(err, KILN_E_NOTFOUND,
+				"%s is an image, not a template: it was pushed from an image (kiln build without "
+				"--template); push a template instead (kiln build --template, or kiln snapshot NAME, "
+				"then kiln push), or make one here: kiln pull %s && kiln snapshot %s",
+				ref, ref, ref);
+	warn_restorable(local);
+	free(local);
+	return 0;
 }

@@ -20,6 +20,7 @@ struct cli_xfer {
 	/* view */
 	const char *label;  /* "push", "pull template", ...: starts the terminal line */
 	bool per_blob;      /* an event per finished blob (a template has thousands: no) */
+	bool quiet;         /* nothing on stdout (kiln run pulling first): stdout is the command's */
 	bool tty, drawn;
 	struct timespec t0;
 };
@@ -48,5 +49,13 @@ int cli_tmpl_push(const char *ref, const char *dest, struct cli_xfer *x);
 /* If src names a template artifact, pull it and return an exit code; else
  * return -1 (a plain image: the caller's path). */
 int cli_tmpl_pull(const char *src, struct cli_xfer *x);
+/* Whether ref names an image of the local store. */
+bool cli_is_image(const char *ref);
+/* What kiln run, kiln sandbox create and kiln sandbox pool do first: the
+ * template ref is here (no network), or ref names a registry and is pulled
+ * now, with progress on a terminal (as docker run does).  Otherwise an error
+ * saying what exists instead (an image: which flag or command makes the
+ * template). */
+int cli_tmpl_need(const char *ref, kiln_error **err);
 
 #endif

@@ -151,6 +151,35 @@ const char *kiln_digest_algo_name(enum kiln_digest_algo algo);
 const char *kiln_digest_hex(const char *digest);
 
 /* ---------------------------------------------------------------------------
+ * References (ref.c): the one syntax every command and FROM take for images
+ * and templates, docker's "[HOST[:PORT]/]NAME[:TAG][@DIGEST]".  The first
+ * component is a host when it has a '.' or ':' or is "localhost"; NAME is an
+ * OCI repository name (lowercase components), TAG [A-Za-z0-9_][A-Za-z0-9._-]
+ * up to 128, DIGEST sha256:HEX or sha512:HEX.  No Docker Hub defaults here
+ * (the registry client adds them).  Neither tag nor digest: tag "latest".
+ * ------------------------------------------------------------------------- */
+struct kiln_ref {
+	char *host;   /* "127.0.0.1:5000", "ghcr.io"; NULL when none is named */
+	char *name;   /* "team/app" (without the host) */
+	char *tag;    /* NULL only when a digest came without a tag */
+	char *digest; /* "sha256:..." or NULL */
+};
+int kiln_ref_parse(const char *s, struct kiln_ref *r, kiln_error **err);
+void kiln_ref_free(struct kiln_ref *r);
+/* "[HOST/]NAME" */
+char *kiln_ref_repo(const struct kiln_ref *r);
+/* The canonical local name: "[HOST/]NAME:TAG", or "[HOST/]NAME@DIGEST" when a
+ * digest was given (it wins over a tag).  The image and template stores name
+ * what they hold by it. */
+char *kiln_ref_str(const struct kiln_ref *r);
+/* kiln_ref_str of a parsed string ("app" -> "app:latest"); NULL with *err. */
+char *kiln_ref_normalize(const char *s, kiln_error **err);
+/* Does s name a registry host explicitly ("host:5000/x", "ghcr.io/x")? */
+int kiln_ref_has_host(const char *s);
+int kiln_ref_name_valid(const char *name);
+int kiln_ref_tag_valid(const char *tag);
+
+/* ---------------------------------------------------------------------------
  * JSON (jansson).  Loaders return a new reference; errors carry file:line:col.
  * ------------------------------------------------------------------------- */
 json_t *kiln_json_loadb(const char *data, size_t len, const char *what, kiln_error **err);

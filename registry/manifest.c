@@ -1,6 +1,6 @@
 /* manifest.c — validation of pushed manifests (OCI image manifest and index,
- * Docker schema2 manifest and list, OCI artifact manifest) and of repository
- * names and tags.  Pure functions on bytes: the fuzzer drives them directly. */
+ * Docker schema2 manifest and list, OCI artifact manifest); names and tags are
+ * common/ref.c's grammar.  Pure functions on bytes: the fuzzer drives them directly. */
 #include <string.h>
 
 #include "registry/internal.h"
@@ -10,62 +10,6 @@
 #define MT_DOCKER_MANIFEST "application/vnd.docker.distribution.manifest.v2+json"
 #define MT_DOCKER_LIST "application/vnd.docker.distribution.manifest.list.v2+json"
 #define MT_OCI_ARTIFACT "application/vnd.oci.artifact.manifest.v1+json"
-
-static int lower_alnum(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-}
-
-/* component := [a-z0-9]+ ((\.|_|__|-+) [a-z0-9]+)* ; name := component (/ component)* */
-int reg_name_valid(const char *name)
-{
-	size_t len = strlen(name);
-	const char *p = name;
-
-	if (len == 0 || len > 255)
-		return 0;
-	for (;;) {
-		if (!lower_alnum(*p))
-			return 0;
-		while (lower_alnum(*p))
-			p++;
-		if (*p == '\0')
-			return 1;
-		if (*p == '/') {
-			p++;
-			continue;
-		}
-		if (*p == '.') {
-			p++;
-		} else if (*p == '_') {
-			p += p[1] == '_' ? 2 : 1;
-		} else if (*p == '-') {
-			while (*p == '-')
-				p++;
-		} else {
-			return 0;
-		}
-		if (!lower_alnum(*p))
-			return 0;
-	}
-}
-
-static int tag_char(char c, int first)
-{
-	if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')
-		return 1;
-	return !first && (c == '.' || c == '-');
-}
-
-int reg_tag_valid(const char *tag)
-{
-	size_t i;
-
-	for (i = 0; tag[i]; i++)
-		if (i >= 128 || !tag_char(tag[i], i == 0))
-			return 0;
-	return i > 0;
-}
 
 static int known_type(const char *t)
 {

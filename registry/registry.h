@@ -94,9 +94,10 @@ int reg_manifest_parse(const char *data, size_t len, const char *content_type, s
 		       kiln_error **err);
 void reg_manifest_free(struct reg_manifest *m);
 
-/* Repository names and tags as the distribution spec defines them. */
-int reg_name_valid(const char *name);
-int reg_tag_valid(const char *tag);
+/* Repository names and tags as the distribution spec defines them (the
+ * grammar of every reference: common/ref.c). */
+static inline int reg_name_valid(const char *name) { return kiln_ref_name_valid(name); }
+static inline int reg_tag_valid(const char *tag) { return kiln_ref_tag_valid(tag); }
 
 /* ---------------------------------------------------------------------------
  * Administration on a data directory (safe while a server runs on it).
@@ -141,10 +142,9 @@ int reg_token_revoke(const struct reg_config *c, const char *label, kiln_error *
  * cached per scope).  See docs/registry.md, "Client".
  * ========================================================================= */
 
-/* An image reference "[HOST[:PORT]/]REPO[:TAG][@DIGEST]", docker-style: the
- * first component is a host when it has a '.' or ':' or is "localhost";
- * none (or docker.io) means Docker Hub ("registry-1.docker.io", single names
- * get "library/").  Neither tag nor digest: tag "latest". */
+/* An image reference (kiln_ref_parse, common/ref.c) as a registry sees it:
+ * no host (or docker.io) means Docker Hub ("registry-1.docker.io", single
+ * names get "library/").  Neither tag nor digest: tag "latest". */
 struct reg_imgref {
 	char *host;   /* "127.0.0.1:5000", "registry-1.docker.io" */
 	char *repo;   /* "team/app", "library/busybox" */
@@ -158,9 +158,6 @@ void reg_imgref_free(struct reg_imgref *r);
 char *reg_imgref_str(const struct reg_imgref *r);
 /* What to ask the registry for: the digest if any, else the tag. */
 const char *reg_imgref_reference(const struct reg_imgref *r);
-/* Does a reference string name a registry host explicitly ("host:5000/x",
- * "ghcr.io/x", "localhost/x")?  Bare names ("busybox") do not. */
-int reg_imgref_has_host(const char *s);
 /* 1 when HOST[:PORT] is spoken to over plain HTTP (loopback, insecure list). */
 int reg_host_insecure(const char *host);
 

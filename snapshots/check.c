@@ -158,7 +158,8 @@ static void list_refs(const char *root, const char *rel, json_t *out)
 		if (stat(full, &st) == 0 && S_ISDIR(st.st_mode)) {
 			list_refs(root, sub, out);
 		} else if (*rel) {
-			char *ref = kiln_xasprintf("%s:%s", rel, de->d_name);
+			/* a file sha256:HEX is a template pulled by digest: NAME@sha256:HEX */
+			char *ref = kiln_xasprintf("%s%s%s", rel, strchr(de->d_name, ':') ? "@" : ":", de->d_name);
 			kiln_error *e = NULL;
 			snap_template *t = snap_template_open(ref, &e);
 			json_t *item = json_pack("{s:s}", "name", ref);

@@ -29,9 +29,9 @@ int snap_blob_put_data(const void *data, size_t len, char digest[KILN_DIGEST_MAX
 /* Move src, already hashed by the caller to digest, into the store (it is
  * gone afterwards); a copy when it is on another filesystem. */
 int snap_blob_adopt(const char *src, const char *digest, bool sparse, kiln_error **err);
-/* Whether NAME[:TAG] is a valid template name. */
+/* Whether ref is a valid template name: a reference (kiln_ref_parse). */
 int snap_ref_check(const char *ref, kiln_error **err);
-/* Point NAME[:TAG] at a config digest. */
+/* Point a reference ([HOST/]NAME:TAG or [HOST/]NAME@DIGEST) at a config digest. */
 int snap_ref_set(const char *name, const char *digest, kiln_error **err);
 
 /* Whether the recorded dependencies match a restore on this host with the

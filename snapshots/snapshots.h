@@ -38,9 +38,11 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err);
 
 typedef struct snap_template snap_template;
 
-/* A template by NAME[:TAG] (tag "latest" by default), by digest
- * "sha256:HEX" or by a unique prefix of at least 8 hex digits.  The config
- * blob's digest is checked; NOTFOUND if there is none. */
+/* A template by reference (kiln_ref_parse: [HOST/]NAME[:TAG] with tag
+ * "latest" by default, or [HOST/]NAME@DIGEST), by digest "sha256:HEX" or by
+ * a unique prefix of at least 8 hex digits.  NAME:TAG without a host that is
+ * not a local name finds the one HOST/NAME:TAG pulled (several: USAGE error
+ * naming them).  The config blob's digest is checked; NOTFOUND if there is none. */
 snap_template *snap_template_open(const char *ref, kiln_error **err);
 void snap_template_free(snap_template *t);
 const char *snap_template_digest(const snap_template *t);

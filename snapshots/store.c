@@ -101,31 +101,18 @@ int snap_blob_adopt(const char *src, const char *digest, bool sparse, kiln_error
 	return rc;
 }
 
-/* NAME[:TAG] with the tag defaulting to "latest"; names as in OCI. */
+/* A reference (common/ref.c) as the store keeps it: refs/[HOST/]NAME/TAG,
+ * or refs/[HOST/]NAME/sha256:HEX for one pulled by digest (a tag has no ':'). */
 static int split_ref(const char *ref, char **name, char **tag, kiln_error **err)
 {
-	const char *colon = strrchr(ref, ':');
+	struct kiln_ref r;
 
-	if (colon && strchr(colon, '/'))
-		colon = NULL;
-	*name = colon ? kiln_xstrndup(ref, (size_t)(colon - ref)) : kiln_xstrdup(ref);
-	*tag = kiln_xstrdup(colon ? colon + 1 : "latest");
-	bool ok = **name && **tag && (*name)[0] != '/' && (*name)[0] != '.' && strlen(*tag) <= 128;
-	for (const char *p = *name; ok && *p; p++)
-		ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || strchr("._-/", *p) ||
-		     (*p == '.' && p[1] != '.');
-	ok = ok && strstr(*name, "..") == NULL && strstr(*name, "//") == NULL;
-	for (const char *p = *tag; ok && *p; p++)
-		ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-		     strchr("._-", *p);
-	ok = ok && (*tag)[0] != '.' && (*tag)[0] != '-';
-	if (!ok) {
-		free(*name);
-		free(*tag);
-		*name = *tag = NULL;
-		return kiln_err(err, KILN_E_USAGE,
-				"bad template name '%s' (want NAME[:TAG], lower-case name of [a-z0-9._-/])", ref);
-	}
+	*name = *tag = NULL;
+	if (kiln_ref_parse(ref, &r, err) < 0)
+		return kiln_error_wrap(err, "bad template name");
+	*name = kiln_ref_repo(&r);
+	*tag = kiln_xstrdup(r.digest ? r.digest : r.tag);
+	kiln_ref_free(&r);
 	return 0;
 }
 
@@ -196,10 +183,96 @@ static char *resolve_prefix(const char *prefix, kiln_error **err)
 	return found;
 }
 
+/* The digest a ref file holds, or NULL (NOTFOUND when there is no file). */
+static char *read_ref(const char *store, const char *name, const char *tag, kiln_error **err)
+{
+	char *path = kiln_xasprintf("%s/refs/%s/%s", store, name, tag), *data = NULL, *digest = NULL;
+	size_t len = 0;
+
+	if (kiln_read_file(path, &data, &len, 200, err) < 0) {
+		kiln_error_clear(err);
+		kiln_err(err, KILN_E_NOTFOUND, "no template %s%s%s", name, strchr(tag, ':') ? "@" : ":", tag);
+	} else {
+		while (len && (data[len - 1] == '\n' || data[len - 1] == ' '))
+			data[--len] = '\0';
+		if (strncmp(data, "sha256:", 7) == 0 && is_hex(data + 7, 64))
+			digest = kiln_xstrdup(data);
+		else
+			kiln_err(err, KILN_E_INVALID, "template ref %s is corrupted", path);
+	}
+	free(path);
+	free(data);
+	return digest;
+}
+
+/* NAME@DIGEST not pulled by that digest: the template DIGEST, if a tag of
+ * NAME names it. */
+static char *tagged_digest(const char *store, const char *name, const char *digest)
+{
+	char *dir = kiln_xasprintf("%s/refs/%s", store, name), *found = NULL;
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	while (d && !found && (de = readdir(d)) != NULL) {
+		kiln_error *e = NULL;
+		char *got = de->d_name[0] == '.' ? NULL : read_ref(store, name, de->d_name, &e);
+		if (got && strcmp(got, digest) == 0)
+			found = got;
+		else
+			free(got);
+		kiln_error_free(e);
+	}
+	if (d)
+		closedir(d);
+	free(dir);
+	return found;
+}
+
+static bool host_dir(const char *s)
+{
+	return strcmp(s, "localhost") == 0 || strchr(s, '.') || strchr(s, ':') || s[0] == '[';
+}
+
+/* NAME:TAG given without a host and not a local name: the template pulled as
+ * HOST/NAME:TAG, when exactly one registry's is here (docs/snapshots.md). */
+static char *pulled_as(const char *store, const char *name, const char *tag, kiln_error **err)
+{
+	char *refs = kiln_path_join(store, "refs"), *found = NULL;
+	kiln_strv hosts = KILN_STRV_INIT;
+	DIR *d = opendir(refs);
+	struct dirent *de;
+
+	while (d && (de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.' || !host_dir(de->d_name))
+			continue;
+		char *p = kiln_xasprintf("%s/%s/%s/%s", refs, de->d_name, name, tag);
+		if (access(p, F_OK) == 0)
+			kiln_strv_push(&hosts, de->d_name);
+		free(p);
+	}
+	if (d)
+		closedir(d);
+	if (hosts.n == 1) {
+		char *full = kiln_xasprintf("%s/%s", hosts.v[0], name);
+		found = read_ref(store, full, tag, err);
+		free(full);
+	} else if (hosts.n > 1) {
+		kiln_buf b = KILN_BUF_INIT;
+		for (size_t i = 0; i < hosts.n; i++)
+			kiln_buf_addf(&b, "%s%s/%s:%s", i ? ", " : "", hosts.v[i], name, tag);
+		kiln_err(err, KILN_E_USAGE, "template %s:%s: pulled from several registries (%s): name one", name, tag,
+			 b.buf);
+		kiln_buf_free(&b);
+	}
+	kiln_strv_free(&hosts);
+	free(refs);
+	return found;
+}
+
 static char *resolve_ref(const char *ref, kiln_error **err)
 {
-	char *name = NULL, *tag = NULL, *store = NULL, *path = NULL, *data = NULL, *digest = NULL;
-	size_t len = 0;
+	char *name = NULL, *tag = NULL, *store = NULL, *digest = NULL;
+	struct kiln_ref r = { 0 };
 
 	if (strncmp(ref, "sha256:", 7) == 0) {
 		if (!is_hex(ref + 7, 64)) {
@@ -222,26 +295,29 @@ static char *resolve_ref(const char *ref, kiln_error **err)
 		}
 		kiln_error_free(e); /* not a digest: maybe a name made of hex digits */
 	}
-	if (split_ref(ref, &name, &tag, err) < 0)
-		return NULL;
+	if (split_ref(ref, &name, &tag, err) < 0 || kiln_ref_parse(ref, &r, err) < 0)
+		goto out;
 	store = snap_store_dir();
-	path = kiln_xasprintf("%s/refs/%s/%s", store, name, tag);
-	if (kiln_read_file(path, &data, &len, 200, err) < 0) {
-		kiln_error_clear(err);
-		kiln_err(err, KILN_E_NOTFOUND, "no template %s:%s (kiln snapshot makes one)", name, tag);
-	} else {
-		while (len && (data[len - 1] == '\n' || data[len - 1] == ' '))
-			data[--len] = '\0';
-		if (strncmp(data, "sha256:", 7) == 0 && is_hex(data + 7, 64))
-			digest = kiln_xstrdup(data);
-		else
-			kiln_err(err, KILN_E_INVALID, "template ref %s is corrupted", path);
+	kiln_error *e = NULL;
+	digest = read_ref(store, name, tag, &e);
+	if (!digest && e->kind == KILN_E_NOTFOUND && r.digest && (digest = tagged_digest(store, name, r.digest)))
+		kiln_error_clear(&e);
+	if (!digest && e->kind == KILN_E_NOTFOUND && !r.host && !r.digest) {
+		kiln_error *e2 = NULL;
+		if ((digest = pulled_as(store, name, tag, &e2)) != NULL || e2) {
+			kiln_error_free(e);
+			e = e2;
+		}
 	}
+	if (e && err)
+		*err = e;
+	else
+		kiln_error_free(e);
+out:
+	kiln_ref_free(&r);
 	free(name);
 	free(tag);
 	free(store);
-	free(path);
-	free(data);
 	return digest;
 }
 

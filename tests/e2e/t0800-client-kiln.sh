@@ -226,7 +226,7 @@ expect_exit 1 "a host not known as loopback gets HTTPS" "$KILN" pull "$HX/team/a
 expect_grep "  ... the TLS error points at KILN_INSECURE_REGISTRIES" 'SSL.*KILN_INSECURE_REGISTRIES' "$T_TMP/err"
 expect_exit 0 "  ... and listed there, plain HTTP" env KILN_INSECURE_REGISTRIES="other:1, $HX" "$KILN" pull "$HX/team/app:v1"
 expect_exit 1 "push of an unknown local image" "$KILN" push nope:1 "$REG/team/x:1"
-expect_grep "  ... says so" 'no local image nope:1' "$T_TMP/err"
+expect_grep "  ... says so" 'no image or template nope:1 here' "$T_TMP/err"
 
 # ---- credentials from a docker credential helper (credHelpers in ~/.docker/config.json)
 mkdir -p "$T_TMP/hb" "$T_TMP/hhome/.docker"

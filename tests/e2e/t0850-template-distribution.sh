@@ -60,7 +60,7 @@ expect_eq "...all of it moved" "$(json_of "$T_TMP/out" blobs_moved)" "$(json_of 
 # Nothing is rewritten on import: the template has the builder's digest on a host with another KILN_HOME.
 expect_eq "...and the pulled template has the builder's digest" "$(json_of "$T_TMP/out" template)" \
 	"$(cat "$BUILDER/snapshots/refs/app/v1")"
-expect_eq "...under its name too" "$(cat "$H2/snapshots/refs/team/app/v1")" "$(cat "$BUILDER/snapshots/refs/app/v1")"
+expect_eq "...under its full reference too" "$(cat "$H2/snapshots/refs/$REG/team/app/v1")" "$(cat "$BUILDER/snapshots/refs/app/v1")"
 echo "# pull v1: $(json_of "$T_TMP/out" blobs_total) blobs in $(json_of "$T_TMP/out" seconds) s (load $(cut -d' ' -f1 /proc/loadavg))"
 got=$(KILN_HOME=$H2 "$KILN" run team/app:v1 -- cat /app/app.txt /tmp/started 2>"$T_TMP/err")
 expect_eq "kiln run on the pulled template gives the builder's answer" "$got" "$want"

@@ -146,6 +146,60 @@ static void sizes(void)
 	kiln_error_clear(&err);
 }
 
+/* The one reference parser: what each store names a reference by. */
+static void references(void)
+{
+	static const char *const D = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+	static const struct { const char *in, *host, *name, *tag, *str; } ok[] = {
+		{ "dist", NULL, "dist", "latest", "dist:latest" },
+		{ "dist:v1", NULL, "dist", "v1", "dist:v1" },
+		{ "team/dist:v1", NULL, "team/dist", "v1", "team/dist:v1" },
+		{ "127.0.0.1:5000/team/dist:v1", "127.0.0.1:5000", "team/dist", "v1", "127.0.0.1:5000/team/dist:v1" },
+		{ "localhost/app", "localhost", "app", "latest", "localhost/app:latest" },
+		{ "[::1]:5000/a/b:T_1", "[::1]:5000", "a/b", "T_1", "[::1]:5000/a/b:T_1" },
+		{ "ghcr.io/o/r", "ghcr.io", "o/r", "latest", "ghcr.io/o/r:latest" },
+	};
+	static const char *const bad[] = { "", "Dist", "dist:", "dist:-x", "a//b", "/abs", "../x", "a/../b", ".x",
+					   "dist@sha256:12", "bad_host:99999/x", "a b", "host:5000/" };
+	kiln_error *err = NULL;
+	struct kiln_ref r;
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		if (kiln_ref_parse(ok[i].in, &r, &err) < 0) {
+			printf("#   %s: %s\n", ok[i].in, kiln_error_message(err));
+			CHECK(0);
+			kiln_error_clear(&err);
+			continue;
+		}
+		char *s = kiln_ref_str(&r);
+		CHECK(ok[i].host ? r.host && strcmp(r.host, ok[i].host) == 0 : r.host == NULL);
+		CHECK_STR(r.name, ok[i].name);
+		CHECK_STR(r.tag, ok[i].tag);
+		CHECK_STR(s, ok[i].str);
+		free(s);
+		kiln_ref_free(&r);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		if (kiln_ref_parse(bad[i], &r, &err) == 0) {
+			printf("#   accepted '%s'\n", bad[i]);
+			CHECK(0);
+			kiln_ref_free(&r);
+		}
+		kiln_error_clear(&err);
+	}
+	/* a digest wins over a tag in the local name */
+	char *in = kiln_xasprintf("127.0.0.1:5000/team/dist:v1@%s", D), *want = kiln_xasprintf("127.0.0.1:5000/team/dist@%s", D);
+	char *got = kiln_ref_normalize(in, &err);
+	CHECK_STR(got, want);
+	free(got);
+	free(in);
+	free(want);
+	CHECK(kiln_ref_parse("dist@sha256:0123", &r, &err) < 0 && strstr(kiln_error_message(err), "bad digest"));
+	kiln_error_clear(&err);
+	CHECK(kiln_ref_parse("Team/App", &r, &err) < 0 && strstr(kiln_error_message(err), "'T' is not allowed"));
+	kiln_error_clear(&err);
+}
+
 int main(void)
 {
 	RUN(error_chain);
@@ -154,5 +208,6 @@ int main(void)
 	RUN(atomic_write_and_read);
 	RUN(json_helpers);
 	RUN(sizes);
+	RUN(references);
 	return test_done();
 }

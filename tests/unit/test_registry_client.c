@@ -60,11 +60,11 @@ static void test_refs(void)
 		struct reg_imgref r;
 		kiln_error *err = NULL;
 		CHECK(reg_imgref_parse(bad[i], &r, &err) < 0);
-		CHECK(err && strstr(kiln_error_message(err), "image reference"));
+		CHECK(err && strstr(kiln_error_message(err), "reference"));
 		kiln_error_free(err);
 	}
-	CHECK(reg_imgref_has_host("127.0.0.1:5000/a") && reg_imgref_has_host("ghcr.io/a"));
-	CHECK(!reg_imgref_has_host("busybox") && !reg_imgref_has_host("team/app"));
+	CHECK(kiln_ref_has_host("127.0.0.1:5000/a") && kiln_ref_has_host("ghcr.io/a"));
+	CHECK(!kiln_ref_has_host("busybox") && !kiln_ref_has_host("team/app"));
 	CHECK(reg_host_insecure("127.0.0.1:5000") && reg_host_insecure("[::1]:80") && reg_host_insecure("localhost"));
 	CHECK(!reg_host_insecure("ghcr.io"));
 	setenv("KILN_INSECURE_REGISTRIES", "reg.lan:5000, other.lan", 1);
