@@ -5,7 +5,8 @@
 # (Go's archive/tar), COPY, ADD of a pax and a GNU tar, RUN making them and
 # copying the base's and the COPY's (upload into the builder VM + capture),
 # the image's layers (umoci unpack; buildah builds the same COPY/ADD steps),
-# kiln rootfs (e2fsck, debugfs, loop mount), and agent upload/download with
+# kiln rootfs (e2fsck, debugfs, loop mount), a sandbox of the image as a
+# template, and agent upload/download with
 # GNU tar and with busybox tar (the guest's).
 . tests/e2e/lib.sh
 . tests/e2e/vmlib.sh
@@ -85,7 +86,7 @@ if command -v buildah >/dev/null && [ "$(id -u)" = 0 ]; then
 	fi
 	"${BR[@]}" rmi -a -f >/dev/null 2>&1
 else
-	ok "kiln's names equal buildah's # skip needs root and buildah"
+	skip "kiln's names equal buildah's" "needs root and buildah"
 fi
 
 # kiln rootfs: the ext4 image holds the same bytes
@@ -102,8 +103,17 @@ if [ "$(id -u)" = 0 ] && mkdir -p "$T_TMP/mnt" && mount -o loop,ro "$T_TMP/n.ext
 	done
 	umount "$T_TMP/mnt"
 else
-	ok "loop mount of the rootfs # skip needs root and loop devices"
+	skip "loop mount of the rootfs" "needs root and loop devices"
 fi
+
+# a template of the image: a sandbox restored from it lists the same bytes
+expect_exit 0 "build --template of the image" "$KILN" build --template -t names-tpl:1 --ready-cmd true --memory 256 "$C"
+expect_exit 0 "sandbox from the template" "$KILN" sandbox create --json names-tpl:1
+id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$T_TMP/out" 2>/dev/null)
+expect_exit 0 "sandbox: list the names" "$KILN" sandbox exec "$id" -- sh -c 'cd /r && find . | sort'
+expect_eq "sandbox: the RUN's names as bytes" "$(od -An -tx1 "$T_TMP/out" | tr -d ' \n')" \
+	"$(cd "$ref" && find . | LC_ALL=C sort | od -An -tx1 | tr -d ' \n')"
+"$KILN" sandbox kill "$id" >/dev/null 2>&1
 
 # agent upload/download, with GNU tar and with busybox's (the guest's tar)
 AGENT=$KILN_AGENT_BIN
