@@ -203,15 +203,14 @@ char *df_go_lower(const char *s)
 
 	for (size_t i = 0; i < len;) {
 		int w;
-		int32_t r = df_utf8_decode(s + i, len - i, &w);
-		if (r >= 'A' && r <= 'Z')
-			kiln_buf_addc(&b, (char)(r + 32));
-		else if (r == 0x130) /* LATIN CAPITAL LETTER I WITH DOT ABOVE */
-			kiln_buf_addc(&b, 'i');
-		else if (r == 0x212A) /* KELVIN SIGN */
-			kiln_buf_addc(&b, 'k');
-		else
+		int32_t r = df_utf8_decode(s + i, len - i, &w), low;
+		if (r == 0xFFFD && w == 1) { /* strings.Map writes an invalid byte as U+FFFD */
+			df_utf8_encode(&b, 0xFFFD);
+		} else if ((low = df_go_tolower(r)) != r) {
+			df_utf8_encode(&b, low);
+		} else {
 			kiln_buf_add(&b, s + i, (size_t)w);
+		}
 		i += (size_t)w;
 	}
 	return kiln_buf_detach(&b);

@@ -170,6 +170,20 @@ static void test_unicode_case(void)
 	/* words split on Unicode spaces; invalid UTF-8 in words becomes U+FFFD */
 	CHECK_DUMP("FROM a\nARG x=\xc3\xa0\xc3\xb6\xc3\xbb y=1\xe2\x80\x83z=2 w=\xff\n",
 		   "(from \"a\")\n(arg \"x=\xc3\xa0\xc3\xb6\xc3\xbb\" \"y=1\" \"z=2\" \"w=\xef\xbf\xbd\")\n");
+	/* an unknown instruction word is dumped as strings.ToLower gives it:
+	 * Unicode's simple lowercase mapping, an invalid byte as U+FFFD */
+	{
+		static const char t[] = "FROM a\nR\xc3\x9cN x\n\xce\xa3\xce\x91\xce\xa3 y\nFR\xffOM z\n\xc3\x85\xc4\x80\xc4\x81 w\n";
+		struct df_ast *ast = NULL;
+		kiln_error *err = NULL;
+		CHECK(df_parse("Dockerfile", t, sizeof(t) - 1, &ast, &err) == 0);
+		char *d = ast ? df_ast_dump(ast, NULL) : NULL;
+		CHECK_STR(d, "(from \"a\")\n(r\xc3\xbcn \"\")\n(\xcf\x83\xce\xb1\xcf\x83 \"\")\n(fr\xef\xbf\xbdom \"\")\n"
+			     "(\xc3\xa5\xc4\x81\xc4\x81 \"\")\n");
+		free(d);
+		kiln_error_free(err);
+		df_ast_free(ast);
+	}
 }
 
 static void test_long_lines(void)
