@@ -322,9 +322,30 @@ static void empty_inside(const char *dir, const char *rel)
 	free(parent);
 }
 
+/* Where rel stands to the paths a partial extraction wants: 3 one of them,
+ * 2 under one, 1 on the way to one (an ancestor), 0 none of these. */
+static int wanted(const char *rel, const char *const *only, size_t n)
+{
+	size_t rl = strlen(rel);
+	int w = 0;
+
+	for (size_t i = 0; i < n && w < 3; i++) {
+		size_t ol = strlen(only[i]);
+		if (rl >= ol && !strncmp(rel, only[i], ol) && (rel[ol] == '\0' || rel[ol] == '/'))
+			w = rel[ol] == '\0' ? 3 : w > 2 ? w : 2;
+		else if (ol > rl && !strncmp(rel, only[i], rl) && (rl == 0 || only[i][rl] == '/') && w < 1)
+			w = 1;
+	}
+	return w;
+}
+
 /* Apply one layer blob to a directory: whiteouts delete (only inside it),
- * the rest is extracted with owners and modes, never through symlinks or "..". */
-static int extract_layer(const char *blob, const char *dir, kiln_error **err)
+ * the rest is extracted with owners and modes, never through symlinks or "..".
+ * With only[]: just those paths, what is under them and their ancestors;
+ * returns 1 (stopped) when a symlink on the way or as one of them, or a hard
+ * link to a file left out, needs the whole tree. */
+static int extract_layer(const char *blob, const char *dir, const char *const *only, size_t n_only,
+			 kiln_error **err)
 {
 	struct archive *a = kiln_tar_reader_new(), *w = archive_write_disk_new();
 	struct archive_entry *e;
@@ -362,6 +383,21 @@ static int extract_layer(const char *blob, const char *dir, kiln_error **err)
 			free(rel);
 			continue;
 		}
+		if (only) {
+			int wt = wanted(rel, only, n_only);
+			const char *hl = archive_entry_hardlink(e);
+			char *hr = hl ? build_layer_path(hl) : NULL;
+			bool full = (archive_entry_filetype(e) == AE_IFLNK && (wt == 1 || wt == 3)) ||
+				    (wt && hr && wanted(hr, only, n_only) < 2);
+			free(hr);
+			if (full || !wt) {
+				free(rel);
+				if (!full)
+					continue;
+				rc = 1;
+				goto out;
+			}
+		}
 		char *what = kiln_xasprintf("layer %s", blob);
 		int er = build_extract_entry(a, w, e, dir, rel, what, err);
 		free(what);
@@ -380,17 +416,23 @@ out:
 	return rc;
 }
 
-int build_layers_extract(build_store *s, const struct build_layer *layers, size_t n, const char *dir,
-			 kiln_error **err)
+int build_layers_extract_only(build_store *s, const struct build_layer *layers, size_t n, const char *dir,
+			      const char *const *only, size_t n_only, kiln_error **err)
 {
 	if (kiln_mkdir_p(dir, 0755, err) < 0)
 		return -1;
 	for (size_t i = 0; i < n; i++) {
 		char *p = build_store_blob_path(s, layers[i].digest);
-		int rc = extract_layer(p, dir, err);
+		int rc = extract_layer(p, dir, only, n_only, err);
 		free(p);
-		if (rc < 0)
-			return -1;
+		if (rc != 0)
+			return rc;
 	}
 	return 0;
+}
+
+int build_layers_extract(build_store *s, const struct build_layer *layers, size_t n, const char *dir,
+			 kiln_error **err)
+{
+	return build_layers_extract_only(s, layers, n, dir, NULL, 0, err);
 }

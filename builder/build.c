@@ -177,8 +177,66 @@ static int layer_step(struct run *r, struct stage_state *ss, const char *text, c
 	return build_add_layer(r, ss, &l, err);
 }
 
-int build_source_tree(struct run *r, int from_stage, const char *from_image, const build_tree **tree,
-		      bool *keep_owner, kiln_error **err)
+/* The image paths COPY's sources can name: each source cleaned (index form)
+ * up to the directory of its first glob character.  False when one can name
+ * anything (the root, "..", a glob in the first component). */
+static bool source_prefixes(const char *const *srcs, size_t n, kiln_strv *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *p = srcs[i];
+		while (*p == '/' || (p[0] == '.' && p[1] == '/'))
+			p++;
+		char *c = kiln_xstrdup(p);
+		size_t g = strcspn(c, "*?[\\");
+		if (c[g]) {
+			c[g] = '\0';
+			char *slash = strrchr(c, '/');
+			*(slash ? slash : c) = '\0';
+		}
+		size_t len = strlen(c);
+		while (len && c[len - 1] == '/')
+			c[--len] = '\0';
+		bool bad = !len || !strcmp(c, ".") || strstr(c, "//") || strstr(c, "/./") || strstr(c, "..") ||
+			   (len >= 2 && !strcmp(c + len - 2, "/."));
+		if (bad) {
+			free(c);
+			return false;
+		}
+		kiln_strv_push_owned(out, c);
+	}
+	return n > 0;
+}
+
+/* Extract only what srcs can name from layers into a fresh scratch dir; 1
+ * when the whole tree is needed after all. */
+static int partial_tree(struct run *r, const struct build_layer *layers, size_t n, const char *const *srcs,
+			size_t n_srcs, build_tree **part, kiln_error **err)
+{
+	kiln_strv pre = KILN_STRV_INIT;
+	char *dir = NULL;
+	int rc = 1;
+
+	if (!srcs || !source_prefixes(srcs, n_srcs, &pre))
+		goto out;
+	dir = kiln_xasprintf("%s/part-%u", r->scratch, r->n_part++);
+	rc = build_layers_extract_only(r->s, layers, n, dir, (const char *const *)pre.v, pre.n, err);
+	if (rc == 0) {
+		build_tree *t = NULL;
+		if ((rc = build_tree_open(dir, NULL, &t, err)) == 0) {
+			build_tree_free(*part);
+			*part = t;
+		}
+	}
+	if (rc == 1)
+		kiln_rm_rf(dir, NULL);
+out:
+	kiln_strv_free(&pre);
+	free(dir);
+	return rc;
+}
+
+int build_source_tree_for(struct run *r, int from_stage, const char *from_image, const char *const *srcs,
+			  size_t n_srcs, const build_tree **tree, bool *keep_owner, kiln_error **err)
 {
 	*keep_owner = false;
 	if (from_stage >= 0) {
@@ -186,8 +244,16 @@ int build_source_tree(struct run *r, int from_stage, const char *from_image, con
 		if (!from->built)
 			return kiln_err(err, KILN_E_INVALID, "stage %d is not built", from_stage);
 		if (!from->files) {
+			int rc = partial_tree(r, from->layers, from->n_layers, srcs, n_srcs, &from->part, err);
+			if (rc < 0)
+				return -1;
+			if (rc == 0) {
+				*tree = from->part;
+				*keep_owner = true;
+				return 0;
+			}
 			char *dir = kiln_xasprintf("%s/stage-%d", r->scratch, from_stage);
-			int rc = build_layers_extract(r->s, from->layers, from->n_layers, dir, err);
+			rc = build_layers_extract(r->s, from->layers, from->n_layers, dir, err);
 			if (rc == 0)
 				rc = build_tree_open(dir, NULL, &from->files, err);
 			free(dir);
@@ -203,8 +269,16 @@ int build_source_tree(struct run *r, int from_stage, const char *from_image, con
 		if (load_image(r, from_image, &slot, err) < 0)
 			return -1;
 		if (!slot->files) {
+			int rc = partial_tree(r, slot->im->layers, slot->im->n_layers, srcs, n_srcs, &slot->part, err);
+			if (rc < 0)
+				return -1;
+			if (rc == 0) {
+				*tree = slot->part;
+				*keep_owner = true;
+				return 0;
+			}
 			char *dir = kiln_xasprintf("%s/image-%zu", r->scratch, (size_t)(slot - r->imgs));
-			int rc = build_layers_extract(r->s, slot->im->layers, slot->im->n_layers, dir, err);
+			rc = build_layers_extract(r->s, slot->im->layers, slot->im->n_layers, dir, err);
 			if (rc == 0)
 				rc = build_tree_open(dir, NULL, &slot->files, err);
 			free(dir);
@@ -219,6 +293,12 @@ int build_source_tree(struct run *r, int from_stage, const char *from_image, con
 		return -1;
 	*tree = r->context;
 	return 0;
+}
+
+int build_source_tree(struct run *r, int from_stage, const char *from_image, const build_tree **tree,
+		      bool *keep_owner, kiln_error **err)
+{
+	return build_source_tree_for(r, from_stage, from_image, NULL, 0, tree, keep_owner, err);
 }
 
 static int copy_step(struct run *r, struct stage_state *ss, const struct df_step *st, const char *text,
@@ -266,7 +346,8 @@ static int copy_step(struct run *r, struct stage_state *ss, const struct df_step
 		all_heredoc = all_heredoc && strncmp(st->args.v[i], "<<", 2) == 0 && st->n_heredocs;
 	if (all_heredoc)
 		tree = NULL;
-	else if (build_source_tree(r, st->from_stage, st->from_image, &tree, &o.keep_owner, err) < 0)
+	else if (build_source_tree_for(r, st->from_stage, st->from_image, (const char *const *)st->args.v,
+				       st->args.n - 1, &tree, &o.keep_owner, err) < 0)
 		goto out;
 	if (!tree) {
 		if (build_tree_open(r->scratch, NULL, &empty, err) < 0)
@@ -280,6 +361,7 @@ static int copy_step(struct run *r, struct stage_state *ss, const struct df_step
 	if (rc < 0)
 		goto out;
 	build_changes_finish(&ch);
+	build_changes_add_parents(&ch, ss->idx);
 	rc = layer_step(r, ss, text, &ch, cached, err);
 out:
 	build_tree_free(empty);
@@ -326,6 +408,7 @@ static int workdir_step(struct run *r, struct stage_state *ss, const struct df_s
 	}
 	if (ch.n) {
 		*layer = true;
+		build_changes_add_parents(&ch, ss->idx);
 		rc = layer_step(r, ss, text, &ch, cached, err);
 	}
 out:
@@ -614,12 +697,14 @@ out:
 		free(r.st[i].layers);
 		build_fsindex_free(r.st[i].idx);
 		build_tree_free(r.st[i].files);
+		build_tree_free(r.st[i].part);
 	}
 	free(r.st);
 	for (size_t i = 0; i < r.n_imgs; i++) {
 		free(r.imgs[i].ref);
 		build_image_free(r.imgs[i].im);
 		build_tree_free(r.imgs[i].files);
+		build_tree_free(r.imgs[i].part);
 	}
 	free(r.imgs);
 	build_tree_free(r.context);

@@ -131,6 +131,12 @@ void build_changes_free(struct build_changes *c);
 void build_item_add_xattr(struct build_item *it, const char *name, const void *value, size_t len);
 /* Sort by destination path, the later of two equal paths winning. */
 void build_changes_finish(struct build_changes *c);
+/* After build_changes_finish: the directories above the items that the image
+ * (idx) already has become items too, with the image's mode and owner, as
+ * BuildKit's layers hold their parents.  Otherwise an overlay of the layers
+ * alone (the builder VM's lower directories, docker's overlay2) would show
+ * such a parent as the extractor made it (root, 0755), hiding its owner. */
+void build_changes_add_parents(struct build_changes *c, const build_fsindex *idx);
 
 struct build_copy_opts {
 	bool add;                  /* ADD: URLs and local archive extraction */
@@ -273,6 +279,12 @@ void build_image_free(struct build_image *im);
 /* Extract layers in order into dir (whiteouts applied, owners kept). */
 int build_layers_extract(build_store *s, const struct build_layer *layers, size_t n, const char *dir,
 			 kiln_error **err);
+/* The same for the paths only[] (image paths in index form, "src/app"), what
+ * is under them and their ancestors: COPY --from reads what it copies, not
+ * the whole stage.  Returns 1 when that is not enough (a symlink on the way
+ * to or as one of them, a hard link to a file left out): extract it all. */
+int build_layers_extract_only(build_store *s, const struct build_layer *layers, size_t n, const char *dir,
+			      const char *const *only, size_t n_only, kiln_error **err);
 /* Write a manifest (and its blobs) into an OCI image layout at dir, named
  * `refname` (org.opencontainers.image.ref.name) if not NULL; other entries
  * of an existing layout are kept. */

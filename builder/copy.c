@@ -86,6 +86,41 @@ void build_changes_finish(struct build_changes *c)
 	c->n = w;
 }
 
+static int cmp_dest(const void *key, const void *item)
+{
+	return strcmp(key, ((const struct build_item *)item)->dest);
+}
+
+void build_changes_add_parents(struct build_changes *c, const build_fsindex *idx)
+{
+	size_t n = c->n; /* sorted by build_changes_finish; added ones go after */
+	kiln_strv added = KILN_STRV_INIT;
+
+	for (size_t i = 0; i < n; i++) {
+		char *p = kiln_xstrdup(c->v[i].dest);
+		for (char *s = strrchr(p, '/'); s; s = strrchr(p, '/')) {
+			*s = '\0';
+			bool have = bsearch(p, c->v, n, sizeof(*c->v), cmp_dest) != NULL;
+			for (size_t j = 0; j < added.n && !have; j++)
+				have = strcmp(added.v[j], p) == 0;
+			if (have)
+				break; /* its own parents are (or will be) there too */
+			const struct build_fsnode *nd = build_fsindex_get(idx, p);
+			if (!nd || !S_ISDIR(nd->mode))
+				break;
+			kiln_strv_push(&added, p);
+			struct build_item *it = add_item(c, p);
+			it->mode = it->src_mode = nd->mode;
+			it->uid = it->src_uid = nd->uid;
+			it->gid = it->src_gid = nd->gid;
+		}
+		free(p);
+	}
+	kiln_strv_free(&added);
+	if (c->n > n)
+		build_changes_finish(c);
+}
+
 static const char *skip_space(const char *s)
 {
 	while (*s == ' ' || *s == '\t')

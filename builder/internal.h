@@ -49,6 +49,7 @@ struct stage_state {
 	char key[KILN_DIGEST_MAX];
 	bool cmd_set;
 	build_tree *files; /* extracted for COPY --from, on demand */
+	build_tree *part;  /* the last partial extraction (only a COPY's sources) */
 	build_exec_session *session; /* the executor's (the stage's builder VM) */
 	size_t n_base;     /* layers[0..n_base) come from the stage's FROM */
 	size_t n_indexed;  /* layers applied to idx so far (build_stage_index) */
@@ -57,7 +58,7 @@ struct stage_state {
 struct img_slot {
 	char *ref;
 	struct build_image *im;
-	build_tree *files;
+	build_tree *files, *part;
 };
 
 struct run {
@@ -66,6 +67,7 @@ struct run {
 	struct df_ast *ast;
 	struct df_plan *plan;
 	char *scratch;
+	unsigned n_part;  /* partial extractions made in scratch (part-N) */
 	build_ignore *ig;
 	build_tree *context;
 	struct stage_state *st;
@@ -87,6 +89,10 @@ int build_stage_index(struct run *r, struct stage_state *ss, kiln_error **err);
  * (owners kept), else the build context through .dockerignore. */
 int build_source_tree(struct run *r, int from_stage, const char *from_image, const build_tree **tree,
 		      bool *keep_owner, kiln_error **err);
+/* The same for a COPY --from whose sources are srcs[]: only what they can
+ * name is extracted from the stage or image (the tree may hold nothing else). */
+int build_source_tree_for(struct run *r, int from_stage, const char *from_image, const char *const *srcs,
+			  size_t n_srcs, const build_tree **tree, bool *keep_owner, kiln_error **err);
 /* run.c: a RUN step (cache lookup, mounts, heredocs, executor). */
 int build_run_step(struct run *r, struct stage_state *ss, const struct df_stage *sg, size_t index,
 		   const char *text, bool *cached, kiln_error **err);

@@ -3,7 +3,8 @@
 # the same Dockerfiles and base give the same file trees (paths, types,
 # modes, owners, link targets, content) and the same config fields; D4's
 # RUN steps (files made, deleted, replaced directories, chmod/chown, USER,
-# WORKDIR, HOME) run in buildah's chroot and in kiln's builder VM.
+# WORKDIR, HOME; a COPY into a directory a RUN gave to USER, who then writes
+# in it) run in buildah's chroot and in kiln's builder VM.
 # Documented differences (BuildKit's behaviour, which kiln follows, is not
 # buildah's): a COPY glob matching nothing is an error in buildah, and a
 # directory excluded by .dockerignore with an exception inside is an error.
@@ -86,6 +87,8 @@ COPY --chown=7:8 src /s/
 FROM scratch
 COPY --from=one /s /from/
 COPY --from=one /s/sub/x.h /single
+COPY --from=one /s/sub/../main.c /via/
+COPY --from=one /s/*.c /globbed/
 DF
 
 # RUN steps: buildah's chroot isolation against kiln's builder VM
@@ -99,8 +102,10 @@ COPY src /src/
 RUN rm /src/sub/x.h && chmod 600 /src/main.c && echo more >>/src/main.c
 WORKDIR /w
 RUN touch t && echo "$(pwd)" >where
+RUN mkdir -p /home/app && chown 1000:1000 /home/app && chmod 700 /home/app
+COPY --chown=app:app a.txt /home/app/sub/
 USER app
-RUN id -u >/tmp/uid && echo "$HOME" >/tmp/home
+RUN id -u >/tmp/uid && echo "$HOME" >/tmp/home && touch /home/app/by-app
 DF
 sed -i "s|BASE|$B:base|" "$T_TMP/D4"
 
