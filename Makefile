@@ -32,7 +32,7 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(ASAN)/tests/%)
 REPLAY_BINS := $(FUZZ_SRCS:tests/fuzz/fuzz_%.c=$(ASAN)/tests/replay_%)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
 
-.PHONY: all deps check test demo fuzz clean clang-check check-layers install uninstall deb test-deb
+.PHONY: all deps check test test-real demo fuzz clean clang-check check-layers install uninstall deb test-deb
 .SECONDARY:
 all: bin/kiln $(if $(AGENT_SRCS),bin/kiln-agent) build/man/kiln.1 build/kiln.bash-completion
 
@@ -176,6 +176,13 @@ else
 	$(MAKE) all $(T_BINS)
 	@KILN_TEST_ONLY=$(T_CASE) tests/run.sh $(T_BINS) $(T_E2E)
 endif
+
+# The real-world corpus alone (tests/data/real/: Debian base, apt, numpy, npm,
+# gcc; kiln against buildah, then templates); `make test` runs it too, as
+# tests/e2e/t0590-real-corpus.sh.
+test-real: deps
+	$(MAKE) all
+	@tests/run.sh tests/e2e/t0590-real-corpus.sh
 
 # Packages, then the guest kernel the tests boot: by default a minimal kernel
 # built from Debian's linux-source (vm/build-kernel.sh, vm/kernel.config; about

@@ -12,6 +12,11 @@
 # Prints p50/p99 of each, the ratio of medians, the load average before and
 # after, and memory per idle sandbox (Pss and private memory of its QEMU, from
 # /proc/PID/smaps_rollup).
+# START_PYTHON=1 also builds the real corpus's python template
+# (tests/data/real/python on examples/debian-base.sh: python3 + numpy, its
+# start command `python3 -m http.server`) and times STARTS/2 full restores
+# (no pool) each to the first byte of `echo hi` and of an HTTP response from
+# that server (bash's /dev/tcp in the sandbox), with kiln's --time breakdown.
 set -u
 cd "$(dirname "$0")/.."
 starts=${1:-50}
@@ -164,4 +169,50 @@ print("ratio cold boot / pooled start (p50): %.0fx;  cold boot / full restore: %
       (pct(cold_first, 0.5) / pct(pool_first, 0.5), pct(cold_first, 0.5) / pct(restore_first, 0.5)))
 print("memory per idle sandbox: Pss %.1f MiB, private %.1f MiB (mean of %d; guest RAM 256 MiB)" %
       (sum(pss) / len(pss), sum(priv) / len(priv), len(pss)))
+EOF
+
+[ "${START_PYTHON:-0}" = 1 ] || exit 0
+base=$(examples/debian-base.sh) || exit 1
+tests/data/real/context.sh "$work/ctx" >/dev/null || exit 1
+echo "building the python template (several minutes under TCG)..."
+bin/kiln build -t real-python --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt --build-arg "BASE=$base" \
+	--ready-cmd "bash -c 'exec 3<>/dev/tcp/127.0.0.1/8000'" -f "$work/ctx/python/Dockerfile" "$work/ctx/python" \
+	>"$work/py-build.log" 2>&1 || { tail -5 "$work/py-build.log"; exit 1; }
+python3 - "$starts" <<'EOF'
+import re, subprocess, sys, time
+n = max(2, int(sys.argv[1]) // 2)
+K = "bin/kiln"
+RESTORE_RE = re.compile(r"started in ([0-9.]+) ms \(check ([0-9.]+), qemu ([0-9.]+), load ([0-9.]+), "
+                        r"agent ([0-9.]+), setup [0-9.]+\); first output ([0-9.]+) ms")
+HTTP = "exec 3<>/dev/tcp/127.0.0.1/8000 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+cases = {"echo hi": ["echo", "hi"], "HTTP GET / to the start command's server": ["bash", "-c", HTTP]}
+
+def pct(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, max(0, int(round(q * len(v) + 0.4999)) - 1))]
+
+print("python template (real corpus), full restore, no pool; load average %s" %
+      " ".join(open("/proc/loadavg").read().split()[:3]))
+for name, argv in cases.items():
+    first, ph = [], {k: [] for k in ("QEMU start until QMP answers", "state load", "agent connect",
+                                      "HELLO + EXEC to first output (guest, cold TCG)")}
+    for i in range(n):
+        t0 = time.monotonic()
+        p = subprocess.Popen([K, "run", "--time", "real-python", "--"] + argv, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        b = p.stdout.read(1)
+        t1 = time.monotonic()
+        out, err = p.communicate()
+        if p.returncode != 0 or b not in (b"h", b"H"):
+            sys.exit("failed: %s" % err.decode()[-500:])
+        first.append((t1 - t0) * 1000)
+        m = RESTORE_RE.search(err.decode())
+        if m:
+            total, check, qemu, load, agent, fo = (float(x) for x in m.groups())
+            for k, v in zip(ph, (qemu, load, agent, fo - total)):
+                ph[k].append(v)
+    print("%-44s n=%-3d p50 %7.1f ms   p99 %7.1f ms" % ("  " + name, len(first), pct(first, 0.5), pct(first, 0.99)))
+    for k, v in ph.items():
+        if v:
+            print("%-44s       p50 %7.1f ms   p99 %7.1f ms" % ("      " + k, pct(v, 0.5), pct(v, 0.99)))
 EOF
