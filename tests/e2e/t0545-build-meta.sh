@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t0540-build-meta.sh — the metadata real packages carry, RUN → layer → ext4
+# t0545-build-meta.sh — the metadata real packages carry, RUN → layer → ext4
 # → sandbox: a file capability set in a RUN (as iputils-ping's postinst
 # would, with a tiny static tool: busybox has no setcap) and one from the
 # base layer (seen by the RUN in the restored builder VM), a POSIX ACL, the

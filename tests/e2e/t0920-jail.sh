@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t0900-jail.sh — tests that try to get out of a VM's jail (docs/security.md).
+# t0920-jail.sh — tests that try to get out of a VM's jail (docs/security.md).
 # One template, two sandboxes A and B: each QEMU runs with seccomp, its own
 # uid, no capabilities, no_new_privs, its own mount/pid/net namespaces and a
 # cgroup with limits; from inside A's jail (nsenter into its mount namespace
