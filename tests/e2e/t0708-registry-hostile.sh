@@ -102,10 +102,11 @@ reg_stop
 echo '{"connection_limit": 8, "connection_headroom": 2, "body_min_rate": 0, "per_ip_connection_limit": 0}' >busy.json
 reg_start "$T_TMP/busy" --config busy.json || { not_ok "kiln serve starts (busy)"; exit 1; }
 $HOLD --dst "$REG" --src 127.0.0.20 --count 6 --mode body --method PUT --path /v2/hold/manifests/t --length 100000 \
-	--trickle 0.2 --duration 6 >busy.json.out &
+	--trickle 0.2 --duration 15 >busy.json.out &
 HPID=$!
-# (until the six are in: python may start slowly on a loaded machine)
-for _ in $(seq 1 40); do sleep 0.1; req GET /v2/; [ "$CODE" = 503 ] && break; done
+# (until the six are in: python may start slowly on a loaded machine — CI saw
+# more than 4 s; the six stay 15 s, so the loop's 12 s always ends inside that)
+for _ in $(seq 1 120); do sleep 0.1; req GET /v2/; [ "$CODE" = 503 ] && break; done
 expect_code "over the headroom, all busy: 503" 503
 expect_eq "... with Retry-After" "$(hdr Retry-After)" 1
 expect_eq "... and the connection closed" "$(hdr Connection)" close
