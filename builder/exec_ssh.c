@@ -73,22 +73,6 @@ static int read_full(int fd, void *p, size_t n)
 	return 0;
 }
 
-static int write_full(int fd, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	while (n > 0) {
-		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		b += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 static int agent_connect(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -141,7 +125,7 @@ static void serve_peer(struct build_ssh_relay *r, struct relay_peer *pe)
 		if (pe->req.len < 4 + (size_t)n)
 			return;
 		uint8_t h[4];
-		if (write_full(pe->fd, pe->req.buf, 4 + (size_t)n) < 0 || read_full(pe->fd, h, 4) < 0)
+		if (kiln_write_full(pe->fd, pe->req.buf, 4 + (size_t)n) < 0 || read_full(pe->fd, h, 4) < 0)
 			goto drop;
 		uint32_t rn = guest_get_u32(h);
 		if (rn > SSH_MSG_MAX)
