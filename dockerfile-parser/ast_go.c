@@ -180,7 +180,7 @@ void df_go_quote(kiln_buf *b, const char *s, size_t len)
 	kiln_buf_addc(b, '"');
 }
 
-char *df_utf8_sanitize(const char *s, size_t len)
+char *df_utf8_sanitize(const char *s, size_t len, size_t *out_len)
 {
 	kiln_buf b = KILN_BUF_INIT;
 
@@ -193,6 +193,8 @@ char *df_utf8_sanitize(const char *s, size_t len)
 			kiln_buf_add(&b, s + i, (size_t)w);
 		i += (size_t)w;
 	}
+	if (out_len)
+		*out_len = b.len;
 	return kiln_buf_detach(&b);
 }
 

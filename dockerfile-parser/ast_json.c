@@ -10,8 +10,7 @@
  * bytes it stands for, so a NUL is written "\u0000". */
 static json_t *jstr(const char *s, bool nul)
 {
-	kiln_buf b = KILN_BUF_INIT;
-	char *raw = NULL;
+	char *raw = NULL, *clean;
 	size_t len;
 	json_t *v;
 
@@ -22,17 +21,9 @@ static json_t *jstr(const char *s, bool nul)
 		raw = df_nul_decode(s, &len);
 		s = raw;
 	}
-	for (size_t i = 0; i < len;) {
-		int w;
-		int32_t r = df_utf8_decode(s + i, len - i, &w);
-		if (r == 0xFFFD && w == 1)
-			df_utf8_encode(&b, 0xFFFD);
-		else
-			kiln_buf_add(&b, s + i, (size_t)w);
-		i += (size_t)w;
-	}
-	v = json_stringn(b.len ? b.buf : "", b.len);
-	kiln_buf_free(&b);
+	clean = df_utf8_sanitize(s, len, &len);
+	v = json_stringn(clean ? clean : "", clean ? len : 0);
+	free(clean);
 	free(raw);
 	return v ? v : json_string("");
 }

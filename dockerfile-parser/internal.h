@@ -28,8 +28,9 @@ bool df_go_isprint(int32_t r);
 /* Append strconv.Quote(s[0:len]) to b. */
 void df_go_quote(kiln_buf *b, const char *s, size_t len);
 /* A copy of s with each invalid UTF-8 byte replaced by U+FFFD (what Go's
- * encoding/json does on both decode and encode). */
-char *df_utf8_sanitize(const char *s, size_t len);
+ * encoding/json does on both decode and encode); its length in *out_len
+ * (may be NULL), as NUL mode lets it hold NUL bytes. */
+char *df_utf8_sanitize(const char *s, size_t len, size_t *out_len);
 /* Go's encoding/json decodes a \uXXXX escape that is half of a UTF-16
  * surrogate pair without its other half as U+FFFD; jansson rejects it.  This
  * rewrites such escapes (inside JSON strings only) as \ufffd. */

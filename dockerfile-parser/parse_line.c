@@ -225,7 +225,7 @@ static enum json_result parse_json(const char *rest, size_t len, bool nul, kiln_
 		raw = df_nul_decode(rest, &len);
 		rest = raw;
 	}
-	utf8 = df_utf8_sanitize(rest, len);
+	utf8 = df_utf8_sanitize(rest, len, NULL);
 	free(raw);
 	clean = df_json_fix_surrogates(utf8, strlen(utf8));
 	free(utf8);
