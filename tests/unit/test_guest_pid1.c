@@ -1,10 +1,12 @@
 /* test_guest_pid1.c — the agent as the guest sees it: PID 1 of its own pid
- * namespace (unshare), with its own /etc/passwd and /etc/group bind-mounted
+ * namespace (unshare), with its own /etc (passwd and group) bind-mounted
  * in.  Checks that orphans are reaped when the agent is PID 1 and that
  * "user[:group]" is resolved against the guest's files with docker's rules. */
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,7 +28,10 @@ static const char *agent_bin(void)
 static guest_conn *start_agent(void)
 {
 	kiln_error *err = NULL;
-	char *passwd = kiln_path_join(tmp, "passwd"), *group = kiln_path_join(tmp, "group");
+	/* A private /etc, not bind mounts on the two files: a file bind mount is dissolved when the
+	 * host renames a new /etc/passwd over it (useradd by anything else on the machine). */
+	char *etc = kiln_path_join(tmp, "etc");
+	char *passwd = kiln_path_join(etc, "passwd"), *group = kiln_path_join(etc, "group");
 	char *script;
 	int sv[2];
 	guest_conn *c = NULL;
@@ -42,11 +47,14 @@ static guest_conn *start_agent(void)
 				 "extra:x:2000:app\n"
 				 "unrelated:x:3000:other\n";
 
+	if (mkdir(etc, 0755) < 0) {
+		printf("# mkdir %s: %s\n", etc, strerror(errno));
+		goto out;
+	}
 	if (kiln_write_atomic(passwd, pw, strlen(pw), 0644, &err) < 0 ||
 	    kiln_write_atomic(group, gr, strlen(gr), 0644, &err) < 0)
 		goto out;
-	script = kiln_xasprintf("mount --bind '%s' /etc/passwd && mount --bind '%s' /etc/group && exec '%s' --fd 3",
-				passwd, group, agent_bin());
+	script = kiln_xasprintf("mount --bind '%s' /etc && exec '%s' --fd 3", etc, agent_bin());
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		goto out;
 	unshare_pid = fork();
@@ -65,6 +73,7 @@ out:
 	kiln_error_free(err);
 	free(passwd);
 	free(group);
+	free(etc);
 	return c;
 }
 
