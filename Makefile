@@ -13,7 +13,7 @@ CFLAGS  ?= -O2 -g
 LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-STAGES   := common dockerfile-parser rootfs builder vm guest snapshots registry
+STAGES   := common dockerfile-parser rootfs builder vm guest snapshots registry service
 LIB_SRCS := $(sort $(foreach d,$(STAGES),$(wildcard $(d)/*.c)))
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 CMD_SRCS := $(sort $(wildcard cli/cmd_*.c))

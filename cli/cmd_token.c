@@ -101,7 +101,7 @@ static const struct kiln_command sub_create = {
 	.usage = "Usage: kiln token create [--data DIR] [--config FILE] --scope NS:ACTIONS... [--ttl DUR] LABEL\n\n"
 		 "Create an access token for `kiln serve` and print its secret (shown only once).\n"
 		 "NS is a namespace (\"team\" covers team and team/...) or * for all; ACTIONS is a\n"
-		 "comma list of pull, push, delete (or *).  --ttl: 3600, 90m, 12h, 30d (default: none).\n",
+		 "comma list of pull, push, delete, build (or *).  --ttl: 3600, 90m, 12h, 30d (default: none).\n",
 	.run = run_sub,
 };
 static const struct kiln_command sub_ls = {

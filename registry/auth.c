@@ -175,10 +175,13 @@ static int limited(reg_req *r, const char *name)
  * -3 answered (429: too many failures). */
 static int identify(reg_req *r, kiln_error **err)
 {
-	const char *h = reg_req_header(r, "Authorization");
-	char *user = NULL, *pass = NULL, name[128];
+	const char *h = reg_req_header(r, "Authorization"), *key = reg_req_header(r, "X-API-Key");
+	char *user = NULL, *pass = NULL, name[128], *bearer = NULL;
 	int ret;
 
+	/* E2B's clients send the API key as X-API-Key: the same secret as a Bearer. */
+	if (h == NULL && key != NULL)
+		h = bearer = kiln_xasprintf("Bearer %s", key);
 	if (h == NULL)
 		return 0;
 	if (strncasecmp(h, "Basic ", 6) == 0) {
@@ -190,6 +193,7 @@ static int identify(reg_req *r, kiln_error **err)
 	claimed_name(h, pass ? user : NULL, name);
 	if (limited(r, name)) {
 		free(user);
+		free(bearer);
 		return -3;
 	}
 	if (strncasecmp(h, "Bearer ", 7) == 0) {
@@ -200,6 +204,7 @@ static int identify(reg_req *r, kiln_error **err)
 		ret = pass ? lookup_secret(r->srv, pass, &r->tok_id, &r->scopes, err) : 0;
 	}
 	free(user);
+	free(bearer);
 	if (ret < 0)
 		return -1;
 	r->authed = ret == 1;
@@ -225,8 +230,10 @@ static int actions_of(const char *s, size_t len)
 			a |= REG_PUSH;
 		else if (n == 6 && strncmp(s, "delete", 6) == 0)
 			a |= REG_DELETE;
+		else if (n == 5 && strncmp(s, "build", 5) == 0)
+			a |= REG_BUILD;
 		else if (n == 1 && s[0] == '*')
-			a |= REG_PULL | REG_PUSH | REG_DELETE;
+			a |= REG_PULL | REG_PUSH | REG_DELETE | REG_BUILD;
 		s += n;
 		len -= n;
 		if (len) {
@@ -343,6 +350,51 @@ int reg_auth_request(reg_req *r)
 	reg_error(r, 401, "UNAUTHORIZED", "authentication required");
 	challenge(r, scope[0] ? scope : NULL);
 	return -1;
+}
+
+/* ---- for mounted modules (registry.h) ---- */
+
+int reg_req_identify(reg_req *r, kiln_error **err)
+{
+	if (!r->srv->cfg.auth)
+		return 1;
+	if (r->identified == 0) {
+		int who = identify(r, err);
+		if (who == -1)
+			return -1;
+		r->identified = who == 0 ? 2 : who == 1 ? 1 : who;
+	}
+	return r->identified == 2 ? 0 : r->identified;
+}
+
+int reg_req_allows(reg_req *r, const char *repo, enum reg_action a)
+{
+	if (!r->srv->cfg.auth)
+		return 1;
+	return r->authed && r->scopes && grants(r->scopes, repo, a);
+}
+
+char *reg_req_namespaces(reg_req *r, enum reg_action a)
+{
+	kiln_buf b = KILN_BUF_INIT;
+	const char *p;
+
+	if (!r->srv->cfg.auth)
+		return kiln_xstrdup("*");
+	for (p = r->authed ? r->scopes : NULL; p && *p;) {
+		const char *end = strchr(p, ';'), *colon;
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+
+		colon = memchr(p, ':', len);
+		if (colon && (actions_of(colon + 1, len - (size_t)(colon - p) - 1) & (int)a))
+			kiln_buf_addf(&b, "%s%.*s", b.len ? ";" : "", (int)(colon - p), p);
+		p = end ? end + 1 : NULL;
+	}
+	if (b.len == 0) {
+		kiln_buf_free(&b);
+		return NULL;
+	}
+	return kiln_buf_detach(&b);
 }
 
 /* GET /token?service=&scope=: exchange credentials (Basic with the secret as

@@ -51,6 +51,7 @@ void reg_config_free(struct reg_config *c)
 	free(c->s3_bucket);
 	free(c->s3_access_key);
 	free(c->s3_secret_key);
+	json_decref(c->build);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -221,6 +222,14 @@ int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 				c->auth = json_is_true(v);
 		} else if (strcmp(key, "s3") == 0) {
 			r = load_s3(c, v, err);
+		} else if (strcmp(key, "build") == 0) {
+			/* the build service's settings (service/ reads them): kept as they are */
+			if (!json_is_boolean(v) && !json_is_object(v)) {
+				r = kiln_err(err, KILN_E_INVALID, "build: want true, false or an object");
+			} else {
+				json_decref(c->build);
+				c->build = json_is_false(v) ? NULL : json_incref(v);
+			}
 		} else if (strcmp(key, "realm") == 0) {
 			r = set_str(v, key, &c->realm, err);
 		} else if (strcmp(key, "service") == 0) {

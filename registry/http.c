@@ -40,6 +40,44 @@ void reg_respond_with(reg_req *r, unsigned status, struct MHD_Response *resp)
 	set_response(r, status, resp);
 }
 
+struct stream {
+	reg_stream_read read;
+	void *ud;
+	void (*free_ud)(void *ud);
+};
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct stream *st = cls;
+	long n = st->read(st->ud, pos, buf, max);
+
+	return n > 0 ? (ssize_t)n : n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void stream_free(void *cls)
+{
+	struct stream *st = cls;
+
+	if (st->free_ud)
+		st->free_ud(st->ud);
+	free(st);
+}
+
+void reg_respond_stream(reg_req *r, unsigned status, const char *content_type, reg_stream_read read, void *ud,
+			void (*free_ud)(void *ud))
+{
+	struct stream *st = kiln_xcalloc(1, sizeof(*st));
+	struct MHD_Response *resp;
+
+	st->read = read;
+	st->ud = ud;
+	st->free_ud = free_ud;
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 << 10, stream_read, st, stream_free);
+	set_response(r, status, resp);
+	if (content_type)
+		MHD_add_response_header(resp, "Content-Type", content_type);
+}
+
 void reg_respond_json(reg_req *r, unsigned status, json_t *body, const char *content_type)
 {
 	char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -284,6 +322,7 @@ reg_server *reg_server_open(const struct reg_config *c, kiln_error **err)
 	s->cfg.data_dir = kiln_xstrdup(c->data_dir);
 	s->cfg.realm = c->realm ? kiln_xstrdup(c->realm) : NULL;
 	s->cfg.service = kiln_xstrdup(c->service ? c->service : "kiln");
+	s->cfg.build = json_incref(c->build);
 	/* The server's copy owns no S3 strings: the store copies what it needs. */
 	s->cfg.s3_endpoint = s->cfg.s3_region = s->cfg.s3_bucket = s->cfg.s3_access_key = s->cfg.s3_secret_key = NULL;
 	s->limits = reg_limits_new(c);
@@ -358,6 +397,11 @@ fail:
 uint16_t reg_server_port(const reg_server *s)
 {
 	return s->port;
+}
+
+const struct reg_config *reg_server_config(const reg_server *s)
+{
+	return &s->cfg;
 }
 
 void reg_server_stop(reg_server *s)

@@ -160,6 +160,8 @@ struct reg_server {
 	uint16_t port;
 	unsigned char auth_key[32];
 	struct reg_limits *limits;   /* connection tracking and the auth limiter (server_limits.c) */
+	const struct reg_routes *routes[REG_ROUTES_MAX]; /* mounted modules; published by nroutes */
+	unsigned nroutes;
 };
 
 /* The server without a listening socket (store, db, uploads, auth key): what
@@ -168,6 +170,7 @@ reg_server *reg_server_open(const struct reg_config *c, kiln_error **err);
 
 enum reg_route {
 	R_NONE, R_BASE, R_CATALOG, R_TAGS, R_MANIFEST, R_BLOB, R_UPLOAD_START, R_UPLOAD, R_REFERRERS, R_TOKEN,
+	R_EXT,          /* a mounted module's (reg_server_mount) */
 };
 
 enum reg_body { BODY_IGNORE, BODY_MEM, BODY_UPLOAD };
@@ -184,6 +187,8 @@ typedef struct reg_req {
 	char client[64];           /* the client's address ("" unknown), for the auth limiter */
 	int begun;
 	enum reg_route route;
+	const struct reg_routes *ext; /* R_EXT: whose */
+	void *ext_state;
 	char *name, *ref;
 	/* body sink */
 	enum reg_body body;
@@ -196,6 +201,7 @@ typedef struct reg_req {
 	uint64_t discarded;        /* body bytes dropped after an error */
 	/* identity (auth.c): who is asking, with which grants */
 	int authed;                /* 1: a valid token (tok_id 0 = anonymous token) */
+	int identified;            /* reg_req_identify ran: its answer */
 	int64_t tok_id;
 	char *scopes;              /* "NS:ACTIONS;..." of the token, or NULL */
 	/* response */
@@ -220,13 +226,9 @@ char *reg_b64_decode(const char *s);
 
 /* Error codes of the distribution spec. */
 void reg_error(reg_req *r, unsigned status, const char *code, const char *fmt, ...) KILN_PRINTF(4, 5);
-void reg_respond(reg_req *r, unsigned status, const void *body, size_t len, const char *content_type);
 void reg_respond_json(reg_req *r, unsigned status, json_t *body, const char *content_type);
-void reg_header(reg_req *r, const char *name, const char *value);
 /* Answer with a prepared response (which r then owns). */
 void reg_respond_with(reg_req *r, unsigned status, struct MHD_Response *resp);
-const char *reg_query(reg_req *r, const char *key);
-const char *reg_req_header(reg_req *r, const char *key);
 /* 500 with the error logged (and freed). */
 void reg_internal(reg_req *r, kiln_error *err);
 
@@ -244,7 +246,6 @@ void reg_referrers_handle(reg_req *r);
 /* Auth (auth.c).  reg_auth_request() decides whether r may proceed (0) or
  * sets a 401/403 answer (-1); reg_auth_allows() asks about another repository
  * (a mount's source).  Actions: "pull", "push", "delete". */
-enum reg_action { REG_PULL = 1, REG_PUSH = 2, REG_DELETE = 4 };
 int reg_auth_request(reg_req *r);
 int reg_auth_allows(reg_req *r, const char *repo, enum reg_action a);
 void reg_token_handle(reg_req *r);

@@ -46,6 +46,7 @@ struct reg_config {
 	 * the token key: auth_s3.c), so replicas share one bucket; uploads still
 	 * stage under data_dir. */
 	char *s3_endpoint, *s3_region, *s3_bucket, *s3_access_key, *s3_secret_key;
+	json_t *build;              /* "build": true or {...}: the build service's settings (service/), else NULL */
 };
 
 void reg_config_init(struct reg_config *c);
@@ -62,7 +63,66 @@ typedef struct reg_server reg_server;
 
 reg_server *reg_server_start(const struct reg_config *c, kiln_error **err);
 uint16_t reg_server_port(const reg_server *s);
+const struct reg_config *reg_server_config(const reg_server *s);
 void reg_server_stop(reg_server *s);
+
+/* ---------------------------------------------------------------------------
+ * Extra routes: another module (the build service, service/) serves its
+ * endpoints from the same daemon.  The registry never includes it; `kiln
+ * serve` wires the two (cli/cmd_serve.c).  A request whose path starts with a
+ * mounted prefix is handed over whole and passes no registry auth of its own:
+ * the handler asks reg_req_identify()/reg_req_allows().  Mount before
+ * announcing the address; requests that came earlier got 404.
+ * ------------------------------------------------------------------------- */
+typedef struct reg_req reg_req;
+
+/* Actions a token's scope grants ("NS:pull,push,delete,build" or "*"). */
+enum reg_action { REG_PULL = 1, REG_PUSH = 2, REG_DELETE = 4, REG_BUILD = 8 };
+
+struct reg_routes {
+	const char *prefix;       /* e.g. "/build/": paths starting with it */
+	void *ud;
+	/* Headers are in: answer now (then a body is dropped) or not (the body follows). */
+	void (*begin)(void *ud, reg_req *r);
+	/* A piece of the body; < 0 closes the connection. */
+	int (*body)(void *ud, reg_req *r, const char *data, size_t len);
+	/* The body is in (or there was none): answer, if begin did not. */
+	void (*end)(void *ud, reg_req *r);
+	/* The request is over, answered or not (the client may have gone away
+	 * mid-body): free what begin attached.  May be NULL. */
+	void (*done)(void *ud, reg_req *r);
+};
+#define REG_ROUTES_MAX 4
+/* rt is borrowed until reg_server_stop(). */
+int reg_server_mount(reg_server *s, const struct reg_routes *rt, kiln_error **err);
+
+const char *reg_req_method(const reg_req *r);
+const char *reg_req_path(const reg_req *r);          /* unescaped, without the query */
+const char *reg_req_header(reg_req *r, const char *key);
+const char *reg_query(reg_req *r, const char *key);
+const char *reg_req_client(const reg_req *r);        /* the client's address, "" unknown */
+void reg_req_set_state(reg_req *r, void *state);     /* the handler's per-request state */
+void *reg_req_state(const reg_req *r);
+/* Who is asking: 1 a valid credential (Authorization Bearer/Basic, or the
+ * secret in X-API-Key), 0 none, -2 invalid (counted by the failed-auth
+ * limiter), -3 too many failures (429 already answered), -1 internal error.
+ * With auth off: 1.  Idempotent per request. */
+int reg_req_identify(reg_req *r, kiln_error **err);
+/* Does the identified credential grant a on repo (a namespace)?  Auth off: 1. */
+int reg_req_allows(reg_req *r, const char *repo, enum reg_action a);
+/* The credential's namespaces that grant a, ";"-separated ("*" for every
+ * namespace); NULL when none or anonymous.  Auth off: "*".  Caller frees. */
+char *reg_req_namespaces(reg_req *r, enum reg_action a);
+/* Answers (the handler's body and headers; a later call replaces it). */
+void reg_respond(reg_req *r, unsigned status, const void *body, size_t len, const char *content_type);
+void reg_header(reg_req *r, const char *name, const char *value);
+/* A body of unknown length sent chunked as read() produces it: read blocks
+ * until it has bytes (returns how many, at most max), returns 0 at the end
+ * and < 0 to cut the connection; free_ud runs when the answer is done.
+ * Blocking is fine with a thread per connection (the default `threads` 0). */
+typedef long (*reg_stream_read)(void *ud, uint64_t pos, char *buf, size_t max);
+void reg_respond_stream(reg_req *r, unsigned status, const char *content_type, reg_stream_read read, void *ud,
+			void (*free_ud)(void *ud));
 
 /* ---------------------------------------------------------------------------
  * Manifests.  reg_manifest_parse() checks that data is a manifest of one of

@@ -87,7 +87,17 @@ int reg_page_args(reg_req *r, long *n, const char **last)
 static void route(reg_req *r, const char *url)
 {
 	const char *p, *seg[3] = { NULL, NULL, NULL };
+	unsigned nroutes = __atomic_load_n(&r->srv->nroutes, __ATOMIC_ACQUIRE);
 	char *path;
+
+	for (unsigned i = 0; i < nroutes; i++) {
+		const struct reg_routes *rt = r->srv->routes[i];
+		if (strncmp(url, rt->prefix, strlen(rt->prefix)) == 0) {
+			r->route = R_EXT;
+			r->ext = rt;
+			return;
+		}
+	}
 
 	if (strcmp(url, "/token") == 0) {
 		r->route = R_TOKEN;
@@ -161,6 +171,10 @@ static void begin(reg_req *r)
 		reg_error(r, 400, "NAME_INVALID", "invalid repository name '%s'", r->name);
 		return;
 	}
+	if (r->route == R_EXT) {
+		r->ext->begin(r->ext->ud, r);
+		return;
+	}
 	if (reg_auth_request(r) < 0)
 		return;
 	switch (r->route) {
@@ -215,7 +229,9 @@ static void begin(reg_req *r)
 
 static void finish(reg_req *r)
 {
-	if (r->route == R_MANIFEST)
+	if (r->route == R_EXT)
+		r->ext->end(r->ext->ud, r);
+	else if (r->route == R_MANIFEST)
 		reg_manifest_finish(r);
 	else if (r->route == R_UPLOAD || r->route == R_UPLOAD_START)
 		reg_upload_finish(r);
@@ -271,7 +287,11 @@ enum reg_step reg_router_call(reg_req *r, const char *data, size_t len)
 		return REG_STEP_CONTINUE;
 	}
 	if (len > 0) {
-		if (r->resp == NULL)
+		if (r->resp == NULL && r->route == R_EXT) {
+			r->received += len;
+			if (r->ext->body(r->ext->ud, r, data, len) < 0)
+				return REG_STEP_ABORT;
+		} else if (r->resp == NULL)
 			sink(r, data, len);
 		else
 			r->discarded += len;
@@ -295,6 +315,8 @@ void reg_req_free(reg_req *r)
 	if (r == NULL)
 		return;
 	s = r->srv;
+	if (r->ext && r->ext->done)
+		r->ext->done(r->ext->ud, r);
 	if (r->up)
 		reg_upload_release(&s->uploads, r->up);
 	if (r->stream_slot)
@@ -308,4 +330,40 @@ void reg_req_free(reg_req *r)
 	free(r->name);
 	free(r->ref);
 	free(r);
+}
+
+/* ---- what a mounted module sees of a request (registry.h) ---- */
+
+int reg_server_mount(reg_server *s, const struct reg_routes *rt, kiln_error **err)
+{
+	if (s->nroutes == REG_ROUTES_MAX)
+		return kiln_err(err, KILN_E_LIMIT, "at most %d route prefixes can be mounted", REG_ROUTES_MAX);
+	s->routes[s->nroutes] = rt;
+	__atomic_store_n(&s->nroutes, s->nroutes + 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+const char *reg_req_method(const reg_req *r)
+{
+	return r->method;
+}
+
+const char *reg_req_path(const reg_req *r)
+{
+	return r->url;
+}
+
+const char *reg_req_client(const reg_req *r)
+{
+	return r->client;
+}
+
+void reg_req_set_state(reg_req *r, void *state)
+{
+	r->ext_state = state;
+}
+
+void *reg_req_state(const reg_req *r)
+{
+	return r->ext_state;
 }

@@ -1,6 +1,7 @@
 /* tokens.c — administration of access tokens on a data directory: create
  * (the secret is shown once, only its sha256 is kept), list, revoke.  Scope
- * syntax: "NAMESPACE:ACTIONS" with actions pull, push, delete or "*". */
+ * syntax: "NAMESPACE:ACTIONS" with actions pull, push, delete, build
+ * (the build service) or "*". */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@ static int scope_valid(const char *s)
 	for (const char *p = colon + 1; ok && *p;) {
 		size_t n = strcspn(p, ",");
 		ok = (n == 4 && (!strncmp(p, "pull", 4) || !strncmp(p, "push", 4))) || (n == 6 && !strncmp(p, "delete", 6)) ||
+		     (n == 5 && !strncmp(p, "build", 5)) ||
 		     (n == 1 && *p == '*');
 		p += n + (p[n] == ',');
 	}
@@ -45,7 +47,7 @@ int reg_token_create(const struct reg_config *c, const char *label, const char *
 		return kiln_err(err, KILN_E_USAGE, "token label must be 1-100 characters");
 	for (size_t i = 0; scopes[i]; i++) {
 		if (!scope_valid(scopes[i])) {
-			kiln_err(err, KILN_E_USAGE, "scope '%s': want NAMESPACE:ACTIONS (actions pull,push,delete or *)",
+			kiln_err(err, KILN_E_USAGE, "scope '%s': want NAMESPACE:ACTIONS (actions pull,push,delete,build or *)",
 				 scopes[i]);
 			goto out;
 		}

@@ -15,7 +15,8 @@ declare -A ALLOWED=(
 	[snapshots]="common vm guest"
 	[registry]="common"
 	[builder]="common dockerfile-parser rootfs guest vm snapshots"
-	[cli]="common dockerfile-parser rootfs guest vm snapshots registry builder"
+	[service]="common dockerfile-parser rootfs guest vm snapshots registry builder"
+	[cli]="common dockerfile-parser rootfs guest vm snapshots registry builder service"
 )
 # Files allowed one upward include until registry/ is split into the client,
 # the server and template distribution (issue 13); each names why.

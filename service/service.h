@@ -1,0 +1,187 @@
+/* service.h — the build service's contract (`kiln serve --build`): a build
+ * request, its submission into the queue, its status, its log read with a
+ * cursor, cancel, and the per-team context store (files by content).
+ * Frontends — kiln's own HTTP API (api.c) and E2B's REST (e2b*.c) — translate
+ * their requests into these calls; docs/service.md describes both. */
+#ifndef KILN_SERVICE_H
+#define KILN_SERVICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kiln.h"
+#include "registry/registry.h"
+
+/* ---------------------------------------------------------------------------
+ * The service: a queue (in the registry's data directory as sqlite, or in
+ * PostgreSQL shared by several `kiln serve` hosts), workers that claim builds
+ * and run them, and the HTTP routes it mounts on the registry's daemon.
+ * ------------------------------------------------------------------------- */
+typedef struct svc svc;
+
+struct svc_config {
+	const char *exe;            /* the kiln binary a build runs (`kiln build --json`); NULL: /proc/self/exe */
+	const char *db;             /* NULL: sqlite DATA/build/queue.db; "postgresql://…" (libpq conninfo) */
+	const char *host_id;        /* this host's name in the queue; NULL: "HOSTNAME:PORT" */
+	const char *state_dir;      /* contexts, team homes, scratch; NULL: DATA/build (shared storage
+	                             * when several hosts share a PostgreSQL queue) */
+	unsigned host_builds;       /* builds running at once on this host (default 2) */
+	unsigned team_builds;       /* builds of one team running at once, all hosts (default 2) */
+	int64_t time_limit_s;       /* default per build (3600); a request may ask for less */
+	uint64_t context_max;       /* bytes of one build's context (default 1 GiB) */
+	uint64_t cache_max;         /* per team: step cache + image store bytes kept by prune (default 10 GiB) */
+	int64_t cache_age_s;        /* prune removes cache entries unused this long (default 7 days) */
+};
+
+/* Defaults, then the "build" value of the registry config (true or an object
+ * with keys db, host_id, state_dir, host_builds, team_builds, time_limit_s,
+ * context_max, cache_max, cache_age_s).  Strings point into `build`. */
+int svc_config_load(struct svc_config *c, const json_t *build, kiln_error **err);
+
+/* Open the queue, fail builds this host left running (restart), start the
+ * workers and mount the routes ("/build/") on srv. */
+svc *svc_start(reg_server *srv, const struct svc_config *c, kiln_error **err);
+/* Stop claiming; running builds are killed and recorded as failed
+ * ("the server stopped"); queued ones stay queued. */
+void svc_stop(svc *s);
+reg_server *svc_registry(const svc *s);
+
+/* ---------------------------------------------------------------------------
+ * A build request.  Either Dockerfile text or a step list (rendered into a
+ * Dockerfile by the service, FROM base first); a context given as files by
+ * content (each already in the team's store, svc_blob_*); what to publish.
+ * ------------------------------------------------------------------------- */
+struct svc_kv {
+	const char *key, *value;
+};
+
+/* A step of a step list (E2B's template steps map onto these). */
+enum svc_step_kind {
+	SVC_STEP_RUN,     /* args[0]: a shell command */
+	SVC_STEP_COPY,    /* args: SRC... DEST (context paths; chown/mode below) */
+	SVC_STEP_ENV,     /* args: K V [K V]... */
+	SVC_STEP_WORKDIR, /* args[0] */
+	SVC_STEP_USER,    /* args[0] */
+	SVC_STEP_ARG,     /* args[0] NAME[=DEFAULT] */
+};
+struct svc_step {
+	enum svc_step_kind kind;
+	const char *const *args;
+	size_t nargs;
+	const char *chown;          /* COPY --chown, or NULL */
+	const char *chmod;          /* COPY --chmod (octal), or NULL */
+};
+
+/* One entry of the context, after .dockerignore (the client applied it). */
+struct svc_file {
+	const char *path;           /* relative, cleaned, "/"-separated */
+	mode_t mode;                /* S_IFREG/S_IFDIR/S_IFLNK | permission bits */
+	const char *digest;         /* files: sha256 of the content (in the team's store) */
+	const char *link;           /* symlinks: the target */
+	bool tar;                   /* digest names a tar (plain or gzip) extracted at path
+	                             * (E2B uploads a step's files as one tar.gz) */
+};
+
+struct svc_request {
+	const char *team;           /* the namespace builds, cache and results belong to */
+	const char *dockerfile;     /* Dockerfile text, or NULL with steps */
+	const char *dockerfile_name; /* its name in errors (default "Dockerfile") */
+	const char *base;           /* with steps: the FROM (registry reference, "scratch") */
+	const struct svc_step *steps;
+	size_t nsteps;
+	const struct svc_file *files;
+	size_t nfiles;
+	const struct svc_kv *build_args;
+	size_t nbuild_args;
+	const char *target;         /* stage, or NULL */
+	const char *name;           /* NAME[:TAG] to publish as TEAM/NAME:TAG, or NULL (cache only) */
+	bool template_;             /* also make a template (implied by start/ready/cpus/memory) */
+	const char *start_cmd, *ready_cmd;
+	unsigned cpus, memory_mib;
+	bool no_cache;
+	enum { SVC_GZIP, SVC_ZSTD, SVC_NONE } compression;
+	int64_t time_limit_s;       /* 0: the server's; more than the server's is capped */
+};
+
+#define SVC_ID_MAX 40           /* "b-" + 32 hex + NUL, room to spare */
+
+/* Check and queue: the Dockerfile must parse (else KILN_E_INVALID with
+ * FILE:LINE:COL first), bases must be registry references or scratch (no
+ * server-side oci:/archive: paths), every file's blob must be in the team's
+ * store, the context within context_max.  The request is copied. */
+int svc_submit(svc *s, const struct svc_request *req, char id[SVC_ID_MAX], kiln_error **err);
+
+enum svc_state { SVC_QUEUED, SVC_BUILDING, SVC_DONE, SVC_FAILED, SVC_CANCELLED };
+const char *svc_state_name(enum svc_state st); /* "queued", "building", "done", "failed", "cancelled" */
+
+struct svc_status {
+	char id[SVC_ID_MAX];
+	char *team, *name;          /* name as requested, or NULL */
+	enum svc_state state;
+	int step, total;            /* building: step N of M (0 before the first) */
+	char *instruction;          /* the current (or failed) step's text, or NULL */
+	char *reason;               /* failed/cancelled: the error, "FILE:LINE[:COL]: …" when it has a place */
+	char *location;             /* failed: "FILE:LINE[:COL]" alone, or NULL */
+	char *image, *image_digest; /* done: HOST/TEAM/NAME:TAG published, and its manifest digest */
+	char *template_ref, *template_digest; /* done with a template */
+	char *host;                 /* the host that claimed it */
+	int64_t created, started, ended; /* unix seconds, 0 = not yet */
+};
+void svc_status_free(struct svc_status *st);
+
+/* A build of team (another team's id is KILN_E_NOTFOUND, as a missing one). */
+int svc_status(svc *s, const char *team, const char *id, struct svc_status *out, kiln_error **err);
+/* The team's builds, newest first, at most max (name NULL: all). */
+int svc_list(svc *s, const char *team, const char *name, size_t max, struct svc_status **out, size_t *n,
+	     kiln_error **err);
+void svc_list_free(struct svc_status *v, size_t n);
+
+/* Log lines from cursor on (0: the start), each one JSON event as `kiln build
+ * --json` prints it (step, step_done, output, vm, done, error) plus the
+ * service's own ({"event":"status",...}).  Waits up to wait_ms for a first
+ * new line.  *next is the cursor after what was returned; *ended says the
+ * build is over and nothing more will come after *next. */
+int svc_logs(svc *s, const char *team, const char *id, int64_t cursor, int wait_ms, kiln_strv *lines,
+	     int64_t *next, bool *ended, kiln_error **err);
+/* Queued: cancelled at once; building: its processes are killed (any host)
+ * and it ends cancelled; over: KILN_E_EXISTS. */
+int svc_cancel(svc *s, const char *team, const char *id, kiln_error **err);
+
+/* ---------------------------------------------------------------------------
+ * The team's context store (content-addressed, sha256).  A blob is visible
+ * only once complete and verified; an aborted writer leaves nothing.
+ * ------------------------------------------------------------------------- */
+/* Which of digests the team's store lacks (in the order given). */
+int svc_blobs_missing(svc *s, const char *team, const char *const *digests, size_t n, kiln_strv *missing,
+		      kiln_error **err);
+enum svc_encoding { SVC_ENC_IDENTITY, SVC_ENC_ZSTD, SVC_ENC_GZIP };
+typedef struct svc_blob_writer svc_blob_writer;
+/* digest: what the decoded bytes must hash to; max: bytes allowed (0: context_max). */
+int svc_blob_begin(svc *s, const char *team, const char *digest, enum svc_encoding enc, uint64_t max,
+		   svc_blob_writer **out, kiln_error **err);
+int svc_blob_write(svc_blob_writer *w, const void *data, size_t len, kiln_error **err);
+int svc_blob_commit(svc_blob_writer *w, kiln_error **err); /* frees w */
+void svc_blob_abort(svc_blob_writer *w);                     /* frees w; NULL ok */
+
+/* ---------------------------------------------------------------------------
+ * Auth for frontends: the team a request may build for.  want NULL: the
+ * credential's only namespace with the build action (E2B keys name one team).
+ * Returns the team (caller frees), or NULL with *status the HTTP answer to
+ * give and err saying why: 401 no or bad credential, 403 no build grant on
+ * want (or several teams and none asked for), 429 too many failed tries
+ * (already answered by the registry), 500.  Auth off: want, else "default".
+ * ------------------------------------------------------------------------- */
+char *svc_auth_team(reg_req *r, const char *want, unsigned *status, kiln_error **err);
+
+/* ---------------------------------------------------------------------------
+ * Cache: the team's step cache and images on the server, pruned by size and
+ * age (also POST /build/v1/cache/prune).
+ * ------------------------------------------------------------------------- */
+struct svc_prune_stats {
+	uint64_t entries_removed, bytes_before, bytes_after;
+};
+int svc_cache_prune(svc *s, const char *team, uint64_t max_bytes, int64_t older_than_s, struct svc_prune_stats *st,
+		    kiln_error **err);
+
+#endif
