@@ -9,6 +9,7 @@
 #include "builder/builder.h"
 #include "cli/build_flags.h"
 #include "cli/cli.h"
+#include "service/service.h"
 #include "vm/vm.h"
 
 static void on_event(void *ud, const struct build_event *ev)
@@ -84,6 +85,80 @@ static void on_event(void *ud, const struct build_event *ev)
 	}
 }
 
+static void on_other(void *ud, const json_t *ev)
+{
+	bool json = *(bool *)ud;
+	const char *kind = json_string_value(json_object_get(ev, "event"));
+
+	if (json) {
+		char *s = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		printf("%s\n", s);
+		fflush(stdout);
+		free(s);
+	} else if (kind && strcmp(kind, "published") == 0) {
+		fprintf(stderr, "published %s %s\n", json_string_value(json_object_get(ev, "ref")),
+			json_string_value(json_object_get(ev, "digest")));
+	}
+}
+
+static void on_uploaded(void *ud, const struct svc_remote_result *r)
+{
+	if (!*(bool *)ud)
+		fprintf(stderr, "context: %zu entries, %zu files uploaded (%llu bytes)\n", r->files, r->uploaded,
+			(unsigned long long)r->bytes_sent);
+}
+
+/* --remote URL (or $KILN_BUILDER): the same build on a `kiln serve --build`. */
+static int run_remote(const char *url, const struct build_options *o, const struct build_template_opts *tpl,
+		      bool json)
+{
+	struct svc_kv *args = kiln_xcalloc(o->n_build_args + 1, sizeof(*args));
+	struct svc_request req = { 0 };
+	struct svc_remote_opts ro = { .url = url, .token = getenv("KILN_TOKEN"), .team = getenv("KILN_TEAM"),
+				      .on_event = on_event, .on_other = on_other, .on_uploaded = on_uploaded,
+				      .ud = &json };
+	struct svc_remote_result res;
+	kiln_error *err = NULL;
+	int rc;
+
+	for (size_t i = 0; i < o->n_build_args; i++) {
+		args[i].key = o->build_args[i].key;
+		args[i].value = o->build_args[i].value;
+	}
+	req.build_args = args;
+	req.nbuild_args = o->n_build_args;
+	req.target = o->target;
+	req.name = o->n_tags ? o->tags[0] : NULL;
+	req.no_cache = o->no_cache;
+	req.compression = o->compression == BUILD_ZSTD ? SVC_ZSTD : o->compression == BUILD_NONE ? SVC_NONE : SVC_GZIP;
+	if (o->template) {
+		req.template_ = true;
+		req.start_cmd = tpl->start_cmd;
+		req.ready_cmd = tpl->ready_cmd;
+		req.cpus = tpl->cpus;
+		req.memory_mib = tpl->memory_mib;
+	}
+	rc = svc_remote_build(&ro, &req, o->context, o->dockerfile, &res, &err);
+	free(args);
+	if (rc < 0) {
+		if (json) {
+			json_t *j = json_pack("{s:s,s:s}", "event", "error", "message", kiln_error_message(err));
+			char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			printf("%s\n", s);
+			free(s);
+			json_decref(j);
+		}
+		return cli_fail(err);
+	}
+	if (!json) {
+		fprintf(stderr, "built %s (%zu steps, %zu cached) as build %s\n", res.digest, res.steps, res.cached, res.id);
+		printf("%s\n", res.digest);
+		if (res.template_digest[0])
+			printf("%s\n", res.template_digest);
+	}
+	return fflush(stdout) == 0 ? KILN_EXIT_OK : KILN_EXIT_FAIL;
+}
+
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -95,7 +170,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		{ "template", no_argument, NULL, 'P' },      { "start-cmd", required_argument, NULL, 'S' },
 		{ "ready-cmd", required_argument, NULL, 'R' }, { "cpus", required_argument, NULL, 'C' },
 		{ "memory", required_argument, NULL, 'M' },  { "secret", required_argument, NULL, 's' },
-		{ "ssh", required_argument, NULL, 'H' },
+		{ "ssh", required_argument, NULL, 'H' },    { "remote", required_argument, NULL, 'X' },
 		{ "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
 	};
 	struct build_options o = { .compression = BUILD_GZIP };
@@ -106,6 +181,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	struct cli_build_flags bf = { 0 };
 	kiln_error *err = NULL;
 	bool json = false;
+	const char *remote = getenv("KILN_BUILDER");
 	int c, rc = KILN_EXIT_USAGE;
 
 	while ((c = cli_getopt(cmd, argc, argv, "f:t:h", opts)) != -1) {
@@ -130,6 +206,9 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 			break;
 		case 'T':
 			o.target = optarg;
+			break;
+		case 'X':
+			remote = optarg;
 			break;
 		case 'n':
 			o.no_cache = true;
@@ -221,6 +300,15 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		tpl.name = tags.n ? tags.v[0] : NULL;
 		o.template = &tpl;
 	}
+	if (remote && *remote) {
+		if (bf.n_secrets || bf.n_ssh || o.oci_out || o.rootfs_out || (o.dockerfile && strcmp(o.dockerfile, "-") == 0)) {
+			rc = cli_usage_error(cmd, "--remote builds take no --secret, --ssh, --oci-out, --rootfs-out or -f -");
+			goto out;
+		}
+		o.template = want_template ? &tpl : NULL;
+		rc = run_remote(remote, &o, &tpl, json);
+		goto out;
+	}
 	o.on_event = on_event;
 	o.executor = &build_executor_vm;
 	/* ^C stops the builder VMs and removes their files */
@@ -296,6 +384,9 @@ const struct kiln_command kiln_cmd_build = {
 		 "  --compression C      layer compression: gzip (default), zstd or none\n"
 		 "  --json               one JSON event per line on stdout (step, step_done, output,\n"
 		 "                       vm, done, error)\n"
+		 "  --remote URL         build on a `kiln serve --build` (also $KILN_BUILDER): only the\n"
+		 "                       files it lacks are sent; same output; the result is published\n"
+		 "                       as TEAM/NAME:TAG there ($KILN_TOKEN, $KILN_TEAM; docs/service.md)\n"
 		 "  -h, --help\n\n"
 		 "Progress goes to stderr; the manifest digest is printed on stdout.\n",
 	.run = run,

@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "registry/registry.h"
+#include "service/service.h"
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
@@ -14,6 +15,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		{ "addr", required_argument, NULL, 'a' },
 		{ "data", required_argument, NULL, 'd' },
 		{ "config", required_argument, NULL, 'c' },
+		{ "build", no_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -21,6 +23,9 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	struct reg_config cfg;
 	kiln_error *err = NULL;
 	reg_server *srv;
+	svc *builds = NULL;
+	struct svc_config sc;
+	int want_build = 0;
 	sigset_t set;
 	int c, sig;
 
@@ -29,6 +34,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		case 'a': addr = optarg; break;
 		case 'd': data = optarg; break;
 		case 'c': config = optarg; break;
+		case 'b': want_build = 1; break;
 		case 'h': return KILN_EXIT_OK;
 		default: return KILN_EXIT_USAGE;
 		}
@@ -49,14 +55,25 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	want_build |= cfg.build != NULL;
+	if (want_build && svc_config_load(&sc, cfg.build, &err) < 0)
+		goto fail;
 	srv = reg_server_start(&cfg, &err);
 	if (srv == NULL)
 		goto fail;
-	fprintf(stderr, "kiln serve: listening on http://%s%s%s:%u (data %s)\n", strchr(cfg.host, ':') ? "[" : "",
-		cfg.host, strchr(cfg.host, ':') ? "]" : "", reg_server_port(srv), cfg.data_dir);
+	/* the build service mounts /build/ before the address is announced */
+	if (want_build && (builds = svc_start(srv, &sc, &err)) == NULL) {
+		reg_server_stop(srv);
+		goto fail;
+	}
+	fprintf(stderr, "kiln serve: listening on http://%s%s%s:%u (data %s)%s\n", strchr(cfg.host, ':') ? "[" : "",
+		cfg.host, strchr(cfg.host, ':') ? "]" : "", reg_server_port(srv), cfg.data_dir,
+		builds ? ", building" : "");
 	fflush(stderr);
 	sigwait(&set, &sig);
+	svc_stop(builds);
 	reg_server_stop(srv);
+	svc_free(builds);
 	reg_config_free(&cfg);
 	return KILN_EXIT_OK;
 fail:
@@ -67,12 +84,14 @@ fail:
 const struct kiln_command kiln_cmd_serve = {
 	.name = "serve",
 	.summary = "run the OCI registry (distribution v1.1)",
-	.usage = "Usage: kiln serve [--addr HOST:PORT] [--data DIR] [--config FILE]\n\n"
+	.usage = "Usage: kiln serve [--addr HOST:PORT] [--data DIR] [--config FILE] [--build]\n\n"
 		 "Serve the OCI Distribution API v1.1 over HTTP.  Blobs are stored content-addressed\n"
 		 "under DIR (default $KILN_HOME/registry), metadata in DIR/meta.db (sqlite, WAL).\n\n"
 		 "Options:\n"
 		 "  --addr HOST:PORT  listen address (default 127.0.0.1:5000; port 0 picks one)\n"
 		 "  --data DIR        data directory\n"
-		 "  --config FILE     JSON config file (see docs/registry.md); flags override it\n",
+		 "  --config FILE     JSON config file (see docs/registry.md); flags override it\n"
+		 "  --build           also run the build service (/build/v1/, docs/service.md; also\n"
+		 "                    \"build\": true or {...} in the config file): kiln build --remote\n",
 	.run = run,
 };

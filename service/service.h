@@ -43,8 +43,11 @@ int svc_config_load(struct svc_config *c, const json_t *build, kiln_error **err)
  * workers and mount the routes ("/build/") on srv. */
 svc *svc_start(reg_server *srv, const struct svc_config *c, kiln_error **err);
 /* Stop claiming; running builds are killed and recorded as failed
- * ("the server stopped"); queued ones stay queued. */
+ * ("the server stopped"); queued ones stay queued; log streams end.  Then
+ * stop the registry (its HTTP threads may be in the service's routes), then
+ * svc_free. */
 void svc_stop(svc *s);
+void svc_free(svc *s);
 reg_server *svc_registry(const svc *s);
 
 /* ---------------------------------------------------------------------------
@@ -183,5 +186,33 @@ struct svc_prune_stats {
 };
 int svc_cache_prune(svc *s, const char *team, uint64_t max_bytes, int64_t older_than_s, struct svc_prune_stats *st,
 		    kiln_error **err);
+
+/* ---------------------------------------------------------------------------
+ * The client of `kiln build --remote URL` (client.c): the context by content
+ * (only what the server lacks moves, zstd), submit, the log followed with
+ * resume; events arrive as the local builder's (builder.h).
+ * ------------------------------------------------------------------------- */
+struct build_event;
+struct svc_remote_result {
+	char id[SVC_ID_MAX];
+	size_t files, uploaded;     /* context entries; blobs the server lacked */
+	uint64_t bytes_sent;        /* compressed bytes of those */
+	size_t steps, cached;
+	char digest[KILN_DIGEST_MAX], template_digest[KILN_DIGEST_MAX];
+	char image[512], template_ref[512]; /* TEAM/NAME:TAG published on the server's registry */
+};
+struct svc_remote_opts {
+	const char *url;            /* http://HOST:PORT of `kiln serve --build` */
+	const char *token;          /* NULL: $KILN_HOME/auth.json etc. for the host (kiln login) */
+	const char *team;           /* NULL: the token's only team */
+	void (*on_event)(void *ud, const struct build_event *ev);
+	void (*on_other)(void *ud, const json_t *ev); /* the service's own: published, status, error */
+	void (*on_uploaded)(void *ud, const struct svc_remote_result *r);
+	void *ud;
+};
+/* req: everything but the Dockerfile and files, which come from context and
+ * dockerfile (NULL: CONTEXT/Dockerfile).  Fails with the build's reason. */
+int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *req, const char *context,
+		     const char *dockerfile, struct svc_remote_result *res, kiln_error **err);
 
 #endif

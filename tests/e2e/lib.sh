@@ -36,7 +36,7 @@ stale_binary() { # BINARY SOURCES...
 if [ -e "$PWD/bin/kiln" ] && [ "$KILN" -ef "$PWD/bin/kiln" ]; then
 	# what the Makefile builds each from
 	for b in kiln kiln-agent; do
-		if [ $b = kiln ]; then srcs="common dockerfile-parser rootfs builder vm guest snapshots registry cli"
+		if [ $b = kiln ]; then srcs="common dockerfile-parser rootfs builder vm guest snapshots registry service cli"
 		else srcs="guest/agent $(echo guest/proto*.c guest/*.h)"; fi
 		# shellcheck disable=SC2086
 		if f=$(stale_binary "$PWD/bin/$b" $srcs); then

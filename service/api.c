@@ -1,0 +1,366 @@
+/* api.c — kiln's own HTTP API of the build service, under /build/v1/ on the
+ * registry's daemon (docs/service.md): which blobs are missing, blob upload
+ * (zstd), submit, status, list, the log as a chunked stream with a cursor,
+ * cancel, cache prune.  Every call names its team (?team=, or the token's
+ * only team) and needs a token with the build action on it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "service/internal.h"
+
+#define PREFIX "/build/v1/"
+#define BODY_MAX (64u << 20)
+
+enum kind { K_NONE, K_MISSING, K_BLOB, K_SUBMIT, K_STATUS, K_LOGS, K_CANCEL, K_LIST, K_PRUNE };
+
+struct areq {
+	enum kind kind;
+	char *team, *id;
+	kiln_buf body;
+	svc_blob_writer *w;
+	kiln_error *err;      /* a failed blob write: answered at the end */
+	int too_big;
+};
+
+static void answer(reg_req *r, unsigned status, json_t *j)
+{
+	char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+
+	reg_respond(r, status, s, strlen(s), "application/json");
+	free(s);
+	json_decref(j);
+}
+
+static void fail(reg_req *r, unsigned status, const char *msg)
+{
+	answer(r, status, json_pack("{s:s,s:i}", "error", msg, "status", (int)status));
+}
+
+static unsigned status_of(const kiln_error *e)
+{
+	switch (e ? e->kind : KILN_E_GENERIC) {
+	case KILN_E_NOTFOUND: return 404;
+	case KILN_E_INVALID: case KILN_E_USAGE: return 400;
+	case KILN_E_EXISTS: return 409;
+	case KILN_E_LIMIT: return 413;
+	default: return 500;
+	}
+}
+
+static void fail_err(reg_req *r, kiln_error *e)
+{
+	unsigned st = status_of(e);
+
+	if (st == 500)
+		kiln_warn("build service: %s %s: %s", reg_req_method(r), reg_req_path(r), kiln_error_message(e));
+	fail(r, st, kiln_error_message(e));
+	kiln_error_free(e);
+}
+
+json_t *svc_status_json(const struct svc_status *st)
+{
+	json_t *j = json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:I,s:I}", "id", st->id, "team", st->team, "state",
+			      svc_state_name(st->state), "step", st->step, "total", st->total, "created",
+			      (json_int_t)st->created, "started", (json_int_t)st->started, "ended", (json_int_t)st->ended);
+#define SETS(k, v) if (v) json_object_set_new(j, k, json_string(v))
+	SETS("name", st->name);
+	SETS("instruction", st->instruction);
+	SETS("reason", st->reason);
+	SETS("location", st->location);
+	SETS("image", st->image);
+	SETS("image_digest", st->image_digest);
+	SETS("template_ref", st->template_ref);
+	SETS("template_digest", st->template_digest);
+	SETS("host", st->host);
+#undef SETS
+	return j;
+}
+
+/* The log as it grows: one JSON event per line; a keep-alive newline every
+ * 10 s of silence so no proxy or idle timer cuts it; ends with the build. */
+struct stream {
+	svc *s;
+	char *team, *id;
+	int64_t cursor;
+	kiln_buf pending;
+	size_t off;
+	int follow, ended, idle;
+};
+
+static long stream_read(void *ud, uint64_t pos, char *buf, size_t max)
+{
+	struct stream *st = ud;
+
+	while (st->off >= st->pending.len) {
+		kiln_strv lines = KILN_STRV_INIT;
+		kiln_error *err = NULL;
+		bool ended = false;
+		int64_t next;
+
+		if (st->ended || st->s->stopping)
+			return 0;
+		st->pending.len = 0;
+		st->off = 0;
+		if (svc_logs(st->s, st->team, st->id, st->cursor, st->follow ? 1000 : 0, &lines, &next, &ended, &err) < 0) {
+			kiln_error_free(err);
+			return -1;
+		}
+		for (size_t i = 0; i < lines.n; i++)
+			kiln_buf_addf(&st->pending, "%s\n", lines.v[i]);
+		kiln_strv_free(&lines);
+		st->cursor = next;
+		if (ended || !st->follow)
+			st->ended = 1;
+		if (st->pending.len == 0 && !st->ended && ++st->idle >= 10) {
+			kiln_buf_addf(&st->pending, "\n");
+			st->idle = 0;
+		}
+		if (st->pending.len)
+			st->idle = 0;
+	}
+	size_t n = st->pending.len - st->off < max ? st->pending.len - st->off : max;
+	memcpy(buf, st->pending.buf + st->off, n);
+	st->off += n;
+	return (long)n;
+}
+
+static void stream_free(void *ud)
+{
+	struct stream *st = ud;
+
+	kiln_buf_free(&st->pending);
+	free(st->team);
+	free(st->id);
+	free(st);
+}
+
+static void begin(void *ud, reg_req *r)
+{
+	svc *s = ud;
+	const char *path = reg_req_path(r) + strlen(PREFIX), *m = reg_req_method(r);
+	struct areq *q = kiln_xcalloc(1, sizeof(*q));
+	kiln_error *err = NULL;
+	unsigned st;
+
+	reg_req_set_state(r, q);
+	q->body = (kiln_buf)KILN_BUF_INIT;
+	if (strcmp(path, "missing") == 0 && strcmp(m, "POST") == 0) {
+		q->kind = K_MISSING;
+	} else if (strncmp(path, "blobs/", 6) == 0 && strcmp(m, "PUT") == 0) {
+		q->kind = K_BLOB;
+		q->id = kiln_xstrdup(path + 6);
+	} else if (strcmp(path, "builds") == 0 && strcmp(m, "POST") == 0) {
+		q->kind = K_SUBMIT;
+	} else if (strcmp(path, "builds") == 0 && strcmp(m, "GET") == 0) {
+		q->kind = K_LIST;
+	} else if (strcmp(path, "cache/prune") == 0 && strcmp(m, "POST") == 0) {
+		q->kind = K_PRUNE;
+	} else if (strncmp(path, "builds/", 7) == 0) {
+		const char *id = path + 7, *slash = strchr(id, '/');
+		q->id = slash ? kiln_xstrndup(id, (size_t)(slash - id)) : kiln_xstrdup(id);
+		if (!slash && strcmp(m, "GET") == 0)
+			q->kind = K_STATUS;
+		else if (slash && strcmp(slash, "/logs") == 0 && strcmp(m, "GET") == 0)
+			q->kind = K_LOGS;
+		else if (slash && strcmp(slash, "/cancel") == 0 && strcmp(m, "POST") == 0)
+			q->kind = K_CANCEL;
+	}
+	if (q->kind == K_NONE) {
+		fail(r, 404, "no such build service endpoint");
+		return;
+	}
+	q->team = svc_auth_team(r, reg_query(r, "team"), &st, &err);
+	if (q->team == NULL) {
+		fail(r, st, err ? kiln_error_message(err) : "not allowed");
+		kiln_error_free(err);
+		return;
+	}
+	if (q->kind == K_BLOB) {
+		const char *enc = reg_req_header(r, "Content-Encoding");
+		enum svc_encoding e = enc && strcmp(enc, "zstd") == 0 ? SVC_ENC_ZSTD
+				      : enc && strcmp(enc, "gzip") == 0 ? SVC_ENC_GZIP : SVC_ENC_IDENTITY;
+		if (enc && e == SVC_ENC_IDENTITY && strcmp(enc, "identity") != 0) {
+			fail(r, 400, "Content-Encoding: want zstd or identity");
+			return;
+		}
+		if (svc_blob_begin(s, q->team, q->id, e, 0, &q->w, &err) < 0)
+			fail_err(r, err);
+	}
+}
+
+static int body(void *ud, reg_req *r, const char *data, size_t len)
+{
+	struct areq *q = reg_req_state(r);
+
+	if (q->kind == K_BLOB) {
+		if (q->w && q->err == NULL && svc_blob_write(q->w, data, len, &q->err) < 0) {
+			svc_blob_abort(q->w);
+			q->w = NULL;
+		}
+		return 0;
+	}
+	if (q->body.len + len > BODY_MAX) {
+		q->too_big = 1;
+		return 0;
+	}
+	kiln_buf_add(&q->body, data, len);
+	return 0;
+}
+
+static json_t *body_json(reg_req *r, struct areq *q)
+{
+	json_error_t je;
+	json_t *j;
+
+	if (q->too_big) {
+		fail(r, 413, "request body too large");
+		return NULL;
+	}
+	j = json_loadb(q->body.buf ? q->body.buf : "", q->body.len, 0, &je);
+	if (!json_is_object(j)) {
+		json_decref(j);
+		fail(r, 400, "want a JSON object");
+		return NULL;
+	}
+	return j;
+}
+
+static void end(void *ud, reg_req *r)
+{
+	svc *s = ud;
+	struct areq *q = reg_req_state(r);
+	kiln_error *err = NULL;
+	json_t *j = NULL;
+
+	switch (q->kind) {
+	case K_MISSING: {
+		kiln_strv want = KILN_STRV_INIT, missing = KILN_STRV_INIT;
+		json_t *d;
+		size_t i;
+		if ((j = body_json(r, q)) == NULL)
+			return;
+		json_array_foreach(json_object_get(j, "digests"), i, d)
+			kiln_strv_push(&want, json_string_value(d) ? json_string_value(d) : "");
+		if (svc_blobs_missing(s, q->team, (const char *const *)want.v, want.n, &missing, &err) < 0) {
+			fail_err(r, err);
+		} else {
+			json_t *a = json_array();
+			for (size_t k = 0; k < missing.n; k++)
+				json_array_append_new(a, json_string(missing.v[k]));
+			answer(r, 200, json_pack("{s:o}", "missing", a));
+		}
+		kiln_strv_free(&want);
+		kiln_strv_free(&missing);
+		break;
+	}
+	case K_BLOB:
+		if (q->err) {
+			fail_err(r, q->err);
+			q->err = NULL;
+		} else if (svc_blob_commit(q->w, &err) < 0) {
+			q->w = NULL;
+			fail_err(r, err);
+		} else {
+			q->w = NULL;
+			answer(r, 201, json_pack("{s:s}", "digest", q->id));
+		}
+		break;
+	case K_SUBMIT: {
+		char id[SVC_ID_MAX];
+		if ((j = body_json(r, q)) == NULL)
+			return;
+		if (svc_submit_json(s, q->team, j, id, &err) < 0)
+			fail_err(r, err);
+		else
+			answer(r, 202, json_pack("{s:s,s:s,s:s}", "id", id, "team", q->team, "state", "queued"));
+		break;
+	}
+	case K_STATUS: {
+		struct svc_status st;
+		if (svc_status(s, q->team, q->id, &st, &err) < 0) {
+			fail_err(r, err);
+		} else {
+			answer(r, 200, svc_status_json(&st));
+			svc_status_free(&st);
+		}
+		break;
+	}
+	case K_LIST: {
+		struct svc_status *v = NULL;
+		size_t n = 0;
+		if (svc_list(s, q->team, reg_query(r, "name"), 100, &v, &n, &err) < 0) {
+			fail_err(r, err);
+		} else {
+			json_t *a = json_array();
+			for (size_t i = 0; i < n; i++)
+				json_array_append_new(a, svc_status_json(&v[i]));
+			answer(r, 200, json_pack("{s:o}", "builds", a));
+			svc_list_free(v, n);
+		}
+		break;
+	}
+	case K_LOGS: {
+		struct svc_status st;
+		const char *c = reg_query(r, "cursor"), *f = reg_query(r, "follow");
+		if (svc_status(s, q->team, q->id, &st, &err) < 0) {
+			fail_err(r, err);
+			break;
+		}
+		svc_status_free(&st);
+		struct stream *ls = kiln_xcalloc(1, sizeof(*ls));
+		ls->s = s;
+		ls->team = kiln_xstrdup(q->team);
+		ls->id = kiln_xstrdup(q->id);
+		ls->cursor = c ? strtoll(c, NULL, 10) : 0;
+		ls->follow = f && strcmp(f, "0") != 0;
+		ls->pending = (kiln_buf)KILN_BUF_INIT;
+		reg_respond_stream(r, 200, "application/x-ndjson", stream_read, ls, stream_free);
+		break;
+	}
+	case K_CANCEL:
+		if (svc_cancel(s, q->team, q->id, &err) < 0)
+			fail_err(r, err);
+		else
+			answer(r, 202, json_pack("{s:s,s:s}", "id", q->id, "cancel", "requested"));
+		break;
+	case K_PRUNE: {
+		struct svc_prune_stats ps;
+		const char *mb = reg_query(r, "max_bytes"), *age = reg_query(r, "older_than_s");
+		uint64_t max = 0;
+		if (mb && kiln_parse_size(mb, &max, &err) < 0) {
+			fail_err(r, err);
+			break;
+		}
+		if (svc_cache_prune(s, q->team, max, age ? strtoll(age, NULL, 10) : 0, &ps, &err) < 0)
+			fail_err(r, err);
+		else
+			answer(r, 200, json_pack("{s:I,s:I,s:I}", "entries_removed", (json_int_t)ps.entries_removed,
+						 "bytes_before", (json_int_t)ps.bytes_before, "bytes_after",
+						 (json_int_t)ps.bytes_after));
+		break;
+	}
+	case K_NONE:
+		break;
+	}
+	json_decref(j);
+}
+
+/* Also when the client went away mid-upload: the writer is aborted, nothing stored. */
+static void done(void *ud, reg_req *r)
+{
+	struct areq *q = reg_req_state(r);
+
+	if (q == NULL)
+		return;
+	svc_blob_abort(q->w);
+	kiln_error_free(q->err);
+	kiln_buf_free(&q->body);
+	free(q->team);
+	free(q->id);
+	free(q);
+}
+
+void svc_api_mount(svc *s)
+{
+	s->routes = (struct reg_routes){ .prefix = "/build/", .ud = s, .begin = begin, .body = body, .end = end, .done = done };
+}

@@ -1,0 +1,439 @@
+/* client.c — `kiln build --remote URL`: the context listed as the local
+ * build sees it (.dockerignore, builder/tree.c), each file's sha256, the
+ * server asked which it lacks, only those sent (zstd), the build submitted,
+ * then its log followed — each event handed to the caller as the local
+ * builder's struct build_event, so the same lines and --json events come
+ * out — resuming at the cursor when the connection drops. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <zstd.h>
+
+#include "builder/builder.h"
+#include "service/internal.h"
+
+struct http {
+	long status;
+	kiln_buf body;
+};
+
+struct cl {
+	const struct svc_remote_opts *o;
+	char *base, *auth;
+	uint64_t sent;
+};
+
+static size_t on_body(char *p, size_t sz, size_t n, void *ud)
+{
+	kiln_buf_add(ud, p, sz * n);
+	return sz * n;
+}
+
+static int call(struct cl *c, const char *method, const char *path, const void *body, size_t len, const char *enc,
+		struct http *h, kiln_error **err)
+{
+	CURL *e = curl_easy_init();
+	struct curl_slist *hl = curl_slist_append(NULL, "Expect:");
+	char *url = kiln_xasprintf("%s%s", c->base, path);
+	CURLcode rc;
+	char eb[CURL_ERROR_SIZE] = "";
+
+	h->status = 0;
+	h->body = (kiln_buf)KILN_BUF_INIT;
+	if (c->auth)
+		hl = curl_slist_append(hl, c->auth);
+	if (enc) {
+		char *x = kiln_xasprintf("Content-Encoding: %s", enc);
+		hl = curl_slist_append(hl, x);
+		free(x);
+	}
+	hl = curl_slist_append(hl, "Content-Type: application/json");
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+	if (body) {
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+	}
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, &h->body);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, eb);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 30L);
+	rc = curl_easy_perform(e);
+	if (rc == CURLE_OK)
+		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &h->status);
+	curl_slist_free_all(hl);
+	curl_easy_cleanup(e);
+	free(url);
+	if (rc != CURLE_OK)
+		return kiln_err(err, KILN_E_IO, "build server %s: %s", c->base, eb[0] ? eb : curl_easy_strerror(rc));
+	return 0;
+}
+
+/* The server's {"error"} for a non-2xx answer. */
+static int answer_fail(struct cl *c, const char *what, struct http *h, kiln_error **err)
+{
+	json_t *j = json_loadb(h->body.buf ? h->body.buf : "", h->body.len, 0, NULL);
+	const char *msg = json_string_value(json_object_get(j, "error"));
+	int ret = kiln_err(err, h->status == 404 ? KILN_E_NOTFOUND : h->status == 400 ? KILN_E_INVALID : KILN_E_GENERIC,
+			   "%s%s%s (HTTP %ld)", what ? what : "", what ? ": " : "", msg ? msg : "the build server refused",
+			   h->status);
+
+	json_decref(j);
+	return ret;
+}
+
+static char *team_query(struct cl *c, const char *sep)
+{
+	return c->o->team ? kiln_xasprintf("%steam=%s", sep, c->o->team) : kiln_xstrdup("");
+}
+
+static int upload(struct cl *c, const char *path, const char *digest, kiln_error **err)
+{
+	char *data = NULL, *z = NULL, *q = team_query(c, "?"), *p = NULL;
+	size_t len = 0, zlen;
+	struct http h;
+	int ret = -1;
+
+	if (kiln_read_file(path, &data, &len, 0, err) < 0)
+		goto out;
+	z = kiln_xmalloc(ZSTD_compressBound(len));
+	zlen = ZSTD_compress(z, ZSTD_compressBound(len), data, len, 3);
+	if (ZSTD_isError(zlen)) {
+		kiln_err(err, KILN_E_IO, "zstd: %s", ZSTD_getErrorName(zlen));
+		goto out;
+	}
+	p = kiln_xasprintf("/build/v1/blobs/%s%s", digest, q);
+	if (call(c, "PUT", p, z, zlen, "zstd", &h, err) < 0)
+		goto out;
+	if (h.status != 201) {
+		answer_fail(c, path, &h, err);
+		kiln_buf_free(&h.body);
+		goto out;
+	}
+	kiln_buf_free(&h.body);
+	c->sent += zlen;
+	ret = 0;
+out:
+	free(p);
+	free(q);
+	free(z);
+	free(data);
+	return ret;
+}
+
+/* List, hash, ask, send.  files: the request's array. */
+static int send_context(struct cl *c, const char *dir, const char *dockerfile, json_t *files,
+			struct svc_remote_result *res, kiln_error **err)
+{
+	build_ignore *ig = NULL;
+	build_tree *t = NULL;
+	char *igpath = kiln_xasprintf("%s.dockerignore", dockerfile), *q = team_query(c, "?"), *p = NULL;
+	json_t *want = json_array(), *byd = json_object();
+	struct http h = { 0 };
+	int ret = -1;
+
+	if (access(igpath, F_OK) != 0) {
+		free(igpath);
+		igpath = kiln_path_join(dir, ".dockerignore");
+	}
+	if (build_ignore_load(igpath, &ig, err) < 0 || build_tree_open(dir, ig, &t, err) < 0)
+		goto out;
+	for (size_t i = 0; i < build_tree_count(t); i++) {
+		const struct build_entry *e = build_tree_entry(t, i);
+		json_t *f = json_pack("{s:s,s:I}", "path", e->path, "mode", (json_int_t)e->st.st_mode);
+		if (S_ISREG(e->st.st_mode)) {
+			char d[KILN_DIGEST_MAX], *full = kiln_path_join(dir, e->path);
+			if (kiln_digest_file(KILN_SHA256, full, d, err) < 0) {
+				free(full);
+				json_decref(f);
+				goto out;
+			}
+			json_object_set_new(f, "digest", json_string(d));
+			if (!json_object_get(byd, d)) {
+				json_object_set_new(byd, d, json_string(full));
+				json_array_append_new(want, json_string(d));
+			}
+			free(full);
+		} else if (S_ISLNK(e->st.st_mode)) {
+			json_object_set_new(f, "link", json_string(e->link));
+		} else if (!S_ISDIR(e->st.st_mode)) {
+			json_decref(f);
+			continue; /* sockets, fifos, devices: a build context has none (docker skips them too) */
+		}
+		json_array_append_new(files, f);
+	}
+	res->files = json_array_size(files);
+	char *body = json_dumps(json_pack("{s:O}", "digests", want), JSON_COMPACT);
+	p = kiln_xasprintf("/build/v1/missing%s", q);
+	int rc = call(c, "POST", p, body, strlen(body), NULL, &h, err);
+	free(body);
+	if (rc < 0)
+		goto out;
+	if (h.status != 200) {
+		answer_fail(c, "context", &h, err);
+		goto out;
+	}
+	json_t *j = json_loadb(h.body.buf, h.body.len, 0, NULL), *d;
+	size_t i;
+	json_array_foreach(json_object_get(j, "missing"), i, d) {
+		const char *path = json_string_value(json_object_get(byd, json_string_value(d)));
+		if (path == NULL)
+			continue;
+		if (upload(c, path, json_string_value(d), err) < 0) {
+			json_decref(j);
+			goto out;
+		}
+		res->uploaded++;
+	}
+	json_decref(j);
+	res->bytes_sent = c->sent;
+	ret = 0;
+out:
+	kiln_buf_free(&h.body);
+	json_decref(want);
+	json_decref(byd);
+	build_tree_free(t);
+	build_ignore_free(ig);
+	free(igpath);
+	free(q);
+	free(p);
+	return ret;
+}
+
+/* ---- following the log ---- */
+struct follow {
+	const struct svc_remote_opts *o;
+	kiln_buf part;
+	int64_t cursor;
+	struct svc_remote_result *res;
+};
+
+static void event(struct follow *f, const char *line)
+{
+	json_t *j = json_loads(line, 0, NULL);
+	const char *ev = json_string_value(json_object_get(j, "event"));
+	struct build_event be = { 0 };
+	struct build_run_stats rs = { 0 };
+	json_t *run;
+
+	if (ev == NULL)
+		goto out;
+	be.step = (int)json_integer_value(json_object_get(j, "step"));
+	be.total = (int)json_integer_value(json_object_get(j, "total"));
+	be.stage = json_string_value(json_object_get(j, "stage")) ?: "0";
+	be.instruction = json_string_value(json_object_get(j, "instruction")) ?: "";
+	be.line = (int)json_integer_value(json_object_get(j, "line"));
+	be.seconds = json_number_value(json_object_get(j, "seconds"));
+	run = json_object_get(j, "run");
+	if (strcmp(ev, "vm") == 0)
+		run = j;
+	if (run) {
+		rs.ext4_ms = (int64_t)(json_number_value(json_object_get(run, "ext4_seconds")) * 1e3);
+		rs.boot_ms = (int64_t)(json_number_value(json_object_get(run, "boot_seconds")) * 1e3);
+		rs.sync_ms = (int64_t)(json_number_value(json_object_get(run, "sync_seconds")) * 1e3);
+		rs.exec_ms = (int64_t)(json_number_value(json_object_get(run, "exec_seconds")) * 1e3);
+		rs.capture_ms = (int64_t)(json_number_value(json_object_get(run, "capture_seconds")) * 1e3);
+		rs.booted = json_is_true(json_object_get(run, "booted"));
+		rs.restored = json_is_true(json_object_get(run, "restored"));
+		rs.base_restored = json_is_true(json_object_get(run, "base_restored"));
+		be.run = &rs;
+	}
+	if (strcmp(ev, "step") == 0) {
+		be.kind = BUILD_EV_STEP;
+	} else if (strcmp(ev, "step_done") == 0) {
+		be.kind = BUILD_EV_STEP_DONE;
+		be.has_cache = json_string_value(json_object_get(j, "cache")) != NULL;
+		be.cached = be.has_cache && strcmp(json_string_value(json_object_get(j, "cache")), "hit") == 0;
+		f->res->steps++;
+		f->res->cached += be.cached;
+	} else if (strcmp(ev, "vm") == 0) {
+		be.kind = BUILD_EV_VM;
+	} else if (strcmp(ev, "output") == 0) {
+		be.kind = BUILD_EV_OUTPUT;
+		be.data = json_string_value(json_object_get(j, "data")) ?: "";
+		be.len = json_string_length(json_object_get(j, "data"));
+	} else if (strcmp(ev, "done") == 0) {
+		be.kind = BUILD_EV_DONE;
+		be.step = (int)json_integer_value(json_object_get(j, "steps"));
+		be.digest = json_string_value(json_object_get(j, "digest"));
+		be.template_digest = json_string_value(json_object_get(j, "template"));
+		snprintf(f->res->digest, sizeof(f->res->digest), "%s", be.digest ? be.digest : "");
+		snprintf(f->res->template_digest, sizeof(f->res->template_digest), "%s",
+			 be.template_digest ? be.template_digest : "");
+	} else {
+		if (f->o->on_other)
+			f->o->on_other(f->o->ud, j);
+		goto out;
+	}
+	if (f->o->on_event)
+		f->o->on_event(f->o->ud, &be);
+out:
+	json_decref(j);
+}
+
+static size_t on_log(char *p, size_t sz, size_t n, void *ud)
+{
+	struct follow *f = ud;
+	char *nl;
+
+	kiln_buf_add(&f->part, p, sz * n);
+	while ((nl = memchr(f->part.buf, '\n', f->part.len)) != NULL) {
+		*nl = '\0';
+		if (f->part.buf[0]) { /* an empty line is a keep-alive */
+			event(f, f->part.buf);
+			f->cursor++;
+		}
+		size_t used = (size_t)(nl - f->part.buf) + 1;
+		memmove(f->part.buf, nl + 1, f->part.len - used);
+		f->part.len -= used;
+		f->part.buf[f->part.len] = '\0';
+	}
+	return sz * n;
+}
+
+static int follow(struct cl *c, const char *id, struct svc_remote_result *res, kiln_error **err)
+{
+	struct follow f = { .o = c->o, .part = KILN_BUF_INIT, .res = res };
+	char *q = team_query(c, "&");
+	int ret = -1;
+
+	for (int attempt = 0; attempt < 30; attempt++) {
+		char *url = kiln_xasprintf("%s/build/v1/builds/%s/logs?follow=1&cursor=%lld%s", c->base, id,
+					   (long long)f.cursor, q);
+		CURL *e = curl_easy_init();
+		struct curl_slist *hl = c->auth ? curl_slist_append(NULL, c->auth) : NULL;
+		long status = 0;
+		CURLcode rc;
+
+		f.part.len = 0;
+		curl_easy_setopt(e, CURLOPT_URL, url);
+		curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl);
+		curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_log);
+		curl_easy_setopt(e, CURLOPT_WRITEDATA, &f);
+		curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 30L);
+		/* keep-alive lines come every 10 s: 60 s of nothing means the connection is gone */
+		curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+		curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, 60L);
+		rc = curl_easy_perform(e);
+		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+		curl_slist_free_all(hl);
+		curl_easy_cleanup(e);
+		free(url);
+		if (rc == CURLE_OK && status == 200) {
+			ret = 0;
+			break;
+		}
+		if (rc == CURLE_OK && status != 200) {
+			kiln_err(err, status == 404 ? KILN_E_NOTFOUND : KILN_E_GENERIC, "build %s: log: HTTP %ld", id, status);
+			break;
+		}
+		kiln_debug("build %s: log connection lost (%s), resuming at %lld", id, curl_easy_strerror(rc),
+			   (long long)f.cursor);
+		sleep(1);
+	}
+	if (ret < 0 && *err == NULL)
+		kiln_err(err, KILN_E_IO, "build %s: lost the log stream", id);
+	kiln_buf_free(&f.part);
+	free(q);
+	return ret;
+}
+
+int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *req, const char *context,
+		     const char *dockerfile, struct svc_remote_result *res, kiln_error **err)
+{
+	struct cl c = { .o = o };
+	char *dfpath = dockerfile ? kiln_xstrdup(dockerfile) : kiln_path_join(context, "Dockerfile");
+	char *text = NULL, *q = NULL, *p = NULL, *body = NULL, *user = NULL, *pass = NULL, *host = NULL;
+	size_t len = 0;
+	json_t *j = NULL, *files = json_array(), *st = NULL;
+	struct http h = { 0 };
+	int ret = -1;
+
+	memset(res, 0, sizeof(*res));
+	c.base = kiln_xstrdup(o->url);
+	while (strlen(c.base) && c.base[strlen(c.base) - 1] == '/')
+		c.base[strlen(c.base) - 1] = '\0';
+	if (strncmp(c.base, "http://", 7) != 0 && strncmp(c.base, "https://", 8) != 0) {
+		char *t = kiln_xasprintf("%s://%s", reg_host_insecure(c.base) ? "http" : "https", c.base);
+		free(c.base);
+		c.base = t;
+	}
+	host = kiln_xstrdup(strstr(c.base, "://") + 3);
+	host[strcspn(host, "/")] = '\0';
+	if (o->token) {
+		c.auth = kiln_xasprintf("Authorization: Bearer %s", o->token);
+	} else if (reg_auth_lookup(host, &user, &pass, err) == 1) {
+		c.auth = kiln_xasprintf("Authorization: Bearer %s", pass);
+	} else if (*err) {
+		goto out;
+	}
+	if (kiln_read_file(dfpath, &text, &len, 4 << 20, err) < 0)
+		goto out;
+	if (send_context(&c, context, dfpath, files, res, err) < 0)
+		goto out;
+	j = svc_request_to_json(req);
+	json_object_set_new(j, "dockerfile", json_stringn(text, len));
+	json_object_set(j, "files", files);
+	{
+		const char *b = strrchr(dfpath, '/');
+		json_object_set_new(j, "dockerfile_name", json_string(b ? b + 1 : dfpath));
+	}
+	if (o->on_uploaded)
+		o->on_uploaded(o->ud, res);
+	body = json_dumps(j, JSON_COMPACT);
+	q = team_query(&c, "?");
+	p = kiln_xasprintf("/build/v1/builds%s", q);
+	if (call(&c, "POST", p, body, strlen(body), NULL, &h, err) < 0)
+		goto out;
+	if (h.status != 202) {
+		answer_fail(&c, NULL, &h, err);
+		goto out;
+	}
+	st = json_loadb(h.body.buf, h.body.len, 0, NULL);
+	snprintf(res->id, sizeof(res->id), "%s", json_string_value(json_object_get(st, "id")) ?: "");
+	json_decref(st);
+	st = NULL;
+	kiln_buf_free(&h.body);
+	if (follow(&c, res->id, res, err) < 0)
+		goto out;
+	free(p);
+	p = kiln_xasprintf("/build/v1/builds/%s%s", res->id, q);
+	if (call(&c, "GET", p, NULL, 0, NULL, &h, err) < 0)
+		goto out;
+	if (h.status != 200) {
+		answer_fail(&c, res->id, &h, err);
+		goto out;
+	}
+	st = json_loadb(h.body.buf, h.body.len, 0, NULL);
+	const char *state = json_string_value(json_object_get(st, "state"));
+	if (state == NULL || strcmp(state, "done") != 0) {
+		const char *why = json_string_value(json_object_get(st, "reason"));
+		kiln_err(err, KILN_E_GENERIC, "%s", why ? why : state ? state : "the build did not finish");
+		goto out;
+	}
+#define COPY(f, k) snprintf(res->f, sizeof(res->f), "%s", json_string_value(json_object_get(st, k)) ?: "")
+	COPY(image, "image");
+	COPY(template_ref, "template_ref");
+#undef COPY
+	ret = 0;
+out:
+	kiln_buf_free(&h.body);
+	json_decref(st);
+	json_decref(j);
+	json_decref(files);
+	free(body);
+	free(p);
+	free(q);
+	free(text);
+	free(dfpath);
+	free(user);
+	free(pass);
+	free(host);
+	free(c.base);
+	free(c.auth);
+	return ret;
+}

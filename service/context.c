@@ -1,0 +1,318 @@
+/* context.c — build contexts by content: each team's files live once in a
+ * content-addressed store of its own (common/cas.c, STATE/teams/TEAM/context),
+ * uploads are decoded (zstd) and verified while written, and a build's
+ * context directory is made from the file list by copying blobs out (never
+ * hard links: a COPY takes the file's mode, which must not touch the blob). */
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+#include "service/internal.h"
+
+struct svc_blob_writer {
+	kiln_cas *cas;
+	kiln_cas_writer *w;
+	char digest[KILN_DIGEST_MAX];
+	ZSTD_DStream *z;
+	uint64_t written, max;
+};
+
+char *svc_team_dir(svc *s, const char *team, const char *sub)
+{
+	char *t = kiln_xasprintf("teams/%s/%s", team, sub);
+	char *p = kiln_path_join(s->state_dir, t);
+
+	free(t);
+	return p;
+}
+
+int svc_team_cas(svc *s, const char *team, kiln_cas **out, kiln_error **err)
+{
+	static const struct kiln_cas_layout lay = { .fanout = true, .mode = 0444, .sync = KILN_CAS_SYNC_FULL };
+	char *root = svc_team_dir(s, team, "context");
+	int ret = kiln_mkdir_p(root, 0700, err) < 0 ? -1 : kiln_cas_open(root, &lay, out, err);
+
+	free(root);
+	return ret;
+}
+
+int svc_blobs_missing(svc *s, const char *team, const char *const *digests, size_t n, kiln_strv *missing,
+		      kiln_error **err)
+{
+	kiln_cas *cas;
+
+	if (svc_team_cas(s, team, &cas, err) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (!svc_digest_ok(digests[i])) {
+			kiln_cas_close(cas);
+			return kiln_err(err, KILN_E_INVALID, "'%s' is not a digest", digests[i]);
+		}
+		if (!kiln_cas_has(cas, digests[i]))
+			kiln_strv_push(missing, digests[i]);
+	}
+	kiln_cas_close(cas);
+	return 0;
+}
+
+int svc_blob_begin(svc *s, const char *team, const char *digest, enum svc_encoding enc, uint64_t max,
+		   svc_blob_writer **out, kiln_error **err)
+{
+	svc_blob_writer *w;
+
+	*out = NULL;
+	if (!svc_digest_ok(digest) || strncmp(digest, "sha256:", 7) != 0)
+		return kiln_err(err, KILN_E_INVALID, "'%s' is not a sha256 digest", digest);
+	if (enc == SVC_ENC_GZIP)
+		return kiln_err(err, KILN_E_INVALID, "gzip transfer encoding is not supported (send zstd or plain)");
+	w = kiln_xcalloc(1, sizeof(*w));
+	snprintf(w->digest, sizeof(w->digest), "%s", digest);
+	w->max = max ? max : s->cfg.context_max;
+	if (svc_team_cas(s, team, &w->cas, err) < 0 || kiln_cas_begin(w->cas, KILN_SHA256, false, &w->w, err) < 0) {
+		svc_blob_abort(w);
+		return -1;
+	}
+	if (enc == SVC_ENC_ZSTD) {
+		w->z = ZSTD_createDStream();
+		ZSTD_initDStream(w->z);
+	}
+	*out = w;
+	return 0;
+}
+
+static int put(svc_blob_writer *w, const void *data, size_t len, kiln_error **err)
+{
+	w->written += len;
+	if (w->written > w->max)
+		return kiln_err(err, KILN_E_LIMIT, "blob %s: larger than the limit of %llu bytes", w->digest,
+				(unsigned long long)w->max);
+	return kiln_cas_write(w->w, data, len, err);
+}
+
+int svc_blob_write(svc_blob_writer *w, const void *data, size_t len, kiln_error **err)
+{
+	char buf[64 << 10];
+	ZSTD_inBuffer in = { data, len, 0 };
+
+	if (w->z == NULL)
+		return put(w, data, len, err);
+	while (in.pos < in.size) {
+		ZSTD_outBuffer o = { buf, sizeof(buf), 0 };
+		size_t rc = ZSTD_decompressStream(w->z, &o, &in);
+		if (ZSTD_isError(rc))
+			return kiln_err(err, KILN_E_INVALID, "blob %s: zstd: %s", w->digest, ZSTD_getErrorName(rc));
+		if (o.pos && put(w, buf, o.pos, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int svc_blob_commit(svc_blob_writer *w, kiln_error **err)
+{
+	char got[KILN_DIGEST_MAX];
+	int ret = kiln_cas_commit(w->w, w->digest, got, NULL, err);
+
+	w->w = NULL;
+	if (ret < 0)
+		kiln_error_wrap(err, "blob %s: not stored", w->digest);
+	svc_blob_abort(w);
+	return ret;
+}
+
+void svc_blob_abort(svc_blob_writer *w)
+{
+	if (w == NULL)
+		return;
+	if (w->w)
+		kiln_cas_abort(w->w);
+	if (w->z)
+		ZSTD_freeDStream(w->z);
+	kiln_cas_close(w->cas);
+	free(w);
+}
+
+bool svc_digest_ok(const char *d)
+{
+	enum kiln_digest_algo algo;
+	kiln_error *err = NULL;
+	int ok = d && strncmp(d, "sha256:", 7) == 0 && kiln_digest_parse(d, &algo, &err) == 0;
+
+	kiln_error_free(err);
+	return ok;
+}
+
+/* A context path must stay inside: relative, no "..", no empty parts. */
+int svc_path_ok(const char *p)
+{
+	if (p == NULL || *p == '\0' || *p == '/' || strlen(p) > 4096)
+		return 0;
+	for (const char *s = p; *s;) {
+		size_t n = strcspn(s, "/");
+		if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
+			return 0;
+		s += n + (s[n] == '/');
+	}
+	return 1;
+}
+
+static int copy_out(const char *src, const char *dst, mode_t mode, kiln_error **err)
+{
+	int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, ret = -1;
+	char buf[64 << 10];
+	ssize_t n;
+
+	if (in < 0)
+		return kiln_err_errno(err, errno, "open %s", src);
+	out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (out < 0) {
+		kiln_err_errno(err, errno, "create %s", dst);
+		goto out;
+	}
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		if (kiln_write_full(out, buf, (size_t)n) < 0) {
+			kiln_err_errno(err, errno, "write %s", dst);
+			goto out;
+		}
+	if (n < 0) {
+		kiln_err_errno(err, errno, "read %s", src);
+		goto out;
+	}
+	if (fchmod(out, mode & 07777) < 0) {
+		kiln_err_errno(err, errno, "chmod %s", dst);
+		goto out;
+	}
+	ret = 0;
+out:
+	close(in);
+	if (out >= 0)
+		close(out);
+	return ret;
+}
+
+/* Extract a tar (any compression libarchive reads) under dir, refusing
+ * entries that leave it (absolute, "..", through symlinks). */
+static int untar(const char *tarpath, const char *dir, kiln_error **err)
+{
+	struct archive *a = kiln_tar_reader_new(), *d = archive_write_disk_new();
+	struct archive_entry *e;
+	int ret = -1, rc;
+
+	archive_write_disk_set_options(d, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+					      ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
+	if (archive_read_open_filename(a, tarpath, 64 << 10) != ARCHIVE_OK) {
+		kiln_err(err, KILN_E_INVALID, "%s: %s", tarpath, archive_error_string(a));
+		goto out;
+	}
+	while ((rc = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
+		const char *name = archive_entry_pathname(e);
+		while (name && name[0] == '.' && name[1] == '/')
+			name += 2;
+		if (name == NULL || *name == '\0' || strcmp(name, ".") == 0)
+			continue;
+		char *clean = kiln_xstrdup(name);
+		size_t l = strlen(clean);
+		while (l > 1 && clean[l - 1] == '/')
+			clean[--l] = '\0';
+		if (!svc_path_ok(clean)) {
+			kiln_err(err, KILN_E_INVALID, "tar entry '%s' leaves the context", name);
+			free(clean);
+			goto out;
+		}
+		char *full = kiln_xasprintf("%s/%s", dir, clean);
+		archive_entry_set_pathname(e, full);
+		if (archive_entry_hardlink(e)) {
+			char *hl = kiln_xasprintf("%s/%s", dir, archive_entry_hardlink(e));
+			archive_entry_set_hardlink(e, hl);
+			free(hl);
+		}
+		archive_entry_set_uid(e, getuid());
+		archive_entry_set_gid(e, getgid());
+		rc = archive_write_header(d, e);
+		if (rc == ARCHIVE_OK && archive_entry_size(e) > 0) {
+			const void *buf;
+			size_t sz;
+			la_int64_t off;
+			while ((rc = archive_read_data_block(a, &buf, &sz, &off)) == ARCHIVE_OK)
+				if (archive_write_data_block(d, buf, sz, off) != ARCHIVE_OK)
+					break;
+			rc = rc == ARCHIVE_EOF ? ARCHIVE_OK : rc;
+		}
+		free(full);
+		free(clean);
+		if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) {
+			kiln_err(err, KILN_E_INVALID, "extract %s: %s", tarpath,
+				 archive_error_string(d) ? archive_error_string(d) : archive_error_string(a));
+			goto out;
+		}
+	}
+	if (rc != ARCHIVE_EOF) {
+		kiln_err(err, KILN_E_INVALID, "%s: %s", tarpath, archive_error_string(a));
+		goto out;
+	}
+	ret = 0;
+out:
+	archive_write_close(d);
+	archive_write_free(d);
+	archive_read_free(a);
+	return ret;
+}
+
+static int parents(const char *dir, const char *path, kiln_error **err)
+{
+	char *p = kiln_xasprintf("%s/%s", dir, path), *slash = strrchr(p, '/');
+	int ret = 0;
+
+	*slash = '\0';
+	ret = kiln_mkdir_p(p, 0755, err);
+	free(p);
+	return ret;
+}
+
+/* The request's files (a JSON array) into dir. */
+int svc_context_make(svc *s, const char *team, const json_t *files, const char *dir, kiln_error **err)
+{
+	kiln_cas *cas = NULL;
+	size_t i;
+	json_t *f;
+	int ret = -1;
+
+	if (kiln_mkdir_p(dir, 0755, err) < 0 || svc_team_cas(s, team, &cas, err) < 0)
+		goto out;
+	json_array_foreach(files, i, f) {
+		const char *path = json_string_value(json_object_get(f, "path"));
+		const char *digest = json_string_value(json_object_get(f, "digest"));
+		const char *link = json_string_value(json_object_get(f, "link"));
+		mode_t mode = (mode_t)json_integer_value(json_object_get(f, "mode"));
+		char *full = kiln_xasprintf("%s/%s", dir, path), *src = NULL;
+		int r = parents(dir, path, err);
+
+		if (r == 0 && json_is_true(json_object_get(f, "tar"))) {
+			src = kiln_cas_path(cas, digest);
+			r = kiln_mkdir_p(full, 0755, err) < 0 ? -1 : untar(src, full, err);
+		} else if (r == 0 && S_ISDIR(mode)) {
+			r = kiln_mkdir_p(full, 0755, err) < 0 ? -1 : chmod(full, mode & 07777) < 0 ? kiln_err_errno(err, errno, "chmod %s", path) : 0;
+		} else if (r == 0 && S_ISLNK(mode)) {
+			r = symlink(link, full) < 0 ? kiln_err_errno(err, errno, "symlink %s", path) : 0;
+		} else if (r == 0) {
+			src = kiln_cas_path(cas, digest);
+			r = copy_out(src, full, mode, err);
+		}
+		free(src);
+		free(full);
+		if (r < 0) {
+			kiln_error_wrap(err, "context file %s", path);
+			goto out;
+		}
+	}
+	ret = 0;
+out:
+	kiln_cas_close(cas);
+	return ret;
+}

@@ -1,0 +1,227 @@
+/* db.c — the queue's database: the registry's meta.db (sqlite, its own
+ * svc_ tables beside the registry's) on one host, or PostgreSQL (libpq) when
+ * several `kiln serve` hosts share the work.  One small interface over both:
+ * statements with $1..$N text parameters, rows as strings, transactions
+ * (sqlite: BEGIN IMMEDIATE; PostgreSQL: claims use FOR UPDATE SKIP LOCKED). */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+#include <sqlite3.h>
+
+#include "service/internal.h"
+
+struct svc_db {
+	pthread_mutex_t lock;  /* recursive: held across a transaction */
+	sqlite3 *lite;
+	PGconn *pg;
+	char *conninfo;
+};
+
+static const char *const schema[] = {
+	"CREATE TABLE IF NOT EXISTS svc_builds(id TEXT PRIMARY KEY, team TEXT NOT NULL, name TEXT,"
+	" state TEXT NOT NULL, request TEXT NOT NULL, created BIGINT NOT NULL, started BIGINT NOT NULL DEFAULT 0,"
+	" ended BIGINT NOT NULL DEFAULT 0, heartbeat BIGINT NOT NULL DEFAULT 0, host TEXT,"
+	" step INTEGER NOT NULL DEFAULT 0, total INTEGER NOT NULL DEFAULT 0, instruction TEXT, reason TEXT,"
+	" location TEXT, image TEXT, image_digest TEXT, template_ref TEXT, template_digest TEXT,"
+	" cancel INTEGER NOT NULL DEFAULT 0, time_limit BIGINT NOT NULL, nlog BIGINT NOT NULL DEFAULT 0)",
+	"CREATE INDEX IF NOT EXISTS svc_builds_state ON svc_builds(state, created)",
+	"CREATE INDEX IF NOT EXISTS svc_builds_team ON svc_builds(team, created)",
+	"CREATE TABLE IF NOT EXISTS svc_logs(build TEXT NOT NULL, n BIGINT NOT NULL, line TEXT NOT NULL,"
+	" PRIMARY KEY(build, n))",
+	NULL,
+};
+
+void svc_rows_free(struct svc_rows *r)
+{
+	if (r == NULL)
+		return;
+	for (size_t i = 0; i < r->n * r->cols; i++)
+		free(r->v[i]);
+	free(r->v);
+	memset(r, 0, sizeof(*r));
+}
+
+const char *svc_row(const struct svc_rows *r, size_t row, size_t col)
+{
+	return row < r->n && col < r->cols ? r->v[row * r->cols + col] : NULL;
+}
+
+int64_t svc_row_int(const struct svc_rows *r, size_t row, size_t col)
+{
+	const char *s = svc_row(r, row, col);
+
+	return s ? strtoll(s, NULL, 10) : 0;
+}
+
+static int lite_q(svc_db *db, struct svc_rows *out, const char *sql, const char *const *p, size_t n, kiln_error **err)
+{
+	sqlite3_stmt *st = NULL;
+	int rc, ret = -1;
+	size_t cap = 0;
+
+	if (sqlite3_prepare_v2(db->lite, sql, -1, &st, NULL) != SQLITE_OK)
+		return kiln_err(err, KILN_E_IO, "queue db: %s", sqlite3_errmsg(db->lite));
+	for (size_t i = 0; i < n; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "$%zu", i + 1);
+		int idx = sqlite3_bind_parameter_index(st, name);
+		if (idx > 0)
+			sqlite3_bind_text(st, idx, p[i], -1, SQLITE_STATIC);
+	}
+	if (out)
+		memset(out, 0, sizeof(*out));
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (out == NULL)
+			continue;
+		if (out->cols == 0)
+			out->cols = (size_t)sqlite3_column_count(st);
+		if ((out->n + 1) * out->cols > cap) {
+			cap = cap ? 2 * cap : 16 * out->cols;
+			out->v = kiln_xrealloc(out->v, cap * sizeof(char *));
+		}
+		for (size_t c = 0; c < out->cols; c++) {
+			const unsigned char *t = sqlite3_column_text(st, (int)c);
+			out->v[out->n * out->cols + c] = t ? kiln_xstrdup((const char *)t) : NULL;
+		}
+		out->n++;
+	}
+	if (rc != SQLITE_DONE) {
+		kiln_err(err, KILN_E_IO, "queue db: %s", sqlite3_errmsg(db->lite));
+		svc_rows_free(out);
+		goto out;
+	}
+	ret = sqlite3_changes(db->lite);
+out:
+	sqlite3_finalize(st);
+	return ret;
+}
+
+static int pg_q(svc_db *db, struct svc_rows *out, const char *sql, const char *const *p, size_t n, kiln_error **err)
+{
+	PGresult *res;
+	ExecStatusType es;
+	int ret = -1;
+
+	if (PQstatus(db->pg) != CONNECTION_OK)
+		PQreset(db->pg);
+	res = PQexecParams(db->pg, sql, (int)n, NULL, p, NULL, NULL, 0);
+	es = PQresultStatus(res);
+	if (out)
+		memset(out, 0, sizeof(*out));
+	if (es != PGRES_COMMAND_OK && es != PGRES_TUPLES_OK) {
+		kiln_err(err, KILN_E_IO, "queue db (PostgreSQL): %s", PQresultErrorMessage(res));
+		goto out;
+	}
+	if (out && es == PGRES_TUPLES_OK) {
+		out->n = (size_t)PQntuples(res);
+		out->cols = (size_t)PQnfields(res);
+		out->v = kiln_xcalloc(out->n * out->cols + 1, sizeof(char *));
+		for (size_t r = 0; r < out->n; r++)
+			for (size_t c = 0; c < out->cols; c++)
+				if (!PQgetisnull(res, (int)r, (int)c))
+					out->v[r * out->cols + c] = kiln_xstrdup(PQgetvalue(res, (int)r, (int)c));
+	}
+	ret = es == PGRES_TUPLES_OK ? PQntuples(res) : atoi(PQcmdTuples(res));
+out:
+	PQclear(res);
+	return ret;
+}
+
+int svc_db_q(svc_db *db, struct svc_rows *out, const char *sql, const char *const *p, size_t n, kiln_error **err)
+{
+	int ret;
+
+	pthread_mutex_lock(&db->lock);
+	ret = db->pg ? pg_q(db, out, sql, p, n, err) : lite_q(db, out, sql, p, n, err);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
+int svc_db_is_pg(const svc_db *db)
+{
+	return db->pg != NULL;
+}
+
+int svc_db_begin(svc_db *db, kiln_error **err)
+{
+	pthread_mutex_lock(&db->lock);
+	if (svc_db_q(db, NULL, db->pg ? "BEGIN" : "BEGIN IMMEDIATE", NULL, 0, err) < 0) {
+		pthread_mutex_unlock(&db->lock);
+		return -1;
+	}
+	return 0;
+}
+
+int svc_db_commit(svc_db *db, kiln_error **err)
+{
+	int ret = svc_db_q(db, NULL, "COMMIT", NULL, 0, err);
+
+	if (ret < 0)
+		svc_db_q(db, NULL, "ROLLBACK", NULL, 0, NULL);
+	pthread_mutex_unlock(&db->lock);
+	return ret < 0 ? -1 : 0;
+}
+
+void svc_db_rollback(svc_db *db)
+{
+	kiln_error *err = NULL;
+
+	svc_db_q(db, NULL, "ROLLBACK", NULL, 0, &err);
+	kiln_error_free(err);
+	pthread_mutex_unlock(&db->lock);
+}
+
+svc_db *svc_db_open(const char *where, kiln_error **err)
+{
+	svc_db *db = kiln_xcalloc(1, sizeof(*db));
+	pthread_mutexattr_t a;
+
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&db->lock, &a);
+	pthread_mutexattr_destroy(&a);
+	if (strncmp(where, "postgresql:", 11) == 0 || strncmp(where, "postgres:", 9) == 0 || strchr(where, '=')) {
+		db->pg = PQconnectdb(where);
+		if (PQstatus(db->pg) != CONNECTION_OK) {
+			kiln_err(err, KILN_E_IO, "queue db: cannot connect to PostgreSQL: %s", PQerrorMessage(db->pg));
+			goto fail;
+		}
+		/* Two hosts creating the schema at once: serialised by an advisory lock. */
+		if (svc_db_q(db, NULL, "SELECT pg_advisory_lock(7072011)", NULL, 0, err) < 0)
+			goto fail;
+	} else {
+		if (sqlite3_open_v2(where, &db->lite, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+				    NULL) != SQLITE_OK) {
+			kiln_err(err, KILN_E_IO, "queue db %s: %s", where, db->lite ? sqlite3_errmsg(db->lite) : "cannot open");
+			goto fail;
+		}
+		sqlite3_busy_timeout(db->lite, 10000);
+		if (svc_db_q(db, NULL, "PRAGMA journal_mode=WAL", NULL, 0, err) < 0 ||
+		    svc_db_q(db, NULL, "PRAGMA synchronous=FULL", NULL, 0, err) < 0)
+			goto fail;
+	}
+	for (size_t i = 0; schema[i]; i++)
+		if (svc_db_q(db, NULL, schema[i], NULL, 0, err) < 0)
+			goto fail;
+	if (db->pg && svc_db_q(db, NULL, "SELECT pg_advisory_unlock(7072011)", NULL, 0, err) < 0)
+		goto fail;
+	return db;
+fail:
+	kiln_error_wrap(err, "queue db");
+	svc_db_close(db);
+	return NULL;
+}
+
+void svc_db_close(svc_db *db)
+{
+	if (db == NULL)
+		return;
+	if (db->pg)
+		PQfinish(db->pg);
+	if (db->lite)
+		sqlite3_close(db->lite);
+	pthread_mutex_destroy(&db->lock);
+	free(db);
+}

@@ -1,0 +1,333 @@
+/* request.c — a build request: as JSON (what is stored in the queue and
+ * what kiln's HTTP API takes), a step list rendered into a Dockerfile, and
+ * the checks made before anything is queued — the Dockerfile parses and
+ * plans (errors with FILE:LINE:COL), bases are registry references (never a
+ * path on the server), every context file is in the team's store, the
+ * context fits the size limit. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dockerfile-parser/dockerfile.h"
+#include "service/internal.h"
+
+static const char *const step_names[] = { "RUN", "COPY", "ENV", "WORKDIR", "USER", "ARG" };
+
+json_t *svc_request_to_json(const struct svc_request *q)
+{
+	json_t *j = json_object(), *a;
+	static const char *const comp[] = { "gzip", "zstd", "none" };
+
+#define SETS(k, v) if (v) json_object_set_new(j, k, json_string(v))
+	SETS("dockerfile", q->dockerfile);
+	SETS("dockerfile_name", q->dockerfile_name);
+	SETS("base", q->base);
+	SETS("target", q->target);
+	SETS("name", q->name);
+	SETS("start_cmd", q->start_cmd);
+	SETS("ready_cmd", q->ready_cmd);
+#undef SETS
+	if (q->nsteps) {
+		a = json_array();
+		for (size_t i = 0; i < q->nsteps; i++) {
+			const struct svc_step *st = &q->steps[i];
+			json_t *args = json_array(), *o;
+			for (size_t k = 0; k < st->nargs; k++)
+				json_array_append_new(args, json_string(st->args[k]));
+			o = json_pack("{s:s,s:o}", "kind", (unsigned)st->kind < 6 ? step_names[st->kind] : "?", "args", args);
+			if (st->chown)
+				json_object_set_new(o, "chown", json_string(st->chown));
+			if (st->chmod)
+				json_object_set_new(o, "chmod", json_string(st->chmod));
+			json_array_append_new(a, o);
+		}
+		json_object_set_new(j, "steps", a);
+	}
+	a = json_array();
+	for (size_t i = 0; i < q->nfiles; i++) {
+		const struct svc_file *f = &q->files[i];
+		json_t *o = json_pack("{s:s,s:I}", "path", f->path, "mode", (json_int_t)f->mode);
+		if (f->digest)
+			json_object_set_new(o, "digest", json_string(f->digest));
+		if (f->link)
+			json_object_set_new(o, "link", json_string(f->link));
+		if (f->tar)
+			json_object_set_new(o, "tar", json_true());
+		json_array_append_new(a, o);
+	}
+	json_object_set_new(j, "files", a);
+	a = json_array();
+	for (size_t i = 0; i < q->nbuild_args; i++)
+		json_array_append_new(a, json_pack("[s,s]", q->build_args[i].key, q->build_args[i].value ? q->build_args[i].value : ""));
+	json_object_set_new(j, "build_args", a);
+	if (q->template_ || q->start_cmd || q->ready_cmd || q->cpus || q->memory_mib)
+		json_object_set_new(j, "template", json_true());
+	if (q->cpus)
+		json_object_set_new(j, "cpus", json_integer(q->cpus));
+	if (q->memory_mib)
+		json_object_set_new(j, "memory_mib", json_integer(q->memory_mib));
+	if (q->no_cache)
+		json_object_set_new(j, "no_cache", json_true());
+	if ((unsigned)q->compression < 3 && q->compression != SVC_GZIP)
+		json_object_set_new(j, "compression", json_string(comp[q->compression]));
+	if (q->time_limit_s > 0)
+		json_object_set_new(j, "time_limit_s", json_integer(q->time_limit_s));
+	return j;
+}
+
+int svc_submit(svc *s, const struct svc_request *req, char id[SVC_ID_MAX], kiln_error **err)
+{
+	json_t *j = svc_request_to_json(req);
+	int ret = svc_submit_json(s, req->team, j, id, err);
+
+	json_decref(j);
+	return ret;
+}
+
+static void quote_json(kiln_buf *b, const char *s)
+{
+	json_t *j = json_string(s ? s : "");
+	char *t = json_dumps(j, JSON_ENCODE_ANY);
+
+	kiln_buf_addf(b, "%s", t ? t : "\"\"");
+	free(t);
+	json_decref(j);
+}
+
+/* A step list as Dockerfile text: exec-form JSON arrays for COPY, quoted ENV
+ * values, so no argument is re-split or re-expanded on the way. */
+static int render_steps(const json_t *req, kiln_buf *b, kiln_error **err)
+{
+	const char *base = json_string_value(json_object_get(req, "base"));
+	json_t *st;
+	size_t i;
+
+	if (base == NULL || *base == '\0' || strchr(base, '\n'))
+		return kiln_err(err, KILN_E_INVALID, "a step list needs a base (FROM)");
+	kiln_buf_addf(b, "FROM %s\n", base);
+	json_array_foreach(json_object_get(req, "steps"), i, st) {
+		const char *kind = json_string_value(json_object_get(st, "kind"));
+		json_t *args = json_object_get(st, "args");
+		size_t n = json_array_size(args);
+		for (size_t k = 0; k < n; k++)
+			if (!json_is_string(json_array_get(args, k)))
+				return kiln_err(err, KILN_E_INVALID, "step %zu: arguments must be strings", i + 1);
+#define ARG(k) json_string_value(json_array_get(args, k))
+		if (kind && strcmp(kind, "RUN") == 0 && n == 1) {
+			kiln_buf_addf(b, "RUN [\"/bin/sh\", \"-c\", ");
+			quote_json(b, ARG(0));
+			kiln_buf_addf(b, "]\n");
+		} else if (kind && strcmp(kind, "COPY") == 0 && n >= 2) {
+			const char *chown = json_string_value(json_object_get(st, "chown"));
+			const char *chmod = json_string_value(json_object_get(st, "chmod"));
+			kiln_buf_addf(b, "COPY ");
+			if (chown && !strpbrk(chown, " \n"))
+				kiln_buf_addf(b, "--chown=%s ", chown);
+			if (chmod && !strpbrk(chmod, " \n"))
+				kiln_buf_addf(b, "--chmod=%s ", chmod);
+			kiln_buf_addf(b, "[");
+			for (size_t k = 0; k < n; k++) {
+				if (k)
+					kiln_buf_addf(b, ", ");
+				quote_json(b, ARG(k));
+			}
+			kiln_buf_addf(b, "]\n");
+		} else if (kind && strcmp(kind, "ENV") == 0 && n >= 2 && n % 2 == 0) {
+			kiln_buf_addf(b, "ENV");
+			for (size_t k = 0; k < n; k += 2) {
+				if (!*ARG(k) || strpbrk(ARG(k), " =\n\"\\$"))
+					return kiln_err(err, KILN_E_INVALID, "step %zu: bad ENV name '%s'", i + 1, ARG(k));
+				kiln_buf_addf(b, " %s=", ARG(k));
+				quote_json(b, ARG(k + 1));
+			}
+			kiln_buf_addf(b, "\n");
+		} else if (kind && (strcmp(kind, "WORKDIR") == 0 || strcmp(kind, "USER") == 0 || strcmp(kind, "ARG") == 0) &&
+			   n == 1 && !strchr(ARG(0), '\n') && *ARG(0)) {
+			kiln_buf_addf(b, "%s %s\n", kind, ARG(0));
+		} else {
+			return kiln_err(err, KILN_E_INVALID, "step %zu: '%s' with %zu arguments is not a step kiln takes",
+					i + 1, kind ? kind : "?", n);
+		}
+#undef ARG
+	}
+	return 0;
+}
+
+static int base_ok(const char *file, const struct df_node *n, const char *base, kiln_error **err)
+{
+	static const char *const local[] = { "oci:", "oci-archive:", "docker-archive:", "dir:", "containers-storage:" };
+
+	for (size_t i = 0; i < sizeof(local) / sizeof(*local); i++)
+		if (strncmp(base, local[i], strlen(local[i])) == 0)
+			return kiln_err(err, KILN_E_INVALID,
+					"%s:%d:%d: base '%s' names a path on the build server: give a registry reference",
+					file, n->start_line, n->col, base);
+	return 0;
+}
+
+/* Parse and plan: the place of any error first; no server-side bases. */
+static int check_dockerfile(const char *file, const char *text, const json_t *req, kiln_error **err)
+{
+	struct df_ast *ast = NULL;
+	struct df_plan *plan = NULL;
+	struct df_plan_opts po = { 0 };
+	json_t *args = json_object_get(req, "build_args"), *kv;
+	struct df_kv *kvs = kiln_xcalloc(json_array_size(args) + 1, sizeof(*kvs));
+	size_t i;
+	int ret = -1;
+
+	json_array_foreach(args, i, kv) {
+		kvs[i].key = (char *)json_string_value(json_array_get(kv, 0));
+		kvs[i].value = (char *)json_string_value(json_array_get(kv, 1));
+		if (kvs[i].key == NULL) {
+			kiln_err(err, KILN_E_INVALID, "build_args: want [[KEY, VALUE], ...]");
+			goto out;
+		}
+	}
+	po.build_args = kvs;
+	po.n_build_args = json_array_size(args);
+	po.target = json_string_value(json_object_get(req, "target"));
+	if (df_parse(file, text, strlen(text), &ast, err) < 0 || df_plan_build(ast, &po, &plan, err) < 0)
+		goto out;
+	for (size_t k = 0; k < plan->n_order; k++) {
+		const struct df_stage *st = &plan->stages[plan->order[k]];
+		if (st->base_stage < 0 && strcmp(st->base, "scratch") != 0 && base_ok(file, st->node, st->base, err) < 0)
+			goto out;
+		for (size_t m = 0; m < st->n_steps; m++)
+			if (st->steps[m].from_image && base_ok(file, st->steps[m].node, st->steps[m].from_image, err) < 0)
+				goto out;
+	}
+	ret = 0;
+out:
+	df_plan_free(plan);
+	df_ast_free(ast);
+	free(kvs);
+	return ret;
+}
+
+static int check_files(svc *s, const char *team, const json_t *files, kiln_error **err)
+{
+	kiln_cas *cas = NULL;
+	uint64_t total = 0;
+	json_t *f;
+	size_t i;
+	int ret = -1;
+
+	if (!json_is_array(files))
+		return kiln_err(err, KILN_E_INVALID, "files: want an array");
+	if (svc_team_cas(s, team, &cas, err) < 0)
+		return -1;
+	json_array_foreach(files, i, f) {
+		const char *path = json_string_value(json_object_get(f, "path"));
+		const char *digest = json_string_value(json_object_get(f, "digest"));
+		json_t *m = json_object_get(f, "mode");
+		mode_t mode = (mode_t)json_integer_value(m);
+		bool tar = json_is_true(json_object_get(f, "tar"));
+
+		if (!svc_path_ok(path)) {
+			kiln_err(err, KILN_E_INVALID, "files[%zu]: path '%s' must be relative, inside the context", i,
+				 path ? path : "");
+			goto out;
+		}
+		if (!json_is_integer(m) || (!tar && !S_ISREG(mode) && !S_ISDIR(mode) && !S_ISLNK(mode))) {
+			kiln_err(err, KILN_E_INVALID, "files[%zu] %s: mode must be a regular file, directory or symlink", i, path);
+			goto out;
+		}
+		if (S_ISLNK(mode) && !json_string_value(json_object_get(f, "link"))) {
+			kiln_err(err, KILN_E_INVALID, "files[%zu] %s: a symlink needs its link", i, path);
+			goto out;
+		}
+		if (tar || S_ISREG(mode)) {
+			struct stat sb;
+			char *p;
+			if (digest == NULL || !svc_digest_ok(digest) || !kiln_cas_has(cas, digest)) {
+				kiln_err(err, KILN_E_NOTFOUND, "files[%zu] %s: content %s was not uploaded", i, path,
+					 digest ? digest : "(none)");
+				goto out;
+			}
+			p = kiln_cas_path(cas, digest);
+			if (stat(p, &sb) == 0)
+				total += (uint64_t)sb.st_size;
+			free(p);
+			if (total > s->cfg.context_max) {
+				kiln_err(err, KILN_E_LIMIT, "the context is larger than the limit of %llu bytes",
+					 (unsigned long long)s->cfg.context_max);
+				goto out;
+			}
+		}
+	}
+	ret = 0;
+out:
+	kiln_cas_close(cas);
+	return ret;
+}
+
+int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], kiln_error **err)
+{
+	const char *name = json_string_value(json_object_get(req, "name"));
+	const char *file = json_string_value(json_object_get(req, "dockerfile_name"));
+	const char *comp = json_string_value(json_object_get(req, "compression"));
+	json_t *tl = json_object_get(req, "time_limit_s");
+	int64_t limit = s->cfg.time_limit_s;
+	kiln_buf df = KILN_BUF_INIT;
+	char *text = NULL;
+	int ret = -1;
+
+	if (!json_is_object(req))
+		return kiln_err(err, KILN_E_INVALID, "a build request is a JSON object");
+	if (file == NULL || !*file || strchr(file, '/') || strchr(file, ':'))
+		file = "Dockerfile";
+	char *fname = kiln_xstrdup(file);
+	file = fname; /* the object's own string is replaced below */
+	if (name) {
+		struct kiln_ref r;
+		if (kiln_ref_parse(name, &r, err) < 0 || r.digest || kiln_ref_has_host(name)) {
+			if (*err == NULL)
+				kiln_err(err, KILN_E_INVALID, "name '%s': want NAME[:TAG] (published as %s/NAME:TAG)", name, team);
+			kiln_ref_free(&r);
+			free(fname);
+			return -1;
+		}
+		kiln_ref_free(&r);
+	}
+	if (comp && strcmp(comp, "gzip") && strcmp(comp, "zstd") && strcmp(comp, "none")) {
+		kiln_err(err, KILN_E_INVALID, "compression '%s': want gzip, zstd or none", comp);
+		goto out;
+	}
+	if (tl && (!json_is_integer(tl) || json_integer_value(tl) < 1)) {
+		kiln_err(err, KILN_E_INVALID, "time_limit_s: want a positive number");
+		goto out;
+	}
+	if (tl && json_integer_value(tl) < limit)
+		limit = json_integer_value(tl);
+	if (json_string_value(json_object_get(req, "dockerfile"))) {
+		text = kiln_xstrdup(json_string_value(json_object_get(req, "dockerfile")));
+	} else if (json_is_array(json_object_get(req, "steps"))) {
+		if (render_steps(req, &df, err) < 0)
+			goto out;
+		text = kiln_buf_detach(&df);
+		json_object_set_new(req, "dockerfile", json_string(text));
+	} else {
+		kiln_err(err, KILN_E_INVALID, "a build request needs a dockerfile or steps");
+		goto out;
+	}
+	json_object_set_new(req, "dockerfile_name", json_string(file));
+	if (!json_object_get(req, "files"))
+		json_object_set_new(req, "files", json_array());
+	if (check_dockerfile(file, text, req, err) < 0 || check_files(s, team, json_object_get(req, "files"), err) < 0)
+		goto out;
+	char *stored = json_dumps(req, JSON_COMPACT);
+	svc_new_id(id);
+	ret = svc_q_insert(s, id, team, name, stored, limit, err);
+	free(stored);
+	if (ret == 0) {
+		pthread_mutex_lock(&s->lock);
+		pthread_cond_broadcast(&s->wake);
+		pthread_mutex_unlock(&s->lock);
+	}
+out:
+	kiln_buf_free(&df);
+	free(text);
+	free(fname);
+	return ret;
+}

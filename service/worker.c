@@ -1,0 +1,488 @@
+/* worker.c — running a claimed build: its context made from the team's
+ * store, the Dockerfile written, then `kiln build --json` in the team's own
+ * KILN_HOME (so the step cache, images and builder VM snapshot are per team
+ * and shared by all its builds), its events appended to the log as they
+ * come, cancel and the time limit enforced by killing its process group,
+ * and only after a build that succeeded, `kiln push` of the result into the
+ * team's namespace of this registry. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "service/internal.h"
+
+struct run {
+	svc *s;
+	const char *id, *team;
+	pid_t pid;
+	char *reason, *location;       /* from the error event */
+	char *digest, *template_digest; /* from the done event */
+};
+
+/* "FILE:LINE[:COL]" at the start of an error message, or NULL. */
+char *svc_error_location(const char *msg)
+{
+	const char *p = msg;
+	size_t n = 0;
+
+	while (p[n] && p[n] != ':' && p[n] != ' ')
+		n++;
+	if (n == 0 || p[n] != ':' || !(p[n + 1] >= '0' && p[n + 1] <= '9'))
+		return NULL;
+	n++;
+	while (p[n] >= '0' && p[n] <= '9')
+		n++;
+	if (p[n] == ':' && p[n + 1] >= '0' && p[n + 1] <= '9') {
+		n++;
+		while (p[n] >= '0' && p[n] <= '9')
+			n++;
+	}
+	if (p[n] != ':')
+		return NULL;
+	return kiln_xstrndup(p, n);
+}
+
+static void on_line(struct run *r, const char *line)
+{
+	json_error_t je;
+	json_t *j = json_loads(line, 0, &je);
+	const char *ev = j ? json_string_value(json_object_get(j, "event")) : NULL;
+	kiln_error *err = NULL;
+
+	svc_log_append(r->s, r->id, line, NULL);
+	if (ev == NULL)
+		goto out;
+	if (strcmp(ev, "step") == 0) {
+		svc_q_progress(r->s, r->id, (int)json_integer_value(json_object_get(j, "step")),
+			       (int)json_integer_value(json_object_get(j, "total")),
+			       json_string_value(json_object_get(j, "instruction")), &err);
+	} else if (strcmp(ev, "error") == 0 && json_string_value(json_object_get(j, "message"))) {
+		free(r->reason);
+		r->reason = kiln_xstrdup(json_string_value(json_object_get(j, "message")));
+		free(r->location);
+		r->location = svc_error_location(r->reason);
+	} else if (strcmp(ev, "done") == 0) {
+		free(r->digest);
+		r->digest = kiln_xstrdup(json_string_value(json_object_get(j, "digest")) ?: "");
+		if (json_string_value(json_object_get(j, "template")))
+			r->template_digest = kiln_xstrdup(json_string_value(json_object_get(j, "template")));
+	}
+out:
+	if (err) {
+		kiln_warn("build %s: %s", r->id, kiln_error_message(err));
+		kiln_error_free(err);
+	}
+	json_decref(j);
+}
+
+static void log_event(svc *s, const char *id, json_t *j)
+{
+	char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+
+	svc_log_append(s, id, line, NULL);
+	free(line);
+	json_decref(j);
+}
+
+/* fork + exec argv with KILN_HOME=home, stdout to a pipe (*out), stderr to
+ * errfile; its own process group, killed with the server. */
+static pid_t spawn(svc *s, char *const *argv, const char *home, const char *cwd, const char *errfile, int *out,
+		   kiln_error **err)
+{
+	int p[2], efd;
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return kiln_err_errno(err, errno, "pipe");
+	efd = open(errfile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (efd < 0) {
+		close(p[0]);
+		close(p[1]);
+		return kiln_err_errno(err, errno, "open %s", errfile);
+	}
+	pid = fork();
+	if (pid < 0) {
+		close(p[0]);
+		close(p[1]);
+		close(efd);
+		return kiln_err_errno(err, errno, "fork");
+	}
+	if (pid == 0) {
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		setpgid(0, 0);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(p[1], 1);
+		dup2(efd, 2);
+		int nul = open("/dev/null", O_RDONLY);
+		if (nul >= 0)
+			dup2(nul, 0);
+		setenv("KILN_HOME", home, 1);
+		if (chdir(cwd) < 0)
+			_exit(126);
+		unsetenv("KILN_BUILDER");
+		execv(s->exe, argv);
+		_exit(127);
+	}
+	setpgid(pid, pid);
+	close(p[1]);
+	close(efd);
+	*out = p[0];
+	return pid;
+}
+
+static void kill_group(pid_t pid)
+{
+	kill(-pid, SIGTERM);
+	for (int i = 0; i < 50; i++) {
+		if (waitpid(pid, NULL, WNOHANG) != 0)
+			return;
+		usleep(100 * 1000);
+	}
+	kill(-pid, SIGKILL);
+}
+
+/* Run argv, each stdout line to fn (when set); 0 exit status, else -1 with a
+ * reason (cancel, time limit, exit code). */
+static int run_child(struct run *r, char *const *argv, const char *home, const char *cwd, const char *errfile,
+		     int64_t deadline,
+		     void (*fn)(struct run *, const char *), kiln_buf *capture, kiln_error **err)
+{
+	kiln_buf acc = KILN_BUF_INIT;
+	int fd = -1, status = 0, cut = 0;
+	int64_t last_beat = 0;
+	pid_t pid = spawn(r->s, argv, home, cwd, errfile, &fd, err);
+
+	if (pid < 0)
+		return -1;
+	pthread_mutex_lock(&r->s->lock);
+	r->pid = pid;
+	pthread_mutex_unlock(&r->s->lock);
+	for (;;) {
+		struct pollfd pf = { fd, POLLIN, 0 };
+		int pr = poll(&pf, 1, 1000);
+		int64_t now = svc_now();
+
+		if (pr > 0) {
+			char buf[16 << 10];
+			ssize_t n = read(fd, buf, sizeof(buf));
+			if (n <= 0)
+				break;
+			kiln_buf_add(&acc, buf, (size_t)n);
+			char *nl;
+			while ((nl = memchr(acc.buf, '\n', acc.len)) != NULL) {
+				*nl = '\0';
+				if (fn)
+					fn(r, acc.buf);
+				if (capture)
+					kiln_buf_addf(capture, "%s\n", acc.buf);
+				size_t used = (size_t)(nl - acc.buf) + 1;
+				memmove(acc.buf, nl + 1, acc.len - used);
+				acc.len -= used;
+				acc.buf[acc.len] = '\0';
+			}
+		}
+		if (now - last_beat >= 2) {
+			kiln_error *e = NULL;
+			last_beat = now;
+			int c = svc_q_heartbeat(r->s, r->id, &e);
+			kiln_error_free(e);
+			if (c == 1 || r->s->stopping) {
+				cut = c == 1 ? 1 : 3;
+				break;
+			}
+		}
+		if (deadline && now >= deadline) {
+			cut = 2;
+			break;
+		}
+	}
+	if (cut)
+		kill_group(pid);
+	waitpid(pid, &status, 0);
+	pthread_mutex_lock(&r->s->lock);
+	r->pid = 0;
+	pthread_mutex_unlock(&r->s->lock);
+	close(fd);
+	kiln_buf_free(&acc);
+	if (cut == 1)
+		return kiln_err(err, KILN_E_GENERIC, "cancelled");
+	if (cut == 2)
+		return kiln_err(err, KILN_E_LIMIT, "the build ran past its time limit");
+	if (cut == 3)
+		return kiln_err(err, KILN_E_GENERIC, "the server stopped while the build was running");
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		char *tail = NULL;
+		size_t len = 0;
+		kiln_error *e = NULL;
+		if (kiln_read_file(errfile, &tail, &len, 1 << 20, &e) < 0)
+			kiln_error_free(e);
+		/* the child's last "kiln: ..." line says why */
+		char *last = NULL;
+		for (char *p = tail ? strstr(tail, "kiln: ") : NULL; p; p = strstr(p + 1, "kiln: "))
+			last = p;
+		if (last)
+			last[strcspn(last, "\n")] = '\0';
+		if (WIFEXITED(status))
+			kiln_err(err, KILN_E_GENERIC, "%s exited with %d%s%s", argv[1], WEXITSTATUS(status),
+				 last ? ": " : "", last ? last + 6 : "");
+		else
+			kiln_err(err, KILN_E_GENERIC, "%s killed by signal %d", argv[1], WTERMSIG(status));
+		free(tail);
+		return -1;
+	}
+	return 0;
+}
+
+static void argv_add(kiln_strv *a, const char *s)
+{
+	kiln_strv_push(a, s);
+}
+
+/* The registry host builds push to and pull from: this server. */
+static char *registry_host(svc *s)
+{
+	const struct reg_config *c = reg_server_config(s->srv);
+	const char *h = strcmp(c->host, "0.0.0.0") == 0 || strcmp(c->host, "::") == 0 ? "127.0.0.1" : c->host;
+
+	return kiln_xasprintf(strchr(h, ':') ? "[%s]:%u" : "%s:%u", h, reg_server_port(s->srv));
+}
+
+static int publish(struct run *r, const char *home, const char *cwd, const char *errfile, const char *name, bool tmpl,
+		   struct svc_result *res, kiln_error **err)
+{
+	char *host = registry_host(r->s), *repo_tag = kiln_xasprintf("%s/%s", r->team, name);
+	char *dest = NULL;
+	kiln_strv a = KILN_STRV_INIT;
+	kiln_buf out = KILN_BUF_INIT;
+	int ret = -1;
+
+	if (strchr(name, ':') == NULL) {
+		char *t = kiln_xasprintf("%s:latest", repo_tag);
+		free(repo_tag);
+		repo_tag = t;
+	}
+	/* the template under NAME:TAG (what kiln run starts), the image beside it */
+	const char *kinds[2] = { tmpl ? "--template" : "--image", tmpl ? "--image" : NULL };
+	for (int k = 0; k < 2 && kinds[k]; k++) {
+		free(dest);
+		dest = k == 0 ? kiln_xasprintf("%s/%s", host, repo_tag) : kiln_xasprintf("%s/%s-image", host, repo_tag);
+		kiln_strv_free(&a);
+		argv_add(&a, r->s->exe);
+		argv_add(&a, "push");
+		argv_add(&a, kinds[k]);
+		argv_add(&a, name);
+		argv_add(&a, dest);
+		kiln_buf_free(&out);
+		if (run_child(r, a.v, home, cwd, errfile, 0, NULL, &out, err) < 0) {
+			kiln_error_wrap(err, "publish %s", dest + strlen(host) + 1);
+			goto out;
+		}
+		char *d = out.buf ? strstr(out.buf, "sha256:") : NULL;
+		char *digest = d ? kiln_xstrndup(d, strcspn(d, "\n ")) : kiln_xstrdup("");
+		char *ref = kiln_xstrdup(dest + strlen(host) + 1);
+		if (tmpl && k == 0) {
+			res->template_ref = ref;
+			res->template_digest = digest;
+		} else {
+			res->image = ref;
+			res->image_digest = digest;
+		}
+		log_event(r->s, r->id, json_pack("{s:s,s:s,s:s,s:s}", "event", "published", "kind",
+						 tmpl && k == 0 ? "template" : "image", "ref", dest + strlen(host) + 1,
+						 "digest", digest));
+	}
+	ret = 0;
+out:
+	kiln_strv_free(&a);
+	kiln_buf_free(&out);
+	free(dest);
+	free(repo_tag);
+	free(host);
+	return ret;
+}
+
+static void result_free(struct svc_result *res)
+{
+	free(res->image);
+	free(res->image_digest);
+	free(res->template_ref);
+	free(res->template_digest);
+	memset(res, 0, sizeof(*res));
+}
+
+void svc_run_build(svc *s, const char *id)
+{
+	struct run r = { .s = s, .id = id };
+	struct svc_result res = { 0 };
+	kiln_error *err = NULL;
+	char *team = NULL, *request = NULL, *home = NULL, *work = NULL, *ctx = NULL, *df = NULL, *errfile = NULL;
+	char *ts = NULL, *name = NULL;
+	kiln_strv a = KILN_STRV_INIT;
+	json_t *req = NULL;
+	json_error_t je;
+	int64_t limit = 0;
+	bool tmpl;
+
+	pthread_mutex_lock(&s->lock);
+	s->running++;
+	pthread_mutex_unlock(&s->lock);
+	if (svc_q_job(s, id, &team, &request, &limit, &err) < 0)
+		goto fail;
+	r.team = team;
+	req = json_loads(request, 0, &je);
+	if (req == NULL) {
+		kiln_err(&err, KILN_E_INVALID, "stored request: %s", je.text);
+		goto fail;
+	}
+	log_event(s, id, json_pack("{s:s,s:s,s:s}", "event", "status", "state", "building", "host", s->host_id));
+	home = svc_team_dir(s, team, "home");
+	ts = kiln_xasprintf("work/%s", id);
+	work = kiln_path_join(s->state_dir, ts);
+	ctx = kiln_path_join(work, "context");
+	const char *dfname = json_string_value(json_object_get(req, "dockerfile_name"));
+	df = kiln_path_join(work, dfname ? dfname : "Dockerfile");
+	errfile = kiln_path_join(work, "stderr");
+	if (kiln_mkdir_p(home, 0700, &err) < 0 || svc_team_auth(s, team, home, &err) < 0 ||
+	    svc_context_make(s, team, json_object_get(req, "files"), ctx, &err) < 0)
+		goto fail;
+	const char *text = json_string_value(json_object_get(req, "dockerfile"));
+	if (kiln_write_atomic(df, text, strlen(text), 0600, &err) < 0)
+		goto fail;
+	name = json_string_value(json_object_get(req, "name")) ? kiln_xstrdup(json_string_value(json_object_get(req, "name")))
+							       : NULL;
+	tmpl = json_is_true(json_object_get(req, "template"));
+	argv_add(&a, s->exe);
+	argv_add(&a, "build");
+	argv_add(&a, "--json");
+	argv_add(&a, "-f");
+	argv_add(&a, dfname ? dfname : "Dockerfile"); /* relative: errors name it as the client does */
+	if (name) {
+		argv_add(&a, "-t");
+		argv_add(&a, name);
+	}
+	json_t *kv;
+	size_t i;
+	json_array_foreach(json_object_get(req, "build_args"), i, kv) {
+		char *s2 = kiln_xasprintf("%s=%s", json_string_value(json_array_get(kv, 0)), json_string_value(json_array_get(kv, 1)));
+		argv_add(&a, "--build-arg");
+		kiln_strv_push_owned(&a, s2);
+	}
+	static const char *const strs[][2] = { { "target", "--target" }, { "start_cmd", "--start-cmd" },
+					       { "ready_cmd", "--ready-cmd" }, { "compression", "--compression" } };
+	for (size_t k = 0; k < 4; k++) {
+		const char *v = json_string_value(json_object_get(req, strs[k][0]));
+		if (v) {
+			argv_add(&a, strs[k][1]);
+			argv_add(&a, v);
+		}
+	}
+	static const char *const nums[][2] = { { "cpus", "--cpus" }, { "memory_mib", "--memory" } };
+	for (size_t k = 0; k < 2; k++) {
+		json_int_t v = json_integer_value(json_object_get(req, nums[k][0]));
+		if (v > 0) {
+			argv_add(&a, nums[k][1]);
+			kiln_strv_push_owned(&a, kiln_xasprintf("%lld", (long long)v));
+		}
+	}
+	if (tmpl)
+		argv_add(&a, "--template");
+	if (json_is_true(json_object_get(req, "no_cache")))
+		argv_add(&a, "--no-cache");
+	argv_add(&a, "context");
+	if (run_child(&r, a.v, home, work, errfile, svc_now() + limit, on_line, NULL, &err) < 0) {
+		if (r.reason && err && err->kind == KILN_E_GENERIC && strstr(kiln_error_message(err), "exited with")) {
+			/* the build's own error event says it best */
+			kiln_error_clear(&err);
+			kiln_err(&err, KILN_E_GENERIC, "%s", r.reason);
+		} else if (err && err->kind == KILN_E_LIMIT) {
+			kiln_error_clear(&err);
+			kiln_err(&err, KILN_E_LIMIT, "the build ran past its time limit of %lld s", (long long)limit);
+		}
+		goto fail;
+	}
+	if (name && publish(&r, home, work, errfile, name, tmpl, &res, &err) < 0)
+		goto fail;
+	if (!name) {
+		res.image_digest = kiln_xstrdup(r.digest ? r.digest : "");
+		if (r.template_digest)
+			res.template_digest = kiln_xstrdup(r.template_digest);
+	}
+	{
+		json_t *j = json_pack("{s:s,s:s}", "event", "status", "state", "done");
+		if (res.image)
+			json_object_set_new(j, "image", json_string(res.image));
+		if (res.image_digest)
+			json_object_set_new(j, "image_digest", json_string(res.image_digest));
+		if (res.template_ref)
+			json_object_set_new(j, "template_ref", json_string(res.template_ref));
+		if (res.template_digest)
+			json_object_set_new(j, "template_digest", json_string(res.template_digest));
+		log_event(s, id, j);
+	}
+	if (svc_q_finish(s, id, SVC_DONE, NULL, NULL, &res, &err) < 0)
+		goto fail;
+	goto out;
+fail: {
+	const char *msg = err ? kiln_error_message(err) : "unknown error";
+	bool cancelled = err && strcmp(msg, "cancelled") == 0;
+	char *loc = r.location ? kiln_xstrdup(r.location) : svc_error_location(msg);
+	kiln_error *e2 = NULL;
+	if (!r.reason || strcmp(r.reason, msg) != 0)
+		log_event(s, id, json_pack("{s:s,s:s}", "event", "error", "message", msg));
+	json_t *j = json_pack("{s:s,s:s,s:s}", "event", "status", "state", cancelled ? "cancelled" : "failed", "reason", msg);
+	if (loc)
+		json_object_set_new(j, "location", json_string(loc));
+	log_event(s, id, j);
+	if (svc_q_finish(s, id, cancelled ? SVC_CANCELLED : SVC_FAILED, msg, loc, NULL, &e2) < 0) {
+		kiln_warn("build %s: %s", id, kiln_error_message(e2));
+		kiln_error_free(e2);
+	}
+	free(loc);
+}
+out:
+	if (work) {
+		kiln_error *e3 = NULL;
+		if (kiln_rm_rf(work, &e3) < 0)
+			kiln_error_free(e3);
+	}
+	kiln_error_free(err);
+	result_free(&res);
+	kiln_strv_free(&a);
+	json_decref(req);
+	free(r.reason);
+	free(r.location);
+	free(r.digest);
+	free(r.template_digest);
+	free(team);
+	free(request);
+	free(home);
+	free(work);
+	free(ctx);
+	free(df);
+	free(errfile);
+	free(ts);
+	free(name);
+	pthread_mutex_lock(&s->lock);
+	s->running--;
+	pthread_mutex_unlock(&s->lock);
+}
+
+int svc_exec_quiet(svc *s, char *const *argv, const char *home, kiln_error **err)
+{
+	struct run r = { .s = s, .id = "" };
+	char *errfile = kiln_path_join(home, "prune.stderr");
+	int ret = run_child(&r, argv, home, home, errfile, 0, NULL, NULL, err);
+
+	unlink(errfile);
+	free(errfile);
+	return ret;
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# t0580-build-remote.sh — kiln build --remote against kiln serve --build with
+# auth on, two teams, no VM (FROM scratch + COPY, so it is cheap): the same
+# step lines, only missing files uploaded (a one-file change sends one file),
+# the result published under the team's namespace and pulled elsewhere, a
+# Dockerfile error with FILE:LINE:COL, a server-side base refused, a context
+# over the limit, and each team blind to the other's builds, logs, context
+# blobs and cache; X-API-Key accepted; a restart keeps queued builds.
+. tests/e2e/lib.sh
+
+DATA=$T_TMP/data
+cat >"$T_TMP/serve.json" <<JSON
+{"auth": true, "build": {"context_max": "64K", "host_builds": 1}}
+JSON
+A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
+B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)
+start_server() {
+	$KILN serve --addr 127.0.0.1:0 --data "$DATA" --config "$T_TMP/serve.json" 2>"$T_TMP/serve.log" &
+	SRV=$!
+	for _ in $(seq 100); do grep -q listening "$T_TMP/serve.log" && break; sleep 0.1; done
+	PORT=$(grep -o '127.0.0.1:[0-9]*' "$T_TMP/serve.log" | head -1 | cut -d: -f2)
+	URL=http://127.0.0.1:$PORT
+}
+stop_server() { kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null; }
+trap 'stop_server; rm -rf "$T_TMP"' EXIT
+start_server
+expect_grep "serve --build announces the service" 'building' "$T_TMP/serve.log"
+
+mkdir -p "$T_TMP/ctx/sub" "$T_TMP/ctx/skip"
+echo one >"$T_TMP/ctx/a.txt"
+echo two >"$T_TMP/ctx/sub/b.txt"
+echo secret >"$T_TMP/ctx/skip/x"
+echo skip >"$T_TMP/ctx/.dockerignore"
+printf 'FROM scratch\nCOPY a.txt /a.txt\nCOPY sub/ /sub/\n' >"$T_TMP/ctx/Dockerfile"
+
+export KILN_TOKEN=$A
+expect_exit 0 "remote build succeeds" $KILN build --remote "$URL" -t app:v1 "$T_TMP/ctx"
+expect_grep "same step lines as a local build" '^\[3/3\] COPY sub/ /sub/' "$T_TMP/err"
+expect_grep "cache lines too" '^  cache miss' "$T_TMP/err"
+expect_grep "every file uploaded the first time (.dockerignore applied)" 'files uploaded' "$T_TMP/err"
+expect_grep "published under the team's namespace" '^published team-a/app:v1 sha256:' "$T_TMP/err"
+D1=$(head -1 "$T_TMP/out")
+# the local build of the same context gives the same image
+KILN_HOME=$T_TMP/local expect_exit 0 "local build of the same context" $KILN build -t app:v1 "$T_TMP/ctx"
+expect_eq "remote digest equals the local one" "$D1" "$(head -1 "$T_TMP/out")"
+
+echo changed >"$T_TMP/ctx/sub/b.txt"
+expect_exit 0 "rebuild after a one-file change" $KILN build --remote "$URL" -t app:v2 "$T_TMP/ctx"
+expect_grep "only the changed file is uploaded" 'context: [0-9]+ entries, 1 files uploaded \([0-9]+ bytes\)' "$T_TMP/err"
+expect_grep "the unchanged step is a cache hit" '^  cache hit' "$T_TMP/err"
+
+expect_exit 0 "--json events from a remote build" $KILN build --json --remote "$URL" "$T_TMP/ctx"
+expect_grep "json step events" '^\{"event":"step","step":1,"total":3' "$T_TMP/out"
+expect_grep "json done event" '^\{"event":"done","digest":"sha256:' "$T_TMP/out"
+
+# kiln pull elsewhere with the team's token
+KILN_HOME=$T_TMP/other $KILN login -u x --password-stdin "127.0.0.1:$PORT" <<<"$A" >/dev/null 2>&1
+KILN_HOME=$T_TMP/other expect_exit 0 "the result pulls from the registry" $KILN pull "127.0.0.1:$PORT/team-a/app:v1"
+expect_eq "pulled digest is the built one" "$(head -1 "$T_TMP/out")" "$D1"
+
+# bad input
+printf 'FROM scratch\nCOPY --nope a.txt /\n' >"$T_TMP/ctx/Dockerfile.bad"
+expect_exit 1 "a Dockerfile error fails" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.bad" "$T_TMP/ctx"
+expect_grep "the error has FILE:LINE:COL" 'Dockerfile.bad:2:6: Unknown flag: nope' "$T_TMP/err"
+printf 'FROM scratch\nCOPY missing /x\n' >"$T_TMP/ctx/Dockerfile.miss"
+expect_exit 1 "a failing step fails the remote build (exit 1)" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.miss" "$T_TMP/ctx"
+expect_grep "its reason names the step" 'Dockerfile.miss:2: \[2/2\] COPY missing /x' "$T_TMP/err"
+ID=$(curl -s -H "X-API-Key: $A" "$URL/build/v1/builds?team=team-a" | jq -r '.builds[0].id')
+curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$ID" >"$T_TMP/st.json"
+expect_eq "status: failed, with the place" "$(jq -r '.state + " " + .location' "$T_TMP/st.json")" "failed Dockerfile.miss:2"
+printf 'FROM oci:/etc\n' >"$T_TMP/ctx/Dockerfile.local"
+expect_exit 1 "a base on the server's disk is refused" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.local" "$T_TMP/ctx"
+expect_grep "with where and why" 'Dockerfile.local:1:1: base .oci:/etc. names a path on the build server' "$T_TMP/err"
+printf 'FROM 127.0.0.1:%s/team-b/base:1\n' "$PORT" >"$T_TMP/ctx/Dockerfile.other"
+expect_exit 1 "another team's base is not reachable" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.other" "$T_TMP/ctx"
+mkdir -p "$T_TMP/big"
+head -c 200000 /dev/urandom >"$T_TMP/big/f"
+printf 'FROM scratch\nCOPY f /f\n' >"$T_TMP/big/Dockerfile"
+expect_exit 1 "a context over the limit is refused" $KILN build --remote "$URL" "$T_TMP/big"
+expect_grep "saying so" 'larger than the limit' "$T_TMP/err"
+H=sha256:$(sha256sum "$T_TMP/big/f" | cut -d' ' -f1)
+expect_eq "nothing of it is stored" "$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/missing" -d "{\"digests\":[\"$H\"]}" | jq -r '.missing[0]')" "$H"
+
+# teams
+HA=sha256:$(sha256sum "$T_TMP/ctx/a.txt" | cut -d' ' -f1)
+expect_eq "team b does not see team a's context blobs" "$(curl -s -H "X-API-Key: $B" -XPOST "$URL/build/v1/missing" -d "{\"digests\":[\"$HA\"]}" | jq -r '.missing[0]')" "$HA"
+expect_eq "team b gets 404 for team a's build" "$(curl -s -o /dev/null -w '%{http_code}' -H "X-API-Key: $B" "$URL/build/v1/builds/$ID")" 404
+expect_eq "nor its log" "$(curl -s -o /dev/null -w '%{http_code}' -H "X-API-Key: $B" "$URL/build/v1/builds/$ID/logs")" 404
+expect_eq "team b's list is empty" "$(curl -s -H "X-API-Key: $B" "$URL/build/v1/builds" | jq '.builds | length')" 0
+expect_eq "a token cannot build for another team" "$(curl -s -o /dev/null -w '%{http_code}' -H "X-API-Key: $A" "$URL/build/v1/builds?team=team-b")" 403
+expect_eq "no credential: 401" "$(curl -s -o /dev/null -w '%{http_code}' "$URL/build/v1/builds")" 401
+KILN_TOKEN=$B expect_exit 0 "team b builds the same context" $KILN build --remote "$URL" -t app:v1 "$T_TMP/ctx"
+expect_grep "uploading it all itself" 'context: [0-9]+ entries, [1-9][0-9]* files uploaded' "$T_TMP/err"
+if grep -q 'cache hit' "$T_TMP/err"; then not_ok "team b does not get team a's cache"; else ok "team b does not get team a's cache"; fi
+KILN_HOME=$T_TMP/other expect_exit 1 "team a's token cannot pull team b's result" $KILN pull "127.0.0.1:$PORT/team-b/app:v1"
+
+# the log with a cursor
+curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$ID/logs" >"$T_TMP/log.all"
+curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$ID/logs?cursor=2" >"$T_TMP/log.2"
+expect_eq "a cursor resumes the log" "$(tail -n +3 "$T_TMP/log.all" | md5sum)" "$(md5sum <"$T_TMP/log.2")"
+
+# a restart: a queued build stays queued, then runs
+stop_server
+sqlite3 "$DATA/meta.db" "UPDATE svc_builds SET state='building', host='vm-gone', heartbeat=1 WHERE id='$ID'" 2>/dev/null
+start_server
+expect_eq "a build a stopped host was running ends failed" "$(curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$ID" | jq -r .state)" failed
+expect_exit 0 "the restarted server builds" $KILN build --remote "$URL" -t app:v3 "$T_TMP/ctx"
