@@ -130,6 +130,7 @@ static int run_remote(const char *url, const struct build_options *o, const stru
 	req.target = o->target;
 	req.name = o->n_tags ? o->tags[0] : NULL;
 	req.no_cache = o->no_cache;
+	req.source_date_epoch = getenv("SOURCE_DATE_EPOCH"); /* as a local build takes it */
 	req.compression = o->compression == BUILD_ZSTD ? SVC_ZSTD : o->compression == BUILD_NONE ? SVC_NONE : SVC_GZIP;
 	if (o->template) {
 		req.template_ = true;

@@ -25,9 +25,10 @@ static const char *const schema[] = {
 	" ended BIGINT NOT NULL DEFAULT 0, heartbeat BIGINT NOT NULL DEFAULT 0, host TEXT,"
 	" step INTEGER NOT NULL DEFAULT 0, total INTEGER NOT NULL DEFAULT 0, instruction TEXT, reason TEXT,"
 	" location TEXT, image TEXT, image_digest TEXT, template_ref TEXT, template_digest TEXT,"
-	" cancel INTEGER NOT NULL DEFAULT 0, time_limit BIGINT NOT NULL, nlog BIGINT NOT NULL DEFAULT 0)",
-	"CREATE INDEX IF NOT EXISTS svc_builds_state ON svc_builds(state, created)",
-	"CREATE INDEX IF NOT EXISTS svc_builds_team ON svc_builds(team, created)",
+	" cancel INTEGER NOT NULL DEFAULT 0, time_limit BIGINT NOT NULL, nlog BIGINT NOT NULL DEFAULT 0,"
+	" qms BIGINT NOT NULL DEFAULT 0)", /* queued at (ms): the order of the queue and of lists */
+	"CREATE INDEX IF NOT EXISTS svc_builds_state ON svc_builds(state, qms)",
+	"CREATE INDEX IF NOT EXISTS svc_builds_team ON svc_builds(team, qms)",
 	"CREATE TABLE IF NOT EXISTS svc_logs(build TEXT NOT NULL, n BIGINT NOT NULL, line TEXT NOT NULL,"
 	" PRIMARY KEY(build, n))",
 	NULL,
@@ -173,6 +174,12 @@ void svc_db_rollback(svc_db *db)
 	pthread_mutex_unlock(&db->lock);
 }
 
+/* "relation already exists, skipping" and the like: not for the log. */
+static void quiet(void *ud, const char *msg)
+{
+	kiln_debug("PostgreSQL: %s", msg);
+}
+
 svc_db *svc_db_open(const char *where, kiln_error **err)
 {
 	svc_db *db = kiln_xcalloc(1, sizeof(*db));
@@ -184,6 +191,7 @@ svc_db *svc_db_open(const char *where, kiln_error **err)
 	pthread_mutexattr_destroy(&a);
 	if (strncmp(where, "postgresql:", 11) == 0 || strncmp(where, "postgres:", 9) == 0 || strchr(where, '=')) {
 		db->pg = PQconnectdb(where);
+		PQsetNoticeProcessor(db->pg, quiet, NULL);
 		if (PQstatus(db->pg) != CONNECTION_OK) {
 			kiln_err(err, KILN_E_IO, "queue db: cannot connect to PostgreSQL: %s", PQerrorMessage(db->pg));
 			goto fail;

@@ -87,14 +87,17 @@ void svc_list_free(struct svc_status *v, size_t n)
 int svc_q_insert(svc *s, const char *id, const char *team, const char *name, const char *request,
 		 int64_t time_limit, kiln_error **err)
 {
-	char now[24], tl[24];
-	const char *p[] = { id, team, name, request, now, tl };
+	char now[24], tl[24], ms[24];
+	const char *p[] = { id, team, name, request, now, tl, ms };
+	struct timespec ts;
 
+	clock_gettime(CLOCK_REALTIME, &ts);
 	svc_i64(now, svc_now());
 	svc_i64(tl, time_limit);
+	svc_i64(ms, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 	return svc_db_q(s->db, NULL,
-			"INSERT INTO svc_builds(id, team, name, state, request, created, time_limit)"
-			" VALUES($1, $2, $3, 'queued', $4, $5, $6)", p, 6, err) < 0 ? -1 : 0;
+			"INSERT INTO svc_builds(id, team, name, state, request, created, time_limit, qms)"
+			" VALUES($1, $2, $3, 'queued', $4, $5, $6, $7)", p, 7, err) < 0 ? -1 : 0;
 }
 
 void svc_new_id(char id[SVC_ID_MAX])
@@ -139,8 +142,8 @@ int svc_list(svc *s, const char *team, const char *name, size_t max, struct svc_
 
 	svc_i64(lim, max ? (int64_t)max : 100);
 	if (svc_db_q(s->db, &r,
-		     name ? "SELECT " COLS " FROM svc_builds WHERE team = $1 AND name = $3 ORDER BY created DESC, id LIMIT $2"
-			  : "SELECT " COLS " FROM svc_builds WHERE team = $1 ORDER BY created DESC, id LIMIT $2",
+		     name ? "SELECT " COLS " FROM svc_builds WHERE team = $1 AND name = $3 ORDER BY qms DESC, id LIMIT $2"
+			  : "SELECT " COLS " FROM svc_builds WHERE team = $1 ORDER BY qms DESC, id LIMIT $2",
 		     p, name ? 3 : 2, err) < 0)
 		return -1;
 	*n = r.n;
@@ -216,7 +219,7 @@ int svc_logs(svc *s, const char *team, const char *id, int64_t cursor, int wait_
 	     int64_t *next, bool *ended, kiln_error **err)
 {
 	char cur[24];
-	const char *p[] = { id, team, cur };
+	const char *p[] = { id, team }, *pc[] = { id, cur };
 	int64_t waited = 0;
 
 	*ended = false;
@@ -234,8 +237,8 @@ int svc_logs(svc *s, const char *team, const char *id, int64_t cursor, int wait_
 		}
 		state = state_of(svc_row(&st, 0, 0));
 		svc_rows_free(&st);
-		if (svc_db_q(s->db, &r, "SELECT line FROM svc_logs WHERE build = $1 AND n >= $3 ORDER BY n LIMIT 1000",
-			     p, 3, err) < 0)
+		if (svc_db_q(s->db, &r, "SELECT line FROM svc_logs WHERE build = $1 AND n >= $2 ORDER BY n LIMIT 1000",
+			     pc, 2, err) < 0)
 			return -1;
 		for (size_t i = 0; i < r.n; i++)
 			kiln_strv_push(lines, svc_row(&r, i, 0));
@@ -244,7 +247,7 @@ int svc_logs(svc *s, const char *team, const char *id, int64_t cursor, int wait_
 		/* over, and this read saw every line written before the end */
 		if (state != SVC_QUEUED && state != SVC_BUILDING && r.n < 1000) {
 			svc_i64(cur, *next);
-			if (svc_db_q(s->db, &r, "SELECT count(*) FROM svc_logs WHERE build = $1 AND n >= $3", p, 3, err) < 0)
+			if (svc_db_q(s->db, &r, "SELECT count(*) FROM svc_logs WHERE build = $1 AND n >= $2", pc, 2, err) < 0)
 				return -1;
 			*ended = svc_row_int(&r, 0, 0) == 0;
 			svc_rows_free(&r);
@@ -276,11 +279,11 @@ int svc_q_claim(svc *s, char id[SVC_ID_MAX], kiln_error **err)
 		pg ? "SELECT b.id, b.team FROM svc_builds b WHERE b.state = 'queued' AND"
 		     " (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building') < $1::bigint"
 		     " ORDER BY (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building'),"
-		     " b.created, b.id LIMIT 1 FOR UPDATE SKIP LOCKED"
+		     " b.qms, b.id LIMIT 1 FOR UPDATE SKIP LOCKED"
 		   : "SELECT b.id, b.team FROM svc_builds b WHERE b.state = 'queued' AND"
 		     " (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building') < $1"
 		     " ORDER BY (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building'),"
-		     " b.created, b.id LIMIT 1";
+		     " b.qms, b.id LIMIT 1";
 	if (svc_db_q(s->db, &r, sql, p, 1, err) < 0)
 		goto fail;
 	if (r.n == 0)
@@ -298,9 +301,10 @@ int svc_q_claim(svc *s, char id[SVC_ID_MAX], kiln_error **err)
 		if (running >= (int64_t)s->cfg.team_builds)
 			goto done;
 	}
+	const char *up[] = { p[3], now, s->host_id };
 	if (svc_db_q(s->db, NULL,
-		     "UPDATE svc_builds SET state = 'building', host = $3, started = $2, heartbeat = $2 WHERE id = $4",
-		     p, 4, err) < 0)
+		     "UPDATE svc_builds SET state = 'building', host = $3, started = $2, heartbeat = $2 WHERE id = $1",
+		     up, 3, err) < 0)
 		goto fail;
 	snprintf(id, SVC_ID_MAX, "%s", p[3]);
 	ret = 1;
@@ -381,12 +385,12 @@ int svc_q_recover(svc *s, int64_t stale_s, kiln_error **err)
 {
 	struct svc_rows r;
 	char now[24], old[24];
-	const char *p[] = { s->host_id, now, old };
+	const char *p[] = { s->host_id, old };
 
 	svc_i64(now, svc_now());
 	svc_i64(old, svc_now() - stale_s);
 	if (svc_db_q(s->db, &r,
-		     "SELECT id, host FROM svc_builds WHERE state = 'building' AND (host = $1 OR heartbeat < $3)", p, 3,
+		     "SELECT id, host FROM svc_builds WHERE state = 'building' AND (host = $1 OR heartbeat < $2)", p, 2,
 		     err) < 0)
 		return -1;
 	for (size_t i = 0; i < r.n; i++) {

@@ -25,6 +25,7 @@ json_t *svc_request_to_json(const struct svc_request *q)
 	SETS("target", q->target);
 	SETS("name", q->name);
 	SETS("start_cmd", q->start_cmd);
+	SETS("source_date_epoch", q->source_date_epoch);
 	SETS("ready_cmd", q->ready_cmd);
 #undef SETS
 	if (q->nsteps) {
@@ -296,6 +297,12 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 	}
 	if (tl && (!json_is_integer(tl) || json_integer_value(tl) < 1)) {
 		kiln_err(err, KILN_E_INVALID, "time_limit_s: want a positive number");
+		goto out;
+	}
+	const char *epoch = json_string_value(json_object_get(req, "source_date_epoch"));
+	if (json_object_get(req, "source_date_epoch") &&
+	    (epoch == NULL || !*epoch || strlen(epoch) > 19 || strspn(epoch, "0123456789") != strlen(epoch))) {
+		kiln_err(err, KILN_E_INVALID, "source_date_epoch: want the seconds as a string of digits");
 		goto out;
 	}
 	if (tl && json_integer_value(tl) < limit)

@@ -105,6 +105,7 @@ struct svc_request {
 	bool no_cache;
 	enum { SVC_GZIP, SVC_ZSTD, SVC_NONE } compression;
 	int64_t time_limit_s;       /* 0: the server's; more than the server's is capped */
+	const char *source_date_epoch; /* the build's SOURCE_DATE_EPOCH (digits), or NULL */
 };
 
 #define SVC_ID_MAX 40           /* "b-" + 32 hex + NUL, room to spare */

@@ -21,6 +21,7 @@
 struct run {
 	svc *s;
 	const char *id, *team;
+	const char *epoch;              /* SOURCE_DATE_EPOCH for the build, or NULL */
 	pid_t pid;
 	char *reason, *location;       /* from the error event */
 	char *digest, *template_digest; /* from the done event */
@@ -93,8 +94,8 @@ static void log_event(svc *s, const char *id, json_t *j)
 
 /* fork + exec argv with KILN_HOME=home, stdout to a pipe (*out), stderr to
  * errfile; its own process group, killed with the server. */
-static pid_t spawn(svc *s, char *const *argv, const char *home, const char *cwd, const char *errfile, int *out,
-		   kiln_error **err)
+static pid_t spawn(svc *s, char *const *argv, const char *home, const char *cwd, const char *epoch,
+		   const char *errfile, int *out, kiln_error **err)
 {
 	int p[2], efd;
 	pid_t pid;
@@ -126,6 +127,10 @@ static pid_t spawn(svc *s, char *const *argv, const char *home, const char *cwd,
 		if (nul >= 0)
 			dup2(nul, 0);
 		setenv("KILN_HOME", home, 1);
+		if (epoch)
+			setenv("SOURCE_DATE_EPOCH", epoch, 1);
+		else
+			unsetenv("SOURCE_DATE_EPOCH");
 		if (chdir(cwd) < 0)
 			_exit(126);
 		unsetenv("KILN_BUILDER");
@@ -159,7 +164,7 @@ static int run_child(struct run *r, char *const *argv, const char *home, const c
 	kiln_buf acc = KILN_BUF_INIT;
 	int fd = -1, status = 0, cut = 0;
 	int64_t last_beat = 0;
-	pid_t pid = spawn(r->s, argv, home, cwd, errfile, &fd, err);
+	pid_t pid = spawn(r->s, argv, home, cwd, r->epoch, errfile, &fd, err);
 
 	if (pid < 0)
 		return -1;
@@ -360,6 +365,7 @@ void svc_run_build(svc *s, const char *id)
 	name = json_string_value(json_object_get(req, "name")) ? kiln_xstrdup(json_string_value(json_object_get(req, "name")))
 							       : NULL;
 	tmpl = json_is_true(json_object_get(req, "template"));
+	r.epoch = json_string_value(json_object_get(req, "source_date_epoch"));
 	argv_add(&a, s->exe);
 	argv_add(&a, "build");
 	argv_add(&a, "--json");

@@ -8,9 +8,11 @@
 # blobs and cache; X-API-Key accepted; a restart keeps queued builds.
 . tests/e2e/lib.sh
 
+# the client sends it with the request, so remote and local images are byte-identical
+export SOURCE_DATE_EPOCH=1700000000
 DATA=$T_TMP/data
 cat >"$T_TMP/serve.json" <<JSON
-{"auth": true, "build": {"context_max": "64K", "host_builds": 1}}
+{"auth": true, "build": {"context_max": "3M", "host_builds": 1}}
 JSON
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
 B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)
@@ -74,7 +76,7 @@ expect_grep "with where and why" 'Dockerfile.local:1:1: base .oci:/etc. names a 
 printf 'FROM 127.0.0.1:%s/team-b/base:1\n' "$PORT" >"$T_TMP/ctx/Dockerfile.other"
 expect_exit 1 "another team's base is not reachable" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.other" "$T_TMP/ctx"
 mkdir -p "$T_TMP/big"
-head -c 200000 /dev/urandom >"$T_TMP/big/f"
+head -c 3200000 /dev/urandom >"$T_TMP/big/f"
 printf 'FROM scratch\nCOPY f /f\n' >"$T_TMP/big/Dockerfile"
 expect_exit 1 "a context over the limit is refused" $KILN build --remote "$URL" "$T_TMP/big"
 expect_grep "saying so" 'larger than the limit' "$T_TMP/err"
@@ -93,6 +95,61 @@ KILN_TOKEN=$B expect_exit 0 "team b builds the same context" $KILN build --remot
 expect_grep "uploading it all itself" 'context: [0-9]+ entries, [1-9][0-9]* files uploaded' "$T_TMP/err"
 if grep -q 'cache hit' "$T_TMP/err"; then not_ok "team b does not get team a's cache"; else ok "team b does not get team a's cache"; fi
 KILN_HOME=$T_TMP/other expect_exit 1 "team a's token cannot pull team b's result" $KILN pull "127.0.0.1:$PORT/team-b/app:v1"
+
+# a client that goes away mid-upload: nothing stored, nothing left behind
+head -c 2000000 /dev/urandom >"$T_TMP/part"
+HP=sha256:$(sha256sum "$T_TMP/part" | cut -d' ' -f1)
+curl -s -o /dev/null --limit-rate 10k --max-time 2 -H "X-API-Key: $A" -T "$T_TMP/part" "$URL/build/v1/blobs/$HP"
+sleep 0.5
+expect_eq "an interrupted upload stores nothing" "$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/missing" -d "{\"digests\":[\"$HP\"]}" | jq -r '.missing[0]')" "$HP"
+expect_eq "and leaves no partial file" "$(find "$DATA/build/teams/team-a/context" -type f -newer "$T_TMP/part" | grep -vc '/sha256/')" 0
+echo corrupt | curl -s -o "$T_TMP/put.json" -w '%{http_code}' -H "X-API-Key: $A" -T - "$URL/build/v1/blobs/$HP" >"$T_TMP/code"
+expect_eq "a blob that does not match its digest is refused" "$(cat "$T_TMP/code")" 400
+
+# cancel and the time limit: ADD of a URL that never finishes (no VM needed)
+python3 - "$T_TMP/slow.port" <<'PY' &
+import socket, sys, time, threading
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+open(sys.argv[1], "w").write(str(s.getsockname()[1]))
+s.settimeout(120)
+def serve(c):
+    c.recv(4096); c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\nx")
+    time.sleep(90); c.close()
+try:
+    while True:
+        c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+except Exception:
+    pass
+PY
+SLOW=$!
+for _ in $(seq 50); do [ -s "$T_TMP/slow.port" ] && break; sleep 0.1; done
+SLOWURL=http://127.0.0.1:$(cat "$T_TMP/slow.port")/x
+submit() { # TIME_LIMIT → build id
+	curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" \
+		-d "{\"dockerfile\":\"FROM scratch\\nADD $SLOWURL /x\\n\",\"time_limit_s\":$1}" | jq -r .id
+}
+state() { curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$1" | jq -r "${2:-.state}"; }
+wait_state() { # ID STATE
+	for _ in $(seq 150); do [ "$(state "$1")" = "$2" ] && return 0; sleep 0.2; done
+	return 1
+}
+T1=$(submit 3)
+T2=$(submit 600)
+wait_state "$T1" building
+expect_eq "with one worker the second build waits queued" "$(state "$T2")" queued
+curl -s -o /dev/null -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds/$T2/cancel"
+expect_eq "a queued build is cancelled at once" "$(state "$T2")" cancelled
+wait_state "$T1" failed
+expect_eq "a build past its time limit fails, saying so" "$(state "$T1" .reason)" "the build ran past its time limit of 3 s"
+T3=$(submit 600)
+wait_state "$T3" building
+sleep 1
+curl -s -o /dev/null -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds/$T3/cancel"
+if wait_state "$T3" cancelled; then ok "a running build is cancelled"; else not_ok "a running build is cancelled ($(state "$T3"))"; fi
+expect_eq "cancelling it again says it is over" "$(curl -s -o /dev/null -w '%{http_code}' -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds/$T3/cancel")" 409
+expect_eq "nothing of a cancelled build is published" "$(curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$T3" | jq -r '.image // "none"')" none
+kill $SLOW 2>/dev/null
+wait $SLOW 2>/dev/null
 
 # the log with a cursor
 curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$ID/logs" >"$T_TMP/log.all"

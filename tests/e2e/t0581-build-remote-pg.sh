@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# t0581-build-remote-pg.sh — two kiln serve --build hosts sharing one queue in
+# a real PostgreSQL server (initdb + pg_ctl as the postgres user, on
+# 127.0.0.1, started and removed here) and one data directory: 8 builds
+# queued at once all succeed, each claimed once (FOR UPDATE SKIP LOCKED),
+# both hosts take work, a team's limit holds across hosts, another team's
+# build is not starved behind it, and a build submitted to one host is
+# followed through the other.  No VM: FROM scratch + COPY of a few MB.
+. tests/e2e/lib.sh
+
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+if [ -z "$PGBIN" ] || ! id postgres >/dev/null 2>&1; then
+	skip "PostgreSQL queue" "no PostgreSQL server installed (deps/service.txt)"
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ] && [ "$(id -un)" != postgres ]; then
+	skip "PostgreSQL queue" "initdb must run as the postgres user: needs root"
+	exit 0
+fi
+as_pg() { if [ "$(id -u)" -eq 0 ]; then su postgres -s /bin/sh -c "$*"; else sh -c "$*"; fi; }
+PGDIR=$(mktemp -d /tmp/kiln-pg.XXXXXX)
+chmod 755 "$PGDIR"
+[ "$(id -u)" -eq 0 ] && chown postgres "$PGDIR"
+PGPORT=$((20000 + RANDOM % 20000))
+SRV1= SRV2=
+cleanup() {
+	for p in $SRV1 $SRV2; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	as_pg "$PGBIN/pg_ctl -D $PGDIR/db -m immediate stop" >/dev/null 2>&1
+	rm -rf "$PGDIR" "$T_TMP"
+}
+trap cleanup EXIT
+as_pg "$PGBIN/initdb -D $PGDIR/db -A trust -U kiln" >"$T_TMP/initdb.log" 2>&1
+as_pg "$PGBIN/pg_ctl -D $PGDIR/db -w -t 30 -l $PGDIR/log -o '-c listen_addresses=127.0.0.1 -p $PGPORT -k $PGDIR' start" \
+	>"$T_TMP/pgctl.log" 2>&1
+if ! psql -h 127.0.0.1 -p "$PGPORT" -U kiln -d postgres -Atc 'select 1' >/dev/null 2>&1; then
+	not_ok "PostgreSQL started"
+	sed 's/^/#   /' "$T_TMP/initdb.log" "$T_TMP/pgctl.log" "$PGDIR/log" 2>/dev/null | tail -20
+	exit 1
+fi
+ok "PostgreSQL started on 127.0.0.1:$PGPORT"
+PSQL="psql -h 127.0.0.1 -p $PGPORT -U kiln -d postgres -At"
+
+DATA=$T_TMP/data
+cat >"$T_TMP/serve.json" <<JSON
+{"auth": true, "build": {"db": "host=127.0.0.1 port=$PGPORT user=kiln dbname=postgres", "host_builds": 1, "team_builds": 1}}
+JSON
+A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
+B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)
+start() { # N
+	$KILN serve --addr 127.0.0.1:0 --data "$DATA" --config "$T_TMP/serve.json" 2>"$T_TMP/serve$1.log" &
+	eval "SRV$1=$!"
+	for _ in $(seq 100); do grep -q listening "$T_TMP/serve$1.log" && break; sleep 0.1; done
+	eval "URL$1=http://$(grep -o '127.0.0.1:[0-9]*' "$T_TMP/serve$1.log" | head -1)"
+}
+start 1
+start 2
+expect_grep "host 1 runs the build service on PostgreSQL" 'building' "$T_TMP/serve1.log"
+expect_grep "host 2 too" 'building' "$T_TMP/serve2.log"
+
+# 8 builds of team a, each with its own 4 MB file (so each takes a moment), submitted at once
+for i in 1 2 3 4 5 6 7 8; do
+	mkdir -p "$T_TMP/c$i"
+	head -c 4000000 /dev/urandom >"$T_TMP/c$i/f"
+	printf 'FROM scratch\nCOPY f /f\n' >"$T_TMP/c$i/Dockerfile"
+done
+for i in 1 2 3 4 5 6 7 8; do
+	u=$URL1; [ $((i % 2)) -eq 0 ] && u=$URL2
+	KILN_TOKEN=$A $KILN build --remote "$u" -t app:v$i "$T_TMP/c$i" >"$T_TMP/out$i" 2>"$T_TMP/err$i" &
+	eval "P$i=$!"
+	[ "$i" = 2 ] && sleep 1
+done
+# team b's one build, submitted behind team a's eight
+mkdir -p "$T_TMP/cb"
+echo b >"$T_TMP/cb/f"
+printf 'FROM scratch\nCOPY f /f\n' >"$T_TMP/cb/Dockerfile"
+sleep 1
+KILN_TOKEN=$B $KILN build --remote "$URL1" -t b:1 "$T_TMP/cb" >"$T_TMP/outb" 2>"$T_TMP/errb" &
+PB=$!
+fails=0
+for i in 1 2 3 4 5 6 7 8; do eval "wait \$P$i" || { fails=$((fails + 1)); sed 's/^/#   /' "$T_TMP/err$i" | tail -3; }; done
+wait $PB || { fails=$((fails + 1)); sed 's/^/#   /' "$T_TMP/errb" | tail -3; }
+expect_eq "9 builds queued at once all succeed" "$fails" 0
+expect_eq "each was claimed and done once" "$($PSQL -c "select count(*) from svc_builds where state = 'done'")" 9
+expect_eq "both hosts took work" "$($PSQL -c "select count(distinct host) from svc_builds")" 2
+# team_builds = 1: no two of team a's builds overlapped, whichever host ran them
+overlap=$($PSQL -c "select count(*) from svc_builds x join svc_builds y on x.team = y.team and x.id < y.id
+	where x.team = 'team-a' and x.started < y.ended and y.started < x.ended")
+expect_eq "a team's limit holds across hosts" "$overlap" 0
+# fairness: team b's build did not wait for all of team a's
+before=$($PSQL -c "select count(*) from svc_builds where team = 'team-a' and started > (select started from svc_builds where team = 'team-b')")
+if [ "$before" -ge 1 ]; then ok "team b is not starved behind team a ($before of a's started after it)"; else
+	not_ok "team b is not starved behind team a"; fi
+expect_grep "the log of a build claimed by either host streams" '^\[2/2\] COPY f /f' "$T_TMP/err1"
+ID=$(curl -s -H "X-API-Key: $A" "$URL1/build/v1/builds" | jq -r '.builds[0].id')
+expect_eq "its status reads the same on both hosts" "$(curl -s -H "X-API-Key: $A" "$URL1/build/v1/builds/$ID" | jq -c '[.state,.host]')" \
+	"$(curl -s -H "X-API-Key: $A" "$URL2/build/v1/builds/$ID" | jq -c '[.state,.host]')"
+
+# a host that dies while building: its build ends failed, queued ones stay queued
+$PSQL -c "update svc_builds set state = 'building', host = 'gone:1', heartbeat = 1 where id = '$ID'" >/dev/null
+$PSQL -c "insert into svc_builds(id, team, state, request, created, time_limit) values('b-queued', 'team-a', 'queued', '{\"dockerfile\":\"FROM scratch\\nENV A=1\\n\",\"files\":[]}', 1, 60)" >/dev/null
+kill $SRV1; wait $SRV1 2>/dev/null
+start 1
+sleep 3
+expect_eq "a build whose host stopped ends failed" "$($PSQL -c "select state from svc_builds where id = '$ID'")" failed
+expect_grep "with the reason" 'host gone:1 stopped' <($PSQL -c "select reason from svc_builds where id = '$ID'")
+expect_eq "a queued build survives the restart and runs" "$($PSQL -c "select state from svc_builds where id = 'b-queued'")" done
