@@ -7,18 +7,42 @@
 # all fails too.  tests/README.md says how to write and run tests.
 set -u
 pass=0 fail=0 skip=0
+
+# leftovers MARK: "PID CMDLINE" of each live process whose environment holds KILN_TEST_MARK=MARK
+leftovers() {
+	local env pid
+	for env in /proc/[0-9]*/environ; do
+		pid=${env#/proc/}
+		pid=${pid%/environ}
+		[ "$pid" = "$$" ] && continue
+		if { tr '\0' '\n' <"$env"; } 2>/dev/null | grep -qxF "KILN_TEST_MARK=$1"; then
+			echo "$pid $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-160)"
+		fi
+	done
+}
 failed_names=()
 for t in "$@"; do
 	name=$(basename "$t")
 	echo "# === $name"
 	log=$(mktemp)
 	start=$(date +%s)
+	# Every process the test starts inherits this mark (QEMU too: kiln passes its environment on),
+	# so what is still running after the test ends is found by it, whatever its parent is now.
+	mark="kiln-test-$$-$name"
 	if [[ $t == *.sh ]]; then
-		bash "$t" >"$log" 2>&1
+		KILN_TEST_MARK=$mark bash "$t" >"$log" 2>&1
 	else
-		"$t" >"$log" 2>&1
+		KILN_TEST_MARK=$mark "$t" >"$log" 2>&1
 	fi
 	rc=$?
+	left=$(leftovers "$mark")
+	# a process the test's trap just killed may still be on its way out
+	[ -n "$left" ] && sleep 2 && left=$(leftovers "$mark")
+	if [ -n "$left" ]; then
+		printf '#   %s\n' "$left" >>"$log"
+		echo "not ok - $name left processes running (killed now)" >>"$log"
+		kill -9 $(echo "$left" | cut -d' ' -f1) 2>/dev/null
+	fi
 	cat "$log"
 	# TAP's SKIP directive: "# skip" (any case) after the description
 	s=$(grep -Eci '^ok .*# *skip( |$)' "$log")
