@@ -15,8 +15,10 @@ static const char *keep(struct cli_build_flags *f, char *s)
 	return s;
 }
 
-int cli_build_arg(const struct kiln_command *cmd, struct cli_build_flags *f, const char *arg)
+int cli_build_arg(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
 {
+	struct cli_build_flags *f = opt->value;
+
 	const char *eq = strchr(arg, '=');
 	char *key = eq ? kiln_xstrndup(arg, (size_t)(eq - arg)) : kiln_xstrdup(arg);
 	const char *value = eq ? eq + 1 : getenv(key);
@@ -36,8 +38,10 @@ int cli_build_arg(const struct kiln_command *cmd, struct cli_build_flags *f, con
 	return 0;
 }
 
-int cli_build_secret(const struct kiln_command *cmd, struct cli_build_flags *f, const char *arg)
+int cli_build_secret(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
 {
+	struct cli_build_flags *f = opt->value;
+
 	kiln_strv fields = KILN_STRV_INIT;
 	const char *id = NULL, *src = NULL, *env = NULL, *type = NULL, *e;
 	size_t col = 0;
@@ -103,8 +107,10 @@ out:
 	return rc;
 }
 
-int cli_build_ssh(const struct kiln_command *cmd, struct cli_build_flags *f, const char *arg)
+int cli_build_ssh(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
 {
+	struct cli_build_flags *f = opt->value;
+
 	const char *eq = strchr(arg, '=');
 	char *id = eq ? kiln_xstrndup(arg, (size_t)(eq - arg)) : kiln_xstrdup(arg);
 	const char *path = eq ? eq + 1 : NULL;

@@ -1,6 +1,7 @@
 /* build_flags.h — the flags `kiln build` and `kiln dockerfile plan` share,
  * parsed once with docker buildx's rules: --build-arg (both), --secret and
- * --ssh (build).  Each parser prints its usage error and returns 2, else 0. */
+ * --ssh (build).  Each is the callback of an option table entry whose value
+ * is a struct cli_build_flags; it prints its usage error and returns 2, else 0. */
 #ifndef KILN_CLI_BUILD_FLAGS_H
 #define KILN_CLI_BUILD_FLAGS_H
 
@@ -20,11 +21,16 @@ struct cli_build_flags {
 
 /* --build-arg K=V; a bare K takes $K, and is left out (the Dockerfile's
  * default applies) when K is not set, as buildx does. */
-int cli_build_arg(const struct kiln_command *cmd, struct cli_build_flags *f, const char *arg);
+int cli_build_arg(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg);
 /* --secret id=ID[,src=FILE|,env=VAR][,type=file|env]. */
-int cli_build_secret(const struct kiln_command *cmd, struct cli_build_flags *f, const char *arg);
+int cli_build_secret(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg);
 /* --ssh default|ID[=SOCKET] (default: $SSH_AUTH_SOCK). */
-int cli_build_ssh(const struct kiln_command *cmd, struct cli_build_flags *f, const char *arg);
+int cli_build_ssh(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg);
 void cli_build_flags_free(struct cli_build_flags *f);
+
+#define CLI_BUILD_ARG_OPTION(f)                                                                     \
+	CLI_CALLBACK(0, "build-arg", (f), "K=V", cli_build_arg,                                     \
+		     "set a build argument (repeatable; a bare K takes $K, and is\n"               \
+		     "left out when K is not set: the Dockerfile's default applies)")
 
 #endif

@@ -14,44 +14,39 @@
 #include "cli/cli.h"
 #include "guest/guest.h"
 
-enum { O_SOCKET = 256, O_CONNECT_TIMEOUT, O_ENV, O_CWD, O_USER, O_TIMEOUT, O_STDIN, O_DETACH, O_CHOWN, O_FOLLOW,
-       O_COUNT, O_XATTRS };
-
-#define COMMON_OPTS                                                                   \
-	{ "help", no_argument, NULL, 'h' }, { "socket", required_argument, NULL, O_SOCKET }, \
-	{ "connect-timeout", required_argument, NULL, O_CONNECT_TIMEOUT }
-
-#define COMMON_HELP                                                                          \
-	"  --socket PATH            the agent's unix socket (required)\n"                        \
-	"  --connect-timeout SECS   wait this long for the socket and the agent (default 30)\n" \
-	"  -h, --help\n"
-
 struct common {
 	const char *socket;
 	int connect_ms;
 };
 
-/* Shared options; 1 if handled, 0 if not ours, -1 on a usage error (printed). */
-static int common_opt(const struct kiln_command *cmd, int c, struct common *co)
+static int connect_timeout(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
 {
 	char *end;
-	double v;
+	double v = strtod(arg, &end);
 
-	switch (c) {
-	case O_SOCKET:
-		co->socket = optarg;
-		return 1;
-	case O_CONNECT_TIMEOUT:
-		v = strtod(optarg, &end);
-		if (*end || v < 0 || v > 3600) {
-			cli_usage_error(cmd, "bad --connect-timeout '%s'", optarg);
-			return -1;
-		}
-		co->connect_ms = (int)(v * 1000);
-		return 1;
-	}
+	if (end == arg || *end || v < 0 || v > 3600)
+		return cli_usage_error(cmd, "bad --connect-timeout '%s'", arg);
+	*(int *)opt->value = (int)(v * 1000);
 	return 0;
 }
+
+/* --timeout SECS: more than 0, at most a day; into a double of seconds */
+static int timeout_secs(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
+{
+	char *end;
+	double v = strtod(arg, &end);
+
+	if (end == arg || *end || v <= 0 || v > 86400)
+		return cli_usage_error(cmd, "bad --timeout '%s'", arg);
+	*(double *)opt->value = v;
+	return 0;
+}
+
+/* The options every sub-command takes. */
+#define COMMON_OPTIONS(co)                                                                               \
+	CLI_STRING(0, "socket", &(co)->socket, "PATH", "the agent's unix socket (required)"),             \
+		CLI_CALLBACK(0, "connect-timeout", &(co)->connect_ms, "SECS", connect_timeout,           \
+			     "wait this long for the socket and the agent (default 30)")
 
 static guest_conn *open_conn(const struct kiln_command *cmd, const struct common *co, int *rc)
 {
@@ -97,14 +92,6 @@ static void err_cb(void *user, const void *data, size_t len)
 
 static int run_exec(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { COMMON_OPTS,
-					      { "env", required_argument, NULL, O_ENV },
-					      { "cwd", required_argument, NULL, O_CWD },
-					      { "user", required_argument, NULL, O_USER },
-					      { "timeout", required_argument, NULL, O_TIMEOUT },
-					      { "stdin", no_argument, NULL, O_STDIN },
-					      { "detach", no_argument, NULL, O_DETACH },
-					      { NULL, 0, NULL, 0 } };
 	struct common co = { NULL, 30000 };
 	struct guest_exec_opts o;
 	struct guest_result res;
@@ -113,50 +100,34 @@ static int run_exec(const struct kiln_command *cmd, int argc, char **argv)
 	guest_conn *c = NULL;
 	guest_proc *p = NULL;
 	bool use_stdin = false;
-	int ch, rc = KILN_EXIT_FAIL, r;
-	char *end;
+	double timeout = 0;
+	int i, rc = KILN_EXIT_FAIL;
 
 	guest_exec_opts_init(&o);
-	while ((ch = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		if ((r = common_opt(cmd, ch, &co)) != 0) {
-			if (r < 0)
-				goto usage;
-			continue;
-		}
-		switch (ch) {
-		case O_ENV:
-			if (strchr(optarg, '=') == NULL || optarg[0] == '=') {
-				cli_usage_error(cmd, "--env wants NAME=VALUE, not '%s'", optarg);
-				goto usage;
-			}
-			kiln_strv_push(&env, optarg);
-			break;
-		case O_CWD: o.cwd = optarg; break;
-		case O_USER: o.run_as = optarg; break;
-		case O_TIMEOUT: {
-			double v = strtod(optarg, &end);
-			if (*end || v <= 0 || v > 86400) {
-				cli_usage_error(cmd, "bad --timeout '%s'", optarg);
-				goto usage;
-			}
-			o.timeout_ms = (uint64_t)(v * 1000);
-			break;
-		}
-		case O_STDIN: use_stdin = true; break;
-		case O_DETACH: o.detach = true; break;
-		case 'h': rc = KILN_EXIT_OK; goto out;
-		default: goto usage;
-		}
-	}
-	if (optind < argc && strcmp(argv[optind], "--") == 0)
-		optind++;
-	if (optind >= argc) {
+	const struct cli_option opts[] = {
+		COMMON_OPTIONS(&co),
+		CLI_ENV(0, "env", &env, "environment (repeatable; default: only PATH)"),
+		CLI_STRING(0, "cwd", &o.cwd, "DIR", "working directory (default /)"),
+		CLI_STRING(0, "user", &o.run_as, "USER[:GROUP]", "names or ids, resolved in the guest (default root)"),
+		CLI_CALLBACK(0, "timeout", &timeout, "SECS", timeout_secs, "kill the process group after SECS"),
+		CLI_BOOL(0, "stdin", &use_stdin, "forward kiln's stdin"),
+		CLI_BOOL(0, "detach", &o.detach, "start it, print its pid, leave it running"),
+		CLI_END,
+	};
+
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		goto out;
+	if (timeout > 0)
+		o.timeout_ms = (uint64_t)(timeout * 1000);
+	if (i < argc && strcmp(argv[i], "--") == 0)
+		i++;
+	if (i >= argc) {
 		cli_usage_error(cmd, "no command given (put it after --)");
 		goto usage;
 	}
 	if ((c = open_conn(cmd, &co, &rc)) == NULL)
 		goto out;
-	o.argv = (const char *const *)argv + optind;
+	o.argv = (const char *const *)argv + i;
 	o.env = env.n ? (const char *const *)env.v : NULL;
 	o.want_stdin = use_stdin;
 	o.on_stdout = out_cb;
@@ -214,34 +185,26 @@ out:
 
 static int run_ping(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { COMMON_OPTS, { "count", required_argument, NULL, O_COUNT },
-					      { NULL, 0, NULL, 0 } };
 	struct common co = { NULL, 30000 };
 	kiln_error *err = NULL;
 	guest_conn *c;
-	int ch, rc = KILN_EXIT_OK, count = 1, r;
+	unsigned count = 1;
+	int i, rc = KILN_EXIT_OK;
+	const struct cli_option opts[] = {
+		COMMON_OPTIONS(&co),
+		CLI_UINT(0, "count", &count, "N", 1, 100000, "pings to send (default 1)"),
+		CLI_END,
+	};
 
-	while ((ch = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		if ((r = common_opt(cmd, ch, &co)) != 0) {
-			if (r < 0)
-				return KILN_EXIT_USAGE;
-			continue;
-		}
-		if (ch == O_COUNT) {
-			count = atoi(optarg);
-			if (count < 1 || count > 100000)
-				return cli_usage_error(cmd, "bad --count '%s'", optarg);
-			continue;
-		}
-		return ch == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	}
-	if (optind < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
 	if ((c = open_conn(cmd, &co, &rc)) == NULL)
 		return rc;
 	printf("agent %s, protocol %u, capabilities 0x%llx\n", guest_conn_agent(c), guest_conn_version(c),
 	       (unsigned long long)guest_conn_caps(c));
-	for (int i = 0; i < count; i++) {
+	for (unsigned n = 0; n < count; n++) {
 		struct timespec a, b;
 		clock_gettime(CLOCK_MONOTONIC, &a);
 		if (guest_ping(c, 10000, &err) < 0) {
@@ -271,32 +234,27 @@ static const char *type_name(uint32_t mode)
 
 static int run_stat(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { COMMON_OPTS, { "follow", no_argument, NULL, O_FOLLOW },
-					      { "xattrs", no_argument, NULL, O_XATTRS }, { NULL, 0, NULL, 0 } };
 	struct common co = { NULL, 30000 };
 	struct guest_stat st;
 	kiln_error *err = NULL;
-	unsigned flags = 0;
+	bool follow = false, xattrs = false;
 	guest_conn *c;
-	int ch, rc = KILN_EXIT_OK, r;
+	int i, rc = KILN_EXIT_OK;
+	const struct cli_option opts[] = {
+		COMMON_OPTIONS(&co),
+		CLI_BOOL(0, "follow", &follow, "stat what a symlink points to"),
+		CLI_BOOL(0, "xattrs", &xattrs, "also print the extended attributes"),
+		CLI_END,
+	};
 
-	while ((ch = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		if ((r = common_opt(cmd, ch, &co)) != 0) {
-			if (r < 0)
-				return KILN_EXIT_USAGE;
-			continue;
-		}
-		if (ch == O_FOLLOW || ch == O_XATTRS) {
-			flags |= ch == O_FOLLOW ? GUEST_STAT_FOLLOW : GUEST_STAT_XATTRS;
-			continue;
-		}
-		return ch == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	}
-	if (optind + 1 != argc)
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i + 1 != argc)
 		return cli_usage_error(cmd, "want exactly one guest path");
+	unsigned flags = (follow ? GUEST_STAT_FOLLOW : 0) | (xattrs ? GUEST_STAT_XATTRS : 0);
 	if ((c = open_conn(cmd, &co, &rc)) == NULL)
 		return rc;
-	if (guest_stat_path(c, argv[optind], flags, &st, 10000, &err) < 0) {
+	if (guest_stat_path(c, argv[i], flags, &st, 10000, &err) < 0) {
 		rc = cli_fail(err);
 	} else {
 		printf("type %s\nmode %04o\nuid %u\ngid %u\nsize %llu\nmtime %lld.%09u\n", type_name(st.mode),
@@ -304,11 +262,11 @@ static int run_stat(const struct kiln_command *cmd, int argc, char **argv)
 		       st.mtime_nsec);
 		if (st.link)
 			printf("link %s\n", st.link);
-		for (size_t i = 0; i < st.nxattrs; i++) {
+		for (size_t x = 0; x < st.nxattrs; x++) {
 			/* Values are bytes: hex, as getfattr -e hex prints them. */
-			printf("xattr %s=0x", st.xattrs[i].name);
-			for (size_t k = 0; k < st.xattrs[i].len; k++)
-				printf("%02x", st.xattrs[i].value[k]);
+			printf("xattr %s=0x", st.xattrs[x].name);
+			for (size_t k = 0; k < st.xattrs[x].len; k++)
+				printf("%02x", st.xattrs[x].value[k]);
 			printf("\n");
 		}
 		guest_stat_free(&st);
@@ -319,51 +277,49 @@ static int run_stat(const struct kiln_command *cmd, int argc, char **argv)
 
 /* ---- upload, download ----------------------------------------------------- */
 
+static int chown_opt(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
+{
+	long long *owner = opt->value;
+	char tail;
+
+	if (sscanf(arg, "%lld:%lld%c", &owner[0], &owner[1], &tail) != 2 || owner[0] < 0 || owner[1] < 0 ||
+	    owner[0] >= 0xffffffffLL || owner[1] >= 0xffffffffLL)
+		return cli_usage_error(cmd, "--chown wants numeric UID:GID, not '%s'", arg);
+	return 0;
+}
+
 static int run_xfer(const struct kiln_command *cmd, int argc, char **argv, bool up)
 {
-	static const struct option opts[] = { COMMON_OPTS, { "chown", required_argument, NULL, O_CHOWN },
-					      { "timeout", required_argument, NULL, O_TIMEOUT },
-					      { NULL, 0, NULL, 0 } };
 	struct common co = { NULL, 30000 };
 	kiln_error *err = NULL;
-	long long uid = -1, gid = -1;
+	long long owner[2] = { -1, -1 };
+	double timeout = 0;
 	int timeout_ms = -1;
 	guest_conn *c;
-	int ch, rc = KILN_EXIT_OK, r;
+	int i, r, rc = KILN_EXIT_OK;
+	const struct cli_option opts[] = {
+		COMMON_OPTIONS(&co),
+		CLI_CALLBACK(0, "timeout", &timeout, "SECS", timeout_secs, "give up after SECS"),
+		CLI_CALLBACK(0, "chown", owner, "UID:GID", chown_opt, "the owner of everything uploaded"),
+		CLI_END,
+	};
+	/* download has no --chown */
+	struct cli_option dl_opts[sizeof(opts) / sizeof(opts[0])];
 
-	while ((ch = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		if ((r = common_opt(cmd, ch, &co)) != 0) {
-			if (r < 0)
-				return KILN_EXIT_USAGE;
-			continue;
-		}
-		if (ch == O_CHOWN && up) {
-			char tail;
-			if (sscanf(optarg, "%lld:%lld%c", &uid, &gid, &tail) != 2 || uid < 0 || gid < 0 ||
-			    uid >= 0xffffffffLL || gid >= 0xffffffffLL)
-				return cli_usage_error(cmd, "--chown wants numeric UID:GID, not '%s'", optarg);
-			continue;
-		}
-		if (ch == O_TIMEOUT) {
-			char *end;
-			double v = strtod(optarg, &end);
-			if (*end || v <= 0 || v > 86400)
-				return cli_usage_error(cmd, "bad --timeout '%s'", optarg);
-			timeout_ms = (int)(v * 1000);
-			continue;
-		}
-		if (ch == O_CHOWN)
-			return cli_usage_error(cmd, "--chown is for uploads");
-		return ch == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	}
-	if (optind + 2 != argc)
+	memcpy(dl_opts, opts, sizeof(opts));
+	dl_opts[3] = (struct cli_option)CLI_END;
+	if ((i = cli_parse(cmd, up ? opts : dl_opts, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (timeout > 0)
+		timeout_ms = (int)(timeout * 1000);
+	if (i + 2 != argc)
 		return cli_usage_error(cmd, up ? "want HOST_DIR GUEST_DIR" : "want GUEST_DIR HOST_DIR");
 	if ((c = open_conn(cmd, &co, &rc)) == NULL)
 		return rc;
 	if (up)
-		r = guest_upload_dir_owned(c, argv[optind], argv[optind + 1], uid, gid, timeout_ms, &err);
+		r = guest_upload_dir_owned(c, argv[i], argv[i + 1], owner[0], owner[1], timeout_ms, &err);
 	else
-		r = guest_download_dir(c, argv[optind], argv[optind + 1], timeout_ms, &err);
+		r = guest_download_dir(c, argv[i], argv[i + 1], timeout_ms, &err);
 	if (r < 0)
 		rc = cli_fail(err);
 	guest_close(c);
@@ -385,13 +341,7 @@ static const struct kiln_command sub_exec = {
 	.summary = "run a command in the guest",
 	.usage = "Usage: kiln agent exec --socket PATH [OPTIONS] -- CMD [ARG...]\n\n"
 		 "Run CMD in the guest; its stdout and stderr become kiln's, its exit code kiln's\n"
-		 "(128+N if killed by signal N, 124 if --timeout killed it).\n\n" COMMON_HELP
-		 "  --env NAME=VALUE         environment (repeatable; default: only PATH)\n"
-		 "  --cwd DIR                working directory (default /)\n"
-		 "  --user USER[:GROUP]      names or ids, resolved in the guest (default root)\n"
-		 "  --timeout SECS           kill the process group after SECS\n"
-		 "  --stdin                  forward kiln's stdin\n"
-		 "  --detach                 start it, print its pid, leave it running\n",
+		 "(128+N if killed by signal N, 124 if --timeout killed it).\n",
 	.run = run_exec,
 };
 
@@ -399,7 +349,7 @@ static const struct kiln_command sub_ping = {
 	.name = "agent ping",
 	.summary = "check that the agent answers",
 	.usage = "Usage: kiln agent ping --socket PATH [--count N]\n\n"
-		 "Print the agent's version and capabilities and the round-trip time of N pings.\n\n" COMMON_HELP,
+		 "Print the agent's version and capabilities and the round-trip time of N pings.\n",
 	.run = run_ping,
 };
 
@@ -408,7 +358,7 @@ static const struct kiln_command sub_stat = {
 	.summary = "stat a path in the guest",
 	.usage = "Usage: kiln agent stat --socket PATH [--follow] [--xattrs] GUEST_PATH\n\n"
 		 "Print type, mode, owner, size, mtime and symlink target (lstat unless --follow),\n"
-		 "and with --xattrs the extended attributes (values in hex).\n\n" COMMON_HELP,
+		 "and with --xattrs the extended attributes (values in hex).\n",
 	.run = run_stat,
 };
 
@@ -417,7 +367,7 @@ static const struct kiln_command sub_upload = {
 	.summary = "copy a host directory into the guest",
 	.usage = "Usage: kiln agent upload --socket PATH [--chown UID:GID] [--timeout SECS] HOST_DIR GUEST_DIR\n\n"
 		 "Copy the contents of HOST_DIR into GUEST_DIR (created if missing), keeping\n"
-		 "modes, times, symlinks, hard links and numeric owners (or --chown's).\n\n" COMMON_HELP,
+		 "modes, times, symlinks, hard links and numeric owners (or --chown's).\n",
 	.run = run_upload,
 };
 
@@ -427,7 +377,7 @@ static const struct kiln_command sub_download = {
 	.usage = "Usage: kiln agent download --socket PATH [--timeout SECS] GUEST_DIR HOST_DIR\n\n"
 		 "Copy the contents of GUEST_DIR into HOST_DIR (created if missing); owners are\n"
 		 "kept when kiln runs as root.  The guest's tar cannot write outside HOST_DIR:\n"
-		 "'..' is refused, absolute names stay inside, symlinks are not followed.\n\n" COMMON_HELP,
+		 "'..' is refused, absolute names stay inside, symlinks are not followed.\n",
 	.run = run_download,
 };
 

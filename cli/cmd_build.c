@@ -160,20 +160,23 @@ static int run_remote(const char *url, const struct build_options *o, const stru
 	return fflush(stdout) == 0 ? KILN_EXIT_OK : KILN_EXIT_FAIL;
 }
 
+static int compression(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
+{
+	enum build_compression *c = opt->value;
+
+	if (strcmp(arg, "gzip") == 0)
+		*c = BUILD_GZIP;
+	else if (strcmp(arg, "zstd") == 0)
+		*c = BUILD_ZSTD;
+	else if (strcmp(arg, "none") == 0)
+		*c = BUILD_NONE;
+	else
+		return cli_usage_error(cmd, "--compression '%s': want gzip, zstd or none", arg);
+	return 0;
+}
+
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "file", required_argument, NULL, 'f' },   { "tag", required_argument, NULL, 't' },
-		{ "build-arg", required_argument, NULL, 'a' }, { "target", required_argument, NULL, 'T' },
-		{ "no-cache", no_argument, NULL, 'n' },      { "oci-out", required_argument, NULL, 'o' },
-		{ "json", no_argument, NULL, 'j' },          { "compression", required_argument, NULL, 'c' },
-		{ "rootfs-out", required_argument, NULL, 'r' },
-		{ "template", no_argument, NULL, 'P' },      { "start-cmd", required_argument, NULL, 'S' },
-		{ "ready-cmd", required_argument, NULL, 'R' }, { "cpus", required_argument, NULL, 'C' },
-		{ "memory", required_argument, NULL, 'M' },  { "secret", required_argument, NULL, 's' },
-		{ "ssh", required_argument, NULL, 'H' },    { "remote", required_argument, NULL, 'X' },
-		{ "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
-	};
 	struct build_options o = { .compression = BUILD_GZIP };
 	struct build_template_opts tpl = { 0 };
 	bool want_template = false;
@@ -183,104 +186,55 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	kiln_error *err = NULL;
 	bool json = false;
 	const char *remote = getenv("KILN_BUILDER");
-	int c, rc = KILN_EXIT_USAGE;
+	int i, rc;
+	const struct cli_option opts[] = {
+		CLI_STRING('f', "file", &o.dockerfile, "FILE", "the Dockerfile (- for standard input)"),
+		CLI_STRV('t', "tag", &tags, "NAME[:TAG]", "store the image under this name (repeatable)"),
+		CLI_BUILD_ARG_OPTION(&bf),
+		CLI_CALLBACK(0, "secret", &bf, "id=ID,src=FILE", cli_build_secret,
+			     "a secret for RUN --mount=type=secret,id=ID (also env=VAR,\n"
+			     "type=file|env; bare id=ID: $ID if set, else the file ID);\n"
+			     "never in a layer, the cache key, the log or a snapshot"),
+		CLI_CALLBACK(0, "ssh", &bf, "default|ID[=SOCKET]", cli_build_ssh,
+			     "an ssh-agent for RUN --mount=type=ssh (default:\n"
+			     "$SSH_AUTH_SOCK), relayed into the builder VM"),
+		CLI_STRING(0, "target", &o.target, "STAGE", "build this stage (and what it needs)"),
+		CLI_BOOL(0, "no-cache", &o.no_cache, "do not reuse cached steps"),
+		CLI_STRING(0, "oci-out", &o.oci_out, "DIR", "also write an OCI image layout to DIR"),
+		CLI_STRING(0, "rootfs-out", &o.rootfs_out, "FILE", "also write the image's filesystem as ext4 (rootfs stage)"),
+		CLI_BOOL(0, "template", &want_template, "also make a template (rootfs, boot, start, ready, snapshot)\n"
+							"named after the first -t; implied by the four below"),
+		CLI_STRING(0, "start-cmd", &tpl.start_cmd, "CMD", "the template's start command (default ENTRYPOINT + CMD)"),
+		CLI_STRING(0, "ready-cmd", &tpl.ready_cmd, "CMD", "polled until it succeeds before the snapshot"),
+		CLI_UINT(0, "cpus", &tpl.cpus, "N", 1, 64, "the template's vCPUs"),
+		CLI_UINT(0, "memory", &tpl.memory_mib, "MiB", 1, 1 << 20, "the template's memory"),
+		CLI_CALLBACK(0, "compression", &o.compression, "C", compression,
+			     "layer compression: gzip (default), zstd or none"),
+		CLI_BOOL(0, "json", &json, "one JSON event per line on stdout (step, step_done, output,\n"
+					   "vm, done, error)"),
+		CLI_STRING(0, "remote", &remote, "URL", "build on a `kiln serve --build` (also $KILN_BUILDER): only the\n"
+							"files it lacks are sent; same output; the result is published\n"
+							"as TEAM/NAME:TAG there ($KILN_TOKEN, $KILN_TEAM; docs/service.md)"),
+		CLI_END,
+	};
 
-	while ((c = cli_getopt(cmd, argc, argv, "f:t:h", opts)) != -1) {
-		switch (c) {
-		case 'f':
-			o.dockerfile = optarg;
-			break;
-		case 't':
-			kiln_strv_push(&tags, optarg);
-			break;
-		case 'a':
-			if (cli_build_arg(cmd, &bf, optarg) != 0)
-				goto out;
-			break;
-		case 's':
-			if (cli_build_secret(cmd, &bf, optarg) != 0)
-				goto out;
-			break;
-		case 'H':
-			if (cli_build_ssh(cmd, &bf, optarg) != 0)
-				goto out;
-			break;
-		case 'T':
-			o.target = optarg;
-			break;
-		case 'X':
-			remote = optarg;
-			break;
-		case 'n':
-			o.no_cache = true;
-			break;
-		case 'o':
-			o.oci_out = optarg;
-			break;
-		case 'j':
-			json = true;
-			break;
-		case 'r':
-			o.rootfs_out = optarg;
-			break;
-		case 'P':
-			want_template = true;
-			break;
-		case 'S':
-			tpl.start_cmd = optarg;
-			want_template = true;
-			break;
-		case 'R':
-			tpl.ready_cmd = optarg;
-			want_template = true;
-			break;
-		case 'C':
-		case 'M': {
-			char *end;
-			unsigned long v = strtoul(optarg, &end, 10);
-			if (!*optarg || *end || v == 0 || v > (c == 'C' ? 64 : 1 << 20)) {
-				rc = cli_usage_error(cmd, "--%s wants a positive number, not '%s'",
-						     c == 'C' ? "cpus" : "memory", optarg);
-				goto out;
-			}
-			if (c == 'C')
-				tpl.cpus = (unsigned)v;
-			else
-				tpl.memory_mib = (unsigned)v;
-			want_template = true;
-			break;
-		}
-		case 'c':
-			if (strcmp(optarg, "gzip") == 0)
-				o.compression = BUILD_GZIP;
-			else if (strcmp(optarg, "zstd") == 0)
-				o.compression = BUILD_ZSTD;
-			else if (strcmp(optarg, "none") == 0)
-				o.compression = BUILD_NONE;
-			else {
-				rc = cli_usage_error(cmd, "--compression '%s': want gzip, zstd or none", optarg);
-				goto out;
-			}
-			break;
-		case 'h':
-			rc = KILN_EXIT_OK;
-			goto out;
-		default:
-			goto out;
-		}
-	}
-	if (optind >= argc) {
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		goto out;
+	rc = KILN_EXIT_USAGE;
+	if (tpl.start_cmd || tpl.ready_cmd || tpl.cpus || tpl.memory_mib)
+		want_template = true;
+	if (i >= argc) {
 		rc = cli_usage_error(cmd, "missing CONTEXT directory");
 		goto out;
 	}
-	if (optind + 1 < argc) {
-		rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
+	if (i + 1 < argc) {
+		rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[i + 1]);
 		goto out;
 	}
-	for (size_t i = 0; i < tags.n; i++) {
+	for (size_t t = 0; t < tags.n; t++) {
 		struct kiln_ref r;
-		if (kiln_ref_parse(tags.v[i], &r, &err) < 0 || r.digest) {
-			rc = cli_usage_error(cmd, "invalid tag '%s': %s", tags.v[i],
+		if (kiln_ref_parse(tags.v[t], &r, &err) < 0 || r.digest) {
+			rc = cli_usage_error(cmd, "invalid tag '%s': %s", tags.v[t],
 					     err ? kiln_error_message(err) : "a name takes a tag, not a digest");
 			kiln_ref_free(&r);
 			kiln_error_clear(&err);
@@ -288,7 +242,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		}
 		kiln_ref_free(&r);
 	}
-	o.context = argv[optind];
+	o.context = argv[i];
 	o.tags = (const char *const *)tags.v;
 	o.n_tags = tags.n;
 	o.build_args = bf.args;
@@ -362,33 +316,7 @@ const struct kiln_command kiln_cmd_build = {
 		 "oci-archive:FILE[:TAG], docker-archive:FILE, or a local kiln image by name;\n"
 		 "pinned by digest.  Steps are cached by content; RUN runs in the stage's builder\n"
 		 "microVM (one per stage, restored from a snapshot; each RUN in an overlay of its\n"
-		 "own whose upper directory becomes the layer).\n\n"
-		 "Options:\n"
-		 "  -f, --file FILE      the Dockerfile (- for standard input)\n"
-		 "  -t, --tag NAME[:TAG] store the image under this name (repeatable)\n"
-		 "  --build-arg K=V      set a build argument (repeatable; a bare K takes $K, and is\n"
-		 "                       left out when K is not set: the Dockerfile's default applies)\n"
-		 "  --secret id=ID,src=FILE  a secret for RUN --mount=type=secret,id=ID (also env=VAR,\n"
-		 "                       type=file|env; bare id=ID: $ID if set, else the file ID);\n"
-		 "                       never in a layer, the cache key, the log or a snapshot\n"
-		 "  --ssh default|ID[=SOCKET]  an ssh-agent for RUN --mount=type=ssh (default:\n"
-		 "                       $SSH_AUTH_SOCK), relayed into the builder VM\n"
-		 "  --target STAGE       build this stage (and what it needs)\n"
-		 "  --no-cache           do not reuse cached steps\n"
-		 "  --oci-out DIR        also write an OCI image layout to DIR\n"
-		 "  --rootfs-out FILE    also write the image's filesystem as ext4 (rootfs stage)\n"
-		 "  --template           also make a template (rootfs, boot, start, ready, snapshot)\n"
-		 "                       named after the first -t; implied by the four below\n"
-		 "  --start-cmd CMD      the template's start command (default ENTRYPOINT + CMD)\n"
-		 "  --ready-cmd CMD      polled until it succeeds before the snapshot\n"
-		 "  --cpus N, --memory MiB  the template's resources\n"
-		 "  --compression C      layer compression: gzip (default), zstd or none\n"
-		 "  --json               one JSON event per line on stdout (step, step_done, output,\n"
-		 "                       vm, done, error)\n"
-		 "  --remote URL         build on a `kiln serve --build` (also $KILN_BUILDER): only the\n"
-		 "                       files it lacks are sent; same output; the result is published\n"
-		 "                       as TEAM/NAME:TAG there ($KILN_TOKEN, $KILN_TEAM; docs/service.md)\n"
-		 "  -h, --help\n\n"
-		 "Progress goes to stderr; the manifest digest is printed on stdout.\n",
+		 "own whose upper directory becomes the layer).  Progress goes to stderr; the\n"
+		 "manifest digest is printed on stdout.\n",
 	.run = run,
 };

@@ -43,34 +43,38 @@ static int run_ls(const struct kiln_command *cmd, int argc, char **argv)
 	return KILN_EXIT_OK;
 }
 
+static int older_than(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
+{
+	kiln_error *err = NULL;
+	int rc;
+
+	if (build_parse_duration(arg, opt->value, &err) < 0) {
+		rc = cli_usage_error(cmd, "%s", kiln_error_message(err));
+		kiln_error_free(err);
+		return rc;
+	}
+	return 0;
+}
+
 static int run_prune(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { { "all", no_argument, NULL, 'a' },
-					      { "older-than", required_argument, NULL, 'o' },
-					      { "help", no_argument, NULL, 'h' },
-					      { NULL, 0, NULL, 0 } };
 	kiln_error *err = NULL;
 	build_store *s = NULL;
 	struct build_prune_stats st;
 	bool all = false;
 	int64_t older = -1;
-	int c;
+	int i, rc;
+	const struct cli_option opts[] = {
+		CLI_BOOL(0, "all", &all, "remove every cache entry"),
+		CLI_CALLBACK(0, "older-than", &older, "DURATION", older_than,
+			     "remove the entries unused for DURATION (90s, 30m, 12h, 7d)"),
+		CLI_END,
+	};
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		if (c == 'a') {
-			all = true;
-		} else if (c == 'o') {
-			if (build_parse_duration(optarg, &older, &err) < 0) {
-				c = cli_usage_error(cmd, "%s", kiln_error_message(err));
-				kiln_error_free(err);
-				return c;
-			}
-		} else {
-			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-		}
-	}
-	if (optind < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
 	if (build_store_open(NULL, &s, &err) < 0 || build_cache_prune(s, all, older, &st, &err) < 0) {
 		build_store_close(s);
 		return cli_fail(err);

@@ -27,32 +27,36 @@ static int show(reg_chunks *cs, const struct reg_chunks_stats *st, bool json, ui
 	return KILN_EXIT_OK;
 }
 
+static int max_size(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
+{
+	kiln_error *err = NULL;
+
+	if (kiln_parse_size(arg, opt->value, &err) < 0) {
+		kiln_error_free(err);
+		return cli_usage_error(cmd, "--max '%s': want a size like 10G", arg);
+	}
+	return 0;
+}
+
 /* du (max = no limit: a scan) and gc (max = the limit) share this. */
 static int run_store(const struct kiln_command *cmd, int argc, char **argv, bool gc)
 {
-	static const struct option opts[] = { { "json", no_argument, NULL, 'j' },
-					      { "max", required_argument, NULL, 'm' },
-					      { "help", no_argument, NULL, 'h' },
-					      { NULL, 0, NULL, 0 } };
 	struct reg_chunks_stats st;
 	kiln_error *err = NULL;
 	uint64_t limit = reg_chunks_limit();
 	bool json = false;
-	int c, rc;
+	int i, rc;
+	const struct cli_option opts[] = {
+		CLI_CALLBACK(0, "max", &limit, "SIZE", max_size, "evict down to SIZE"),
+		CLI_BOOL(0, "json", &json, "print JSON"),
+		CLI_END,
+	};
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		if (c == 'j')
-			json = true;
-		else if (c == 'm' && gc) {
-			if (kiln_parse_size(optarg, &limit, &err) < 0) {
-				kiln_error_free(err);
-				return cli_usage_error(cmd, "--max '%s': want a size like 10G", optarg);
-			}
-		} else
-			return c == 'h' ? KILN_EXIT_OK : cli_usage_error(cmd, "unknown option");
-	}
-	if (optind < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	/* du has no --max */
+	if ((i = cli_parse(cmd, gc ? opts : opts + 1, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
 	reg_chunks *cs = reg_chunks_open(NULL, &err);
 	if (cs == NULL || reg_chunks_evict(cs, gc ? limit : UINT64_MAX, &st, &err) < 0) {
 		reg_chunks_close(cs);

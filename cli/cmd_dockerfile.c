@@ -17,38 +17,34 @@ static void print_warnings(const struct df_ast *ast)
 		fprintf(stderr, "kiln: warning: %s\n", ast->warnings.v[i]);
 }
 
+/* --json / --dump: the last one given counts */
+static int set_format(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
+{
+	(void)cmd, (void)arg;
+	*(bool *)opt->value = strcmp(opt->long_name, "dump") == 0;
+	return 0;
+}
+
 static int run_parse(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "json", no_argument, NULL, 'j' },
-		{ "dump", no_argument, NULL, 'd' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	kiln_error *err = NULL;
 	struct df_ast *ast = NULL;
 	bool dump = false;
-	int c;
+	int i, rc;
+	const struct cli_option opts[] = {
+		CLI_CALLBACK(0, "json", &dump, NULL, set_format, "the tree as JSON: per instruction its flags, arguments, heredocs,\n"
+								 "original text and lines (the default)"),
+		CLI_CALLBACK(0, "dump", &dump, NULL, set_format, "BuildKit's dump format, one s-expression per instruction"),
+		CLI_END,
+	};
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		switch (c) {
-		case 'j':
-			dump = false;
-			break;
-		case 'd':
-			dump = true;
-			break;
-		case 'h':
-			return KILN_EXIT_OK;
-		default:
-			return KILN_EXIT_USAGE;
-		}
-	}
-	if (optind >= argc)
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i >= argc)
 		return cli_usage_error(cmd, "missing FILE (use - for standard input)");
-	if (optind + 1 < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
-	if (df_parse_file(argv[optind], &ast, &err) < 0)
+	if (i + 1 < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i + 1]);
+	if (df_parse_file(argv[i], &ast, &err) < 0)
 		return cli_fail(err);
 	print_warnings(ast);
 	if (dump) {
@@ -82,68 +78,47 @@ static const struct kiln_command sub_parse = {
 	.name = "dockerfile parse",
 	.summary = "print a Dockerfile's syntax tree",
 	.usage = "Usage: kiln dockerfile parse [--json | --dump] FILE|-\n\n"
-		 "Parse a Dockerfile (- reads standard input) and print its syntax tree.\n\n"
-		 "Options:\n"
-		 "  --json   the tree as JSON: per instruction its flags, arguments, heredocs,\n"
-		 "           original text and lines (the default)\n"
-		 "  --dump   BuildKit's dump format, one s-expression per instruction\n"
-		 "  -h, --help\n\n"
+		 "Parse a Dockerfile (- reads standard input) and print its syntax tree.\n"
 		 "Syntax errors are reported as FILE:LINE:COL: message, exit status 1.\n",
 	.run = run_parse,
 };
 
 static int run_plan(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "build-arg", required_argument, NULL, 'b' },
-		{ "target", required_argument, NULL, 't' },
-		{ "platform", required_argument, NULL, 'p' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct df_plan_opts po = { 0 };
 	struct cli_build_flags bf = { 0 };
 	kiln_error *err = NULL;
 	struct df_ast *ast = NULL;
 	struct df_plan *plan = NULL;
-	int c, rc = KILN_EXIT_USAGE;
+	int i, rc;
+	const struct cli_option opts[] = {
+		CLI_BUILD_ARG_OPTION(&bf),
+		CLI_STRING(0, "target", &po.target, "T", "build stage T (name or index) and what it needs; default\n"
+							 "the last stage"),
+		CLI_STRING(0, "platform", &po.platform, "P", "target platform os/arch[/variant] (default linux/amd64)"),
+		CLI_END,
+	};
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		switch (c) {
-		case 'b':
-			if (cli_build_arg(cmd, &bf, optarg) != 0)
-				goto out;
-			break;
-		case 't':
-			po.target = optarg;
-			break;
-		case 'p':
-			po.platform = optarg;
-			break;
-		case 'h':
-			rc = KILN_EXIT_OK;
-			goto out;
-		default:
-			goto out;
-		}
-	}
-	if (optind >= argc) {
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		goto out;
+	rc = KILN_EXIT_USAGE;
+	if (i >= argc) {
 		rc = cli_usage_error(cmd, "missing FILE (use - for standard input)");
 		goto out;
 	}
-	if (optind + 1 < argc) {
-		rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
+	if (i + 1 < argc) {
+		rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[i + 1]);
 		goto out;
 	}
 	po.build_args = bf.args;
 	po.n_build_args = bf.n_args;
-	if (df_parse_file(argv[optind], &ast, &err) < 0 || df_plan_build(ast, &po, &plan, &err) < 0) {
+	if (df_parse_file(argv[i], &ast, &err) < 0 || df_plan_build(ast, &po, &plan, &err) < 0) {
 		rc = cli_fail(err);
 		goto out;
 	}
 	print_warnings(ast);
-	for (size_t i = 0; i < plan->warnings.n; i++)
-		fprintf(stderr, "kiln: warning: %s\n", plan->warnings.v[i]);
+	for (size_t w = 0; w < plan->warnings.n; w++)
+		fprintf(stderr, "kiln: warning: %s\n", plan->warnings.v[w]);
 	json_t *j = df_plan_to_json(plan);
 	json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	fputc('\n', stdout);
@@ -167,14 +142,7 @@ static const struct kiln_command sub_plan = {
 	.usage = "Usage: kiln dockerfile plan [--build-arg K=V]... [--target T] [--platform P] FILE|-\n\n"
 		 "Parse a Dockerfile (- reads standard input), apply BuildKit's semantics and print\n"
 		 "the build plan as JSON: stages, their dependencies and build order, and per\n"
-		 "instruction the expanded arguments, flags and the environment in effect.\n\n"
-		 "Options:\n"
-		 "  --build-arg K=V  set a build argument (repeatable; a bare K takes $K, left out\n"
-		 "                   when K is not set, as in kiln build and docker buildx)\n"
-		 "  --target T       build stage T (name or index) and what it needs; default\n"
-		 "                   the last stage\n"
-		 "  --platform P     target platform os/arch[/variant] (default linux/amd64)\n"
-		 "  -h, --help\n\n"
+		 "instruction the expanded arguments, flags and the environment in effect.\n"
 		 "Errors in the Dockerfile are reported as FILE:LINE:COL: message, exit status 1;\n"
 		 "build args no ARG uses are reported as warnings.  See docs/dockerfile-plan.md.\n",
 	.run = run_plan,

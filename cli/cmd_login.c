@@ -57,38 +57,26 @@ static char *registry_host(const char *arg)
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "username", required_argument, NULL, 'u' },
-		{ "password-stdin", no_argument, NULL, 'P' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	kiln_error *err = NULL;
+	const char *user_opt = NULL;
 	char *user = NULL, *pass = NULL, *host = NULL;
-	int c, from_stdin = 0, rc = KILN_EXIT_USAGE;
+	bool from_stdin = false;
+	int i, rc;
 	reg_client *cl = NULL;
+	const struct cli_option opts[] = {
+		CLI_STRING('u', "username", &user_opt, "USER", "the user name"),
+		CLI_BOOL(0, "password-stdin", &from_stdin, "read the password from stdin (one line)"),
+		CLI_END,
+	};
 
-	while ((c = cli_getopt(cmd, argc, argv, "u:h", opts)) != -1) {
-		switch (c) {
-		case 'u':
-			user = kiln_xstrdup(optarg);
-			break;
-		case 'P':
-			from_stdin = 1;
-			break;
-		case 'h':
-			rc = KILN_EXIT_OK;
-			goto out;
-		default:
-			goto out;
-		}
-	}
-	if (optind + 1 != argc) {
-		rc = cli_usage_error(cmd, optind >= argc ? "missing REGISTRY" : "unexpected argument '%s'",
-				     argv[argc - 1]);
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		goto out;
+	if (i + 1 != argc) {
+		rc = cli_usage_error(cmd, i >= argc ? "missing REGISTRY" : "unexpected argument '%s'", argv[argc - 1]);
 		goto out;
 	}
-	host = registry_host(argv[optind]);
+	user = user_opt ? kiln_xstrdup(user_opt) : NULL;
+	host = registry_host(argv[i]);
 	if (!from_stdin && !isatty(STDIN_FILENO)) {
 		rc = cli_usage_error(cmd, "stdin is not a terminal: give the password with --password-stdin");
 		goto out;
@@ -132,9 +120,7 @@ const struct kiln_command kiln_cmd_login = {
 		 "Check USER and a password (or access token) against REGISTRY (HOST[:PORT])\n"
 		 "by its /v2/ endpoint and auth challenge, then save them in\n"
 		 "$KILN_HOME/auth.json (mode 0600, docker's config.json format). Without\n"
-		 "--password-stdin the user name and password are asked on the terminal.\n\n"
-		 "  -u, --username USER   the user name\n"
-		 "  --password-stdin      read the password from stdin (one line)\n\n"
+		 "--password-stdin the user name and password are asked on the terminal.\n"
 		 "Lookups also read $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json\n"
 		 "and ~/.docker/config.json. See also kiln logout.\n",
 	.run = run,

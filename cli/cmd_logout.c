@@ -9,16 +9,14 @@
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
 	kiln_error *err = NULL;
-	int c;
+	int i, rc;
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1)
-		return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	if (optind + 1 != argc)
-		return cli_usage_error(cmd, optind >= argc ? "missing REGISTRY" : "unexpected argument '%s'",
-				       argv[argc - 1]);
-	const char *a = argv[optind], *p = strstr(a, "://");
+	if ((i = cli_parse(cmd, NULL, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i + 1 != argc)
+		return cli_usage_error(cmd, i >= argc ? "missing REGISTRY" : "unexpected argument '%s'", argv[argc - 1]);
+	const char *a = argv[i], *p = strstr(a, "://");
 	p = p ? p + 3 : a;
 	char *host = kiln_xstrndup(p, strcspn(p, "/"));
 	if (strcmp(host, "docker.io") == 0 || strcmp(host, "index.docker.io") == 0) {

@@ -10,43 +10,24 @@
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "json", no_argument, NULL, 'j' },
-		{ "parallel", required_argument, NULL, 'P' },
-		{ "name", required_argument, NULL, 'N' },
-		{ "limit-rate", required_argument, NULL, 'L' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct cli_xfer x;
+	const struct cli_option opts[] = {
+		CLI_XFER_OPTIONS(&x),
+		CLI_STRING(0, "name", &x.name, "NAME[:TAG]", "the local template's name (default REPO:TAG)"),
+		CLI_END,
+	};
 	struct build_remote_opts o = { .progress = cli_xfer_progress, .ud = &x };
 	kiln_error *err = NULL;
 	build_store *s = NULL;
 	char digest[KILN_DIGEST_MAX];
-	int c;
+	int i, prc;
 
 	cli_xfer_init(&x, "pull");
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		int rc = cli_xfer_option(cmd, &x, c, optarg);
-		if (rc != -1) {
-			if (rc != KILN_EXIT_OK)
-				return rc;
-			continue;
-		}
-		switch (c) {
-		case 'N':
-			x.name = optarg;
-			break;
-		case 'h':
-			return KILN_EXIT_OK;
-		default:
-			return KILN_EXIT_USAGE;
-		}
-	}
-	if (optind + 1 != argc)
-		return cli_usage_error(cmd, optind >= argc ? "missing REFERENCE" : "unexpected argument '%s'",
-				       argv[argc - 1]);
-	const char *dest = argv[optind];
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &prc)) < 0)
+		return prc;
+	if (i + 1 != argc)
+		return cli_usage_error(cmd, i >= argc ? "missing REFERENCE" : "unexpected argument '%s'", argv[argc - 1]);
+	const char *dest = argv[i];
 	int trc = cli_tmpl_pull(dest, &x);
 	if (trc >= 0)
 		return trc;

@@ -8,54 +8,50 @@
 #include "builder/builder.h"
 #include "cli/xfer.h"
 
+static int chunk_size(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
+{
+	uint64_t *size = opt->value;
+	kiln_error *err = NULL;
+
+	if (kiln_parse_size(arg, size, &err) < 0 || *size < 4096) {
+		kiln_error_free(err);
+		return cli_usage_error(cmd, "--chunk-size '%s': want a size of at least 4K", arg);
+	}
+	return 0;
+}
+
+/* --template / --image: the last one given counts */
+static int push_kind(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
+{
+	(void)cmd, (void)arg;
+	*(int *)opt->value = opt->long_name[0] == 't' ? 'T' : 'I';
+	return 0;
+}
+
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "json", no_argument, NULL, 'j' },
-		{ "parallel", required_argument, NULL, 'P' },
-		{ "limit-rate", required_argument, NULL, 'L' },
-		{ "chunk-size", required_argument, NULL, 'C' },
-		{ "template", no_argument, NULL, 'T' },
-		{ "image", no_argument, NULL, 'I' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct cli_xfer x;
 	struct build_remote_opts o = { .progress = cli_xfer_progress, .ud = &x };
 	kiln_error *err = NULL;
 	build_store *s = NULL;
 	char digest[KILN_DIGEST_MAX];
-	int c, kind = 0; /* 'T' template, 'I' image, 0: a template if NAME is one */
+	int i, prc, kind = 0; /* 'T' template, 'I' image, 0: a template if NAME is one */
+	const struct cli_option opts[] = {
+		CLI_XFER_OPTIONS(&x),
+		CLI_CALLBACK(0, "chunk-size", &o.chunk_size, "SIZE", chunk_size,
+			     "blobs larger than SIZE go up in PATCH chunks of SIZE\n(default 32M, at least 4K)"),
+		CLI_CALLBACK(0, "template", &kind, NULL, push_kind, "push the template NAME (a chunked artifact)"),
+		CLI_CALLBACK(0, "image", &kind, NULL, push_kind, "push the image NAME, even when a template has that name"),
+		CLI_END,
+	};
 
 	cli_xfer_init(&x, "push");
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		int rc = cli_xfer_option(cmd, &x, c, optarg);
-		if (rc != -1) {
-			if (rc != KILN_EXIT_OK)
-				return rc;
-			continue;
-		}
-		switch (c) {
-		case 'C':
-			if (kiln_parse_size(optarg, &o.chunk_size, &err) < 0 || o.chunk_size < 4096) {
-				kiln_error_free(err);
-				return cli_usage_error(cmd, "--chunk-size '%s': want a size of at least 4K", optarg);
-			}
-			break;
-		case 'T':
-		case 'I':
-			kind = c;
-			break;
-		case 'h':
-			return KILN_EXIT_OK;
-		default:
-			return KILN_EXIT_USAGE;
-		}
-	}
-	if (optind >= argc || optind + 2 < argc)
-		return cli_usage_error(cmd, optind >= argc ? "missing NAME" : "unexpected argument '%s'", argv[argc - 1]);
-	const char *name = argv[optind], *dest = optind + 1 < argc ? argv[optind + 1] : argv[optind];
-	if (optind + 1 == argc && !kiln_ref_has_host(name))
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &prc)) < 0)
+		return prc;
+	if (i >= argc || i + 2 < argc)
+		return cli_usage_error(cmd, i >= argc ? "missing NAME" : "unexpected argument '%s'", argv[argc - 1]);
+	const char *name = argv[i], *dest = i + 1 < argc ? argv[i + 1] : argv[i];
+	if (i + 1 == argc && !kiln_ref_has_host(name))
 		return cli_usage_error(cmd, "where to? give [REGISTRY/]REPO[:TAG] after %s", name);
 	/* what exists under that name decides, and a wrong guess says which flag fits */
 	bool is_tmpl = cli_is_template(name), is_image = cli_is_image(name);

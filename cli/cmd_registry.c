@@ -6,36 +6,28 @@
 #include "cli/cli.h"
 #include "registry/registry.h"
 
-static const struct option opts[] = {
-	{ "data", required_argument, NULL, 'd' },
-	{ "config", required_argument, NULL, 'c' },
-	{ "off", no_argument, NULL, 'o' },
-	{ "dry-run", no_argument, NULL, 'n' },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
-};
-
 static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 {
 	const char *data = NULL, *config = NULL, *arg;
-	int c, off = 0, dry = 0, ret = KILN_EXIT_OK, nargs;
+	bool off = false, dry = false;
+	int c, first, ret = KILN_EXIT_OK, nargs;
 	struct reg_config cfg;
 	kiln_error *err = NULL;
 	kiln_buf out = KILN_BUF_INIT;
+	struct cli_option opts[] = {
+		CLI_REGISTRY_OPTIONS(&data, &config),
+		CLI_END,
+		CLI_END,
+	};
 
-	optind = 0;
-	while ((c = cli_getopt(cmd, argc, argv, "d:c:onh", opts)) != -1) {
-		switch (c) {
-		case 'd': data = optarg; break;
-		case 'c': config = optarg; break;
-		case 'o': off = 1; break;
-		case 'n': dry = 1; break;
-		case 'h': return KILN_EXIT_OK;
-		default: return KILN_EXIT_USAGE;
-		}
-	}
-	nargs = argc - optind;
-	arg = nargs > 0 ? argv[optind] : NULL;
+	if (strcmp(cmd->name, "public") == 0)
+		opts[2] = (struct cli_option)CLI_BOOL('o', "off", &off, "stop allowing anonymous pulls");
+	else if (strcmp(cmd->name, "gc") == 0)
+		opts[2] = (struct cli_option)CLI_BOOL('n', "dry-run", &dry, "only say what would be removed");
+	if ((first = cli_parse(cmd, opts, argc, argv, 0, &ret)) < 0)
+		return ret;
+	nargs = argc - first;
+	arg = nargs > 0 ? argv[first] : NULL;
 	if (strcmp(cmd->name, "gc") == 0 ? nargs != 0 : strcmp(cmd->name, "ls") == 0 ? nargs > 1 : nargs != 1)
 		return cli_usage_error(cmd, "wrong number of arguments");
 	reg_config_init(&cfg);
@@ -87,31 +79,30 @@ out:
 	return ret;
 }
 
-#define COMMON "Options: --data DIR / --config FILE name the registry (as for kiln serve).\n"
 static const struct kiln_command sub_ls = {
 	.name = "ls",
 	.usage = "Usage: kiln registry ls [--data DIR] [--config FILE] [PREFIX]\n\n"
 		 "List repositories (optionally under a team namespace, e.g. team/) with tag and\n"
-		 "manifest counts.\n" COMMON,
+		 "manifest counts.\n",
 	.run = run_sub,
 };
 static const struct kiln_command sub_history = {
 	.name = "history",
 	.usage = "Usage: kiln registry history [--data DIR] [--config FILE] REPO[:TAG]\n\n"
-		 "Every change of the repository's tags (or one tag), oldest first: TIME TAG DIGEST.\n" COMMON,
+		 "Every change of the repository's tags (or one tag), oldest first: TIME TAG DIGEST.\n",
 	.run = run_sub,
 };
 static const struct kiln_command sub_public = {
 	.name = "public",
 	.usage = "Usage: kiln registry public [--data DIR] [--config FILE] [--off] REPO\n\n"
-		 "Allow anonymous pulls of REPO (with --off: stop allowing them).\n" COMMON,
+		 "Allow anonymous pulls of REPO (with --off: stop allowing them).\n",
 	.run = run_sub,
 };
 static const struct kiln_command sub_gc = {
 	.name = "gc",
 	.usage = "Usage: kiln registry gc [--data DIR] [--config FILE] [--dry-run]\n\n"
 		 "Remove blobs that no manifest references (older than gc_grace_s) and uploads idle\n"
-		 "longer than upload_expiry_s.  Safe while kiln serve runs.\n" COMMON,
+		 "longer than upload_expiry_s.  Safe while kiln serve runs.\n",
 	.run = run_sub,
 };
 static const struct kiln_command *const subs[] = { &sub_ls, &sub_history, &sub_public, &sub_gc, NULL };

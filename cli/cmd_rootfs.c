@@ -7,79 +7,62 @@
 #include "cli/cli.h"
 #include "rootfs/rootfs.h"
 
-static int parse_count(const struct kiln_command *cmd, const char *opt, const char *s, uint64_t *out)
+static int count_opt(const struct kiln_command *cmd, const struct cli_option *opt, const char *s)
 {
 	char *end;
 	unsigned long long v = strtoull(s, &end, 10);
 
-	if (*s == '\0' || *end != '\0' || *s == '-') {
-		cli_usage_error(cmd, "%s: '%s' is not a number", opt, s);
-		return -1;
+	if (*s == '\0' || *end != '\0' || *s == '-')
+		return cli_usage_error(cmd, "--%s: '%s' is not a number", opt->long_name, s);
+	*(uint64_t *)opt->value = v;
+	return 0;
+}
+
+static int size_opt(const struct kiln_command *cmd, const struct cli_option *opt, const char *s)
+{
+	kiln_error *err = NULL;
+	int rc;
+
+	if (kiln_parse_size(s, opt->value, &err) < 0) {
+		rc = cli_usage_error(cmd, "%s", kiln_error_message(err));
+		kiln_error_free(err);
+		return rc;
 	}
-	*out = v;
 	return 0;
 }
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "help", no_argument, NULL, 'h' },
-		{ "output", required_argument, NULL, 'o' },
-		{ "size", required_argument, NULL, 's' },
-		{ "free", required_argument, NULL, 'f' },
-		{ "from-dir", required_argument, NULL, 'd' },
-		{ "max-entries", required_argument, NULL, 'E' },
-		{ "max-bytes", required_argument, NULL, 'B' },
-		{ "place-min", required_argument, NULL, 'P' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct rootfs_options o;
 	struct rootfs_stats st;
 	const char *out = NULL, *dir = NULL, *image = NULL;
 	kiln_error *err = NULL;
 	struct timespec t0, t1;
-	int c, rc;
+	int i, rc;
 
 	rootfs_options_default(&o);
-	/* The image may come before or after the options: collect it and go on. */
-	for (;;) {
-		c = cli_getopt(cmd, argc, argv, "ho:", opts);
-		if (c == -1) {
-			if (optind >= argc)
-				break;
-			if (image)
-				return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-			image = argv[optind++];
-			continue;
-		}
-		switch (c) {
-		case 'h':
-			return KILN_EXIT_OK;
-		case 'o':
-			out = optarg;
-			break;
-		case 'd':
-			dir = optarg;
-			break;
-		case 's':
-		case 'f':
-		case 'B':
-		case 'P':
-			if (kiln_parse_size(optarg, c == 's' ? &o.size : c == 'f' ? &o.free :
-					    c == 'P' ? &o.place_min : &o.limits.max_bytes, &err) < 0) {
-				rc = cli_usage_error(cmd, "%s", kiln_error_message(err));
-				kiln_error_free(err);
-				return rc;
-			}
-			break;
-		case 'E':
-			if (parse_count(cmd, "--max-entries", optarg, &o.limits.max_entries) < 0)
-				return KILN_EXIT_USAGE;
-			break;
-		default:
-			return KILN_EXIT_USAGE;
-		}
-	}
+	const struct cli_option opts[] = {
+		CLI_STRING('o', "output", &out, "FILE", "the ext4 image to write (replaced atomically)"),
+		CLI_CALLBACK(0, "size", &o.size, "N", size_opt, "fixed image size (e.g. 2G); fails if the content does not fit"),
+		CLI_CALLBACK(0, "free", &o.free, "N", size_opt, "free space to leave when the size is computed (default 256M)"),
+		CLI_STRING(0, "from-dir", &dir, "DIR", "use a directory tree instead of an image"),
+		CLI_CALLBACK(0, "max-entries", &o.limits.max_entries, "N", count_opt,
+			     "refuse layers with more entries in total (default 4000000)"),
+		CLI_CALLBACK(0, "max-bytes", &o.limits.max_bytes, "N", size_opt,
+			     "refuse layers declaring more file bytes (default 256G)"),
+		CLI_CALLBACK(0, "place-min", &o.place_min, "N", size_opt,
+			     "write file data while reading layers when there is at\n"
+			     "least N of it (default 256M; smaller: tight layout + data pass)"),
+		CLI_END,
+	};
+
+	/* The image may come before or after the options. */
+	if ((i = cli_parse(cmd, opts, argc, argv, CLI_PARSE_PERMUTE, &rc)) < 0)
+		return rc;
+	if (i < argc)
+		image = argv[i++];
+	if (i < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
 	if (out == NULL)
 		return cli_usage_error(cmd, "missing -o OUT.ext4");
 	if (dir && image)
@@ -114,16 +97,6 @@ const struct kiln_command kiln_cmd_rootfs = {
 		 "image with libext2fs, without extracting or mounting anything.\n"
 		 "\n"
 		 "IMAGE is oci:DIR[:TAG], oci-archive:FILE[:TAG] or docker-archive:FILE;\n"
-		 "the linux/amd64 image is used.  Every blob's digest is verified.\n"
-		 "\n"
-		 "Options:\n"
-		 "  -o, --output FILE    the ext4 image to write (replaced atomically)\n"
-		 "  --size N             fixed image size (e.g. 2G); fails if the content does not fit\n"
-		 "  --free N             free space to leave when the size is computed (default 256M)\n"
-		 "  --from-dir DIR       use a directory tree instead of an image\n"
-		 "  --max-entries N      refuse layers with more entries in total (default 4000000)\n"
-		 "  --max-bytes N        refuse layers declaring more file bytes (default 256G)\n"
-		 "  --place-min N        write file data while reading layers when there is at\n"
-		 "                       least N of it (default 256M; smaller: tight layout + data pass)\n",
+		 "the linux/amd64 image is used.  Every blob's digest is verified.\n",
 	.run = run,
 };

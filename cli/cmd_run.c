@@ -41,32 +41,29 @@ void cli_pool_refill(const char *tmpl); /* cmd_sandbox.c */
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
-					      { "time", no_argument, NULL, 't' },
-					      { NULL, 0, NULL, 0 } };
 	struct snap_create_stats st;
 	struct guest_result res = { 0 };
 	kiln_error *err = NULL;
 	bool timing = false;
-	int c, rc;
+	int i, rc;
+	const struct cli_option opts[] = {
+		CLI_BOOL(0, "time", &timing, "print where the start time went on stderr"),
+		CLI_END,
+	};
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		if (c == 't')
-			timing = true;
-		else
-			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	}
-	if (optind >= argc)
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i >= argc)
 		return cli_usage_error(cmd, "which template?");
-	const char *tmpl = argv[optind++];
-	if (optind < argc && strcmp(argv[optind], "--") == 0)
-		optind++;
-	if (optind >= argc)
+	const char *tmpl = argv[i++];
+	if (i < argc && strcmp(argv[i], "--") == 0)
+		i++;
+	if (i >= argc)
 		return cli_usage_error(cmd, "no command given (kiln run TEMPLATE -- CMD [ARG...])");
 	if (cli_tmpl_need(tmpl, &err) < 0)
 		return cli_fail(err);
 	began_ms = now_ms();
-	rc = snap_run(tmpl, (const char *const *)argv + optind, to_stdout, to_stderr, NULL, &res, &st, &err);
+	rc = snap_run(tmpl, (const char *const *)argv + i, to_stdout, to_stderr, NULL, &res, &st, &err);
 	if (timing && st.total_ms > 0)
 		fprintf(stderr, "kiln: sandbox started in %.1f ms%s (check %.1f, qemu %.1f, %s %.1f, agent %.1f, setup %.1f)"
 			"; first output %.1f ms after the request\n",
@@ -91,7 +88,6 @@ const struct kiln_command kiln_cmd_run = {
 		 "kiln sandbox create + exec + kill in one go: exits with CMD's exit code.\n"
 		 "TEMPLATE is NAME[:TAG], REGISTRY/REPO[:TAG], either @sha256:DIGEST, or a\n"
 		 "template digest; one that names a registry and is not here is pulled first\n"
-		 "(progress on a terminal), as docker run does.\n"
-		 "  --time   print where the start time went on stderr\n",
+		 "(progress on a terminal), as docker run does.\n",
 	.run = run,
 };

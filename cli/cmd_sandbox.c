@@ -2,6 +2,7 @@
  * from templates, each a detached QEMU with its state in $KILN_HOME/sandboxes.
  * Commands get the template's user, workdir and env. */
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,25 +67,20 @@ void cli_pool_refill(const char *tmpl)
 
 static int run_pool(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
-					      { "size", required_argument, NULL, 'n' },
-					      { NULL, 0, NULL, 0 } };
 	kiln_error *err = NULL;
-	int c, n = -1, made;
-	char *end;
+	unsigned size = UINT_MAX;
+	int i, rc, made;
+	const struct cli_option opts[] = {
+		CLI_UINT('n', "size", &size, "N", 0, 64, "keep N ready (0 empties the pool; default: the size last set)"),
+		CLI_END,
+	};
 
-	while ((c = cli_getopt(cmd, argc, argv, "hn:", opts)) != -1) {
-		if (c == 'n') {
-			long v = strtol(optarg, &end, 10);
-			if (*optarg == '\0' || *end || v < 0 || v > 64)
-				return cli_usage_error(cmd, "--size wants 0 to 64, not '%s'", optarg);
-			n = (int)v;
-		} else
-			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	}
-	if (optind != argc - 1)
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i != argc - 1)
 		return cli_usage_error(cmd, "one template, please");
-	if (cli_tmpl_need(argv[optind], &err) < 0 || (made = snap_pool_fill(argv[optind], n, &err)) < 0)
+	int n = size == UINT_MAX ? -1 : (int)size;
+	if (cli_tmpl_need(argv[i], &err) < 0 || (made = snap_pool_fill(argv[i], n, &err)) < 0)
 		return cli_fail(err);
 	printf("started %d\n", made);
 	return KILN_EXIT_OK;
@@ -92,28 +88,26 @@ static int run_pool(const struct kiln_command *cmd, int argc, char **argv)
 
 static int run_create(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
-					      { "json", no_argument, NULL, 'j' },
-					      { NULL, 0, NULL, 0 } };
 	struct snap_create_stats st;
 	kiln_error *err = NULL;
 	bool json = false;
 	char *id;
-	int c;
+	int i, rc;
+	const struct cli_option opts[] = {
+		CLI_BOOL(0, "json", &json, "print the id and where the time went as JSON"),
+		CLI_END,
+	};
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		if (c == 'j')
-			json = true;
-		else
-			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	}
-	if (optind != argc - 1)
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i != argc - 1)
 		return cli_usage_error(cmd, "one template, please");
-	if (cli_tmpl_need(argv[optind], &err) < 0 || (id = snap_sandbox_create(argv[optind], &st, NULL, &err)) == NULL)
+	const char *tmpl = argv[i];
+	if (cli_tmpl_need(tmpl, &err) < 0 || (id = snap_sandbox_create(tmpl, &st, NULL, &err)) == NULL)
 		return cli_fail(err);
 	if (json) {
 		json_t *j = json_pack("{s:s, s:s, s:b, s:{s:f, s:f, s:f, s:f, s:f, s:f}}", "id", id, "template",
-				      argv[optind], "pooled", st.pooled, "timings_ms", "total", st.total_ms, "check", st.check_ms, "spawn", st.spawn_ms,
+				      tmpl, "pooled", st.pooled, "timings_ms", "total", st.total_ms, "check", st.check_ms, "spawn", st.spawn_ms,
 				      "load", st.load_ms, "agent", st.agent_ms, "setup", st.setup_ms);
 		char *s = json_dumps(j, JSON_COMPACT);
 		printf("%s\n", s);
@@ -124,26 +118,25 @@ static int run_create(const struct kiln_command *cmd, int argc, char **argv)
 	}
 	free(id);
 	if (st.pooled)
-		cli_pool_refill(argv[optind]);
+		cli_pool_refill(tmpl);
 	return KILN_EXIT_OK;
 }
 
 static int run_exec(const struct kiln_command *cmd, int argc, char **argv)
 {
 	kiln_error *err = NULL;
-	int c, code;
+	int i, rc, code;
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", (const struct option[]){ { "help", no_argument, NULL, 'h' },
-										  { NULL, 0, NULL, 0 } })) != -1)
-		return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	if (optind >= argc)
+	if ((i = cli_parse(cmd, NULL, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i >= argc)
 		return cli_usage_error(cmd, "which sandbox?");
-	const char *id = argv[optind++];
-	if (optind < argc && strcmp(argv[optind], "--") == 0)
-		optind++;
-	if (optind >= argc)
+	const char *id = argv[i++];
+	if (i < argc && strcmp(argv[i], "--") == 0)
+		i++;
+	if (i >= argc)
 		return cli_usage_error(cmd, "no command given (kiln sandbox exec ID -- CMD [ARG...])");
-	code = sandbox_exec(id, (const char *const *)argv + optind, &err);
+	code = sandbox_exec(id, (const char *const *)argv + i, &err);
 	return code < 0 ? cli_fail(err) : code;
 }
 
@@ -182,16 +175,15 @@ static int run_ls(const struct kiln_command *cmd, int argc, char **argv)
 
 static int run_kill(const struct kiln_command *cmd, int argc, char **argv)
 {
-	int c, rc = KILN_EXIT_OK;
+	int i, rc = KILN_EXIT_OK;
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", (const struct option[]){ { "help", no_argument, NULL, 'h' },
-										  { NULL, 0, NULL, 0 } })) != -1)
-		return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	if (optind >= argc)
+	if ((i = cli_parse(cmd, NULL, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i >= argc)
 		return cli_usage_error(cmd, "which sandbox?");
-	for (; optind < argc; optind++) {
+	for (; i < argc; i++) {
 		kiln_error *err = NULL;
-		if (snap_sandbox_kill(argv[optind], &err) < 0)
+		if (snap_sandbox_kill(argv[i], &err) < 0)
 			rc = cli_fail(err);
 	}
 	return rc;
@@ -200,13 +192,12 @@ static int run_kill(const struct kiln_command *cmd, int argc, char **argv)
 static int run_gc(const struct kiln_command *cmd, int argc, char **argv)
 {
 	kiln_error *err = NULL;
-	int c, n;
+	int i, rc, n;
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", (const struct option[]){ { "help", no_argument, NULL, 'h' },
-										  { NULL, 0, NULL, 0 } })) != -1)
-		return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	if (optind < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if ((i = cli_parse(cmd, NULL, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
 	if ((n = snap_sandbox_gc(&err)) < 0)
 		return cli_fail(err);
 	printf("removed %d\n", n);

@@ -11,36 +11,28 @@
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "addr", required_argument, NULL, 'a' },
-		{ "data", required_argument, NULL, 'd' },
-		{ "config", required_argument, NULL, 'c' },
-		{ "build", no_argument, NULL, 'b' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *addr = NULL, *data = NULL, *config = NULL;
+	bool want_build = false;
+	const struct cli_option opts[] = {
+		CLI_STRING('a', "addr", &addr, "HOST:PORT", "listen address (default 127.0.0.1:5000; port 0 picks one)"),
+		CLI_STRING('d', "data", &data, "DIR", "data directory"),
+		CLI_STRING('c', "config", &config, "FILE", "JSON config file (see docs/registry.md); flags override it"),
+		CLI_BOOL('b', "build", &want_build, "also run the build service (/build/v1/, docs/service.md; also\n"
+						    "\"build\": true or {...} in the config file): kiln build --remote"),
+		CLI_END,
+	};
 	struct reg_config cfg;
 	kiln_error *err = NULL;
 	reg_server *srv;
 	svc *builds = NULL;
 	struct svc_config sc;
-	int want_build = 0;
 	sigset_t set;
-	int c, sig;
+	int i, rc, sig;
 
-	while ((c = cli_getopt(cmd, argc, argv, "a:d:c:h", opts)) != -1) {
-		switch (c) {
-		case 'a': addr = optarg; break;
-		case 'd': data = optarg; break;
-		case 'c': config = optarg; break;
-		case 'b': want_build = 1; break;
-		case 'h': return KILN_EXIT_OK;
-		default: return KILN_EXIT_USAGE;
-		}
-	}
-	if (optind < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
 	reg_config_init(&cfg);
 	if (config && reg_config_load(&cfg, config, &err) < 0)
 		goto fail;
@@ -86,12 +78,6 @@ const struct kiln_command kiln_cmd_serve = {
 	.summary = "run the OCI registry (distribution v1.1)",
 	.usage = "Usage: kiln serve [--addr HOST:PORT] [--data DIR] [--config FILE] [--build]\n\n"
 		 "Serve the OCI Distribution API v1.1 over HTTP.  Blobs are stored content-addressed\n"
-		 "under DIR (default $KILN_HOME/registry), metadata in DIR/meta.db (sqlite, WAL).\n\n"
-		 "Options:\n"
-		 "  --addr HOST:PORT  listen address (default 127.0.0.1:5000; port 0 picks one)\n"
-		 "  --data DIR        data directory\n"
-		 "  --config FILE     JSON config file (see docs/registry.md); flags override it\n"
-		 "  --build           also run the build service (/build/v1/, docs/service.md; also\n"
-		 "                    \"build\": true or {...} in the config file): kiln build --remote\n",
+		 "under DIR (default $KILN_HOME/registry), metadata in DIR/meta.db (sqlite, WAL).\n",
 	.run = run,
 };

@@ -14,19 +14,6 @@
 
 static const struct kiln_command snap_ls_cmd, snap_verify_cmd;
 
-static int parse_uint(const struct kiln_command *cmd, const char *opt, const char *s, unsigned max, unsigned *out)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || *s == '\0' || *end != '\0' || v == 0 || v > max)
-		return cli_usage_error(cmd, "%s wants a number from 1 to %u, not '%s'", opt, max, s);
-	*out = (unsigned)v;
-	return 0;
-}
-
 /* An image of the local store as the template's source: its merged
  * filesystem written to an ext4 file in *tmpdir, its USER, WORKDIR and ENV
  * taken unless given on the command line, its name as the template's. */
@@ -72,67 +59,39 @@ fail:
 
 static int run_make(const struct kiln_command *cmd, int argc, char **argv)
 {
-	enum { O_START = 256, O_READY, O_USER, O_WORKDIR, O_TIMEOUT, O_KERNEL };
-	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
-					      { "tag", required_argument, NULL, 't' },
-					      { "cpus", required_argument, NULL, 'c' },
-					      { "memory", required_argument, NULL, 'm' },
-					      { "env", required_argument, NULL, 'e' },
-					      { "start", required_argument, NULL, O_START },
-					      { "ready", required_argument, NULL, O_READY },
-					      { "user", required_argument, NULL, O_USER },
-					      { "workdir", required_argument, NULL, O_WORKDIR },
-					      { "ready-timeout", required_argument, NULL, O_TIMEOUT },
-					      { "kernel-dir", required_argument, NULL, O_KERNEL },
-					      { NULL, 0, NULL, 0 } };
 	struct snap_finalize_opts o = { 0 };
 	kiln_strv env = KILN_STRV_INIT;
 	kiln_error *err = NULL;
 	unsigned secs = 0;
 	char *digest, *image = NULL, *tmpdir = NULL;
 	struct build_image *im = NULL;
-	int c, rc = KILN_EXIT_USAGE;
+	int i, rc;
+	const struct cli_option opts[] = {
+		CLI_STRING('t', "tag", &o.name, "NAME[:TAG]", "name the template (tag defaults to latest)"),
+		CLI_STRING(0, "start", &o.start_cmd, "CMD", "start command (/bin/sh -c), left running in the snapshot"),
+		CLI_STRING(0, "ready", &o.ready_cmd, "CMD", "ready command, polled until it exits 0"),
+		CLI_UINT(0, "ready-timeout", &secs, "SECS", 1, 86400, "give up waiting for ready (default 60)"),
+		CLI_STRING(0, "user", &o.user, "USER[:GROUP]", "run both as this user (default root)"),
+		CLI_STRING(0, "workdir", &o.workdir, "DIR", "and in this directory (default /)"),
+		CLI_ENV('e', "env", &env, "environment (repeatable; default PATH only)"),
+		CLI_UINT('c', "cpus", &o.cpus, "N", 1, 64, "vCPUs (default 1)"),
+		CLI_UINT('m', "memory", &o.memory_mib, "MIB", 1, 1 << 20, "guest memory (default 256)"),
+		CLI_STRING(0, "kernel-dir", &o.kernel_dir, "DIR", "guest kernel directory (see 'kiln vm kernel')"),
+		CLI_END,
+	};
 
-	while ((c = cli_getopt(cmd, argc, argv, "ht:c:m:e:", opts)) != -1) {
-		switch (c) {
-		case 't': o.name = optarg; break;
-		case 'c':
-			if (parse_uint(cmd, "--cpus", optarg, 64, &o.cpus))
-				goto out;
-			break;
-		case 'm':
-			if (parse_uint(cmd, "--memory", optarg, 1024 * 1024, &o.memory_mib))
-				goto out;
-			break;
-		case 'e':
-			if (strchr(optarg, '=') == NULL || optarg[0] == '=') {
-				cli_usage_error(cmd, "--env wants NAME=VALUE, not '%s'", optarg);
-				goto out;
-			}
-			kiln_strv_push(&env, optarg);
-			break;
-		case O_START: o.start_cmd = optarg; break;
-		case O_READY: o.ready_cmd = optarg; break;
-		case O_USER: o.user = optarg; break;
-		case O_WORKDIR: o.workdir = optarg; break;
-		case O_TIMEOUT:
-			if (parse_uint(cmd, "--ready-timeout", optarg, 86400, &secs))
-				goto out;
-			o.ready_timeout_ms = (int)secs * 1000;
-			break;
-		case O_KERNEL: o.kernel_dir = optarg; break;
-		case 'h': rc = KILN_EXIT_OK; goto out;
-		default: goto out;
-		}
-	}
-	if (optind != argc - 1) {
-		cli_usage_error(cmd, optind >= argc ? "no rootfs image or image name given" : "one image, please");
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		goto out;
+	rc = KILN_EXIT_USAGE;
+	o.ready_timeout_ms = (int)secs * 1000;
+	if (i != argc - 1) {
+		cli_usage_error(cmd, i >= argc ? "no rootfs image or image name given" : "one image, please");
 		goto out;
 	}
 	struct stat st;
-	if (stat(argv[optind], &st) == 0 && S_ISREG(st.st_mode)) {
-		o.rootfs = argv[optind];
-	} else if ((image = image_rootfs(argv[optind], &o, &env, &tmpdir, &im, &err)) == NULL) {
+	if (stat(argv[i], &st) == 0 && S_ISREG(st.st_mode)) {
+		o.rootfs = argv[i];
+	} else if ((image = image_rootfs(argv[i], &o, &env, &tmpdir, &im, &err)) == NULL) {
 		rc = cli_fail(err);
 		goto out;
 	} else {
@@ -189,16 +148,15 @@ static int run_ls(const struct kiln_command *cmd, int argc, char **argv)
 
 static int run_verify(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
 	kiln_error *err = NULL;
 	snap_template *t;
-	int c;
+	int i, rc;
 
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1)
-		return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	if (optind != argc - 1)
+	if ((i = cli_parse(cmd, NULL, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i != argc - 1)
 		return cli_usage_error(cmd, "one template, please");
-	if ((t = snap_template_open(argv[optind], &err)) == NULL || snap_template_check(t, true, &err) < 0) {
+	if ((t = snap_template_open(argv[i], &err)) == NULL || snap_template_check(t, true, &err) < 0) {
 		snap_template_free(t);
 		return cli_fail(err);
 	}
@@ -229,10 +187,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 
 	if (argc == 2 && strcmp(argv[1], "--list-commands") == 0)
 		return cli_list_commands(subs);
-	if (sub) {
-		optind = 1;
+	if (sub)
 		return sub->run(sub, argc - 1, argv + 1);
-	}
 	return run_make(cmd, argc, argv);
 }
 
@@ -247,17 +203,6 @@ const struct kiln_command kiln_cmd_snapshot = {
 		 "the background, poll the\n"
 		 "ready command until it exits 0, then snapshot memory, device state and disk into\n"
 		 "the template store ($KILN_HOME/snapshots) and print the template's digest.\n"
-		 "Sandboxes start from it with 'kiln sandbox create' or 'kiln run'.\n\n"
-		 "Options:\n"
-		 "  -t, --tag NAME[:TAG]   name the template (tag defaults to latest)\n"
-		 "  --start CMD            start command (/bin/sh -c), left running in the snapshot\n"
-		 "  --ready CMD            ready command, polled until it exits 0\n"
-		 "  --ready-timeout SECS   give up waiting for ready (default 60)\n"
-		 "  --user USER[:GROUP]    run both as this user (default root)\n"
-		 "  --workdir DIR          and in this directory (default /)\n"
-		 "  -e, --env NAME=VALUE   environment (repeatable; default PATH only)\n"
-		 "  -c, --cpus N           vCPUs (default 1)\n"
-		 "  -m, --memory MIB       guest memory (default 256)\n"
-		 "  --kernel-dir DIR       guest kernel directory (see 'kiln vm kernel')\n",
+		 "Sandboxes start from it with 'kiln sandbox create' or 'kiln run'.\n",
 	.run = run,
 };

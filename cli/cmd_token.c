@@ -7,15 +7,6 @@
 #include "cli/cli.h"
 #include "registry/registry.h"
 
-static const struct option common_opts[] = {
-	{ "data", required_argument, NULL, 'd' },
-	{ "config", required_argument, NULL, 'c' },
-	{ "scope", required_argument, NULL, 's' },
-	{ "ttl", required_argument, NULL, 't' },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
-};
-
 /* "90", "30s", "15m", "12h", "30d" -> seconds; -1 when malformed. */
 static int64_t parse_ttl(const char *s)
 {
@@ -34,6 +25,13 @@ static int64_t parse_ttl(const char *s)
 	return end[0] && end[1] ? -1 : v;
 }
 
+static int ttl_opt(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
+{
+	if ((*(int64_t *)opt->value = parse_ttl(arg)) < 0)
+		return cli_usage_error(cmd, "bad --ttl '%s' (want e.g. 3600, 90m, 12h, 30d)", arg);
+	return 0;
+}
+
 static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 {
 	const char *data = NULL, *config = NULL;
@@ -42,25 +40,24 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 	struct reg_config cfg;
 	kiln_error *err = NULL;
 	kiln_buf out = KILN_BUF_INIT;
-	int c, ret = KILN_EXIT_OK;
+	int i, ret = KILN_EXIT_OK;
+	struct cli_option opts[] = {
+		CLI_REGISTRY_OPTIONS(&data, &config),
+		CLI_END,
+		CLI_END,
+		CLI_END,
+	};
 
-	optind = 0;
-	while ((c = cli_getopt(cmd, argc, argv, "d:c:s:t:h", common_opts)) != -1) {
-		switch (c) {
-		case 'd': data = optarg; break;
-		case 'c': config = optarg; break;
-		case 's': kiln_strv_push(&scopes, optarg); break;
-		case 't':
-			if ((ttl = parse_ttl(optarg)) < 0) {
-				kiln_strv_free(&scopes);
-				return cli_usage_error(cmd, "bad --ttl '%s' (want e.g. 3600, 90m, 12h, 30d)", optarg);
-			}
-			break;
-		case 'h': kiln_strv_free(&scopes); return KILN_EXIT_OK;
-		default: kiln_strv_free(&scopes); return KILN_EXIT_USAGE;
-		}
+	if (strcmp(cmd->name, "create") == 0) {
+		opts[2] = (struct cli_option)CLI_STRV('s', "scope", &scopes, "NS:ACTIONS", "what the token may do (repeatable)");
+		opts[3] = (struct cli_option)CLI_CALLBACK('t', "ttl", &ttl, "DUR", ttl_opt,
+							  "expire after DUR (3600, 90m, 12h, 30d; default: never)");
 	}
-	if ((strcmp(cmd->name, "ls") == 0) != (optind == argc) || argc - optind > 1) {
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &ret)) < 0) {
+		kiln_strv_free(&scopes);
+		return ret;
+	}
+	if ((strcmp(cmd->name, "ls") == 0) != (i == argc) || argc - i > 1) {
 		kiln_strv_free(&scopes);
 		return cli_usage_error(cmd, strcmp(cmd->name, "ls") == 0 ? "no arguments expected" : "want one LABEL");
 	}
@@ -74,7 +71,7 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 	if (strcmp(cmd->name, "create") == 0) {
 		char *secret = NULL;
 		const char *none[] = { NULL };
-		if (reg_token_create(&cfg, argv[optind], scopes.v ? (const char *const *)scopes.v : none, ttl, &secret,
+		if (reg_token_create(&cfg, argv[i], scopes.v ? (const char *const *)scopes.v : none, ttl, &secret,
 				     &err) < 0)
 			goto fail;
 		printf("%s\n", secret);
@@ -83,7 +80,7 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 		if (reg_token_list(&cfg, &out, &err) < 0)
 			goto fail;
 		fputs(out.buf, stdout);
-	} else if (reg_token_revoke(&cfg, argv[optind], &err) < 0) {
+	} else if (reg_token_revoke(&cfg, argv[i], &err) < 0) {
 		goto fail;
 	}
 	goto out;

@@ -13,13 +13,12 @@
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
 	const char *ext2ver = NULL;
-	int c;
+	int i, rc;
 
-	static const struct option opts[] = { { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1)
-		return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-	if (optind < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if ((i = cli_parse(cmd, NULL, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
 	ext2fs_get_library_version(&ext2ver, NULL);
 	printf("kiln %s\n", KILN_VERSION);
 	printf("  libarchive   %s\n", archive_version_details());

@@ -28,27 +28,26 @@ static char *fetch_script(void)
 
 static int run_kernel(const struct kiln_command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
-					      { "fetch", no_argument, NULL, 'f' },
-					      { "dir", required_argument, NULL, 'd' },
-					      { NULL, 0, NULL, 0 } };
 	const char *dir_opt = NULL;
 	struct vm_kernel k;
 	kiln_error *err = NULL;
 	bool fetch = false;
 	char *dir;
-	int c;
+	int i, rc;
+	const struct cli_option opts[] = {
+		CLI_BOOL('f', "fetch", &fetch, "put a kernel into DIR first (default $KILN_KERNEL, else\n"
+					       "$KILN_HOME/kernel) with fetch-kernel.sh: by default a minimal\n"
+					       "kernel built from Debian's linux-source (build-kernel.sh);\n"
+					       "with KILN_GUEST_KERNEL=cloud Debian's linux-image-cloud-amd64\n"
+					       "(apt-get download + dpkg-deb -x; nothing installed)"),
+		CLI_STRING('d', "dir", &dir_opt, "DIR", "show (or fetch into) DIR instead"),
+		CLI_END,
+	};
 
-	while ((c = cli_getopt(cmd, argc, argv, "hfd:", opts)) != -1) {
-		switch (c) {
-		case 'f': fetch = true; break;
-		case 'd': dir_opt = optarg; break;
-		case 'h': return KILN_EXIT_OK;
-		default: return KILN_EXIT_USAGE;
-		}
-	}
-	if (optind < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
+		return rc;
+	if (i < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
 	/* --fetch writes where the user's overrides point; showing follows the search path. */
 	dir = dir_opt ? kiln_xstrdup(dir_opt) : fetch ? vm_kernel_user_dir() : NULL;
 	if (fetch) {
@@ -86,19 +85,6 @@ static int run_kernel(const struct kiln_command *cmd, int argc, char **argv)
 	vm_kernel_free(&k);
 	free(dir);
 	return KILN_EXIT_OK;
-}
-
-static int parse_uint(const struct kiln_command *cmd, const char *opt, const char *s, unsigned *out)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || *s == '\0' || *end != '\0' || v == 0 || v > 1024 * 1024)
-		return cli_usage_error(cmd, "%s wants a positive number, not '%s'", opt, s);
-	*out = (unsigned)v;
-	return 0;
 }
 
 static void write_fd(int fd, const void *data, size_t len)
@@ -151,89 +137,58 @@ static int exec_in_guest(vm_instance *v, const struct exec_args *a, kiln_error *
 
 static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 {
-	enum { O_NET = 256, O_WRITABLE, O_NO_AGENT, O_TIMEOUT, O_CONSOLE, O_WAIT, O_TCG, O_KERNEL, O_VERBOSE, O_APPEND, O_CMD_TIMEOUT, O_SCRATCH };
-	static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
-					      { "cpus", required_argument, NULL, 'c' },
-					      { "memory", required_argument, NULL, 'm' },
-					      { "net", no_argument, NULL, O_NET },
-					      { "writable", no_argument, NULL, O_WRITABLE },
-					      { "scratch", required_argument, NULL, O_SCRATCH },
-					      { "no-agent", no_argument, NULL, O_NO_AGENT },
-					      { "timeout", required_argument, NULL, O_TIMEOUT },
-					      { "console", no_argument, NULL, O_CONSOLE },
-					      { "verbose-console", no_argument, NULL, O_VERBOSE },
-					      { "wait", no_argument, NULL, O_WAIT },
-					      { "tcg", no_argument, NULL, O_TCG },
-					      { "kernel-dir", required_argument, NULL, O_KERNEL },
-					      { "append", required_argument, NULL, O_APPEND },
-					      { "env", required_argument, NULL, 'e' },
-					      { "workdir", required_argument, NULL, 'w' },
-					      { "user", required_argument, NULL, 'u' },
-					      { "cmd-timeout", required_argument, NULL, O_CMD_TIMEOUT },
-					      { NULL, 0, NULL, 0 } };
 	struct vm_config cfg;
 	struct exec_args ea = { .env = KILN_STRV_INIT };
 	kiln_error *err = NULL;
 	vm_instance *v;
-	bool show_console = false, wait = false;
+	bool show_console = false, wait = false, writable = false, tcg = false;
 	unsigned timeout_s = 0;
-	int c, rc = KILN_EXIT_OK;
+	int i, rc = KILN_EXIT_OK;
 
 	vm_config_init(&cfg);
-	while ((c = cli_getopt(cmd, argc, argv, "hc:m:e:w:u:", opts)) != -1) {
-		switch (c) {
-		case 'c':
-			if (parse_uint(cmd, "--cpus", optarg, &cfg.cpus))
-				return KILN_EXIT_USAGE;
-			break;
-		case 'm':
-			if (parse_uint(cmd, "--memory", optarg, &cfg.memory_mib))
-				return KILN_EXIT_USAGE;
-			break;
-		case O_NET: cfg.net = true; break;
-		case O_WRITABLE: cfg.root_mode = VM_ROOT_WRITABLE; break;
-		case O_SCRATCH:
-			if (parse_uint(cmd, "--scratch", optarg, &cfg.scratch_mib))
-				return KILN_EXIT_USAGE;
-			break;
-		case O_NO_AGENT: cfg.no_agent = true; break;
-		case O_TIMEOUT:
-			if (parse_uint(cmd, "--timeout", optarg, &timeout_s))
-				return KILN_EXIT_USAGE;
-			cfg.boot_timeout_ms = (int)(timeout_s > 3600 ? 3600000 : timeout_s * 1000);
-			break;
-		case O_CONSOLE: show_console = true; break;
-		case O_VERBOSE: cfg.console_verbose = true; break;
-		case O_WAIT: wait = true; break;
-		case O_TCG: cfg.accel = VM_ACCEL_TCG; break;
-		case O_KERNEL: cfg.kernel_dir = optarg; break;
-		case O_APPEND: cfg.extra_cmdline = optarg; break;
-		case 'e':
-			if (strchr(optarg, '=') == NULL || optarg[0] == '=') {
-				kiln_strv_free(&ea.env);
-				return cli_usage_error(cmd, "--env wants NAME=VALUE, not '%s'", optarg);
-			}
-			kiln_strv_push(&ea.env, optarg);
-			break;
-		case 'w': ea.cwd = optarg; break;
-		case 'u': ea.user = optarg; break;
-		case O_CMD_TIMEOUT:
-			if (parse_uint(cmd, "--cmd-timeout", optarg, &ea.timeout_s))
-				return KILN_EXIT_USAGE;
-			break;
-		case 'h': return KILN_EXIT_OK;
-		default: return KILN_EXIT_USAGE;
-		}
+	const struct cli_option opts[] = {
+		CLI_UINT('c', "cpus", &cfg.cpus, "N", 1, 1 << 20, "vCPUs (default 1)"),
+		CLI_UINT('m', "memory", &cfg.memory_mib, "MIB", 1, 1 << 20, "guest memory in MiB (default 256)"),
+		CLI_BOOL(0, "net", &cfg.net, "user-mode network (off by default)"),
+		CLI_BOOL(0, "writable", &writable, "mount the disk read-write (default: read-only under an overlay)"),
+		CLI_UINT(0, "scratch", &cfg.scratch_mib, "MIB", 1, 1 << 20,
+			 "keep the overlay's changes on a sparse ext4 disk of MIB, not in RAM"),
+		CLI_BOOL(0, "no-agent", &cfg.no_agent, "boot without the guest agent"),
+		CLI_UINT(0, "timeout", &timeout_s, "SECONDS", 1, 1 << 20,
+			 "give up when init is not ready by then (default 120 TCG, 30 KVM)"),
+		CLI_BOOL(0, "tcg", &tcg, "use TCG even when KVM is available"),
+		CLI_STRING(0, "kernel-dir", &cfg.kernel_dir, "DIR", "guest kernel directory (see 'kiln vm kernel')"),
+		CLI_STRING(0, "append", &cfg.extra_cmdline, "ARGS", "add ARGS to the guest kernel's command line"),
+		CLI_BOOL(0, "wait", &wait, "keep the VM until the guest powers off or kiln is interrupted;\n"
+					   "its agent socket is then free for 'kiln agent --socket'"),
+		CLI_BOOL(0, "console", &show_console, "print the serial console log to stderr at the end"),
+		CLI_BOOL(0, "verbose-console", &cfg.console_verbose, "boot without 'quiet' (kernel messages on the console)"),
+		CLI_ENV('e', "env", &ea.env, "for CMD: environment (repeatable; default: PATH only)"),
+		CLI_STRING('w', "workdir", &ea.cwd, "DIR", "for CMD: working directory in the guest (default /)"),
+		CLI_STRING('u', "user", &ea.user, "USER", "for CMD: user[:group] or uid[:gid] in the guest (default root)"),
+		CLI_UINT(0, "cmd-timeout", &ea.timeout_s, "SECS", 1, 1 << 20, "kill CMD after SECS seconds"),
+		CLI_END,
+	};
+
+	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0) {
+		kiln_strv_free(&ea.env);
+		return rc;
 	}
-	if (optind >= argc)
+	if (writable)
+		cfg.root_mode = VM_ROOT_WRITABLE;
+	if (tcg)
+		cfg.accel = VM_ACCEL_TCG;
+	if (timeout_s)
+		cfg.boot_timeout_ms = (int)(timeout_s > 3600 ? 3600000 : timeout_s * 1000);
+	if (i >= argc)
 		return cli_usage_error(cmd, "no rootfs image given");
-	cfg.rootfs = argv[optind++];
-	if (optind < argc && strcmp(argv[optind], "--") != 0)
-		return cli_usage_error(cmd, "unexpected argument '%s' (put the command after --)", argv[optind]);
-	if (optind < argc)
-		optind++;
-	if (optind < argc) {
-		ea.argv = argv + optind;
+	cfg.rootfs = argv[i++];
+	if (i < argc && strcmp(argv[i], "--") != 0)
+		return cli_usage_error(cmd, "unexpected argument '%s' (put the command after --)", argv[i]);
+	if (i < argc)
+		i++;
+	if (i < argc) {
+		ea.argv = argv + i;
 		if (cfg.no_agent) {
 			kiln_strv_free(&ea.env);
 			return cli_usage_error(cmd, "a command needs the agent: drop --no-agent");
@@ -293,14 +248,7 @@ static const struct kiln_command vm_kernel_cmd = {
 		 "Show the guest kernel kiln boots: the first directory holding one of\n"
 		 "$KILN_KERNEL (alone when set; $KILN_KERNEL_DIR is its older name),\n"
 		 "$KILN_HOME/kernel, the installation's PREFIX/lib/kiln/kernel, the checkout's\n"
-		 "build/kernel (both found beside the running kiln binary).\n\n"
-		 "Options:\n"
-		 "  -f, --fetch          put a kernel into DIR first (default $KILN_KERNEL, else\n"
-		 "                       $KILN_HOME/kernel) with fetch-kernel.sh: by default a minimal\n"
-		 "                       kernel built from Debian's linux-source (build-kernel.sh);\n"
-		 "                       with KILN_GUEST_KERNEL=cloud Debian's linux-image-cloud-amd64\n"
-		 "                       (apt-get download + dpkg-deb -x; nothing installed)\n"
-		 "  -d, --dir DIR        show (or fetch into) DIR instead\n",
+		 "build/kernel (both found beside the running kiln binary).\n",
 	.run = run_kernel,
 };
 
@@ -308,27 +256,7 @@ static const struct kiln_command vm_kernel_cmd = {
 	"Usage: kiln vm " verb " [OPTIONS] ROOTFS.ext4 [-- CMD [ARG...]]\n\n"                             \
 	"Boot ROOTFS in a QEMU microVM (KVM if /dev/kvm is usable, else TCG); the image itself\n"   \
 	"is never written.  With CMD, run it in the guest through the agent, stream its output\n"   \
-	"and exit with its exit code; without, report the boot and stop.\n\n"                          \
-	"Options:\n"                                                                                      \
-	"  -c, --cpus N         vCPUs (default 1)\n"                                                      \
-	"  -m, --memory MIB     guest memory in MiB (default 256)\n"                                      \
-	"  --net                user-mode network (off by default)\n"                                     \
-	"  --writable           mount the disk read-write (default: read-only under an overlay)\n"       \
-	"  --scratch MIB        keep the overlay's changes on a sparse ext4 disk of MIB, not in RAM\n"  \
-	"  --no-agent           boot without the guest agent\n"                                           \
-	"  --timeout SECONDS    give up when init is not ready by then (default 120 TCG, 30 KVM)\n"     \
-	"  --tcg                use TCG even when KVM is available\n"                                     \
-	"  --kernel-dir DIR     guest kernel directory (see 'kiln vm kernel')\n"                         \
-	"  --append ARGS        add ARGS to the guest kernel's command line\n"                         \
-	"  --wait               keep the VM until the guest powers off or kiln is interrupted;\n"        \
-	"                       its agent socket is then free for 'kiln agent --socket'\n"        \
-	"  --console            print the serial console log to stderr at the end\n"                     \
-	"  --verbose-console    boot without 'quiet' (kernel messages on the console)\n"                \
-	"\nFor CMD:\n"                                                                                    \
-	"  -e, --env NAME=VALUE environment (repeatable; default: PATH only)\n"                           \
-	"  -w, --workdir DIR    working directory in the guest (default /)\n"                            \
-	"  -u, --user USER      user[:group] or uid[:gid] in the guest (default root)\n"                \
-	"  --cmd-timeout SECS   kill the command after SECS seconds\n"
+	"and exit with its exit code; without, report the boot and stop.\n"
 
 static const struct kiln_command vm_boot_cmd = {
 	.name = "boot", .summary = "boot a rootfs image in a microVM", .usage = BOOT_USAGE("boot"), .run = run_boot,

@@ -8,7 +8,7 @@ kiln=${1:?usage: gen-completion.sh KILN OUT}
 out=${2:?usage: gen-completion.sh KILN OUT}
 
 # opts CMD...: the long options `kiln CMD... --help` mentions, once each.
-opts() { "$kiln" "$@" --help | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u | tr '\n' ' ' | sed 's/ $//'; }
+opts() { "$kiln" "$@" --list-options | tr '\n' ' ' | sed 's/ $//'; }
 words() { tr '\n' ' ' | sed 's/ $//'; }
 
 mapfile -t cmds < <("$kiln" --list-commands | cut -f1)

@@ -1,7 +1,6 @@
 /* main.c — kiln's entry point: global options, the command table (generated
  * from cli/cmd_*.c by the Makefile) and dispatch.  Commands parse their own
- * arguments and call into the stage libraries. */
-#include <stdarg.h>
+ * arguments (cli/options.c) and call into the stage libraries. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,25 +36,6 @@ static void print_main_usage(FILE *out)
 		     "Run 'kiln COMMAND --help' for a command's options.\n");
 }
 
-int cli_help(const struct kiln_command *cmd)
-{
-	fputs(cmd->usage, stdout);
-	return KILN_EXIT_OK;
-}
-
-int cli_usage_error(const struct kiln_command *cmd, const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "kiln %s: ", cmd->name);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\n", stderr);
-	fputs(cmd->usage, stderr);
-	return KILN_EXIT_USAGE;
-}
-
 int cli_fail(kiln_error *err)
 {
 	int code = err && err->kind == KILN_E_USAGE ? KILN_EXIT_USAGE : KILN_EXIT_FAIL;
@@ -66,52 +46,6 @@ int cli_fail(kiln_error *err)
 	fprintf(stderr, "kiln: %s\n", msg);
 	kiln_error_free(err);
 	return code;
-}
-
-int cli_getopt(const struct kiln_command *cmd, int argc, char **argv, const char *shortopts,
-	       const struct option *longopts)
-{
-	char spec[128];
-	int c;
-
-	/* '+' stops at the first operand; ':' reports a missing argument as ':'. */
-	snprintf(spec, sizeof(spec), "+:%s", shortopts);
-	opterr = 0;
-	c = getopt_long(argc, argv, spec, longopts, NULL);
-	if (c == 'h') {
-		cli_help(cmd);
-		return 'h';
-	}
-	if (c == '?') {
-		if (optopt != 0 && optopt != '?')
-			cli_usage_error(cmd, "unknown option -%c", optopt);
-		else
-			cli_usage_error(cmd, "unknown option %s", argv[optind - 1]);
-		return '?';
-	}
-	if (c == ':') {
-		cli_usage_error(cmd, "option %s needs a value", argv[optind - 1]);
-		return '?';
-	}
-	return c;
-}
-
-int cli_list_opts(const struct kiln_command *cmd, int argc, char **argv, bool *json)
-{
-	static const struct option opts[] = { { "json", no_argument, NULL, 'j' },
-					      { "help", no_argument, NULL, 'h' },
-					      { NULL, 0, NULL, 0 } };
-	int c;
-
-	*json = false;
-	while ((c = cli_getopt(cmd, argc, argv, "h", opts)) != -1) {
-		if (c != 'j')
-			return c == 'h' ? KILN_EXIT_OK : KILN_EXIT_USAGE;
-		*json = true;
-	}
-	if (optind < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-	return -1;
 }
 
 void cli_print_json(const json_t *v)
@@ -156,10 +90,8 @@ int cli_dispatch(const struct kiln_command *cmd, const struct kiln_command *cons
 		return cli_list_commands(subs);
 	for (size_t i = 0; subs[i] != NULL; i++) {
 		const char *n = sub_name(cmd, subs[i]);
-		if (strcmp(n, argv[1]) == 0) {
-			optind = 0; /* glibc: a full getopt reset for the sub-command's parse */
+		if (strcmp(n, argv[1]) == 0)
 			return subs[i]->run(subs[i], argc - 1, argv + 1);
-		}
 	}
 	return cli_usage_error(cmd, "unknown sub-command '%s'", argv[1]);
 }
@@ -210,7 +142,9 @@ int main(int argc, char **argv)
 			fprintf(stderr, "kiln: unknown command '%s'\n", argv[i + 1]);
 			return KILN_EXIT_USAGE;
 		}
-		return cli_help(cmd);
+		/* the command prints its help, with the options of its table */
+		char *help_argv[] = { argv[i + 1], (char *)"--help", NULL };
+		return cmd->run(cmd, 2, help_argv);
 	}
 	cmd = cli_find(commands, argv[i]);
 	if (cmd == NULL) {
@@ -218,6 +152,5 @@ int main(int argc, char **argv)
 		print_main_usage(stderr);
 		return KILN_EXIT_USAGE;
 	}
-	optind = 0; /* glibc: 0 forces a full getopt reset */
 	return cmd->run(cmd, argc - i, argv + i);
 }

@@ -15,31 +15,16 @@ void cli_xfer_init(struct cli_xfer *x, const char *label)
 				.tty = isatty(STDOUT_FILENO) && isatty(STDERR_FILENO) };
 }
 
-int cli_xfer_option(const struct kiln_command *cmd, struct cli_xfer *x, int c, const char *arg)
+int cli_xfer_limit_rate(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
 {
+	struct cli_xfer *x = opt->value;
 	kiln_error *err = NULL;
-	char *end;
-	long n;
 
-	switch (c) {
-	case 'j':
-		x->json = true;
-		return KILN_EXIT_OK;
-	case 'P':
-		n = strtol(arg, &end, 10);
-		if (*end || n < 1 || n > 64)
-			return cli_usage_error(cmd, "--parallel '%s': want 1 to 64", arg);
-		x->parallel = (unsigned)n;
-		return KILN_EXIT_OK;
-	case 'L':
-		if (kiln_parse_size(arg, &x->max_rate, &err) < 0 || x->max_rate == 0) {
-			kiln_error_free(err);
-			return cli_usage_error(cmd, "--limit-rate '%s': want bytes per second (e.g. 10M)", arg);
-		}
-		return KILN_EXIT_OK;
-	default:
-		return -1;
+	if (kiln_parse_size(arg, &x->max_rate, &err) < 0 || x->max_rate == 0) {
+		kiln_error_free(err);
+		return cli_usage_error(cmd, "--limit-rate '%s': want bytes per second (e.g. 10M)", arg);
 	}
+	return KILN_EXIT_OK;
 }
 
 void cli_xfer_start(struct cli_xfer *x, const char *label, bool per_blob)

@@ -26,10 +26,13 @@ struct cli_xfer {
 };
 
 void cli_xfer_init(struct cli_xfer *x, const char *label);
-/* The options both commands take: --json ('j'), --parallel N ('P'),
- * --limit-rate RATE ('L').  Returns -1 when c is none of them, else
- * KILN_EXIT_OK or the exit code of a usage error. */
-int cli_xfer_option(const struct kiln_command *cmd, struct cli_xfer *x, int c, const char *arg);
+/* The options both commands take, as entries of their option tables. */
+#define CLI_XFER_OPTIONS(x)                                                                                  \
+	CLI_BOOL(0, "json", &(x)->json, "progress events and a final {\"event\":\"done\"} on stdout"),        \
+	CLI_UINT(0, "parallel", &(x)->parallel, "N", 1, 64, "blobs moved at once (default 4)"),                           \
+	CLI_CALLBACK(0, "limit-rate", (x), "RATE", cli_xfer_limit_rate,                                       \
+		     "cap each blob transfer, in bytes per second (e.g. 10M)")
+int cli_xfer_limit_rate(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg);
 /* Start the clock; the transfer begins. */
 void cli_xfer_start(struct cli_xfer *x, const char *label, bool per_blob);
 double cli_xfer_elapsed(const struct cli_xfer *x);
