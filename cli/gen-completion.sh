@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # gen-completion.sh KILN OUT — write kiln's bash completion from KILN itself:
 # commands and sub-commands from `--list-commands`, each one's options from
-# the --long-options its `--help` names.  Words that are not options or
+# its option table (`kiln CMD --list-options`, cli/options.c), the table its
+# --help prints.  Words that are not options or
 # sub-commands fall back to file names (complete -o default).
 set -euo pipefail
 kiln=${1:?usage: gen-completion.sh KILN OUT}
 out=${2:?usage: gen-completion.sh KILN OUT}
 
-# opts CMD...: the long options `kiln CMD... --help` mentions, once each.
+# opts CMD...: the long options of the command's option table (`--list-options`).
 opts() { "$kiln" "$@" --list-options | tr '\n' ' ' | sed 's/ $//'; }
 words() { tr '\n' ' ' | sed 's/ $//'; }
 

@@ -216,8 +216,10 @@ int cli_parse(const struct kiln_command *cmd, const struct cli_option *opts, int
 	char **operands = NULL;
 	int n = 0, i;
 
+	static const struct cli_option none[] = { CLI_END };
+
 	cur_cmd = cmd;
-	cur_opts = opts;
+	cur_opts = opts ? opts : none;
 	*rc = KILN_EXIT_OK;
 	if (argc == 2 && strcmp(argv[1], "--list-options") == 0) {
 		list_options(opts);
