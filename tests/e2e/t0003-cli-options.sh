@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t0002-cli-options.sh — the one option parser (cli/options.c) every command
+# t0003-cli-options.sh — the one option parser (cli/options.c) every command
 # goes through: the value forms, bundles, prefixes, "--", the usage errors, and
 # that --help, --list-options (the completion) and the parser read one table.
 . tests/e2e/lib.sh
