@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "registry/registry.h"
 #include "service/service.h"
+#include "service/e2b.h"
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
@@ -25,6 +26,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	kiln_error *err = NULL;
 	reg_server *srv;
 	svc *builds = NULL;
+	e2b *e2b_api = NULL;
 	struct svc_config sc;
 	sigset_t set;
 	int i, rc, sig;
@@ -58,6 +60,13 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		reg_server_stop(srv);
 		goto fail;
 	}
+	/* and E2B's template API on the same service (docs/e2b.md) */
+	if (builds && e2b_start(builds, &e2b_api, &err) < 0) {
+		svc_stop(builds);
+		reg_server_stop(srv);
+		svc_free(builds);
+		goto fail;
+	}
 	fprintf(stderr, "kiln serve: listening on http://%s%s%s:%u (data %s)%s\n", strchr(cfg.host, ':') ? "[" : "",
 		cfg.host, strchr(cfg.host, ':') ? "]" : "", reg_server_port(srv), cfg.data_dir,
 		builds ? ", building" : "");
@@ -65,6 +74,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	sigwait(&set, &sig);
 	svc_stop(builds);
 	reg_server_stop(srv);
+	e2b_stop(e2b_api);
 	svc_free(builds);
 	reg_config_free(&cfg);
 	return KILN_EXIT_OK;

@@ -204,8 +204,11 @@ static int untar(const char *tarpath, const char *dir, kiln_error **err)
 	struct archive_entry *e;
 	int ret = -1, rc;
 
+	/* Entries are written as dir/NAME, an absolute path by construction (so
+	 * no SECURE_NOABSOLUTEPATHS): NAME itself was checked by svc_path_ok, and
+	 * SECURE_SYMLINKS refuses writing through a symlink the tar made. */
 	archive_write_disk_set_options(d, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-					      ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
+					      ARCHIVE_EXTRACT_SECURE_SYMLINKS);
 	if (archive_read_open_filename(a, tarpath, 64 << 10) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_INVALID, "%s: %s", tarpath, archive_error_string(a));
 		goto out;

@@ -169,6 +169,8 @@ void e2b_reply_json(reg_req *r, unsigned status, json_t *j);
 void e2b_reply_error(reg_req *r, unsigned status, const char *fmt, ...) KILN_PRINTF(3, 4);
 void e2b_reply_err(reg_req *r, kiln_error *err, const char *what);
 json_t *e2b_json_time(int64_t unix_s); /* "2026-12-01T12:00:00Z" */
+/* The request's Host header when it is a plain HOST[:PORT], else NULL. */
+const char *e2b_req_host(reg_req *r);
 /* E2B's state of a build: "waiting", "building", "ready", "error" (st filled
  * for a build the service has: st->id set); NULL with *err. */
 const char *e2b_build_state(e2b *e, const struct e2b_build *b, struct svc_status *st, kiln_error **err);

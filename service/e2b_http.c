@@ -1,0 +1,659 @@
+/* e2b_http.c — E2B's template REST on `kiln serve --build`: the calls the
+ * npm/Python SDKs make in Template.build() (create, upload links and the
+ * uploads themselves, trigger, status with logs and logsOffset) and the
+ * template list/get/delete/alias/tags calls, answered in E2B's JSON shapes
+ * ({"code","message"} errors).  A build becomes a build of the service
+ * (svc_submit) whose status and `kiln build --json` log this maps back. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "service/e2b.h"
+
+#define BODY_MAX (8u << 20)
+
+/* ---- answers ---- */
+
+void e2b_reply_json(reg_req *r, unsigned status, json_t *j)
+{
+	char *s = json_dumps(j, JSON_COMPACT);
+
+	reg_respond(r, status, s, strlen(s), "application/json");
+	free(s);
+	json_decref(j);
+}
+
+/* E2B's error body: {"code": STATUS, "message": "..."}. */
+void e2b_reply_error(reg_req *r, unsigned status, const char *fmt, ...)
+{
+	kiln_buf b = KILN_BUF_INIT;
+	va_list ap;
+
+	va_start(ap, fmt);
+	kiln_buf_vaddf(&b, fmt, ap);
+	va_end(ap);
+	e2b_reply_json(r, status, json_pack("{s:i,s:s}", "code", (int)status, "message", b.buf));
+	kiln_buf_free(&b);
+}
+
+/* An error from below: its kind picks the status. */
+void e2b_reply_err(reg_req *r, kiln_error *err, const char *what)
+{
+	unsigned st = err->kind == KILN_E_INVALID || err->kind == KILN_E_USAGE ? 400
+		      : err->kind == KILN_E_NOTFOUND                             ? 404
+		      : err->kind == KILN_E_LIMIT                                ? 413
+		      : err->kind == KILN_E_EXISTS                               ? 409
+										 : 500;
+	if (st == 500)
+		kiln_warn("e2b: %s: %s", what, kiln_error_message(err));
+	e2b_reply_error(r, st, "%s: %s", what, kiln_error_message(err));
+	kiln_error_free(err);
+}
+
+static char *iso_time(int64_t t)
+{
+	char buf[32];
+	time_t tt = (time_t)t;
+	struct tm tm;
+
+	gmtime_r(&tt, &tm);
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return kiln_xstrdup(buf);
+}
+
+json_t *e2b_json_time(int64_t t)
+{
+	char *s = iso_time(t);
+	json_t *j = json_string(s);
+
+	free(s);
+	return j;
+}
+
+/* ---- build state, mapped to E2B's ---- */
+
+/* E2B's status of a build and, for the service's, its status (st->id set). */
+const char *e2b_build_state(e2b *e, const struct e2b_build *b, struct svc_status *st, kiln_error **err)
+{
+	memset(st, 0, sizeof(*st));
+	if (b->error)
+		return "error";
+	if (b->svc_id == NULL || b->svc_id[0] == '\0')
+		return "waiting";
+	if (svc_status(e->svc, b->team, b->svc_id, st, err) < 0)
+		return NULL;
+	switch (st->state) {
+	case SVC_QUEUED: return "waiting";
+	case SVC_BUILDING: return "building";
+	case SVC_DONE: return "ready";
+	default: return "error";
+	}
+}
+
+/* The E2B step (as the SDK numbers its stack traces: "base", then 1 + the
+ * step's index, "finalize") of a failed build. */
+static char *failed_step(const struct e2b_build *b, const struct svc_status *st)
+{
+	const char *loc = st->location, *colon;
+	json_t *lines;
+	long line;
+	int step = -1;
+
+	if (loc == NULL || (colon = strchr(loc, ':')) == NULL)
+		return st->reason && strstr(st->reason, "ready") ? kiln_xstrdup("finalize") : NULL;
+	line = strtol(colon + 1, NULL, 10);
+	if (line <= 1)
+		return kiln_xstrdup("base");
+	lines = b->lines ? json_loads(b->lines, 0, NULL) : NULL;
+	if (json_is_array(lines) && (size_t)(line - 2) < json_array_size(lines))
+		step = (int)json_integer_value(json_array_get(lines, (size_t)(line - 2)));
+	json_decref(lines);
+	return step < 0 ? NULL : kiln_xasprintf("%d", step + 1);
+}
+
+static const char *str_or(const json_t *o, const char *key, const char *dflt)
+{
+	const char *s = kiln_json_str(o, key);
+	return s ? s : dflt;
+}
+
+/* One `kiln build --json` event (or the service's own) as E2B's log entry. */
+static json_t *log_entry(const char *line, const struct e2b_build *b, int64_t now)
+{
+	json_t *ev = json_loads(line, 0, NULL), *out;
+	const char *kind = kiln_json_str(ev, "event"), *level = "info";
+	kiln_buf msg = KILN_BUF_INIT;
+
+	if (kind == NULL) {
+		kiln_buf_adds(&msg, line);
+		level = "debug";
+	} else if (strcmp(kind, "step") == 0) {
+		kiln_buf_addf(&msg, "[%lld/%lld] %s", (long long)kiln_json_int(ev, "step", 0),
+			      (long long)kiln_json_int(ev, "total", 0), str_or(ev, "instruction", ""));
+	} else if (strcmp(kind, "step_done") == 0) {
+		const char *cache = kiln_json_str(ev, "cache");
+		json_t *secs = json_object_get(ev, "seconds");
+		kiln_buf_addf(&msg, "[%lld/%lld] ", (long long)kiln_json_int(ev, "step", 0),
+			      (long long)kiln_json_int(ev, "total", 0));
+		if (cache)
+			kiln_buf_addf(&msg, "cache %s, ", cache);
+		kiln_buf_addf(&msg, "%.2fs", json_number_value(secs));
+	} else if (strcmp(kind, "output") == 0) {
+		const char *d = str_or(ev, "data", "");
+		size_t n = strlen(d);
+		kiln_buf_add(&msg, d, n && d[n - 1] == '\n' ? n - 1 : n);
+	} else if (strcmp(kind, "error") == 0) {
+		kiln_buf_adds(&msg, str_or(ev, "message", "error"));
+		level = "error";
+	} else if (strcmp(kind, "done") == 0) {
+		kiln_buf_addf(&msg, "built %s", str_or(ev, "digest", ""));
+		if (kiln_json_str(ev, "template"))
+			kiln_buf_addf(&msg, ", template %s", kiln_json_str(ev, "template"));
+	} else if (strcmp(kind, "vm") == 0) {
+		kiln_buf_addf(&msg, "builder VM %s in %.2fs", json_is_true(json_object_get(ev, "restored")) ? "restored"
+											 : "booted",
+			      json_number_value(json_object_get(ev, "boot_seconds")));
+		level = "debug";
+	} else if (strcmp(kind, "published") == 0) {
+		kiln_buf_addf(&msg, "published %s %s (%s)", str_or(ev, "kind", ""), str_or(ev, "ref", ""),
+			      str_or(ev, "digest", ""));
+	} else {
+		/* the service's own events: their text, else the line */
+		const char *m = str_or(ev, "message", kiln_json_str(ev, "state"));
+		kiln_buf_adds(&msg, m ? m : line);
+	}
+	out = json_pack("{s:o,s:s,s:s}", "timestamp",
+			e2b_json_time(kiln_json_int(ev, "time", 0) > 0 ? kiln_json_int(ev, "time", 0) : now), "level", level,
+			"message", msg.buf);
+	if (kind && json_object_get(ev, "line") && b->lines) {
+		json_t *lines = json_loads(b->lines, 0, NULL);
+		json_int_t l = kiln_json_int(ev, "line", 0);
+		if (l == 1)
+			json_object_set_new(out, "step", json_string("base"));
+		else if (json_is_array(lines) && l >= 2 && (size_t)(l - 2) < json_array_size(lines)) {
+			char s[24];
+			snprintf(s, sizeof(s), "%lld", (long long)json_integer_value(json_array_get(lines, l - 2)) + 1);
+			json_object_set_new(out, "step", json_string(s));
+		}
+		json_decref(lines);
+	}
+	kiln_buf_free(&msg);
+	json_decref(ev);
+	return out;
+}
+
+/* ---- handlers ---- */
+
+static long query_long(reg_req *r, const char *key, long dflt, long max)
+{
+	const char *s = reg_query(r, key);
+	char *end;
+	long v;
+
+	if (s == NULL || *s == '\0')
+		return dflt;
+	v = strtol(s, &end, 10);
+	return *end || v < 0 ? -1 : v > max ? max : v;
+}
+
+static void h_status(e2b *e, reg_req *r, struct e2b_req *q, bool logs_only)
+{
+	struct e2b_build b;
+	struct svc_status st;
+	kiln_error *err = NULL;
+	kiln_strv lines = KILN_STRV_INIT;
+	long offset = query_long(r, logs_only ? "cursor" : "logsOffset", 0, 1L << 40);
+	long limit = query_long(r, "limit", 1000, 1000);
+	int64_t next = 0;
+	bool ended = false;
+	const char *state;
+	json_t *entries = json_array(), *out;
+	int found = e2b_db_build_get(e->db, q->team, q->seg[1], q->seg[3], &b, &err);
+
+	memset(&st, 0, sizeof(st));
+	if (found <= 0) {
+		json_decref(entries);
+		if (found < 0)
+			return e2b_reply_err(r, err, "build status");
+		return e2b_reply_error(r, 404, "build %s of template %s not found", q->seg[3], q->seg[1]);
+	}
+	if (offset < 0 || limit < 0) {
+		json_decref(entries);
+		e2b_build_free(&b);
+		return e2b_reply_error(r, 400, "logsOffset, cursor and limit: want numbers");
+	}
+	if ((state = e2b_build_state(e, &b, &st, &err)) == NULL)
+		goto fail;
+	if (st.id[0] && svc_logs(e->svc, b.team, b.svc_id, 0, 0, &lines, &next, &ended, &err) < 0)
+		goto fail;
+	for (size_t i = (size_t)offset; i < lines.n && json_array_size(entries) < (size_t)limit; i++)
+		json_array_append_new(entries, log_entry(lines.v[i], &b, (int64_t)time(NULL)));
+	if (logs_only) {
+		out = json_pack("{s:o}", "logs", entries);
+	} else {
+		out = json_pack("{s:s,s:s,s:s,s:o,s:[]}", "templateID", b.template_id, "buildID", b.id, "status", state,
+				"logEntries", entries, "logs");
+		if (strcmp(state, "error") == 0) {
+			char *step = b.error ? NULL : failed_step(&b, &st);
+			json_t *reason = json_pack("{s:s,s:[]}", "message",
+						   b.error ? b.error : st.reason ? st.reason : "the build failed",
+						   "logEntries");
+			if (step)
+				json_object_set_new(reason, "step", json_string(step));
+			free(step);
+			json_object_set_new(out, "reason", reason);
+		}
+		/* E2B's tags follow finished builds */
+		if (strcmp(state, "ready") == 0) {
+			char *tags = kiln_xstrdup(b.tag), *save = NULL;
+			for (char *t = strtok_r(tags, " ", &save); t; t = strtok_r(NULL, " ", &save))
+				if (e2b_db_tag_set(e->db, b.template_id, t, b.id, &err) < 0)
+					kiln_error_clear(&err);
+			free(tags);
+		}
+	}
+	e2b_reply_json(r, 200, out);
+	goto out;
+fail:
+	json_decref(entries);
+	e2b_reply_err(r, err, "build status");
+out:
+	kiln_strv_free(&lines);
+	svc_status_free(&st);
+	e2b_build_free(&b);
+}
+
+/* "NAME[:TAG]" of E2B into a repository name under the team and a tag. */
+int e2b_split_name(const char *s, char **name, char **tag, kiln_error **err)
+{
+	const char *colon = strrchr(s, ':');
+
+	*name = colon ? kiln_xstrndup(s, (size_t)(colon - s)) : kiln_xstrdup(s);
+	*tag = colon ? kiln_xstrdup(colon + 1) : NULL;
+	if (!kiln_ref_name_valid(*name) || strchr(*name, '/') || (*tag && !kiln_ref_tag_valid(*tag))) {
+		kiln_err(err, KILN_E_INVALID, "template name \"%.128s\": want a lowercase name ([a-z0-9._-]) and "
+			 "an optional :TAG", s);
+		free(*name);
+		free(*tag);
+		*name = *tag = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+static int int_field(const json_t *body, const char *key, int lo, int hi, int *out, kiln_error **err)
+{
+	const json_t *v = json_object_get(body, key);
+
+	*out = 0;
+	if (v == NULL || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+		return kiln_err(err, KILN_E_INVALID, "%s: want a number from %d to %d", key, lo, hi);
+	*out = (int)json_integer_value(v);
+	return 0;
+}
+
+static void h_create(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
+{
+	const char *full = str_or(body, "name", kiln_json_str(body, "alias"));
+	const json_t *tags = json_object_get(body, "tags");
+	char *name = NULL, *tag = NULL, *bid = NULL;
+	struct e2b_template t = { 0 };
+	kiln_buf alltags = KILN_BUF_INIT;
+	kiln_error *err = NULL;
+	json_t *outtags = json_array();
+	int cpus, mem;
+
+	if (full == NULL) {
+		e2b_reply_error(r, 400, "name: a template name is needed");
+		goto out;
+	}
+	if (e2b_split_name(full, &name, &tag, &err) < 0 || int_field(body, "cpuCount", 1, 64, &cpus, &err) < 0 ||
+	    int_field(body, "memoryMB", 128, 65536, &mem, &err) < 0) {
+		e2b_reply_err(r, err, "template");
+		goto out;
+	}
+	if (tags && !json_is_null(tags) && (!json_is_array(tags) || json_array_size(tags) > 16)) {
+		e2b_reply_error(r, 400, "tags: want an array of at most 16 tags");
+		goto out;
+	}
+	if (tag)
+		json_array_append_new(outtags, json_string(tag));
+	for (size_t i = 0; i < json_array_size(tags); i++) {
+		const char *t1 = json_string_value(json_array_get(tags, i));
+		if (t1 == NULL || !kiln_ref_tag_valid(t1)) {
+			e2b_reply_error(r, 400, "tags[%zu]: want a tag ([A-Za-z0-9_][A-Za-z0-9._-]*)", i);
+			goto out;
+		}
+		json_array_append_new(outtags, json_string(t1));
+	}
+	if (json_array_size(outtags) == 0)
+		json_array_append_new(outtags, json_string("latest"));
+	for (size_t i = 0; i < json_array_size(outtags); i++)
+		kiln_buf_addf(&alltags, "%s%s", i ? " " : "", json_string_value(json_array_get(outtags, i)));
+	if (e2b_db_template_ensure(e->db, q->team, name, cpus, mem, &t, &err) < 0 ||
+	    e2b_db_build_new(e->db, &t, alltags.buf, &bid, &err) < 0) {
+		e2b_reply_err(r, err, "template");
+		goto out;
+	}
+	e2b_reply_json(r, 202, json_pack("{s:s,s:s,s:[s],s:[s],s:b,s:O}", "templateID", t.id, "buildID", bid, "names",
+				     name, "aliases", name, "public", 0, "tags", outtags));
+out:
+	json_decref(outtags);
+	kiln_buf_free(&alltags);
+	e2b_template_free(&t);
+	free(name);
+	free(tag);
+	free(bid);
+}
+
+const char *e2b_req_host(reg_req *r)
+{
+	const char *host = reg_req_header(r, "Host");
+
+	if (host == NULL || !*host ||
+	    strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]") != strlen(host))
+		return NULL;
+	return host;
+}
+
+static void h_file_link(e2b *e, reg_req *r, struct e2b_req *q)
+{
+	const char *hash = q->seg[3], *host = e2b_req_host(r);
+	struct e2b_template t;
+	char digest[KILN_DIGEST_MAX];
+	kiln_error *err = NULL;
+	int have;
+
+	if (!e2b_hash_valid(hash))
+		return e2b_reply_error(r, 400, "files hash \"%.80s\": want 64 hex digits", hash);
+	if ((have = e2b_db_template_find(e->db, q->team, q->seg[1], &t, &err)) <= 0)
+		return have < 0 ? e2b_reply_err(r, err, "upload link")
+				: e2b_reply_error(r, 404, "template %s not found", q->seg[1]);
+	have = e2b_db_file_get(e->db, q->team, hash, digest, &err);
+	if (have == 1) {
+		/* the team's store may have been pruned since */
+		const char *d = digest;
+		kiln_strv missing = KILN_STRV_INIT;
+		if (svc_blobs_missing(e->svc, q->team, &d, 1, &missing, &err) < 0)
+			have = -1;
+		else if (missing.n)
+			have = 0;
+		kiln_strv_free(&missing);
+	}
+	if (have < 0) {
+		e2b_template_free(&t);
+		return e2b_reply_err(r, err, "upload link");
+	}
+	if (have == 1) {
+		e2b_reply_json(r, 201, json_pack("{s:b}", "present", 1));
+	} else if (host == NULL) {
+		e2b_reply_error(r, 400, "a Host header naming this server is needed for the upload link");
+	} else {
+		char *qs = e2b_upload_query(e->key, q->team, t.id, hash, E2B_UPLOAD_TTL_S);
+		char *url = kiln_xasprintf("http://%s/templates/%s/files/%s?%s", host, t.id, hash, qs);
+		e2b_reply_json(r, 201, json_pack("{s:b,s:s}", "present", 0, "url", url));
+		free(url);
+		free(qs);
+	}
+	e2b_template_free(&t);
+}
+
+static int blob_write(void *ud, const void *data, size_t len, kiln_error **err)
+{
+	return svc_blob_write(ud, data, len, err);
+}
+
+static void h_file_put(e2b *e, reg_req *r, struct e2b_req *q)
+{
+	char digest[KILN_DIGEST_MAX];
+	svc_blob_writer *w = NULL;
+	kiln_error *err = NULL;
+
+	if (q->body_err)
+		return e2b_reply_err(r, q->body_err, "upload"), (void)(q->body_err = NULL);
+	if (e2b_spool_finish(q->spool, digest, &err) < 0)
+		return e2b_reply_err(r, err, "upload");
+	if (svc_blob_begin(e->svc, q->team, digest, SVC_ENC_IDENTITY, E2B_MAX_UPLOAD, &w, &err) < 0 ||
+	    e2b_spool_replay(q->spool, blob_write, w, &err) < 0) {
+		svc_blob_abort(w);
+		return e2b_reply_err(r, err, "upload");
+	}
+	if (svc_blob_commit(w, &err) < 0 ||
+	    e2b_db_file_put(e->db, q->team, q->seg[3], digest, (int64_t)e2b_spool_size(q->spool), &err) < 0)
+		return e2b_reply_err(r, err, "upload");
+	reg_respond(r, 200, "", 0, NULL);
+}
+
+/* ---- routing ---- */
+
+static void split_path(const char *path, struct e2b_req *q)
+{
+	const char *p = path;
+
+	while (*p == '/')
+		p++;
+	while (*p && q->nseg < E2B_MAX_SEGS) {
+		size_t l = strcspn(p, "/");
+		q->seg[q->nseg++] = kiln_xstrndup(p, l);
+		p += l;
+		if (*p == '/')
+			p++;
+	}
+	if (*p)
+		q->nseg = E2B_MAX_SEGS + 1; /* too deep: no route */
+}
+
+static bool is(const struct e2b_req *q, int i, const char *s)
+{
+	return i < q->nseg && strcmp(q->seg[i], s) == 0;
+}
+
+static enum e2b_route route_of(const char *m, struct e2b_req *q)
+{
+	bool get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0, post = strcmp(m, "POST") == 0,
+	     del = strcmp(m, "DELETE") == 0, put = strcmp(m, "PUT") == 0;
+	int n = q->nseg;
+
+	for (int i = 0; i < n && n <= E2B_MAX_SEGS; i++)
+		if (q->seg[i][0] == '\0' || strlen(q->seg[i]) > 128)
+			return RT_NONE;
+	if (is(q, 0, "v3") && is(q, 1, "templates") && n == 2)
+		return post ? RT_CREATE : RT_NONE;
+	if (is(q, 0, "v2"))
+		return n == 5 && is(q, 1, "templates") && is(q, 3, "builds") && post ? RT_TRIGGER : RT_RESERVED;
+	if (!is(q, 0, "templates"))
+		return RT_NONE;
+	if (n == 1)
+		return get ? RT_LIST : RT_NONE;
+	if (n == 3 && is(q, 1, "aliases"))
+		return get ? RT_ALIAS : RT_NONE;
+	if (n == 2 && is(q, 1, "tags"))
+		return post ? RT_TAGS_ASSIGN : del ? RT_TAGS_REMOVE : RT_NONE;
+	if (n == 2)
+		return get ? RT_GET : del ? RT_DELETE : RT_NONE;
+	if (n == 3 && is(q, 2, "tags"))
+		return get ? RT_TAGS_LIST : RT_NONE;
+	if (n == 4 && is(q, 2, "files"))
+		return get ? RT_FILE_LINK : put ? RT_FILE_PUT : RT_NONE;
+	if (n == 5 && is(q, 2, "builds") && is(q, 4, "status"))
+		return get ? RT_STATUS : RT_NONE;
+	if (n == 5 && is(q, 2, "builds") && is(q, 4, "logs"))
+		return get ? RT_LOGS : RT_NONE;
+	return RT_NONE;
+}
+
+static bool takes_body(enum e2b_route rt)
+{
+	return rt == RT_CREATE || rt == RT_TRIGGER || rt == RT_TAGS_ASSIGN || rt == RT_TAGS_REMOVE ||
+	       rt == RT_FILE_PUT;
+}
+
+static void dispatch(e2b *e, reg_req *r, struct e2b_req *q);
+
+static void on_begin(void *ud, reg_req *r)
+{
+	e2b *e = ud;
+	struct e2b_req *q = kiln_xcalloc(1, sizeof(*q));
+	kiln_error *err = NULL;
+	unsigned status = 500;
+
+	q->body = (kiln_buf)KILN_BUF_INIT;
+	reg_req_set_state(r, q);
+	split_path(reg_req_path(r), q);
+	q->rt = route_of(reg_req_method(r), q);
+	if (q->rt == RT_NONE)
+		return e2b_reply_error(r, 404, "no such endpoint: %s %.200s", reg_req_method(r), reg_req_path(r));
+	if (q->rt == RT_RESERVED)
+		return e2b_reply_error(r, 404, "/v2/templates/ is E2B's API on this server (kiln serve --build): the "
+				   "registry namespace \"templates\" is not served");
+	if (q->rt == RT_FILE_PUT) {
+		/* the SDK sends no API key with an upload: the link's signature is the grant */
+		const char *team = reg_query(r, "team");
+		if (e2b_upload_check(e->key, team ? team : "", q->seg[1], q->seg[3], reg_query(r, "expires"),
+				     reg_query(r, "signature"), &err) < 0 || !e2b_hash_valid(q->seg[3])) {
+			if (err == NULL)
+				kiln_err(&err, KILN_E_INVALID, "bad files hash");
+			e2b_reply_error(r, 403, "%s", kiln_error_message(err));
+			kiln_error_free(err);
+			return;
+		}
+		q->team = kiln_xstrdup(team);
+		if (e2b_spool_open(e->tmp, E2B_MAX_UPLOAD, &q->spool, &err) < 0)
+			return e2b_reply_err(r, err, "upload");
+		return;
+	}
+	if ((q->team = svc_auth_team(r, NULL, &status, &err)) == NULL) {
+		if (status != 429) /* the registry answered that one */
+			e2b_reply_error(r, status, "%s", err ? kiln_error_message(err) : "unauthorised");
+		kiln_error_free(err);
+		return;
+	}
+	if (!takes_body(q->rt))
+		dispatch(e, r, q);
+}
+
+static int on_body(void *ud, reg_req *r, const char *data, size_t len)
+{
+	struct e2b_req *q = reg_req_state(r);
+
+	(void)ud;
+	if (q->spool) {
+		if (q->body_err == NULL && e2b_spool_write(q->spool, data, len, &q->body_err) < 0)
+			e2b_reply_err(r, q->body_err, "upload"), q->body_err = NULL;
+		return 0;
+	}
+	if (q->body.len + len > BODY_MAX) {
+		q->too_big = true;
+		e2b_reply_error(r, 413, "request body larger than %u bytes", BODY_MAX);
+		return 0;
+	}
+	kiln_buf_add(&q->body, data, len);
+	return 0;
+}
+
+static void on_end(void *ud, reg_req *r)
+{
+	struct e2b_req *q = reg_req_state(r);
+
+	if (q && !q->too_big)
+		dispatch(ud, r, q);
+}
+
+static void on_done(void *ud, reg_req *r)
+{
+	struct e2b_req *q = reg_req_state(r);
+
+	(void)ud;
+	if (q == NULL)
+		return;
+	for (int i = 0; i < q->nseg && i < E2B_MAX_SEGS; i++)
+		free(q->seg[i]);
+	free(q->team);
+	kiln_buf_free(&q->body);
+	e2b_spool_free(q->spool);
+	kiln_error_free(q->body_err);
+	free(q);
+	reg_req_set_state(r, NULL);
+}
+
+static void dispatch(e2b *e, reg_req *r, struct e2b_req *q)
+{
+	json_t *body = NULL;
+	kiln_error *err = NULL;
+
+	if (q->team == NULL)
+		return;
+	if (takes_body(q->rt) && q->rt != RT_FILE_PUT) {
+		body = kiln_json_loadb(q->body.buf, q->body.len, "request body", &err);
+		if (body == NULL)
+			return e2b_reply_err(r, err, "request");
+		if (!json_is_object(body)) {
+			json_decref(body);
+			return e2b_reply_error(r, 400, "request body: want a JSON object");
+		}
+	}
+	switch (q->rt) {
+	case RT_CREATE: h_create(e, r, q, body); break;
+	case RT_TRIGGER: h_trigger(e, r, q, body); break;
+	case RT_STATUS: h_status(e, r, q, false); break;
+	case RT_LOGS: h_status(e, r, q, true); break;
+	case RT_FILE_LINK: h_file_link(e, r, q); break;
+	case RT_FILE_PUT: h_file_put(e, r, q); break;
+	case RT_LIST: h_list(e, r, q); break;
+	case RT_GET: h_get(e, r, q); break;
+	case RT_DELETE: h_delete(e, r, q); break;
+	case RT_ALIAS: h_alias(e, r, q); break;
+	case RT_TAGS_LIST: h_tags_list(e, r, q); break;
+	case RT_TAGS_ASSIGN: h_tags_assign(e, r, q, body); break;
+	case RT_TAGS_REMOVE: h_tags_remove(e, r, q, body); break;
+	default: e2b_reply_error(r, 404, "no such endpoint"); break;
+	}
+	json_decref(body);
+}
+
+int e2b_start(svc *s, e2b **out, kiln_error **err)
+{
+	reg_server *srv = svc_registry(s);
+	const struct reg_config *c = reg_server_config(srv);
+	static const char *prefixes[3] = { "/templates", "/v3/templates", "/v2/templates/" };
+	e2b *e = kiln_xcalloc(1, sizeof(*e));
+	char *dbpath = NULL, *keypath = NULL;
+
+	e->svc = s;
+	e->dir = kiln_path_join(c->data_dir, "e2b");
+	e->tmp = kiln_path_join(e->dir, "tmp");
+	dbpath = kiln_path_join(e->dir, "e2b.db");
+	keypath = kiln_path_join(e->dir, "key");
+	if (kiln_mkdir_p(e->tmp, 0700, err) < 0 || e2b_key_load(keypath, e->key, err) < 0 ||
+	    e2b_db_open(dbpath, &e->db, err) < 0)
+		goto fail;
+	for (int i = 0; i < 3; i++) {
+		e->routes[i] = (struct reg_routes){ .prefix = prefixes[i], .ud = e, .begin = on_begin,
+						    .body = on_body, .end = on_end, .done = on_done };
+		if (reg_server_mount(srv, &e->routes[i], err) < 0)
+			goto fail;
+	}
+	free(dbpath);
+	free(keypath);
+	*out = e;
+	return 0;
+fail:
+	free(dbpath);
+	free(keypath);
+	kiln_error_wrap(err, "E2B API");
+	e2b_stop(e);
+	return -1;
+}
+
+void e2b_stop(e2b *e)
+{
+	if (e == NULL)
+		return;
+	e2b_db_close(e->db);
+	free(e->dir);
+	free(e->tmp);
+	free(e);
+}
