@@ -46,6 +46,9 @@ expect_exit 2 "rootfs: IMAGE among the options, then a second one" "$KILN" rootf
 expect_grep "...the second is refused" "unexpected argument 'oci:b'" "$T_TMP/err"
 
 # Help: exit 0, on stdout, and it lists exactly the options the parser takes.
+# (In a scratch directory: a parser that took --help as a value would run the
+# command there.)
+cd "$W" || exit 1
 bad=
 while IFS=$'\t' read -r cmd _; do
 	if subs=$("$KILN" "$cmd" --list-commands 2>/dev/null); then
