@@ -7,6 +7,7 @@
 
 #include "builder/builder.h"
 #include "cli/cli.h"
+#include "service/service.h"
 
 static int run_ls(const struct kiln_command *cmd, int argc, char **argv)
 {
@@ -56,6 +57,17 @@ static int older_than(const struct kiln_command *cmd, const struct cli_option *o
 	return 0;
 }
 
+static int max_size_opt(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
+{
+	kiln_error *err = NULL;
+
+	if (kiln_parse_size(arg, opt->value, &err) < 0 || *(uint64_t *)opt->value == 0) {
+		kiln_error_free(err);
+		return cli_usage_error(cmd, "--max-size '%s': want a size like 500M", arg);
+	}
+	return 0;
+}
+
 static int run_prune(const struct kiln_command *cmd, int argc, char **argv)
 {
 	kiln_error *err = NULL;
@@ -63,11 +75,17 @@ static int run_prune(const struct kiln_command *cmd, int argc, char **argv)
 	struct build_prune_stats st;
 	bool all = false;
 	int64_t older = -1;
+	const char *remote = NULL;
+	uint64_t max_size = 0;
 	int i, rc;
 	const struct cli_option opts[] = {
 		CLI_BOOL(0, "all", &all, "remove every cache entry"),
 		CLI_CALLBACK(0, "older-than", &older, "DURATION", older_than,
 			     "remove the entries unused for DURATION (90s, 30m, 12h, 7d)"),
+		CLI_STRING(0, "remote", &remote, "URL", "prune the team's cache on a `kiln serve --build` instead\n"
+							 "($KILN_TOKEN, $KILN_TEAM; docs/service.md)"),
+		CLI_CALLBACK(0, "max-size", &max_size, "SIZE", max_size_opt,
+			     "with --remote: then the least recently used until the team's store fits SIZE"),
 		CLI_END,
 	};
 
@@ -75,6 +93,18 @@ static int run_prune(const struct kiln_command *cmd, int argc, char **argv)
 		return rc;
 	if (i < argc)
 		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
+	if (remote || max_size) {
+		struct svc_remote_opts ro = { .url = remote, .token = getenv("KILN_TOKEN"), .team = getenv("KILN_TEAM") };
+		struct svc_prune_stats ps;
+		if (!remote || all)
+			return cli_usage_error(cmd, remote ? "--all is for the local cache" : "--max-size goes with --remote");
+		if (svc_remote_prune(&ro, max_size, older, &ps, &err) < 0)
+			return cli_fail(err);
+		printf("removed %llu cache entries on %s (team store %llu -> %llu bytes)\n",
+		       (unsigned long long)ps.entries_removed, remote, (unsigned long long)ps.bytes_before,
+		       (unsigned long long)ps.bytes_after);
+		return KILN_EXIT_OK;
+	}
 	if (build_store_open(NULL, &s, &err) < 0 || build_cache_prune(s, all, older, &st, &err) < 0) {
 		build_store_close(s);
 		return cli_fail(err);
@@ -95,11 +125,13 @@ static const struct kiln_command sub_ls = {
 static const struct kiln_command sub_prune = {
 	.name = "cache prune",
 	.summary = "remove cached build steps",
-	.usage = "Usage: kiln cache prune [--all] [--older-than DURATION]\n\n"
+	.usage = "Usage: kiln cache prune [--all] [--older-than DURATION]\n"
+		 "       kiln cache prune --remote URL [--older-than DURATION] [--max-size SIZE]\n\n"
 		 "Remove cache entries (all of them with --all, or those unused for DURATION,\n"
 		 "e.g. 90s, 30m, 12h, 7d), then every blob no image or remaining entry uses,\n"
 		 "and temp files of interrupted builds.  Waits for running builds.  Without\n"
-		 "options only unreferenced blobs and temp files go.\n",
+		 "options only unreferenced blobs and temp files go.  --remote: the team's\n"
+		 "cache on a build server (DURATION default the server's, then by SIZE).\n",
 	.run = run_prune,
 };
 

@@ -331,7 +331,7 @@ static void end(void *ud, reg_req *r)
 			fail_err(r, err);
 			break;
 		}
-		if (svc_cache_prune(s, q->team, max, age ? strtoll(age, NULL, 10) : 0, &ps, &err) < 0)
+		if (svc_cache_prune(s, q->team, max, age ? strtoll(age, NULL, 10) : -1, &ps, &err) < 0)
 			fail_err(r, err);
 		else
 			answer(r, 200, json_pack("{s:I,s:I,s:I}", "entries_removed", (json_int_t)ps.entries_removed,

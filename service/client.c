@@ -26,6 +26,38 @@ struct cl {
 	uint64_t sent;
 };
 
+/* The server's base URL and the credential: $KILN_TOKEN, else kiln login's for the host. */
+static int client_init(struct cl *c, kiln_error **err)
+{
+	char *host, *user = NULL, *pass = NULL;
+	int ret = 0;
+
+	c->base = kiln_xstrdup(c->o->url);
+	while (strlen(c->base) && c->base[strlen(c->base) - 1] == '/')
+		c->base[strlen(c->base) - 1] = '\0';
+	if (strncmp(c->base, "http://", 7) != 0 && strncmp(c->base, "https://", 8) != 0) {
+		char *t = kiln_xasprintf("%s://%s", reg_host_insecure(c->base) ? "http" : "https", c->base);
+		free(c->base);
+		c->base = t;
+	}
+	host = kiln_xstrdup(strstr(c->base, "://") + 3);
+	host[strcspn(host, "/")] = '\0';
+	if (c->o->token && *c->o->token)
+		c->auth = kiln_xasprintf("Authorization: Bearer %s", c->o->token);
+	else if ((ret = reg_auth_lookup(host, &user, &pass, err)) == 1)
+		c->auth = kiln_xasprintf("Authorization: Bearer %s", pass);
+	free(user);
+	free(pass);
+	free(host);
+	return ret < 0 ? -1 : 0;
+}
+
+static void client_free(struct cl *c)
+{
+	free(c->base);
+	free(c->auth);
+}
+
 static size_t on_body(char *p, size_t sz, size_t n, void *ud)
 {
 	kiln_buf_add(ud, p, sz * n);
@@ -347,30 +379,15 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
 {
 	struct cl c = { .o = o };
 	char *dfpath = dockerfile ? kiln_xstrdup(dockerfile) : kiln_path_join(context, "Dockerfile");
-	char *text = NULL, *q = NULL, *p = NULL, *body = NULL, *user = NULL, *pass = NULL, *host = NULL;
+	char *text = NULL, *q = NULL, *p = NULL, *body = NULL;
 	size_t len = 0;
 	json_t *j = NULL, *files = json_array(), *st = NULL;
 	struct http h = { 0 };
 	int ret = -1;
 
 	memset(res, 0, sizeof(*res));
-	c.base = kiln_xstrdup(o->url);
-	while (strlen(c.base) && c.base[strlen(c.base) - 1] == '/')
-		c.base[strlen(c.base) - 1] = '\0';
-	if (strncmp(c.base, "http://", 7) != 0 && strncmp(c.base, "https://", 8) != 0) {
-		char *t = kiln_xasprintf("%s://%s", reg_host_insecure(c.base) ? "http" : "https", c.base);
-		free(c.base);
-		c.base = t;
-	}
-	host = kiln_xstrdup(strstr(c.base, "://") + 3);
-	host[strcspn(host, "/")] = '\0';
-	if (o->token) {
-		c.auth = kiln_xasprintf("Authorization: Bearer %s", o->token);
-	} else if (reg_auth_lookup(host, &user, &pass, err) == 1) {
-		c.auth = kiln_xasprintf("Authorization: Bearer %s", pass);
-	} else if (*err) {
+	if (client_init(&c, err) < 0)
 		goto out;
-	}
 	if (kiln_read_file(dfpath, &text, &len, 4 << 20, err) < 0)
 		goto out;
 	if (send_context(&c, context, dfpath, files, res, err) < 0)
@@ -430,10 +447,43 @@ out:
 	free(q);
 	free(text);
 	free(dfpath);
-	free(user);
-	free(pass);
-	free(host);
-	free(c.base);
-	free(c.auth);
+	client_free(&c);
+	return ret;
+}
+
+int svc_remote_prune(const struct svc_remote_opts *o, uint64_t max_bytes, int64_t older_than_s,
+		     struct svc_prune_stats *st, kiln_error **err)
+{
+	struct cl c = { .o = o };
+	struct http h = { 0 };
+	char *path = NULL, *q = NULL;
+	json_t *j = NULL;
+	int ret = -1;
+
+	memset(st, 0, sizeof(*st));
+	if (client_init(&c, err) < 0)
+		goto out;
+	q = team_query(&c, "&");
+	char age[40] = "";
+	if (older_than_s >= 0)
+		snprintf(age, sizeof(age), "&older_than_s=%lld", (long long)older_than_s);
+	path = kiln_xasprintf("/build/v1/cache/prune?max_bytes=%llu%s%s", (unsigned long long)max_bytes, age, q);
+	if (call(&c, "POST", path, "", 0, NULL, &h, err) < 0)
+		goto out;
+	if (h.status != 200) {
+		answer_fail(&c, "cache prune", &h, err);
+		goto out;
+	}
+	j = json_loadb(h.body.buf, h.body.len, 0, NULL);
+	st->entries_removed = (uint64_t)json_integer_value(json_object_get(j, "entries_removed"));
+	st->bytes_before = (uint64_t)json_integer_value(json_object_get(j, "bytes_before"));
+	st->bytes_after = (uint64_t)json_integer_value(json_object_get(j, "bytes_after"));
+	ret = 0;
+out:
+	json_decref(j);
+	kiln_buf_free(&h.body);
+	free(path);
+	free(q);
+	client_free(&c);
 	return ret;
 }

@@ -185,6 +185,7 @@ char *svc_auth_team(reg_req *r, const char *want, unsigned *status, kiln_error *
 struct svc_prune_stats {
 	uint64_t entries_removed, bytes_before, bytes_after;
 };
+/* max_bytes 0: cache_max; older_than_s < 0: cache_age_s (0: every entry). */
 int svc_cache_prune(svc *s, const char *team, uint64_t max_bytes, int64_t older_than_s, struct svc_prune_stats *st,
 		    kiln_error **err);
 
@@ -215,5 +216,9 @@ struct svc_remote_opts {
  * dockerfile (NULL: CONTEXT/Dockerfile).  Fails with the build's reason. */
 int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *req, const char *context,
 		     const char *dockerfile, struct svc_remote_result *res, kiln_error **err);
+/* `kiln cache prune --remote URL`: the team's cache on the server (max_bytes 0,
+ * older_than_s < 0: the server's defaults). */
+int svc_remote_prune(const struct svc_remote_opts *o, uint64_t max_bytes, int64_t older_than_s,
+		     struct svc_prune_stats *st, kiln_error **err);
 
 #endif

@@ -255,7 +255,7 @@ int svc_cache_prune(svc *s, const char *team, uint64_t max_bytes, int64_t older_
 	memset(st, 0, sizeof(*st));
 	if (max_bytes == 0)
 		max_bytes = s->cfg.cache_max;
-	if (older_than_s <= 0)
+	if (older_than_s < 0)
 		older_than_s = s->cfg.cache_age_s;
 	st->bytes_before = du(home);
 	d = opendir(cdir);
@@ -288,7 +288,7 @@ int svc_cache_prune(svc *s, const char *team, uint64_t max_bytes, int64_t older_
 	qsort(v, n, sizeof(*v), by_age);
 	uint64_t total = st->bytes_before;
 	for (size_t i = 0; i < n; i++) {
-		if (v[i].last_used >= now - older_than_s && total <= max_bytes)
+		if (v[i].last_used > now - older_than_s && total <= max_bytes)
 			break;
 		if (unlink(v[i].path) == 0) {
 			st->entries_removed++;

@@ -151,6 +151,14 @@ expect_eq "nothing of a cancelled build is published" "$(curl -s -H "X-API-Key: 
 kill $SLOW 2>/dev/null
 wait $SLOW 2>/dev/null
 
+# the team's cache on the server, pruned from the client
+expect_exit 0 "kiln cache prune --remote" $KILN cache prune --remote "$URL" --older-than 0s
+expect_grep "it removed team a's entries" '^removed [1-9][0-9]* cache entries on ' "$T_TMP/out"
+expect_exit 0 "a rebuild after the prune" $KILN build --remote "$URL" -t app:v4 "$T_TMP/ctx"
+if grep -q 'cache hit' "$T_TMP/err"; then not_ok "misses the pruned cache"; else ok "misses the pruned cache"; fi
+KILN_TOKEN=$B expect_exit 0 "team b's cache is untouched by a's prune" $KILN build --remote "$URL" -t app:v1 "$T_TMP/ctx"
+expect_grep "...its steps still hit" '^  cache hit' "$T_TMP/err"
+
 # the log with a cursor
 curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$ID/logs" >"$T_TMP/log.all"
 curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$ID/logs?cursor=2" >"$T_TMP/log.2"

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# t0582-build-remote-run.sh — a template built by kiln serve --build with RUN
+# in its builder microVM (real QEMU under TCG): the base itself built and
+# published remotely, FROM it on the server's registry, RUN, start and ready
+# commands; the template and its image published under the team; a fresh
+# client (empty KILN_HOME, as a CI runner) gets the RUN from the team's cache
+# on the server; `kiln pull` then `kiln run` on another KILN_HOME starts it.
+. tests/e2e/lib.sh
+. tests/e2e/vmlib.sh
+vm_setup
+
+export SOURCE_DATE_EPOCH=1700000000
+DATA=$T_TMP/data
+echo '{"auth": true, "build": {"host_builds": 1}}' >"$T_TMP/serve.json"
+A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
+$KILN serve --addr 127.0.0.1:0 --data "$DATA" --config "$T_TMP/serve.json" 2>"$T_TMP/serve.log" &
+SRV=$!
+trap 'kill $SRV 2>/dev/null; wait $SRV 2>/dev/null; rm -rf "$T_TMP"' EXIT
+for _ in $(seq 100); do grep -q listening "$T_TMP/serve.log" && break; sleep 0.1; done
+HOST=$(grep -o '127.0.0.1:[0-9]*' "$T_TMP/serve.log" | head -1)
+URL=http://$HOST
+export KILN_TOKEN=$A
+
+B=$T_TMP/base
+mkdir -p "$B/root/bin" "$B/root/www" "$B/root/tmp"
+cp /bin/busybox "$B/root/bin/busybox"
+for a in sh cat echo id hostname; do ln -sf busybox "$B/root/bin/$a"; done
+printf 'FROM scratch\nCOPY root/ /\n' >"$B/Dockerfile"
+expect_exit 0 "the base built and published remotely" $KILN build --remote "$URL" -t bb:1 "$B"
+
+C=$T_TMP/ctx
+mkdir -p "$C"
+echo "page built remotely" >"$C/index.html"
+cat >"$C/Dockerfile" <<DF
+FROM $HOST/team-a/bb:1
+COPY index.html /www/index.html
+RUN echo "ran in the builder VM" >/www/run.txt && echo run-output
+DF
+expect_exit 0 "a template with RUN built remotely" $KILN build --remote "$URL" -t web:1 \
+	--start-cmd 'busybox httpd -p 127.0.0.1:8080 -h /www' --ready-cmd 'busybox wget -q -O- http://127.0.0.1:8080/index.html' "$C"
+expect_grep "RUN output streamed back" '^run-output' "$T_TMP/err"
+expect_grep "the template published" '^published team-a/web:1 sha256:' "$T_TMP/err"
+expect_grep "its image beside it" '^published team-a/web:1-image sha256:' "$T_TMP/err"
+expect_eq "two digests on stdout (image, template)" "$(grep -c '^sha256:' "$T_TMP/out")" 2
+
+KILN_HOME=$T_TMP/ci expect_exit 0 "a fresh client rebuilds" $KILN build --remote "$URL" -t web:2 "$C"
+expect_eq "its RUN comes from the team's cache on the server" "$(grep -c '^  cache hit' "$T_TMP/err")" 2
+
+export KILN_HOME=$T_TMP/runtime
+$KILN login -u x --password-stdin "$HOST" <<<"$A" >/dev/null 2>&1
+expect_exit 0 "kiln pull of the published template" $KILN pull "$HOST/team-a/web:1"
+expect_exit 0 "kiln run starts it" $KILN run "$HOST/team-a/web:1" -- sh -c 'cat /www/run.txt; busybox wget -q -O- http://127.0.0.1:8080/index.html'
+expect_eq "with what the remote build made" "$(cat "$T_TMP/out")" "ran in the builder VM
+page built remotely"
