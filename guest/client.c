@@ -269,6 +269,11 @@ int gc_pump(guest_conn *c, uint64_t deadline, kiln_error **err)
 	return gc_check(c, err);
 }
 
+int guest_pump(guest_conn *c, int timeout_ms, kiln_error **err)
+{
+	return gc_pump(c, gc_deadline(timeout_ms), err) < 0 ? -1 : 0;
+}
+
 int gc_wait_for(guest_conn *c, const bool *flag, uint64_t deadline, const char *what, kiln_error **err)
 {
 	uint64_t start = gc_now();

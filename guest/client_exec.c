@@ -59,6 +59,7 @@ guest_proc *guest_spawn(guest_conn *c, const struct guest_exec_opts *o, int time
 			 (o->no_network ? GUEST_EXEC_NONET : 0),
 		.user = (char *)o->run_as,
 		.root = (char *)o->root,
+		.log_dir = (char *)o->log_dir,
 	};
 	struct guest_proc *p = NULL;
 
@@ -87,6 +88,18 @@ guest_proc *guest_spawn(guest_conn *c, const struct guest_exec_opts *o, int time
 		goto fail;
 	if ((o->root || o->no_network) && !(guest_conn_caps(c) & GUEST_CAP_ROOT)) {
 		kiln_err(err, KILN_E_GENERIC, "the agent cannot run a command in another root or without network");
+		goto fail;
+	}
+	if (o->log_dir && (!o->detach || o->log_dir[0] != '/')) {
+		kiln_err(err, KILN_E_USAGE, "a log dir must be absolute and is for detached processes");
+		goto fail;
+	}
+	/* an older agent would skip the field and throw the output away */
+	if (o->log_dir && gc_wait_for(c, &c->have_hello, deadline, "HELLO", err) < 0)
+		goto fail;
+	if (o->log_dir && !(guest_conn_caps(c) & GUEST_CAP_EXEC_LOG)) {
+		kiln_err(err, KILN_E_GENERIC, "the agent (%s) cannot keep a detached process's output: rebuild the "
+			 "template with this kiln", guest_conn_agent(c));
 		goto fail;
 	}
 	p = gc_req_new(c, R_PROC);

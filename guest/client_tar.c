@@ -15,10 +15,10 @@
 
 /* out/user receive the download's tar: they must be in place before the
  * request goes out, as data may arrive together with STARTED. */
-static struct guest_proc *xfer_start(guest_conn *c, uint8_t type, const char *dir, uint64_t deadline,
-				     guest_output_fn out, void *user, kiln_error **err)
+static struct guest_proc *xfer_start(guest_conn *c, uint8_t type, const char *dir, const char *name,
+				     uint64_t deadline, guest_output_fn out, void *user, kiln_error **err)
 {
-	struct guest_xfer_req req = { .dir = (char *)dir };
+	struct guest_xfer_req req = { .dir = (char *)dir, .name = (char *)name };
 	struct guest_proc *p;
 
 	if (dir[0] != '/') {
@@ -27,8 +27,16 @@ static struct guest_proc *xfer_start(guest_conn *c, uint8_t type, const char *di
 	}
 	if (gc_check(c, err) < 0)
 		return NULL;
+	/* capabilities are known once the agent's HELLO came (guest_connect_nowait) */
+	if (gc_wait_for(c, &c->have_hello, deadline, "HELLO", err) < 0)
+		return NULL;
 	if (!(c->hello.caps & (type == GUEST_F_UPLOAD ? GUEST_CAP_UPLOAD : GUEST_CAP_DOWNLOAD))) {
 		kiln_err(err, KILN_E_INVALID, "the agent cannot transfer files (no tar in the guest)");
+		return NULL;
+	}
+	if (name && !(c->hello.caps & GUEST_CAP_XFER_NAME)) {
+		kiln_err(err, KILN_E_INVALID, "the agent (%s) cannot download one entry of a directory: rebuild the "
+			 "template with this kiln", c->hello.agent ? c->hello.agent : "unknown");
 		return NULL;
 	}
 	/* The agent's own timeout kills tar; ours (deadline) also covers a silent agent. */
@@ -77,7 +85,7 @@ static int xfer_finish(struct guest_proc *p, uint64_t deadline, kiln_error **err
 int guest_upload_tar(guest_conn *c, const char *guest_dir, int tar_fd, int timeout_ms, kiln_error **err)
 {
 	uint64_t deadline = gc_deadline(timeout_ms);
-	struct guest_proc *p = xfer_start(c, GUEST_F_UPLOAD, guest_dir, deadline, NULL, NULL, err);
+	struct guest_proc *p = xfer_start(c, GUEST_F_UPLOAD, guest_dir, NULL, deadline, NULL, NULL, err);
 	uint8_t *buf = kiln_xmalloc(GUEST_DATA_CHUNK);
 	int rc = -1;
 
@@ -160,8 +168,10 @@ int guest_upload_dir(guest_conn *c, const char *host_dir, const char *guest_dir,
 	return guest_upload_dir_owned(c, host_dir, guest_dir, -1, -1, timeout_ms, err);
 }
 
-int guest_upload_dir_owned(guest_conn *c, const char *host_dir, const char *guest_dir, int64_t uid, int64_t gid,
-			   int timeout_ms, kiln_error **err)
+/* host_dir's tree into guest_dir: without as_name its contents (host_dir
+ * itself left out), with it host_dir (a file or a tree) named as_name. */
+static int upload_tree(guest_conn *c, const char *host_dir, const char *guest_dir, const char *as_name, int64_t uid,
+		       int64_t gid, int timeout_ms, kiln_error **err)
 {
 	struct up_ctx u = { .deadline = gc_deadline(timeout_ms) };
 	struct archive *disk = archive_read_disk_new(), *aw = kiln_tar_writer_new();
@@ -173,7 +183,7 @@ int guest_upload_dir_owned(guest_conn *c, const char *host_dir, const char *gues
 
 	while (plen > 1 && host_dir[plen - 1] == '/')
 		plen--;
-	u.p = xfer_start(c, GUEST_F_UPLOAD, guest_dir, u.deadline, NULL, NULL, err);
+	u.p = xfer_start(c, GUEST_F_UPLOAD, guest_dir, NULL, u.deadline, NULL, NULL, err);
 	if (u.p == NULL)
 		goto out;
 	archive_write_set_bytes_in_last_block(aw, 1);
@@ -194,17 +204,25 @@ int guest_upload_dir_owned(guest_conn *c, const char *host_dir, const char *gues
 			goto out;
 		}
 		archive_read_disk_descend(disk);
-		if (root) {
+		if (root && as_name == NULL) {
 			/* The directory itself: guest_dir keeps its own owner and mode. */
 			root = false;
 			continue;
 		}
-		if (strncmp(path, host_dir, plen) != 0 || path[plen] != '/') {
+		archive_entry_copy_sourcepath(e, path);
+		if (root) {
+			archive_entry_copy_pathname(e, as_name);
+			root = false;
+		} else if (strncmp(path, host_dir, plen) != 0 || path[plen] != '/') {
 			kiln_err(err, KILN_E_IO, "unexpected path %s while reading %s", path, host_dir);
 			goto out;
+		} else if (as_name) {
+			char *n = kiln_path_join(as_name, path + plen + 1);
+			archive_entry_copy_pathname(e, n);
+			free(n);
+		} else {
+			archive_entry_copy_pathname(e, path + plen + 1);
 		}
-		archive_entry_copy_sourcepath(e, path);
-		archive_entry_copy_pathname(e, path + plen + 1);
 		if (uid >= 0)
 			archive_entry_set_uid(e, uid);
 		if (gid >= 0)
@@ -247,6 +265,21 @@ out:
 	return rc;
 }
 
+int guest_upload_dir_owned(guest_conn *c, const char *host_dir, const char *guest_dir, int64_t uid, int64_t gid,
+			   int timeout_ms, kiln_error **err)
+{
+	return upload_tree(c, host_dir, guest_dir, NULL, uid, gid, timeout_ms, err);
+}
+
+int guest_upload_entry(guest_conn *c, const char *host_path, const char *guest_dir, const char *guest_name,
+		       int timeout_ms, kiln_error **err)
+{
+	if (guest_name == NULL || *guest_name == '\0' || strchr(guest_name, '/') || strcmp(guest_name, ".") == 0 ||
+	    strcmp(guest_name, "..") == 0)
+		return kiln_err(err, KILN_E_USAGE, "'%s' is not a name for an entry", guest_name ? guest_name : "");
+	return upload_tree(c, host_path, guest_dir, guest_name, -1, -1, timeout_ms, err);
+}
+
 /* ---- download ------------------------------------------------------------- */
 
 struct to_fd {
@@ -276,7 +309,7 @@ int guest_download_tar(guest_conn *c, const char *guest_dir, int out_fd, int tim
 {
 	uint64_t deadline = gc_deadline(timeout_ms);
 	struct to_fd t = { .fd = out_fd };
-	struct guest_proc *p = xfer_start(c, GUEST_F_DOWNLOAD, guest_dir, deadline, write_fd, &t, err);
+	struct guest_proc *p = xfer_start(c, GUEST_F_DOWNLOAD, guest_dir, NULL, deadline, write_fd, &t, err);
 	int rc = -1;
 
 	if (p == NULL)
@@ -342,7 +375,26 @@ static const char *rel_name(const char *name)
 	return strcmp(name, ".") == 0 ? "" : name;
 }
 
-static int extract(struct archive *ar, const char *root, kiln_error **err)
+/* root/NAME, or with from: root/TO[/REST] for NAME = FROM[/REST], else NULL. */
+static char *renamed(const char *root, const char *name, const char *from, const char *to)
+{
+	size_t fl;
+	char *t, *full;
+
+	if (from == NULL)
+		return kiln_path_join(root, name);
+	fl = strlen(from);
+	if (strncmp(name, from, fl) != 0 || (name[fl] != '\0' && name[fl] != '/'))
+		return NULL;
+	t = kiln_xasprintf("%s%s", to, name + fl);
+	full = kiln_path_join(root, t);
+	free(t);
+	return full;
+}
+
+/* from/to (both or neither): every entry must be `from` or under it, and is
+ * extracted as `to` (a single entry downloaded under another name). */
+static int extract(struct archive *ar, const char *root, const char *from, const char *to, kiln_error **err)
 {
 	/* Names are made relative (rel_name) and prefixed with the resolved root, so
 	 * NOABSOLUTEPATHS cannot be used; ".." and symlinked parents are refused. */
@@ -363,14 +415,20 @@ static int extract(struct archive *ar, const char *root, kiln_error **err)
 			goto out;
 		}
 		name = rel_name(archive_entry_pathname(e));
-		if (*name == '\0')
+		if (*name == '\0' && from == NULL)
 			continue; /* the root: host_dir keeps its own owner and mode */
-		full = kiln_path_join(root, name);
+		if ((full = renamed(root, name, from, to)) == NULL) {
+			kiln_err(err, KILN_E_INVALID, "the guest sent %s, which is not under %s", name, from);
+			goto out;
+		}
 		archive_entry_copy_pathname(e, full);
 		free(full);
 		link = archive_entry_hardlink(e);
 		if (link) {
-			full = kiln_path_join(root, rel_name(link));
+			if ((full = renamed(root, rel_name(link), from, to)) == NULL) {
+				kiln_err(err, KILN_E_INVALID, "the guest sent a link to %s, which is not under %s", link, from);
+				goto out;
+			}
 			archive_entry_copy_hardlink(e, full);
 			free(full);
 		}
@@ -408,8 +466,8 @@ out:
 	return rc;
 }
 
-int guest_download_dir(guest_conn *c, const char *guest_dir, const char *host_dir, int timeout_ms,
-		       kiln_error **err)
+static int download(guest_conn *c, const char *guest_dir, const char *name, const char *host_dir,
+		    const char *host_name, int timeout_ms, kiln_error **err)
 {
 	struct dl_ctx d = { .deadline = gc_deadline(timeout_ms), .data = KILN_BUF_INIT };
 	struct archive *ar = kiln_tar_reader_new();
@@ -424,10 +482,10 @@ int guest_download_dir(guest_conn *c, const char *guest_dir, const char *host_di
 		kiln_err_errno(err, errno, "resolve %s", host_dir);
 		goto out;
 	}
-	d.p = xfer_start(c, GUEST_F_DOWNLOAD, guest_dir, d.deadline, dl_collect, &d, err);
+	d.p = xfer_start(c, GUEST_F_DOWNLOAD, guest_dir, name, d.deadline, dl_collect, &d, err);
 	if (d.p == NULL)
 		goto out;
-	if (archive_read_open(ar, &d, NULL, dl_read, NULL) != ARCHIVE_OK || extract(ar, root, err) < 0) {
+	if (archive_read_open(ar, &d, NULL, dl_read, NULL) != ARCHIVE_OK || extract(ar, root, name, host_name, err) < 0) {
 		if (d.p->failed || d.err) {
 			kiln_error_clear(err);
 			if (d.p->failed)
@@ -446,7 +504,25 @@ out:
 	kiln_buf_free(&d.data);
 	guest_proc_free(d.p);
 	free(root);
-	if (rc < 0)
+	if (rc < 0 && name)
+		kiln_error_wrap(err, "agent download of %s%s%s into %s", guest_dir, strcmp(guest_dir, "/") ? "/" : "",
+				name, host_dir);
+	else if (rc < 0)
 		kiln_error_wrap(err, "agent download of %s into %s", guest_dir, host_dir);
 	return rc;
+}
+
+int guest_download_dir(guest_conn *c, const char *guest_dir, const char *host_dir, int timeout_ms,
+		       kiln_error **err)
+{
+	return download(c, guest_dir, NULL, host_dir, NULL, timeout_ms, err);
+}
+
+int guest_download_entry(guest_conn *c, const char *guest_dir, const char *name, const char *host_dir,
+			 const char *host_name, int timeout_ms, kiln_error **err)
+{
+	if (name == NULL || host_name == NULL || *host_name == '\0' || strchr(host_name, '/') ||
+	    strcmp(host_name, ".") == 0 || strcmp(host_name, "..") == 0)
+		return kiln_err(err, KILN_E_USAGE, "'%s' is not a name for an entry", host_name ? host_name : "");
+	return download(c, guest_dir, name, host_dir, host_name, timeout_ms, err);
 }

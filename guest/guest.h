@@ -58,6 +58,8 @@ enum guest_frame_type {
 #define GUEST_CAP_SETUID (1u << 6)   /* the agent runs as root and can switch user */
 #define GUEST_CAP_ROOT (1u << 7)     /* EXEC honours a root directory and GUEST_EXEC_NONET */
 #define GUEST_CAP_IDENTITY (1u << 8) /* IDENTITY is served (a guest agent on its port) */
+#define GUEST_CAP_EXEC_LOG (1u << 9) /* EXEC keeps a detached process's output in a log dir */
+#define GUEST_CAP_XFER_NAME (1u << 10) /* DOWNLOAD of one entry of a directory */
 
 /* EXEC flags. */
 #define GUEST_EXEC_STDIN (1u << 0)   /* give the process a stdin pipe (else /dev/null) */
@@ -140,6 +142,8 @@ struct guest_exec_req {
 	char *user;          /* "user[:group]" resolved in the guest; excludes uid/gid/groups */
 	char *root;          /* chroot into this guest directory first (user resolved in
 	                      * its /etc/passwd, cwd inside it); NULL = the agent's root */
+	char *log_dir;       /* with GUEST_EXEC_DETACH: stdout and stderr go to
+	                      * LOG_DIR/PID.out and PID.err, the end to PID.exit */
 };
 struct guest_exit {
 	int32_t code;    /* exit status when signal == 0 */
@@ -149,6 +153,7 @@ struct guest_exit {
 struct guest_xfer_req { /* UPLOAD / DOWNLOAD */
 	char *dir;
 	uint64_t timeout_ms;
+	char *name;    /* DOWNLOAD: only this entry of dir (no '/', not . or ..) */
 };
 struct guest_stat_req {
 	char *path;
@@ -271,6 +276,9 @@ struct guest_exec_opts {
 	const char *root;         /* run chrooted into this guest directory (run_as and cwd
 				   * taken inside it), as a build step in its own overlay */
 	bool no_network;          /* in a fresh network namespace with only loopback */
+	const char *log_dir;      /* with detach: the agent writes the output to
+				   * LOG_DIR/PID.out, PID.err and the end to PID.exit
+				   * (GUEST_CAP_EXEC_LOG; refused by an older agent) */
 	guest_output_fn on_stdout, on_stderr; /* NULL: discard */
 	void *user;
 };
@@ -293,6 +301,9 @@ int guest_proc_kill(guest_proc *p, int sig, kiln_error **err);
 pid_t guest_proc_pid(const guest_proc *p);
 /* Wait for the exit (timeout_ms < 0: forever); output callbacks fire meanwhile. */
 int guest_proc_wait(guest_proc *p, int timeout_ms, struct guest_result *res, kiln_error **err);
+/* Handle what the agent sent, waiting up to timeout_ms for something to come
+ * (output callbacks fire): for a caller that also waits on other fds. */
+int guest_pump(guest_conn *c, int timeout_ms, kiln_error **err);
 /* true once the exit has arrived (after any guest_* call pumped it in). */
 bool guest_proc_done(const guest_proc *p);
 /* Forget the process (killing it with SIGKILL if it still runs, unless it
@@ -344,6 +355,15 @@ int guest_xattrs_apply(guest_conn *c, const char *guest_dir, const struct guest_
 		       kiln_error **err);
 /* Write guest_dir as a tar to out_fd. */
 int guest_download_tar(guest_conn *c, const char *guest_dir, int out_fd, int timeout_ms, kiln_error **err);
+/* Download one entry `name` of guest_dir (a file, a directory with what is
+ * under it, a symlink) and extract it into host_dir as host_name, with the
+ * same care as below (GUEST_CAP_XFER_NAME). */
+int guest_download_entry(guest_conn *c, const char *guest_dir, const char *name, const char *host_dir,
+			 const char *host_name, int timeout_ms, kiln_error **err);
+/* Upload host_path (a file, or a directory and what is under it) into
+ * guest_dir under the name guest_name, owners and modes kept. */
+int guest_upload_entry(guest_conn *c, const char *host_path, const char *guest_dir, const char *guest_name,
+		       int timeout_ms, kiln_error **err);
 /* Download guest_dir and extract it under host_dir (libarchive: ".." refused,
  * absolute names kept inside host_dir, never written through a symlink;
  * owners kept when root).  The guest is not trusted here. */

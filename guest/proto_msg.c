@@ -11,10 +11,10 @@
 enum { HELLO_VERSION = 1, HELLO_CAPS, HELLO_AGENT, HELLO_PID };
 enum {
 	EXEC_ARG = 1, EXEC_ENV, EXEC_CWD, EXEC_UID, EXEC_GID, EXEC_GROUP, EXEC_ENV_SET, EXEC_TIMEOUT, EXEC_FLAGS,
-	EXEC_USER, EXEC_ROOT,
+	EXEC_USER, EXEC_ROOT, EXEC_LOG_DIR,
 };
 enum { EXIT_CODE = 1, EXIT_SIGNAL, EXIT_TIMED_OUT };
-enum { XFER_DIR = 1, XFER_TIMEOUT };
+enum { XFER_DIR = 1, XFER_TIMEOUT, XFER_NAME };
 enum { STATQ_PATH = 1, STATQ_FOLLOW, STATQ_XATTRS };
 enum { STAT_MODE = 1, STAT_UID, STAT_GID, STAT_SIZE, STAT_MTIME, STAT_MTIME_NSEC, STAT_LINK, STAT_XNAME, STAT_XVALUE };
 enum { ERR_ERRNO = 1, ERR_MSG };
@@ -207,6 +207,8 @@ void guest_encode_exec(struct guest_wbuf *w, uint32_t id, const struct guest_exe
 		guest_tlv_str(w, EXEC_USER, m->user);
 	if (m->root)
 		guest_tlv_str(w, EXEC_ROOT, m->root);
+	if (m->log_dir)
+		guest_tlv_str(w, EXEC_LOG_DIR, m->log_dir);
 	guest_frame_end(w, start);
 }
 
@@ -288,6 +290,10 @@ int guest_decode_exec(const uint8_t *p, size_t n, struct guest_exec_req *m, cons
 			if (get_str(&t, &m->root, why) < 0)
 				goto fail;
 			break;
+		case EXEC_LOG_DIR:
+			if (get_str(&t, &m->log_dir, why) < 0)
+				goto fail;
+			break;
 		case EXEC_FLAGS:
 			if (get_u64(&t, &v, why) < 0)
 				goto fail;
@@ -331,6 +337,10 @@ int guest_decode_exec(const uint8_t *p, size_t n, struct guest_exec_req *m, cons
 		*why = "user must be non-empty and excludes uid, gid and groups";
 		goto fail;
 	}
+	if (m->log_dir && (m->log_dir[0] != '/' || !(m->flags & GUEST_EXEC_DETACH))) {
+		*why = "a log dir must be absolute and is for detached processes";
+		goto fail;
+	}
 	return 0;
 fail:
 	guest_exec_req_free(m);
@@ -345,6 +355,7 @@ void guest_exec_req_free(struct guest_exec_req *m)
 	free(m->groups);
 	free(m->user);
 	free(m->root);
+	free(m->log_dir);
 	memset(m, 0, sizeof(*m));
 	m->uid = m->gid = -1;
 }
@@ -399,6 +410,8 @@ void guest_encode_xfer(struct guest_wbuf *w, uint8_t type, uint32_t id, const st
 	guest_tlv_str(w, XFER_DIR, m->dir);
 	if (m->timeout_ms)
 		guest_tlv_u64(w, XFER_TIMEOUT, m->timeout_ms);
+	if (m->name)
+		guest_tlv_str(w, XFER_NAME, m->name);
 	guest_frame_end(w, start);
 }
 
@@ -413,11 +426,18 @@ int guest_decode_xfer(const uint8_t *p, size_t n, struct guest_xfer_req *m, cons
 			goto fail;
 		if (t.tag == XFER_TIMEOUT && get_u64(&t, &m->timeout_ms, why) < 0)
 			goto fail;
+		if (t.tag == XFER_NAME && get_str(&t, &m->name, why) < 0)
+			goto fail;
 	}
 	if (r < 0)
 		goto fail;
 	if (m->dir == NULL || m->dir[0] != '/') {
 		*why = "transfer needs an absolute directory";
+		goto fail;
+	}
+	if (m->name && (m->name[0] == '\0' || strchr(m->name, '/') || strcmp(m->name, ".") == 0 ||
+			strcmp(m->name, "..") == 0)) {
+		*why = "a transfer's entry name must be one path component";
 		goto fail;
 	}
 	return 0;
@@ -429,6 +449,7 @@ fail:
 void guest_xfer_req_free(struct guest_xfer_req *m)
 {
 	free(m->dir);
+	free(m->name);
 	memset(m, 0, sizeof(*m));
 }
 

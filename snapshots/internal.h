@@ -49,6 +49,13 @@ json_t *snap_sandbox_state(const char *id, kiln_error **err);
 int snap_state_write(const char *dir, const json_t *state, kiln_error **err);
 /* "running", "creating" or "dead", from the state and the live processes. */
 const char *snap_sandbox_liveness(const json_t *state);
+/* Kill a sandbox's QEMU if it is still the recorded process, and wait for it. */
+void snap_qemu_stop(const json_t *state);
+/* Restore t into an existing sandbox directory (the id's) and give the guest
+ * its identity; state gets pid, uid; t's memory/disk/state may be a paused
+ * sandbox's files (resume). */
+int snap_sandbox_restore_into(snap_template *t, const char *id, const char *dir, json_t *state,
+			      struct snap_create_stats *s, kiln_error **err);
 /* Kill a sandbox's QEMU (if it is still the recorded process) and remove its directory. */
 int snap_sandbox_remove(const char *id, const json_t *state, kiln_error **err);
 
@@ -77,6 +84,27 @@ json_t *snap_sandbox_new_state(const snap_template *t, const char *id, const cha
  * guests restored from a template, whose agent's version was checked. */
 guest_conn *snap_agent_connect(const char *dir, int port_want, bool wait_hello, uid_t peer_uid, int timeout_ms,
 			       kiln_error **err);
+
+/* Options of a sandbox (sandbox_opts.c): base's NAME=VALUE entries with
+ * over's replacing those of the same NAME; the creation options as state
+ * fields; one exec with its options over an open connection. */
+void snap_env_merge(kiln_strv *out, const json_t *base, const char *const *over);
+int snap_state_apply_opts(json_t *st, const struct snap_create_opts *o, kiln_error **err);
+int snap_exec_conn_with(guest_conn *c, const char *id, const char *const *argv, const struct snap_exec_opts *o,
+			guest_output_fn on_stdout, guest_output_fn on_stderr, void *user, struct guest_result *res,
+			kiln_error **err);
+
+/* Life (sandbox_life.c).  The lock every read-modify-write of a sandbox's
+ * state takes (an fd to close, or -1); a timeout as "timeout_s" and
+ * "expires_ms" (wall clock, ms) counted from now; the per-sandbox watcher,
+ * a detached process that removes the sandbox when it expires (at most one
+ * per sandbox: it holds ID/watch.lock) and ends when the sandbox is gone. */
+int snap_state_lock(const char *id, kiln_error **err);
+void snap_state_set_timeout(json_t *st, int64_t timeout_s);
+void snap_watch_start(const char *id);
+/* Whether a running sandbox's time is up (expires_ms in the past). */
+bool snap_state_expired(const json_t *st);
+int64_t snap_wall_ms(void);
 
 /* Milliseconds on CLOCK_MONOTONIC. */
 double snap_now_ms(void);

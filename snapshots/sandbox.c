@@ -196,6 +196,12 @@ out:
 	return rc;
 }
 
+int snap_sandbox_restore_into(snap_template *t, const char *id, const char *dir, json_t *state,
+			      struct snap_create_stats *s, kiln_error **err)
+{
+	return restore(t, id, dir, state, s, false, false, NULL, err);
+}
+
 static char *iso_now(void)
 {
 	time_t now = time(NULL);
@@ -343,6 +349,13 @@ char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *st
 int snap_run(const char *template_ref, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
 	     void *user, struct guest_result *res, struct snap_create_stats *stats, kiln_error **err)
 {
+	return snap_run_with(template_ref, argv, NULL, on_stdout, on_stderr, user, res, stats, err);
+}
+
+int snap_run_with(const char *template_ref, const char *const *argv, const struct snap_exec_opts *o,
+		  guest_output_fn on_stdout, guest_output_fn on_stderr, void *user, struct guest_result *res,
+		  struct snap_create_stats *stats, kiln_error **err)
+{
 	struct snap_create_stats dummy;
 	struct snap_create_stats *s = stats ? stats : &dummy;
 	snap_template *t = NULL;
@@ -356,7 +369,7 @@ int snap_run(const char *template_ref, const char *const *argv, guest_output_fn 
 	if ((id = create(template_ref, true, s, &c, &t, err)) == NULL)
 		return -1;
 	if (snap_guest_setup(c, id, false, err) == 0)
-		rc = snap_sandbox_exec_conn(c, id, argv, on_stdout, on_stderr, user, res, err);
+		rc = snap_exec_conn_with(c, id, argv, o, on_stdout, on_stderr, user, res, err);
 	guest_close(c);
 	if (snap_sandbox_kill(id, &e) < 0) {
 		kiln_warn("removing sandbox %s: %s", id, kiln_error_message(e));
@@ -375,6 +388,10 @@ guest_conn *snap_sandbox_connect(const char *id, int timeout_ms, kiln_error **er
 
 	if (st == NULL)
 		return NULL;
+	if (strcmp(snap_sandbox_liveness(st), "paused") == 0) {
+		kiln_err(err, KILN_E_GENERIC, "sandbox %s is paused (kiln sandbox resume %s)", id, id);
+		goto out;
+	}
 	if (strcmp(snap_sandbox_liveness(st), "running") != 0) {
 		kiln_err(err, KILN_E_GENERIC, "sandbox %s is %s (kiln sandbox gc removes dead ones)", id,
 			 snap_sandbox_liveness(st));
@@ -393,34 +410,7 @@ out:
 int snap_sandbox_exec_conn(guest_conn *c, const char *id, const char *const *argv, guest_output_fn on_stdout,
 			   guest_output_fn on_stderr, void *user, struct guest_result *res, kiln_error **err)
 {
-	json_t *st = snap_sandbox_state(id, err), *env;
-	struct guest_exec_opts x;
-	kiln_strv envv = KILN_STRV_INIT;
-	int rc;
-
-	if (st == NULL)
-		return -1;
-	guest_exec_opts_init(&x);
-	x.argv = argv;
-	env = json_object_get(st, "env");
-	for (size_t i = 0; json_is_array(env) && i < json_array_size(env); i++)
-		if (json_is_string(json_array_get(env, i)))
-			kiln_strv_push(&envv, json_string_value(json_array_get(env, i)));
-	x.env = envv.n ? (const char *const *)envv.v : NULL;
-	x.cwd = kiln_json_str(st, "workdir");
-	x.run_as = kiln_json_str(st, "user");
-	x.on_stdout = on_stdout;
-	x.on_stderr = on_stderr;
-	x.user = user;
-	memset(res, 0, sizeof(*res));
-	rc = guest_exec(c, &x, NULL, 0, -1, res, err);
-	/* The agent could not start it (its ERROR carries the guest's errno):
-	 * the shell's codes, as docker gives them. */
-	if (rc < 0 && err && *err && ((*err)->errnum == ENOENT || (*err)->errnum == EACCES || (*err)->errnum == ENOEXEC))
-		res->exit_code = (*err)->errnum == ENOENT ? 127 : 126;
-	json_decref(st);
-	kiln_strv_free(&envv);
-	return rc;
+	return snap_exec_conn_with(c, id, argv, NULL, on_stdout, on_stderr, user, res, err);
 }
 
 int snap_sandbox_exec(const char *id, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,

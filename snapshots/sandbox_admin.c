@@ -114,6 +114,10 @@ const char *snap_sandbox_liveness(const json_t *state)
 		return recorded_alive(state, "creator", "creator_start") ? "creating" : "dead";
 	if (s && strcmp(s, "running") == 0)
 		return recorded_alive(state, "pid", "pid_start") ? "running" : "dead";
+	if (s && strcmp(s, "paused") == 0)
+		return "paused"; /* no QEMU: its memory, state and disk are in ID/paused */
+	if (s && (strcmp(s, "pausing") == 0 || strcmp(s, "resuming") == 0))
+		return recorded_alive(state, "creator", "creator_start") ? s : "dead";
 	if (s && strcmp(s, "pooled") == 0 && recorded_alive(state, "pid", "pid_start") && kiln_json_str(state, "id")) {
 		/* Claimable (the mark is there), being claimed by a live kiln, or lost. */
 		char *dir = snap_sandbox_dir(kiln_json_str(state, "id")), *mark = kiln_path_join(dir, SNAP_POOL_MARK);
@@ -141,18 +145,23 @@ static void kill_and_wait(pid_t pid, unsigned long long start)
 		nanosleep(&(struct timespec){ 0, 5000000 }, NULL);
 }
 
+void snap_qemu_stop(const json_t *state)
+{
+	pid_t pid = (pid_t)kiln_json_int(state, "pid", 0);
+	unsigned long long start = (unsigned long long)kiln_json_int(state, "pid_start", 0);
+
+	if (pid > 0 && start == 0)
+		start = vm_proc_start_time(pid); /* recorded before its start time was read */
+	kill_and_wait(pid, start);
+}
+
 int snap_sandbox_remove(const char *id, const json_t *state, kiln_error **err)
 {
 	char *dir = snap_sandbox_dir(id);
 	int rc;
 
-	if (state) {
-		pid_t pid = (pid_t)kiln_json_int(state, "pid", 0);
-		unsigned long long start = (unsigned long long)kiln_json_int(state, "pid_start", 0);
-		if (pid > 0 && start == 0)
-			start = vm_proc_start_time(pid); /* recorded before its start time was read */
-		kill_and_wait(pid, start);
-	}
+	if (state)
+		snap_qemu_stop(state);
 	vm_dir_cleanup(dir); /* the RAM copy outside it */
 	rc = kiln_rm_rf(dir, err);
 	free(dir);
@@ -190,10 +199,12 @@ json_t *snap_sandbox_list(kiln_error **err)
 		if (st == NULL) {
 			item = json_pack("{s:s, s:s}", "id", de->d_name, "state", "dead");
 		} else {
-			item = json_pack("{s:s, s:s, s:O?, s:O?, s:O?, s:O?, s:O?}", "id", de->d_name, "state",
-					 snap_sandbox_liveness(st), "template", json_object_get(st, "template"), "pid",
-					 json_object_get(st, "pid"), "created", json_object_get(st, "created"), "unconfined",
-					 json_object_get(st, "unconfined"), "uid", json_object_get(st, "uid"));
+			item = json_pack("{s:s, s:s, s:O?, s:O?, s:O?, s:O?, s:O?, s:O?, s:O?, s:O?}", "id", de->d_name,
+					 "state", snap_sandbox_liveness(st), "template", json_object_get(st, "template"),
+					 "pid", json_object_get(st, "pid"), "created", json_object_get(st, "created"),
+					 "unconfined", json_object_get(st, "unconfined"), "uid", json_object_get(st, "uid"),
+					 "labels", json_object_get(st, "labels"), "timeout_s", json_object_get(st, "timeout_s"),
+					 "expires_ms", json_object_get(st, "expires_ms"));
 		}
 		kiln_error_free(e);
 		json_decref(st);
@@ -260,11 +271,21 @@ int snap_sandbox_gc(kiln_error **err)
 	for (size_t i = 0; list && i < json_array_size(list); i++) {
 		const json_t *item = json_array_get(list, i);
 		const char *id = kiln_json_str(item, "id");
-		if (strcmp(kiln_json_str(item, "state"), "dead") != 0)
-			continue;
 		kiln_error *e = NULL;
-		json_t *st = snap_sandbox_state(id, &e);
-		kiln_error_free(e);
+		json_t *st = NULL;
+		/* dead, or past its timeout (its watcher is gone: a crashed host) */
+		if (strcmp(kiln_json_str(item, "state"), "dead") != 0) {
+			st = snap_sandbox_state(id, &e);
+			bool expired = st && strcmp(kiln_json_str(item, "state"), "running") == 0 && snap_state_expired(st);
+			kiln_error_free(e);
+			if (!expired) {
+				json_decref(st);
+				continue;
+			}
+		} else {
+			st = snap_sandbox_state(id, &e);
+			kiln_error_free(e);
+		}
 		if (snap_sandbox_remove(id, st, err) < 0)
 			rc = -1;
 		else

@@ -75,10 +75,48 @@ struct snap_create_stats {
  * handed over (for a first exec without a second handshake). */
 char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *stats, guest_conn **conn,
 			  kiln_error **err);
+/* What a sandbox gets at creation (docs/snapshots.md, "Sandbox state"). */
+#define SNAP_DEFAULT_TIMEOUT_S 300 /* E2B's default: 5 minutes */
+struct snap_create_opts {
+	const char *const *env;    /* NAME=VALUE over the template's ENV, for every exec; NULL-terminated */
+	const char *const *labels; /* KEY=VALUE metadata shown and filtered by ls; NULL-terminated */
+	int64_t timeout_s;         /* removed this long after it starts running (a watcher
+				    * process enforces it, gc too); 0: never */
+};
+/* snap_sandbox_create with env, labels and a timeout (o NULL: none of them). */
+char *snap_sandbox_create_with(const char *template_ref, const struct snap_create_opts *o,
+			       struct snap_create_stats *stats, guest_conn **conn, kiln_error **err);
+/* Give a sandbox a new timeout, counted from now (0: none). */
+int snap_sandbox_set_timeout(const char *id, int64_t timeout_s, kiln_error **err);
+/* Whether a list item of snap_sandbox_list matches a filter "label=KEY" or
+ * "label=KEY=VALUE", "state=S", "template=DIGEST" (USAGE error for others). */
+int snap_sandbox_filter(const json_t *item, const char *filter, kiln_error **err);
+
+/* Pause: the guest's memory, device state and disk go to the sandbox's
+ * directory and QEMU stops; resume restores them (same processes, same
+ * files).  exec and cp on a paused sandbox fail at once saying so. */
+int snap_sandbox_pause(const char *id, double *ms, kiln_error **err);
+int snap_sandbox_resume(const char *id, double *ms, kiln_error **err);
+/* A new template NAME[:TAG] from a running sandbox (it keeps running):
+ * its memory, device state and disk now; returns the template's digest. */
+char *snap_sandbox_commit(const char *id, const char *name, kiln_error **err);
+
+/* Files between the host and a running sandbox: host_path (a file or a
+ * directory tree) to guest_path, and back; owners, modes and names (bytes)
+ * kept.  A destination that is an existing directory receives the source
+ * under its own name (as cp does). */
+int snap_sandbox_cp_in(const char *id, const char *host_path, const char *guest_path, kiln_error **err);
+int snap_sandbox_cp_out(const char *id, const char *guest_path, const char *host_path, kiln_error **err);
+
 /* create + exec + kill: run argv in a new sandbox and remove it.  The
  * identity request goes out with argv's EXEC (one round trip). */
 int snap_run(const char *template_ref, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
 	     void *user, struct guest_result *res, struct snap_create_stats *stats, kiln_error **err);
+/* The same with one exec's options (env, workdir, user, stdin, timeout; not detach). */
+struct snap_exec_opts;
+int snap_run_with(const char *template_ref, const char *const *argv, const struct snap_exec_opts *o,
+		  guest_output_fn on_stdout, guest_output_fn on_stderr, void *user, struct guest_result *res,
+		  struct snap_create_stats *stats, kiln_error **err);
 /* Keep n restored, warmed-up and paused sandboxes of a template ready (n < 0:
  * the size last set for it, 0 if none); extra ones are removed.  Returns how
  * many were started. */
@@ -101,6 +139,26 @@ int snap_sandbox_gc(kiln_error **err);
  * (and docker) would exit; other errors leave it 0. */
 int snap_sandbox_exec(const char *id, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
 		      void *user, struct guest_result *res, kiln_error **err);
+/* What one exec may change (kiln sandbox exec -e/-w/-u/-i/--detach). */
+#define SNAP_GUEST_LOG_DIR "/run/kiln/exec" /* a detached process's PID.out/.err/.exit */
+struct snap_exec_opts {
+	const char *const *env;    /* NAME=VALUE over the sandbox's env; NULL-terminated */
+	const char *cwd;           /* NULL: the sandbox's workdir */
+	const char *user;          /* NULL: the template's user */
+	int stdin_fd;              /* >= 0: copied to the command's stdin until EOF */
+	uint64_t timeout_ms;       /* the agent kills it after this long; 0: never */
+	bool detach;               /* start it and return: it outlives this exec, its output
+				    * is kept in the guest (snap_sandbox_logs) */
+	pid_t *pid;                /* with detach: its pid in the guest */
+};
+void snap_exec_opts_init(struct snap_exec_opts *o);
+int snap_sandbox_exec_with(const char *id, const char *const *argv, const struct snap_exec_opts *o,
+			   guest_output_fn on_stdout, guest_output_fn on_stderr, void *user, struct guest_result *res,
+			   kiln_error **err);
+/* The output a detached process wrote so far; *status gets "running",
+ * "exit N" or "signal N".  NOTFOUND for a pid that was not started detached. */
+int snap_sandbox_logs(const char *id, pid_t pid, guest_output_fn on_stdout, guest_output_fn on_stderr, void *user,
+		      char **status, kiln_error **err);
 /* The same over a connection from snap_sandbox_create (left open). */
 int snap_sandbox_exec_conn(guest_conn *c, const char *id, const char *const *argv, guest_output_fn on_stdout,
 			   guest_output_fn on_stderr, void *user, struct guest_result *res, kiln_error **err);

@@ -197,3 +197,17 @@ int vm_overlay_rebase(const char *overlay, const char *backing_raw, kiln_error *
 		return kiln_error_wrap(err, "rebasing %s onto %s", overlay, backing_raw);
 	return 0;
 }
+
+int vm_disk_flatten(const char *top, const char *base, const char *rootfs, const char *rootfs_name, kiln_error **err)
+{
+	char *const to_base[] = { "qemu-img", "rebase", "-q", "-u", "-f", "qcow2", "-F", "qcow2", "-b", (char *)base,
+				  (char *)top, NULL };
+	char *const commit[] = { "qemu-img", "commit", "-q", "-d", "-f", "qcow2", (char *)top, NULL };
+
+	/* qemu-img opens the chain by the names in the headers: point them at
+	 * the real files for the commit, then give base its stored name back */
+	if (vm_run_tool(to_base, err) < 0 || vm_overlay_rebase(base, rootfs, err) < 0 || vm_run_tool(commit, err) < 0 ||
+	    vm_overlay_rebase(base, rootfs_name, err) < 0)
+		return kiln_error_wrap(err, "writing the changes of %s into %s", top, base);
+	return 0;
+}

@@ -291,6 +291,11 @@ int vm_qcow2_check(const char *path, const char *want_backing, kiln_error **err)
 /* Point a qcow2 overlay at another backing file (qemu-img rebase -u); a
  * relative name is resolved against the overlay's own directory when opened. */
 int vm_overlay_rebase(const char *overlay, const char *backing_raw, kiln_error **err);
+/* Write the qcow2 overlay top (a restored VM's temporary one, copied) into
+ * base, a qcow2 whose raw backing is rootfs and whose header names it
+ * rootfs_name (relative, as a template's disk): base then holds both, and
+ * names rootfs_name again.  For pausing and committing a sandbox. */
+int vm_disk_flatten(const char *top, const char *base, const char *rootfs, const char *rootfs_name, kiln_error **err);
 /* Ask QEMU for its version string ("7.2.22") from a QMP greeting. */
 char *vm_qmp_version_string(const vm_qmp *q);
 

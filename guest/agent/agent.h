@@ -36,6 +36,7 @@ struct session {
 	bool timed_out;
 	bool detached;         /* survives the end of its session (then id 0: orphaned) */
 	char *what;            /* "tar -x into /dir" for transfer errors */
+	char *log_dir;         /* detached with a log dir: PID.exit is written there at its end */
 	char errcap[AGENT_ERRCAP]; /* stderr of transfer sessions */
 	size_t errlen;
 };

@@ -3,6 +3,7 @@
  * to it, which keeps this static agent free of an archive library; the host
  * side builds and reads the tars with libarchive. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +203,18 @@ void files_xfer(struct agent *a, uint8_t type, uint32_t id, const uint8_t *p, si
 			goto out;
 		}
 	}
+	if (req.name) {
+		int dfd = up ? -1 : open(req.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd < 0 || fstatat(dfd, req.name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			int e = up ? EINVAL : errno;
+			agent_send_error(a, id, e, "download %s%s%s: %s", req.dir, strcmp(req.dir, "/") ? "/" : "", req.name,
+					 strerror(e));
+			if (dfd >= 0)
+				close(dfd);
+			goto out;
+		}
+		close(dfd);
+	}
 	argv[k++] = a->tar[0];
 	if (a->tar[1])
 		argv[k++] = a->tar[1];
@@ -210,8 +223,12 @@ void files_xfer(struct agent *a, uint8_t type, uint32_t id, const uint8_t *p, si
 	argv[k++] = "-";
 	argv[k++] = "-C";
 	argv[k++] = req.dir;
-	if (!up)
+	if (!up && req.name) {
+		argv[k++] = "--";
+		argv[k++] = req.name;
+	} else if (!up) {
 		argv[k++] = ".";
+	}
 	argv[k] = NULL;
 	s = session_spawn(a, id, up ? S_UPLOAD : S_DOWNLOAD, (char *const *)argv, NULL, "/", NULL, up,
 			  req.timeout_ms);

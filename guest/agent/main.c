@@ -621,9 +621,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	files_find_tar(&a, tar);
-	a.caps = GUEST_CAP_EXEC | GUEST_CAP_STDIN | GUEST_CAP_KILL | GUEST_CAP_STAT;
+	a.caps = GUEST_CAP_EXEC | GUEST_CAP_STDIN | GUEST_CAP_KILL | GUEST_CAP_STAT | GUEST_CAP_EXEC_LOG;
 	if (a.tar[0])
-		a.caps |= GUEST_CAP_UPLOAD | GUEST_CAP_DOWNLOAD;
+		a.caps |= GUEST_CAP_UPLOAD | GUEST_CAP_DOWNLOAD | GUEST_CAP_XFER_NAME;
 	if (geteuid() == 0)
 		a.caps |= GUEST_CAP_SETUID | GUEST_CAP_ROOT;
 	if (geteuid() == 0 && fd < 0 && listen_path == NULL)

@@ -87,6 +87,47 @@ static int net_isolate(void)
 	return rc;
 }
 
+/* A detached process with a log dir writes straight into DIR/PID.out and
+ * DIR/PID.err (opened here, as root, before any user switch; a pid reused
+ * later starts them afresh) and the agent records its end in DIR/PID.exit,
+ * so its output can be read after the session that started it is gone. */
+static int log_open(const char *dir, int *out, int *err)
+{
+	char path[4200];
+	int fds[2];
+
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%ld.%s", dir, (long)getpid(), i ? "err" : "out");
+		fds[i] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fds[i] < 0)
+			return -1;
+	}
+	snprintf(path, sizeof(path), "%s/%ld.exit", dir, (long)getpid());
+	unlink(path);
+	*out = fds[0];
+	*err = fds[1];
+	return 0;
+}
+
+static void log_exit(const struct session *s)
+{
+	char path[4200], line[64];
+	int fd, len;
+
+	snprintf(path, sizeof(path), "%s/%ld.exit", s->log_dir, (long)s->pid);
+	if (WIFSIGNALED(s->status))
+		len = snprintf(line, sizeof(line), "signal %d\n", WTERMSIG(s->status));
+	else
+		len = snprintf(line, sizeof(line), "exit %d\n", WEXITSTATUS(s->status));
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		if (write(fd, line, (size_t)len) != len) {
+			/* nothing to tell: the process is gone either way */
+		}
+		close(fd);
+	}
+}
+
 static _Noreturn void child_run(int in, int out, int err, int status_fd, char *const argv[], char *const env[],
 				const char *cwd, const struct guest_exec_req *cred)
 {
@@ -101,6 +142,8 @@ static _Noreturn void child_run(int in, int out, int err, int status_fd, char *c
 	if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) < 0)
 		for (int fd = 3; fd < 4096; fd++)
 			fcntl(fd, F_SETFD, FD_CLOEXEC);
+	if (cred && cred->log_dir && log_open(cred->log_dir, &out, &err) < 0)
+		child_fail(status_fd, STEP_DUP);
 	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		child_fail(status_fd, STEP_DUP);
 	if (cred && (cred->flags & GUEST_EXEC_NONET) && net_isolate() < 0)
@@ -156,6 +199,10 @@ struct session *session_spawn(struct agent *a, uint32_t id, enum session_kind ki
 			slot = (int)i;
 	if (slot < 0) {
 		agent_send_error(a, id, EAGAIN, "too many running processes (limit %u)", GUEST_MAX_SESSIONS);
+		return NULL;
+	}
+	if (cred && cred->log_dir && mkdir(cred->log_dir, 0700) < 0 && errno != EEXIST) {
+		agent_send_error(a, id, errno, "create %s: %s", cred->log_dir, strerror(errno));
 		return NULL;
 	}
 	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 || pipe2(px, O_CLOEXEC) < 0 ||
@@ -277,8 +324,11 @@ void session_exec(struct agent *a, uint32_t id, struct guest_exec_req *req)
 	}
 	s = session_spawn(a, id, S_EXEC, req->argv, env, req->cwd, req, req->flags & GUEST_EXEC_STDIN,
 			  req->timeout_ms);
-	if (s)
+	if (s) {
 		s->detached = req->flags & GUEST_EXEC_DETACH;
+		if (req->log_dir && (s->log_dir = strdup(req->log_dir)) == NULL)
+			agent_log("id %u: out of memory for the log dir", id);
+	}
 out:
 	free(with_home);
 	free(home);
@@ -357,6 +407,8 @@ void sessions_reap(struct agent *a)
 			if (s && s->pid == pid && !s->reaped) {
 				s->reaped = true;
 				s->status = st;
+				if (s->log_dir)
+					log_exit(s);
 				s->quiet_since = agent_now_ms();
 				drop_stdin(a, s);
 			}
@@ -374,6 +426,7 @@ static void free_session(struct agent *a, struct session *s)
 	close_fd(&s->fd_in);
 	free(s->in);
 	free(s->what);
+	free(s->log_dir);
 	free(s);
 }
 

@@ -368,6 +368,41 @@ static void test_identity(void)
 	guest_wbuf_free(&w);
 }
 
+/* Fields added after protocol 2 shipped: the log dir of a detached exec and
+ * the one entry of a download; older peers skip them (unknown tags). */
+static void test_new_fields(void)
+{
+	char *argv[] = { "sleep", "9", NULL };
+	struct guest_exec_req in = { .argv = argv, .argc = 2, .uid = -1, .gid = -1, .flags = GUEST_EXEC_DETACH,
+				     .log_dir = "/run/kiln/exec" }, out;
+	struct guest_xfer_req xr = { .dir = "/etc", .name = "passwd" }, xr2;
+	struct guest_wbuf w = { 0 };
+	const char *why = NULL;
+
+	guest_encode_exec(&w, 4, &in);
+	CHECK_INT(guest_decode_exec(w.data + GUEST_HDR_LEN, w.len - GUEST_HDR_LEN, &out, &why), 0);
+	CHECK_STR(out.log_dir, "/run/kiln/exec");
+	guest_exec_req_free(&out);
+	w.len = 0;
+	in.flags = 0; /* a log dir is for detached processes only */
+	guest_encode_exec(&w, 4, &in);
+	CHECK_INT(guest_decode_exec(w.data + GUEST_HDR_LEN, w.len - GUEST_HDR_LEN, &out, &why), -1);
+	CHECK(strstr(why, "log dir") != NULL);
+	w.len = 0;
+	guest_encode_xfer(&w, GUEST_F_DOWNLOAD, 5, &xr);
+	CHECK_INT(guest_decode_xfer(w.data + GUEST_HDR_LEN, w.len - GUEST_HDR_LEN, &xr2, &why), 0);
+	CHECK_STR(xr2.name, "passwd");
+	guest_xfer_req_free(&xr2);
+	const char *bad[] = { "a/b", "..", ".", "" };
+	for (size_t i = 0; i < 4; i++) {
+		w.len = 0;
+		xr.name = (char *)bad[i];
+		guest_encode_xfer(&w, GUEST_F_DOWNLOAD, 5, &xr);
+		CHECK_INT(guest_decode_xfer(w.data + GUEST_HDR_LEN, w.len - GUEST_HDR_LEN, &xr2, &why), -1);
+	}
+	guest_wbuf_free(&w);
+}
+
 int main(void)
 {
 	RUN(test_header);
@@ -377,5 +412,6 @@ int main(void)
 	RUN(test_exec_rejects);
 	RUN(test_other_messages);
 	RUN(test_identity);
+	RUN(test_new_fields);
 	return test_done();
 }
