@@ -104,8 +104,8 @@ static void on_other(void *ud, const json_t *ev)
 static void on_uploaded(void *ud, const struct svc_remote_result *r)
 {
 	if (!*(bool *)ud)
-		fprintf(stderr, "context: %zu entries, %zu files uploaded (%llu bytes)\n", r->files, r->uploaded,
-			(unsigned long long)r->bytes_sent);
+		fprintf(stderr, "context: %zu entries, %zu files uploaded (%llu bytes), %llu bytes of requests\n",
+			r->files, r->uploaded, (unsigned long long)r->bytes_sent, (unsigned long long)r->bytes_request);
 }
 
 /* --remote URL (or $KILN_BUILDER): the same build on a `kiln serve --build`. */

@@ -89,7 +89,8 @@ static const struct kiln_command sub_ls = {
 static const struct kiln_command sub_history = {
 	.name = "history",
 	.usage = "Usage: kiln registry history [--data DIR] [--config FILE] REPO[:TAG]\n\n"
-		 "Every change of the repository's tags (or one tag), oldest first: TIME TAG DIGEST.\n",
+		 "Every change of the repository's tags (or one tag), oldest first: TIME TAG DIGEST,\n"
+		 "then \"build ID\" for a result of the build service (kiln serve --build).\n",
 	.run = run_sub,
 };
 static const struct kiln_command sub_public = {

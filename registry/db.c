@@ -27,6 +27,8 @@ static const char schema[] =
 	" updated INTEGER NOT NULL, PRIMARY KEY(repo, name)) WITHOUT ROWID;"
 	"CREATE TABLE IF NOT EXISTS tag_history(id INTEGER PRIMARY KEY, repo INTEGER NOT NULL,"
 	" tag TEXT NOT NULL, digest TEXT, at INTEGER NOT NULL);"
+	/* what another module says about a change of a tag (the build service: its build id) */
+	"CREATE TABLE IF NOT EXISTS tag_notes(history INTEGER PRIMARY KEY, note TEXT NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS tokens(id INTEGER PRIMARY KEY, label TEXT UNIQUE NOT NULL,"
 	" hash TEXT UNIQUE NOT NULL, scopes TEXT NOT NULL, created INTEGER NOT NULL, expires INTEGER NOT NULL);";
 

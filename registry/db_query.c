@@ -247,7 +247,8 @@ int reg_tag_history(const struct reg_config *c, const char *repo, const char *ta
 	db = reg_db_open_cfg(c, err);
 	if (db == NULL)
 		return -1;
-	st = reg_db_prep(db, "SELECT h.at, h.digest, h.tag FROM tag_history h JOIN repos r ON r.id = h.repo"
+	st = reg_db_prep(db, "SELECT h.at, h.digest, h.tag, n.note FROM tag_history h JOIN repos r ON r.id = h.repo"
+			     " LEFT JOIN tag_notes n ON n.history = h.id"
 			     " WHERE r.name = ? AND (?2 IS NULL OR h.tag = ?2) ORDER BY h.id", err);
 	if (st == NULL)
 		goto out;
@@ -261,7 +262,9 @@ int reg_tag_history(const struct reg_config *c, const char *repo, const char *ta
 		struct tm tm;
 
 		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
-		kiln_buf_addf(out, "%s %s %s\n", when, (const char *)sqlite3_column_text(st, 2), d ? d : "(deleted)");
+		const char *note = (const char *)sqlite3_column_text(st, 3);
+		kiln_buf_addf(out, "%s %s %s%s%s\n", when, (const char *)sqlite3_column_text(st, 2), d ? d : "(deleted)",
+			      note ? " " : "", note ? note : "");
 		rows++;
 	}
 	if (rc != SQLITE_DONE) {
@@ -310,6 +313,42 @@ int reg_set_public(const struct reg_config *c, const char *repo, int public_, ki
 		sqlite3_finalize(st);
 	}
 out:
+	reg_db_close(db);
+	return ret;
+}
+
+int reg_tag_note(const struct reg_config *c, const char *repo, const char *tag, const char *digest, const char *note,
+		 kiln_error **err)
+{
+	reg_db *db;
+	sqlite3_stmt *st = NULL;
+	int ret = -1;
+
+	if (c->s3_endpoint)
+		return 0; /* the bucket's history has no notes */
+	db = reg_db_open_cfg(c, err);
+	if (db == NULL)
+		return -1;
+	st = reg_db_prep(db, "INSERT OR REPLACE INTO tag_notes(history, note) SELECT max(h.id), ?4 FROM tag_history h"
+			     " JOIN repos r ON r.id = h.repo WHERE r.name = ?1 AND h.tag = ?2 AND h.digest = ?3"
+			     " HAVING max(h.id) IS NOT NULL", err);
+	if (st == NULL)
+		goto out;
+	sqlite3_bind_text(st, 1, repo, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, tag, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, digest, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 4, note, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) != SQLITE_DONE) {
+		reg_db_fail(db, err, "tag note");
+		goto out;
+	}
+	if (sqlite3_changes(db->h) == 0) {
+		kiln_err(err, KILN_E_NOTFOUND, "%s:%s was never %s", repo, tag, digest);
+		goto out;
+	}
+	ret = 0;
+out:
+	sqlite3_finalize(st);
 	reg_db_close(db);
 	return ret;
 }

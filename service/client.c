@@ -201,6 +201,7 @@ static int send_context(struct cl *c, const char *dir, const char *dockerfile, j
 	res->files = json_array_size(files);
 	char *body = json_dumps(json_pack("{s:O}", "digests", want), JSON_COMPACT);
 	p = kiln_xasprintf("/build/v1/missing%s", q);
+	res->bytes_request += strlen(body);
 	int rc = call(c, "POST", p, body, strlen(body), NULL, &h, err);
 	free(body);
 	if (rc < 0)
@@ -399,9 +400,10 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
 		const char *b = strrchr(dfpath, '/');
 		json_object_set_new(j, "dockerfile_name", json_string(b ? b + 1 : dfpath));
 	}
+	body = json_dumps(j, JSON_COMPACT);
+	res->bytes_request += strlen(body);
 	if (o->on_uploaded)
 		o->on_uploaded(o->ud, res);
-	body = json_dumps(j, JSON_COMPACT);
 	q = team_query(&c, "?");
 	p = kiln_xasprintf("/build/v1/builds%s", q);
 	if (call(&c, "POST", p, body, strlen(body), NULL, &h, err) < 0)

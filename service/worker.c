@@ -294,6 +294,19 @@ static int publish(struct run *r, const char *home, const char *cwd, const char 
 		char *d = out.buf ? strstr(out.buf, "sha256:") : NULL;
 		char *digest = d ? kiln_xstrndup(d, strcspn(d, "\n ")) : kiln_xstrdup("");
 		char *ref = kiln_xstrdup(dest + strlen(host) + 1);
+		/* the build's id beside the tag's change in the registry's history */
+		{
+			char *repo = kiln_xstrdup(ref), *colon = strrchr(repo, ':');
+			char *note = kiln_xasprintf("build %s", r->id);
+			kiln_error *e = NULL;
+			*colon = '\0';
+			if (*digest && reg_tag_note(reg_server_config(r->s->srv), repo, colon + 1, digest, note, &e) < 0) {
+				kiln_warn("build %s: tag history note: %s", r->id, kiln_error_message(e));
+				kiln_error_free(e);
+			}
+			free(note);
+			free(repo);
+		}
 		if (tmpl && k == 0) {
 			res->template_ref = ref;
 			res->template_digest = digest;

@@ -17,6 +17,7 @@ JSON
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
 B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)
 start_server() {
+	: >"$T_TMP/serve.log" # there before the loop below reads it
 	$KILN serve --addr 127.0.0.1:0 --data "$DATA" --config "$T_TMP/serve.json" 2>"$T_TMP/serve.log" &
 	SRV=$!
 	for _ in $(seq 100); do grep -q listening "$T_TMP/serve.log" && break; sleep 0.1; done
@@ -42,6 +43,9 @@ expect_grep "cache lines too" '^  cache miss' "$T_TMP/err"
 expect_grep "every file uploaded the first time (.dockerignore applied)" 'files uploaded' "$T_TMP/err"
 expect_grep "published under the team's namespace" '^published team-a/app:v1 sha256:' "$T_TMP/err"
 D1=$(head -1 "$T_TMP/out")
+BID=$(grep -o 'as build b-[0-9a-f]*' "$T_TMP/err" | cut -d' ' -f3)
+expect_exit 0 "kiln registry history of the published tag" $KILN registry history --data "$DATA" team-a/app:v1
+expect_grep "names the build that made it" "team-a/app:v1 .*$D1 build $BID\$|v1 $D1 build $BID\$" "$T_TMP/out"
 # the local build of the same context gives the same image
 KILN_HOME=$T_TMP/local expect_exit 0 "local build of the same context" $KILN build -t app:v1 "$T_TMP/ctx"
 expect_eq "remote digest equals the local one" "$D1" "$(head -1 "$T_TMP/out")"

@@ -47,6 +47,7 @@ JSON
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
 B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)
 start() { # N
+	: >"$T_TMP/serve$1.log" # there before the loop below reads it
 	$KILN serve --addr 127.0.0.1:0 --data "$DATA" --config "$T_TMP/serve.json" 2>"$T_TMP/serve$1.log" &
 	eval "SRV$1=$!"
 	for _ in $(seq 100); do grep -q listening "$T_TMP/serve$1.log" && break; sleep 0.1; done

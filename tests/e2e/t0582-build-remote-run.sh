@@ -13,6 +13,7 @@ export SOURCE_DATE_EPOCH=1700000000
 DATA=$T_TMP/data
 echo '{"auth": true, "build": {"host_builds": 1}}' >"$T_TMP/serve.json"
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
+: >"$T_TMP/serve.log"
 $KILN serve --addr 127.0.0.1:0 --data "$DATA" --config "$T_TMP/serve.json" 2>"$T_TMP/serve.log" &
 SRV=$!
 trap 'kill $SRV 2>/dev/null; wait $SRV 2>/dev/null; rm -rf "$T_TMP"' EXIT

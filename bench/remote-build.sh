@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# bench/remote-build.sh — kiln build locally vs kiln build --remote against a
+# kiln serve --build on loopback, in one run:
+#   - a first build (empty caches: both sides also make their builder VM
+#     snapshot) and a cached rebuild of the same context, each side timed;
+#   - the bytes a rebuild uploads after a one-file change (blobs and the
+#     request with its file list);
+#   - 8 different builds queued at once (host_builds 2 on this host): all must
+#     succeed; wall time and each build's wait in the queue.
+# The context: a busybox base published on the server, 200 files of 4 KiB and
+# one of 1 MiB, a COPY and a RUN (in the builder microVM).
+set -u
+cd "$(dirname "$0")/.."
+export KILN_KERNEL_DIR=${KILN_KERNEL_DIR:-$PWD/build/kernel}
+vm/fetch-kernel.sh "$KILN_KERNEL_DIR" >/dev/null || exit 1
+work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-remote.XXXXXX")
+KILN=$PWD/bin/kiln
+export SOURCE_DATE_EPOCH=1700000000
+echo '{"build": {"host_builds": 2, "team_builds": 8}}' >"$work/serve.json"
+: >"$work/serve.log"
+KILN_HOME=$work/server $KILN serve --addr 127.0.0.1:0 --data "$work/data" --config "$work/serve.json" 2>"$work/serve.log" &
+srv=$!
+trap 'kill $srv 2>/dev/null; wait $srv 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 100); do grep -q listening "$work/serve.log" && break; sleep 0.1; done
+host=$(grep -o '127.0.0.1:[0-9]*' "$work/serve.log" | head -1)
+url=http://$host
+now() { date +%s.%N; }
+secs() { echo "$2 - $1" | bc; }
+
+b=$work/base
+mkdir -p "$b/root/bin" "$b/root/tmp"
+cp /bin/busybox "$b/root/bin/busybox"
+for a in sh cat wc ls echo; do ln -sf busybox "$b/root/bin/$a"; done
+printf 'FROM scratch\nCOPY root/ /\n' >"$b/Dockerfile"
+KILN_HOME=$work/pub $KILN build --remote "$url" -t bb:1 "$b" >/dev/null 2>&1 || { echo "base build failed"; exit 1; }
+
+c=$work/ctx
+mkdir -p "$c/app"
+for i in $(seq 200); do head -c 4096 /dev/urandom >"$c/app/f$i"; done
+head -c 1048576 /dev/urandom >"$c/app/big"
+cat >"$c/Dockerfile" <<DF
+FROM $host/default/bb:1
+COPY app/ /app/
+RUN ls /app | wc -l >/count && cat /app/f1 /app/f2 | wc -c >>/count
+DF
+run() { # LABEL HOME ARGS... → seconds
+	local t0 t1
+	t0=$(now)
+	KILN_HOME=$2 $KILN build "${@:3}" "$c" >"$work/out" 2>"$work/err" || { echo "$1 failed:"; tail -3 "$work/err"; exit 1; }
+	t1=$(now)
+	secs "$t0" "$t1"
+}
+lf=$(run "local first" "$work/local" -t app:1)
+lc=$(run "local cached" "$work/local" -t app:1)
+rf=$(run "remote first" "$work/client" --remote "$url" -t app:1)
+up_first=$(grep -o 'context: .*' "$work/err")
+rc=$(run "remote cached" "$work/client2" --remote "$url" -t app:1)
+head -c 4096 /dev/urandom >"$c/app/f7"
+r1=$(run "remote one-file change" "$work/client2" --remote "$url" -t app:2)
+up_one=$(grep -o 'context: .*' "$work/err")
+echo "local first $lf s, cached $lc s"
+echo "remote first $rf s ($up_first), cached $rc s (fresh client)"
+echo "remote after a one-file change (4096 bytes): $r1 s; $up_one"
+
+# 8 builds at once, each its own context (a different file, so none is a cache hit of another)
+t0=$(now)
+pids=
+for i in $(seq 8); do
+	mkdir -p "$work/q$i"
+	cp -r "$c/app" "$c/Dockerfile" "$work/q$i/"
+	echo "build $i" >"$work/q$i/app/own"
+	KILN_HOME=$work/q$i/home $KILN build --remote "$url" -t q:$i "$work/q$i" >"$work/q$i.out" 2>"$work/q$i.err" &
+	pids="$pids $!"
+done
+ok=0
+for p in $pids; do wait "$p" && ok=$((ok + 1)); done
+t1=$(now)
+echo "8 builds queued at once: $ok succeeded in $(secs "$t0" "$t1") s wall"
+curl -s "$url/build/v1/builds?name=q:1" >/dev/null
+curl -s "$url/build/v1/builds" | jq -r '.builds[] | select(.name|startswith("q:")) |
+	"  \(.name): waited \(.started - .created) s, ran \(.ended - .started) s, \(.state)"' | sort -V
+uptime
