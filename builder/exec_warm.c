@@ -6,7 +6,9 @@
  * depends on (kernel, agent, busybox, QEMU's machine, host boot, accel).
  * A base image seen a second time gets a snapshot of its own (KEY/base-B:
  * the builder VM with that base uploaded), so later stages on it upload
- * nothing of it. */
+ * nothing of it.  A large stage is not uploaded at all: its ext4 is attached
+ * as the VM's spare disk (a virtio disk the snapshot has, holding nothing,
+ * which the restore points at the stage's file) and mounted in the guest. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -90,6 +92,21 @@ out:
 	return rc;
 }
 
+/* A file of size bytes that holds nothing (all hole). */
+static int sparse_file(const char *path, int64_t size, kiln_error **err)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+	if (fd < 0 || ftruncate(fd, (off_t)size) < 0) {
+		kiln_err_errno(err, errno, "%s", path);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
 /* The snapshot's directory: a digest over what it depends on (vm/'s one
  * fingerprint of a snapshot, with this machine's options) and the agent and
  * busybox it runs. */
@@ -105,7 +122,8 @@ static int warm_key(const struct build_vm_opts *vo, char key[KILN_DIGEST_MAX], k
 	    kiln_digest_file(KILN_SHA256, "/bin/busybox", db, err) < 0)
 		goto out;
 	deps = kiln_json_dumps_canonical(d);
-	text = kiln_xasprintf("kiln-builder-vm/2\n%s\n%s\n%s", deps, da, db);
+	/* 3: the machine has the spare disk */
+	text = kiln_xasprintf("kiln-builder-vm/3\n%s\n%s\n%s", deps, da, db);
 	kiln_digest_buf(KILN_SHA256, text, strlen(text), key);
 	rc = 0;
 out:
@@ -156,21 +174,34 @@ static int guest_sh(guest_conn *g, const char *script, kiln_error **err)
 	return 0;
 }
 
+/* The spare disk now holds the stage's ext4: the guest probed it as an empty
+ * disk before the snapshot, so its cached blocks are dropped first. */
+static int mount_stage(guest_conn *g, kiln_error **err)
+{
+	return guest_sh(g,
+			"for b in /sys/block/vd*; do [ \"$(cat $b/serial 2>/dev/null)\" = " VM_SPARE_SERIAL " ] && "
+			"d=/dev/${b##*/}; done; [ -n \"$d\" ] && " VM_GUEST_BUSYBOX " blockdev --flushbufs $d && mkdir -p " BUILD_GUEST_STAGE_DIR
+			" && mount -t ext4 -o ro,noload $d " BUILD_GUEST_STAGE_DIR,
+			err);
+}
+
 /* Boot the generic builder VM once and snapshot it into dir. */
 static int make_snapshot(build_store *s, const struct build_vm_opts *vo, const char *dir, kiln_error **err)
 {
 	char *root = kiln_path_join(dir, "rootfs.ext4"), *disk = kiln_path_join(dir, "disk.qcow2");
 	char *mem = kiln_path_join(dir, "memory"), *state = kiln_path_join(dir, "state");
-	char *ok = kiln_path_join(dir, "ok"), *overlay = NULL;
+	char *ok = kiln_path_join(dir, "ok"), *overlay = NULL, *spare = kiln_path_join(dir, "spare.img");
 	vm_instance *v = NULL;
 	struct vm_config c;
 	double t0 = now_ms();
 	int rc = -1;
 
-	if (kiln_mkdir_p(dir, 0700, err) < 0 || empty_rootfs(s, root, err) < 0)
+	if (kiln_mkdir_p(dir, 0700, err) < 0 || empty_rootfs(s, root, err) < 0 ||
+	    sparse_file(spare, VM_SPARE_BYTES, err) < 0)
 		goto out;
 	vm_config_init(&c);
 	c.rootfs = root;
+	c.spare_disk = spare;
 	c.root_mode = VM_ROOT_OVERLAY;
 	c.net = true; /* --network=none steps get a namespace of their own */
 	c.memory_mib = WARM_MEMORY_MIB;
@@ -203,6 +234,7 @@ out:
 	free(state);
 	free(ok);
 	free(overlay);
+	free(spare);
 	return rc;
 }
 
@@ -265,7 +297,7 @@ bool build_warm_has_base(const struct build_warm_vm *w)
  * copied into the VM's own directory and mapped share=on, so that the VM
  * can be saved again (build_warm_save_base). */
 static int restore(struct build_warm_vm *w, const struct build_vm_opts *vo, const char *scratch, const char *mem,
-		   const char *state, const char *disk, bool shared, kiln_error **err)
+		   const char *state, const char *disk, const char *spare, bool shared, kiln_error **err)
 {
 	char *own = NULL, *agent = NULL, *backing = NULL;
 	int rc = -1;
@@ -286,7 +318,8 @@ static int restore(struct build_warm_vm *w, const struct build_vm_opts *vo, cons
 	struct vm_restore_config rc_ = { .accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG,
 					 .cpus = vo && vo->cpus ? vo->cpus : 1, .memory_mib = WARM_MEMORY_MIB,
 					 .net = true, .memory_file = shared ? own : mem, .memory_shared = shared,
-					 .disk = disk, .disk_backing = backing, .state = state, .dir = w->dir };
+					 .disk = disk, .disk_backing = backing, .state = state, .spare_disk = spare,
+					 .dir = w->dir };
 	/* kiln's child, removed with its directory on ^C (vm_cleanup_on_signals) */
 	if ((w->vm = vm_restore(&rc_, NULL, err)) == NULL) {
 		/* the failed VM took its directory with it */
@@ -440,11 +473,12 @@ out:
 }
 
 int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char *scratch, char *const *base,
-		     size_t n_base, bool no_save, struct build_warm_vm **out, kiln_error **err)
+		     size_t n_base, bool no_save, const char *stage_disk, struct build_warm_vm **out,
+		     kiln_error **err)
 {
 	char key[KILN_DIGEST_MAX];
 	char *dir = kiln_xasprintf("%s/builder-vm", build_store_home(s)), *snap = NULL, *ok = NULL;
-	char *bdir = NULL, *seen = NULL, *mem = NULL, *disk = NULL, *state = NULL;
+	char *bdir = NULL, *seen = NULL, *mem = NULL, *disk = NULL, *state = NULL, *spare = NULL;
 	struct build_warm_vm *w = kiln_xcalloc(1, sizeof(*w));
 	int lfd = -1, rc = -1;
 
@@ -472,7 +506,8 @@ int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char 
 		lfd = -1;
 	}
 	disk = kiln_path_join(snap, "disk.qcow2");
-	if (n_base) {
+	spare = stage_disk ? kiln_xstrdup(stage_disk) : kiln_path_join(snap, "spare.img");
+	if (n_base && !stage_disk) {
 		/* the base's snapshot: KEY (it lives under it) + the base's layers */
 		kiln_buf t = KILN_BUF_INIT;
 		char bk[KILN_DIGEST_MAX];
@@ -491,7 +526,7 @@ int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char 
 			mem = kiln_path_join(bdir, "memory");
 			state = kiln_path_join(bdir, "state");
 			utimensat(AT_FDCWD, bdir, NULL, 0); /* recently used: kept */
-			if (restore(w, vo, scratch, mem, state, disk, false, &e) == 0) {
+			if (restore(w, vo, scratch, mem, state, disk, spare, false, &e) == 0) {
 				w->has_base = true;
 				goto done;
 			}
@@ -519,8 +554,12 @@ int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char 
 	}
 	mem = kiln_path_join(snap, "memory");
 	state = kiln_path_join(snap, "state");
-	if (restore(w, vo, scratch, mem, state, disk, w->save_dir != NULL, err) < 0)
+	if (restore(w, vo, scratch, mem, state, disk, spare, w->save_dir != NULL, err) < 0)
 		goto out;
+	if (stage_disk && mount_stage(w->g, err) < 0) {
+		kiln_error_wrap(err, "mounting the stage's disk in the builder VM");
+		goto out;
+	}
 done:
 	*out = w;
 	w = NULL;
@@ -537,5 +576,6 @@ out:
 	free(mem);
 	free(disk);
 	free(state);
+	free(spare);
 	return rc;
 }

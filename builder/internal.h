@@ -111,9 +111,14 @@ void build_stage_end(struct run *r, struct stage_state *ss);
  * build_warm_has_base() says so: they are then in place as l0, l1, ... */
 struct build_warm_vm;
 /* no_save: the stage will hold secrets, so this VM is not the one that saves
- * the base's snapshot (its RAM is then never mapped to a file). */
+ * the base's snapshot (its RAM is then never mapped to a file).
+ * stage_disk: an ext4 of the stage (VM_SPARE_BYTES long) attached as the VM's
+ * spare disk, mounted read-only at BUILD_GUEST_STAGE_DIR; base is then
+ * ignored.  NULL: the snapshot's empty spare disk. */
+#define BUILD_GUEST_STAGE_DIR "/run/kiln/stage"
 int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char *scratch, char *const *base,
-		     size_t n_base, bool no_save, struct build_warm_vm **out, kiln_error **err);
+		     size_t n_base, bool no_save, const char *stage_disk, struct build_warm_vm **out,
+		     kiln_error **err);
 guest_conn *build_warm_conn(struct build_warm_vm *w);
 /* The VM has held a secret or an agent socket: build_warm_save_base refuses. */
 void build_warm_taint(struct build_warm_vm *w);

@@ -58,7 +58,7 @@ struct vm_spawn_opts {
 	const char *tmpdir;  /* $TMPDIR of QEMU (a snapshot=on disk's overlay), or NULL */
 	bool detached;
 	const struct vm_jail *jail; /* NULL or off: unconfined */
-	int keep_fd[2];      /* > 0: fds QEMU inherits (-add-fd), else none */
+	int keep_fd[3];      /* > 0: fds QEMU inherits (-add-fd), else none */
 };
 pid_t vm_spawn(char *const argv[], const struct vm_spawn_opts *o, kiln_error **err);
 
@@ -75,6 +75,7 @@ struct vm_machine {
 	bool disk_snapshot;       /* snapshot=on: writes go to a temporary overlay */
 	const char *disk_backing; /* raw backing of disk, given to QEMU (the name in the
 				   * qcow2 header is then not used), or NULL */
+	const char *spare;        /* a raw disk the guest reads later (read-only), or NULL */
 	const char *scratch;      /* a raw scratch disk (boot only), or NULL */
 	bool sandbox;             /* QEMU's seccomp policy (-sandbox ...deny) */
 };

@@ -253,13 +253,15 @@ static char *kernel_cmdline(const struct vm_config *c, const vm_instance *v)
 /* base_fd >= 0 (jailed): the base rootfs, opened by kiln, goes to QEMU as an
  * fd set: its owner and mode need not let the VM's uid read it, and its path
  * need not exist inside the jail. */
-static int start_qemu(const struct vm_config *c, vm_instance *v, const char *kernel, int base_fd, kiln_error **err)
+static int start_qemu(const struct vm_config *c, vm_instance *v, const char *kernel, int base_fd, int spare_fd,
+		      kiln_error **err)
 {
 	struct vm_machine m = {
 		.accel = v->accel, .cpus = c->cpus, .memory_mib = c->memory_mib, .net = c->net, .dir = v->files.dir,
 		.memory_file = v->files.paths[F_MEM], .disk = v->files.paths[F_OVERLAY],
 		.scratch = use_scratch(c) ? v->files.paths[F_SCRATCH] : NULL, .sandbox = v->jail.on,
 		.disk_backing = base_fd >= 0 ? "/dev/fdset/1" : NULL,
+		.spare = spare_fd >= 0 ? "/dev/fdset/3" : c->spare_disk,
 	};
 	char *cmdline = kernel_cmdline(c, v);
 	kiln_strv av = KILN_STRV_INIT;
@@ -269,6 +271,10 @@ static int start_qemu(const struct vm_config *c, vm_instance *v, const char *ker
 	if (base_fd >= 0) {
 		kiln_strv_push(&av, "-add-fd");
 		kiln_strv_push_owned(&av, kiln_xasprintf("fd=%d,set=1,opaque=rootfs", base_fd));
+	}
+	if (spare_fd >= 0) {
+		kiln_strv_push(&av, "-add-fd");
+		kiln_strv_push_owned(&av, kiln_xasprintf("fd=%d,set=3,opaque=spare", spare_fd));
 	}
 	kiln_strv_push(&av, "-kernel");
 	kiln_strv_push(&av, kernel);
@@ -284,7 +290,7 @@ static int start_qemu(const struct vm_config *c, vm_instance *v, const char *ker
 		kiln_buf_free(&line);
 	}
 	struct vm_spawn_opts so = { .log_path = v->files.paths[F_QEMU_LOG], .jail = &v->jail,
-				    .keep_fd = { base_fd, -1 } };
+				    .keep_fd = { base_fd, spare_fd, -1 } };
 	pid = vm_spawn(av.v, &so, err);
 	kiln_strv_free(&av);
 	free(cmdline);
@@ -324,7 +330,7 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 	vm_instance *v = kiln_xcalloc(1, sizeof(*v));
 	char *dir = NULL, *agent = NULL, *base = NULL;
 	double t0;
-	int timeout, base_fd = -1;
+	int timeout, base_fd = -1, spare_fd = -1;
 
 	if (c->rootfs == NULL) {
 		kiln_err(err, KILN_E_USAGE, "vm: no rootfs image given");
@@ -385,6 +391,10 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 			kiln_err_errno(err, errno, "vm: rootfs %s", base);
 			goto fail;
 		}
+		if (c->spare_disk && (spare_fd = open(c->spare_disk, O_RDONLY | O_CLOEXEC)) < 0) {
+			kiln_err_errno(err, errno, "vm: spare disk %s", c->spare_disk);
+			goto fail;
+		}
 	}
 
 	struct vm_initramfs_opts io = { .kernel = &k, .busybox = c->busybox, .agent = agent,
@@ -412,11 +422,13 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 	    (use_scratch(c) && vm_jail_own(&v->jail, v->files.paths[F_SCRATCH], err) < 0))
 		goto fail;
 	t0 = now_ms();
-	if (start_qemu(c, v, k.image, base_fd, err) < 0)
+	if (start_qemu(c, v, k.image, base_fd, spare_fd, err) < 0)
 		goto fail;
 	if (base_fd >= 0)
 		close(base_fd);
-	base_fd = -1;
+	if (spare_fd >= 0)
+		close(spare_fd);
+	base_fd = spare_fd = -1;
 	if (v->jail.on) {
 		/* QEMU holds the slot now; the cgroup is removed with the VM */
 		close(v->jail.slot_fd);
@@ -462,6 +474,8 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 fail:
 	if (base_fd >= 0)
 		close(base_fd);
+	if (spare_fd >= 0)
+		close(spare_fd);
 	kiln_error_wrap(err, "booting a VM");
 	vm_kernel_free(&k);
 	free(agent);

@@ -94,6 +94,14 @@ void vm_machine_argv(const struct vm_machine *m, kiln_strv *av)
 		kiln_strv_push(av, "-device");
 		kiln_strv_push(av, "virtio-net-device,netdev=net0");
 	}
+	if (m->spare) {
+		/* a disk init leaves alone: a restored builder VM mounts what its
+		 * restore put there (docs/vm.md, "spare disk") */
+		kiln_strv_push(av, "-drive");
+		kiln_strv_push_owned(av, kiln_xasprintf("id=spare,file=%s,format=raw,if=none,readonly=on", m->spare));
+		kiln_strv_push(av, "-device");
+		kiln_strv_push(av, "virtio-blk-device,drive=spare,serial=" VM_SPARE_SERIAL);
+	}
 	/* Devices no snapshot has come last, so the others keep their slots. */
 	if (m->scratch) {
 		kiln_strv_push(av, "-drive");

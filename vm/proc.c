@@ -144,7 +144,7 @@ static void spawn_child(char *const argv[], int out_fd, const struct vm_spawn_op
 	}
 	if (jailed(o))
 		vm_jail_enter(o->jail, errfd);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		int kfd = o->keep_fd[i], fl = kfd > 0 ? fcntl(kfd, F_GETFD) : 0;
 		if (kfd > 0 && (fl < 0 || fcntl(kfd, F_SETFD, fl & ~FD_CLOEXEC) < 0)) {
 			dprintf(errfd, "keeping fd %d for QEMU: %s", kfd, strerror(errno));

@@ -24,24 +24,27 @@ enum { R_QEMU_LOG, R_LINKS, R_RUN = R_LINKS + 2 + VM_AGENT_PORTS,
        R_MEM = R_RUN + 2 + VM_AGENT_PORTS, R_RAM_LINK, R_END };
 _Static_assert(R_END < VM_MAX_FILES, "vm_files has room for every file (and the NULL)");
 
-/* fds[0] >= 0 (jailed): the disk and its backing, opened read-only by kiln,
- * go to QEMU as fd sets 2 and 1: their modes need not let the VM's uid read
- * them and their paths are not in the jail. */
+/* fds[0] >= 0 (jailed): the disk and its backing (and the spare disk),
+ * opened read-only by kiln, go to QEMU as fd sets 2, 1 (and 3): their modes
+ * need not let the VM's uid read them and their paths are not in the jail. */
 static void restore_argv(const struct vm_restore_config *c, const char *run, const char *mem, bool shared,
-			 bool sandbox, const int fds[2], kiln_strv *av)
+			 bool sandbox, const int fds[3], kiln_strv *av)
 {
 	struct vm_machine m = {
 		.accel = c->accel, .cpus = c->cpus, .memory_mib = c->memory_mib, .net = c->net, .dir = run,
 		.memory_file = mem, .memory_private = !shared, .disk = fds[0] >= 0 ? "/dev/fdset/2" : c->disk,
 		.disk_snapshot = true, .disk_backing = fds[1] >= 0 ? "/dev/fdset/1" : c->disk_backing, .sandbox = sandbox,
+		.spare = fds[2] >= 0 ? "/dev/fdset/3" : c->spare_disk,
 	};
+	static const int set[3] = { 2, 1, 3 };
+	static const char *const what[3] = { "disk", "rootfs", "spare" };
 
 	vm_machine_argv(&m, av);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		if (fds[i] < 0)
 			continue;
 		kiln_strv_push(av, "-add-fd");
-		kiln_strv_push_owned(av, kiln_xasprintf("fd=%d,set=%d,opaque=%s", fds[i], 2 - i, i ? "rootfs" : "disk"));
+		kiln_strv_push_owned(av, kiln_xasprintf("fd=%d,set=%d,opaque=%s", fds[i], set[i], what[i]));
 	}
 	kiln_strv_push(av, "-incoming");
 	kiln_strv_push(av, "defer");
@@ -116,7 +119,7 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 	char *version = NULL, *qmp = NULL;
 	const char *mem = c->memory_file;
 	bool shared = c->memory_shared;
-	int fds[2] = { -1, -1 };
+	int fds[3] = { -1, -1, -1 };
 	double t0;
 
 	memset(s, 0, sizeof(*s));
@@ -169,6 +172,10 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 			kiln_err_errno(err, errno, "vm: %s", fds[0] < 0 ? c->disk : c->disk_backing);
 			goto fail;
 		}
+		if (c->spare_disk && (fds[2] = open(c->spare_disk, O_RDONLY | O_CLOEXEC)) < 0) {
+			kiln_err_errno(err, errno, "vm: spare disk %s", c->spare_disk);
+			goto fail;
+		}
 	} else if (shared) {
 		/* a shared RAM file is the VM's own copy: removed with it */
 		v->files.paths[R_MEM] = kiln_xstrdup(c->memory_file);
@@ -176,7 +183,7 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 
 	restore_argv(c, v->files.subdirs[0], mem, shared, v->jail.on, fds, &av);
 	struct vm_spawn_opts so = { .log_path = v->files.paths[R_QEMU_LOG], .tmpdir = v->files.subdirs[0],
-				    .detached = c->detached, .jail = &v->jail, .keep_fd = { fds[0], fds[1] } };
+				    .detached = c->detached, .jail = &v->jail, .keep_fd = { fds[0], fds[1], fds[2] } };
 	t0 = vm_now_ms();
 	if ((v->files.pid = vm_spawn(av.v, &so, err)) < 0) {
 		v->files.pid = 0;
@@ -186,10 +193,10 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 		close(v->jail.slot_fd); /* QEMU holds the slot now */
 		v->jail.slot_fd = -1;
 	}
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 3; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	fds[0] = fds[1] = -1;
+	fds[0] = fds[1] = fds[2] = -1;
 	if (c->detached)
 		v->start_time = vm_proc_start_time(v->files.pid);
 	if (c->on_spawn && c->on_spawn(c->ud, v->files.pid, err) < 0)
@@ -215,7 +222,7 @@ died:
 	if (vm_qemu_gone(v, WNOHANG))
 		wrap_died(v, err);
 fail:
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 3; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	kiln_strv_free(&av);

@@ -155,8 +155,16 @@ struct vm_config {
 	uint32_t tsc_khz;          /* TCG only; 0: measure the host (vm_host_tsc_khz) */
 	bool console_verbose;      /* kernel messages on the console (no "quiet") */
 	const char *extra_cmdline; /* appended to the kernel command line */
+	const char *spare_disk;    /* a raw file attached read-only (serial VM_SPARE_SERIAL) that
+				    * init leaves alone, or NULL; a restore of the VM's snapshot
+				    * may attach another file of the same size there */
 };
 void vm_config_init(struct vm_config *c);
+/* The spare disk's virtio serial, and its size: a builder VM is snapshotted
+ * with a sparse file of this size and restored with the stage's ext4 grown
+ * to it (the guest keeps the size it probed). */
+#define VM_SPARE_SERIAL "kiln-spare"
+#define VM_SPARE_BYTES (64ll << 30)
 
 typedef struct vm_instance vm_instance;
 typedef struct guest_conn guest_conn; /* guest/guest.h */
@@ -249,6 +257,8 @@ struct vm_restore_config {
 	const char *disk_backing;  /* the disk's raw backing file (its qcow2 header's
 				    * backing name is ignored), or NULL: use that name */
 	const char *state;         /* the device state to load */
+	const char *spare_disk;    /* the spare disk's file, if the snapshot has one
+				    * (VM_SPARE_BYTES long, attached read-only) */
 	const char *dir;           /* the caller's: qmp.sock, agent*.sock, console.log, qemu.log */
 	/* Detached: QEMU outlives kiln (a sandbox; the caller records its pid,
 	 * removes dir and kills it).  Otherwise it is kiln's child, killed with

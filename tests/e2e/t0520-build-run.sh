@@ -176,6 +176,25 @@ expect_exit 0 "KILN_BUILDER_WARM=0 boots the stage's ext4" env KILN_BUILDER_WARM
 expect_eq "one cold boot for the three RUNs" "$(grep -o '"restored":[a-z]*' "$T_TMP/out" | tr '\n' ' ')" '"restored":false '
 expect_exit 0 "umoci unpacks it" umoci unpack --image "$T_TMP/oci-wh2:latest" "$T_TMP/uwh2"
 expect_eq "same files either way" "$(cd "$T_TMP/uwh2/rootfs" && cat rc rc2 && ls)" "$(cd "$T_TMP/uwh/rootfs" && cat rc rc2 && ls)"
+# the layer digests of an OCI layout's image
+pb_layers() { python3 -c 'import json,sys
+m=json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"].split(":")[1]
+print(" ".join(l["digest"] for l in json.load(open(sys.argv[1]+"/blobs/sha256/"+m))["layers"]))' "$1"; }
+# a stage over KILN_BUILDER_DISK_MIN_MIB (8 MiB; here 0) is not uploaded: its
+# ext4 is the restored VM's spare disk, whiteouts included, so the layer with
+# a whiteout after a cache hit restores a VM again instead of booting one
+for ins in 'RUN echo a >/ra' 'RUN cat /ra >/rc && ls /old >/rc2'; do
+	key=$("$KILN" cache ls --json | python3 -c 'import json,sys
+print([e["key"] for e in json.load(sys.stdin) if e["instruction"] == sys.argv[1]][0][7:])' "$ins")
+	rm -f "$KILN_HOME/cache/$key.json"
+done
+expect_exit 0 "the stage's ext4 as the restored VM's disk: miss, hit with a whiteout, miss" \
+	env KILN_BUILDER_DISK_MIN_MIB=0 KILN_LOG=info "$KILN" build --json -f "$T_TMP/Dockerfile.wh" --oci-out "$T_TMP/oci-wh3" "$C"
+expect_eq "restored both times" "$(grep -o '"restored":[a-z]*' "$T_TMP/out" | tr '\n' ' ')" '"restored":true "restored":true '
+expect_eq "nothing uploaded" "$(grep -c "with the stage's ext4 as its disk, 0 layers uploaded" "$T_TMP/err")" 2
+expect_exit 0 "umoci unpacks it" umoci unpack --image "$T_TMP/oci-wh3:latest" "$T_TMP/uwh3"
+expect_eq "same files as uploaded and booted" "$(cd "$T_TMP/uwh3/rootfs" && cat rc rc2 && ls)" "$(cd "$T_TMP/uwh/rootfs" && cat rc rc2 && ls)"
+expect_eq "same layers as uploaded and booted" "$(pb_layers "$T_TMP/oci-wh3")" "$(pb_layers "$T_TMP/oci-wh")"
 
 # a base seen a second time gets a builder VM snapshot of its own (the base
 # uploaded): later uncached stages on it restore that and upload nothing of
@@ -185,9 +204,6 @@ expect_eq "same files either way" "$(cd "$T_TMP/uwh2/rootfs" && cat rc rc2 && ls
 cp "$C/b.txt" "$R/b2.txt"
 umoci repack --image "$B:base2" "$T_TMP/bbb" >/dev/null 2>&1
 printf 'FROM oci:%s:base2\nCOPY a.txt /pb\nRUN cat /pb /b2.txt /old/keep >/pb2\n' "$B" >"$T_TMP/Dockerfile.pb"
-pb_layers() { python3 -c 'import json,sys
-m=json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"].split(":")[1]
-print(" ".join(l["digest"] for l in json.load(open(sys.argv[1]+"/blobs/sha256/"+m))["layers"]))' "$1"; }
 for i in 1 2 3 4; do
 	[ "$i" = 4 ] && for f in "$KILN_HOME"/builder-vm/*/base-*/state; do echo corrupt >"$f"; done
 	expect_exit 0 "uncached build $i on a new base" "$KILN" build --json --no-cache -f "$T_TMP/Dockerfile.pb" \
