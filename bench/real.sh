@@ -29,7 +29,13 @@ REF=oci:$L:${base##*:}
 avail=$(tests/data/real/context.sh "$W/ctx")
 CASES=${CASES:-$avail}
 
-secs() { /usr/bin/time -f '%e' -o "$W/t" "$@" >"$W/last.out" 2>"$W/err" || { tail -20 "$W/err" >&2; exit 1; }; cat "$W/t"; }
+# wall seconds of a command (a shell function: kb, bb), its output in $W/last.out
+secs() {
+	local s
+	s=$(date +%s.%N)
+	"$@" >"$W/last.out" 2>"$W/err" || { tail -20 "$W/err" >&2; exit 1; }
+	echo "$(date +%s.%N) - $s" | bc
+}
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 kb() { "$KILN" build --json --secret "id=ca,src=$CA" --build-arg "BASE=$REF" -f "$W/ctx/$1/Dockerfile" "${@:2}" "$W/ctx/$1"; }
 bb() { "${BR[@]}" bud --isolation chroot --secret "id=ca,src=$CA" --build-arg "BASE=$REF" -f "$W/ctx/$1/Dockerfile" "${@:2}" "$W/ctx/$1"; }
