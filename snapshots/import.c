@@ -2,7 +2,9 @@
  * stored files of a template for a push, and adding a pulled template to the
  * store.  Imported files must hash to the digests its config names and are
  * stored unchanged (the disk names its backing relative to the blob directory),
- * so a pulled template has the digest it had on its builder. */
+ * so a pulled template has the digest it had on its builder.  What a restore
+ * checks (docs/security.md) is checked here too, before anything is stored:
+ * blob names that are digests, regular files, a disk naming no host file. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +38,22 @@ static int adopt_blob(const json_t *o, const char *src, bool sparse, kiln_error 
 	return snap_blob_adopt(src, kiln_json_str(o, "digest"), sparse, err);
 }
 
+/* A pulled file must be a regular file (a symlink would be moved into the
+ * store, or followed to a host file) named by a digest of the store's kind. */
+static int check_source(const json_t *cfg, const char *role, const char *src, kiln_error **err)
+{
+	struct stat st;
+
+	if (snap_check_digest("being imported", role, kiln_json_str(json_object_get(cfg, role), "digest"), err) < 0)
+		return -1;
+	if (lstat(src, &st) < 0)
+		return kiln_err_errno(err, errno, "the template's %s %s", role, src);
+	if (!S_ISREG(st.st_mode))
+		return kiln_err(err, KILN_E_INVALID, "the template's %s %s is not a regular file (%s): refused", role, src,
+				S_ISLNK(st.st_mode) ? "a symlink" : "a special file");
+	return 0;
+}
+
 /* Store src, which must hash to the digest and size the config gives role. */
 static int import_blob(const json_t *cfg, const char *role, const char *src, bool sparse, bool verified,
 		       kiln_error **err)
@@ -45,8 +63,6 @@ static int import_blob(const json_t *cfg, const char *role, const char *src, boo
 	char got[KILN_DIGEST_MAX];
 	uint64_t size = 0;
 
-	if (want == NULL || kiln_digest_parse(want, NULL, NULL) < 0)
-		return kiln_err(err, KILN_E_INVALID, "the template config names no %s blob", role);
 	if (verified) {
 		if (adopt_blob(o, src, sparse, err) < 0)
 			return kiln_error_wrap(err, "storing the %s", role);
@@ -75,6 +91,15 @@ char *snap_template_import(const struct snap_import *im, kiln_error **err)
 		kiln_err(err, KILN_E_INVALID, "not a kiln template config (schema %d)", (int)kiln_json_int(cfg, "schemaVersion", 0));
 		goto out;
 	}
+	static const char *const roles[] = { "rootfs", "memory", "state", "disk" };
+	const char *srcs[] = { im->rootfs, im->memory, im->state, im->disk };
+	for (size_t i = 0; i < 4; i++)
+		if (check_source(cfg, roles[i], srcs[i], err) < 0)
+			goto out;
+	/* the disk's qcow2 header may name no backing but the rootfs blob's own
+	 * name beside it, and no external data file (as snap_template_check) */
+	if (vm_qcow2_check(im->disk, kiln_digest_hex(kiln_json_str(json_object_get(cfg, "rootfs"), "digest")), err) < 0)
+		goto out;
 	if (import_blob(cfg, "rootfs", im->rootfs, true, im->verified, err) < 0 ||
 	    import_blob(cfg, "memory", im->memory, true, im->verified, err) < 0 ||
 	    import_blob(cfg, "state", im->state, false, im->verified, err) < 0 ||

@@ -22,6 +22,9 @@ char *snap_store_dir(void);
 char *snap_sandboxes_dir(void);
 /* The path of a blob "sha256:HEX" in the store. */
 char *snap_blob_path(const char *digest);
+/* A config's blob digest d (for blob key of template ref) names a file of the
+ * store: sha256:<64 hex digits>, nothing else (no "..", no absolute path). */
+int snap_check_digest(const char *ref, const char *key, const char *d, kiln_error **err);
 /* Copy src into the blob store, hashing it; with sparse, 4 KiB blocks of
  * zeros become holes.  Fills digest and size. */
 int snap_blob_put_file(const char *src, bool sparse, char digest[KILN_DIGEST_MAX], uint64_t *size, kiln_error **err);

@@ -329,7 +329,7 @@ static const char *blob_digest(const json_t *cfg, const char *key)
 
 /* A blob's name comes from the config: only sha256:<64 hex> names a file of
  * the store (no "..", no absolute path). */
-static int check_digest(const char *ref, const char *key, const char *d, kiln_error **err)
+int snap_check_digest(const char *ref, const char *key, const char *d, kiln_error **err)
 {
 	if (d == NULL)
 		return kiln_err(err, KILN_E_INVALID, "template %s: config names no %s blob", ref, key);
@@ -373,8 +373,8 @@ snap_template *snap_template_open(const char *ref, kiln_error **err)
 	}
 	const char *m = blob_digest(t->config, "memory"), *s = blob_digest(t->config, "state"),
 		   *d = blob_digest(t->config, "disk"), *r = blob_digest(t->config, "rootfs");
-	if (check_digest(ref, "memory", m, err) < 0 || check_digest(ref, "state", s, err) < 0 ||
-	    check_digest(ref, "disk", d, err) < 0 || check_digest(ref, "rootfs", r, err) < 0)
+	if (snap_check_digest(ref, "memory", m, err) < 0 || snap_check_digest(ref, "state", s, err) < 0 ||
+	    snap_check_digest(ref, "disk", d, err) < 0 || snap_check_digest(ref, "rootfs", r, err) < 0)
 		goto fail;
 	t->memory = snap_blob_path(m);
 	t->state = snap_blob_path(s);

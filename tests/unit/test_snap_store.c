@@ -148,6 +148,103 @@ static void test_open_refuses_paths(void)
 
 }
 
+/* A pulled template is checked at import as at restore: blob names that are
+ * paths, sources that are symlinks and a disk whose qcow2 backs onto a host
+ * file are refused before anything is stored or tagged. */
+static char *import_cfg(const char *dir, const char *mem_digest, const char *disk_file, json_t **cfg_out)
+{
+	const char *roles[] = { "rootfs", "memory", "state", "disk" };
+	json_t *cfg = json_pack("{s:i,s:s}", "schemaVersion", SNAP_SCHEMA, "mediaType", SNAP_CONFIG_MEDIA);
+	kiln_error *err = NULL;
+	char rootfs_hex[80] = "";
+
+	for (int i = 0; i < 4; i++) {
+		char *p = kiln_xasprintf("%s/%s", dir, i == 3 ? disk_file : roles[i]);
+		char d[KILN_DIGEST_MAX];
+		struct stat st;
+		if (i == 3 && *rootfs_hex) { /* the disk backs onto the rootfs blob's name */
+			char *cmd = kiln_xasprintf("cd '%s' && cp rootfs %s && [ -e %s ] || qemu-img create -q -f qcow2 -F raw -u "
+						   "-b %s %s 1M >/dev/null 2>&1", dir, rootfs_hex, disk_file, rootfs_hex, disk_file);
+			CHECK(system(cmd) == 0);
+			free(cmd);
+		}
+		CHECK_INT(kiln_digest_file(KILN_SHA256, p, d, &err), 0);
+		CHECK_INT(stat(p, &st), 0);
+		if (i == 0)
+			snprintf(rootfs_hex, sizeof(rootfs_hex), "%s", kiln_digest_hex(d));
+		json_object_set_new(cfg, roles[i], json_pack("{s:s,s:I}", "digest", i == 1 && mem_digest ? mem_digest : d,
+							  "size", (json_int_t)st.st_size));
+		free(p);
+	}
+	*cfg_out = cfg;
+	kiln_error_free(err);
+	return json_dumps(cfg, JSON_COMPACT);
+}
+
+static int try_import(const char *dir, const char *mem_digest, const char *disk_file, const char *memory_src,
+		      const char *want_msg)
+{
+	json_t *cfg = NULL;
+	char *text = import_cfg(dir, mem_digest, disk_file, &cfg);
+	char *paths[4];
+	const char *names[] = { "rootfs", memory_src, "state", disk_file };
+	kiln_error *err = NULL;
+
+	for (int i = 0; i < 4; i++)
+		paths[i] = kiln_path_join(dir, names[i]);
+	struct snap_import im = { .config = text, .config_len = strlen(text), .rootfs = paths[0], .memory = paths[1],
+				  .state = paths[2], .disk = paths[3], .name = "imported:1" };
+	char *d = snap_template_import(&im, &err);
+	int rc = d ? 0 : -1;
+	if (want_msg) {
+		CHECK(d == NULL);
+		CHECK(err && strstr(kiln_error_message(err), want_msg) != NULL);
+		if (err && !strstr(kiln_error_message(err), want_msg))
+			fprintf(stderr, "# got: %s\n", kiln_error_message(err));
+		/* nothing tagged */
+		snap_template *t = snap_template_open("imported:1", NULL);
+		CHECK(t == NULL);
+		snap_template_free(t);
+	}
+	kiln_error_free(err);
+	free(d);
+	for (int i = 0; i < 4; i++)
+		free(paths[i]);
+	free(text);
+	json_decref(cfg);
+	return rc;
+}
+
+static void test_import_refuses(void)
+{
+	char *dir = kiln_path_join(home, "import");
+	CHECK_INT(mkdir(dir, 0700), 0);
+	const char *files[] = { "rootfs", "memory", "state" };
+	for (int i = 0; i < 3; i++) {
+		char *p = kiln_path_join(dir, files[i]);
+		write_file(p, files[i], strlen(files[i]));
+		free(p);
+	}
+	char *cmd = kiln_xasprintf("cd '%s' && ln -s /etc/passwd memlink && qemu-img create -q -f qcow2 -F raw -u "
+				   "-b /etc/shadow evil.qcow2 1M && qemu-img create -q -f qcow2 -o data_file=data.raw "
+				   "df.qcow2 1M", dir);
+	CHECK(system(cmd) == 0);
+	free(cmd);
+
+	CHECK_INT(try_import(dir, "sha256:../../../etc/shadow", "disk.qcow2", "memory", "is not sha256:<64 hex digits>"), -1);
+	CHECK_INT(try_import(dir, "/etc/shadow", "disk.qcow2", "memory", "is not sha256:<64 hex digits>"), -1);
+	CHECK_INT(try_import(dir, "sha512:00", "disk.qcow2", "memory", "is not sha256:<64 hex digits>"), -1);
+	CHECK_INT(try_import(dir, NULL, "disk.qcow2", "memlink", "is not a regular file (a symlink)"), -1);
+	CHECK_INT(try_import(dir, NULL, "evil.qcow2", "memory", "'/etc/shadow'"), -1);
+	CHECK_INT(try_import(dir, NULL, "df.qcow2", "memory", "data file"), -1);
+	/* the same files, honest: imported and tagged */
+	CHECK_INT(try_import(dir, NULL, "disk.qcow2", "memory", NULL), 0);
+	snap_template *t = snap_template_open("imported:1", NULL);
+	CHECK(t != NULL);
+	snap_template_free(t);
+	free(dir);
+}
+
 int main(void)
 {
 	kiln_error *err = NULL;
@@ -160,6 +257,7 @@ int main(void)
 	RUN(test_names);
 	RUN(test_open);
 	RUN(test_open_refuses_paths);
+	RUN(test_import_refuses);
 	kiln_rm_rf(home, &err);
 	kiln_error_free(err);
 	free(home);
