@@ -130,10 +130,61 @@ static char *col_str(sqlite3_stmt *st, int i)
 	return s ? kiln_xstrdup((const char *)s) : NULL;
 }
 
+/* Runs sql over string parameters, handing each row to each(st, ud); with
+ * one, only the first row.  Returns the rows handed (so 1/0 with one), -1. */
+static int query(e2b_db *db, const char *sql, const char *const *v, int n, bool one,
+		 void (*each)(sqlite3_stmt *st, void *ud), void *ud, kiln_error **err)
+{
+	sqlite3_stmt *st;
+	int rows = 0, s;
+
+	pthread_mutex_lock(&db->lock);
+	if ((st = prep(db, sql, err)) == NULL) {
+		rows = -1;
+		goto out;
+	}
+	bind_strs(st, v, n);
+	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+		each(st, ud);
+		rows++;
+		if (one)
+			break;
+	}
+	if (s != SQLITE_ROW && s != SQLITE_DONE)
+		rows = fail(db, err, "query");
+out:
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return rows;
+}
+
+/* A growable array of rows of one struct type. */
+struct rows {
+	void *v;
+	size_t n, size;
+	void (*of)(sqlite3_stmt *st, void *row);
+};
+
+static void add_row(sqlite3_stmt *st, void *ud)
+{
+	struct rows *r = ud;
+
+	r->v = kiln_xrealloc(r->v, (r->n + 1) * r->size);
+	memset((char *)r->v + r->n * r->size, 0, r->size);
+	r->of(st, (char *)r->v + r->n++ * r->size);
+}
+
+static void str_of(sqlite3_stmt *st, void *ud)
+{
+	*(char **)ud = col_str(st, 0);
+}
+
 #define TEMPLATE_COLS "id, team, name, cpus, memory, created, updated"
 
-static void template_of(sqlite3_stmt *st, struct e2b_template *t)
+static void template_of(sqlite3_stmt *st, void *ud)
 {
+	struct e2b_template *t = ud;
+
 	t->id = col_str(st, 0);
 	t->team = col_str(st, 1);
 	t->name = col_str(st, 2);
@@ -155,24 +206,10 @@ int e2b_db_template_find(e2b_db *db, const char *team, const char *id_or_name, s
 			 kiln_error **err)
 {
 	const char *v[] = { team, id_or_name, id_or_name };
-	sqlite3_stmt *st;
-	int rc = -1;
 
 	memset(out, 0, sizeof(*out));
-	pthread_mutex_lock(&db->lock);
-	st = prep(db, "SELECT " TEMPLATE_COLS " FROM templates WHERE team = ?1 AND (id = ?2 OR name = ?3)", err);
-	if (st == NULL)
-		goto out;
-	bind_strs(st, v, 3);
-	switch (sqlite3_step(st)) {
-	case SQLITE_ROW: template_of(st, out); rc = 1; break;
-	case SQLITE_DONE: rc = 0; break;
-	default: fail(db, err, "template"); break;
-	}
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return rc;
+	return query(db, "SELECT " TEMPLATE_COLS " FROM templates WHERE team = ?1 AND (id = ?2 OR name = ?3)", v, 3,
+		     true, template_of, out, err);
 }
 
 int e2b_db_template_ensure(e2b_db *db, const char *team, const char *name, int cpus, int memory,
@@ -210,29 +247,13 @@ out:
 
 int e2b_db_templates(e2b_db *db, const char *team, struct e2b_template **v, size_t *n, kiln_error **err)
 {
-	sqlite3_stmt *st;
-	int rc = -1, s;
+	struct rows r = { .size = sizeof(**v), .of = template_of };
+	int rc = query(db, "SELECT " TEMPLATE_COLS " FROM templates WHERE team = ?1 ORDER BY created, id", &team, 1,
+		       false, add_row, &r, err);
 
-	*v = NULL;
-	*n = 0;
-	pthread_mutex_lock(&db->lock);
-	st = prep(db, "SELECT " TEMPLATE_COLS " FROM templates WHERE team = ?1 ORDER BY created, id", err);
-	if (st == NULL)
-		goto out;
-	sqlite3_bind_text(st, 1, team, -1, SQLITE_TRANSIENT);
-	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-		*v = kiln_xrealloc(*v, (*n + 1) * sizeof(**v));
-		template_of(st, &(*v)[(*n)++]);
-	}
-	if (s != SQLITE_DONE) {
-		fail(db, err, "templates");
-		goto out;
-	}
-	rc = 0;
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return rc;
+	*v = r.v;
+	*n = r.n;
+	return rc < 0 ? -1 : 0;
 }
 
 /* Run one statement over string parameters: the rows it changed, or -1. */
@@ -271,8 +292,10 @@ int e2b_db_template_delete(e2b_db *db, const char *team, const char *id, kiln_er
 
 #define BUILD_COLS "id, template, team, tag, svc_id, error, lines, cpus, memory, created, updated"
 
-static void build_of(sqlite3_stmt *st, struct e2b_build *b)
+static void build_of(sqlite3_stmt *st, void *ud)
 {
+	struct e2b_build *b = ud;
+
 	b->id = col_str(st, 0);
 	b->template_id = col_str(st, 1);
 	b->team = col_str(st, 2);
@@ -322,56 +345,25 @@ int e2b_db_build_get(e2b_db *db, const char *team, const char *template_id, cons
 		     kiln_error **err)
 {
 	const char *v[] = { team, template_id, id };
-	sqlite3_stmt *st;
-	int rc = -1;
 
 	memset(out, 0, sizeof(*out));
-	pthread_mutex_lock(&db->lock);
-	st = prep(db, "SELECT " BUILD_COLS " FROM builds WHERE team = ?1 AND template = ?2 AND id = ?3", err);
-	if (st == NULL)
-		goto out;
-	bind_strs(st, v, 3);
-	switch (sqlite3_step(st)) {
-	case SQLITE_ROW: build_of(st, out); rc = 1; break;
-	case SQLITE_DONE: rc = 0; break;
-	default: fail(db, err, "build"); break;
-	}
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return rc;
+	return query(db, "SELECT " BUILD_COLS " FROM builds WHERE team = ?1 AND template = ?2 AND id = ?3", v, 3, true,
+		     build_of, out, err);
 }
 
 /* Newest first. */
 int e2b_db_builds(e2b_db *db, const char *team, const char *template_id, struct e2b_build **v, size_t *n,
 		  kiln_error **err)
 {
-	sqlite3_stmt *st;
-	int rc = -1, s;
+	const char *p[] = { team, template_id };
+	struct rows r = { .size = sizeof(**v), .of = build_of };
+	int rc = query(db, "SELECT " BUILD_COLS " FROM builds WHERE team = ?1 AND template = ?2 "
+			   "ORDER BY created DESC, rowid DESC",
+		       p, 2, false, add_row, &r, err);
 
-	*v = NULL;
-	*n = 0;
-	pthread_mutex_lock(&db->lock);
-	st = prep(db, "SELECT " BUILD_COLS " FROM builds WHERE team = ?1 AND template = ?2 "
-		      "ORDER BY created DESC, rowid DESC",
-		  err);
-	if (st == NULL)
-		goto out;
-	sqlite3_bind_text(st, 1, team, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(st, 2, template_id, -1, SQLITE_TRANSIENT);
-	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-		*v = kiln_xrealloc(*v, (*n + 1) * sizeof(**v));
-		build_of(st, &(*v)[(*n)++]);
-	}
-	if (s != SQLITE_DONE) {
-		fail(db, err, "builds");
-		goto out;
-	}
-	rc = 0;
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return rc;
+	*v = r.v;
+	*n = r.n;
+	return rc < 0 ? -1 : 0;
 }
 
 void e2b_builds_free(struct e2b_build *v, size_t n)
@@ -443,78 +435,43 @@ int e2b_db_tag_delete(e2b_db *db, const char *template_id, const char *tag, kiln
 /* The build a tag names: 1 (build set, caller frees), 0 none. */
 int e2b_db_tag_get(e2b_db *db, const char *template_id, const char *tag, char **build, kiln_error **err)
 {
-	sqlite3_stmt *st;
-	int rc = -1;
+	const char *v[] = { template_id, tag };
 
 	*build = NULL;
-	pthread_mutex_lock(&db->lock);
-	if ((st = prep(db, "SELECT build FROM tags WHERE template = ?1 AND tag = ?2", err)) == NULL)
-		goto out;
-	sqlite3_bind_text(st, 1, template_id, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(st, 2, tag, -1, SQLITE_TRANSIENT);
-	switch (sqlite3_step(st)) {
-	case SQLITE_ROW: *build = col_str(st, 0); rc = 1; break;
-	case SQLITE_DONE: rc = 0; break;
-	default: fail(db, err, "tag"); break;
-	}
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return rc;
+	return query(db, "SELECT build FROM tags WHERE template = ?1 AND tag = ?2", v, 2, true, str_of, build, err);
 }
 
 /* [{"tag","buildID","createdAt"(unix)}] of a template, by tag. */
+static void tag_of(sqlite3_stmt *st, void *ud)
+{
+	json_array_append_new(ud, json_pack("{s:s,s:s,s:I}", "tag", sqlite3_column_text(st, 0), "buildID",
+					    sqlite3_column_text(st, 1), "created",
+					    (json_int_t)sqlite3_column_int64(st, 2)));
+}
+
 json_t *e2b_db_tags(e2b_db *db, const char *template_id, kiln_error **err)
 {
-	sqlite3_stmt *st;
 	json_t *a = json_array();
-	int s;
 
-	pthread_mutex_lock(&db->lock);
-	if ((st = prep(db, "SELECT tag, build, created FROM tags WHERE template = ?1 ORDER BY tag", err)) == NULL)
-		goto fail;
-	sqlite3_bind_text(st, 1, template_id, -1, SQLITE_TRANSIENT);
-	while ((s = sqlite3_step(st)) == SQLITE_ROW)
-		json_array_append_new(a, json_pack("{s:s,s:s,s:I}", "tag", sqlite3_column_text(st, 0), "buildID",
-						   sqlite3_column_text(st, 1), "created",
-						   (json_int_t)sqlite3_column_int64(st, 2)));
-	if (s != SQLITE_DONE) {
-		fail(db, err, "tags");
-		goto fail;
+	if (query(db, "SELECT tag, build, created FROM tags WHERE template = ?1 ORDER BY tag", &template_id, 1,
+		  false, tag_of, a, err) < 0) {
+		json_decref(a);
+		return NULL;
 	}
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
 	return a;
-fail:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	json_decref(a);
-	return NULL;
 }
 
 /* ---- uploaded files ---- */
 
 int e2b_db_file_get(e2b_db *db, const char *team, const char *hash, char digest[KILN_DIGEST_MAX], kiln_error **err)
 {
-	sqlite3_stmt *st;
-	int rc = -1;
+	const char *v[] = { team, hash };
+	char *d = NULL;
+	int rc = query(db, "SELECT digest FROM files WHERE team = ?1 AND hash = ?2", v, 2, true, str_of, &d, err);
 
-	pthread_mutex_lock(&db->lock);
-	if ((st = prep(db, "SELECT digest FROM files WHERE team = ?1 AND hash = ?2", err)) == NULL)
-		goto out;
-	sqlite3_bind_text(st, 1, team, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(st, 2, hash, -1, SQLITE_TRANSIENT);
-	switch (sqlite3_step(st)) {
-	case SQLITE_ROW:
-		snprintf(digest, KILN_DIGEST_MAX, "%s", (const char *)sqlite3_column_text(st, 0));
-		rc = 1;
-		break;
-	case SQLITE_DONE: rc = 0; break;
-	default: fail(db, err, "file"); break;
-	}
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
+	if (rc == 1)
+		snprintf(digest, KILN_DIGEST_MAX, "%s", d ? d : "");
+	free(d);
 	return rc;
 }
 
