@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "builder/internal.h"
-#include "registry/registry.h"
+#include "regclient/regclient.h"
 #include "rootfs/rootfs.h"
 #include "snapshots/snapshots.h"
 

@@ -296,13 +296,13 @@ int build_rootfs_write(build_store *s, const char *manifest, const char *out, ki
  * Registries (remote.c): plain OCI images between the local store and any
  * registry, through the registry stage's client (auth, retries, resume).
  * ========================================================================= */
-struct reg_progress;
+struct rc_progress;
 
 struct build_remote_opts {
 	unsigned parallel;  /* blob transfers at once; 0: the client's default */
 	uint64_t chunk_size; /* push: PATCH chunks for larger blobs; 0: the client's default */
 	uint64_t max_rate;   /* bytes/s per blob transfer; 0: unlimited */
-	void (*progress)(void *ud, const struct reg_progress *p);
+	void (*progress)(void *ud, const struct rc_progress *p);
 	void *ud;
 };
 

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "builder/internal.h"
-#include "registry/registry.h"
+#include "regclient/regclient.h"
 
 struct ctx {
 	build_store *s;
@@ -21,7 +21,7 @@ static int have_blob(void *ud, const char *digest)
 	return build_store_has_blob(x->s, digest);
 }
 
-static void progress(void *ud, const struct reg_progress *p)
+static void progress(void *ud, const struct rc_progress *p)
 {
 	struct ctx *x = ud;
 	if (x->o->progress)
@@ -63,12 +63,12 @@ int build_image_pull(build_store *s, const char *ref, const struct build_remote_
 		     char digest[KILN_DIGEST_MAX], kiln_error **err)
 {
 	static const struct build_remote_opts none = { 0 };
-	struct reg_imgref r = { 0 };
-	struct reg_manifest check = { 0 };
-	struct reg_doc doc = { 0 };
-	reg_client *c = NULL;
+	struct oci_imgref r = { 0 };
+	struct oci_manifest check = { 0 };
+	struct rc_doc doc = { 0 };
+	rc_client *c = NULL;
 	json_t *m = NULL, *descs = NULL, *d;
-	struct reg_blob *blobs = NULL;
+	struct rc_blob *blobs = NULL;
 	char **paths = NULL;
 	char stored[KILN_DIGEST_MAX];
 	size_t n = 0, i;
@@ -76,19 +76,19 @@ int build_image_pull(build_store *s, const char *ref, const struct build_remote_
 
 	if (!o)
 		o = &none;
-	if (reg_imgref_parse(ref, &r, err) < 0 || build_store_lock(s, false, err) < 0)
+	if (oci_imgref_parse(ref, &r, err) < 0 || build_store_lock(s, false, err) < 0)
 		goto out;
-	if (!(c = reg_client_new(r.host, &(struct reg_client_opts){ .max_rate = o->max_rate }, err)) ||
-	    reg_image_manifest_get(c, r.repo, reg_imgref_reference(&r), &doc, err) < 0)
+	if (!(c = rc_client_new(r.host, &(struct rc_client_opts){ .max_rate = o->max_rate }, err)) ||
+	    rc_image_manifest_get(c, r.repo, oci_imgref_reference(&r), &doc, err) < 0)
 		goto out;
-	if (reg_tmpl_is_artifact(doc.data, doc.len)) {
+	if (oci_tmpl_is_artifact(doc.data, doc.len)) {
 		kiln_err(err, KILN_E_INVALID,
 			 "%s is a kiln template, not an image: kiln run and kiln sandbox create take it; "
 			 "FROM and image pulls want the image it was built from (kiln push --image NAME %s)",
 			 ref, ref);
 		goto out;
 	}
-	if (reg_manifest_parse(doc.data, doc.len, doc.media_type, &check, err) < 0 ||
+	if (oci_manifest_parse(doc.data, doc.len, doc.media_type, &check, err) < 0 ||
 	    !(m = kiln_json_loadb(doc.data, doc.len, "manifest", err))) {
 		kiln_error_wrap(err, "%s: manifest %s", ref, doc.digest);
 		goto out;
@@ -107,8 +107,8 @@ int build_image_pull(build_store *s, const char *ref, const struct build_remote_
 		blobs[i].path = paths[i];
 	}
 	struct ctx x = { s, o };
-	struct reg_xfer_opts xo = { .parallel = o->parallel, .have = have_blob, .progress = progress, .ud = &x };
-	if (reg_blobs_pull(c, r.repo, blobs, n, &xo, err) < 0)
+	struct rc_xfer_opts xo = { .parallel = o->parallel, .have = have_blob, .progress = progress, .ud = &x };
+	if (rc_blobs_pull(c, r.repo, blobs, n, &xo, err) < 0)
 		goto out;
 	for (i = 0; i < n; i++) {
 		if (access(paths[i], F_OK) != 0)
@@ -133,29 +133,29 @@ out:
 	free(blobs);
 	json_decref(descs);
 	json_decref(m);
-	reg_manifest_free(&check);
-	reg_doc_free(&doc);
-	reg_client_free(c);
-	reg_imgref_free(&r);
+	oci_manifest_free(&check);
+	rc_doc_free(&doc);
+	rc_client_free(c);
+	oci_imgref_free(&r);
 	return rc;
 }
 
 /* Blobs of local images named HOST/REPO:… (pulled from HOST) are likely in
  * REPO there: a cross-repository mount then replaces their upload. */
-static void find_mounts(build_store *s, json_t *images, const struct reg_imgref *dest, struct reg_blob *blobs,
+static void find_mounts(build_store *s, json_t *images, const struct oci_imgref *dest, struct rc_blob *blobs,
 			size_t n, kiln_strv *repos)
 {
 	const char *name;
 	json_t *v;
 
 	json_object_foreach(images, name, v) {
-		struct reg_imgref r;
+		struct oci_imgref r;
 		kiln_error *e = NULL;
 		char *data = NULL;
 		size_t len = 0;
 		json_t *m = NULL;
 		const char *dg = kiln_json_str(v, "digest");
-		if (!kiln_ref_has_host(name) || reg_imgref_parse(name, &r, &e) < 0) {
+		if (!kiln_ref_has_host(name) || oci_imgref_parse(name, &r, &e) < 0) {
 			kiln_error_free(e);
 			continue;
 		}
@@ -180,7 +180,7 @@ static void find_mounts(build_store *s, json_t *images, const struct reg_imgref 
 		kiln_error_free(e);
 		json_decref(m);
 		free(data);
-		reg_imgref_free(&r);
+		oci_imgref_free(&r);
 	}
 }
 
@@ -188,10 +188,10 @@ int build_image_push(build_store *s, const char *name, const char *ref, const st
 		     char digest[KILN_DIGEST_MAX], kiln_error **err)
 {
 	static const struct build_remote_opts none = { 0 };
-	struct reg_imgref r = { 0 };
-	reg_client *c = NULL;
+	struct oci_imgref r = { 0 };
+	rc_client *c = NULL;
 	json_t *images = NULL, *m = NULL, *descs = NULL, *d;
-	struct reg_blob *blobs = NULL;
+	struct rc_blob *blobs = NULL;
 	char **paths = NULL, *norm = NULL, *data = NULL;
 	kiln_strv repos = KILN_STRV_INIT;
 	size_t n = 0, len = 0, i;
@@ -199,7 +199,7 @@ int build_image_push(build_store *s, const char *name, const char *ref, const st
 
 	if (!o)
 		o = &none;
-	if ((norm = kiln_ref_normalize(name, err)) == NULL || reg_imgref_parse(ref, &r, err) < 0 ||
+	if ((norm = kiln_ref_normalize(name, err)) == NULL || oci_imgref_parse(ref, &r, err) < 0 ||
 	    build_store_lock(s, false, err) < 0)
 		goto out;
 	if (r.digest) {
@@ -231,12 +231,12 @@ int build_image_push(build_store *s, const char *name, const char *ref, const st
 	}
 	find_mounts(s, images, &r, blobs, n, &repos);
 	struct ctx x = { s, o };
-	struct reg_xfer_opts xo = { .parallel = o->parallel, .chunk_size = o->chunk_size, .progress = progress,
+	struct rc_xfer_opts xo = { .parallel = o->parallel, .chunk_size = o->chunk_size, .progress = progress,
 				    .ud = &x };
-	if (!(c = reg_client_new(r.host, &(struct reg_client_opts){ .max_rate = o->max_rate }, err)) || reg_blobs_push(c, r.repo, blobs, n, &xo, err) < 0)
+	if (!(c = rc_client_new(r.host, &(struct rc_client_opts){ .max_rate = o->max_rate }, err)) || rc_blobs_push(c, r.repo, blobs, n, &xo, err) < 0)
 		goto out;
 	const char *mt = kiln_json_str(m, "mediaType");
-	if (reg_manifest_put(c, r.repo, r.tag, mt ? mt : REG_MT_OCI_MANIFEST, data, len, digest, err) < 0)
+	if (rc_manifest_put(c, r.repo, r.tag, mt ? mt : OCI_MT_OCI_MANIFEST, data, len, digest, err) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -252,7 +252,7 @@ out:
 	json_decref(descs);
 	json_decref(m);
 	json_decref(images);
-	reg_client_free(c);
-	reg_imgref_free(&r);
+	rc_client_free(c);
+	oci_imgref_free(&r);
 	return rc;
 }

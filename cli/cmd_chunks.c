@@ -5,19 +5,19 @@
 #include <stdlib.h>
 
 #include "cli/cli.h"
-#include "registry/registry.h"
+#include "distrib/distrib.h"
 
-static int show(reg_chunks *cs, const struct reg_chunks_stats *st, bool json, uint64_t limit)
+static int show(dist_chunks *cs, const struct dist_chunks_stats *st, bool json, uint64_t limit)
 {
 	if (json) {
-		json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "dir", reg_chunks_dir(cs), "chunks",
+		json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "dir", dist_chunks_dir(cs), "chunks",
 				      (json_int_t)st->chunks, "bytes", (json_int_t)st->bytes, "limit", (json_int_t)limit,
 				      "evicted", (json_int_t)st->evicted, "evicted_bytes", (json_int_t)st->evicted_bytes,
 				      "pinned_kept", (json_int_t)st->pinned);
 		cli_print_json(o);
 		json_decref(o);
 	} else {
-		printf("%s: %llu chunks, %.1f MiB (limit %.1f MiB)", reg_chunks_dir(cs), (unsigned long long)st->chunks,
+		printf("%s: %llu chunks, %.1f MiB (limit %.1f MiB)", dist_chunks_dir(cs), (unsigned long long)st->chunks,
 		       (double)st->bytes / 1048576.0, (double)limit / 1048576.0);
 		if (st->evicted || st->pinned)
 			printf("; evicted %llu chunks (%.1f MiB), kept %llu pinned", (unsigned long long)st->evicted,
@@ -41,9 +41,9 @@ static int max_size(const struct kiln_command *cmd, const struct cli_option *opt
 /* du (max = no limit: a scan) and gc (max = the limit) share this. */
 static int run_store(const struct kiln_command *cmd, int argc, char **argv, bool gc)
 {
-	struct reg_chunks_stats st;
+	struct dist_chunks_stats st;
 	kiln_error *err = NULL;
-	uint64_t limit = reg_chunks_limit();
+	uint64_t limit = dist_chunks_limit();
 	bool json = false;
 	int i, rc;
 	const struct cli_option opts[] = {
@@ -57,13 +57,13 @@ static int run_store(const struct kiln_command *cmd, int argc, char **argv, bool
 		return rc;
 	if (i < argc)
 		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
-	reg_chunks *cs = reg_chunks_open(NULL, &err);
-	if (cs == NULL || reg_chunks_evict(cs, gc ? limit : UINT64_MAX, &st, &err) < 0) {
-		reg_chunks_close(cs);
+	dist_chunks *cs = dist_chunks_open(NULL, &err);
+	if (cs == NULL || dist_chunks_evict(cs, gc ? limit : UINT64_MAX, &st, &err) < 0) {
+		dist_chunks_close(cs);
 		return cli_fail(err);
 	}
 	rc = show(cs, &st, json, limit);
-	reg_chunks_close(cs);
+	dist_chunks_close(cs);
 	return rc;
 }
 

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "registry/registry.h"
+#include "regclient/regclient.h"
 
 /* One line from stdin, without its newline; echo off when it is a TTY. */
 static char *read_line(const char *prompt, int secret)
@@ -62,7 +62,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	char *user = NULL, *pass = NULL, *host = NULL;
 	bool from_stdin = false;
 	int i, rc;
-	reg_client *cl = NULL;
+	rc_client *cl = NULL;
 	const struct cli_option opts[] = {
 		CLI_STRING('u', "username", &user_opt, "USER", "the user name"),
 		CLI_BOOL(0, "password-stdin", &from_stdin, "read the password from stdin (one line)"),
@@ -94,9 +94,9 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		rc = cli_usage_error(cmd, "no password given");
 		goto out;
 	}
-	struct reg_client_opts o = { .user = user, .pass = pass };
-	if (!(cl = reg_client_new(host, &o, &err)) || reg_client_ping(cl, &err) < 0 ||
-	    reg_auth_store(host, user, pass, &err) < 0) {
+	struct rc_client_opts o = { .user = user, .pass = pass };
+	if (!(cl = rc_client_new(host, &o, &err)) || rc_client_ping(cl, &err) < 0 ||
+	    rc_auth_store(host, user, pass, &err) < 0) {
 		kiln_error_wrap(&err, "login to %s", host);
 		rc = cli_fail(err);
 		goto out;
@@ -104,7 +104,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	printf("Login succeeded: %s as %s\n", host, user);
 	rc = KILN_EXIT_OK;
 out:
-	reg_client_free(cl);
+	rc_client_free(cl);
 	if (pass)
 		memset(pass, 0, strlen(pass));
 	free(pass);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "registry/registry.h"
+#include "regclient/regclient.h"
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
@@ -23,7 +23,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		free(host);
 		host = kiln_xstrdup("registry-1.docker.io");
 	}
-	if (reg_auth_remove(host, &err) < 0) {
+	if (rc_auth_remove(host, &err) < 0) {
 		free(host);
 		return cli_fail(err);
 	}

@@ -1,5 +1,5 @@
 /* tmpl_xfer.c — the template path of `kiln push` / `kiln pull`: the registry
- * library moves the chunks (registry/tmpl_xfer.c); this prints one summary
+ * library moves the chunks (distrib/tmpl_xfer.c); this prints one summary
  * line on stderr with the bytes moved and, with --json, a final "done" event
  * carrying the byte counts (progress: cli/xfer.c, no event per chunk). */
 #include <errno.h>
@@ -22,7 +22,7 @@ static void human(char *out, size_t n, double bytes)
 	snprintf(out, n, i ? "%.1f %s" : "%.0f %s", bytes, u[i]);
 }
 
-static int done(struct cli_xfer *x, bool push, const char *ref, const struct reg_tmpl_stats *st, const char *local)
+static int done(struct cli_xfer *x, bool push, const char *ref, const struct dist_tmpl_stats *st, const char *local)
 {
 	char moved[32], total[32];
 	kiln_error *err = NULL;
@@ -67,23 +67,23 @@ bool cli_is_template(const char *ref)
 
 int cli_tmpl_push(const char *ref, const char *dest, struct cli_xfer *x)
 {
-	struct reg_imgref r = { 0 };
-	struct reg_tmpl_stats st = { 0 };
-	struct reg_tmpl_xfer_opts o = { .parallel = x->parallel, .progress = cli_xfer_progress, .ud = x };
-	reg_client *c = NULL;
+	struct oci_imgref r = { 0 };
+	struct dist_tmpl_stats st = { 0 };
+	struct dist_tmpl_xfer_opts o = { .parallel = x->parallel, .progress = cli_xfer_progress, .ud = x };
+	rc_client *c = NULL;
 	kiln_error *err = NULL;
 	int rc;
 
 	cli_xfer_start(x, "push template", false);
-	if (reg_imgref_parse(dest, &r, &err) < 0 || (c = reg_client_new(r.host, NULL, &err)) == NULL ||
-	    reg_tmpl_push(c, ref, r.repo, reg_imgref_reference(&r), &o, &st, &err) < 0) {
+	if (oci_imgref_parse(dest, &r, &err) < 0 || (c = rc_client_new(r.host, NULL, &err)) == NULL ||
+	    dist_tmpl_push(c, ref, r.repo, oci_imgref_reference(&r), &o, &st, &err) < 0) {
 		cli_xfer_end_line(x);
 		rc = cli_fail(err);
 	} else {
 		rc = done(x, true, dest, &st, NULL);
 	}
-	reg_client_free(c);
-	reg_imgref_free(&r);
+	rc_client_free(c);
+	oci_imgref_free(&r);
 	return rc;
 }
 
@@ -93,24 +93,24 @@ int cli_tmpl_push(const char *ref, const char *dest, struct cli_xfer *x)
  * With x->quiet the summary goes to stderr only. */
 static int tmpl_pull(const char *src, struct cli_xfer *x, char **local, kiln_error **err)
 {
-	struct reg_imgref r = { 0 };
-	struct reg_doc m = { 0 };
-	struct reg_tmpl_stats st = { 0 };
-	struct reg_tmpl_xfer_opts o = { .parallel = x->parallel, .progress = cli_xfer_progress, .ud = x };
-	reg_client *c = NULL;
+	struct oci_imgref r = { 0 };
+	struct rc_doc m = { 0 };
+	struct dist_tmpl_stats st = { 0 };
+	struct dist_tmpl_xfer_opts o = { .parallel = x->parallel, .progress = cli_xfer_progress, .ud = x };
+	rc_client *c = NULL;
 	int rc = -1;
 
 	*local = NULL;
 	cli_xfer_start(x, "pull template", false);
-	if (reg_imgref_parse(src, &r, err) < 0 || (c = reg_client_new(r.host, NULL, err)) == NULL ||
-	    reg_manifest_get(c, r.repo, reg_imgref_reference(&r), NULL, &m, err) < 0)
+	if (oci_imgref_parse(src, &r, err) < 0 || (c = rc_client_new(r.host, NULL, err)) == NULL ||
+	    rc_manifest_get(c, r.repo, oci_imgref_reference(&r), NULL, &m, err) < 0)
 		goto out;
-	if (!reg_tmpl_is_artifact(m.data, m.len)) {
+	if (!oci_tmpl_is_artifact(m.data, m.len)) {
 		rc = 0;
 		goto out;
 	}
 	*local = x->name ? kiln_xstrdup(x->name) : kiln_ref_normalize(src, err);
-	if (*local == NULL || reg_tmpl_pull(c, r.repo, &m, *local, &o, &st, err) < 0) {
+	if (*local == NULL || dist_tmpl_pull(c, r.repo, &m, *local, &o, &st, err) < 0) {
 		cli_xfer_end_line(x);
 		rc = -2;
 		goto out;
@@ -121,9 +121,9 @@ out:
 		free(*local);
 		*local = NULL;
 	}
-	reg_doc_free(&m);
-	reg_client_free(c);
-	reg_imgref_free(&r);
+	rc_doc_free(&m);
+	rc_client_free(c);
+	oci_imgref_free(&r);
 	return rc;
 }
 

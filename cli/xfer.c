@@ -50,19 +50,19 @@ void cli_xfer_event(json_t *j)
 	json_decref(j);
 }
 
-void cli_xfer_progress(void *ud, const struct reg_progress *p)
+void cli_xfer_progress(void *ud, const struct rc_progress *p)
 {
 	struct cli_xfer *x = ud;
 
 	if (p->digest && !x->per_blob && p->blobs_done < p->blobs_total)
 		return; /* the periodic updates are enough */
 	if (x->json) {
-		json_t *j = reg_progress_json(p, cli_xfer_elapsed(x));
+		json_t *j = rc_progress_json(p, cli_xfer_elapsed(x));
 		json_object_set_new(j, "event", json_string(p->digest && x->per_blob ? "blob" : "progress"));
 		cli_xfer_event(j);
 	} else if (x->tty) {
 		kiln_buf b = KILN_BUF_INIT;
-		reg_progress_format(p, cli_xfer_elapsed(x), &b);
+		rc_progress_format(p, cli_xfer_elapsed(x), &b);
 		fprintf(stderr, "\r\033[K%s: %s", x->label, b.buf);
 		x->drawn = true;
 		kiln_buf_free(&b);

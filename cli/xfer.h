@@ -9,7 +9,8 @@
 #include <time.h>
 
 #include "cli/cli.h"
-#include "registry/registry.h"
+#include "distrib/distrib.h"
+#include "regclient/regclient.h"
 
 struct cli_xfer {
 	/* flags */
@@ -37,7 +38,7 @@ int cli_xfer_limit_rate(const struct kiln_command *cmd, const struct cli_option 
 void cli_xfer_start(struct cli_xfer *x, const char *label, bool per_blob);
 double cli_xfer_elapsed(const struct cli_xfer *x);
 /* The progress callback of the registry client (ud: struct cli_xfer). */
-void cli_xfer_progress(void *ud, const struct reg_progress *p);
+void cli_xfer_progress(void *ud, const struct rc_progress *p);
 /* Ends the terminal progress line, if one was drawn. */
 void cli_xfer_end_line(struct cli_xfer *x);
 /* One compact JSON event on stdout, flushed (takes j). */

@@ -1,5 +1,5 @@
-/* digest.c — content digests in OCI's "algorithm:hex" form.  Hashing is
- * openssl's EVP; this file only adds streaming, formatting and validation. */
+/* digest.c — content digests in OCI's "algorithm:hex" form, and base64.
+ * Hashing is openssl's EVP; this file only adds streaming, formatting and validation. */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -133,4 +133,31 @@ const char *kiln_digest_hex(const char *digest)
 {
 	const char *colon = strchr(digest, ':');
 	return colon ? colon + 1 : digest;
+}
+
+/* Base64 (openssl's EVP block coding, no line breaks), for credentials. */
+char *kiln_b64_encode(const char *s)
+{
+	size_t n = strlen(s);
+	char *out = kiln_xmalloc(4 * ((n + 2) / 3) + 1);
+	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
+	return out;
+}
+
+char *kiln_b64_decode(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n % 4 != 0)
+		return NULL;
+	char *out = kiln_xmalloc(n / 4 * 3 + 1);
+	int len = EVP_DecodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
+	if (len < 0) {
+		free(out);
+		return NULL;
+	}
+	/* EVP_DecodeBlock counts the padding as zero bytes */
+	for (size_t i = n; i > 0 && s[i - 1] == '='; i--)
+		len--;
+	out[len] = 0;
+	return out;
 }

@@ -149,6 +149,9 @@ int kiln_digest_parse(const char *s, enum kiln_digest_algo *algo, kiln_error **e
 const char *kiln_digest_algo_name(enum kiln_digest_algo algo);
 /* The hex part of a valid digest string. */
 const char *kiln_digest_hex(const char *digest);
+/* Base64 of a string (no line breaks); decode gives NULL when s is not base64. */
+char *kiln_b64_encode(const char *s);
+char *kiln_b64_decode(const char *s);
 
 /* ---------------------------------------------------------------------------
  * References (ref.c): the one syntax every command and FROM take for images

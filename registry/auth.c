@@ -185,7 +185,7 @@ static int identify(reg_req *r, kiln_error **err)
 	if (h == NULL)
 		return 0;
 	if (strncasecmp(h, "Basic ", 6) == 0) {
-		user = reg_b64_decode(h + 6);
+		user = kiln_b64_decode(h + 6);
 		pass = user ? strchr(user, ':') : NULL;
 		if (pass)
 			*pass++ = '\0';

@@ -311,7 +311,7 @@ static int put_tag(reg_db *db, int64_t id, const char *tag, const char *digest, 
 /* Inside the manifest's transaction, so gc (which unlinks in its own write
  * transaction) can never remove what a manifest is being made to reference.
  * Returns the index of the first missing ref, nrefs when all exist, -1 error. */
-static long missing_ref(reg_db *db, int64_t id, const struct reg_manifest *m, kiln_error **err)
+static long missing_ref(reg_db *db, int64_t id, const struct oci_manifest *m, kiln_error **err)
 {
 	sqlite3_stmt *blob = reg_db_prep(db, "SELECT 1 FROM blob_links WHERE repo = ? AND digest = ?", err);
 	sqlite3_stmt *man = blob ? reg_db_prep(db, "SELECT 1 FROM manifests WHERE repo = ? AND digest = ?", err) : NULL;
@@ -321,7 +321,7 @@ static long missing_ref(reg_db *db, int64_t id, const struct reg_manifest *m, ki
 	if (man == NULL)
 		goto out;
 	for (i = 0; i < m->nrefs; i++) {
-		sqlite3_stmt *st = m->refs[i].kind == REG_REF_MANIFEST ? man : blob;
+		sqlite3_stmt *st = m->refs[i].kind == OCI_REF_MANIFEST ? man : blob;
 		int rc;
 
 		if (m->refs[i].external)
@@ -345,7 +345,7 @@ out:
 }
 
 int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_t size,
-			const struct reg_manifest *m, const char *tag, reg_db_place_fn place, void *ud, long *missing,
+			const struct oci_manifest *m, const char *tag, reg_db_place_fn place, void *ud, long *missing,
 			kiln_error **err)
 {
 	sqlite3_stmt *st = NULL;

@@ -288,7 +288,7 @@ int reg_set_public(const struct reg_config *c, const char *repo, int public_, ki
 	int64_t id;
 	int ret = -1;
 
-	if (!reg_name_valid(repo))
+	if (!oci_name_valid(repo))
 		return kiln_err(err, KILN_E_INVALID, "invalid repository name '%s'", repo);
 	if (c->s3_endpoint) {
 		reg_store store;

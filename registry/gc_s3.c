@@ -152,7 +152,7 @@ static int mark(struct s3gc *g, kiln_error **err)
 	int ret = -1;
 
 	for (size_t i = 0; i < g->manifests.n; i++) {
-		struct reg_manifest m;
+		struct oci_manifest m;
 		char *type = NULL;
 		int r;
 
@@ -165,7 +165,7 @@ static int mark(struct s3gc *g, kiln_error **err)
 			continue; /* deleted since the listing: it references nothing now */
 		}
 		/* A manifest that cannot be read stops gc: better keep than guess. */
-		r = reg_manifest_parse(b.buf ? b.buf : "", b.len, type, &m, err);
+		r = oci_manifest_parse(b.buf ? b.buf : "", b.len, type, &m, err);
 		free(type);
 		if (r < 0) {
 			kiln_error_wrap(err, "manifest object %s", g->manifests.v[i].key);
@@ -173,7 +173,7 @@ static int mark(struct s3gc *g, kiln_error **err)
 		}
 		for (size_t k = 0; k < m.nrefs; k++)
 			kiln_strv_push(&g->refs, m.refs[k].digest);
-		reg_manifest_free(&m);
+		oci_manifest_free(&m);
 	}
 	if (g->refs.n)
 		qsort(g->refs.v, g->refs.n, sizeof(char *), cmp_str);

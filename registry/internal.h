@@ -11,6 +11,8 @@
 #include <sqlite3.h>
 
 #include "registry/registry.h"
+#include "oci/oci.h"
+#include "regclient/regclient.h"
 
 /* ---- metadata database (db.c, db_query.c) ---- */
 typedef struct reg_db {
@@ -46,7 +48,7 @@ int reg_db_blob_known(reg_db *db, const char *digest, kiln_error **err);
 /* Records a manifest whose refs all exist in repo (checked in the same
  * transaction): 1 stored; 0 when m->refs[*missing] is not there; -1 error. */
 int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_t size,
-			const struct reg_manifest *m, const char *tag, reg_db_place_fn place, void *ud, long *missing,
+			const struct oci_manifest *m, const char *tag, reg_db_place_fn place, void *ud, long *missing,
 			kiln_error **err);
 /* Link digest into repo if `from` has it (atomically): 1 mounted, 0 not, -1 error. */
 int reg_db_blob_mount(reg_db *db, const char *repo, const char *from, const char *digest, kiln_error **err);
@@ -221,8 +223,6 @@ void reg_req_add_arg(reg_req *r, const char *key, const char *value);
 enum reg_step reg_router_call(reg_req *r, const char *data, size_t len);
 /* Ends the request: releases its upload session, stream slot and response. */
 void reg_req_free(reg_req *r);
-/* Base64 (no line breaks) to a NUL-terminated string; NULL when s is not base64. */
-char *reg_b64_decode(const char *s);
 
 /* Error codes of the distribution spec. */
 void reg_error(reg_req *r, unsigned status, const char *code, const char *fmt, ...) KILN_PRINTF(4, 5);
@@ -303,7 +303,7 @@ int reg_s3m_blob_mount(const reg_store *st, const char *repo, const char *from, 
 int reg_s3m_manifest_get(const reg_store *st, const char *repo, const char *ref, char digest[KILN_DIGEST_MAX],
 			 char **media_type, kiln_buf *bytes, kiln_error **err);
 int reg_s3m_manifest_put(const reg_store *st, const char *repo, const char *digest, const kiln_buf *bytes,
-			 const struct reg_manifest *m, const char *tag, long *missing, kiln_error **err);
+			 const struct oci_manifest *m, const char *tag, long *missing, kiln_error **err);
 int reg_s3m_manifest_delete(const reg_store *st, const char *repo, const char *digest, kiln_error **err);
 int reg_s3m_tag_delete(const reg_store *st, const char *repo, const char *tag, kiln_error **err);
 int reg_s3m_repo_exists(const reg_store *st, const char *repo, kiln_error **err);
@@ -329,152 +329,5 @@ int reg_s3m_gc(const reg_store *st, const struct reg_config *c, int dry_run, str
 
 /* Parse "n" / "last" query args; -1 when n is invalid (response set). */
 int reg_page_args(reg_req *r, long *n, const char **last);
-
-/* ---- the client (client_*.c) ---- */
-#include <curl/curl.h>
-
-struct reg_token {
-	char *scope; /* space-separated scopes, as asked for */
-	char *token;
-	int64_t expires; /* unix seconds */
-};
-
-struct reg_client {
-	char *host;
-	char *base; /* "http://HOST" or "https://HOST" */
-	char *user, *pass;
-	int basic;  /* the registry challenged with Basic: send it up front */
-	struct reg_token *tokens;
-	size_t ntokens;
-	CURLSH *share; /* connections and DNS shared by every handle */
-	CURL *easy;    /* for synchronous requests */
-	unsigned retries, timeout_s;
-	uint64_t max_rate;
-	char *ca_file; /* $KILN_REGISTRY_CA_FILE: trust these CAs instead of the system's */
-	struct reg_client_stats stats;
-};
-
-/* One HTTP request and its answer. */
-struct reg_http {
-	const char *method;
-	char *url;
-	const char *scope;          /* auth scope(s), "repository:R:pull" …; NULL for /v2/ */
-	int token_request;          /* to a token realm: Basic credentials if any, no token */
-	int sent_basic;             /* this attempt carried Basic credentials */
-	struct curl_slist *headers; /* the caller's extra headers */
-	/* body: memory or a file range */
-	const char *body_mem;
-	int body_fd;                /* -1: none */
-	uint64_t body_off, body_len, body_pos;
-	int has_body;
-	/* sink for 2xx bodies: a callback (returns < 0 to abort), else `out` bounded by out_max */
-	int (*sink)(void *ud, struct reg_http *r, const char *p, size_t n);
-	void *sink_ud;
-	kiln_buf out;
-	size_t out_max;
-	kiln_buf errbody;           /* body of a non-2xx answer (bounded) */
-	/* answer */
-	CURL *h;
-	struct curl_slist *all;     /* headers as sent */
-	long status;
-	CURLcode cr;
-	char errbuf[CURL_ERROR_SIZE];
-	char *www_auth, *location, *digest, *ctype, *range, *retry_after;
-	char *etag, *last_modified, *date; /* kept for S3 (s3.c) */
-	unsigned attempts;          /* attempts started (reg_http_setup): a sink sees each start over */
-	int64_t clen;
-	int sink_failed;            /* the sink refused (error already recorded by its owner) */
-	reg_client *c;
-};
-
-void reg_http_init(struct reg_http *r, reg_client *c, const char *method, char *url, const char *scope);
-void reg_http_free(struct reg_http *r);
-/* Forget the previous answer before another attempt. */
-void reg_http_reset(struct reg_http *r);
-/* Configure handle h for r (resets h; keeps its connections). */
-void reg_http_setup(struct reg_http *r, CURL *h);
-/* After a transfer on r->h: status and connection statistics. */
-void reg_http_done(struct reg_http *r);
-/* Worth retrying: connection-level errors, 408, 429, 5xx. */
-int reg_http_transient(const struct reg_http *r);
-/* r got 401: run the challenge flow so the next attempt is authorised.
- * -1 with a clear error when it cannot be (no/invalid credentials). */
-int reg_http_authorize(struct reg_http *r, kiln_error **err);
-/* Perform synchronously with retries and auth; 0 with r->status set
- * (any status), -1 on a transport failure after the retries. */
-int reg_http_do(struct reg_http *r, kiln_error **err);
-/* The error for an unexpected answer: "WHAT: HTTP 404 BLOB_UNKNOWN: message". */
-int reg_http_fail(const struct reg_http *r, const char *what, kiln_error **err);
-/* Milliseconds to wait before retry number `attempt` (1-based). */
-unsigned reg_backoff_ms(unsigned attempt);
-/* The same, or the answer's Retry-After (seconds, at most 60) if longer. */
-unsigned reg_retry_delay_ms(const struct reg_http *r, unsigned attempt);
-char *reg_url(const reg_client *c, const char *fmt, ...) KILN_PRINTF(2, 3);
-/* A Location header resolved against the client's base URL. */
-char *reg_url_resolve(const reg_client *c, const char *location);
-
-/* WWW-Authenticate: the first challenge's scheme and its parameters. */
-struct reg_challenge {
-	char *scheme; /* "Bearer", "Basic" */
-	char *realm, *service, *scope;
-};
-int reg_challenge_parse(const char *header, struct reg_challenge *ch, kiln_error **err);
-void reg_challenge_free(struct reg_challenge *ch);
-/* "Authorization: …" for a scope from the cache, or NULL. */
-char *reg_auth_header(reg_client *c, const char *scope);
-
-/* ---- template distribution (chunk.c, tmpl.c; docs/distribution.md) ---- */
-/* One file of a template (rootfs, memory, disk, state) as fixed-size chunks. */
-struct reg_tmpl_part {
-	char *role;
-	char digest[KILN_DIGEST_MAX];  /* of the whole file */
-	uint64_t size;
-	uint64_t chunk_size;
-	size_t nchunks;
-	char **chunks;                 /* blob digest of each zstd chunk; NULL: all zeros */
-};
-
-struct reg_tmpl_blob {
-	char digest[KILN_DIGEST_MAX];
-	uint64_t size;
-};
-
-/* A template version as an OCI artifact: config + index + chunk blobs. */
-struct reg_tmpl {
-	char *config;                  /* the template config blob */
-	size_t config_len;
-	char config_digest[KILN_DIGEST_MAX];
-	struct reg_tmpl_part *parts;
-	size_t nparts;
-	struct reg_tmpl_blob *blobs;   /* unique chunk blobs, in order of first use */
-	size_t nblobs;
-	char *index;                   /* the index blob (JSON) */
-	size_t index_len;
-	char index_digest[KILN_DIGEST_MAX];
-	char *manifest;                /* the OCI image manifest */
-	size_t manifest_len;
-	char manifest_digest[KILN_DIGEST_MAX];
-};
-
-/* The chunk size for a file: min (64 KiB for memory, 256 KiB for the rest),
- * doubled until the file has at most REG_TMPL_MAX_CHUNKS chunks (bounds the manifest). */
-#define REG_TMPL_MAX_CHUNKS 8192
-uint64_t reg_tmpl_chunk_min(const char *role);
-uint64_t reg_tmpl_chunk_size(uint64_t file_size, uint64_t min);
-/* Chunk a file into the store (zero chunks skipped) and describe it. */
-int reg_tmpl_chunk_file(reg_chunks *cs, const char *path, const char *role, struct reg_tmpl_part *part,
-			kiln_error **err);
-/* Build the index and the manifest from config + parts (fills blobs too). */
-int reg_tmpl_seal(struct reg_tmpl *t, reg_chunks *cs, kiln_error **err);
-/* Parse and cross-check a pulled artifact: every chunk the index names must
- * be a layer of the manifest (or registries may collect it). */
-int reg_tmpl_parse(struct reg_tmpl *t, const char *manifest, size_t manifest_len, kiln_error **err);
-int reg_tmpl_parse_index(struct reg_tmpl *t, const char *index, size_t len, kiln_error **err);
-void reg_tmpl_free(struct reg_tmpl *t);
-/* A local template (snapshots/ store) as an artifact, its chunks in cs. */
-int reg_tmpl_make(reg_chunks *cs, const char *template_ref, struct reg_tmpl *t, kiln_error **err);
-/* Assemble a parsed artifact whose chunks are all in cs and import it as a
- * template tagged name; returns the local template digest. */
-char *reg_tmpl_assemble(reg_chunks *cs, const struct reg_tmpl *t, const char *name, kiln_error **err);
 
 #endif

@@ -83,7 +83,7 @@ void reg_manifest_begin(reg_req *r)
 			kiln_error_free(err);
 			return;
 		}
-	} else if (!reg_tag_valid(r->ref)) {
+	} else if (!oci_tag_valid(r->ref)) {
 		if (strcmp(r->method, "PUT") == 0)
 			reg_error(r, 400, "TAG_INVALID", "invalid tag '%s'", r->ref);
 		else
@@ -124,7 +124,7 @@ static int put_bytes_cb(void *ud, kiln_error **err)
 void reg_manifest_finish(reg_req *r)
 {
 	reg_server *s = r->srv;
-	struct reg_manifest m;
+	struct oci_manifest m;
 	enum kiln_digest_algo algo = KILN_SHA256;
 	char digest[KILN_DIGEST_MAX], *loc;
 	kiln_error *err = NULL;
@@ -132,7 +132,7 @@ void reg_manifest_finish(reg_req *r)
 	long missing = 0;
 	struct put_bytes pb = { &s->store, NULL, &r->mem };
 
-	if (reg_manifest_parse(r->mem.buf, r->mem.len, reg_req_header(r, "Content-Type"), &m, &err) < 0) {
+	if (oci_manifest_parse(r->mem.buf, r->mem.len, reg_req_header(r, "Content-Type"), &m, &err) < 0) {
 		reg_error(r, 400, "MANIFEST_INVALID", "%s", kiln_error_message(err));
 		kiln_error_free(err);
 		return;
@@ -157,9 +157,9 @@ void reg_manifest_finish(reg_req *r)
 	if (ok < 0)
 		goto fail;
 	if (ok == 0) {
-		const struct reg_ref *ref = &m.refs[missing];
+		const struct oci_ref *ref = &m.refs[missing];
 		reg_error(r, 400, "MANIFEST_BLOB_UNKNOWN", "%s %s is not in repository %s",
-			  ref->kind == REG_REF_MANIFEST ? "manifest" : "blob", ref->digest, r->name);
+			  ref->kind == OCI_REF_MANIFEST ? "manifest" : "blob", ref->digest, r->name);
 		goto out;
 	}
 	loc = kiln_xasprintf("/v2/%s/manifests/%s", r->name, digest);
@@ -173,5 +173,5 @@ void reg_manifest_finish(reg_req *r)
 fail:
 	reg_internal(r, err);
 out:
-	reg_manifest_free(&m);
+	oci_manifest_free(&m);
 }

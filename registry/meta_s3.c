@@ -297,7 +297,7 @@ int reg_s3m_manifest_get(const reg_store *st, const char *repo, const char *ref,
 }
 
 static int put_referrer(const reg_store *st, const char *repo, const char *digest, int64_t size,
-			const struct reg_manifest *m, kiln_error **err)
+			const struct oci_manifest *m, kiln_error **err)
 {
 	char *s = dpath(m->subject), *d = dpath(digest);
 	char *key = kiln_xasprintf("repositories/%s/_referrers/%s/%s", repo, s, d), *body;
@@ -319,7 +319,7 @@ static int put_referrer(const reg_store *st, const char *repo, const char *diges
 }
 
 int reg_s3m_manifest_put(const reg_store *st, const char *repo, const char *digest, const kiln_buf *bytes,
-			 const struct reg_manifest *m, const char *tag, long *missing, kiln_error **err)
+			 const struct oci_manifest *m, const char *tag, long *missing, kiln_error **err)
 {
 	char old[KILN_DIGEST_MAX], *key = NULL;
 	int64_t *at = kiln_xcalloc(m->nrefs + 1, sizeof(*at));
@@ -327,11 +327,11 @@ int reg_s3m_manifest_put(const reg_store *st, const char *repo, const char *dige
 
 	/* Every referenced blob pinned and linked in repo, every child manifest here. */
 	for (size_t i = 0; i < m->nrefs; i++) {
-		const struct reg_ref *ref = &m->refs[i];
+		const struct oci_ref *ref = &m->refs[i];
 
 		if (ref->external)
 			continue;
-		if (ref->kind == REG_REF_MANIFEST) {
+		if (ref->kind == OCI_REF_MANIFEST) {
 			free(key);
 			key = rkey(repo, "_manifests", ref->digest);
 			r = reg_s3_stat(&st->s3, key, NULL, NULL, err);
@@ -347,7 +347,7 @@ int reg_s3m_manifest_put(const reg_store *st, const char *repo, const char *dige
 		}
 	}
 	for (size_t i = 0; i < m->nrefs; i++)
-		if (!m->refs[i].external && m->refs[i].kind != REG_REF_MANIFEST &&
+		if (!m->refs[i].external && m->refs[i].kind != OCI_REF_MANIFEST &&
 		    pin_fresh(st, m->refs[i].digest, &at[i], err) < 0)
 			goto out;
 	*missing = (long)m->nrefs;
@@ -407,7 +407,7 @@ int reg_s3m_manifest_delete(const reg_store *st, const char *repo, const char *d
 	char *mkey = rkey(repo, "_manifests", digest), *prefix = kiln_xasprintf("repositories/%s/_tags/", repo);
 	struct keys tags = { KILN_STRV_INIT, strlen(prefix) };
 	kiln_buf bytes = KILN_BUF_INIT;
-	struct reg_manifest m;
+	struct oci_manifest m;
 	char *type = NULL, cur[KILN_DIGEST_MAX];
 	int ret, parsed = 0;
 
@@ -425,7 +425,7 @@ int reg_s3m_manifest_delete(const reg_store *st, const char *repo, const char *d
 		if (r == 1 && strcmp(cur, digest) == 0 && reg_s3m_tag_delete(st, repo, tags.v.v[i], err) < 0)
 			goto out;
 	}
-	if (reg_manifest_parse(bytes.buf, bytes.len, type, &m, NULL) == 0) {
+	if (oci_manifest_parse(bytes.buf, bytes.len, type, &m, NULL) == 0) {
 		parsed = 1;
 		if (m.subject[0]) {
 			char *s = dpath(m.subject), *d = dpath(digest);
@@ -443,7 +443,7 @@ int reg_s3m_manifest_delete(const reg_store *st, const char *repo, const char *d
 	ret = 1;
 out:
 	if (parsed)
-		reg_manifest_free(&m);
+		oci_manifest_free(&m);
 	kiln_strv_free(&tags.v);
 	kiln_buf_free(&bytes);
 	free(type);

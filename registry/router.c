@@ -167,7 +167,7 @@ static void begin(reg_req *r)
 		reg_error(r, 404, "NOT_FOUND", "no such endpoint");
 		return;
 	}
-	if (r->name && !reg_name_valid(r->name)) {
+	if (r->name && !oci_name_valid(r->name)) {
 		reg_error(r, 400, "NAME_INVALID", "invalid repository name '%s'", r->name);
 		return;
 	}

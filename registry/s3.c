@@ -134,23 +134,23 @@ static int64_t header_time(const char *v)
 	return v ? (int64_t)curl_getdate(v, NULL) : -1;
 }
 
-/* S3 requests ride on the registry client's transport (client_http.c):
+/* S3 requests ride on the registry client's transport (regclient/http.c):
  * keep-alive connections, retries with backoff after connection errors, 429
  * and 5xx.  A client serves one caller at a time, so the server's threads
  * take one from this pool (or make one) per request and give it back. */
 enum { POOL_MAX = 16 };
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct pooled {
-	reg_client *c;
+	rc_client *c;
 	char *endpoint;
 	struct pooled *next;
 } *pool;
 static size_t pool_n;
 
-static reg_client *client_take(const struct reg_s3_cfg *s3, kiln_error **err)
+static rc_client *client_take(const struct reg_s3_cfg *s3, kiln_error **err)
 {
 	struct pooled **pp, *hit = NULL;
-	reg_client *c;
+	rc_client *c;
 
 	pthread_mutex_lock(&pool_mu);
 	for (pp = &pool; *pp; pp = &(*pp)->next)
@@ -175,14 +175,14 @@ static reg_client *client_take(const struct reg_s3_cfg *s3, kiln_error **err)
 		blen--;
 	char *base = kiln_xstrndup(s3->endpoint, blen);
 	/* anonymous: SigV4 headers authorise each request, not the client */
-	const struct reg_client_opts o = { .anonymous = 1, .base = base };
-	c = reg_client_new(h, &o, err);
+	const struct rc_client_opts o = { .anonymous = 1, .base = base };
+	c = rc_client_new(h, &o, err);
 	free(h);
 	free(base);
 	return c;
 }
 
-static void client_give(const struct reg_s3_cfg *s3, reg_client *c)
+static void client_give(const struct reg_s3_cfg *s3, rc_client *c)
 {
 	struct pooled *p = NULL;
 
@@ -197,7 +197,7 @@ static void client_give(const struct reg_s3_cfg *s3, reg_client *c)
 	}
 	pthread_mutex_unlock(&pool_mu);
 	if (!p)
-		reg_client_free(c);
+		rc_client_free(c);
 }
 
 /* The answer's body: a retried attempt starts over, so the bytes an earlier
@@ -208,7 +208,7 @@ struct s3_body {
 	uint64_t pos, delivered;
 };
 
-static int on_body(void *ud, struct reg_http *r, const char *p, size_t n)
+static int on_body(void *ud, struct rc_http *r, const char *p, size_t n)
 {
 	struct s3_body *b = ud;
 	uint64_t end;
@@ -241,9 +241,9 @@ static long s3_do(const struct reg_s3_cfg *s3, const char *method, const char *k
 	char *h_host, *h_date, *h_sha, *h_range = NULL, *auth, *h_auth;
 	time_t now = time(NULL);
 	struct tm tm;
-	struct reg_http r;
+	struct rc_http r;
 	struct s3_body body = { .q = q };
-	reg_client *c;
+	rc_client *c;
 	long status = -1;
 	int nh = 0;
 
@@ -281,7 +281,7 @@ static long s3_do(const struct reg_s3_cfg *s3, const char *method, const char *k
 	h_auth = kiln_xasprintf("Authorization: %s", auth);
 
 	/* Signed once: a retry within S3's 15-minute window carries the same signature. */
-	reg_http_init(&r, c, method, kiln_xstrdup(url.buf), NULL);
+	rc_http_init(&r, c, method, kiln_xstrdup(url.buf), NULL);
 	for (int i = 1; i < nh; i++)
 		r.headers = curl_slist_append(r.headers, hdrs[i]);
 	r.headers = curl_slist_append(r.headers, h_auth);
@@ -297,7 +297,7 @@ static long s3_do(const struct reg_s3_cfg *s3, const char *method, const char *k
 	}
 	r.sink = on_body;
 	r.sink_ud = &body;
-	if (reg_http_do(&r, err) < 0) {
+	if (rc_http_do(&r, err) < 0) {
 		kiln_error_wrap(err, "s3 %s %s", method, url.buf);
 		goto out;
 	}
@@ -313,7 +313,7 @@ static long s3_do(const struct reg_s3_cfg *s3, const char *method, const char *k
 	if ((status < 200 || status >= 300) && q->resp && r.errbody.len)
 		kiln_buf_add(q->resp, r.errbody.buf, r.errbody.len);
 out:
-	reg_http_free(&r);
+	rc_http_free(&r);
 	client_give(s3, c);
 	free(h_host);
 	free(h_date);

@@ -20,7 +20,7 @@ static int scope_valid(const char *s)
 	if (colon == NULL || colon == s || strchr(s, ';'))
 		return 0;
 	ns = kiln_xstrndup(s, (size_t)(colon - s));
-	ok = strcmp(ns, "*") == 0 || reg_name_valid(ns);
+	ok = strcmp(ns, "*") == 0 || oci_name_valid(ns);
 	free(ns);
 	for (const char *p = colon + 1; ok && *p;) {
 		size_t n = strcspn(p, ",");

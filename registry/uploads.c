@@ -101,7 +101,7 @@ static void start(reg_req *r)
 
 		if (kiln_digest_parse(mount, &algo, &err) < 0) {
 			kiln_error_clear(&err); /* not mountable: a plain upload instead */
-		} else if (from && reg_name_valid(from) && reg_auth_allows(r, from, REG_PULL)) {
+		} else if (from && oci_name_valid(from) && reg_auth_allows(r, from, REG_PULL)) {
 			if (s->store.use_s3)
 				have = reg_s3m_blob_mount(&s->store, r->name, from, mount, &err);
 			else if (reg_store_blob_stat(&s->store, mount, &size, &err) == 1)

@@ -13,6 +13,7 @@
 #include <zstd.h>
 
 #include "builder/builder.h"
+#include "regclient/regclient.h"
 #include "service/internal.h"
 
 struct http {
@@ -36,7 +37,7 @@ static int client_init(struct cl *c, kiln_error **err)
 	while (strlen(c->base) && c->base[strlen(c->base) - 1] == '/')
 		c->base[strlen(c->base) - 1] = '\0';
 	if (strncmp(c->base, "http://", 7) != 0 && strncmp(c->base, "https://", 8) != 0) {
-		char *t = kiln_xasprintf("%s://%s", reg_host_insecure(c->base) ? "http" : "https", c->base);
+		char *t = kiln_xasprintf("%s://%s", oci_host_insecure(c->base) ? "http" : "https", c->base);
 		free(c->base);
 		c->base = t;
 	}
@@ -44,7 +45,7 @@ static int client_init(struct cl *c, kiln_error **err)
 	host[strcspn(host, "/")] = '\0';
 	if (c->o->token && *c->o->token)
 		c->auth = kiln_xasprintf("Authorization: Bearer %s", c->o->token);
-	else if ((ret = reg_auth_lookup(host, &user, &pass, err)) == 1)
+	else if ((ret = rc_auth_lookup(host, &user, &pass, err)) == 1)
 		c->auth = kiln_xasprintf("Authorization: Bearer %s", pass);
 	free(user);
 	free(pass);

@@ -1,4 +1,4 @@
-/* import.c — the hook template distribution (registry/tmpl*.c) uses: the
+/* import.c — the hook template distribution (distrib/tmpl*.c) uses: the
  * stored files of a template for a push, and adding a pulled template to the
  * store.  Imported files must hash to the digests its config names and are
  * stored unchanged (the disk names its backing relative to the blob directory),

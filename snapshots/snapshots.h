@@ -164,7 +164,7 @@ int snap_sandbox_exec_conn(guest_conn *c, const char *id, const char *const *arg
 			   guest_output_fn on_stderr, void *user, struct guest_result *res, kiln_error **err);
 
 /* ---------------------------------------------------------------------------
- * Distribution hook (registry/tmpl*.c, docs/distribution.md; snapshots/import.c).
+ * Distribution hook (distrib/tmpl*.c, docs/distribution.md; snapshots/import.c).
  * ------------------------------------------------------------------------- */
 /* The stored file of a template's "config", "rootfs", "memory", "disk" or "state". */
 char *snap_template_blob(const snap_template *t, const char *role, kiln_error **err);

@@ -55,18 +55,18 @@ static int put_index(void *ud, kiln_error **err)
 
 static void *recommit_manifest(void *arg)
 {
-	struct reg_manifest m;
+	struct oci_manifest m;
 	kiln_error *err = NULL;
 	long missing;
 
-	if (reg_manifest_parse(index_json, strlen(index_json), NULL, &m, &err) < 0 ||
+	if (oci_manifest_parse(index_json, strlen(index_json), NULL, &m, &err) < 0 ||
 	    reg_db_manifest_put(db, "c/d", race.digest, (int64_t)strlen(index_json), &m, "v1", put_index, NULL, &missing,
 				&err) != 1) {
 		printf("#   manifest put: %s\n", err ? kiln_error_message(err) : "refs missing");
 		kiln_error_free(err);
 	}
 	if (err == NULL)
-		reg_manifest_free(&m);
+		oci_manifest_free(&m);
 	race.done = 1;
 	return NULL;
 }

@@ -43,11 +43,11 @@ static int writer_result = -2;
 
 static void *writer(void *arg)
 {
-	struct reg_manifest m;
+	struct oci_manifest m;
 	kiln_error *err = NULL;
 	long missing = -1;
 
-	if (reg_manifest_parse(man.buf, man.len, NULL, &m, &err) < 0) {
+	if (oci_manifest_parse(man.buf, man.len, NULL, &m, &err) < 0) {
 		printf("#   %s\n", kiln_error_message(err));
 		kiln_error_free(err);
 		return NULL;
@@ -56,7 +56,7 @@ static void *writer(void *arg)
 	if (err)
 		printf("#   writer: %s\n", kiln_error_message(err));
 	kiln_error_free(err);
-	reg_manifest_free(&m);
+	oci_manifest_free(&m);
 	return NULL;
 }
 
@@ -273,20 +273,20 @@ static void test_bucket(void)
 		free(repo);
 	}
 	for (size_t i = 0; i < c.manifests.n; i++) {
-		struct reg_manifest m;
+		struct oci_manifest m;
 		char *repo, d[KILN_DIGEST_MAX], *type = NULL;
 
 		split(c.manifests.v[i], "/_manifests/", &repo, d);
 		kiln_buf_reset(&b);
 		if (reg_s3_get_small(&st.s3, c.manifests.v[i], 1 << 20, &b, &type, &err) == 1 &&
-		    reg_manifest_parse(b.buf, b.len, type, &m, &err) == 0) {
+		    oci_manifest_parse(b.buf, b.len, type, &m, &err) == 0) {
 			char got[KILN_DIGEST_MAX];
 			kiln_digest_buf(KILN_SHA256, b.buf, b.len, got);
 			CHECK_STR(got, d);
 			for (size_t k = 0; k < m.nrefs; k++) {
 				char *bkey = reg_s3m_blob_key(m.refs[k].digest);
 				int64_t size;
-				if (m.refs[k].kind != REG_REF_MANIFEST && !m.refs[k].external &&
+				if (m.refs[k].kind != OCI_REF_MANIFEST && !m.refs[k].external &&
 				    (reg_s3m_blob_linked(&st, repo, m.refs[k].digest, NULL, &err) != 1 ||
 				     reg_s3_stat(&st.s3, bkey, &size, NULL, &err) != 1 || size != m.refs[k].size)) {
 					printf("#   manifest %s: blob %s missing\n", c.manifests.v[i], m.refs[k].digest);
@@ -294,7 +294,7 @@ static void test_bucket(void)
 				}
 				free(bkey);
 			}
-			reg_manifest_free(&m);
+			oci_manifest_free(&m);
 		}
 		kiln_error_clear(&err);
 		free(type);

@@ -1,4 +1,4 @@
-/* test_registry_client.c — the registry client against a real kiln server
+/* test_regclient.c — the registry client against a real kiln server
  * in-process on 127.0.0.1 (open and token-protected): references, the
  * WWW-Authenticate parser, credentials files, blob push (monolithic,
  * chunked, mount) and pull (resume, digest mismatch), manifests and indexes,
@@ -14,7 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "registry/internal.h"
+#include "registry/registry.h"
+#include "regclient/internal.h"
 #include "test.h"
 
 static char *tmp;
@@ -38,9 +39,9 @@ static void test_refs(void)
 	static const char *const bad[] = { "", "Busybox", "host:5000/", "a b", "x:bad tag", "x@sha256:12",
 					   "host:99999/a", "h/a:-t", "a//b" };
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
-		struct reg_imgref r;
+		struct oci_imgref r;
 		kiln_error *err = NULL;
-		CHECK(reg_imgref_parse(ok[i].in, &r, &err) == 0);
+		CHECK(oci_imgref_parse(ok[i].in, &r, &err) == 0);
 		if (err) {
 			printf("#   %s: %s\n", ok[i].in, kiln_error_message(err));
 			kiln_error_free(err);
@@ -54,51 +55,51 @@ static void test_refs(void)
 			CHECK(r.tag == NULL);
 		if (ok[i].digest)
 			CHECK_STR(r.digest, ok[i].digest);
-		reg_imgref_free(&r);
+		oci_imgref_free(&r);
 	}
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		struct reg_imgref r;
+		struct oci_imgref r;
 		kiln_error *err = NULL;
-		CHECK(reg_imgref_parse(bad[i], &r, &err) < 0);
+		CHECK(oci_imgref_parse(bad[i], &r, &err) < 0);
 		CHECK(err && strstr(kiln_error_message(err), "reference"));
 		kiln_error_free(err);
 	}
 	CHECK(kiln_ref_has_host("127.0.0.1:5000/a") && kiln_ref_has_host("ghcr.io/a"));
 	CHECK(!kiln_ref_has_host("busybox") && !kiln_ref_has_host("team/app"));
-	CHECK(reg_host_insecure("127.0.0.1:5000") && reg_host_insecure("[::1]:80") && reg_host_insecure("localhost"));
-	CHECK(!reg_host_insecure("ghcr.io"));
+	CHECK(oci_host_insecure("127.0.0.1:5000") && oci_host_insecure("[::1]:80") && oci_host_insecure("localhost"));
+	CHECK(!oci_host_insecure("ghcr.io"));
 	setenv("KILN_INSECURE_REGISTRIES", "reg.lan:5000, other.lan", 1);
-	CHECK(reg_host_insecure("reg.lan:5000") && reg_host_insecure("other.lan:443"));
-	CHECK(!reg_host_insecure("reg.lan:5001"));
+	CHECK(oci_host_insecure("reg.lan:5000") && oci_host_insecure("other.lan:443"));
+	CHECK(!oci_host_insecure("reg.lan:5001"));
 	unsetenv("KILN_INSECURE_REGISTRIES");
 }
 
 static void test_challenge(void)
 {
-	struct reg_challenge ch;
+	struct rc_challenge ch;
 	kiln_error *err = NULL;
 
-	CHECK(reg_challenge_parse("Bearer realm=\"https://auth.io/token\",service=\"reg.io\","
+	CHECK(rc_challenge_parse("Bearer realm=\"https://auth.io/token\",service=\"reg.io\","
 				  "scope=\"repository:a/b:pull,push\"",
 				  &ch, &err) == 0);
 	CHECK_STR(ch.scheme, "Bearer");
 	CHECK_STR(ch.realm, "https://auth.io/token");
 	CHECK_STR(ch.service, "reg.io");
 	CHECK_STR(ch.scope, "repository:a/b:pull,push");
-	reg_challenge_free(&ch);
-	CHECK(reg_challenge_parse("bearer  realm = \"x\\\"y\" , Service=svc, Basic realm=\"b\"", &ch, &err) == 0);
+	rc_challenge_free(&ch);
+	CHECK(rc_challenge_parse("bearer  realm = \"x\\\"y\" , Service=svc, Basic realm=\"b\"", &ch, &err) == 0);
 	if (err)
 		printf("#   %s\n", kiln_error_message(err));
 	kiln_error_clear(&err);
 	CHECK_STR(ch.realm, "x\"y");
 	CHECK_STR(ch.service, "svc");
-	reg_challenge_free(&ch);
-	CHECK(reg_challenge_parse("Basic realm=\"Registry Realm\"", &ch, &err) == 0);
+	rc_challenge_free(&ch);
+	CHECK(rc_challenge_parse("Basic realm=\"Registry Realm\"", &ch, &err) == 0);
 	CHECK_STR(ch.scheme, "Basic");
-	reg_challenge_free(&ch);
-	CHECK(reg_challenge_parse("Bearer realm=\"unterminated", &ch, &err) < 0);
+	rc_challenge_free(&ch);
+	CHECK(rc_challenge_parse("Bearer realm=\"unterminated", &ch, &err) < 0);
 	kiln_error_clear(&err);
-	CHECK(reg_challenge_parse("", &ch, &err) < 0);
+	CHECK(rc_challenge_parse("", &ch, &err) < 0);
 	kiln_error_clear(&err);
 }
 
@@ -108,17 +109,17 @@ static void test_credentials(void)
 	char *u = NULL, *p = NULL, *path;
 	struct stat st;
 
-	CHECK(reg_auth_lookup("nowhere.io", &u, &p, &err) == 0);
-	CHECK(reg_auth_store("reg.io:5000", "ci", "pa:ss", &err) == 0);
-	path = reg_auth_path();
+	CHECK(rc_auth_lookup("nowhere.io", &u, &p, &err) == 0);
+	CHECK(rc_auth_store("reg.io:5000", "ci", "pa:ss", &err) == 0);
+	path = rc_auth_path();
 	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
 	free(path);
-	CHECK(reg_auth_lookup("reg.io:5000", &u, &p, &err) == 1);
+	CHECK(rc_auth_lookup("reg.io:5000", &u, &p, &err) == 1);
 	CHECK_STR(u, "ci");
 	CHECK_STR(p, "pa:ss");
 	free(u);
 	free(p);
-	CHECK(reg_auth_store("bad", "a:b", "x", &err) < 0);
+	CHECK(rc_auth_store("bad", "a:b", "x", &err) < 0);
 	kiln_error_clear(&err);
 	/* docker's file as a fallback, Docker Hub under its legacy key */
 	char *dh = kiln_xasprintf("%s/dhome/.docker", tmp), *cfg = kiln_xasprintf("%s/config.json", dh);
@@ -127,7 +128,7 @@ static void test_credentials(void)
 	CHECK(kiln_write_atomic(cfg, doc, strlen(doc), 0600, &err) == 0);
 	char *home = getenv("HOME") ? kiln_xstrdup(getenv("HOME")) : NULL, *hh = kiln_xasprintf("%s/dhome", tmp);
 	setenv("HOME", hh, 1);
-	CHECK(reg_auth_lookup("registry-1.docker.io", &u, &p, &err) == 1);
+	CHECK(rc_auth_lookup("registry-1.docker.io", &u, &p, &err) == 1);
 	CHECK_STR(u, "hub");
 	CHECK_STR(p, "secret");
 	free(u);
@@ -154,32 +155,32 @@ static void test_credentials(void)
 	CHECK(kiln_write_atomic(hf, hdoc, strlen(hdoc), 0600, &err) == 0);
 	setenv("PATH", path1, 1);
 	setenv("REGISTRY_AUTH_FILE", hf, 1);
-	CHECK(reg_auth_lookup("helped.io:5000", &u, &p, &err) == 1);
+	CHECK(rc_auth_lookup("helped.io:5000", &u, &p, &err) == 1);
 	CHECK_STR(u, "hu");
 	CHECK_STR(p, "hs");
 	free(u);
 	free(p);
-	CHECK(reg_auth_lookup("docker.io", &u, &p, &err) == 1); /* credsStore, asked with docker's key */
+	CHECK(rc_auth_lookup("docker.io", &u, &p, &err) == 1); /* credsStore, asked with docker's key */
 	CHECK_STR(u, "hu");
 	free(u);
 	free(p);
-	CHECK(reg_auth_lookup("plain.io", &u, &p, &err) == 1); /* the store has none: auths */
+	CHECK(rc_auth_lookup("plain.io", &u, &p, &err) == 1); /* the store has none: auths */
 	CHECK_STR(u, "p");
 	CHECK_STR(p, "q");
 	free(u);
 	free(p);
-	CHECK(reg_auth_lookup("none.io", &u, &p, &err) == 0);
+	CHECK(rc_auth_lookup("none.io", &u, &p, &err) == 0);
 	setenv("PATH", path0, 1);
-	CHECK(reg_auth_lookup("helped.io:5000", &u, &p, &err) == 0); /* helper missing: a warning, no credentials */
+	CHECK(rc_auth_lookup("helped.io:5000", &u, &p, &err) == 0); /* helper missing: a warning, no credentials */
 	unsetenv("REGISTRY_AUTH_FILE");
 	free(bin);
 	free(helper);
 	free(hf);
 	free(path0);
 	free(path1);
-	CHECK(reg_auth_remove("reg.io:5000", &err) == 0);
-	CHECK(reg_auth_lookup("reg.io:5000", &u, &p, &err) == 0);
-	CHECK(reg_auth_remove("reg.io:5000", &err) < 0 && err->kind == KILN_E_NOTFOUND);
+	CHECK(rc_auth_remove("reg.io:5000", &err) == 0);
+	CHECK(rc_auth_lookup("reg.io:5000", &u, &p, &err) == 0);
+	CHECK(rc_auth_remove("reg.io:5000", &err) < 0 && err->kind == KILN_E_NOTFOUND);
 	kiln_error_clear(&err);
 }
 
@@ -202,73 +203,73 @@ static void fill(char *b, size_t n, unsigned seed)
 static void test_blobs(void)
 {
 	kiln_error *err = NULL;
-	reg_client *c = reg_client_new(host, NULL, &err);
+	rc_client *c = rc_client_new(host, NULL, &err);
 	size_t big = 300 * 1024;
 	char *data = kiln_xmalloc(big), *back = NULL;
 	size_t len = 0;
-	struct reg_blob b = { .size = -1 };
+	struct rc_blob b = { .size = -1 };
 	int64_t size = 0;
 
 	fill(data, big, 1);
 	kiln_digest_buf(KILN_SHA256, data, big, b.digest);
 	b.data = data;
 	b.len = big;
-	CHECK(reg_blob_exists(c, "t/a", b.digest, NULL, &err) == 0);
-	CHECK(reg_blob_push(c, "t/a", &b, &err) == 0);
-	CHECK(reg_blob_exists(c, "t/a", b.digest, &size, &err) == 1);
+	CHECK(rc_blob_exists(c, "t/a", b.digest, NULL, &err) == 0);
+	CHECK(rc_blob_push(c, "t/a", &b, &err) == 0);
+	CHECK(rc_blob_exists(c, "t/a", b.digest, &size, &err) == 1);
 	CHECK_INT(size, big);
-	CHECK(reg_blob_get_mem(c, "t/a", b.digest, big, &back, &len, &err) == 0);
+	CHECK(rc_blob_get_mem(c, "t/a", b.digest, big, &back, &len, &err) == 0);
 	CHECK(len == big && back && memcmp(back, data, big) == 0);
 	free(back);
 	/* a chunked upload of a file (PATCH with Content-Range) */
 	fill(data, big, 2);
 	char *src = write_file("src", data, big);
-	struct reg_blob f = { .path = src };
+	struct rc_blob f = { .path = src };
 	kiln_digest_buf(KILN_SHA256, data, big, f.digest);
-	struct reg_xfer_opts o = { .chunk_size = 64 * 1024, .parallel = 1 };
-	CHECK(reg_blobs_push(c, "t/a", &f, 1, &o, &err) == 0);
-	CHECK(reg_blob_exists(c, "t/a", f.digest, &size, &err) == 1 && size == (int64_t)big);
+	struct rc_xfer_opts o = { .chunk_size = 64 * 1024, .parallel = 1 };
+	CHECK(rc_blobs_push(c, "t/a", &f, 1, &o, &err) == 0);
+	CHECK(rc_blob_exists(c, "t/a", f.digest, &size, &err) == 1 && size == (int64_t)big);
 	/* mount into another repository */
-	struct reg_blob m = f;
+	struct rc_blob m = f;
 	m.mount_from = "t/a";
-	CHECK(reg_blob_push(c, "t/b", &m, &err) == 0);
-	CHECK(reg_blob_exists(c, "t/b", f.digest, NULL, &err) == 1);
+	CHECK(rc_blob_push(c, "t/b", &m, &err) == 0);
+	CHECK(rc_blob_exists(c, "t/b", f.digest, NULL, &err) == 1);
 	/* pull with resume: a correct prefix already in the .part */
 	char *dst = kiln_path_join(tmp, "dst"), *part = kiln_xasprintf("%s.part", dst), *got = NULL;
 	unlink(dst);
 	free(write_file("dst.part", data, 1000));
-	struct reg_blob g = { .path = dst, .size = (int64_t)big };
+	struct rc_blob g = { .path = dst, .size = (int64_t)big };
 	memcpy(g.digest, f.digest, KILN_DIGEST_MAX);
-	uint64_t down0 = reg_client_stats(c)->bytes_down;
-	CHECK(reg_blob_get(c, "t/b", &g, &err) == 0);
-	CHECK_INT(reg_client_stats(c)->bytes_down - down0, big - 1000);
+	uint64_t down0 = rc_client_stats(c)->bytes_down;
+	CHECK(rc_blob_get(c, "t/b", &g, &err) == 0);
+	CHECK_INT(rc_client_stats(c)->bytes_down - down0, big - 1000);
 	CHECK(kiln_read_file(dst, &got, &len, 0, &err) == 0 && len == big && memcmp(got, data, big) == 0);
 	free(got);
 	CHECK(access(part, F_OK) != 0);
 	/* a .part with a wrong prefix: the digest check refuses it, nothing stored */
 	unlink(dst);
 	free(write_file("dst.part", "garbage!", 8));
-	CHECK(reg_blob_get(c, "t/b", &g, &err) < 0);
+	CHECK(rc_blob_get(c, "t/b", &g, &err) < 0);
 	CHECK(err && strstr(kiln_error_message(err), "does not match its digest"));
 	kiln_error_clear(&err);
 	CHECK(access(dst, F_OK) != 0 && access(part, F_OK) != 0);
-	CHECK(reg_blob_get(c, "t/b", &g, &err) == 0); /* and a clean retry works */
+	CHECK(rc_blob_get(c, "t/b", &g, &err) == 0); /* and a clean retry works */
 	/* no_fsync skips only the fsyncs: the digest is still checked before the rename */
-	struct reg_xfer_opts nf = { .parallel = 1, .no_fsync = 1 };
+	struct rc_xfer_opts nf = { .parallel = 1, .no_fsync = 1 };
 	unlink(dst);
 	free(write_file("dst.part", "garbage!", 8));
-	CHECK(reg_blobs_pull(c, "t/b", &g, 1, &nf, &err) < 0);
+	CHECK(rc_blobs_pull(c, "t/b", &g, 1, &nf, &err) < 0);
 	CHECK(err && strstr(kiln_error_message(err), "does not match its digest"));
 	kiln_error_clear(&err);
 	CHECK(access(dst, F_OK) != 0 && access(part, F_OK) != 0);
-	CHECK(reg_blobs_pull(c, "t/b", &g, 1, &nf, &err) == 0);
+	CHECK(rc_blobs_pull(c, "t/b", &g, 1, &nf, &err) == 0);
 	CHECK(kiln_read_file(dst, &got, &len, 0, &err) == 0 && len == big && memcmp(got, data, big) == 0);
 	free(got);
 	CHECK(access(part, F_OK) != 0);
 	/* a missing blob */
-	struct reg_blob miss = { .path = dst, .size = -1 };
+	struct rc_blob miss = { .path = dst, .size = -1 };
 	kiln_digest_buf(KILN_SHA256, "nope", 4, miss.digest);
-	CHECK(reg_blob_get(c, "t/b", &miss, &err) < 0);
+	CHECK(rc_blob_get(c, "t/b", &miss, &err) < 0);
 	CHECK(err && strstr(kiln_error_message(err), "404"));
 	kiln_error_clear(&err);
 	if (err)
@@ -278,7 +279,7 @@ static void test_blobs(void)
 	free(dst);
 	free(part);
 	free(data);
-	reg_client_free(c);
+	rc_client_free(c);
 }
 
 static int have_even(void *ud, const char *digest)
@@ -287,9 +288,9 @@ static int have_even(void *ud, const char *digest)
 	return (kiln_digest_hex(digest)[0] - '0') % 2 == 0;
 }
 
-static void on_progress(void *ud, const struct reg_progress *p)
+static void on_progress(void *ud, const struct rc_progress *p)
 {
-	struct reg_progress *last = ud;
+	struct rc_progress *last = ud;
 	CHECK(p->bytes_done <= p->bytes_total);
 	*last = *p;
 	last->digest = NULL;
@@ -298,12 +299,12 @@ static void on_progress(void *ud, const struct reg_progress *p)
 static void test_parallel_and_manifests(void)
 {
 	kiln_error *err = NULL;
-	reg_client *c = reg_client_new(host, NULL, &err);
+	rc_client *c = rc_client_new(host, NULL, &err);
 	enum { N = 12 };
-	struct reg_blob b[N], g[N];
+	struct rc_blob b[N], g[N];
 	char *bufs[N], *paths[N];
-	struct reg_progress last = { 0 };
-	struct reg_xfer_opts o = { .parallel = 4, .progress = on_progress, .ud = &last };
+	struct rc_progress last = { 0 };
+	struct rc_xfer_opts o = { .parallel = 4, .progress = on_progress, .ud = &last };
 
 	for (int i = 0; i < N; i++) {
 		size_t n = 10000 + (size_t)i * 7000;
@@ -313,20 +314,20 @@ static void test_parallel_and_manifests(void)
 		kiln_digest_buf(KILN_SHA256, bufs[i], n, b[i].digest);
 		b[i].data = bufs[i];
 		b[i].len = n;
-		g[i] = (struct reg_blob){ .size = (int64_t)n };
+		g[i] = (struct rc_blob){ .size = (int64_t)n };
 		memcpy(g[i].digest, b[i].digest, KILN_DIGEST_MAX);
 		paths[i] = kiln_xasprintf("%s/p%d", tmp, i);
 		g[i].path = paths[i];
 	}
-	CHECK(reg_blobs_push(c, "t/par", b, N, &o, &err) == 0);
+	CHECK(rc_blobs_push(c, "t/par", b, N, &o, &err) == 0);
 	CHECK_INT(last.blobs_done, N);
 	CHECK_INT(last.blobs_skipped, 0);
 	CHECK(last.bytes_done == last.bytes_total && last.bytes_total > 0);
-	CHECK(reg_blobs_push(c, "t/par", b, N, &o, &err) == 0);
+	CHECK(rc_blobs_push(c, "t/par", b, N, &o, &err) == 0);
 	CHECK_INT(last.blobs_skipped, N); /* all there already */
 	CHECK_INT(last.bytes_moved, 0);
 	o.have = have_even;
-	CHECK(reg_blobs_pull(c, "t/par", g, N, &o, &err) == 0);
+	CHECK(rc_blobs_pull(c, "t/par", g, N, &o, &err) == 0);
 	size_t skipped = 0;
 	for (int i = 0; i < N; i++) {
 		int even = have_even(NULL, g[i].digest);
@@ -336,37 +337,37 @@ static void test_parallel_and_manifests(void)
 	CHECK_INT(last.blobs_skipped, skipped);
 	/* an image manifest, then an index that points at it */
 	char cfg[] = "{\"architecture\":\"amd64\",\"os\":\"linux\",\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}";
-	struct reg_blob cb = { .data = cfg, .len = strlen(cfg) };
+	struct rc_blob cb = { .data = cfg, .len = strlen(cfg) };
 	kiln_digest_buf(KILN_SHA256, cfg, strlen(cfg), cb.digest);
-	CHECK(reg_blob_push(c, "t/par", &cb, &err) == 0);
+	CHECK(rc_blob_push(c, "t/par", &cb, &err) == 0);
 	char *man = kiln_xasprintf("{\"schemaVersion\":2,\"mediaType\":\"%s\",\"config\":{\"mediaType\":"
 				   "\"application/vnd.oci.image.config.v1+json\",\"digest\":\"%s\",\"size\":%zu},"
 				   "\"layers\":[]}",
-				   REG_MT_OCI_MANIFEST, cb.digest, strlen(cfg));
+				   OCI_MT_OCI_MANIFEST, cb.digest, strlen(cfg));
 	char md[KILN_DIGEST_MAX], xd[KILN_DIGEST_MAX], hd[KILN_DIGEST_MAX];
-	CHECK(reg_manifest_put(c, "t/par", "v1", REG_MT_OCI_MANIFEST, man, strlen(man), md, &err) == 0);
+	CHECK(rc_manifest_put(c, "t/par", "v1", OCI_MT_OCI_MANIFEST, man, strlen(man), md, &err) == 0);
 	char *idx = kiln_xasprintf("{\"schemaVersion\":2,\"mediaType\":\"%s\",\"manifests\":["
 				   "{\"mediaType\":\"%s\",\"digest\":\"%s\",\"size\":%zu,"
 				   "\"platform\":{\"os\":\"linux\",\"architecture\":\"amd64\"}}]}",
-				   REG_MT_OCI_INDEX, REG_MT_OCI_MANIFEST, md, strlen(man));
-	CHECK(reg_manifest_put(c, "t/par", "multi", REG_MT_OCI_INDEX, idx, strlen(idx), xd, &err) == 0);
-	struct reg_doc d;
-	CHECK(reg_image_manifest_get(c, "t/par", "multi", &d, &err) == 0);
+				   OCI_MT_OCI_INDEX, OCI_MT_OCI_MANIFEST, md, strlen(man));
+	CHECK(rc_manifest_put(c, "t/par", "multi", OCI_MT_OCI_INDEX, idx, strlen(idx), xd, &err) == 0);
+	struct rc_doc d;
+	CHECK(rc_image_manifest_get(c, "t/par", "multi", &d, &err) == 0);
 	CHECK_STR(d.digest, md);
-	CHECK_STR(d.media_type, REG_MT_OCI_MANIFEST);
+	CHECK_STR(d.media_type, OCI_MT_OCI_MANIFEST);
 	CHECK(d.len == strlen(man) && memcmp(d.data, man, d.len) == 0);
-	reg_doc_free(&d);
-	CHECK(reg_manifest_get(c, "t/par", xd, NULL, &d, &err) == 0);
-	CHECK_STR(d.media_type, REG_MT_OCI_INDEX);
-	reg_doc_free(&d);
-	CHECK(reg_manifest_exists(c, "t/par", "v1", hd, &err) == 1);
+	rc_doc_free(&d);
+	CHECK(rc_manifest_get(c, "t/par", xd, NULL, &d, &err) == 0);
+	CHECK_STR(d.media_type, OCI_MT_OCI_INDEX);
+	rc_doc_free(&d);
+	CHECK(rc_manifest_exists(c, "t/par", "v1", hd, &err) == 1);
 	CHECK_STR(hd, md);
-	CHECK(reg_manifest_exists(c, "t/par", "nope", NULL, &err) == 0);
-	CHECK(reg_manifest_get(c, "t/par", "nope", NULL, &d, &err) < 0);
+	CHECK(rc_manifest_exists(c, "t/par", "nope", NULL, &err) == 0);
+	CHECK(rc_manifest_get(c, "t/par", "nope", NULL, &d, &err) < 0);
 	CHECK(err && strstr(kiln_error_message(err), "MANIFEST_UNKNOWN"));
 	kiln_error_clear(&err);
 	/* keep-alive: many requests, few connections (parallel 4 + the synchronous handle) */
-	const struct reg_client_stats *st = reg_client_stats(c);
+	const struct rc_client_stats *st = rc_client_stats(c);
 	printf("#   %llu requests over %llu connections\n", (unsigned long long)st->requests,
 	       (unsigned long long)st->connects);
 	CHECK(st->requests > 40);
@@ -377,48 +378,48 @@ static void test_parallel_and_manifests(void)
 		free(bufs[i]);
 		free(paths[i]);
 	}
-	reg_client_free(c);
+	rc_client_free(c);
 }
 
 static void test_auth(void)
 {
 	kiln_error *err = NULL;
-	struct reg_client_opts good = { .user = "ci", .pass = secret }, wrong = { .user = "ci", .pass = "nope" },
+	struct rc_client_opts good = { .user = "ci", .pass = secret }, wrong = { .user = "ci", .pass = "nope" },
 			       anon = { .anonymous = 1 };
-	reg_client *c = reg_client_new(ahost, &good, &err);
-	struct reg_blob b = { .data = "hello", .len = 5 };
+	rc_client *c = rc_client_new(ahost, &good, &err);
+	struct rc_blob b = { .data = "hello", .len = 5 };
 
 	kiln_digest_buf(KILN_SHA256, "hello", 5, b.digest);
-	CHECK(reg_client_ping(c, &err) == 0);
-	CHECK(reg_blob_push(c, "team/app", &b, &err) == 0);
+	CHECK(rc_client_ping(c, &err) == 0);
+	CHECK(rc_blob_push(c, "team/app", &b, &err) == 0);
 	if (err)
 		printf("#   %s\n", kiln_error_message(err));
 	kiln_error_clear(&err);
-	CHECK(reg_blob_exists(c, "team/app", b.digest, NULL, &err) == 1);
+	CHECK(rc_blob_exists(c, "team/app", b.digest, NULL, &err) == 1);
 	CHECK(c->ntokens >= 1); /* tokens came from the realm and are cached */
-	reg_client_free(c);
+	rc_client_free(c);
 
-	c = reg_client_new(ahost, &anon, &err);
-	CHECK(reg_blob_exists(c, "team/app", b.digest, NULL, &err) < 0);
+	c = rc_client_new(ahost, &anon, &err);
+	CHECK(rc_blob_exists(c, "team/app", b.digest, NULL, &err) < 0);
 	CHECK(err && strstr(kiln_error_message(err), "401"));
 	kiln_error_clear(&err);
-	reg_client_free(c);
+	rc_client_free(c);
 
-	c = reg_client_new(ahost, &wrong, &err);
-	CHECK(reg_client_ping(c, &err) < 0);
+	c = rc_client_new(ahost, &wrong, &err);
+	CHECK(rc_client_ping(c, &err) < 0);
 	CHECK(err && strstr(kiln_error_message(err), "not accepted"));
 	if (err)
 		printf("#   %s\n", kiln_error_message(err));
 	kiln_error_clear(&err);
-	reg_client_free(c);
+	rc_client_free(c);
 
 	/* an unreachable registry: a clear error after bounded retries */
-	struct reg_client_opts quick = { .retries = 1, .anonymous = 1 };
-	c = reg_client_new("127.0.0.1:1", &quick, &err);
-	CHECK(reg_client_ping(c, &err) < 0);
+	struct rc_client_opts quick = { .retries = 1, .anonymous = 1 };
+	c = rc_client_new("127.0.0.1:1", &quick, &err);
+	CHECK(rc_client_ping(c, &err) < 0);
 	CHECK(err && strstr(kiln_error_message(err), "127.0.0.1:1") && strstr(kiln_error_message(err), "retries"));
 	kiln_error_clear(&err);
-	reg_client_free(c);
+	rc_client_free(c);
 }
 
 struct late {
@@ -457,16 +458,16 @@ static void test_retry_until_up(void)
 	l.srv = NULL;
 	char h[64];
 	snprintf(h, sizeof(h), "127.0.0.1:%u", l.cfg.port);
-	reg_client *c = reg_client_new(h, &(struct reg_client_opts){ .retries = 6, .anonymous = 1 }, &err);
+	rc_client *c = rc_client_new(h, &(struct rc_client_opts){ .retries = 6, .anonymous = 1 }, &err);
 	pthread_create(&th, NULL, start_late, &l);
-	CHECK(reg_client_ping(c, &err) == 0);
+	CHECK(rc_client_ping(c, &err) == 0);
 	if (err)
 		printf("#   %s\n", kiln_error_message(err));
 	kiln_error_clear(&err);
-	CHECK(reg_client_stats(c)->retries >= 1);
+	CHECK(rc_client_stats(c)->retries >= 1);
 	pthread_join(th, NULL);
 	CHECK(l.srv != NULL);
-	reg_client_free(c);
+	rc_client_free(c);
 	if (l.srv)
 		reg_server_stop(l.srv);
 	reg_config_free(&l.cfg);

@@ -1,4 +1,4 @@
-/* client_auth.c — the registry auth challenge flow: WWW-Authenticate parsed
+/* auth.c — the registry auth challenge flow: WWW-Authenticate parsed
  * as RFC 7235 says (quoted strings, escapes, commas inside quotes, several
  * challenges), Bearer tokens fetched from the realm (with Basic credentials
  * when known, anonymously otherwise) and cached per scope; Basic challenges. */
@@ -7,9 +7,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "registry/internal.h"
+#include "regclient/internal.h"
 
-void reg_challenge_free(struct reg_challenge *ch)
+void rc_challenge_free(struct rc_challenge *ch)
 {
 	free(ch->scheme);
 	free(ch->realm);
@@ -23,7 +23,7 @@ static int tchar(int c)
 	return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
-int reg_challenge_parse(const char *h, struct reg_challenge *ch, kiln_error **err)
+int rc_challenge_parse(const char *h, struct rc_challenge *ch, kiln_error **err)
 {
 	const char *p = h;
 	kiln_buf val = KILN_BUF_INIT;
@@ -99,11 +99,11 @@ int reg_challenge_parse(const char *h, struct reg_challenge *ch, kiln_error **er
 	return 0;
 fail:
 	kiln_buf_free(&val);
-	reg_challenge_free(ch);
+	rc_challenge_free(ch);
 	return -1;
 }
 
-static struct reg_token *find_token(reg_client *c, const char *scope)
+static struct rc_token *find_token(rc_client *c, const char *scope)
 {
 	for (size_t i = 0; i < c->ntokens; i++)
 		if (strcmp(c->tokens[i].scope, scope ? scope : "") == 0)
@@ -111,17 +111,17 @@ static struct reg_token *find_token(reg_client *c, const char *scope)
 	return NULL;
 }
 
-char *reg_auth_header(reg_client *c, const char *scope)
+char *rc_auth_header(rc_client *c, const char *scope)
 {
-	struct reg_token *t = find_token(c, scope);
+	struct rc_token *t = find_token(c, scope);
 	if (!t || t->expires <= (int64_t)time(NULL))
 		return NULL;
 	return kiln_xasprintf("Authorization: Bearer %s", t->token);
 }
 
-static void put_token(reg_client *c, const char *scope, const char *token, int64_t ttl)
+static void put_token(rc_client *c, const char *scope, const char *token, int64_t ttl)
 {
-	struct reg_token *t = find_token(c, scope);
+	struct rc_token *t = find_token(c, scope);
 	if (!t) {
 		c->tokens = kiln_xrealloc(c->tokens, (c->ntokens + 1) * sizeof(*c->tokens));
 		t = &c->tokens[c->ntokens++];
@@ -134,7 +134,7 @@ static void put_token(reg_client *c, const char *scope, const char *token, int64
 	t->expires = (int64_t)time(NULL) + (ttl > 30 ? ttl - 10 : ttl);
 }
 
-static char *token_url(reg_client *c, const struct reg_challenge *ch, const char *scope)
+static char *token_url(rc_client *c, const struct rc_challenge *ch, const char *scope)
 {
 	kiln_buf b = KILN_BUF_INIT;
 	char sep = strchr(ch->realm, '?') ? '&' : '?';
@@ -162,9 +162,9 @@ static char *token_url(reg_client *c, const struct reg_challenge *ch, const char
 	return kiln_buf_detach(&b);
 }
 
-static int fetch_token(reg_client *c, const struct reg_challenge *ch, const char *scope, kiln_error **err)
+static int fetch_token(rc_client *c, const struct rc_challenge *ch, const char *scope, kiln_error **err)
 {
-	struct reg_http t;
+	struct rc_http t;
 	json_t *j = NULL;
 	const char *tok;
 	int rc = -1;
@@ -172,14 +172,14 @@ static int fetch_token(reg_client *c, const struct reg_challenge *ch, const char
 	if (strncmp(ch->realm, "https://", 8) != 0 && strncmp(ch->realm, "http://", 7) != 0)
 		return kiln_err(err, KILN_E_INVALID, "registry %s: token realm \"%s\" is not an http(s) URL", c->host,
 				ch->realm);
-	reg_http_init(&t, c, "GET", token_url(c, ch, scope), NULL);
+	rc_http_init(&t, c, "GET", token_url(c, ch, scope), NULL);
 	t.token_request = 1;
 	t.out_max = 1 << 20;
-	if (reg_http_do(&t, err) < 0)
+	if (rc_http_do(&t, err) < 0)
 		goto out;
 	if (t.status != 200) {
 		kiln_buf_reset(&t.out);
-		reg_http_fail(&t, "token", err);
+		rc_http_fail(&t, "token", err);
 		goto out;
 	}
 	j = kiln_json_loadb(t.out.buf, t.out.len, "token answer", err);
@@ -196,20 +196,20 @@ static int fetch_token(reg_client *c, const struct reg_challenge *ch, const char
 	rc = 0;
 out:
 	json_decref(j);
-	reg_http_free(&t);
+	rc_http_free(&t);
 	return rc;
 }
 
-int reg_http_authorize(struct reg_http *r, kiln_error **err)
+int rc_http_authorize(struct rc_http *r, kiln_error **err)
 {
-	reg_client *c = r->c;
-	struct reg_challenge ch;
+	rc_client *c = r->c;
+	struct rc_challenge ch;
 	int rc = -1;
 
 	if (!r->www_auth)
 		return kiln_err(err, KILN_E_GENERIC, "registry %s: HTTP 401 without a WWW-Authenticate challenge",
 				c->host);
-	if (reg_challenge_parse(r->www_auth, &ch, err) < 0)
+	if (rc_challenge_parse(r->www_auth, &ch, err) < 0)
 		return kiln_error_wrap(err, "registry %s", c->host);
 	if (strcasecmp(ch.scheme, "Basic") == 0) {
 		if (!c->user)
@@ -224,7 +224,7 @@ int reg_http_authorize(struct reg_http *r, kiln_error **err)
 			kiln_err(err, KILN_E_INVALID, "registry %s: Bearer challenge without a realm", c->host);
 		else {
 			const char *scope = r->scope ? r->scope : ch.scope;
-			struct reg_token *old = find_token(c, scope);
+			struct rc_token *old = find_token(c, scope);
 			if (old)
 				old->expires = 0;
 			rc = fetch_token(c, &ch, scope, err);
@@ -235,6 +235,6 @@ int reg_http_authorize(struct reg_http *r, kiln_error **err)
 	} else {
 		kiln_err(err, KILN_E_GENERIC, "registry %s: unsupported auth scheme \"%s\"", c->host, ch.scheme);
 	}
-	reg_challenge_free(&ch);
+	rc_challenge_free(&ch);
 	return rc;
 }

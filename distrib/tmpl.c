@@ -11,13 +11,13 @@
 
 #include <zstd.h>
 
-#include "registry/internal.h"
+#include "distrib/distrib.h"
 #include "snapshots/snapshots.h"
 
 static const char *const ROLES[] = { "rootfs", "memory", "disk", "state" };
 #define NROLES (sizeof(ROLES) / sizeof(ROLES[0]))
 
-int reg_tmpl_make(reg_chunks *cs, const char *template_ref, struct reg_tmpl *t, kiln_error **err)
+int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *t, kiln_error **err)
 {
 	snap_template *st = NULL;
 	char *path = NULL;
@@ -36,7 +36,7 @@ int reg_tmpl_make(reg_chunks *cs, const char *template_ref, struct reg_tmpl *t, 
 		if ((path = snap_template_blob(st, ROLES[i], err)) == NULL)
 			goto out;
 		t->nparts++;
-		if (reg_tmpl_chunk_file(cs, path, ROLES[i], &t->parts[i], err) < 0)
+		if (dist_tmpl_chunk_file(cs, path, ROLES[i], &t->parts[i], err) < 0)
 			goto out;
 		const char *want = kiln_json_str(json_object_get(snap_template_config(st), ROLES[i]), "digest");
 		if (want == NULL || strcmp(want, t->parts[i].digest) != 0) {
@@ -45,13 +45,13 @@ int reg_tmpl_make(reg_chunks *cs, const char *template_ref, struct reg_tmpl *t, 
 			goto out;
 		}
 	}
-	if (reg_tmpl_seal(t, cs, err) < 0)
+	if (dist_tmpl_seal(t, cs, err) < 0)
 		goto out;
 	rc = 0;
 out:
 	if (rc < 0) {
 		kiln_error_wrap(err, "template %s", template_ref);
-		reg_tmpl_free(t);
+		dist_tmpl_free(t);
 	}
 	free(path);
 	snap_template_free(st);
@@ -65,7 +65,7 @@ static bool zero_block(const unsigned char *p, size_t n)
 
 /* Write one part from its chunks into path, sparse (zero chunks and zero 4 KiB
  * blocks stay holes), hashing it on the way: it must be the file the index names. */
-static int assemble_part(reg_chunks *cs, const struct reg_tmpl_part *part, const char *path, kiln_error **err)
+static int assemble_part(dist_chunks *cs, const struct dist_tmpl_part *part, const char *path, kiln_error **err)
 {
 	enum { BLK = 4096 };
 	ZSTD_DCtx *z = ZSTD_createDCtx();
@@ -94,7 +94,7 @@ static int assemble_part(reg_chunks *cs, const struct reg_tmpl_part *part, const
 			kiln_hasher_update(h, zeros, len); /* a hole */
 			continue;
 		}
-		if (reg_chunks_get(cs, part->chunks[i], &comp, &clen, err) < 0)
+		if (dist_chunks_get(cs, part->chunks[i], &comp, &clen, err) < 0)
 			goto out;
 		size_t n = ZSTD_decompressDCtx(z, raw, part->chunk_size, comp, clen);
 		free(comp);
@@ -137,7 +137,7 @@ out:
 	return rc;
 }
 
-static const struct reg_tmpl_part *find_part(const struct reg_tmpl *t, const char *role)
+static const struct dist_tmpl_part *find_part(const struct dist_tmpl *t, const char *role)
 {
 	for (size_t i = 0; i < t->nparts; i++)
 		if (strcmp(t->parts[i].role, role) == 0)
@@ -145,9 +145,9 @@ static const struct reg_tmpl_part *find_part(const struct reg_tmpl *t, const cha
 	return NULL;
 }
 
-char *reg_tmpl_assemble(reg_chunks *cs, const struct reg_tmpl *t, const char *name, kiln_error **err)
+char *dist_tmpl_assemble(dist_chunks *cs, const struct dist_tmpl *t, const char *name, kiln_error **err)
 {
-	char *dir = kiln_xasprintf("%s/tmp/assemble-%ld-XXXXXX", reg_chunks_dir(cs), (long)getpid());
+	char *dir = kiln_xasprintf("%s/tmp/assemble-%ld-XXXXXX", dist_chunks_dir(cs), (long)getpid());
 	char *files[NROLES] = { 0 }, *result = NULL;
 	json_t *cfg = NULL;
 	kiln_error *e = NULL;
@@ -162,7 +162,7 @@ char *reg_tmpl_assemble(reg_chunks *cs, const struct reg_tmpl *t, const char *na
 	if ((cfg = kiln_json_loadb(t->config, t->config_len, "template config", err)) == NULL)
 		goto out;
 	for (size_t i = 0; i < NROLES; i++) {
-		const struct reg_tmpl_part *p = find_part(t, ROLES[i]);
+		const struct dist_tmpl_part *p = find_part(t, ROLES[i]);
 		const char *want = kiln_json_str(json_object_get(cfg, ROLES[i]), "digest");
 		if (p == NULL) {
 			kiln_err(err, KILN_E_INVALID, "the template index has no %s", ROLES[i]);

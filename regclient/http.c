@@ -1,4 +1,4 @@
-/* client_http.c — one registry client: a curl share (keep-alive connections
+/* http.c — one registry client: a curl share (keep-alive connections
  * and DNS for every handle), request setup (bodies from memory or a file
  * range, bounded answers, the headers the protocol needs), and the
  * synchronous request loop with backoff retries and the auth challenge. */
@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "registry/internal.h"
+#include "regclient/internal.h"
 
 #define ERRBODY_MAX 65536
 
@@ -28,10 +28,10 @@ static void global_init(void)
 	pthread_once(&once, curl_init_once);
 }
 
-reg_client *reg_client_new(const char *host, const struct reg_client_opts *o, kiln_error **err)
+rc_client *rc_client_new(const char *host, const struct rc_client_opts *o, kiln_error **err)
 {
-	static const struct reg_client_opts none = { 0 };
-	reg_client *c;
+	static const struct rc_client_opts none = { 0 };
+	rc_client *c;
 	const char *env = getenv("KILN_REGISTRY_RETRIES");
 
 	if (!o)
@@ -42,7 +42,7 @@ reg_client *reg_client_new(const char *host, const struct reg_client_opts *o, ki
 	c = kiln_xcalloc(1, sizeof(*c));
 	c->host = kiln_xstrdup(host);
 	c->base = o->base ? kiln_xstrdup(o->base)
-			  : kiln_xasprintf("%s://%s", reg_host_insecure(host) ? "http" : "https", host);
+			  : kiln_xasprintf("%s://%s", oci_host_insecure(host) ? "http" : "https", host);
 	c->retries = o->retries ? o->retries : env && *env ? (unsigned)atoi(env) : 4;
 	c->timeout_s = o->timeout_s ? o->timeout_s : 30;
 	c->max_rate = o->max_rate;
@@ -52,14 +52,14 @@ reg_client *reg_client_new(const char *host, const struct reg_client_opts *o, ki
 	if (o->user) {
 		c->user = kiln_xstrdup(o->user);
 		c->pass = kiln_xstrdup(o->pass ? o->pass : "");
-	} else if (!o->anonymous && reg_auth_lookup(host, &c->user, &c->pass, err) < 0) {
-		reg_client_free(c);
+	} else if (!o->anonymous && rc_auth_lookup(host, &c->user, &c->pass, err) < 0) {
+		rc_client_free(c);
 		return NULL;
 	}
 	c->share = curl_share_init();
 	c->easy = curl_easy_init();
 	if (!c->share || !c->easy) {
-		reg_client_free(c);
+		rc_client_free(c);
 		return kiln_err(err, KILN_E_GENERIC, "curl initialisation failed"), NULL;
 	}
 	curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
@@ -68,7 +68,7 @@ reg_client *reg_client_new(const char *host, const struct reg_client_opts *o, ki
 	return c;
 }
 
-void reg_client_free(reg_client *c)
+void rc_client_free(rc_client *c)
 {
 	if (!c)
 		return;
@@ -91,12 +91,12 @@ void reg_client_free(reg_client *c)
 	free(c);
 }
 
-const struct reg_client_stats *reg_client_stats(const reg_client *c)
+const struct rc_client_stats *rc_client_stats(const rc_client *c)
 {
 	return &c->stats;
 }
 
-char *reg_url(const reg_client *c, const char *fmt, ...)
+char *rc_url(const rc_client *c, const char *fmt, ...)
 {
 	kiln_buf b = KILN_BUF_INIT;
 	va_list ap;
@@ -108,7 +108,7 @@ char *reg_url(const reg_client *c, const char *fmt, ...)
 	return kiln_buf_detach(&b);
 }
 
-char *reg_url_resolve(const reg_client *c, const char *location)
+char *rc_url_resolve(const rc_client *c, const char *location)
 {
 	CURLU *u = curl_url();
 	char *out = NULL, *res;
@@ -123,15 +123,15 @@ char *reg_url_resolve(const reg_client *c, const char *location)
 	return out ? out : kiln_xstrdup(location);
 }
 
-unsigned reg_backoff_ms(unsigned attempt)
+unsigned rc_backoff_ms(unsigned attempt)
 {
 	unsigned ms = 200u << (attempt > 6 ? 6 : attempt - 1);
 	return ms > 10000 ? 10000 : ms;
 }
 
-unsigned reg_retry_delay_ms(const struct reg_http *r, unsigned attempt)
+unsigned rc_retry_delay_ms(const struct rc_http *r, unsigned attempt)
 {
-	unsigned ms = reg_backoff_ms(attempt);
+	unsigned ms = rc_backoff_ms(attempt);
 	if (r->cr == CURLE_OK && r->retry_after && isdigit((unsigned char)r->retry_after[0])) {
 		unsigned long s = strtoul(r->retry_after, NULL, 10);
 		unsigned ra = s > 60 ? 60000 : (unsigned)s * 1000;
@@ -141,7 +141,7 @@ unsigned reg_retry_delay_ms(const struct reg_http *r, unsigned attempt)
 	return ms;
 }
 
-void reg_http_init(struct reg_http *r, reg_client *c, const char *method, char *url, const char *scope)
+void rc_http_init(struct rc_http *r, rc_client *c, const char *method, char *url, const char *scope)
 {
 	memset(r, 0, sizeof(*r));
 	r->c = c;
@@ -155,7 +155,7 @@ void reg_http_init(struct reg_http *r, reg_client *c, const char *method, char *
 	r->clen = -1;
 }
 
-void reg_http_reset(struct reg_http *r)
+void rc_http_reset(struct rc_http *r)
 {
 	free(r->www_auth);
 	free(r->location);
@@ -182,9 +182,9 @@ void reg_http_reset(struct reg_http *r)
 	r->all = NULL;
 }
 
-void reg_http_free(struct reg_http *r)
+void rc_http_free(struct rc_http *r)
 {
-	reg_http_reset(r);
+	rc_http_reset(r);
 	kiln_buf_free(&r->out);
 	kiln_buf_free(&r->errbody);
 	curl_slist_free_all(r->headers);
@@ -204,22 +204,22 @@ static char *trimmed(const char *p, size_t n)
 
 static size_t on_header(char *p, size_t size, size_t n, void *ud)
 {
-	struct reg_http *r = ud;
+	struct rc_http *r = ud;
 	size_t len = size * n;
 	const char *colon = memchr(p, ':', len);
 	static const struct {
 		const char *name;
 		size_t off;
 	} keep[] = {
-		{ "www-authenticate", offsetof(struct reg_http, www_auth) },
-		{ "location", offsetof(struct reg_http, location) },
-		{ "docker-content-digest", offsetof(struct reg_http, digest) },
-		{ "content-type", offsetof(struct reg_http, ctype) },
-		{ "range", offsetof(struct reg_http, range) },
-		{ "retry-after", offsetof(struct reg_http, retry_after) },
-		{ "etag", offsetof(struct reg_http, etag) },
-		{ "last-modified", offsetof(struct reg_http, last_modified) },
-		{ "date", offsetof(struct reg_http, date) },
+		{ "www-authenticate", offsetof(struct rc_http, www_auth) },
+		{ "location", offsetof(struct rc_http, location) },
+		{ "docker-content-digest", offsetof(struct rc_http, digest) },
+		{ "content-type", offsetof(struct rc_http, ctype) },
+		{ "range", offsetof(struct rc_http, range) },
+		{ "retry-after", offsetof(struct rc_http, retry_after) },
+		{ "etag", offsetof(struct rc_http, etag) },
+		{ "last-modified", offsetof(struct rc_http, last_modified) },
+		{ "date", offsetof(struct rc_http, date) },
 	};
 
 	if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
@@ -253,7 +253,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 
 static size_t on_write(char *p, size_t size, size_t n, void *ud)
 {
-	struct reg_http *r = ud;
+	struct rc_http *r = ud;
 	size_t len = size * n;
 	long st = 0;
 
@@ -281,7 +281,7 @@ static size_t on_write(char *p, size_t size, size_t n, void *ud)
 
 static size_t on_read(char *p, size_t size, size_t n, void *ud)
 {
-	struct reg_http *r = ud;
+	struct rc_http *r = ud;
 	size_t want = size * n;
 	uint64_t left = r->body_len - r->body_pos;
 
@@ -307,18 +307,18 @@ static size_t on_read(char *p, size_t size, size_t n, void *ud)
 
 static int on_seek(void *ud, curl_off_t off, int origin)
 {
-	struct reg_http *r = ud;
+	struct rc_http *r = ud;
 	if (origin != SEEK_SET || off < 0 || (uint64_t)off > r->body_len)
 		return CURL_SEEKFUNC_CANTSEEK;
 	r->body_pos = (uint64_t)off;
 	return CURL_SEEKFUNC_OK;
 }
 
-void reg_http_setup(struct reg_http *r, CURL *h)
+void rc_http_setup(struct rc_http *r, CURL *h)
 {
 	char *auth;
 
-	reg_http_reset(r);
+	rc_http_reset(r);
 	r->attempts++;
 	r->h = h;
 	curl_easy_reset(h);
@@ -354,7 +354,7 @@ void reg_http_setup(struct reg_http *r, CURL *h)
 	for (struct curl_slist *l = r->headers; l; l = l->next)
 		r->all = curl_slist_append(r->all, l->data);
 	r->all = curl_slist_append(r->all, "Expect:");
-	auth = r->token_request ? NULL : reg_auth_header(r->c, r->scope);
+	auth = r->token_request ? NULL : rc_auth_header(r->c, r->scope);
 	if ((r->token_request || (!auth && r->c->basic)) && r->c->user) {
 		curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
 		curl_easy_setopt(h, CURLOPT_USERNAME, r->c->user);
@@ -391,7 +391,7 @@ void reg_http_setup(struct reg_http *r, CURL *h)
 	r->c->stats.requests++;
 }
 
-void reg_http_done(struct reg_http *r)
+void rc_http_done(struct rc_http *r)
 {
 	long conns = 0;
 	curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->status);
@@ -399,7 +399,7 @@ void reg_http_done(struct reg_http *r)
 		r->c->stats.connects += (uint64_t)conns;
 }
 
-int reg_http_transient(const struct reg_http *r)
+int rc_http_transient(const struct rc_http *r)
 {
 	if (r->sink_failed)
 		return 0;
@@ -423,13 +423,13 @@ int reg_http_transient(const struct reg_http *r)
 }
 
 /* The cause of a failed transfer, in a few words. */
-static const char *transport_error(const struct reg_http *r)
+static const char *transport_error(const struct rc_http *r)
 {
 	return r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->cr);
 }
 
 /* What to try when TLS fails: the usual cause is a plain-HTTP registry. */
-static const char *tls_hint(const struct reg_http *r)
+static const char *tls_hint(const struct rc_http *r)
 {
 	if (r->cr == CURLE_SSL_CONNECT_ERROR)
 		return " (a plain-HTTP registry? list it in KILN_INSECURE_REGISTRIES)";
@@ -438,7 +438,7 @@ static const char *tls_hint(const struct reg_http *r)
 	return "";
 }
 
-int reg_http_fail(const struct reg_http *r, const char *what, kiln_error **err)
+int rc_http_fail(const struct rc_http *r, const char *what, kiln_error **err)
 {
 	json_t *j, *e0;
 	const char *code = NULL, *msg = NULL;
@@ -473,28 +473,28 @@ static void sleep_ms(unsigned ms)
 		;
 }
 
-int reg_http_do(struct reg_http *r, kiln_error **err)
+int rc_http_do(struct rc_http *r, kiln_error **err)
 {
 	unsigned attempt = 0, auths = 0;
 
 	for (;;) {
-		reg_http_setup(r, r->c->easy);
+		rc_http_setup(r, r->c->easy);
 		r->cr = curl_easy_perform(r->c->easy);
-		reg_http_done(r);
+		rc_http_done(r);
 		if (r->cr == CURLE_OK && r->status == 401 && !r->token_request && auths < 2) {
 			auths++;
-			if (reg_http_authorize(r, err) < 0)
+			if (rc_http_authorize(r, err) < 0)
 				return -1;
 			continue;
 		}
 		if (r->sink_failed == 2)
 			return kiln_err(err, KILN_E_LIMIT, "%s %s: answer larger than %zu bytes", r->method, r->url,
 					r->out_max);
-		if (!reg_http_transient(r) || attempt >= r->c->retries)
+		if (!rc_http_transient(r) || attempt >= r->c->retries)
 			break;
 		attempt++;
 		r->c->stats.retries++;
-		unsigned ms = reg_retry_delay_ms(r, attempt);
+		unsigned ms = rc_retry_delay_ms(r, attempt);
 		kiln_debug("registry %s: %s %s: %s; retry %u in %u ms", r->c->host, r->method, r->url,
 			   r->cr != CURLE_OK ? transport_error(r) : "server error", attempt, ms);
 		sleep_ms(ms);
@@ -509,20 +509,20 @@ int reg_http_do(struct reg_http *r, kiln_error **err)
 	return r->sink_failed ? -1 : 0;
 }
 
-int reg_client_ping(reg_client *c, kiln_error **err)
+int rc_client_ping(rc_client *c, kiln_error **err)
 {
-	struct reg_http r;
+	struct rc_http r;
 	int rc = -1;
 
-	reg_http_init(&r, c, "GET", reg_url(c, "/v2/"), NULL);
-	if (reg_http_do(&r, err) < 0)
+	rc_http_init(&r, c, "GET", rc_url(c, "/v2/"), NULL);
+	if (rc_http_do(&r, err) < 0)
 		goto out;
 	if (r.status != 200) {
-		reg_http_fail(&r, "GET /v2/", err);
+		rc_http_fail(&r, "GET /v2/", err);
 		goto out;
 	}
 	rc = 0;
 out:
-	reg_http_free(&r);
+	rc_http_free(&r);
 	return rc;
 }

@@ -1,4 +1,4 @@
-/* client_xfer.c — blob transfers, several at once over one curl multi
+/* xfer.c — blob transfers, several at once over one curl multi
  * handle.  Each blob is a small state machine of requests (push: HEAD,
  * mount, POST, PATCH chunks / PUT; pull: GET with Range into PATH.part);
  * transient failures are retried with backoff from where the registry (or
@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "registry/internal.h"
+#include "regclient/internal.h"
 
 #define CHUNK_DEFAULT (32ull << 20)
 
@@ -23,9 +23,9 @@ enum step { S_START, S_HEAD, S_MOUNT, S_POST, S_STATUS, S_PATCH, S_PUT, S_GET, S
 struct xfer;
 
 struct job {
-	struct reg_http rq;
+	struct rc_http rq;
 	struct xfer *x;
-	const struct reg_blob *b;
+	const struct rc_blob *b;
 	enum step st;
 	unsigned attempts, auths;
 	int64_t wake_ms;
@@ -44,19 +44,19 @@ struct job {
 };
 
 struct xfer {
-	reg_client *c;
+	rc_client *c;
 	const char *repo;
 	int push;
 	char *scope;
 	uint64_t chunk;
-	const struct reg_xfer_opts *o;
+	const struct rc_xfer_opts *o;
 	struct job *jobs;
 	size_t n;
 	CURLM *multi;
 	CURL **handles;
 	int *busy;
 	unsigned nh;
-	struct reg_progress p;
+	struct rc_progress p;
 	uint64_t moved0;
 	int64_t last_report;
 	int started;            /* totals known: progress may be reported */
@@ -122,7 +122,7 @@ static int fsync_dir_of(const char *path)
 
 /* ---- pull ---------------------------------------------------------------- */
 
-static int pull_sink(void *ud, struct reg_http *r, const char *p, size_t n)
+static int pull_sink(void *ud, struct rc_http *r, const char *p, size_t n)
 {
 	struct job *j = ud;
 
@@ -256,22 +256,22 @@ static char *with_digest(const char *url, const char *digest)
 /* Build the request of j's current step. */
 static void build_request(struct xfer *x, struct job *j)
 {
-	reg_client *c = x->c;
-	const struct reg_blob *b = j->b;
+	rc_client *c = x->c;
+	const struct rc_blob *b = j->b;
 	const char *scope = x->scope;
 	char *url = NULL;
 	struct curl_slist *hd = NULL;
 
-	reg_http_free(&j->rq);
+	rc_http_free(&j->rq);
 	switch (j->st) {
 	case S_HEAD:
-		url = reg_url(c, "/v2/%s/blobs/%s", x->repo, b->digest);
+		url = rc_url(c, "/v2/%s/blobs/%s", x->repo, b->digest);
 		break;
 	case S_MOUNT:
-		url = reg_url(c, "/v2/%s/blobs/uploads/?mount=%s&from=%s", x->repo, b->digest, b->mount_from);
+		url = rc_url(c, "/v2/%s/blobs/uploads/?mount=%s&from=%s", x->repo, b->digest, b->mount_from);
 		break;
 	case S_POST:
-		url = reg_url(c, "/v2/%s/blobs/uploads/", x->repo);
+		url = rc_url(c, "/v2/%s/blobs/uploads/", x->repo);
 		break;
 	case S_STATUS:
 		url = kiln_xstrdup(j->upload);
@@ -281,7 +281,7 @@ static void build_request(struct xfer *x, struct job *j)
 		url = j->st == S_PUT ? with_digest(j->upload, b->digest) : kiln_xstrdup(j->upload);
 		break;
 	case S_GET:
-		url = reg_url(c, "/v2/%s/blobs/%s", x->repo, b->digest);
+		url = rc_url(c, "/v2/%s/blobs/%s", x->repo, b->digest);
 		break;
 	default:
 		break;
@@ -289,7 +289,7 @@ static void build_request(struct xfer *x, struct job *j)
 	static const char *const method[] = { [S_HEAD] = "HEAD", [S_MOUNT] = "POST", [S_POST] = "POST",
 					      [S_STATUS] = "GET", [S_PATCH] = "PATCH", [S_PUT] = "PUT",
 					      [S_GET] = "GET" };
-	reg_http_init(&j->rq, c, method[j->st], url, scope);
+	rc_http_init(&j->rq, c, method[j->st], url, scope);
 	free(j->mscope);
 	j->mscope = NULL;
 	if (j->st == S_MOUNT) {
@@ -334,7 +334,7 @@ static int start(struct xfer *x, struct job *j, unsigned slot)
 	build_request(x, j);
 	j->easy = x->handles[slot];
 	x->busy[slot] = 1;
-	reg_http_setup(&j->rq, j->easy);
+	rc_http_setup(&j->rq, j->easy);
 	curl_easy_setopt(j->easy, CURLOPT_PRIVATE, j);
 	j->running = 1;
 	j->rq.body_pos = 0;
@@ -357,7 +357,7 @@ static int retry(struct xfer *x, struct job *j, enum step next, kiln_error **err
 {
 	if (j->attempts >= x->c->retries) {
 		if (j->rq.cr != CURLE_OK || j->rq.status >= 400)
-			reg_http_fail(&j->rq, "blob", err);
+			rc_http_fail(&j->rq, "blob", err);
 		else
 			kiln_err(err, KILN_E_IO, "blob: registry %s: transfer cut short", x->c->host);
 		return kiln_error_wrap(err, "%s@%s (after %u retries)", x->repo, j->b->digest, j->attempts);
@@ -365,7 +365,7 @@ static int retry(struct xfer *x, struct job *j, enum step next, kiln_error **err
 	j->attempts++;
 	x->c->stats.retries++;
 	j->st = next;
-	j->wake_ms = now_ms() + reg_retry_delay_ms(&j->rq, j->attempts);
+	j->wake_ms = now_ms() + rc_retry_delay_ms(&j->rq, j->attempts);
 	kiln_debug("blob %s: %s; retry %u", j->b->digest,
 		   j->rq.cr != CURLE_OK ? curl_easy_strerror(j->rq.cr) : "server error", j->attempts);
 	return 0;
@@ -373,7 +373,7 @@ static int retry(struct xfer *x, struct job *j, enum step next, kiln_error **err
 
 static int fail(struct xfer *x, struct job *j, const char *what, kiln_error **err)
 {
-	reg_http_fail(&j->rq, what, err);
+	rc_http_fail(&j->rq, what, err);
 	return kiln_error_wrap(err, "%s@%s", x->repo, j->b->digest);
 }
 
@@ -397,14 +397,14 @@ static int take_location(struct xfer *x, struct job *j, kiln_error **err)
 		return kiln_err(err, KILN_E_GENERIC, "%s@%s: registry %s gave no upload Location", x->repo,
 				j->b->digest, x->c->host);
 	free(j->upload);
-	j->upload = reg_url_resolve(x->c, j->rq.location);
+	j->upload = rc_url_resolve(x->c, j->rq.location);
 	return 0;
 }
 
 /* A request of j ended: decide the next step. */
 static int advance(struct xfer *x, struct job *j, kiln_error **err)
 {
-	struct reg_http *r = &j->rq;
+	struct rc_http *r = &j->rq;
 	long st = r->status;
 
 	if (j->err) {
@@ -419,13 +419,13 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 	}
 	if (r->cr == CURLE_OK && st == 401 && j->auths < 3) {
 		j->auths++;
-		if (reg_http_authorize(r, err) < 0)
+		if (rc_http_authorize(r, err) < 0)
 			return -1;
 		return 0; /* same step again, now with a token */
 	}
 	if (j->st == S_GET && j->off > j->sent)
 		j->attempts = 0; /* it made progress: only stalls in a row count */
-	if (reg_http_transient(r)) {
+	if (rc_http_transient(r)) {
 		enum step again = j->st;
 		if (j->st == S_PATCH || (j->st == S_PUT && j->chunked))
 			again = S_STATUS;
@@ -529,7 +529,7 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
  * while another process holds its .part). */
 static int begin(struct xfer *x, struct job *j, kiln_error **err)
 {
-	const struct reg_blob *b = j->b;
+	const struct rc_blob *b = j->b;
 
 	if (kiln_digest_parse(b->digest, &j->algo, err) < 0)
 		return kiln_error_wrap(err, "blob");
@@ -571,10 +571,10 @@ static int begin(struct xfer *x, struct job *j, kiln_error **err)
 	return 0;
 }
 
-static int run(reg_client *c, const char *repo, int push, const struct reg_blob *blobs, size_t n,
-	       const struct reg_xfer_opts *o, kiln_error **err)
+static int run(rc_client *c, const char *repo, int push, const struct rc_blob *blobs, size_t n,
+	       const struct rc_xfer_opts *o, kiln_error **err)
 {
-	static const struct reg_xfer_opts defaults = { 0 };
+	static const struct rc_xfer_opts defaults = { 0 };
 	struct xfer x = { .c = c, .repo = repo, .push = push, .n = n };
 	int rc = -1;
 
@@ -599,7 +599,7 @@ static int run(reg_client *c, const char *repo, int push, const struct reg_blob 
 		j->fd = -1;
 		j->size_known = push || blobs[i].size >= 0;
 		j->size = j->size_known && !push ? (uint64_t)blobs[i].size : 0;
-		reg_http_init(&j->rq, c, "GET", NULL, NULL);
+		rc_http_init(&j->rq, c, "GET", NULL, NULL);
 	}
 	for (size_t i = 0; i < n; i++) {
 		/* pulls begin in the loop: their sizes are known already */
@@ -650,7 +650,7 @@ static int run(reg_client *c, const char *repo, int push, const struct reg_blob 
 				continue;
 			curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&j);
 			j->rq.cr = m->data.result;
-			reg_http_done(&j->rq);
+			rc_http_done(&j->rq);
 			release_slot(&x, j);
 			if (advance(&x, j, err) < 0)
 				goto out;
@@ -668,7 +668,7 @@ out:
 		if (j->running)
 			release_slot(&x, j);
 		job_release(j);
-		reg_http_free(&j->rq);
+		rc_http_free(&j->rq);
 		kiln_error_free(j->err);
 		free(j->upload);
 		free(j->part);
@@ -684,27 +684,27 @@ out:
 	return rc;
 }
 
-int reg_blobs_push(reg_client *c, const char *repo, const struct reg_blob *blobs, size_t n,
-		   const struct reg_xfer_opts *o, kiln_error **err)
+int rc_blobs_push(rc_client *c, const char *repo, const struct rc_blob *blobs, size_t n,
+		   const struct rc_xfer_opts *o, kiln_error **err)
 {
 	return run(c, repo, 1, blobs, n, o, err);
 }
 
-int reg_blobs_pull(reg_client *c, const char *repo, const struct reg_blob *blobs, size_t n,
-		   const struct reg_xfer_opts *o, kiln_error **err)
+int rc_blobs_pull(rc_client *c, const char *repo, const struct rc_blob *blobs, size_t n,
+		   const struct rc_xfer_opts *o, kiln_error **err)
 {
 	return run(c, repo, 0, blobs, n, o, err);
 }
 
-int reg_blob_push(reg_client *c, const char *repo, const struct reg_blob *b, kiln_error **err)
+int rc_blob_push(rc_client *c, const char *repo, const struct rc_blob *b, kiln_error **err)
 {
-	struct reg_xfer_opts o = { .parallel = 1 };
+	struct rc_xfer_opts o = { .parallel = 1 };
 	return run(c, repo, 1, b, 1, &o, err);
 }
 
-int reg_blob_get(reg_client *c, const char *repo, const struct reg_blob *b, kiln_error **err)
+int rc_blob_get(rc_client *c, const char *repo, const struct rc_blob *b, kiln_error **err)
 {
-	struct reg_xfer_opts o = { .parallel = 1 };
+	struct rc_xfer_opts o = { .parallel = 1 };
 	return run(c, repo, 0, b, 1, &o, err);
 }
 
@@ -717,7 +717,7 @@ static void add_size(kiln_buf *b, double v)
 	kiln_buf_addf(b, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
 }
 
-void reg_progress_format(const struct reg_progress *p, double elapsed_s, kiln_buf *out)
+void rc_progress_format(const struct rc_progress *p, double elapsed_s, kiln_buf *out)
 {
 	double rate = elapsed_s > 0 ? (double)p->bytes_moved / elapsed_s : 0;
 
@@ -735,7 +735,7 @@ void reg_progress_format(const struct reg_progress *p, double elapsed_s, kiln_bu
 		kiln_buf_addf(out, ", ETA %.0fs", (double)(p->bytes_total - p->bytes_done) / rate);
 }
 
-json_t *reg_progress_json(const struct reg_progress *p, double elapsed_s)
+json_t *rc_progress_json(const struct rc_progress *p, double elapsed_s)
 {
 	json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "blobs_done", (json_int_t)p->blobs_done,
 			      "blobs_total", (json_int_t)p->blobs_total, "blobs_skipped", (json_int_t)p->blobs_skipped,

@@ -1,7 +1,7 @@
-/* client_cred.c — registry credentials: `kiln login` writes them to
+/* cred.c — registry credentials: `kiln login` writes them to
  * $KILN_HOME/auth.json (0600, docker's config.json shape), lookups also read
  * the files podman/skopeo and docker use, including their credential helper
- * programs (credHelpers, credsStore).  Base64 through openssl. */
+ * programs (credHelpers, credsStore). */
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,46 +14,18 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
 extern char **environ;
 
 #define HELPER_TIMEOUT_MS 30000
 
-#include <openssl/evp.h>
 
-#include "registry/internal.h"
+#include "regclient/internal.h"
 
-char *reg_auth_path(void)
+char *rc_auth_path(void)
 {
 	char *home = kiln_home(), *p = kiln_path_join(home, "auth.json");
 	free(home);
 	return p;
-}
-
-static char *b64_encode(const char *s)
-{
-	size_t n = strlen(s);
-	char *out = kiln_xmalloc(4 * ((n + 2) / 3) + 1);
-	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
-	return out;
-}
-
-char *reg_b64_decode(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n % 4 != 0)
-		return NULL;
-	char *out = kiln_xmalloc(n / 4 * 3 + 1);
-	int len = EVP_DecodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
-	if (len < 0) {
-		free(out);
-		return NULL;
-	}
-	/* EVP_DecodeBlock counts the padding as zero bytes */
-	for (size_t i = n; i > 0 && s[i - 1] == '='; i--)
-		len--;
-	out[len] = 0;
-	return out;
 }
 
 /* "https://index.docker.io/v1/" → "index.docker.io": the key's host part. */
@@ -237,7 +209,7 @@ static int lookup_in(const char *path, const char *host, char **user, char **pas
 		const char *a = kiln_json_str(v, "auth"), *u = kiln_json_str(v, "username"),
 			   *p = kiln_json_str(v, "password");
 		if (a && *a) {
-			char *dec = reg_b64_decode(a), *colon = dec ? strchr(dec, ':') : NULL;
+			char *dec = kiln_b64_decode(a), *colon = dec ? strchr(dec, ':') : NULL;
 			if (!colon) {
 				kiln_warn("registry credentials: %s: entry \"%s\" is not base64 of USER:PASSWORD", path,
 					  key);
@@ -263,14 +235,14 @@ static int lookup_in(const char *path, const char *host, char **user, char **pas
 	return found;
 }
 
-int reg_auth_lookup(const char *host, char **user, char **pass, kiln_error **err)
+int rc_auth_lookup(const char *host, char **user, char **pass, kiln_error **err)
 {
 	const char *env;
 	char *p;
 	int found;
 
 	*user = *pass = NULL;
-	p = reg_auth_path();
+	p = rc_auth_path();
 	found = lookup_in(p, host, user, pass);
 	free(p);
 	if (!found && (env = getenv("REGISTRY_AUTH_FILE")) && *env)
@@ -291,7 +263,7 @@ int reg_auth_lookup(const char *host, char **user, char **pass, kiln_error **err
 /* Read-modify-write of kiln's file under an exclusive lock: fn edits auths. */
 static int update(const char *host, const char *user, const char *pass, kiln_error **err)
 {
-	char *home = kiln_home(), *path = reg_auth_path(), *lock = kiln_xasprintf("%s.lock", path), *text = NULL;
+	char *home = kiln_home(), *path = rc_auth_path(), *lock = kiln_xasprintf("%s.lock", path), *text = NULL;
 	json_t *j = NULL, *auths;
 	int fd = -1, rc = -1;
 
@@ -315,7 +287,7 @@ static int update(const char *host, const char *user, const char *pass, kiln_err
 		json_object_set_new(j, "auths", auths);
 	}
 	if (user) {
-		char *up = kiln_xasprintf("%s:%s", user, pass), *b = b64_encode(up);
+		char *up = kiln_xasprintf("%s:%s", user, pass), *b = kiln_b64_encode(up);
 		json_object_set_new(auths, host, json_pack("{s:s}", "auth", b));
 		free(up);
 		free(b);
@@ -354,14 +326,14 @@ out:
 	return rc;
 }
 
-int reg_auth_store(const char *host, const char *user, const char *pass, kiln_error **err)
+int rc_auth_store(const char *host, const char *user, const char *pass, kiln_error **err)
 {
 	if (strchr(user, ':'))
 		return kiln_err(err, KILN_E_INVALID, "user name \"%s\" must not contain ':'", user);
 	return update(host, user, pass, err);
 }
 
-int reg_auth_remove(const char *host, kiln_error **err)
+int rc_auth_remove(const char *host, kiln_error **err)
 {
 	return update(host, NULL, NULL, err);
 }

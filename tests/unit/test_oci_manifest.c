@@ -1,18 +1,19 @@
-/* test_registry_manifest.c — the registry's pure parts: manifest validation
+/* test_oci_manifest.c — the registry's pure parts: manifest validation
  * per media type, repository name and tag grammar, config file and --addr. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "registry/registry.h"
+#include "regclient/regclient.h"
 #include "test.h"
 
 #define D1 "sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
 #define D2 "sha256:486ea46224d1bb4fb680f34f7c9ad96a8f24ec88be73ea8e5a6c65260e9cb8a7"
 
-static int parse(const char *json, const char *ct, struct reg_manifest *m)
+static int parse(const char *json, const char *ct, struct oci_manifest *m)
 {
 	kiln_error *err = NULL;
-	int r = reg_manifest_parse(json, strlen(json), ct, m, &err);
+	int r = oci_manifest_parse(json, strlen(json), ct, m, &err);
 
 	if (r < 0) {
 		printf("#   parse: %s\n", kiln_error_message(err));
@@ -23,7 +24,7 @@ static int parse(const char *json, const char *ct, struct reg_manifest *m)
 
 static void test_image_manifest(void)
 {
-	struct reg_manifest m;
+	struct oci_manifest m;
 	const char *j = "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
 			"\"config\":{\"mediaType\":\"application/vnd.example+json\",\"digest\":\"" D1 "\",\"size\":5},"
 			"\"layers\":[{\"mediaType\":\"l\",\"digest\":\"" D2 "\",\"size\":7},"
@@ -37,21 +38,21 @@ static void test_image_manifest(void)
 	CHECK_STR(m.refs[0].digest, D2);
 	CHECK_INT(m.refs[0].external, 0);
 	CHECK_INT(m.refs[1].external, 1);
-	CHECK_INT(m.refs[2].kind, REG_REF_CONFIG);
+	CHECK_INT(m.refs[2].kind, OCI_REF_CONFIG);
 	CHECK_INT(m.refs[2].size, 5);
 	CHECK_STR(m.subject, D2);
 	/* artifactType falls back to the config's media type for referrers */
 	CHECK_STR(m.artifact_type, "application/vnd.example+json");
 	CHECK(m.annotations != NULL);
-	reg_manifest_free(&m);
+	oci_manifest_free(&m);
 	/* Content-Type with parameters is accepted */
 	CHECK(parse(j, "application/vnd.oci.image.manifest.v1+json; charset=utf-8", &m) == 0);
-	reg_manifest_free(&m);
+	oci_manifest_free(&m);
 }
 
 static void test_index_and_docker(void)
 {
-	struct reg_manifest m;
+	struct oci_manifest m;
 	const char *idx = "{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"x\",\"digest\":\"" D1 "\",\"size\":3}],"
 			  "\"artifactType\":\"application/x-art\"}";
 	const char *dl = "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.docker.distribution.manifest.list.v2+json\","
@@ -60,25 +61,25 @@ static void test_index_and_docker(void)
 	CHECK(parse(idx, "application/vnd.oci.image.index.v1+json", &m) == 0);
 	CHECK_INT(m.is_index, 1);
 	CHECK_INT(m.nrefs, 1);
-	CHECK_INT(m.refs[0].kind, REG_REF_MANIFEST);
+	CHECK_INT(m.refs[0].kind, OCI_REF_MANIFEST);
 	CHECK_STR(m.artifact_type, "application/x-art");
-	reg_manifest_free(&m);
+	oci_manifest_free(&m);
 	/* no mediaType and no Content-Type: the shape decides */
 	CHECK(parse(idx, NULL, &m) == 0);
 	CHECK_STR(m.media_type, "application/vnd.oci.image.index.v1+json");
-	reg_manifest_free(&m);
+	oci_manifest_free(&m);
 	CHECK(parse(dl, NULL, &m) == 0);
 	CHECK_INT(m.is_index, 1);
 	CHECK_INT(m.nrefs, 0);
-	reg_manifest_free(&m);
+	oci_manifest_free(&m);
 }
 
 static void expect_invalid(const char *json, const char *ct, const char *needle)
 {
-	struct reg_manifest m;
+	struct oci_manifest m;
 	kiln_error *err = NULL;
 
-	CHECK(reg_manifest_parse(json, strlen(json), ct, &m, &err) < 0);
+	CHECK(oci_manifest_parse(json, strlen(json), ct, &m, &err) < 0);
 	CHECK(err != NULL && strstr(kiln_error_message(err), needle) != NULL);
 	if (err && !strstr(kiln_error_message(err), needle))
 		printf("#   message: %s (want %s)\n", kiln_error_message(err), needle);
@@ -108,36 +109,36 @@ static void test_invalid(void)
 
 static void test_names(void)
 {
-	CHECK(reg_name_valid("foo"));
-	CHECK(reg_name_valid("team/app"));
-	CHECK(reg_name_valid("a.b_c__d-e---f/g0"));
-	CHECK(!reg_name_valid(""));
-	CHECK(!reg_name_valid("Foo"));
-	CHECK(!reg_name_valid("foo/"));
-	CHECK(!reg_name_valid("/foo"));
-	CHECK(!reg_name_valid("foo//bar"));
-	CHECK(!reg_name_valid("a..b"));
-	CHECK(!reg_name_valid("a___b"));
-	CHECK(!reg_name_valid("-a"));
-	CHECK(!reg_name_valid("a-"));
-	CHECK(!reg_name_valid("../etc"));
+	CHECK(oci_name_valid("foo"));
+	CHECK(oci_name_valid("team/app"));
+	CHECK(oci_name_valid("a.b_c__d-e---f/g0"));
+	CHECK(!oci_name_valid(""));
+	CHECK(!oci_name_valid("Foo"));
+	CHECK(!oci_name_valid("foo/"));
+	CHECK(!oci_name_valid("/foo"));
+	CHECK(!oci_name_valid("foo//bar"));
+	CHECK(!oci_name_valid("a..b"));
+	CHECK(!oci_name_valid("a___b"));
+	CHECK(!oci_name_valid("-a"));
+	CHECK(!oci_name_valid("a-"));
+	CHECK(!oci_name_valid("../etc"));
 	char longname[300];
 	memset(longname, 'a', sizeof(longname) - 1);
 	longname[299] = '\0';
-	CHECK(!reg_name_valid(longname));
-	CHECK(reg_tag_valid("latest"));
-	CHECK(reg_tag_valid("v1.2.3-rc_1"));
-	CHECK(reg_tag_valid("_x"));
-	CHECK(!reg_tag_valid(""));
-	CHECK(!reg_tag_valid(".x"));
-	CHECK(!reg_tag_valid("-x"));
-	CHECK(!reg_tag_valid("a/b"));
+	CHECK(!oci_name_valid(longname));
+	CHECK(oci_tag_valid("latest"));
+	CHECK(oci_tag_valid("v1.2.3-rc_1"));
+	CHECK(oci_tag_valid("_x"));
+	CHECK(!oci_tag_valid(""));
+	CHECK(!oci_tag_valid(".x"));
+	CHECK(!oci_tag_valid("-x"));
+	CHECK(!oci_tag_valid("a/b"));
 	char longtag[130];
 	memset(longtag, 'a', sizeof(longtag) - 1);
 	longtag[129] = '\0';
-	CHECK(!reg_tag_valid(longtag));
+	CHECK(!oci_tag_valid(longtag));
 	longtag[128] = '\0';
-	CHECK(reg_tag_valid(longtag));
+	CHECK(oci_tag_valid(longtag));
 }
 
 static void test_config(void)

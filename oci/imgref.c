@@ -1,15 +1,15 @@
-/* client_ref.c — where a reference (common/ref.c, the one parser) is fetched
+/* imgref.c — where a reference (common/ref.c, the one parser) is fetched
  * from: Docker Hub's defaults for references without a host, and the choice
  * of plain HTTP (loopback, $KILN_INSECURE_REGISTRIES) or HTTPS per host. */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry/internal.h"
+#include "oci/oci.h"
 
 #define HUB_HOST "registry-1.docker.io"
 
-void reg_imgref_free(struct reg_imgref *r)
+void oci_imgref_free(struct oci_imgref *r)
 {
 	if (!r)
 		return;
@@ -20,7 +20,7 @@ void reg_imgref_free(struct reg_imgref *r)
 	memset(r, 0, sizeof(*r));
 }
 
-int reg_imgref_parse(const char *s, struct reg_imgref *r, kiln_error **err)
+int oci_imgref_parse(const char *s, struct oci_imgref *r, kiln_error **err)
 {
 	struct kiln_ref k;
 
@@ -45,13 +45,13 @@ int reg_imgref_parse(const char *s, struct reg_imgref *r, kiln_error **err)
 	return 0;
 }
 
-char *reg_imgref_str(const struct reg_imgref *r)
+char *oci_imgref_str(const struct oci_imgref *r)
 {
 	return kiln_xasprintf("%s/%s%s%s%s%s", r->host, r->repo, r->tag ? ":" : "", r->tag ? r->tag : "",
 			      r->digest ? "@" : "", r->digest ? r->digest : "");
 }
 
-const char *reg_imgref_reference(const struct reg_imgref *r)
+const char *oci_imgref_reference(const struct oci_imgref *r)
 {
 	return r->digest ? r->digest : r->tag ? r->tag : "latest";
 }
@@ -69,7 +69,7 @@ static void host_only(const char *host, char *buf, size_t n)
 	snprintf(buf, n, "%.*s", (int)(colon ? (size_t)(colon - host) : strlen(host)), host);
 }
 
-int reg_host_insecure(const char *host)
+int oci_host_insecure(const char *host)
 {
 	char h[256];
 	const char *list = getenv("KILN_INSECURE_REGISTRIES");

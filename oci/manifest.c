@@ -3,21 +3,17 @@
  * common/ref.c's grammar.  Pure functions on bytes: the fuzzer drives them directly. */
 #include <string.h>
 
-#include "registry/internal.h"
+#include "oci/oci.h"
 
-#define MT_OCI_MANIFEST "application/vnd.oci.image.manifest.v1+json"
-#define MT_OCI_INDEX "application/vnd.oci.image.index.v1+json"
-#define MT_DOCKER_MANIFEST "application/vnd.docker.distribution.manifest.v2+json"
-#define MT_DOCKER_LIST "application/vnd.docker.distribution.manifest.list.v2+json"
 #define MT_OCI_ARTIFACT "application/vnd.oci.artifact.manifest.v1+json"
 
 static int known_type(const char *t)
 {
-	return strcmp(t, MT_OCI_MANIFEST) == 0 || strcmp(t, MT_OCI_INDEX) == 0 || strcmp(t, MT_DOCKER_MANIFEST) == 0 ||
-	       strcmp(t, MT_DOCKER_LIST) == 0 || strcmp(t, MT_OCI_ARTIFACT) == 0;
+	return strcmp(t, OCI_MT_OCI_MANIFEST) == 0 || strcmp(t, OCI_MT_OCI_INDEX) == 0 || strcmp(t, OCI_MT_DOCKER_MANIFEST) == 0 ||
+	       strcmp(t, OCI_MT_DOCKER_LIST) == 0 || strcmp(t, MT_OCI_ARTIFACT) == 0;
 }
 
-static int descriptor(json_t *d, const char *where, struct reg_ref *ref, kiln_error **err)
+static int descriptor(json_t *d, const char *where, struct oci_ref *ref, kiln_error **err)
 {
 	json_t *digest = json_object_get(d, "digest"), *size = json_object_get(d, "size");
 	json_t *mt = json_object_get(d, "mediaType"), *urls = json_object_get(d, "urls");
@@ -43,7 +39,7 @@ static int descriptor(json_t *d, const char *where, struct reg_ref *ref, kiln_er
 	return 0;
 }
 
-static int add_refs(struct reg_manifest *m, json_t *arr, const char *key, enum reg_ref_kind kind, kiln_error **err)
+static int add_refs(struct oci_manifest *m, json_t *arr, const char *key, enum oci_ref_kind kind, kiln_error **err)
 {
 	size_t i;
 	json_t *d;
@@ -53,7 +49,7 @@ static int add_refs(struct reg_manifest *m, json_t *arr, const char *key, enum r
 	m->refs = kiln_xrealloc(m->refs, (m->nrefs + json_array_size(arr) + 1) * sizeof(*m->refs));
 	json_array_foreach(arr, i, d) {
 		char where[64];
-		struct reg_ref *r = &m->refs[m->nrefs];
+		struct oci_ref *r = &m->refs[m->nrefs];
 
 		snprintf(where, sizeof(where), "%s[%zu]", key, i);
 		memset(r, 0, sizeof(*r));
@@ -65,7 +61,7 @@ static int add_refs(struct reg_manifest *m, json_t *arr, const char *key, enum r
 	return 0;
 }
 
-static int parse_body(struct reg_manifest *m, const char *content_type, kiln_error **err)
+static int parse_body(struct oci_manifest *m, const char *content_type, kiln_error **err)
 {
 	json_t *j = m->json, *v;
 	const char *body_type = kiln_json_str(j, "mediaType");
@@ -84,9 +80,9 @@ static int parse_body(struct reg_manifest *m, const char *content_type, kiln_err
 	} else if (body_type) {
 		type = body_type;
 	} else if (json_object_get(j, "manifests")) {
-		type = MT_OCI_INDEX;
+		type = OCI_MT_OCI_INDEX;
 	} else {
-		type = MT_OCI_MANIFEST;
+		type = OCI_MT_OCI_MANIFEST;
 	}
 	if (!known_type(type))
 		return kiln_err(err, KILN_E_INVALID, "unsupported manifest media type '%s'", type);
@@ -101,30 +97,30 @@ static int parse_body(struct reg_manifest *m, const char *content_type, kiln_err
 		return kiln_err(err, KILN_E_INVALID, "artifactType is not a string");
 	if (v)
 		m->artifact_type = kiln_xstrdup(json_string_value(v));
-	if (strcmp(type, MT_OCI_INDEX) == 0 || strcmp(type, MT_DOCKER_LIST) == 0) {
+	if (strcmp(type, OCI_MT_OCI_INDEX) == 0 || strcmp(type, OCI_MT_DOCKER_LIST) == 0) {
 		m->is_index = 1;
-		if (add_refs(m, json_object_get(j, "manifests"), "manifests", REG_REF_MANIFEST, err) < 0)
+		if (add_refs(m, json_object_get(j, "manifests"), "manifests", OCI_REF_MANIFEST, err) < 0)
 			return -1;
 	} else if (strcmp(type, MT_OCI_ARTIFACT) == 0) {
 		v = json_object_get(j, "blobs");
-		if (v && add_refs(m, v, "blobs", REG_REF_LAYER, err) < 0)
+		if (v && add_refs(m, v, "blobs", OCI_REF_LAYER, err) < 0)
 			return -1;
 	} else {
-		struct reg_ref cfg = { .kind = REG_REF_CONFIG };
+		struct oci_ref cfg = { .kind = OCI_REF_CONFIG };
 		v = json_object_get(j, "config");
 		if (v == NULL)
 			return kiln_err(err, KILN_E_INVALID, "config: missing");
 		if (descriptor(v, "config", &cfg, err) < 0)
 			return -1;
-		if (add_refs(m, json_object_get(j, "layers"), "layers", REG_REF_LAYER, err) < 0)
+		if (add_refs(m, json_object_get(j, "layers"), "layers", OCI_REF_LAYER, err) < 0)
 			return -1;
 		m->refs[m->nrefs++] = cfg;
-		if (!m->artifact_type && strcmp(type, MT_OCI_MANIFEST) == 0)
+		if (!m->artifact_type && strcmp(type, OCI_MT_OCI_MANIFEST) == 0)
 			m->artifact_type = kiln_xstrdup(kiln_json_str(v, "mediaType"));
 	}
 	v = json_object_get(j, "subject");
 	if (v) {
-		struct reg_ref sub;
+		struct oci_ref sub;
 		if (descriptor(v, "subject", &sub, err) < 0)
 			return -1;
 		snprintf(m->subject, sizeof(m->subject), "%s", sub.digest);
@@ -144,7 +140,7 @@ static int parse_body(struct reg_manifest *m, const char *content_type, kiln_err
 	return 0;
 }
 
-int reg_manifest_parse(const char *data, size_t len, const char *content_type, struct reg_manifest *m,
+int oci_manifest_parse(const char *data, size_t len, const char *content_type, struct oci_manifest *m,
 		       kiln_error **err)
 {
 	char ct[256] = "";
@@ -160,17 +156,28 @@ int reg_manifest_parse(const char *data, size_t len, const char *content_type, s
 	}
 	m->json = kiln_json_loadb(data, len, "manifest", err);
 	if (m->json == NULL || parse_body(m, ct[0] ? ct : NULL, err) < 0) {
-		reg_manifest_free(m);
+		oci_manifest_free(m);
 		return -1;
 	}
 	return 0;
 }
 
-void reg_manifest_free(struct reg_manifest *m)
+void oci_manifest_free(struct oci_manifest *m)
 {
 	free(m->media_type);
 	free(m->artifact_type);
 	free(m->refs);
 	json_decref(m->json);
 	memset(m, 0, sizeof(*m));
+}
+
+int oci_tmpl_is_artifact(const char *manifest, size_t len)
+{
+	json_t *m = kiln_json_loadb(manifest, len, "manifest", NULL);
+	const char *at = m ? kiln_json_str(m, "artifactType") : NULL;
+	const char *cm = m ? kiln_json_str(json_object_get(m, "config"), "mediaType") : NULL;
+	int r = (at && strcmp(at, OCI_TMPL_ARTIFACT_TYPE) == 0) || (cm && strcmp(cm, OCI_TMPL_CONFIG_MEDIA) == 0);
+
+	json_decref(m);
+	return r;
 }

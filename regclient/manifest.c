@@ -1,17 +1,17 @@
-/* client_manifest.c — manifests (GET with the OCI and Docker Accept types,
+/* manifest.c — manifests (GET with the OCI and Docker Accept types,
  * an index resolved to linux/amd64, HEAD, PUT) and the small synchronous
  * blob calls (HEAD, GET into memory).  Every digest is computed over the
  * bytes received; headers are never trusted for it. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry/internal.h"
+#include "regclient/internal.h"
 
 #define MANIFEST_MAX (4u << 20)
-#define ACCEPT_ALL REG_MT_OCI_MANIFEST ", " REG_MT_OCI_INDEX ", " REG_MT_DOCKER_MANIFEST ", " REG_MT_DOCKER_LIST
-#define ACCEPT_IMAGE REG_MT_OCI_MANIFEST ", " REG_MT_DOCKER_MANIFEST
+#define ACCEPT_ALL OCI_MT_OCI_MANIFEST ", " OCI_MT_OCI_INDEX ", " OCI_MT_DOCKER_MANIFEST ", " OCI_MT_DOCKER_LIST
+#define ACCEPT_IMAGE OCI_MT_OCI_MANIFEST ", " OCI_MT_DOCKER_MANIFEST
 
-void reg_doc_free(struct reg_doc *d)
+void rc_doc_free(struct rc_doc *d)
 {
 	if (!d)
 		return;
@@ -37,22 +37,22 @@ static int ref_algo(const char *ref, enum kiln_digest_algo *algo)
 	return 0;
 }
 
-int reg_manifest_get(reg_client *c, const char *repo, const char *ref, const char *accept, struct reg_doc *out,
+int rc_manifest_get(rc_client *c, const char *repo, const char *ref, const char *accept, struct rc_doc *out,
 		     kiln_error **err)
 {
 	char *scope = scope_of(repo, "pull"), *hdr = kiln_xasprintf("Accept: %s", accept ? accept : ACCEPT_ALL);
-	struct reg_http r;
+	struct rc_http r;
 	enum kiln_digest_algo algo;
 	int by_digest = ref_algo(ref, &algo), rc = -1;
 
 	memset(out, 0, sizeof(*out));
-	reg_http_init(&r, c, "GET", reg_url(c, "/v2/%s/manifests/%s", repo, ref), scope);
+	rc_http_init(&r, c, "GET", rc_url(c, "/v2/%s/manifests/%s", repo, ref), scope);
 	r.headers = curl_slist_append(NULL, hdr);
 	r.out_max = MANIFEST_MAX;
-	if (reg_http_do(&r, err) < 0)
+	if (rc_http_do(&r, err) < 0)
 		goto out;
 	if (r.status != 200) {
-		reg_http_fail(&r, "manifest", err);
+		rc_http_fail(&r, "manifest", err);
 		goto out;
 	}
 	kiln_digest_buf(algo, r.out.buf, r.out.len, out->digest);
@@ -67,7 +67,7 @@ int reg_manifest_get(reg_client *c, const char *repo, const char *ref, const cha
 		/* a generic Content-Type: the body's own mediaType decides */
 		json_t *j = json_loadb(r.out.buf, r.out.len, 0, NULL);
 		const char *mt = kiln_json_str(j, "mediaType");
-		out->media_type = kiln_xstrdup(mt ? mt : REG_MT_OCI_MANIFEST);
+		out->media_type = kiln_xstrdup(mt ? mt : OCI_MT_OCI_MANIFEST);
 		json_decref(j);
 	}
 	out->len = r.out.len;
@@ -75,31 +75,31 @@ int reg_manifest_get(reg_client *c, const char *repo, const char *ref, const cha
 	rc = 0;
 out:
 	if (rc < 0) {
-		reg_doc_free(out);
+		rc_doc_free(out);
 		kiln_error_wrap(err, "%s/%s:%s", c->host, repo, ref);
 	}
-	reg_http_free(&r);
+	rc_http_free(&r);
 	free(scope);
 	free(hdr);
 	return rc;
 }
 
-static int is_index(const struct reg_doc *d, json_t *j)
+static int is_index(const struct rc_doc *d, json_t *j)
 {
-	return strcmp(d->media_type, REG_MT_OCI_INDEX) == 0 || strcmp(d->media_type, REG_MT_DOCKER_LIST) == 0 ||
+	return strcmp(d->media_type, OCI_MT_OCI_INDEX) == 0 || strcmp(d->media_type, OCI_MT_DOCKER_LIST) == 0 ||
 	       (json_is_array(json_object_get(j, "manifests")) && !json_object_get(j, "layers"));
 }
 
-int reg_image_manifest_get(reg_client *c, const char *repo, const char *ref, struct reg_doc *out,
+int rc_image_manifest_get(rc_client *c, const char *repo, const char *ref, struct rc_doc *out,
 			   kiln_error **err)
 {
-	struct reg_doc idx;
+	struct rc_doc idx;
 	json_t *j = NULL, *m;
 	const char *pick = NULL;
 	size_t i;
 	int rc = -1;
 
-	if (reg_manifest_get(c, repo, ref, NULL, &idx, err) < 0)
+	if (rc_manifest_get(c, repo, ref, NULL, &idx, err) < 0)
 		return -1;
 	j = kiln_json_loadb(idx.data, idx.len, "manifest", err);
 	if (!j)
@@ -127,23 +127,23 @@ int reg_image_manifest_get(reg_client *c, const char *repo, const char *ref, str
 		goto out;
 	}
 	kiln_buf_free(&seen);
-	rc = reg_manifest_get(c, repo, pick, ACCEPT_IMAGE, out, err);
+	rc = rc_manifest_get(c, repo, pick, ACCEPT_IMAGE, out, err);
 out:
 	json_decref(j);
-	reg_doc_free(&idx);
+	rc_doc_free(&idx);
 	return rc;
 }
 
-int reg_manifest_exists(reg_client *c, const char *repo, const char *ref, char digest[KILN_DIGEST_MAX],
+int rc_manifest_exists(rc_client *c, const char *repo, const char *ref, char digest[KILN_DIGEST_MAX],
 			kiln_error **err)
 {
 	char *scope = scope_of(repo, "pull");
-	struct reg_http r;
+	struct rc_http r;
 	int rc = -1;
 
-	reg_http_init(&r, c, "HEAD", reg_url(c, "/v2/%s/manifests/%s", repo, ref), scope);
+	rc_http_init(&r, c, "HEAD", rc_url(c, "/v2/%s/manifests/%s", repo, ref), scope);
 	r.headers = curl_slist_append(NULL, "Accept: " ACCEPT_ALL);
-	if (reg_http_do(&r, err) < 0)
+	if (rc_http_do(&r, err) < 0)
 		goto out;
 	if (r.status == 200) {
 		if (digest)
@@ -152,33 +152,33 @@ int reg_manifest_exists(reg_client *c, const char *repo, const char *ref, char d
 	} else if (r.status == 404) {
 		rc = 0;
 	} else {
-		reg_http_fail(&r, "manifest", err);
+		rc_http_fail(&r, "manifest", err);
 		kiln_error_wrap(err, "%s/%s:%s", c->host, repo, ref);
 	}
 out:
-	reg_http_free(&r);
+	rc_http_free(&r);
 	free(scope);
 	return rc;
 }
 
-int reg_manifest_put(reg_client *c, const char *repo, const char *ref, const char *media_type, const void *data,
+int rc_manifest_put(rc_client *c, const char *repo, const char *ref, const char *media_type, const void *data,
 		     size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err)
 {
 	char *scope = scope_of(repo, "pull,push"), *ct = kiln_xasprintf("Content-Type: %s", media_type);
 	char dg[KILN_DIGEST_MAX];
-	struct reg_http r;
+	struct rc_http r;
 	int rc = -1;
 
 	kiln_digest_buf(KILN_SHA256, data, len, dg);
-	reg_http_init(&r, c, "PUT", reg_url(c, "/v2/%s/manifests/%s", repo, ref), scope);
+	rc_http_init(&r, c, "PUT", rc_url(c, "/v2/%s/manifests/%s", repo, ref), scope);
 	r.headers = curl_slist_append(NULL, ct);
 	r.body_mem = data;
 	r.body_len = len;
 	r.has_body = 1;
-	if (reg_http_do(&r, err) < 0)
+	if (rc_http_do(&r, err) < 0)
 		goto out;
 	if (r.status != 201 && r.status != 200) {
-		reg_http_fail(&r, "put manifest", err);
+		rc_http_fail(&r, "put manifest", err);
 		kiln_error_wrap(err, "%s/%s:%s", c->host, repo, ref);
 		goto out;
 	}
@@ -188,20 +188,20 @@ int reg_manifest_put(reg_client *c, const char *repo, const char *ref, const cha
 		memcpy(digest, dg, KILN_DIGEST_MAX);
 	rc = 0;
 out:
-	reg_http_free(&r);
+	rc_http_free(&r);
 	free(scope);
 	free(ct);
 	return rc;
 }
 
-int reg_blob_exists(reg_client *c, const char *repo, const char *digest, int64_t *size, kiln_error **err)
+int rc_blob_exists(rc_client *c, const char *repo, const char *digest, int64_t *size, kiln_error **err)
 {
 	char *scope = scope_of(repo, "pull");
-	struct reg_http r;
+	struct rc_http r;
 	int rc = -1;
 
-	reg_http_init(&r, c, "HEAD", reg_url(c, "/v2/%s/blobs/%s", repo, digest), scope);
-	if (reg_http_do(&r, err) < 0)
+	rc_http_init(&r, c, "HEAD", rc_url(c, "/v2/%s/blobs/%s", repo, digest), scope);
+	if (rc_http_do(&r, err) < 0)
 		goto out;
 	if (r.status == 200) {
 		if (size)
@@ -210,32 +210,32 @@ int reg_blob_exists(reg_client *c, const char *repo, const char *digest, int64_t
 	} else if (r.status == 404) {
 		rc = 0;
 	} else {
-		reg_http_fail(&r, "blob", err);
+		rc_http_fail(&r, "blob", err);
 		kiln_error_wrap(err, "%s/%s@%s", c->host, repo, digest);
 	}
 out:
-	reg_http_free(&r);
+	rc_http_free(&r);
 	free(scope);
 	return rc;
 }
 
-int reg_blob_get_mem(reg_client *c, const char *repo, const char *digest, size_t max, char **data, size_t *len,
+int rc_blob_get_mem(rc_client *c, const char *repo, const char *digest, size_t max, char **data, size_t *len,
 		     kiln_error **err)
 {
 	char *scope = scope_of(repo, "pull");
 	char got[KILN_DIGEST_MAX];
 	enum kiln_digest_algo algo;
-	struct reg_http r;
+	struct rc_http r;
 	int rc = -1;
 
 	if (kiln_digest_parse(digest, &algo, err) < 0)
 		return kiln_error_wrap(err, "blob");
-	reg_http_init(&r, c, "GET", reg_url(c, "/v2/%s/blobs/%s", repo, digest), scope);
+	rc_http_init(&r, c, "GET", rc_url(c, "/v2/%s/blobs/%s", repo, digest), scope);
 	r.out_max = max;
-	if (reg_http_do(&r, err) < 0)
+	if (rc_http_do(&r, err) < 0)
 		goto out;
 	if (r.status != 200) {
-		reg_http_fail(&r, "blob", err);
+		rc_http_fail(&r, "blob", err);
 		goto out;
 	}
 	kiln_digest_buf(algo, r.out.buf, r.out.len, got);
@@ -249,7 +249,7 @@ int reg_blob_get_mem(reg_client *c, const char *repo, const char *digest, size_t
 out:
 	if (rc < 0)
 		kiln_error_wrap(err, "%s/%s@%s", c->host, repo, digest);
-	reg_http_free(&r);
+	rc_http_free(&r);
 	free(scope);
 	return rc;
 }

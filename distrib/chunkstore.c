@@ -13,18 +13,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "registry/internal.h"
+#include "distrib/distrib.h"
 
-struct reg_chunks {
+struct dist_chunks {
 	char *dir;
 	kiln_cas *cas;   /* the chunks: a cache, so no fsync; every read verifies */
 	int pin_fd;      /* our pin file, flock'd exclusively while held */
 	char *pin_path;
 };
 
-reg_chunks *reg_chunks_open(const char *dir, kiln_error **err)
+dist_chunks *dist_chunks_open(const char *dir, kiln_error **err)
 {
-	reg_chunks *cs = kiln_xcalloc(1, sizeof(*cs));
+	dist_chunks *cs = kiln_xcalloc(1, sizeof(*cs));
 	char *home = NULL, *sub = NULL;
 
 	cs->pin_fd = -1;
@@ -43,24 +43,24 @@ reg_chunks *reg_chunks_open(const char *dir, kiln_error **err)
 	if (kiln_cas_open(cs->dir, &lay, &cs->cas, err) < 0 || kiln_mkdir_p(sub, 0755, err) < 0) {
 		free(sub);
 		kiln_error_wrap(err, "chunk store %s", cs->dir);
-		reg_chunks_close(cs);
+		dist_chunks_close(cs);
 		return NULL;
 	}
 	free(sub);
 	return cs;
 }
 
-void reg_chunks_close(reg_chunks *cs)
+void dist_chunks_close(dist_chunks *cs)
 {
 	if (cs == NULL)
 		return;
-	reg_chunks_unpin(cs);
+	dist_chunks_unpin(cs);
 	kiln_cas_close(cs->cas);
 	free(cs->dir);
 	free(cs);
 }
 
-const char *reg_chunks_dir(const reg_chunks *cs) { return cs->dir; }
+const char *dist_chunks_dir(const dist_chunks *cs) { return cs->dir; }
 
 static int sha256_digest(const char *digest, kiln_error **err)
 {
@@ -73,23 +73,23 @@ static int sha256_digest(const char *digest, kiln_error **err)
 	return 0;
 }
 
-char *reg_chunks_path(const reg_chunks *cs, const char *digest)
+char *dist_chunks_path(const dist_chunks *cs, const char *digest)
 {
 	return kiln_cas_path(cs->cas, digest);
 }
 
-int reg_chunks_has(reg_chunks *cs, const char *digest)
+int dist_chunks_has(dist_chunks *cs, const char *digest)
 {
 	if (sha256_digest(digest, NULL) < 0)
 		return 0;
-	char *p = reg_chunks_path(cs, digest);
+	char *p = dist_chunks_path(cs, digest);
 	/* A use: the chunk becomes the most recently used (LRU by mtime). */
 	int r = utimensat(AT_FDCWD, p, NULL, 0) == 0;
 	free(p);
 	return r;
 }
 
-char *reg_chunks_tmp(reg_chunks *cs, int *fd, kiln_error **err)
+char *dist_chunks_tmp(dist_chunks *cs, int *fd, kiln_error **err)
 {
 	char *p = kiln_xasprintf("%s/tmp/%ld-XXXXXX", cs->dir, (long)getpid());
 
@@ -101,7 +101,7 @@ char *reg_chunks_tmp(reg_chunks *cs, int *fd, kiln_error **err)
 	return p;
 }
 
-int reg_chunks_commit(reg_chunks *cs, const char *tmp, const char *digest, kiln_error **err)
+int dist_chunks_commit(dist_chunks *cs, const char *tmp, const char *digest, kiln_error **err)
 {
 	if (sha256_digest(digest, err) < 0) {
 		unlink(tmp);
@@ -112,15 +112,15 @@ int reg_chunks_commit(reg_chunks *cs, const char *tmp, const char *digest, kiln_
 	return 0;
 }
 
-int reg_chunks_put(reg_chunks *cs, const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err)
+int dist_chunks_put(dist_chunks *cs, const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err)
 {
 	kiln_digest_buf(KILN_SHA256, data, len, digest);
-	if (reg_chunks_has(cs, digest))
+	if (dist_chunks_has(cs, digest))
 		return 0;
 	return kiln_cas_put(cs->cas, data, len, digest, err);
 }
 
-int reg_chunks_get(reg_chunks *cs, const char *digest, char **data, size_t *len, kiln_error **err)
+int dist_chunks_get(dist_chunks *cs, const char *digest, char **data, size_t *len, kiln_error **err)
 {
 	char *path;
 
@@ -130,14 +130,14 @@ int reg_chunks_get(reg_chunks *cs, const char *digest, char **data, size_t *len,
 	/* A corrupt chunk is removed by the read, so the next pull fetches it afresh. */
 	if (kiln_cas_read(cs->cas, digest, 0, data, len, err) < 0)
 		return -1;
-	path = reg_chunks_path(cs, digest);
+	path = dist_chunks_path(cs, digest);
 	utimensat(AT_FDCWD, path, NULL, 0);
 	free(path);
 	return 0;
 }
 
 /* The store-wide lock: shared while a pin is written, exclusive for eviction. */
-static int store_lock(reg_chunks *cs, int how, kiln_error **err)
+static int store_lock(dist_chunks *cs, int how, kiln_error **err)
 {
 	char *p = kiln_path_join(cs->dir, "lock");
 	int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -153,12 +153,12 @@ static int store_lock(reg_chunks *cs, int how, kiln_error **err)
 	return fd;
 }
 
-int reg_chunks_pin(reg_chunks *cs, const char *const *digests, size_t n, kiln_error **err)
+int dist_chunks_pin(dist_chunks *cs, const char *const *digests, size_t n, kiln_error **err)
 {
 	kiln_buf b = KILN_BUF_INIT;
 	int lock = -1, rc = -1;
 
-	reg_chunks_unpin(cs);
+	dist_chunks_unpin(cs);
 	for (size_t i = 0; i < n; i++)
 		if (digests[i])
 			kiln_buf_addf(&b, "%s\n", digests[i]);
@@ -176,18 +176,18 @@ int reg_chunks_pin(reg_chunks *cs, const char *const *digests, size_t n, kiln_er
 	/* Chunks present now stay: eviction waits for the shared lock we hold. */
 	for (size_t i = 0; i < n; i++)
 		if (digests[i])
-			reg_chunks_has(cs, digests[i]);
+			dist_chunks_has(cs, digests[i]);
 	rc = 0;
 out:
 	if (rc < 0)
-		reg_chunks_unpin(cs);
+		dist_chunks_unpin(cs);
 	if (lock >= 0)
 		close(lock);
 	kiln_buf_free(&b);
 	return rc;
 }
 
-void reg_chunks_unpin(reg_chunks *cs)
+void dist_chunks_unpin(dist_chunks *cs)
 {
 	if (cs->pin_path) {
 		unlink(cs->pin_path);
@@ -202,7 +202,7 @@ void reg_chunks_unpin(reg_chunks *cs)
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* Hex digests named by live pins (sorted); stale pins of dead processes are removed. */
-static void live_pins(reg_chunks *cs, kiln_strv *out)
+static void live_pins(dist_chunks *cs, kiln_strv *out)
 {
 	char *dir = kiln_path_join(cs->dir, "pins");
 	DIR *d = opendir(dir);
@@ -250,12 +250,12 @@ static int cmp_age(const void *a, const void *b)
 	return strcmp(x->hex, y->hex);
 }
 
-int reg_chunks_evict(reg_chunks *cs, uint64_t max_bytes, struct reg_chunks_stats *st, kiln_error **err)
+int dist_chunks_evict(dist_chunks *cs, uint64_t max_bytes, struct dist_chunks_stats *st, kiln_error **err)
 {
 	kiln_strv pins = KILN_STRV_INIT;
 	struct chunk_file *files = NULL;
 	size_t n = 0, cap = 0;
-	struct reg_chunks_stats s = { 0 };
+	struct dist_chunks_stats s = { 0 };
 	char *root = kiln_path_join(cs->dir, "sha256");
 	int lock = store_lock(cs, LOCK_EX, err), rc = -1;
 
@@ -326,7 +326,7 @@ out:
 	return rc;
 }
 
-uint64_t reg_chunks_limit(void)
+uint64_t dist_chunks_limit(void)
 {
 	const char *e = getenv("KILN_CHUNKS_MAX");
 	uint64_t v = 0;

@@ -1,5 +1,5 @@
 /* tmpl_xfer.c — pushing and pulling template artifacts with the client
- * (client_xfer.c): a push chunks the template into the host's chunk store and
+ * (regclient/xfer.c): a push chunks the template into the host's chunk store and
  * uploads only the blobs the registry lacks; a pull downloads only the chunks
  * the store lacks (straight into it, verified, resumable from .part files),
  * then assembles and imports the template.  Chunks in flight are pinned. */
@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "registry/internal.h"
+#include "distrib/distrib.h"
 
 static double now_s(void)
 {
@@ -28,13 +28,13 @@ struct xfer_ud;
 static int have_chunk(void *ud, const char *digest);
 
 struct xfer_ud {
-	const struct reg_tmpl_xfer_opts *o;
-	reg_chunks *cs;
-	struct reg_progress base;   /* the batches before this one */
-	struct reg_progress last;   /* everything so far */
+	const struct dist_tmpl_xfer_opts *o;
+	dist_chunks *cs;
+	struct rc_progress base;   /* the batches before this one */
+	struct rc_progress last;   /* everything so far */
 };
 
-static void on_progress(void *ud, const struct reg_progress *p)
+static void on_progress(void *ud, const struct rc_progress *p)
 {
 	struct xfer_ud *x = ud;
 	uint64_t total = x->last.bytes_total;
@@ -52,12 +52,12 @@ static void on_progress(void *ud, const struct reg_progress *p)
 }
 
 /* Move blobs in batches; progress covers them all. */
-static int move(reg_client *c, const char *repo, bool push, const struct reg_blob *blobs, size_t n, struct xfer_ud *x,
+static int move(rc_client *c, const char *repo, bool push, const struct rc_blob *blobs, size_t n, struct xfer_ud *x,
 		kiln_error **err)
 {
 	/* pulled chunks land in the chunk store, which verifies every read and
 	 * drops a torn chunk (fetched again by the next pull): no fsync per chunk */
-	struct reg_xfer_opts xo = { .parallel = x->o ? x->o->parallel : 0, .have = push ? NULL : have_chunk,
+	struct rc_xfer_opts xo = { .parallel = x->o ? x->o->parallel : 0, .have = push ? NULL : have_chunk,
 				    .progress = on_progress, .ud = x, .no_fsync = !push };
 
 	memset(&x->base, 0, sizeof(x->base));
@@ -67,7 +67,7 @@ static int move(reg_client *c, const char *repo, bool push, const struct reg_blo
 		x->last.bytes_total += blobs[i].size > 0 ? (uint64_t)blobs[i].size : blobs[i].len;
 	for (size_t i = 0; i < n; i += BATCH) {
 		size_t k = n - i < BATCH ? n - i : BATCH;
-		int r = push ? reg_blobs_push(c, repo, blobs + i, k, &xo, err) : reg_blobs_pull(c, repo, blobs + i, k, &xo, err);
+		int r = push ? rc_blobs_push(c, repo, blobs + i, k, &xo, err) : rc_blobs_pull(c, repo, blobs + i, k, &xo, err);
 		if (r < 0)
 			return -1;
 		x->base = x->last;
@@ -76,16 +76,16 @@ static int move(reg_client *c, const char *repo, bool push, const struct reg_blo
 }
 
 
-static int have_chunk(void *ud, const char *digest) { return reg_chunks_has(((struct xfer_ud *)ud)->cs, digest); }
+static int have_chunk(void *ud, const char *digest) { return dist_chunks_has(((struct xfer_ud *)ud)->cs, digest); }
 
 /* Release the pins, then keep the store within its limit. */
-static void finish_store(reg_chunks *cs)
+static void finish_store(dist_chunks *cs)
 {
-	struct reg_chunks_stats st;
+	struct dist_chunks_stats st;
 	kiln_error *e = NULL;
 
-	reg_chunks_unpin(cs);
-	if (reg_chunks_evict(cs, reg_chunks_limit(), &st, &e) < 0) {
+	dist_chunks_unpin(cs);
+	if (dist_chunks_evict(cs, dist_chunks_limit(), &st, &e) < 0) {
 		kiln_warn("chunk store: %s", kiln_error_message(e));
 		kiln_error_free(e);
 	} else if (st.evicted) {
@@ -94,17 +94,17 @@ static void finish_store(reg_chunks *cs)
 	}
 }
 
-static int pin_all(reg_chunks *cs, const struct reg_tmpl *t, kiln_error **err)
+static int pin_all(dist_chunks *cs, const struct dist_tmpl *t, kiln_error **err)
 {
 	const char **v = kiln_xcalloc(t->nblobs + 1, sizeof(char *));
 	for (size_t i = 0; i < t->nblobs; i++)
 		v[i] = t->blobs[i].digest;
-	int rc = reg_chunks_pin(cs, v, t->nblobs, err);
+	int rc = dist_chunks_pin(cs, v, t->nblobs, err);
 	free(v);
 	return rc;
 }
 
-static void fill_stats(struct reg_tmpl_stats *st, const struct reg_tmpl *t, const struct xfer_ud *x, uint64_t moved,
+static void fill_stats(struct dist_tmpl_stats *st, const struct dist_tmpl *t, const struct xfer_ud *x, uint64_t moved,
 		       double t0)
 {
 	if (st == NULL)
@@ -120,18 +120,18 @@ static void fill_stats(struct reg_tmpl_stats *st, const struct reg_tmpl *t, cons
 	st->seconds = now_s() - t0;
 }
 
-int reg_tmpl_push(reg_client *c, const char *template_ref, const char *repo, const char *ref,
-		  const struct reg_tmpl_xfer_opts *o, struct reg_tmpl_stats *st, kiln_error **err)
+int dist_tmpl_push(rc_client *c, const char *template_ref, const char *repo, const char *ref,
+		  const struct dist_tmpl_xfer_opts *o, struct dist_tmpl_stats *st, kiln_error **err)
 {
-	struct reg_tmpl t = { 0 };
-	struct reg_blob *blobs = NULL;
+	struct dist_tmpl t = { 0 };
+	struct rc_blob *blobs = NULL;
 	struct xfer_ud x = { .o = o };
-	reg_chunks *cs = NULL;
+	dist_chunks *cs = NULL;
 	double t0 = now_s();
-	uint64_t up0 = reg_client_stats(c)->bytes_up;
+	uint64_t up0 = rc_client_stats(c)->bytes_up;
 	int rc = -1;
 
-	if ((cs = reg_chunks_open(NULL, err)) == NULL || reg_tmpl_make(cs, template_ref, &t, err) < 0 ||
+	if ((cs = dist_chunks_open(NULL, err)) == NULL || dist_tmpl_make(cs, template_ref, &t, err) < 0 ||
 	    pin_all(cs, &t, err) < 0)
 		goto out;
 	/* config and index first (small), then the chunks */
@@ -144,14 +144,14 @@ int reg_tmpl_push(reg_client *c, const char *template_ref, const char *repo, con
 	blobs[1].len = t.index_len;
 	for (size_t i = 0; i < t.nblobs; i++) {
 		snprintf(blobs[i + 2].digest, KILN_DIGEST_MAX, "%s", t.blobs[i].digest);
-		blobs[i + 2].path = reg_chunks_path(cs, t.blobs[i].digest);
+		blobs[i + 2].path = dist_chunks_path(cs, t.blobs[i].digest);
 		blobs[i + 2].size = (int64_t)t.blobs[i].size;
 	}
 	if (move(c, repo, true, blobs, t.nblobs + 2, &x, err) < 0)
 		goto out;
-	if (reg_manifest_put(c, repo, ref, REG_MT_OCI_MANIFEST, t.manifest, t.manifest_len, NULL, err) < 0)
+	if (rc_manifest_put(c, repo, ref, OCI_MT_OCI_MANIFEST, t.manifest, t.manifest_len, NULL, err) < 0)
 		goto out;
-	fill_stats(st, &t, &x, reg_client_stats(c)->bytes_up - up0, t0);
+	fill_stats(st, &t, &x, rc_client_stats(c)->bytes_up - up0, t0);
 	rc = 0;
 out:
 	if (rc < 0)
@@ -161,16 +161,16 @@ out:
 	free(blobs);
 	if (cs)
 		finish_store(cs);
-	reg_chunks_close(cs);
-	reg_tmpl_free(&t);
+	dist_chunks_close(cs);
+	dist_tmpl_free(&t);
 	return rc;
 }
 
 /* Make the directories the client's downloads land in. */
-static int chunk_dirs(reg_chunks *cs, const struct reg_tmpl *t, kiln_error **err)
+static int chunk_dirs(dist_chunks *cs, const struct dist_tmpl *t, kiln_error **err)
 {
 	for (size_t i = 0; i < t->nblobs; i++) {
-		char *p = reg_chunks_path(cs, t->blobs[i].digest);
+		char *p = dist_chunks_path(cs, t->blobs[i].digest);
 		*strrchr(p, '/') = '\0';
 		int r = kiln_mkdir_p(p, 0755, err);
 		free(p);
@@ -180,56 +180,56 @@ static int chunk_dirs(reg_chunks *cs, const struct reg_tmpl *t, kiln_error **err
 	return 0;
 }
 
-static size_t missing_chunks(reg_chunks *cs, const struct reg_tmpl *t)
+static size_t missing_chunks(dist_chunks *cs, const struct dist_tmpl *t)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < t->nblobs; i++)
-		n += !reg_chunks_has(cs, t->blobs[i].digest);
+		n += !dist_chunks_has(cs, t->blobs[i].digest);
 	return n;
 }
 
-int reg_tmpl_pull(reg_client *c, const char *repo, const struct reg_doc *manifest, const char *name,
-		  const struct reg_tmpl_xfer_opts *o, struct reg_tmpl_stats *st, kiln_error **err)
+int dist_tmpl_pull(rc_client *c, const char *repo, const struct rc_doc *manifest, const char *name,
+		  const struct dist_tmpl_xfer_opts *o, struct dist_tmpl_stats *st, kiln_error **err)
 {
-	struct reg_tmpl t = { 0 };
-	struct reg_blob *blobs = NULL;
+	struct dist_tmpl t = { 0 };
+	struct rc_blob *blobs = NULL;
 	struct xfer_ud x = { .o = o };
-	reg_chunks *cs = NULL;
+	dist_chunks *cs = NULL;
 	char *got = NULL;
 	double t0 = now_s();
-	uint64_t down0 = reg_client_stats(c)->bytes_down;
+	uint64_t down0 = rc_client_stats(c)->bytes_down;
 	size_t moved_before = 0; /* blobs moved before a second round */
 	int rc = -1;
 
-	if (reg_tmpl_parse(&t, manifest->data, manifest->len, err) < 0)
+	if (dist_tmpl_parse(&t, manifest->data, manifest->len, err) < 0)
 		goto out;
-	if (reg_blob_get_mem(c, repo, t.config_digest, 1 << 20, &t.config, &t.config_len, err) < 0) {
+	if (rc_blob_get_mem(c, repo, t.config_digest, 1 << 20, &t.config, &t.config_len, err) < 0) {
 		kiln_error_wrap(err, "template config");
 		goto out;
 	}
 	char *index = NULL;
 	size_t index_len = 0;
-	if (reg_blob_get_mem(c, repo, t.index_digest, 64 << 20, &index, &index_len, err) < 0) {
+	if (rc_blob_get_mem(c, repo, t.index_digest, 64 << 20, &index, &index_len, err) < 0) {
 		kiln_error_wrap(err, "template index");
 		goto out;
 	}
-	int r = reg_tmpl_parse_index(&t, index, index_len, err);
+	int r = dist_tmpl_parse_index(&t, index, index_len, err);
 	free(index);
 	if (r < 0)
 		goto out;
 	t.index_len = index_len;
-	if ((cs = reg_chunks_open(NULL, err)) == NULL || pin_all(cs, &t, err) < 0 || chunk_dirs(cs, &t, err) < 0)
+	if ((cs = dist_chunks_open(NULL, err)) == NULL || pin_all(cs, &t, err) < 0 || chunk_dirs(cs, &t, err) < 0)
 		goto out;
 	blobs = kiln_xcalloc(t.nblobs + 1, sizeof(*blobs));
 	for (size_t i = 0; i < t.nblobs; i++) {
 		snprintf(blobs[i].digest, KILN_DIGEST_MAX, "%s", t.blobs[i].digest);
 		blobs[i].size = (int64_t)t.blobs[i].size;
-		blobs[i].path = reg_chunks_path(cs, t.blobs[i].digest);
+		blobs[i].path = dist_chunks_path(cs, t.blobs[i].digest);
 	}
 	x.cs = cs;
 	if (move(c, repo, false, blobs, t.nblobs, &x, err) < 0)
 		goto out;
-	if ((got = reg_tmpl_assemble(cs, &t, name, err)) == NULL) {
+	if ((got = dist_tmpl_assemble(cs, &t, name, err)) == NULL) {
 		/* The assembly removes a stored chunk that fails its digest (torn by
 		 * a crash: chunks are renamed in unsynced); fetch those once more. */
 		size_t gone = missing_chunks(cs, &t);
@@ -240,10 +240,10 @@ int reg_tmpl_pull(reg_client *c, const char *repo, const struct reg_doc *manifes
 		kiln_error_clear(err);
 		moved_before = x.last.blobs_done - x.last.blobs_skipped;
 		if (move(c, repo, false, blobs, t.nblobs, &x, err) < 0 ||
-		    (got = reg_tmpl_assemble(cs, &t, name, err)) == NULL)
+		    (got = dist_tmpl_assemble(cs, &t, name, err)) == NULL)
 			goto out;
 	}
-	fill_stats(st, &t, &x, reg_client_stats(c)->bytes_down - down0, t0);
+	fill_stats(st, &t, &x, rc_client_stats(c)->bytes_down - down0, t0);
 	if (st)
 		st->blobs_moved += moved_before;
 	if (st)
@@ -257,8 +257,8 @@ out:
 	free(blobs);
 	if (cs)
 		finish_store(cs);
-	reg_chunks_close(cs);
-	reg_tmpl_free(&t);
+	dist_chunks_close(cs);
+	dist_tmpl_free(&t);
 	free(got);
 	return rc;
 }

@@ -12,11 +12,11 @@
 
 #include <zstd.h>
 
-#include "registry/internal.h"
+#include "distrib/distrib.h"
 
 #define ZSTD_LEVEL 3
 
-uint64_t reg_tmpl_chunk_min(const char *role)
+uint64_t dist_tmpl_chunk_min(const char *role)
 {
 	/* Measured (docs/distribution.md): a new boot changes memory in scattered
 	 * pages, so small chunks pay; ext4 changes are whole new extents or single
@@ -25,11 +25,11 @@ uint64_t reg_tmpl_chunk_min(const char *role)
 	return strcmp(role, "memory") == 0 ? (uint64_t)64 << 10 : (uint64_t)256 << 10;
 }
 
-uint64_t reg_tmpl_chunk_size(uint64_t file_size, uint64_t min)
+uint64_t dist_tmpl_chunk_size(uint64_t file_size, uint64_t min)
 {
 	uint64_t c = min;
 
-	while ((file_size + c - 1) / c > REG_TMPL_MAX_CHUNKS)
+	while ((file_size + c - 1) / c > DIST_TMPL_MAX_CHUNKS)
 		c *= 2;
 	return c;
 }
@@ -56,7 +56,7 @@ static int read_full(int fd, void *buf, size_t len, off_t off, const char *path,
 	return 0;
 }
 
-int reg_tmpl_chunk_file(reg_chunks *cs, const char *path, const char *role, struct reg_tmpl_part *part,
+int dist_tmpl_chunk_file(dist_chunks *cs, const char *path, const char *role, struct dist_tmpl_part *part,
 			kiln_error **err)
 {
 	kiln_hasher *h = kiln_hasher_new(KILN_SHA256);
@@ -78,7 +78,7 @@ int reg_tmpl_chunk_file(reg_chunks *cs, const char *path, const char *role, stru
 		goto out;
 	}
 	part->size = (uint64_t)end;
-	part->chunk_size = reg_tmpl_chunk_size(part->size, reg_tmpl_chunk_min(role));
+	part->chunk_size = dist_tmpl_chunk_size(part->size, dist_tmpl_chunk_min(role));
 	part->nchunks = (size_t)((part->size + part->chunk_size - 1) / part->chunk_size);
 	part->chunks = kiln_xcalloc(part->nchunks ? part->nchunks : 1, sizeof(char *));
 	raw = kiln_xmalloc(part->chunk_size);
@@ -106,7 +106,7 @@ int reg_tmpl_chunk_file(reg_chunks *cs, const char *path, const char *role, stru
 			goto out;
 		}
 		char d[KILN_DIGEST_MAX];
-		if (reg_chunks_put(cs, comp, n, d, err) < 0)
+		if (dist_chunks_put(cs, comp, n, d, err) < 0)
 			goto out;
 		part->chunks[i] = kiln_xstrdup(d);
 	}
@@ -131,7 +131,7 @@ static json_t *descriptor(const char *media, const char *digest, uint64_t size)
 	return json_pack("{s:s, s:s, s:I}", "mediaType", media, "digest", digest, "size", (json_int_t)size);
 }
 
-static int blob_index(const struct reg_tmpl *t, const char *digest)
+static int blob_index(const struct dist_tmpl *t, const char *digest)
 {
 	for (size_t i = 0; i < t->nblobs; i++)
 		if (strcmp(t->blobs[i].digest, digest) == 0)
@@ -139,21 +139,21 @@ static int blob_index(const struct reg_tmpl *t, const char *digest)
 	return -1;
 }
 
-int reg_tmpl_seal(struct reg_tmpl *t, reg_chunks *cs, kiln_error **err)
+int dist_tmpl_seal(struct dist_tmpl *t, dist_chunks *cs, kiln_error **err)
 {
-	json_t *index = json_pack("{s:i, s:s}", "schemaVersion", 1, "mediaType", REG_TMPL_INDEX_MEDIA);
+	json_t *index = json_pack("{s:i, s:s}", "schemaVersion", 1, "mediaType", OCI_TMPL_INDEX_MEDIA);
 	json_t *parts = json_array(), *blobs = json_array(), *layers = json_array(), *m = NULL;
 	int rc = -1;
 
 	/* Chunks first seen in order; a blob's position in "blobs" is its number. */
 	for (size_t p = 0; p < t->nparts; p++) {
-		const struct reg_tmpl_part *part = &t->parts[p];
+		const struct dist_tmpl_part *part = &t->parts[p];
 		json_t *nums = json_array();
 		for (size_t i = 0; i < part->nchunks; i++) {
 			const char *d = part->chunks[i];
 			int k = d ? blob_index(t, d) : -1;
 			if (d && k < 0) {
-				char *path = reg_chunks_path(cs, d);
+				char *path = dist_chunks_path(cs, d);
 				struct stat sb;
 				int r = stat(path, &sb);
 				free(path);
@@ -181,12 +181,12 @@ int reg_tmpl_seal(struct reg_tmpl *t, reg_chunks *cs, kiln_error **err)
 	t->index_len = strlen(t->index);
 	kiln_digest_buf(KILN_SHA256, t->index, t->index_len, t->index_digest);
 
-	json_array_append_new(layers, descriptor(REG_TMPL_INDEX_MEDIA, t->index_digest, t->index_len));
+	json_array_append_new(layers, descriptor(OCI_TMPL_INDEX_MEDIA, t->index_digest, t->index_len));
 	for (size_t i = 0; i < t->nblobs; i++)
-		json_array_append_new(layers, descriptor(REG_TMPL_CHUNK_MEDIA, t->blobs[i].digest, t->blobs[i].size));
+		json_array_append_new(layers, descriptor(OCI_TMPL_CHUNK_MEDIA, t->blobs[i].digest, t->blobs[i].size));
 	m = json_pack("{s:i, s:s, s:s, s:o, s:o}", "schemaVersion", 2, "mediaType", "application/vnd.oci.image.manifest.v1+json",
-		      "artifactType", REG_TMPL_ARTIFACT_TYPE, "config",
-		      descriptor(REG_TMPL_CONFIG_MEDIA, t->config_digest, t->config_len), "layers", layers);
+		      "artifactType", OCI_TMPL_ARTIFACT_TYPE, "config",
+		      descriptor(OCI_TMPL_CONFIG_MEDIA, t->config_digest, t->config_len), "layers", layers);
 	layers = NULL;
 	t->manifest = kiln_json_dumps_canonical(m);
 	t->manifest_len = strlen(t->manifest);
@@ -206,7 +206,7 @@ out:
 	return rc;
 }
 
-void reg_tmpl_free(struct reg_tmpl *t)
+void dist_tmpl_free(struct dist_tmpl *t)
 {
 	for (size_t p = 0; p < t->nparts; p++) {
 		for (size_t i = 0; i < t->parts[p].nchunks; i++)
@@ -241,18 +241,7 @@ static int read_descriptor(const json_t *d, const char *media, char digest[KILN_
 	return 0;
 }
 
-int reg_tmpl_is_artifact(const char *manifest, size_t len)
-{
-	json_t *m = kiln_json_loadb(manifest, len, "manifest", NULL);
-	const char *at = m ? kiln_json_str(m, "artifactType") : NULL;
-	const char *cm = m ? kiln_json_str(json_object_get(m, "config"), "mediaType") : NULL;
-	int r = (at && strcmp(at, REG_TMPL_ARTIFACT_TYPE) == 0) || (cm && strcmp(cm, REG_TMPL_CONFIG_MEDIA) == 0);
-
-	json_decref(m);
-	return r;
-}
-
-int reg_tmpl_parse(struct reg_tmpl *t, const char *manifest, size_t len, kiln_error **err)
+int dist_tmpl_parse(struct dist_tmpl *t, const char *manifest, size_t len, kiln_error **err)
 {
 	json_t *m = NULL;
 	const json_t *layers;
@@ -262,17 +251,17 @@ int reg_tmpl_parse(struct reg_tmpl *t, const char *manifest, size_t len, kiln_er
 	memset(t, 0, sizeof(*t));
 	if ((m = kiln_json_loadb(manifest, len, "template manifest", err)) == NULL)
 		goto out;
-	if (!reg_tmpl_is_artifact(manifest, len)) {
+	if (!oci_tmpl_is_artifact(manifest, len)) {
 		kiln_err(err, KILN_E_INVALID, "not a kiln template (artifactType %s)",
 			 kiln_json_str(m, "artifactType") ? kiln_json_str(m, "artifactType") : "(none)");
 		goto out;
 	}
-	if (read_descriptor(json_object_get(m, "config"), REG_TMPL_CONFIG_MEDIA, t->config_digest, &sz, err) < 0)
+	if (read_descriptor(json_object_get(m, "config"), OCI_TMPL_CONFIG_MEDIA, t->config_digest, &sz, err) < 0)
 		goto out;
 	t->config_len = (size_t)sz;
 	layers = json_object_get(m, "layers");
 	if (!json_is_array(layers) || json_array_size(layers) < 1 ||
-	    read_descriptor(json_array_get(layers, 0), REG_TMPL_INDEX_MEDIA, t->index_digest, &sz, err) < 0) {
+	    read_descriptor(json_array_get(layers, 0), OCI_TMPL_INDEX_MEDIA, t->index_digest, &sz, err) < 0) {
 		kiln_error_clear(err);
 		kiln_err(err, KILN_E_INVALID, "the first layer of a template must be its chunk index");
 		goto out;
@@ -281,7 +270,7 @@ int reg_tmpl_parse(struct reg_tmpl *t, const char *manifest, size_t len, kiln_er
 	t->nblobs = json_array_size(layers) - 1;
 	t->blobs = kiln_xcalloc(t->nblobs ? t->nblobs : 1, sizeof(*t->blobs));
 	for (size_t i = 0; i < t->nblobs; i++)
-		if (read_descriptor(json_array_get(layers, i + 1), REG_TMPL_CHUNK_MEDIA, t->blobs[i].digest,
+		if (read_descriptor(json_array_get(layers, i + 1), OCI_TMPL_CHUNK_MEDIA, t->blobs[i].digest,
 				    &t->blobs[i].size, err) < 0) {
 			kiln_error_wrap(err, "layer %zu", i + 1);
 			goto out;
@@ -297,7 +286,7 @@ out:
 	return rc;
 }
 
-int reg_tmpl_parse_index(struct reg_tmpl *t, const char *data, size_t len, kiln_error **err)
+int dist_tmpl_parse_index(struct dist_tmpl *t, const char *data, size_t len, kiln_error **err)
 {
 	json_t *ix = NULL;
 	const json_t *parts, *blobs;
@@ -328,7 +317,7 @@ int reg_tmpl_parse_index(struct reg_tmpl *t, const char *data, size_t len, kiln_
 	t->parts = kiln_xcalloc(t->nparts ? t->nparts : 1, sizeof(*t->parts));
 	for (size_t p = 0; p < t->nparts; p++) {
 		const json_t *o = json_array_get(parts, p), *nums = json_object_get(o, "chunks");
-		struct reg_tmpl_part *part = &t->parts[p];
+		struct dist_tmpl_part *part = &t->parts[p];
 		const char *role = kiln_json_str(o, "role"), *dg = kiln_json_str(o, "digest");
 		json_int_t size = kiln_json_int(o, "size", -1), cs = kiln_json_int(o, "chunkSize", 0);
 		enum kiln_digest_algo a;

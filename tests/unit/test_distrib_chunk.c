@@ -1,4 +1,4 @@
-/* test_registry_chunk.c — template artifacts without a network: a template
+/* test_distrib_chunk.c — template artifacts without a network: a template
  * made of sparse files is cut into chunks (zero chunks not stored), its
  * manifest and index parse back, a second home assembles an identical
  * template from the chunks; a changed byte changes one chunk; a corrupted
@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "registry/internal.h"
+#include "distrib/distrib.h"
 #include "snapshots/snapshots.h"
 #include "test.h"
 
@@ -74,7 +74,7 @@ static char *make_template(const char *home, const char *name, unsigned char mar
 	char *cmd = kiln_xasprintf("qemu-img create -q -u -f qcow2 -F raw -b '%s' '%s' 16M", kiln_digest_hex(d_root), disk);
 	CHECK_INT(system(cmd), 0);
 	char *d_mem = store_blob(home, mem), *d_state = store_blob(home, state), *d_disk = store_blob(home, disk);
-	json_t *cfg = json_pack("{s:i, s:s, s:s, s:[]}", "schemaVersion", 1, "mediaType", REG_TMPL_CONFIG_MEDIA, "start",
+	json_t *cfg = json_pack("{s:i, s:s, s:s, s:[]}", "schemaVersion", 1, "mediaType", OCI_TMPL_CONFIG_MEDIA, "start",
 				"true", "env");
 	json_object_set_new(cfg, "rootfs", desc("application/vnd.kiln.rootfs.ext4", d_root, rootfs));
 	json_object_set_new(cfg, "memory", desc("application/vnd.kiln.memory.raw", d_mem, mem));
@@ -97,7 +97,7 @@ static char *make_template(const char *home, const char *name, unsigned char mar
 	return kiln_xstrdup(d_cfg);
 }
 
-static size_t nonzero_chunks(const struct reg_tmpl_part *p)
+static size_t nonzero_chunks(const struct dist_tmpl_part *p)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < p->nchunks; i++)
@@ -108,15 +108,15 @@ static size_t nonzero_chunks(const struct reg_tmpl_part *p)
 static void test_round_trip(void)
 {
 	char *a = kiln_path_join(root, "a"), *b = kiln_path_join(root, "b");
-	struct reg_tmpl t = { 0 }, u = { 0 }, v = { 0 };
+	struct dist_tmpl t = { 0 }, u = { 0 }, v = { 0 };
 	kiln_error *err = NULL;
-	reg_chunks *ca, *cb;
+	dist_chunks *ca, *cb;
 
 	setenv("KILN_HOME", a, 1);
 	char *d1 = make_template(a, "app", 1);
-	ca = reg_chunks_open(NULL, &err);
+	ca = dist_chunks_open(NULL, &err);
 	CHECK(ca != NULL);
-	CHECK_INT(reg_tmpl_make(ca, "app", &t, &err), 0);
+	CHECK_INT(dist_tmpl_make(ca, "app", &t, &err), 0);
 	if (err)
 		printf("#   %s\n", kiln_error_message(err));
 	CHECK_STR(t.config_digest, d1);
@@ -125,20 +125,20 @@ static void test_round_trip(void)
 	CHECK_INT(t.parts[0].chunk_size, 256 << 10);
 	CHECK_INT(t.parts[0].nchunks, 64);
 	CHECK_INT(t.parts[1].chunk_size, 64 << 10);
-	CHECK_INT(reg_tmpl_chunk_size((uint64_t)700 << 20, 256 << 10), 256 << 10);
-	CHECK_INT(reg_tmpl_chunk_size((uint64_t)8 << 30, 64 << 10), 1 << 20);
-	CHECK_INT(reg_tmpl_chunk_size((uint64_t)40 << 30, 256 << 10), 8 << 20);
+	CHECK_INT(dist_tmpl_chunk_size((uint64_t)700 << 20, 256 << 10), 256 << 10);
+	CHECK_INT(dist_tmpl_chunk_size((uint64_t)8 << 30, 64 << 10), 1 << 20);
+	CHECK_INT(dist_tmpl_chunk_size((uint64_t)40 << 30, 256 << 10), 8 << 20);
 	CHECK_INT(nonzero_chunks(&t.parts[0]), 3);
 	CHECK_INT(nonzero_chunks(&t.parts[1]), 1);
 	CHECK_INT(nonzero_chunks(&t.parts[3]), 1);
-	CHECK(reg_tmpl_is_artifact(t.manifest, t.manifest_len));
+	CHECK(oci_tmpl_is_artifact(t.manifest, t.manifest_len));
 
 	/* What a puller sees: manifest and index parse back to the same table. */
-	CHECK_INT(reg_tmpl_parse(&u, t.manifest, t.manifest_len, &err), 0);
+	CHECK_INT(dist_tmpl_parse(&u, t.manifest, t.manifest_len, &err), 0);
 	CHECK_STR(u.config_digest, t.config_digest);
 	CHECK_STR(u.index_digest, t.index_digest);
 	CHECK_INT(u.nblobs, t.nblobs);
-	CHECK_INT(reg_tmpl_parse_index(&u, t.index, t.index_len, &err), 0);
+	CHECK_INT(dist_tmpl_parse_index(&u, t.index, t.index_len, &err), 0);
 	CHECK_INT(u.nparts, 4);
 	for (size_t p = 0; p < u.nparts && p < t.nparts; p++) {
 		CHECK_STR(u.parts[p].digest, t.parts[p].digest);
@@ -149,17 +149,17 @@ static void test_round_trip(void)
 
 	/* Another host: its chunk store gets the blobs, then assembles. */
 	setenv("KILN_HOME", b, 1);
-	cb = reg_chunks_open(NULL, &err);
+	cb = dist_chunks_open(NULL, &err);
 	for (size_t i = 0; i < t.nblobs; i++) {
 		char *data = NULL;
 		size_t len = 0;
 		char d[KILN_DIGEST_MAX];
-		CHECK_INT(reg_chunks_get(ca, t.blobs[i].digest, &data, &len, &err), 0);
-		CHECK_INT(reg_chunks_put(cb, data, len, d, &err), 0);
+		CHECK_INT(dist_chunks_get(ca, t.blobs[i].digest, &data, &len, &err), 0);
+		CHECK_INT(dist_chunks_put(cb, data, len, d, &err), 0);
 		CHECK_STR(d, t.blobs[i].digest);
 		free(data);
 	}
-	char *got = reg_tmpl_assemble(cb, &u, "pulled/app:v1", &err);
+	char *got = dist_tmpl_assemble(cb, &u, "pulled/app:v1", &err);
 	if (err)
 		printf("#   %s\n", kiln_error_message(err));
 	CHECK(got != NULL);
@@ -184,10 +184,10 @@ static void test_round_trip(void)
 	/* Version 2 changes one byte: one new chunk. */
 	setenv("KILN_HOME", a, 1);
 	free(make_template(a, "app2", 2));
-	CHECK_INT(reg_tmpl_make(ca, "app2", &v, &err), 0);
+	CHECK_INT(dist_tmpl_make(ca, "app2", &v, &err), 0);
 	size_t fresh = 0;
 	for (size_t i = 0; i < v.nblobs; i++)
-		fresh += !reg_chunks_has(cb, v.blobs[i].digest);
+		fresh += !dist_chunks_has(cb, v.blobs[i].digest);
 	/* the rootfs chunk with the byte, and the disk (it names the new rootfs blob) */
 	CHECK(fresh >= 1 && fresh <= 1 + v.parts[2].nchunks);
 
@@ -196,18 +196,18 @@ static void test_round_trip(void)
 	snprintf(saved, sizeof(saved), "%s", u.parts[1].digest);
 	snprintf(u.parts[1].digest, KILN_DIGEST_MAX, "%s", t.parts[0].digest);
 	setenv("KILN_HOME", b, 1);
-	char *bad = reg_tmpl_assemble(cb, &u, "pulled/app:bad", &err);
+	char *bad = dist_tmpl_assemble(cb, &u, "pulled/app:bad", &err);
 	CHECK(bad == NULL);
 	CHECK(err && strstr(kiln_error_message(err), "is not the config's"));
 	kiln_error_clear(&err);
 	snprintf(u.parts[1].digest, KILN_DIGEST_MAX, "%s", saved);
 
 	/* A corrupted chunk in the store is refused, removed, and the assembly fails. */
-	char *p = reg_chunks_path(cb, t.parts[0].chunks[0]);
+	char *p = dist_chunks_path(cb, t.parts[0].chunks[0]);
 	chmod(p, 0644);
 	write_at(p, 0, 0, "garbage", 7);
 	setenv("KILN_HOME", b, 1);
-	char *again = reg_tmpl_assemble(cb, &u, "pulled/app:v2", &err);
+	char *again = dist_tmpl_assemble(cb, &u, "pulled/app:v2", &err);
 	CHECK(again == NULL);
 	CHECK(err && strstr(kiln_error_message(err), "corrupted"));
 	CHECK(access(p, F_OK) != 0);
@@ -217,35 +217,35 @@ static void test_round_trip(void)
 	kiln_error_clear(&err);
 
 	free(again), free(p), free(got), free(d1);
-	reg_tmpl_free(&t), reg_tmpl_free(&u), reg_tmpl_free(&v);
-	reg_chunks_close(ca), reg_chunks_close(cb);
+	dist_tmpl_free(&t), dist_tmpl_free(&u), dist_tmpl_free(&v);
+	dist_chunks_close(ca), dist_chunks_close(cb);
 	free(a), free(b);
 }
 
 static void test_malformed(void)
 {
-	struct reg_tmpl t = { 0 };
+	struct dist_tmpl t = { 0 };
 	kiln_error *err = NULL;
 	const char *img = "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
 			  "\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"sha256:"
 			  "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\",\"size\":0},\"layers\":[]}";
-	CHECK(!reg_tmpl_is_artifact(img, strlen(img)));
-	CHECK_INT(reg_tmpl_parse(&t, img, strlen(img), &err), -1);
+	CHECK(!oci_tmpl_is_artifact(img, strlen(img)));
+	CHECK_INT(dist_tmpl_parse(&t, img, strlen(img), &err), -1);
 	CHECK(err && strstr(kiln_error_message(err), "not a kiln template"));
 	kiln_error_clear(&err);
-	reg_tmpl_free(&t);
+	dist_tmpl_free(&t);
 	/* An index naming a blob the manifest does not list. */
 	char *m = kiln_xasprintf("{\"schemaVersion\":2,\"artifactType\":\"%s\",\"config\":{\"mediaType\":\"%s\",\"digest\":"
 				 "\"sha256:%064d\",\"size\":2},\"layers\":[{\"mediaType\":\"%s\",\"digest\":\"sha256:%064d\","
-				 "\"size\":9}]}", REG_TMPL_ARTIFACT_TYPE, REG_TMPL_CONFIG_MEDIA, 1, REG_TMPL_INDEX_MEDIA, 2);
-	CHECK_INT(reg_tmpl_parse(&t, m, strlen(m), &err), 0);
+				 "\"size\":9}]}", OCI_TMPL_ARTIFACT_TYPE, OCI_TMPL_CONFIG_MEDIA, 1, OCI_TMPL_INDEX_MEDIA, 2);
+	CHECK_INT(dist_tmpl_parse(&t, m, strlen(m), &err), 0);
 	const char *ix = "{\"schemaVersion\":1,\"blobs\":[],\"parts\":[{\"role\":\"rootfs\",\"digest\":\"sha256:"
 			 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\",\"size\":65536,"
 			 "\"chunkSize\":65536,\"chunks\":[0]}]}";
-	CHECK_INT(reg_tmpl_parse_index(&t, ix, strlen(ix), &err), -1);
+	CHECK_INT(dist_tmpl_parse_index(&t, ix, strlen(ix), &err), -1);
 	CHECK(err && strstr(kiln_error_message(err), "names no blob"));
 	kiln_error_clear(&err);
-	reg_tmpl_free(&t);
+	dist_tmpl_free(&t);
 	free(m);
 }
 
@@ -253,29 +253,29 @@ static void test_eviction(void)
 {
 	char *dir = kiln_path_join(root, "evict");
 	kiln_error *err = NULL;
-	reg_chunks *cs = reg_chunks_open(dir, &err);
+	dist_chunks *cs = dist_chunks_open(dir, &err);
 	char d[6][KILN_DIGEST_MAX];
-	struct reg_chunks_stats st;
+	struct dist_chunks_stats st;
 	char buf[8192];
 
 	for (int i = 0; i < 6; i++) {
 		memset(buf, 'a' + i, sizeof(buf));
-		CHECK_INT(reg_chunks_put(cs, buf, sizeof(buf), d[i], &err), 0);
-		char *p = reg_chunks_path(cs, d[i]);
+		CHECK_INT(dist_chunks_put(cs, buf, sizeof(buf), d[i], &err), 0);
+		char *p = dist_chunks_path(cs, d[i]);
 		struct timespec ts[2] = { { 1000000 + i, 0 }, { 1000000 + i, 0 } };
 		utimensat(AT_FDCWD, p, ts, 0); /* chunk 0 is the oldest */
 		free(p);
 	}
-	reg_chunks_has(cs, d[0]); /* used again: now the newest */
+	dist_chunks_has(cs, d[0]); /* used again: now the newest */
 	/* Another process pins chunk 1 (and is alive while we evict). */
 	int go[2];
 	CHECK_INT(pipe(go), 0);
 	pid_t pid = fork();
 	if (pid == 0) {
-		reg_chunks *c2 = reg_chunks_open(dir, NULL);
+		dist_chunks *c2 = dist_chunks_open(dir, NULL);
 		const char *pin[] = { d[1] };
 		close(go[0]);
-		if (reg_chunks_pin(c2, pin, 1, NULL) < 0 || write(go[1], "p", 1) != 1)
+		if (dist_chunks_pin(c2, pin, 1, NULL) < 0 || write(go[1], "p", 1) != 1)
 			_exit(1);
 		sleep(30); /* killed by the parent */
 		_exit(0);
@@ -284,41 +284,41 @@ static void test_eviction(void)
 	close(go[1]);
 	CHECK_INT(read(go[0], &c, 1), 1);
 	close(go[0]);
-	CHECK_INT(reg_chunks_evict(cs, 0, &st, &err), 0);
+	CHECK_INT(dist_chunks_evict(cs, 0, &st, &err), 0);
 	CHECK_INT(st.pinned, 1);
 	CHECK_INT(st.evicted, 5);
-	CHECK(reg_chunks_has(cs, d[1]));
-	CHECK(!reg_chunks_has(cs, d[2]));
+	CHECK(dist_chunks_has(cs, d[1]));
+	CHECK(!dist_chunks_has(cs, d[2]));
 	kill(pid, 9);
 	waitpid(pid, NULL, 0);
 	/* The pin of a dead process no longer counts. */
-	CHECK_INT(reg_chunks_evict(cs, 0, &st, &err), 0);
+	CHECK_INT(dist_chunks_evict(cs, 0, &st, &err), 0);
 	CHECK_INT(st.evicted, 1);
 	CHECK_INT(st.chunks, 0);
 	/* A limit: the oldest go first, the recently used stay. */
 	for (int i = 0; i < 4; i++) {
 		memset(buf, 'k' + i, sizeof(buf));
-		CHECK_INT(reg_chunks_put(cs, buf, sizeof(buf), d[i], &err), 0);
-		char *p = reg_chunks_path(cs, d[i]);
+		CHECK_INT(dist_chunks_put(cs, buf, sizeof(buf), d[i], &err), 0);
+		char *p = dist_chunks_path(cs, d[i]);
 		struct timespec ts[2] = { { 2000000 + i, 0 }, { 2000000 + i, 0 } };
 		utimensat(AT_FDCWD, p, ts, 0);
 		free(p);
 	}
-	CHECK_INT(reg_chunks_evict(cs, 2 * 8192, &st, &err), 0);
-	CHECK(!reg_chunks_has(cs, d[0]) && !reg_chunks_has(cs, d[1]));
-	CHECK(reg_chunks_has(cs, d[2]) && reg_chunks_has(cs, d[3]));
+	CHECK_INT(dist_chunks_evict(cs, 2 * 8192, &st, &err), 0);
+	CHECK(!dist_chunks_has(cs, d[0]) && !dist_chunks_has(cs, d[1]));
+	CHECK(dist_chunks_has(cs, d[2]) && dist_chunks_has(cs, d[3]));
 	/* A download whose bytes do not match its digest never enters. */
 	int fd;
-	char *tmp = reg_chunks_tmp(cs, &fd, &err);
+	char *tmp = dist_chunks_tmp(cs, &fd, &err);
 	CHECK(write(fd, "abc", 3) == 3);
 	close(fd);
-	CHECK_INT(reg_chunks_commit(cs, tmp, d[0], &err), -1);
+	CHECK_INT(dist_chunks_commit(cs, tmp, d[0], &err), -1);
 	CHECK(err && strstr(kiln_error_message(err), "corrupted"));
 	CHECK(access(tmp, F_OK) != 0);
-	CHECK(!reg_chunks_has(cs, d[0]));
+	CHECK(!dist_chunks_has(cs, d[0]));
 	kiln_error_clear(&err);
 	free(tmp);
-	reg_chunks_close(cs);
+	dist_chunks_close(cs);
 	free(dir);
 }
 

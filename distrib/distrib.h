@@ -1,0 +1,133 @@
+/* distrib.h — the contract of template distribution (docs/distribution.md):
+ * the template artifact (chunks, index, manifest), the host's chunk store and
+ * template push/pull over the registry client, importing pulled templates
+ * into the template store (snapshots/). */
+#ifndef KILN_DISTRIB_H
+#define KILN_DISTRIB_H
+
+#include <stdint.h>
+
+#include "kiln.h"
+#include "regclient/regclient.h"
+
+/* ---------------------------------------------------------------------------
+ * Template distribution (docs/distribution.md).  A template version travels
+ * as an OCI image manifest: config = the template config, layers = an index
+ * blob then the zstd chunks of its files.  dist_chunks is the host's chunk
+ * store ($KILN_HOME/chunks), shared by all templates, LRU-evicted.
+ * ------------------------------------------------------------------------- */
+
+typedef struct dist_chunks dist_chunks;
+
+/* dir NULL: $KILN_HOME/chunks (created). */
+dist_chunks *dist_chunks_open(const char *dir, kiln_error **err);
+void dist_chunks_close(dist_chunks *cs);
+const char *dist_chunks_dir(const dist_chunks *cs);
+char *dist_chunks_path(const dist_chunks *cs, const char *digest);
+/* 1 if the chunk is stored (and marks it used), else 0. */
+int dist_chunks_has(dist_chunks *cs, const char *digest);
+/* A new temp file in the store (for a download); then commit verifies it
+ * against digest and moves it in, or removes it. */
+char *dist_chunks_tmp(dist_chunks *cs, int *fd, kiln_error **err);
+int dist_chunks_commit(dist_chunks *cs, const char *tmp, const char *digest, kiln_error **err);
+int dist_chunks_put(dist_chunks *cs, const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err);
+/* A chunk's bytes, verified (a corrupted one is removed and is an error). */
+int dist_chunks_get(dist_chunks *cs, const char *digest, char **data, size_t *len, kiln_error **err);
+/* Keep these chunks from eviction until unpin/close (or this process dies). */
+int dist_chunks_pin(dist_chunks *cs, const char *const *digests, size_t n, kiln_error **err);
+void dist_chunks_unpin(dist_chunks *cs);
+
+struct dist_chunks_stats {
+	uint64_t chunks, bytes;        /* in the store after eviction */
+	uint64_t evicted, evicted_bytes, pinned;
+};
+/* Remove least recently used chunks until the store holds at most max_bytes
+ * (disk usage), never a pinned one. */
+int dist_chunks_evict(dist_chunks *cs, uint64_t max_bytes, struct dist_chunks_stats *st, kiln_error **err);
+/* The store's size limit: $KILN_CHUNKS_MAX ("20G"), default 20 GiB. */
+uint64_t dist_chunks_limit(void);
+
+/* The artifact's media types and oci_tmpl_is_artifact() are in oci/oci.h. */
+
+struct dist_tmpl_xfer_opts {
+	unsigned parallel;             /* 0: the client's default */
+	void (*progress)(void *ud, const struct rc_progress *p);
+	void *ud;
+};
+
+struct dist_tmpl_stats {
+	uint64_t bytes_total;          /* the artifact: manifest, config, index and every chunk blob */
+	uint64_t bytes_moved;          /* HTTP body bytes sent (push) or received (pull), retries included */
+	size_t blobs_total, blobs_moved;
+	double seconds;
+	char manifest_digest[KILN_DIGEST_MAX];
+	char template_digest[KILN_DIGEST_MAX]; /* pull: the local template */
+};
+
+/* Push a local template (NAME[:TAG] or digest) to repo under ref (tag or
+ * digest): only blobs the registry lacks are uploaded. */
+int dist_tmpl_push(rc_client *c, const char *template_ref, const char *repo, const char *ref,
+		  const struct dist_tmpl_xfer_opts *o, struct dist_tmpl_stats *st, kiln_error **err);
+/* Pull the template artifact whose manifest was fetched from repo: only
+ * chunks the chunk store lacks are downloaded; then assembled, verified and
+ * imported as template name (NAME[:TAG]). */
+int dist_tmpl_pull(rc_client *c, const char *repo, const struct rc_doc *manifest, const char *name,
+		  const struct dist_tmpl_xfer_opts *o, struct dist_tmpl_stats *st, kiln_error **err);
+
+/* ---------------------------------------------------------------------------
+ * The artifact format (chunk.c, tmpl.c), for the files above and the tests.
+ * ------------------------------------------------------------------------- */
+/* One file of a template (rootfs, memory, disk, state) as fixed-size chunks. */
+struct dist_tmpl_part {
+	char *role;
+	char digest[KILN_DIGEST_MAX];  /* of the whole file */
+	uint64_t size;
+	uint64_t chunk_size;
+	size_t nchunks;
+	char **chunks;                 /* blob digest of each zstd chunk; NULL: all zeros */
+};
+
+struct dist_tmpl_blob {
+	char digest[KILN_DIGEST_MAX];
+	uint64_t size;
+};
+
+/* A template version as an OCI artifact: config + index + chunk blobs. */
+struct dist_tmpl {
+	char *config;                  /* the template config blob */
+	size_t config_len;
+	char config_digest[KILN_DIGEST_MAX];
+	struct dist_tmpl_part *parts;
+	size_t nparts;
+	struct dist_tmpl_blob *blobs;   /* unique chunk blobs, in order of first use */
+	size_t nblobs;
+	char *index;                   /* the index blob (JSON) */
+	size_t index_len;
+	char index_digest[KILN_DIGEST_MAX];
+	char *manifest;                /* the OCI image manifest */
+	size_t manifest_len;
+	char manifest_digest[KILN_DIGEST_MAX];
+};
+
+/* The chunk size for a file: min (64 KiB for memory, 256 KiB for the rest),
+ * doubled until the file has at most DIST_TMPL_MAX_CHUNKS chunks (bounds the manifest). */
+#define DIST_TMPL_MAX_CHUNKS 8192
+uint64_t dist_tmpl_chunk_min(const char *role);
+uint64_t dist_tmpl_chunk_size(uint64_t file_size, uint64_t min);
+/* Chunk a file into the store (zero chunks skipped) and describe it. */
+int dist_tmpl_chunk_file(dist_chunks *cs, const char *path, const char *role, struct dist_tmpl_part *part,
+			kiln_error **err);
+/* Build the index and the manifest from config + parts (fills blobs too). */
+int dist_tmpl_seal(struct dist_tmpl *t, dist_chunks *cs, kiln_error **err);
+/* Parse and cross-check a pulled artifact: every chunk the index names must
+ * be a layer of the manifest (or registries may collect it). */
+int dist_tmpl_parse(struct dist_tmpl *t, const char *manifest, size_t manifest_len, kiln_error **err);
+int dist_tmpl_parse_index(struct dist_tmpl *t, const char *index, size_t len, kiln_error **err);
+void dist_tmpl_free(struct dist_tmpl *t);
+/* A local template (snapshots/ store) as an artifact, its chunks in cs. */
+int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *t, kiln_error **err);
+/* Assemble a parsed artifact whose chunks are all in cs and import it as a
+ * template tagged name; returns the local template digest. */
+char *dist_tmpl_assemble(dist_chunks *cs, const struct dist_tmpl *t, const char *name, kiln_error **err);
+
+#endif
