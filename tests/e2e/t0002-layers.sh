@@ -6,7 +6,7 @@
 
 expect_exit 0 "the tree's includes follow the layer graph" tests/check-layers.sh .
 
-STAGES="common oci dockerfile-parser rootfs guest vm snapshots regclient registry distrib builder cli"
+STAGES="common oci dockerfile-parser rootfs guest vm snapshots regclient registry distrib builder service cli"
 # A copy of the stage folders with one include pointing up the stack.
 F=$T_TMP/tree
 mkdir -p "$F"
