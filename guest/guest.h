@@ -188,6 +188,14 @@ struct guest_identity {
 	char *hostname;     /* NULL: keep; 1-64 bytes */
 	uint8_t *entropy;   /* NULL: none; at most GUEST_MAX_ENTROPY bytes */
 	size_t entropy_len;
+	/* eth0's own MAC and IPv4 address (a restored guest keeps its
+	 * template's, which the snapshot's device state also carries): set
+	 * after the entropy, the default route re-added via gateway; a guest
+	 * without eth0 ignores them.  An older agent skips the fields. */
+	bool set_net;
+	uint8_t mac[6];
+	uint32_t ipv4, gateway; /* host order */
+	uint8_t prefix;         /* 1-32 */
 };
 struct guest_error_msg {
 	int32_t errnum; /* errno in the guest, 0 if none */

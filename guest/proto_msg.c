@@ -18,7 +18,7 @@ enum { XFER_DIR = 1, XFER_TIMEOUT, XFER_NAME };
 enum { STATQ_PATH = 1, STATQ_FOLLOW, STATQ_XATTRS };
 enum { STAT_MODE = 1, STAT_UID, STAT_GID, STAT_SIZE, STAT_MTIME, STAT_MTIME_NSEC, STAT_LINK, STAT_XNAME, STAT_XVALUE };
 enum { ERR_ERRNO = 1, ERR_MSG };
-enum { IDENT_TIME_SEC = 1, IDENT_TIME_NSEC, IDENT_HOSTNAME, IDENT_ENTROPY };
+enum { IDENT_TIME_SEC = 1, IDENT_TIME_NSEC, IDENT_HOSTNAME, IDENT_ENTROPY, IDENT_NET };
 
 struct tlv {
 	uint16_t tag;
@@ -467,6 +467,17 @@ void guest_encode_identity(struct guest_wbuf *w, uint32_t id, const struct guest
 		guest_tlv_str(w, IDENT_HOSTNAME, m->hostname);
 	if (m->entropy)
 		guest_tlv_bytes(w, IDENT_ENTROPY, m->entropy, m->entropy_len);
+	if (m->set_net) {
+		/* MAC, address, prefix, gateway: 6 + 4 + 1 + 4 bytes, big-endian */
+		uint8_t b[15];
+		memcpy(b, m->mac, 6);
+		for (int i = 0; i < 4; i++) {
+			b[6 + i] = (uint8_t)(m->ipv4 >> (24 - 8 * i));
+			b[11 + i] = (uint8_t)(m->gateway >> (24 - 8 * i));
+		}
+		b[10] = m->prefix;
+		guest_tlv_bytes(w, IDENT_NET, b, sizeof(b));
+	}
 	guest_frame_end(w, start);
 }
 
@@ -520,6 +531,22 @@ int guest_decode_identity(const uint8_t *p, size_t n, struct guest_identity *m, 
 			memcpy(m->entropy, t.val, t.len);
 			m->entropy_len = t.len;
 			break;
+		case IDENT_NET: {
+			const uint8_t *b = t.val;
+			if (t.len != 15 || b[10] == 0 || b[10] > 32 || (b[0] & 1)) {
+				*why = "network identity must be a unicast MAC, an address, a prefix 1-32, a gateway";
+				goto fail;
+			}
+			memcpy(m->mac, b, 6);
+			m->ipv4 = m->gateway = 0;
+			for (int i = 0; i < 4; i++) {
+				m->ipv4 = m->ipv4 << 8 | b[6 + i];
+				m->gateway = m->gateway << 8 | b[11 + i];
+			}
+			m->prefix = b[10];
+			m->set_net = true;
+			break;
+		}
 		}
 	}
 	if (r < 0)

@@ -8,8 +8,14 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
 #include <linux/random.h>
+#include <net/if.h>
+#include <net/if_arp.h>
+#include <net/route.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include "guest/agent/agent.h"
 
@@ -33,6 +39,62 @@ static int add_entropy(const uint8_t *p, size_t n, const char **step)
 		goto out;
 	*step = "RNDRESEEDCRNG";
 	if (ioctl(fd, RNDRESEEDCRNG) < 0)
+		goto out;
+	rc = 0;
+out:
+	{
+		int e = errno;
+		close(fd);
+		errno = e;
+	}
+	return rc;
+}
+
+/* eth0's MAC and address, with ioctls (no process): a new primary address
+ * drops the routes of the old one, so the default route is added again.
+ * No eth0 (a template without a NIC): nothing to do. */
+static int set_net(const struct guest_identity *m, const char **step)
+{
+	struct ifreq ifr;
+	struct rtentry rt;
+	int fd, rc = -1;
+
+	*step = "socket";
+	if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
+		return -1;
+	memset(&ifr, 0, sizeof(ifr));
+	strcpy(ifr.ifr_name, "eth0");
+	if (ioctl(fd, SIOCGIFINDEX, &ifr) < 0) {
+		rc = errno == ENODEV ? 0 : -1;
+		*step = "eth0";
+		goto out;
+	}
+	*step = "set eth0's MAC";
+	ifr.ifr_hwaddr.sa_family = ARPHRD_ETHER;
+	memcpy(ifr.ifr_hwaddr.sa_data, m->mac, 6);
+	if (ioctl(fd, SIOCSIFHWADDR, &ifr) < 0)
+		goto out;
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+	memset(&ifr.ifr_addr, 0, sizeof(ifr.ifr_addr));
+	sin->sin_family = AF_INET;
+	sin->sin_addr.s_addr = htonl(m->ipv4);
+	*step = "set eth0's address";
+	if (ioctl(fd, SIOCSIFADDR, &ifr) < 0)
+		goto out;
+	sin->sin_addr.s_addr = htonl(m->prefix == 32 ? 0xffffffffu : ~(0xffffffffu >> m->prefix));
+	*step = "set eth0's netmask";
+	if (ioctl(fd, SIOCSIFNETMASK, &ifr) < 0)
+		goto out;
+	memset(&rt, 0, sizeof(rt));
+	((struct sockaddr_in *)&rt.rt_dst)->sin_family = AF_INET;
+	((struct sockaddr_in *)&rt.rt_genmask)->sin_family = AF_INET;
+	sin = (struct sockaddr_in *)&rt.rt_gateway;
+	sin->sin_family = AF_INET;
+	sin->sin_addr.s_addr = htonl(m->gateway);
+	rt.rt_flags = RTF_UP | RTF_GATEWAY;
+	rt.rt_dev = (char *)"eth0";
+	*step = "add the default route";
+	if (ioctl(fd, SIOCADDRT, &rt) < 0 && errno != EEXIST)
 		goto out;
 	rc = 0;
 out:
@@ -72,6 +134,8 @@ void identity_apply(struct agent *a, uint32_t id, const uint8_t *p, size_t n)
 	if (m.hostname && sethostname(m.hostname, strlen(m.hostname)) < 0)
 		goto fail;
 	if (m.entropy && add_entropy(m.entropy, m.entropy_len, &step) < 0)
+		goto fail;
+	if (m.set_net && set_net(&m, &step) < 0)
 		goto fail;
 	guest_encode_exit(&a->out, id, &(struct guest_exit){ 0 });
 	if (a->verbose)

@@ -365,6 +365,26 @@ static void test_identity(void)
 	/* unknown tags are skipped */
 	put_tlv(&w, 99, "x", 1);
 	CHECK_INT(decode_identity_raw(&w, &why), 0);
+	/* eth0's MAC and address: round trip, then a multicast MAC and a bad prefix */
+	struct guest_identity n = { .set_net = true, .mac = { 0x02, 1, 2, 3, 4, 5 }, .ipv4 = 0x0a000227u,
+				    .prefix = 24, .gateway = 0x0a000202u };
+	guest_encode_identity(&w, 3, &n);
+	CHECK_INT(guest_hdr_decode(w.data, &f, &why), 0);
+	CHECK_INT(guest_decode_identity(w.data + GUEST_HDR_LEN, f.len, &out, &why), 0);
+	CHECK(out.set_net && memcmp(out.mac, n.mac, 6) == 0 && out.ipv4 == n.ipv4 && out.prefix == 24 &&
+	      out.gateway == n.gateway && !out.set_time);
+	guest_identity_free(&out);
+	w.len = 0;
+	uint8_t net[15] = { 0x03, 1, 2, 3, 4, 5, 10, 0, 2, 39, 24, 10, 0, 2, 2 };
+	put_tlv(&w, 5, net, sizeof(net));
+	CHECK_INT(decode_identity_raw(&w, &why), -1);
+	CHECK(strstr(why, "unicast MAC") != NULL);
+	net[0] = 0x02;
+	net[10] = 33;
+	put_tlv(&w, 5, net, sizeof(net));
+	CHECK_INT(decode_identity_raw(&w, &why), -1);
+	put_tlv(&w, 5, net, 14);
+	CHECK_INT(decode_identity_raw(&w, &why), -1);
 	guest_wbuf_free(&w);
 }
 
