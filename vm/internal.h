@@ -49,9 +49,11 @@ void vm_jail_release(struct vm_jail *j);
 void vm_jail_remove_cgroups(const struct vm_jail *j);
 /* The jail of a VM whose directory is dir (the tmpfs root goes on dir/jail):
  * prepared for cpus/memory_mib with dir bound writable and owned by the VM's
- * uid; j->on stays false when vm_unconfined(). */
+ * uid; j->on stays false when vm_unconfined().  host_net: QEMU stays in the
+ * host's network namespace, its uid's packets passing the slot's egress
+ * chain, written from egress (NULL: emptied, a builder VM). */
 int vm_jail_setup(struct vm_jail *j, const char *dir, const char *writable_dir, unsigned cpus, unsigned memory_mib,
-		  bool net, enum vm_accel accel, kiln_error **err);
+		  bool host_net, const struct vm_net_opts *egress, enum vm_accel accel, kiln_error **err);
 
 struct vm_spawn_opts {
 	const char *log_path;
@@ -76,10 +78,20 @@ struct vm_machine {
 	const char *disk_backing; /* raw backing of disk, given to QEMU (the name in the
 				   * qcow2 header is then not used), or NULL */
 	const char *spare;        /* a raw disk the guest reads later (read-only), or NULL */
+	const char *netdev;       /* with net: -netdev's value (vm_net_netdev) */
 	const char *scratch;      /* a raw scratch disk (boot only), or NULL */
 	bool sandbox;             /* QEMU's seccomp policy (-sandbox ...deny) */
 };
 void vm_machine_argv(const struct vm_machine *m, kiln_strv *av);
+
+/* Network (net.c): -netdev's value for a sandbox's options (NULL: a
+ * builder VM's plain user network); whether QEMU needs the host's network
+ * namespace; the egress chain of a jailed QEMU in it, written before QEMU
+ * starts (apply), or emptied for one that has none (clear). */
+char *vm_net_netdev(const struct vm_net_opts *o);
+bool vm_net_host_ns(bool nic, const struct vm_net_opts *o);
+int vm_netfw_apply(unsigned slot, uid_t uid, const struct vm_net_opts *o, kiln_error **err);
+void vm_netfw_clear(unsigned slot, uid_t uid);
 
 /* Files of a VM, removed by vm_destroy and by the signal handler. */
 #define VM_MAX_FILES 16

@@ -329,6 +329,14 @@ int vm_jail_own(const struct vm_jail *j, const char *path, kiln_error **err)
 	return 0;
 }
 
+void vm_net_release(uid_t uid)
+{
+	unsigned base = env_uint("KILN_JAIL_UID_BASE", DEFAULT_UID_BASE), n = env_uint("KILN_JAIL_SLOTS", DEFAULT_SLOTS);
+
+	if (uid >= base && uid - base < n)
+		vm_netfw_clear(uid - base, uid);
+}
+
 int vm_jail_gc(void)
 {
 	int n = 0;
@@ -556,22 +564,32 @@ void vm_jail_remove_cgroups(const struct vm_jail *j)
 }
 
 int vm_jail_setup(struct vm_jail *j, const char *dir, const char *writable_dir, unsigned cpus, unsigned memory_mib,
-		  bool net, enum vm_accel accel, kiln_error **err)
+		  bool host_net, const struct vm_net_opts *egress, enum vm_accel accel, kiln_error **err)
 {
 	static bool said;
 
 	memset(j, 0, sizeof(*j));
 	j->slot_fd = -1;
 	if (vm_unconfined()) {
+		if (egress && host_net && (egress->n_rules || egress->mode == VM_NET_NONE))
+			return kiln_err(err, KILN_E_USAGE, "egress rules (and published ports without outbound network) "
+					"need the jail: they hold QEMU's own uid, and unconfined QEMU runs as kiln's");
 		if (!said)
-			kiln_warn("unconfined: VMs run without their jail (no own uid, namespaces, cgroup or seccomp)");
+			kiln_warn("unconfined: VMs run without their jail (no own uid, namespaces, cgroup or seccomp)%s",
+				  egress && host_net ? "; the sandbox's egress is not filtered" : "");
 		said = true;
 		return 0;
 	}
 	if (vm_jail_prepare(j, cpus, memory_mib, err) < 0)
 		return -1;
 	j->root = kiln_path_join(dir, "jail");
-	j->netns = !net;
+	j->netns = !host_net;
+	/* the slot's egress chain is this VM's before it runs (a previous VM
+	 * of the slot may have left its own) */
+	if (host_net && egress && vm_netfw_apply(j->slot, j->uid, egress, err) < 0)
+		goto fail;
+	if (host_net && !egress)
+		vm_netfw_clear(j->slot, j->uid);
 	j->kvm = accel == VM_ACCEL_KVM;
 	if (mkdir(j->root, 0755) < 0 && errno != EEXIST) {
 		kiln_err_errno(err, errno, "jail: mkdir %s", j->root);

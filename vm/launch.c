@@ -263,11 +263,16 @@ static int start_qemu(const struct vm_config *c, vm_instance *v, const char *ker
 		.disk_backing = base_fd >= 0 ? "/dev/fdset/1" : NULL,
 		.spare = spare_fd >= 0 ? "/dev/fdset/3" : c->spare_disk,
 	};
+	/* a template whose network is none: the NIC, and slirp forwarding nothing */
+	static const struct vm_net_opts isolated = { .mode = VM_NET_NONE };
+	char *netdev = c->net ? vm_net_netdev(c->net_isolated ? &isolated : NULL) : NULL;
 	char *cmdline = kernel_cmdline(c, v);
 	kiln_strv av = KILN_STRV_INIT;
 	pid_t pid;
 
+	m.netdev = netdev;
 	vm_machine_argv(&m, &av);
+	free(netdev);
 	if (base_fd >= 0) {
 		kiln_strv_push(&av, "-add-fd");
 		kiln_strv_push_owned(&av, kiln_xasprintf("fd=%d,set=1,opaque=rootfs", base_fd));
@@ -371,7 +376,8 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 		goto fail;
 	files_init(v, dir);
 	vm_registry_add(&v->files);
-	if (vm_jail_setup(&v->jail, dir, dir, c->cpus, c->memory_mib, c->net, v->accel, err) < 0)
+	if (vm_jail_setup(&v->jail, dir, dir, c->cpus, c->memory_mib, c->net && !c->net_isolated, NULL, v->accel,
+			  err) < 0)
 		goto fail;
 	if (v->jail.on) {
 		/* what QEMU opens besides its directory: the base (read-only, the

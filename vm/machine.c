@@ -90,7 +90,7 @@ void vm_machine_argv(const struct vm_machine *m, kiln_strv *av)
 	}
 	if (m->net) {
 		kiln_strv_push(av, "-netdev");
-		kiln_strv_push(av, "user,id=net0");
+		kiln_strv_push(av, m->netdev ? m->netdev : "user,id=net0");
 		kiln_strv_push(av, "-device");
 		kiln_strv_push(av, "virtio-net-device,netdev=net0");
 	}

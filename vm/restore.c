@@ -39,7 +39,10 @@ static void restore_argv(const struct vm_restore_config *c, const char *run, con
 	static const int set[3] = { 2, 1, 3 };
 	static const char *const what[3] = { "disk", "rootfs", "spare" };
 
+	char *netdev = c->net ? vm_net_netdev(c->net_opts) : NULL;
+	m.netdev = netdev;
 	vm_machine_argv(&m, av);
+	free(netdev);
 	for (int i = 0; i < 3; i++) {
 		if (fds[i] < 0)
 			continue;
@@ -131,7 +134,8 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 	if (!c->detached)
 		vm_registry_add(&v->files);
 	if (setup_dir(v, c, err) < 0 ||
-	    vm_jail_setup(&v->jail, c->dir, v->files.subdirs[0], c->cpus, c->memory_mib, c->net, c->accel, err) < 0)
+	    vm_jail_setup(&v->jail, c->dir, v->files.subdirs[0], c->cpus, c->memory_mib,
+			  vm_net_host_ns(c->net, c->net_opts), c->net ? c->net_opts : NULL, c->accel, err) < 0)
 		goto fail;
 	if (v->jail.on) {
 		v->files.subdirs[1] = kiln_xstrdup(v->jail.root);

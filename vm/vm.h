@@ -137,11 +137,52 @@ enum vm_root_mode { VM_ROOT_OVERLAY = 0, VM_ROOT_WRITABLE };
 #define VM_GUEST_LOWER_DIR "/run/kiln/lower" /* overlay mode: the base, read-only */
 #define VM_GUEST_BUSYBOX "/run/kiln/bin/busybox"
 
+/* ---------------------------------------------------------------------------
+ * Network (vm/net.c, docs/vm.md "Network").  A VM with a NIC has QEMU's
+ * user-mode network (libslirp, 10.0.2.0/24: gateway .2 = the host, DNS .3).
+ * A sandbox's is shaped by struct vm_net_opts: with no way out (NONE) QEMU
+ * stays in the jail's empty network namespace and slirp forwards nothing
+ * the guest starts; OUTBOUND (or published ports) puts it in the host's,
+ * where its uid's packets pass the egress chain kiln wrote for its slot.
+ * ------------------------------------------------------------------------- */
+enum vm_net_mode { VM_NET_NONE = 0, VM_NET_OUTBOUND };
+#define VM_GUEST_ADDR_DEFAULT "10.0.2.15" /* what init gives eth0 at boot */
+struct vm_egress_rule {
+	bool allow;      /* else deny (denies are checked first) */
+	uint32_t addr;   /* IPv4, host order, masked to prefix */
+	uint8_t prefix;  /* 0-32 */
+	uint16_t port;   /* TCP and UDP destination port; 0: every port and protocol */
+};
+struct vm_port {
+	uint16_t host_port;  /* on the host's 127.0.0.1 */
+	uint16_t guest_port; /* TCP, on the guest's address */
+};
+struct vm_net_opts {
+	enum vm_net_mode mode;
+	const struct vm_egress_rule *rules;
+	size_t n_rules;
+	const struct vm_port *ports;
+	size_t n_ports;
+	const char *guest_addr; /* where published ports lead; NULL: VM_GUEST_ADDR_DEFAULT */
+};
+int vm_net_mode_parse(const char *s, enum vm_net_mode *m, kiln_error **err);
+const char *vm_net_mode_name(enum vm_net_mode m);
+/* ADDR[/PREFIX][:PORT] (IPv4) into r; a usage error says what is wrong. */
+int vm_egress_parse(const char *s, bool allow, struct vm_egress_rule *r, kiln_error **err);
+char *vm_egress_str(const struct vm_egress_rule *r); /* "A.B.C.D/P[:PORT]" */
+/* [127.0.0.1:]HOSTPORT:GUESTPORT into p. */
+int vm_port_parse(const char *s, struct vm_port *p, kiln_error **err);
+/* The iptables-restore input that makes the egress chain of a slot, with
+ * jump also OUTPUT's jump to it for uid; o NULL: removes both. */
+char *vm_netfw_script(unsigned slot, uid_t uid, const struct vm_net_opts *o, bool jump);
+
 struct vm_config {
 	const char *rootfs;        /* ext4 image (required) */
 	unsigned cpus;             /* default 1 */
 	unsigned memory_mib;       /* default 256 */
 	bool net;                  /* user-mode network (virtio-net), off by default */
+	bool net_isolated;         /* with net: the NIC, but no way out (a template whose
+				    * network is none: QEMU in the jail's empty namespace) */
 	unsigned scratch_mib;      /* overlay mode: >0 puts the upper dir on a fresh, sparse
 				    * ext4 disk of this size instead of guest RAM (tmpfs,
 				    * at most half the memory) — for builds that write a lot */
@@ -200,6 +241,9 @@ int vm_wait_exit(vm_instance *v, int timeout_ms, kiln_error **err);
  * CLI's --unconfined) or $KILN_UNCONFINED is non-empty and not "0". */
 void vm_set_unconfined(bool on);
 bool vm_unconfined(void);
+/* Empty the egress chain of a jailed VM's uid once its QEMU is gone (0:
+ * unconfined, nothing to do). */
+void vm_net_release(uid_t uid);
 /* Remove the cgroups of uid slots no VM holds; returns how many. */
 int vm_jail_gc(void);
 /* Remove what a restored VM left outside its directory dir (the RAM copy in
@@ -249,6 +293,8 @@ struct vm_restore_config {
 	enum vm_accel accel;       /* KVM or TCG, as recorded */
 	unsigned cpus, memory_mib;
 	bool net;
+	const struct vm_net_opts *net_opts; /* with net: a sandbox's network; NULL: a
+				    * builder VM's (the host's network, no egress chain) */
 	const char *memory_file;   /* the snapshot's RAM, mapped share=off, or */
 	bool memory_shared;        /* share=on: the guest writes into memory_file (a
 				    * private copy, in dir) so that it can be saved again */
