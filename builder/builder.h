@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "kiln.h"
+#include "vm/vm.h"
 #include "dockerfile-parser/dockerfile.h"
 
 /* ===========================================================================
@@ -440,6 +441,7 @@ struct build_template_opts {
 	const char *start_cmd;   /* NULL: the image's ENTRYPOINT + CMD, shell-quoted */
 	const char *ready_cmd;   /* NULL: none */
 	unsigned cpus, memory_mib; /* 0: the snapshot stage's defaults */
+	enum vm_net_mode network;  /* the template's (its sandboxes' default) network */
 };
 
 /* ENTRYPOINT + CMD of an image config as one /bin/sh -c string, or NULL. */

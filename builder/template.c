@@ -79,6 +79,7 @@ int build_template_make(build_store *s, const char *manifest, const struct build
 		.env = env.n ? (const char *const *)env.v : NULL,
 		.cpus = t->cpus,
 		.memory_mib = t->memory_mib,
+		.network = t->network,
 	};
 	tdigest = snap_finalize(&so, err);
 	if (!tdigest)

@@ -185,7 +185,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	struct cli_build_flags bf = { 0 };
 	kiln_error *err = NULL;
 	bool json = false;
-	const char *remote = getenv("KILN_BUILDER");
+	const char *remote = getenv("KILN_BUILDER"), *tnet = NULL;
 	int i, rc;
 	const struct cli_option opts[] = {
 		CLI_STRING('f', "file", &o.dockerfile, "FILE", "the Dockerfile (- for standard input)"),
@@ -208,6 +208,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		CLI_STRING(0, "ready-cmd", &tpl.ready_cmd, "CMD", "polled until it succeeds before the snapshot"),
 		CLI_UINT(0, "cpus", &tpl.cpus, "N", 1, 64, "the template's vCPUs"),
 		CLI_UINT(0, "memory", &tpl.memory_mib, "MiB", 1, 1 << 20, "the template's memory"),
+		CLI_STRING(0, "template-network", &tnet, "none|outbound",
+			   "its start command's network and its sandboxes' default (none)"),
 		CLI_CALLBACK(0, "compression", &o.compression, "C", compression,
 			     "layer compression: gzip (default), zstd or none"),
 		CLI_BOOL(0, "json", &json, "one JSON event per line on stdout (step, step_done, output,\n"
@@ -221,8 +223,17 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
 		goto out;
 	rc = KILN_EXIT_USAGE;
-	if (tpl.start_cmd || tpl.ready_cmd || tpl.cpus || tpl.memory_mib)
+	if (tpl.start_cmd || tpl.ready_cmd || tpl.cpus || tpl.memory_mib || tnet)
 		want_template = true;
+	if (tnet && vm_net_mode_parse(tnet, &tpl.network, &err) < 0) {
+		rc = cli_usage_error(cmd, "--template-network: %s", kiln_error_message(err));
+		kiln_error_clear(&err);
+		goto out;
+	}
+	if (tnet && remote && *remote) {
+		rc = cli_usage_error(cmd, "--template-network is not sent to a remote build (yet)");
+		goto out;
+	}
 	if (i >= argc) {
 		rc = cli_usage_error(cmd, "missing CONTEXT directory");
 		goto out;
@@ -310,6 +321,7 @@ const struct kiln_command kiln_cmd_build = {
 		 "                  [--no-cache] [--oci-out DIR] [--rootfs-out FILE] [--compression gzip|zstd|none]\n"
 		 "                  [--secret id=ID[,src=FILE|,env=VAR]]... [--ssh default|ID[=SOCKET]]...\n"
 		 "                  [--template] [--start-cmd CMD] [--ready-cmd CMD] [--cpus N] [--memory MiB]\n"
+		 "                  [--template-network none|outbound]\n"
 		 "                  [--json] CONTEXT\n\n"
 		 "Build the Dockerfile (default CONTEXT/Dockerfile) with CONTEXT as the build\n"
 		 "context (.dockerignore honoured).  Bases: scratch, oci:DIR[:TAG],\n"

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli/sandbox.h"
+#include "cli/net_flags.h"
 #include "cli/xfer.h"
 #include "snapshots/snapshots.h"
 
@@ -71,6 +72,7 @@ static int run_with(const char *tmpl, const char *const *argv, const struct snap
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
 	struct snap_exec_opts o;
+	struct cli_net_flags net = { 0 };
 	kiln_strv env = KILN_STRV_INIT;
 	kiln_error *err = NULL;
 	const char *timeout = NULL;
@@ -79,6 +81,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	int i, rc;
 
 	snap_exec_opts_init(&o);
+	o.net = &net.opts;
 	const struct cli_option opts[] = {
 		CLI_BOOL(0, "time", &timing, "print where the start time went on stderr"),
 		CLI_BOOL('i', "interactive", &interactive, "copy kiln's stdin to CMD's stdin"),
@@ -86,6 +89,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		CLI_STRING('u', "user", &o.user, "USER[:GROUP]", "run CMD as USER"),
 		CLI_ENV('e', "env", &env, "over the template's env"),
 		CLI_STRING(0, "timeout", &timeout, "DURATION", "kill CMD after DURATION (exit 124); the sandbox goes with it"),
+		CLI_NET_OPTIONS(&net),
 		CLI_END,
 	};
 
@@ -121,6 +125,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	rc = run_with(tmpl, (const char *const *)argv + i, &o, timing);
 out:
 	kiln_strv_free(&env);
+	cli_net_flags_free(&net);
 	return rc;
 }
 
@@ -128,7 +133,8 @@ const struct kiln_command kiln_cmd_run = {
 	.name = "run",
 	.summary = "start a sandbox from a template, run a command in it, remove it",
 	.usage = "Usage: kiln run [--time] [-i] [-w DIR] [-u USER] [-e NAME=VALUE]... [--timeout DURATION]\n"
-		 "                TEMPLATE -- CMD [ARG...]\n\n"
+		 "                [--network none|outbound] [--allow-egress CIDR[:PORT]]... [--deny-egress CIDR[:PORT]]...\n"
+		 "                [-p 127.0.0.1:HOSTPORT:GUESTPORT]... TEMPLATE -- CMD [ARG...]\n\n"
 		 "kiln sandbox create + exec + kill in one go: exits with CMD's exit code.\n"
 		 "TEMPLATE is NAME[:TAG], REGISTRY/REPO[:TAG], either @sha256:DIGEST, or a\n"
 		 "template digest; one that names a registry and is not here is pulled first\n"

@@ -15,6 +15,7 @@
 
 #include "builder/builder.h"
 #include "cli/sandbox.h"
+#include "cli/net_flags.h"
 #include "cli/xfer.h"
 #include "snapshots/snapshots.h"
 
@@ -151,7 +152,8 @@ static int run_pool(const struct kiln_command *cmd, int argc, char **argv)
 static int run_create(const struct kiln_command *cmd, int argc, char **argv)
 {
 	struct snap_create_stats st;
-	struct snap_create_opts co = { .timeout_s = SNAP_DEFAULT_TIMEOUT_S };
+	struct cli_net_flags net = { 0 };
+	struct snap_create_opts co = { .timeout_s = SNAP_DEFAULT_TIMEOUT_S, .net = &net.opts };
 	kiln_strv env = KILN_STRV_INIT, labels = KILN_STRV_INIT;
 	kiln_error *err = NULL;
 	const char *timeout = NULL;
@@ -167,6 +169,7 @@ static int run_create(const struct kiln_command *cmd, int argc, char **argv)
 			     "metadata, shown and filtered by 'kiln sandbox ls'"),
 		CLI_STRING(0, "timeout", &timeout, "DURATION",
 			   "remove it this long after it started (90s, 30m, 12h, 7d;\ndefault 5m; 0: never)"),
+		CLI_NET_OPTIONS(&net),
 		CLI_END,
 	};
 
@@ -208,6 +211,7 @@ out:
 	free(id);
 	kiln_strv_free(&env);
 	kiln_strv_free(&labels);
+	cli_net_flags_free(&net);
 	return rc;
 }
 
@@ -413,7 +417,8 @@ static const struct kiln_command sb_create = {
 	.name = "create",
 	.summary = "restore a sandbox from a template",
 	.usage = "Usage: kiln sandbox create [--json] [-e NAME=VALUE]... [--env-file FILE] [-l KEY=VALUE]...\n"
-		 "                           [--timeout DURATION] TEMPLATE\n\n"
+		 "                           [--timeout DURATION] [--network none|outbound] [--allow-egress CIDR[:PORT]]...\n"
+		 "                           [--deny-egress CIDR[:PORT]]... [-p 127.0.0.1:HOSTPORT:GUESTPORT]... TEMPLATE\n\n"
 		 "Restore a new sandbox from TEMPLATE (NAME[:TAG], REGISTRY/REPO[:TAG], either\n"
 		 "@sha256:DIGEST, or a template digest) and print its id; with --json, also\n"
 		 "where the time went.  A registry reference not on this host is pulled first.\n"
@@ -466,7 +471,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 const struct kiln_command kiln_cmd_sandbox = {
 	.name = "sandbox",
 	.summary = "sandboxes restored from templates: create, exec, cp, ls, pause, resume, commit, kill, ...",
-	.usage = "Usage: kiln sandbox create [--json] [-e K=V]... [-l K=V]... [--timeout D] TEMPLATE\n"
+	.usage = "Usage: kiln sandbox create [--json] [-e K=V]... [-l K=V]... [--timeout D] [--network MODE] [-p ...] TEMPLATE\n"
 		 "       kiln sandbox exec [-i] [-w DIR] [-u USER] [-e K=V]... [--detach] ID -- CMD [ARG...]\n"
 		 "       kiln sandbox logs ID PID\n"
 		 "       kiln sandbox cp SRC ID:DST | ID:SRC DST\n"

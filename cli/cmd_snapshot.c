@@ -65,6 +65,7 @@ static int run_make(const struct kiln_command *cmd, int argc, char **argv)
 	unsigned secs = 0;
 	char *digest, *image = NULL, *tmpdir = NULL;
 	struct build_image *im = NULL;
+	const char *network = NULL;
 	int i, rc;
 	const struct cli_option opts[] = {
 		CLI_STRING('t', "tag", &o.name, "NAME[:TAG]", "name the template (tag defaults to latest)"),
@@ -77,12 +78,19 @@ static int run_make(const struct kiln_command *cmd, int argc, char **argv)
 		CLI_UINT('c', "cpus", &o.cpus, "N", 1, 64, "vCPUs (default 1)"),
 		CLI_UINT('m', "memory", &o.memory_mib, "MIB", 1, 1 << 20, "guest memory (default 256)"),
 		CLI_STRING(0, "kernel-dir", &o.kernel_dir, "DIR", "guest kernel directory (see 'kiln vm kernel')"),
+		CLI_STRING(0, "network", &network, "none|outbound", "the start command's network, and the default of the\n"
+			   "template's sandboxes (default none; each may ask for either)"),
 		CLI_END,
 	};
 
 	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
 		goto out;
 	rc = KILN_EXIT_USAGE;
+	if (network && vm_net_mode_parse(network, &o.network, &err) < 0) {
+		cli_usage_error(cmd, "%s", kiln_error_message(err));
+		kiln_error_clear(&err);
+		goto out;
+	}
 	o.ready_timeout_ms = (int)secs * 1000;
 	if (i != argc - 1) {
 		cli_usage_error(cmd, i >= argc ? "no rootfs image or image name given" : "one image, please");

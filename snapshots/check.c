@@ -27,7 +27,7 @@ int snap_check_depends(const snap_template *t, const char *qemu_version, kiln_er
 	const json_t *c = t->config, *d = json_object_get(c, "depends");
 	enum vm_accel accel = strcmp(dep(t, "accel"), "kvm") == 0 ? VM_ACCEL_KVM : VM_ACCEL_TCG;
 	char *sig = vm_machine_signature(accel, (unsigned)kiln_json_int(c, "cpus", 0),
-					 (unsigned)kiln_json_int(c, "memory_mib", 0), false);
+					 (unsigned)kiln_json_int(c, "memory_mib", 0), snap_template_has_nic(t));
 	int rc = -1;
 
 	if (!json_is_object(d)) {

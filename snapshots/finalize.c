@@ -159,6 +159,10 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 	vc.memory_mib = o->memory_mib ? o->memory_mib : 256;
 	vc.root_mode = VM_ROOT_WRITABLE;
 	vc.kernel_dir = o->kernel_dir;
+	/* every template has the NIC (a sandbox may ask for either network);
+	 * the start command gets the template's network */
+	vc.net = true;
+	vc.net_isolated = o->network == VM_NET_NONE;
 	if (o->rootfs == NULL) {
 		kiln_err(err, KILN_E_USAGE, "no rootfs given");
 		goto out;
@@ -167,7 +171,7 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 		goto out;
 	/* what the snapshot depends on (the QEMU version is added once it runs);
 	 * a TCG guest boots with the host's TSC rate recorded here */
-	if ((depends = vm_snapshot_depends(o->kernel_dir, VM_ACCEL_AUTO, vc.cpus, vc.memory_mib, false, NULL, err)) ==
+	if ((depends = vm_snapshot_depends(o->kernel_dir, VM_ACCEL_AUTO, vc.cpus, vc.memory_mib, vc.net, NULL, err)) ==
 	    NULL)
 		goto out;
 	vc.tsc_khz = (uint32_t)kiln_json_int(depends, "tsc_khz", 0);
@@ -211,6 +215,7 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 			"user", o->user, "workdir", o->workdir, "env", env, "cpus", (int)vc.cpus, "memory_mib",
 			(int)vc.memory_mib);
 	env = NULL;
+	json_object_set_new(cfg, "network", json_string(vm_net_mode_name(o->network)));
 	json_object_set_new(depends, "qemu", json_string(qemu));
 	json_object_set_new(cfg, "depends", depends);
 	depends = NULL;

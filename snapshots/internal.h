@@ -66,9 +66,26 @@ int snap_sandbox_remove(const char *id, const json_t *state, kiln_error **err);
  * paused, state "pooled", with the file SNAP_POOL_MARK in its directory; a
  * claim renames that file to "claim-PID" (one rename wins). */
 #define SNAP_POOL_MARK "pool"
-/* Restore a sandbox (pooled: warmed up and paused for the pool). */
-char *snap_sandbox_make(snap_template *t, bool pooled, bool defer_setup, struct snap_create_stats *s,
-			guest_conn **conn, kiln_error **err);
+/* Restore a sandbox (pooled: warmed up and paused for the pool); o may be NULL. */
+char *snap_sandbox_make(snap_template *t, bool pooled, bool defer_setup, const struct snap_net_opts *net,
+			struct snap_create_stats *s, guest_conn **conn, kiln_error **err);
+
+/* snap_sandbox_create with a network (snap_sandbox_create_with). */
+char *snap_sandbox_create_net(const char *template_ref, const struct snap_net_opts *net,
+			      struct snap_create_stats *stats, guest_conn **conn, kiln_error **err);
+
+/* Network (sandbox_net.c).  Whether the template was made with a NIC (its
+ * config names a "network"); o asks for nothing but the template's default
+ * (a pooled sandbox fits it); the VM's options for sandbox id of t (0: no
+ * NIC, 1: vo filled, borrowing o's arrays and addr, -1: refused); the
+ * "network" record of its state.json; the MAC and address id's guest gets
+ * (false: id is no sandbox id, e.g. a pool member's warm-up). */
+bool snap_template_has_nic(const snap_template *t);
+bool snap_net_default(const struct snap_net_opts *o);
+int snap_net_resolve(const snap_template *t, const struct snap_net_opts *o, const char *id, struct vm_net_opts *vo,
+		     char addr[16], kiln_error **err);
+json_t *snap_net_state(const struct vm_net_opts *vo, const char *id);
+bool snap_net_identity(const char *id, struct guest_identity *m);
 /* Claim a pooled sandbox of t and resume it; NULL without error when the pool is empty. */
 char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_stats *s, guest_conn **conn,
 		      kiln_error **err);

@@ -184,7 +184,7 @@ int snap_pool_fill(const char *template_ref, int n, kiln_error **err)
 	}
 	for (size_t have = ids.n; have < (size_t)n; have++) {
 		struct snap_create_stats st;
-		char *id = snap_sandbox_make(t, true, false, &st, NULL, err);
+		char *id = snap_sandbox_make(t, true, false, NULL, &st, NULL, err);
 		if (id == NULL) {
 			made = -1;
 			break;

@@ -72,6 +72,7 @@ int snap_guest_setup(guest_conn *c, const char *id, bool wait, kiln_error **err)
 	m.set_time = true;
 	m.time_sec = (int64_t)now.tv_sec;
 	m.time_nsec = (uint32_t)now.tv_nsec;
+	snap_net_identity(id, &m); /* eth0's own MAC and address (no eth0: ignored) */
 	if (guest_set_identity(c, &m, wait, AGENT_TIMEOUT_MS, err) < 0)
 		return kiln_error_wrap(err, "setting the sandbox's identity");
 	return 0;
@@ -135,15 +136,24 @@ static int on_version(void *ud, const char *version, kiln_error **err)
  * pooled one is warmed up (the same exec a claim runs, so the code it needs
  * is translated already under TCG) and paused; otherwise the guest gets its
  * identity and the connection is handed to *conn (if conn). */
-static int restore(snap_template *t, const char *id, const char *dir, json_t *state, struct snap_create_stats *s,
-		   bool pooled, bool defer_setup, guest_conn **conn, kiln_error **err)
+static int restore(snap_template *t, const char *id, const char *dir, json_t *state, const struct snap_net_opts *net,
+		   struct snap_create_stats *s, bool pooled, bool defer_setup, guest_conn **conn, kiln_error **err)
 {
+	struct vm_net_opts vo;
+	char addr[16];
+	int nic = snap_net_resolve(t, net, id, &vo, addr, err);
+
+	if (nic < 0)
+		return -1;
+	if (nic)
+		json_object_set_new(state, "network", snap_net_state(&vo, id));
 	const json_t *cfg = t->config;
 	const char *accel = kiln_json_str(json_object_get(cfg, "depends"), "accel");
 	struct restore_ctx x = { .t = t, .dir = dir, .state = state };
 	struct vm_restore_config rc_ = {
 		.accel = accel && strcmp(accel, "kvm") == 0 ? VM_ACCEL_KVM : VM_ACCEL_TCG,
 		.cpus = (unsigned)kiln_json_int(cfg, "cpus", 1), .memory_mib = (unsigned)kiln_json_int(cfg, "memory_mib", 256),
+		.net = nic > 0, .net_opts = nic > 0 ? &vo : NULL,
 		.memory_file = t->memory, .disk = t->disk, .disk_backing = t->rootfs, .state = t->state, .dir = dir,
 		.detached = true, .on_spawn = on_spawn, .on_version = on_version, .ud = &x,
 	};
@@ -199,7 +209,7 @@ out:
 int snap_sandbox_restore_into(snap_template *t, const char *id, const char *dir, json_t *state,
 			      struct snap_create_stats *s, kiln_error **err)
 {
-	return restore(t, id, dir, state, s, false, false, NULL, err);
+	return restore(t, id, dir, state, NULL, s, false, false, NULL, err);
 }
 
 static char *iso_now(void)
@@ -224,8 +234,8 @@ json_t *snap_sandbox_new_state(const snap_template *t, const char *id, const cha
 	return j;
 }
 
-char *snap_sandbox_make(snap_template *t, bool pooled, bool defer_setup, struct snap_create_stats *s,
-			guest_conn **conn, kiln_error **err)
+char *snap_sandbox_make(snap_template *t, bool pooled, bool defer_setup, const struct snap_net_opts *net,
+			struct snap_create_stats *s, guest_conn **conn, kiln_error **err)
 {
 	json_t *state = NULL;
 	char *root = snap_sandboxes_dir(), *id = NULL, *dir = NULL, *result = NULL;
@@ -255,7 +265,7 @@ char *snap_sandbox_make(snap_template *t, bool pooled, bool defer_setup, struct 
 		goto out;
 	}
 	state = snap_sandbox_new_state(t, id, "creating");
-	if (snap_state_write(dir, state, err) < 0 || restore(t, id, dir, state, s, pooled, defer_setup, conn, err) < 0)
+	if (snap_state_write(dir, state, err) < 0 || restore(t, id, dir, state, net, s, pooled, defer_setup, conn, err) < 0)
 		goto out;
 	if (pooled) {
 		char *mark = kiln_path_join(dir, SNAP_POOL_MARK);
@@ -288,8 +298,8 @@ out:
 	return result;
 }
 
-static char *create(const char *template_ref, bool defer_setup, struct snap_create_stats *stats, guest_conn **conn,
-		    snap_template **tp, kiln_error **err)
+static char *create(const char *template_ref, const struct snap_net_opts *net, bool defer_setup,
+		    struct snap_create_stats *stats, guest_conn **conn, snap_template **tp, kiln_error **err)
 {
 	struct snap_create_stats dummy;
 	struct snap_create_stats *s = stats ? stats : &dummy;
@@ -311,9 +321,12 @@ static char *create(const char *template_ref, bool defer_setup, struct snap_crea
 	if ((t = snap_template_open(template_ref, err)) == NULL || snap_template_check(t, false, err) < 0)
 		goto out;
 	s->check_ms = snap_now_ms() - t0;
-	result = snap_pool_claim(t, defer_setup, s, conn, err);
+	/* pool members have the template's network: a create asking for
+	 * another, egress rules or published ports is restored for itself */
+	if (snap_net_default(net))
+		result = snap_pool_claim(t, defer_setup, s, conn, err);
 	if (result == NULL && *err == NULL)
-		result = snap_sandbox_make(t, false, defer_setup, s, conn, err);
+		result = snap_sandbox_make(t, false, defer_setup, net, s, conn, err);
 	s->total_ms = snap_now_ms() - t0;
 out:
 	sigpending(&pending);
@@ -343,7 +356,13 @@ out:
 char *snap_sandbox_create(const char *template_ref, struct snap_create_stats *stats, guest_conn **conn,
 			  kiln_error **err)
 {
-	return create(template_ref, false, stats, conn, NULL, err);
+	return create(template_ref, NULL, false, stats, conn, NULL, err);
+}
+
+char *snap_sandbox_create_net(const char *template_ref, const struct snap_net_opts *net,
+			      struct snap_create_stats *stats, guest_conn **conn, kiln_error **err)
+{
+	return create(template_ref, net, false, stats, conn, NULL, err);
 }
 
 int snap_run(const char *template_ref, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,
@@ -366,7 +385,7 @@ int snap_run_with(const char *template_ref, const char *const *argv, const struc
 
 	/* The identity request is queued and goes out with the command's EXEC:
 	 * one round trip, and the agent applies it before it forks. */
-	if ((id = create(template_ref, true, s, &c, &t, err)) == NULL)
+	if ((id = create(template_ref, o ? o->net : NULL, true, s, &c, &t, err)) == NULL)
 		return -1;
 	if (snap_guest_setup(c, id, false, err) == 0)
 		rc = snap_exec_conn_with(c, id, argv, o, on_stdout, on_stderr, user, res, err);

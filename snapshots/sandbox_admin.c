@@ -160,8 +160,14 @@ int snap_sandbox_remove(const char *id, const json_t *state, kiln_error **err)
 	char *dir = snap_sandbox_dir(id);
 	int rc;
 
-	if (state)
+	if (state) {
 		snap_qemu_stop(state);
+		/* its egress chain goes with it (a slot's next VM rewrites it anyway) */
+		const json_t *net = json_object_get(state, "network");
+		const char *mode = kiln_json_str(net, "mode");
+		if (net && ((mode && strcmp(mode, "outbound") == 0) || json_array_size(json_object_get(net, "publish")) > 0))
+			vm_net_release((uid_t)kiln_json_int(state, "uid", 0));
+	}
 	vm_dir_cleanup(dir); /* the RAM copy outside it */
 	rc = kiln_rm_rf(dir, err);
 	free(dir);
@@ -205,6 +211,8 @@ json_t *snap_sandbox_list(kiln_error **err)
 					 "unconfined", json_object_get(st, "unconfined"), "uid", json_object_get(st, "uid"),
 					 "labels", json_object_get(st, "labels"), "timeout_s", json_object_get(st, "timeout_s"),
 					 "expires_ms", json_object_get(st, "expires_ms"));
+			if (json_object_get(st, "network"))
+				json_object_set(item, "network", json_object_get(st, "network"));
 		}
 		kiln_error_free(e);
 		json_decref(st);

@@ -110,7 +110,7 @@ char *snap_sandbox_create_with(const char *template_ref, const struct snap_creat
 		return NULL;
 	}
 	json_decref(probe);
-	if ((id = snap_sandbox_create(template_ref, stats, conn, err)) == NULL || o == NULL)
+	if ((id = snap_sandbox_create_net(template_ref, o ? o->net : NULL, stats, conn, err)) == NULL || o == NULL)
 		return id;
 	/* One more state write (under the sandbox's lock: a watcher or a
 	 * timeout may write too), then the watcher that enforces the timeout. */

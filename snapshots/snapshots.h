@@ -14,6 +14,7 @@
 
 #include "guest/guest.h"
 #include "kiln.h"
+#include "vm/vm.h"
 
 /* ---------------------------------------------------------------------------
  * Templates.
@@ -29,6 +30,10 @@ struct snap_finalize_opts {
 	unsigned cpus, memory_mib;     /* 0: 1 vCPU, 256 MiB */
 	int ready_timeout_ms;          /* 0: 60 s */
 	const char *kernel_dir;        /* NULL: the default kernel */
+	/* The template's network, the default of its sandboxes ("network" in
+	 * its config); the start command runs with it too.  Every template
+	 * has the NIC, so a sandbox may ask for either. */
+	enum vm_net_mode network;      /* default VM_NET_NONE */
 };
 
 /* Boot, start, wait until ready, snapshot, store.  Returns the template's
@@ -69,6 +74,20 @@ struct snap_create_stats {
 	bool pooled;         /* claimed from the pool (spawn and load happened before) */
 };
 
+/* A sandbox's network (docs/snapshots.md "Network"; vm/vm.h): the
+ * template's mode unless mode_set; egress rules (denies first; with allows,
+ * only what they allow); TCP ports published on the host's 127.0.0.1.  A
+ * create asking for anything but the template's default is not served from
+ * the pool (its members have the template's network). */
+struct snap_net_opts {
+	bool mode_set;
+	enum vm_net_mode mode;
+	const struct vm_egress_rule *rules;
+	size_t n_rules;
+	const struct vm_port *ports;
+	size_t n_ports;
+};
+
 /* A new sandbox from a template: one claimed from the template's pool of
  * restored, paused sandboxes if there is one, else restored now.  Returns its
  * id (12 hex digits).  stats may be NULL; with conn, the agent connection is
@@ -82,6 +101,7 @@ struct snap_create_opts {
 	const char *const *labels; /* KEY=VALUE metadata shown and filtered by ls; NULL-terminated */
 	int64_t timeout_s;         /* removed this long after it starts running (a watcher
 				    * process enforces it, gc too); 0: never */
+	const struct snap_net_opts *net; /* NULL: the template's network */
 };
 /* snap_sandbox_create with env, labels and a timeout (o NULL: none of them). */
 char *snap_sandbox_create_with(const char *template_ref, const struct snap_create_opts *o,
@@ -150,6 +170,7 @@ struct snap_exec_opts {
 	bool detach;               /* start it and return: it outlives this exec, its output
 				    * is kept in the guest (snap_sandbox_logs) */
 	pid_t *pid;                /* with detach: its pid in the guest */
+	const struct snap_net_opts *net; /* snap_run_with: the new sandbox's network (NULL: the template's) */
 };
 void snap_exec_opts_init(struct snap_exec_opts *o);
 int snap_sandbox_exec_with(const char *id, const char *const *argv, const struct snap_exec_opts *o,
