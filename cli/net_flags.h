@@ -24,11 +24,11 @@ void cli_net_flags_free(struct cli_net_flags *f);
 	CLI_CALLBACK(0, "network", (f), "none|outbound", cli_opt_network,                                      \
 		     "the sandbox's network (default: its template's)"),                                        \
 		CLI_CALLBACK(0, "allow-egress", (f), "CIDR[:PORT]", cli_opt_allow_egress,                      \
-			     "reach only what such rules allow (IPv4, repeatable; outbound without\n"          \
-			     "any: everything but the host itself)"),                                          \
+			     "allow only these (IPv4, repeatable; without any,\n"                              \
+			     "outbound reaches all but the host itself)"),                                      \
 		CLI_CALLBACK(0, "deny-egress", (f), "CIDR[:PORT]", cli_opt_deny_egress,                        \
 			     "refuse these destinations (checked before the allows)"),                         \
 		CLI_CALLBACK('p', "publish", (f), "[127.0.0.1:]HOSTPORT:GUESTPORT", cli_opt_publish,           \
-			     "a TCP port of the sandbox on the host's 127.0.0.1 (repeatable)")
+			     "a TCP port of the sandbox on the host's\n127.0.0.1 (repeatable)")
 
 #endif
