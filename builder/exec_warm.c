@@ -220,6 +220,9 @@ static int make_snapshot(build_store *s, const struct build_vm_opts *vo, const c
 		goto out;
 	vm_destroy(v);
 	v = NULL;
+	/* a restore attaches a spare disk of its own: no 64 GiB file (a hole,
+	 * but grep, cp or a backup would read it) stays in $KILN_HOME */
+	unlink(spare);
 	if (vm_overlay_rebase(disk, root, err) < 0 || kiln_write_atomic(ok, "1\n", 2, 0600, err) < 0)
 		goto out;
 	kiln_info("build: builder VM snapshot made in %.0f ms (%s)", now_ms() - t0, dir);
@@ -234,6 +237,8 @@ out:
 	free(state);
 	free(ok);
 	free(overlay);
+	if (rc < 0)
+		unlink(spare);
 	free(spare);
 	return rc;
 }
@@ -299,13 +304,19 @@ bool build_warm_has_base(const struct build_warm_vm *w)
 static int restore(struct build_warm_vm *w, const struct build_vm_opts *vo, const char *scratch, const char *mem,
 		   const char *state, const char *disk, const char *spare, bool shared, kiln_error **err)
 {
-	char *own = NULL, *agent = NULL, *backing = NULL;
+	char *own = NULL, *agent = NULL, *backing = NULL, *empty = NULL;
 	int rc = -1;
 
 	w->dir = kiln_xasprintf("%s/warm-XXXXXX", scratch);
 	if (!mkdtemp(w->dir)) {
 		kiln_err_errno(err, errno, "%s", w->dir);
 		goto out;
+	}
+	if (!spare) { /* the snapshot's spare disk, empty: a hole, removed with the VM */
+		empty = kiln_path_join(w->dir, "spare.img");
+		if (sparse_file(empty, VM_SPARE_BYTES, err) < 0)
+			goto out;
+		spare = empty;
 	}
 	if (shared) {
 		own = kiln_path_join(w->dir, "memory");
@@ -344,6 +355,7 @@ out:
 	free(own);
 	free(agent);
 	free(backing);
+	free(empty);
 	return rc;
 }
 
@@ -506,7 +518,7 @@ int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char 
 		lfd = -1;
 	}
 	disk = kiln_path_join(snap, "disk.qcow2");
-	spare = stage_disk ? kiln_xstrdup(stage_disk) : kiln_path_join(snap, "spare.img");
+	spare = stage_disk ? kiln_xstrdup(stage_disk) : NULL;
 	if (n_base && !stage_disk) {
 		/* the base's snapshot: KEY (it lives under it) + the base's layers */
 		kiln_buf t = KILN_BUF_INIT;
