@@ -90,6 +90,12 @@ int gc_flush(guest_conn *c, uint64_t deadline, kiln_error **err)
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+			/* the same news as EOF on a read: the agent went away (what it sent first is lost) */
+			set_broken(c, KILN_E_IO, "the agent closed the connection");
+			gc_check(c, err);
+			goto out;
+		}
 		if (n < 0 && errno != EAGAIN) {
 			set_broken(c, KILN_E_IO, "write to the agent: %s", strerror(errno));
 			gc_check(c, err);
