@@ -578,7 +578,7 @@ static char *tag_of(const char *name)
  * killed build cannot clean up after itself, the next one does. */
 static void sweep_stale(struct run *r)
 {
-	char *tmp = kiln_path_join(build_store_home(r->s), "tmp");
+	char *tmp = kiln_home_path(build_store_home(r->s), KILN_PATH_TMP, NULL);
 	DIR *d = opendir(tmp);
 	struct dirent *de;
 
@@ -633,7 +633,7 @@ int build_run(const struct build_options *o, struct build_result *res, kiln_erro
 	set_created(&r);
 	if (build_store_open(o->home, &r.s, err) < 0 || build_store_lock(r.s, false, err) < 0)
 		goto out;
-	r.scratch = kiln_xasprintf("%s/tmp/build-XXXXXX", build_store_home(r.s));
+	r.scratch = kiln_home_path(build_store_home(r.s), KILN_PATH_TMP, "build-XXXXXX");
 	if (!mkdtemp(r.scratch)) {
 		kiln_err_errno(err, errno, "build scratch directory");
 		free(r.scratch);

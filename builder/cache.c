@@ -21,7 +21,7 @@ static char *memo_path(build_store *s, const char *abs)
 {
 	char d[KILN_DIGEST_MAX];
 	kiln_digest_buf(KILN_SHA256, abs, strlen(abs), d);
-	return kiln_xasprintf("%s/hashes/%s", build_store_home(s), kiln_digest_hex(d));
+	return kiln_home_path(build_store_home(s), KILN_PATH_HASHES, "%s", kiln_digest_hex(d));
 }
 
 static int file_digest(build_store *s, const char *path, char out[KILN_DIGEST_MAX], kiln_error **err)
@@ -34,8 +34,8 @@ static int file_digest(build_store *s, const char *path, char out[KILN_DIGEST_MA
 	if (!s || stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < MEMO_MIN_SIZE ||
 	    !(abs = realpath(path, NULL)))
 		return kiln_digest_file(KILN_SHA256, path, out, err);
-	tmp = kiln_xasprintf("%s/tmp/", build_store_home(s));
-	if (strncmp(abs, tmp, strlen(tmp)) == 0) { /* a build's scratch: never seen again */
+	tmp = kiln_home_path(build_store_home(s), KILN_PATH_TMP, NULL);
+	if (strncmp(abs, tmp, strlen(tmp)) == 0 && abs[strlen(tmp)] == '/') { /* a build's scratch: never seen again */
 		rc = kiln_digest_file(KILN_SHA256, path, out, err);
 		goto out;
 	}
@@ -61,7 +61,7 @@ static int file_digest(build_store *s, const char *path, char out[KILN_DIGEST_MA
 	if (stat(path, &after) == 0 && after.st_ctim.tv_sec == st.st_ctim.tv_sec &&
 	    after.st_ctim.tv_nsec == st.st_ctim.tv_nsec && after.st_size == st.st_size &&
 	    time(NULL) > st.st_ctim.tv_sec + 2) {
-		char *dir = kiln_xasprintf("%s/hashes", build_store_home(s)), *line = kiln_xasprintf("%s%s", stamp, out);
+		char *dir = kiln_home_path(build_store_home(s), KILN_PATH_HASHES, NULL), *line = kiln_xasprintf("%s%s", stamp, out);
 		if (kiln_mkdir_p(dir, 0700, &e) < 0 || kiln_write_atomic(memo, line, strlen(line), 0600, &e) < 0)
 			kiln_error_clear(&e); /* only a memo */
 		free(dir);
@@ -122,7 +122,7 @@ int build_cache_key(const char *parent, const char *instruction, const struct bu
 
 static char *entry_path(build_store *s, const char *key)
 {
-	return kiln_xasprintf("%s/cache/%s.json", build_store_home(s), kiln_digest_hex(key));
+	return kiln_home_path(build_store_home(s), KILN_PATH_CACHE, "%s.json", kiln_digest_hex(key));
 }
 
 static const char *static_media(const char *mt)
@@ -194,7 +194,7 @@ static int cmp_used(const void *a, const void *b)
 
 json_t *build_cache_list(build_store *s, kiln_error **err)
 {
-	char *dir = kiln_path_join(build_store_home(s), "cache");
+	char *dir = kiln_home_path(build_store_home(s), KILN_PATH_CACHE, NULL);
 	DIR *d = opendir(dir);
 	json_t *arr = json_array();
 	struct dirent *de;
@@ -359,26 +359,26 @@ int build_cache_prune(build_store *s, bool all, int64_t older_than, struct build
 	json_t *img;
 	json_object_foreach(images, name, img)
 		mark_image(s, set, kiln_json_str(img, "digest"));
-	dir = kiln_path_join(build_store_home(s), "blobs/sha256");
+	dir = kiln_home_path(build_store_home(s), KILN_PATH_BLOBS, "sha256");
 	if (sweep_dir(dir, set, "sha256", st, err) < 0)
 		goto out;
 	free(dir);
 	/* temp files: with the lock held exclusively no build is writing them */
-	dir = kiln_path_join(build_store_home(s), "tmp");
+	dir = kiln_home_path(build_store_home(s), KILN_PATH_TMP, NULL);
 	if (sweep_dir(dir, set, NULL, st, err) < 0)
 		goto out;
 	/* RUN --mount=type=cache directories are cache too (docker's builder
 	 * prune), and the builder VM snapshot is made again on demand */
 	free(dir);
-	dir = kiln_path_join(build_store_home(s), "run-cache");
+	dir = kiln_home_path(build_store_home(s), KILN_PATH_RUN_CACHE, NULL);
 	if (all && kiln_rm_rf(dir, err) < 0)
 		goto out;
 	free(dir);
-	dir = kiln_path_join(build_store_home(s), "builder-vm");
+	dir = kiln_home_path(build_store_home(s), KILN_PATH_BUILDER_VM, NULL);
 	if (all && kiln_rm_rf(dir, err) < 0)
 		goto out;
 	free(dir);
-	dir = kiln_path_join(build_store_home(s), "hashes");
+	dir = kiln_home_path(build_store_home(s), KILN_PATH_HASHES, NULL);
 	if (all && kiln_rm_rf(dir, err) < 0)
 		goto out;
 	rc = 0;

@@ -489,7 +489,7 @@ int build_warm_start(build_store *s, const struct build_vm_opts *vo, const char 
 		     kiln_error **err)
 {
 	char key[KILN_DIGEST_MAX];
-	char *dir = kiln_xasprintf("%s/builder-vm", build_store_home(s)), *snap = NULL, *ok = NULL;
+	char *dir = kiln_home_path(build_store_home(s), KILN_PATH_BUILDER_VM, NULL), *snap = NULL, *ok = NULL;
 	char *bdir = NULL, *seen = NULL, *mem = NULL, *disk = NULL, *state = NULL, *spare = NULL;
 	struct build_warm_vm *w = kiln_xcalloc(1, sizeof(*w));
 	int lfd = -1, rc = -1;

@@ -101,7 +101,7 @@ int build_image_pull(build_store *s, const char *ref, const struct build_remote_
 	json_array_foreach(descs, i, d) {
 		const char *dg = kiln_json_str(d, "digest");
 		/* a stable name: an interrupted pull resumes from its .part */
-		paths[i] = kiln_xasprintf("%s/tmp/pull-%s", build_store_home(s), kiln_digest_hex(dg));
+		paths[i] = kiln_home_path(build_store_home(s), KILN_PATH_TMP, "pull-%s", kiln_digest_hex(dg));
 		snprintf(blobs[i].digest, sizeof(blobs[i].digest), "%s", dg);
 		blobs[i].size = json_is_integer(json_object_get(d, "size")) ? kiln_json_int(d, "size", -1) : -1;
 		blobs[i].path = paths[i];

@@ -179,7 +179,7 @@ static int cache_dir(struct run *r, struct mounts *ms, const char *id, uid_t uid
 {
 	char digest[KILN_DIGEST_MAX];
 	kiln_digest_buf(KILN_SHA256, id, strlen(id), digest);
-	char *base = kiln_xasprintf("%s/run-cache/%s", build_store_home(r->s), kiln_digest_hex(digest));
+	char *base = kiln_home_path(build_store_home(r->s), KILN_PATH_RUN_CACHE, "%s", kiln_digest_hex(digest));
 	char *data = kiln_xasprintf("%s/data", base), *lock = kiln_xasprintf("%s/lock", base);
 	int fd = -1, rc = -1;
 

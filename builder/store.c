@@ -26,9 +26,9 @@ int build_store_open(const char *home, build_store **out, kiln_error **err)
 
 	s->home = home ? kiln_xstrdup(home) : kiln_home();
 	s->lockfd = -1;
-	blobs = kiln_path_join(s->home, "blobs");
-	tmp = kiln_path_join(s->home, "tmp");
-	cache = kiln_path_join(s->home, "cache");
+	blobs = kiln_home_path(s->home, KILN_PATH_BLOBS, NULL);
+	tmp = kiln_home_path(s->home, KILN_PATH_TMP, NULL);
+	cache = kiln_home_path(s->home, KILN_PATH_CACHE, NULL);
 	/* Image blobs are the build's results: durable before they are named. */
 	const struct kiln_cas_layout lay = { .mode = 0644, .sync = KILN_CAS_SYNC_FULL, .tmp = tmp };
 	if (kiln_cas_open(blobs, &lay, &s->blobs, err) < 0 || kiln_mkdir_p(cache, 0755, err) < 0) {
@@ -64,7 +64,7 @@ const char *build_store_home(const build_store *s)
 int build_store_lock(build_store *s, bool exclusive, kiln_error **err)
 {
 	if (s->lockfd < 0) {
-		char *p = kiln_path_join(s->home, "lock");
+		char *p = kiln_home_path(s->home, KILN_PATH_LOCK, NULL);
 		s->lockfd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 		free(p);
 		if (s->lockfd < 0)
@@ -131,7 +131,7 @@ int build_store_adopt(build_store *s, const char *path, const char *expect, kiln
 
 static int images_lock(const build_store *s, kiln_error **err)
 {
-	char *p = kiln_path_join(s->home, "images.lock");
+	char *p = kiln_home_path(s->home, KILN_PATH_IMAGES_LOCK, NULL);
 	int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	free(p);
 	if (fd < 0)
@@ -146,7 +146,7 @@ static int images_lock(const build_store *s, kiln_error **err)
 
 static json_t *load_images(const build_store *s, kiln_error **err)
 {
-	char *p = kiln_path_join(s->home, "images.json");
+	char *p = kiln_home_path(s->home, KILN_PATH_IMAGES, NULL);
 	json_t *j;
 
 	if (access(p, F_OK) < 0) {
@@ -165,7 +165,7 @@ static json_t *load_images(const build_store *s, kiln_error **err)
 
 int build_store_tag(build_store *s, const char *name, const char *manifest_digest, kiln_error **err)
 {
-	char *ref = kiln_ref_normalize(name, err), *p = kiln_path_join(s->home, "images.json");
+	char *ref = kiln_ref_normalize(name, err), *p = kiln_home_path(s->home, KILN_PATH_IMAGES, NULL);
 	int fd = ref ? images_lock(s, err) : -1, rc = -1;
 	json_t *j = NULL;
 

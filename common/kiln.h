@@ -210,6 +210,42 @@ char *kiln_path_join(const char *a, const char *b);
 /* kiln's state directory: $KILN_HOME, else /var/lib/kiln for root, else
  * $XDG_DATA_HOME/kiln or ~/.local/share/kiln.  Not created here. */
 char *kiln_home(void);
+
+/* The layout of $KILN_HOME, one table (git's git_path family): every path
+ * under it is built by kiln_home_path() from its entry (common/home.c), and
+ * docs/ARCHITECTURE.md's store listing is checked against the table
+ * (tests/unit/test_home.c).  In the listing's order. */
+enum kiln_path {
+	KILN_PATH_BLOBS,       /* blobs: image blobs (builder/store.c) */
+	KILN_PATH_TMP,         /* tmp: files being written, builds' scratch */
+	KILN_PATH_CACHE,       /* cache: build cache entries */
+	KILN_PATH_IMAGES,      /* images.json: NAME:TAG -> manifest */
+	KILN_PATH_IMAGES_LOCK, /* images.lock */
+	KILN_PATH_LOCK,        /* lock: flock for builds and prune */
+	KILN_PATH_HASHES,      /* hashes: digests of large build inputs */
+	KILN_PATH_RUN_CACHE,   /* run-cache: RUN --mount=type=cache */
+	KILN_PATH_BUILDER_VM,  /* builder-vm: the builder VM snapshots */
+	KILN_PATH_SNAPSHOTS,   /* snapshots: the template store (the four below) */
+	KILN_PATH_SNAP_BLOBS,  /* snapshots/blobs: template blobs */
+	KILN_PATH_SNAP_TMP,    /* snapshots/tmp */
+	KILN_PATH_SNAP_REFS,   /* snapshots/refs: template names */
+	KILN_PATH_SNAP_POOLS,  /* snapshots/pools: warm pool sizes */
+	KILN_PATH_SANDBOXES,   /* sandboxes: one directory per sandbox */
+	KILN_PATH_CHUNKS,      /* chunks: the host chunk store */
+	KILN_PATH_HOST_TSC,    /* host-tsc.json */
+	KILN_PATH_AUTH,        /* auth.json: registry credentials */
+	KILN_PATH_KERNEL,      /* kernel: this KILN_HOME's guest kernel */
+	KILN_PATH_REGISTRY,    /* registry: kiln serve's default data directory */
+	KILN_PATH_N_
+};
+struct kiln_path_entry {
+	const char *path; /* relative to $KILN_HOME */
+	const char *doc;  /* its line in docs/ARCHITECTURE.md's listing; NULL: named inside another's */
+};
+extern const struct kiln_path_entry kiln_path_table[KILN_PATH_N_];
+/* HOME/PATH, or HOME/PATH/SUFFIX with SUFFIX printf-formatted from fmt (NULL:
+ * none); home NULL is kiln_home().  Allocated. */
+char *kiln_home_path(const char *home, enum kiln_path which, const char *fmt, ...) KILN_PRINTF(3, 4);
 /* Make a fresh private temp directory under $TMPDIR (or /tmp). */
 char *kiln_mkdtemp(const char *prefix, kiln_error **err);
 

@@ -25,16 +25,10 @@ struct dist_chunks {
 dist_chunks *dist_chunks_open(const char *dir, kiln_error **err)
 {
 	dist_chunks *cs = kiln_xcalloc(1, sizeof(*cs));
-	char *home = NULL, *sub = NULL;
+	char *sub = NULL;
 
 	cs->pin_fd = -1;
-	if (dir == NULL) {
-		home = kiln_home();
-		cs->dir = kiln_path_join(home, "chunks");
-	} else {
-		cs->dir = kiln_xstrdup(dir);
-	}
-	free(home);
+	cs->dir = dir ? kiln_xstrdup(dir) : kiln_home_path(NULL, KILN_PATH_CHUNKS, NULL);
 	/* No fsync: every read is verified, so a chunk torn by a crash is found,
 	 * removed and fetched again — while an fsync per chunk (thousands per
 	 * template) costs ~6 ms each here. */

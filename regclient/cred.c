@@ -23,9 +23,7 @@ extern char **environ;
 
 char *rc_auth_path(void)
 {
-	char *home = kiln_home(), *p = kiln_path_join(home, "auth.json");
-	free(home);
-	return p;
+	return kiln_home_path(NULL, KILN_PATH_AUTH, NULL);
 }
 
 /* "https://index.docker.io/v1/" → "index.docker.io": the key's host part. */

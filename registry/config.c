@@ -10,12 +10,10 @@
 
 void reg_config_init(struct reg_config *c)
 {
-	char *home = kiln_home();
-
 	memset(c, 0, sizeof(*c));
 	c->host = kiln_xstrdup("127.0.0.1");
 	c->port = 5000;
-	c->data_dir = kiln_path_join(home, "registry");
+	c->data_dir = kiln_home_path(NULL, KILN_PATH_REGISTRY, NULL);
 	c->manifest_max = 4 << 20;
 	c->blob_max = 0;
 	c->connection_limit = 4096;
@@ -37,7 +35,6 @@ void reg_config_init(struct reg_config *c)
 	c->auth = 0;
 	c->service = kiln_xstrdup("kiln");
 	c->token_ttl_s = 3600;
-	free(home);
 }
 
 void reg_config_free(struct reg_config *c)

@@ -103,7 +103,7 @@ static int check_blob(const snap_template *t, const char *key, const char *path,
 /* The store's blob directories themselves: a symlink there redirects every blob. */
 static int check_store_dirs(kiln_error **err)
 {
-	char *store = snap_store_dir(), *b = kiln_path_join(store, "blobs"), *s = kiln_path_join(b, "sha256");
+	char *store = snap_store_dir(), *b = kiln_home_path(NULL, KILN_PATH_SNAP_BLOBS, NULL), *s = kiln_path_join(b, "sha256");
 	const char *paths[] = { store, b, s };
 	int rc = 0;
 
@@ -191,12 +191,11 @@ static void list_refs(const char *root, const char *rel, json_t *out)
 
 json_t *snap_template_list(kiln_error **err)
 {
-	char *store = snap_store_dir(), *refs = kiln_path_join(store, "refs");
+	char *refs = kiln_home_path(NULL, KILN_PATH_SNAP_REFS, NULL);
 	json_t *out = json_array();
 
 	(void)err;
 	list_refs(refs, "", out);
-	free(store);
 	free(refs);
 	return out;
 }

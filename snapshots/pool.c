@@ -139,7 +139,7 @@ int snap_pool_fill(const char *template_ref, int n, kiln_error **err)
 {
 	snap_template *t = NULL;
 	kiln_strv ids = KILN_STRV_INIT;
-	char *store = snap_store_dir(), *dir = kiln_path_join(store, "pools"), *rec = NULL;
+	char *dir = kiln_home_path(NULL, KILN_PATH_SNAP_POOLS, NULL), *rec = NULL;
 	int fd = -1, made = -1;
 
 	if ((t = snap_template_open(template_ref, err)) == NULL || snap_template_check(t, false, err) < 0)
@@ -201,7 +201,6 @@ out:
 		close(fd);
 	kiln_strv_free(&ids);
 	snap_template_free(t);
-	free(store);
 	free(dir);
 	free(rec);
 	return made;

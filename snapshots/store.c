@@ -23,31 +23,24 @@ double snap_now_ms(void)
 
 char *snap_store_dir(void)
 {
-	char *home = kiln_home(), *d = kiln_path_join(home, "snapshots");
-
-	free(home);
-	return d;
+	return kiln_home_path(NULL, KILN_PATH_SNAPSHOTS, NULL);
 }
 
 char *snap_sandboxes_dir(void)
 {
-	char *home = kiln_home(), *d = kiln_path_join(home, "sandboxes");
-
-	free(home);
-	return d;
+	return kiln_home_path(NULL, KILN_PATH_SANDBOXES, NULL);
 }
 
 /* The template blobs: read-only once stored (QEMU maps the memory and backs
  * disks on them), durable before a ref names them. */
 static kiln_cas *open_blobs(kiln_error **err)
 {
-	char *store = snap_store_dir(), *root = kiln_path_join(store, "blobs"), *tmp = kiln_path_join(store, "tmp");
+	char *root = kiln_home_path(NULL, KILN_PATH_SNAP_BLOBS, NULL), *tmp = kiln_home_path(NULL, KILN_PATH_SNAP_TMP, NULL);
 	const struct kiln_cas_layout lay = { .mode = 0444, .sync = KILN_CAS_SYNC_FULL, .tmp = tmp };
 	kiln_cas *c = NULL;
 
 	if (kiln_cas_open(root, &lay, &c, err) < 0)
 		c = NULL;
-	free(store);
 	free(root);
 	free(tmp);
 	return c;
@@ -55,11 +48,7 @@ static kiln_cas *open_blobs(kiln_error **err)
 
 char *snap_blob_path(const char *digest)
 {
-	char *store = snap_store_dir();
-	char *p = kiln_xasprintf("%s/blobs/sha256/%s", store, kiln_digest_hex(digest));
-
-	free(store);
-	return p;
+	return kiln_home_path(NULL, KILN_PATH_SNAP_BLOBS, "sha256/%s", kiln_digest_hex(digest));
 }
 
 int snap_blob_put_file(const char *src, bool sparse, char digest[KILN_DIGEST_MAX], uint64_t *size, kiln_error **err)
@@ -129,12 +118,12 @@ int snap_ref_check(const char *ref, kiln_error **err)
 
 int snap_ref_set(const char *ref, const char *digest, kiln_error **err)
 {
-	char *name = NULL, *tag = NULL, *store = snap_store_dir(), *dir = NULL, *path = NULL;
+	char *name = NULL, *tag = NULL, *dir = NULL, *path = NULL;
 	int rc = -1;
 
 	if (split_ref(ref, &name, &tag, err) < 0)
 		goto out;
-	dir = kiln_xasprintf("%s/refs/%s", store, name);
+	dir = kiln_home_path(NULL, KILN_PATH_SNAP_REFS, "%s", name);
 	path = kiln_xasprintf("%s/%s", dir, tag);
 	if (kiln_mkdir_p(dir, 0755, err) < 0)
 		goto out;
@@ -144,7 +133,6 @@ int snap_ref_set(const char *ref, const char *digest, kiln_error **err)
 out:
 	free(name);
 	free(tag);
-	free(store);
 	free(dir);
 	free(path);
 	return rc;
@@ -159,7 +147,7 @@ static bool is_hex(const char *s, size_t min)
 /* A unique blob whose hex starts with prefix. */
 static char *resolve_prefix(const char *prefix, kiln_error **err)
 {
-	char *store = snap_store_dir(), *dir = kiln_xasprintf("%s/blobs/sha256", store), *found = NULL;
+	char *dir = kiln_home_path(NULL, KILN_PATH_SNAP_BLOBS, "sha256"), *found = NULL;
 	DIR *d = opendir(dir);
 	struct dirent *de;
 	int n = 0;
@@ -178,15 +166,14 @@ static char *resolve_prefix(const char *prefix, kiln_error **err)
 		kiln_err(err, n ? KILN_E_USAGE : KILN_E_NOTFOUND, "template %s: %s", prefix,
 			 n ? "ambiguous digest prefix" : "no such template");
 	}
-	free(store);
 	free(dir);
 	return found;
 }
 
 /* The digest a ref file holds, or NULL (NOTFOUND when there is no file). */
-static char *read_ref(const char *store, const char *name, const char *tag, kiln_error **err)
+static char *read_ref(const char *name, const char *tag, kiln_error **err)
 {
-	char *path = kiln_xasprintf("%s/refs/%s/%s", store, name, tag), *data = NULL, *digest = NULL;
+	char *path = kiln_home_path(NULL, KILN_PATH_SNAP_REFS, "%s/%s", name, tag), *data = NULL, *digest = NULL;
 	size_t len = 0;
 
 	if (kiln_read_file(path, &data, &len, 200, err) < 0) {
@@ -207,15 +194,15 @@ static char *read_ref(const char *store, const char *name, const char *tag, kiln
 
 /* NAME@DIGEST not pulled by that digest: the template DIGEST, if a tag of
  * NAME names it. */
-static char *tagged_digest(const char *store, const char *name, const char *digest)
+static char *tagged_digest(const char *name, const char *digest)
 {
-	char *dir = kiln_xasprintf("%s/refs/%s", store, name), *found = NULL;
+	char *dir = kiln_home_path(NULL, KILN_PATH_SNAP_REFS, "%s", name), *found = NULL;
 	DIR *d = opendir(dir);
 	struct dirent *de;
 
 	while (d && !found && (de = readdir(d)) != NULL) {
 		kiln_error *e = NULL;
-		char *got = de->d_name[0] == '.' ? NULL : read_ref(store, name, de->d_name, &e);
+		char *got = de->d_name[0] == '.' ? NULL : read_ref(name, de->d_name, &e);
 		if (got && strcmp(got, digest) == 0)
 			found = got;
 		else
@@ -235,9 +222,9 @@ static bool host_dir(const char *s)
 
 /* NAME:TAG given without a host and not a local name: the template pulled as
  * HOST/NAME:TAG, when exactly one registry's is here (docs/snapshots.md). */
-static char *pulled_as(const char *store, const char *name, const char *tag, kiln_error **err)
+static char *pulled_as(const char *name, const char *tag, kiln_error **err)
 {
-	char *refs = kiln_path_join(store, "refs"), *found = NULL;
+	char *refs = kiln_home_path(NULL, KILN_PATH_SNAP_REFS, NULL), *found = NULL;
 	kiln_strv hosts = KILN_STRV_INIT;
 	DIR *d = opendir(refs);
 	struct dirent *de;
@@ -254,7 +241,7 @@ static char *pulled_as(const char *store, const char *name, const char *tag, kil
 		closedir(d);
 	if (hosts.n == 1) {
 		char *full = kiln_xasprintf("%s/%s", hosts.v[0], name);
-		found = read_ref(store, full, tag, err);
+		found = read_ref(full, tag, err);
 		free(full);
 	} else if (hosts.n > 1) {
 		kiln_buf b = KILN_BUF_INIT;
@@ -271,7 +258,7 @@ static char *pulled_as(const char *store, const char *name, const char *tag, kil
 
 static char *resolve_ref(const char *ref, kiln_error **err)
 {
-	char *name = NULL, *tag = NULL, *store = NULL, *digest = NULL;
+	char *name = NULL, *tag = NULL, *digest = NULL;
 	struct kiln_ref r = { 0 };
 
 	if (strncmp(ref, "sha256:", 7) == 0) {
@@ -297,14 +284,13 @@ static char *resolve_ref(const char *ref, kiln_error **err)
 	}
 	if (split_ref(ref, &name, &tag, err) < 0 || kiln_ref_parse(ref, &r, err) < 0)
 		goto out;
-	store = snap_store_dir();
 	kiln_error *e = NULL;
-	digest = read_ref(store, name, tag, &e);
-	if (!digest && e->kind == KILN_E_NOTFOUND && r.digest && (digest = tagged_digest(store, name, r.digest)))
+	digest = read_ref(name, tag, &e);
+	if (!digest && e->kind == KILN_E_NOTFOUND && r.digest && (digest = tagged_digest(name, r.digest)))
 		kiln_error_clear(&e);
 	if (!digest && e->kind == KILN_E_NOTFOUND && !r.host && !r.digest) {
 		kiln_error *e2 = NULL;
-		if ((digest = pulled_as(store, name, tag, &e2)) != NULL || e2) {
+		if ((digest = pulled_as(name, tag, &e2)) != NULL || e2) {
 			kiln_error_free(e);
 			e = e2;
 		}
@@ -317,7 +303,6 @@ out:
 	kiln_ref_free(&r);
 	free(name);
 	free(tag);
-	free(store);
 	return digest;
 }
 

@@ -151,8 +151,7 @@ int vm_host_tsc_khz_cached(uint32_t *khz, kiln_error **err)
 		kiln_err(err, KILN_E_IO, "cannot read /proc/sys/kernel/random/boot_id");
 		goto out;
 	}
-	home = kiln_home();
-	path = kiln_path_join(home, "host-tsc.json");
+	path = kiln_home_path(NULL, KILN_PATH_HOST_TSC, NULL);
 	j = kiln_json_load_file(path, NULL);
 	if (j && kiln_json_str(j, "boot_id") && strcmp(kiln_json_str(j, "boot_id"), boot_id) == 0 &&
 	    kiln_json_int(j, "tsc_khz", 0) > 0 && kiln_json_int(j, "tsc_khz", 0) <= UINT32_MAX) {
@@ -166,6 +165,7 @@ int vm_host_tsc_khz_cached(uint32_t *khz, kiln_error **err)
 	json_decref(j);
 	j = json_pack("{s:s, s:I}", "boot_id", boot_id, "tsc_khz", (json_int_t)*khz);
 	kiln_error *e = NULL;
+	home = kiln_home();
 	if (kiln_mkdir_p(home, 0755, &e) < 0 || kiln_json_write_file(path, j, &e) < 0) {
 		kiln_debug("vm: not caching the TSC rate: %s", kiln_error_message(e));
 		kiln_error_free(e);

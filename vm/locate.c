@@ -87,29 +87,22 @@ static const char *kernel_env(const char **name)
 void vm_kernel_search_path(kiln_strv *out)
 {
 	const char *name, *env = kernel_env(&name);
-	char *home;
 
 	if (env) {
 		kiln_strv_push(out, env);
 		return;
 	}
-	home = kiln_home();
-	kiln_strv_push_owned(out, kiln_path_join(home, "kernel"));
-	free(home);
+	kiln_strv_push_owned(out, kiln_home_path(NULL, KILN_PATH_KERNEL, NULL));
 	own_candidates("kernel", "build/kernel", out);
 }
 
 char *vm_kernel_user_dir(void)
 {
 	const char *name, *env = kernel_env(&name);
-	char *home, *dir;
 
 	if (env)
 		return kiln_xstrdup(env);
-	home = kiln_home();
-	dir = kiln_path_join(home, "kernel");
-	free(home);
-	return dir;
+	return kiln_home_path(NULL, KILN_PATH_KERNEL, NULL);
 }
 
 char *vm_kernel_default_dir(void)
