@@ -50,7 +50,7 @@ for ns in mnt pid net ipc; do
 	else not_ok "QEMU shares kiln's $ns namespace"; fi
 done
 $KILN sandbox ls >"$T_TMP/ls"
-expect_grep "sandbox ls shows the jail's uid" "^$A .* uid $UA\$" "$T_TMP/ls"
+expect_grep "sandbox ls shows the jail's uid" "^$A .* uid $UA( |$)" "$T_TMP/ls"
 
 # --- the cgroup ---------------------------------------------------------------
 cg=$(grep -E '(^0::|memory)' /proc/$PA/cgroup | grep -o '/kiln/vm-[0-9]*' | head -1)
@@ -201,6 +201,6 @@ expect_exit 0 "--unconfined sandbox create" $KILN --unconfined sandbox create jt
 U=$(cat "$T_TMP/out")
 expect_grep "--unconfined says so" "unconfined: VMs run without their jail" "$T_TMP/err"
 $KILN sandbox ls >"$T_TMP/ls"
-expect_grep "sandbox ls flags an unconfined sandbox" "^$U .*UNCONFINED\$" "$T_TMP/ls"
+expect_grep "sandbox ls flags an unconfined sandbox" "^$U .*UNCONFINED( |$)" "$T_TMP/ls"
 expect_eq "an unconfined QEMU runs as root" "$(field "$(pid_of "$U")" Uid)" 0
 expect_exit 0 "kill the unconfined sandbox" $KILN sandbox kill "$U"
