@@ -116,8 +116,19 @@ const char *snap_sandbox_liveness(const json_t *state)
 		return recorded_alive(state, "pid", "pid_start") ? "running" : "dead";
 	if (s && strcmp(s, "paused") == 0)
 		return "paused"; /* no QEMU: its memory, state and disk are in ID/paused */
-	if (s && (strcmp(s, "pausing") == 0 || strcmp(s, "resuming") == 0))
+	if (s && strcmp(s, "pausing") == 0)
 		return recorded_alive(state, "creator", "creator_start") ? s : "dead";
+	if (s && strcmp(s, "resuming") == 0 && !recorded_alive(state, "creator", "creator_start")) {
+		/* an interrupted resume leaves the paused files as they were */
+		char *dir = snap_sandbox_dir(kiln_json_str(state, "id") ? kiln_json_str(state, "id") : "-");
+		char *f = kiln_path_join(dir, "paused/state");
+		const char *what = access(f, F_OK) == 0 ? "paused" : "dead";
+		free(dir);
+		free(f);
+		return what;
+	}
+	if (s && strcmp(s, "resuming") == 0)
+		return s;
 	if (s && strcmp(s, "pooled") == 0 && recorded_alive(state, "pid", "pid_start") && kiln_json_str(state, "id")) {
 		/* Claimable (the mark is there), being claimed by a live kiln, or lost. */
 		char *dir = snap_sandbox_dir(kiln_json_str(state, "id")), *mark = kiln_path_join(dir, SNAP_POOL_MARK);

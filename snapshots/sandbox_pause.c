@@ -285,6 +285,9 @@ int snap_sandbox_resume(const char *id, double *ms, kiln_error **err)
 		paused.memory = mem;
 	paused.disk = disk;
 	paused.state = state;
+	/* a QEMU an interrupted resume left (its pid is recorded) goes first */
+	snap_qemu_stop(st);
+	vm_dir_cleanup(dir);
 	set_creator(st, "resuming");
 	if (snap_state_write(dir, st, err) < 0 || kiln_rm_rf(run, err) < 0)
 		goto fail;
