@@ -67,16 +67,14 @@ static void mac(const unsigned char key[32], int64_t id, int64_t exp, char out[6
 	hex(md, 32, out);
 }
 
-/* Looks a secret up: 1 valid (id, scopes set), 0 unknown or expired, -1 error. */
-static int lookup_secret(reg_server *srv, const char *secret, int64_t *id, char **scopes, kiln_error **err)
+/* The filesystem backend's token lookups (its table's token_secret and
+ * token_id): 1 valid (id, scopes set), 0 unknown or expired, -1 error. */
+int reg_db_token_secret(reg_db *db, const char *secret, int64_t *id, char **scopes, kiln_error **err)
 {
-	reg_db *db = srv->db;
 	char h[KILN_DIGEST_MAX];
 	sqlite3_stmt *st;
 	int ret = -1, rc;
 
-	if (srv->store.use_s3)
-		return reg_s3a_lookup_secret(&srv->store, secret, id, scopes, err);
 	kiln_digest_buf(KILN_SHA256, secret, strlen(secret), h);
 	pthread_mutex_lock(&db->lock);
 	st = reg_db_prep(db, "SELECT id, scopes FROM tokens WHERE hash = ? AND (expires = 0 OR expires > ?)", err);
@@ -97,7 +95,7 @@ static int lookup_secret(reg_server *srv, const char *secret, int64_t *id, char 
 	return ret;
 }
 
-static int lookup_id(reg_db *db, int64_t id, char **scopes, kiln_error **err)
+int reg_db_token_id(reg_db *db, int64_t id, char **scopes, kiln_error **err)
 {
 	sqlite3_stmt *st;
 	int ret = -1, rc;
@@ -117,6 +115,14 @@ static int lookup_id(reg_db *db, int64_t id, char **scopes, kiln_error **err)
 	return ret;
 }
 
+/* A secret through the backend: 1 valid (r's identity set), 0 unknown or expired. */
+static int lookup_secret(reg_req *r, const char *secret, kiln_error **err)
+{
+	const reg_store *st = &r->srv->store;
+
+	return st->ops->token_secret(st, r->srv->db, secret, &r->tok_id, &r->scopes, err);
+}
+
 /* An issued token "kt1.ID.EXP.MAC": 1 valid, 0 not. */
 static int check_issued(reg_req *r, const char *tok, kiln_error **err)
 {
@@ -132,9 +138,7 @@ static int check_issued(reg_req *r, const char *tok, kiln_error **err)
 	r->tok_id = id;
 	if (id == 0)
 		return 1; /* anonymous token: valid, grants nothing beyond public pulls */
-	if (r->srv->store.use_s3)
-		return reg_s3a_lookup_id(&r->srv->store, id, &r->scopes, err);
-	return lookup_id(r->srv->db, id, &r->scopes, err);
+	return r->srv->store.ops->token_id(&r->srv->store, r->srv->db, id, &r->scopes, err);
 }
 
 /* The name a credential claims, for the limiter: the Basic user name, or
@@ -198,10 +202,9 @@ static int identify(reg_req *r, kiln_error **err)
 	}
 	if (strncasecmp(h, "Bearer ", 7) == 0) {
 		const char *tok = h + 7;
-		ret = strncmp(tok, "kt1.", 4) == 0 ? check_issued(r, tok, err)
-						   : lookup_secret(r->srv, tok, &r->tok_id, &r->scopes, err);
+		ret = strncmp(tok, "kt1.", 4) == 0 ? check_issued(r, tok, err) : lookup_secret(r, tok, err);
 	} else {
-		ret = pass ? lookup_secret(r->srv, pass, &r->tok_id, &r->scopes, err) : 0;
+		ret = pass ? lookup_secret(r, pass, err) : 0;
 	}
 	free(user);
 	free(bearer);
@@ -303,7 +306,7 @@ int reg_auth_allows(reg_req *r, const char *repo, enum reg_action a)
 		return 1;
 	if (a != REG_PULL)
 		return 0;
-	pub = r->srv->store.use_s3 ? reg_s3a_public(&r->srv->store, repo, &err) : reg_db_repo_public(r->srv->db, repo, &err);
+	pub = r->srv->store.ops->repo_public(&r->srv->store, r->srv->db, repo, &err);
 	kiln_error_free(err);
 	return pub == 1;
 }

@@ -64,8 +64,7 @@ void reg_blob_handle(reg_req *r)
 		return;
 	}
 	if (strcmp(r->method, "DELETE") == 0) {
-		linked = s->store.use_s3 ? reg_s3m_blob_unlink(&s->store, r->name, r->ref, &err)
-					 : reg_db_blob_unlink(s->db, r->name, r->ref, &err);
+		linked = s->store.ops->blob_unlink(&s->store, s->db, r->name, r->ref, &err);
 		if (linked < 0)
 			reg_internal(r, err);
 		else if (linked == 0)
@@ -74,13 +73,7 @@ void reg_blob_handle(reg_req *r)
 			reg_respond(r, 202, "", 0, NULL);
 		return;
 	}
-	if (s->store.use_s3) {
-		linked = reg_s3m_blob_linked(&s->store, r->name, r->ref, &size, &err);
-	} else {
-		linked = reg_db_blob_linked(s->db, r->name, r->ref, &size, &err);
-		if (linked > 0)
-			linked = reg_store_blob_stat(&s->store, r->ref, &size, &err);
-	}
+	linked = s->store.ops->blob_linked(&s->store, s->db, r->name, r->ref, &size, &err);
 	if (linked < 0) {
 		reg_internal(r, err);
 		return;
@@ -110,7 +103,7 @@ void reg_blob_handle(reg_req *r)
 	/* Large bodies queue in arrival order (streams.c); HEAD and small ones never. */
 	if (strcmp(r->method, "GET") == 0 && end - start + 1 >= BLOB_QUEUE_MIN)
 		r->stream_slot = reg_streams_acquire(&s->streams, BLOB_QUEUE_WAIT_S);
-	resp = reg_store_response(&s->store, r->ref, start, end - start + 1, &err);
+	resp = s->store.ops->blob_response(&s->store, r->ref, start, end - start + 1, &err);
 	if (resp == NULL) {
 		if (err->errnum == ENOENT) { /* collected between the two looks */
 			reg_error(r, 404, "BLOB_UNKNOWN", "blob %s unknown to repository %s", r->ref, r->name);

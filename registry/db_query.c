@@ -7,9 +7,6 @@
 
 #include "registry/internal.h"
 
-static int s3_list_repos(const struct reg_config *c, const char *prefix, struct reg_repo_info **out, size_t *n,
-			 kiln_error **err);
-
 /* Collects column 0 of st into out, at most n rows (n < 0: all). */
 static int collect(reg_db *db, sqlite3_stmt *st, long n, kiln_strv *out, int *more, kiln_error **err)
 {
@@ -138,10 +135,8 @@ reg_db *reg_db_open_cfg(const struct reg_config *c, kiln_error **err)
 	return db;
 }
 
-int reg_list_repos(const struct reg_config *c, const char *prefix, struct reg_repo_info **out, size_t *n,
-		   kiln_error **err)
+int reg_db_list_repos(reg_db *db, const char *prefix, struct reg_repo_info **out, size_t *n, kiln_error **err)
 {
-	reg_db *db;
 	sqlite3_stmt *st = NULL;
 	struct reg_repo_info *v = NULL;
 	size_t cnt = 0;
@@ -149,11 +144,6 @@ int reg_list_repos(const struct reg_config *c, const char *prefix, struct reg_re
 
 	*out = NULL;
 	*n = 0;
-	if (c->s3_endpoint)
-		return s3_list_repos(c, prefix, out, n, err);
-	db = reg_db_open_cfg(c, err);
-	if (db == NULL)
-		return -1;
 	st = reg_db_prep(db, "SELECT r.name, r.public, (SELECT count(*) FROM tags t WHERE t.repo = r.id),"
 			     " (SELECT count(*) FROM manifests m WHERE m.repo = r.id) FROM repos r"
 			     " WHERE substr(r.name, 1, length(?1)) = ?1 ORDER BY r.name", err);
@@ -178,7 +168,21 @@ int reg_list_repos(const struct reg_config *c, const char *prefix, struct reg_re
 	ret = 0;
 out:
 	sqlite3_finalize(st);
-	reg_db_close(db);
+	return ret;
+}
+
+int reg_list_repos(const struct reg_config *c, const char *prefix, struct reg_repo_info **out, size_t *n,
+		   kiln_error **err)
+{
+	struct reg_admin a;
+	int ret;
+
+	*out = NULL;
+	*n = 0;
+	if (reg_admin_open(&a, c, err) < 0)
+		return -1;
+	ret = a.st.ops->list_repos(&a.st, a.db, prefix, out, n, err);
+	reg_admin_close(&a);
 	return ret;
 }
 
@@ -189,64 +193,11 @@ void reg_repo_info_free(struct reg_repo_info *r, size_t n)
 	free(r);
 }
 
-/* With the S3 backend the bucket holds the repositories (meta_s3.c). */
-static int s3_history(const struct reg_config *c, const char *repo, const char *tag, kiln_buf *out, kiln_error **err)
+int reg_db_history(reg_db *db, const char *repo, const char *tag, kiln_buf *out, kiln_error **err)
 {
-	reg_store st;
-	int ret;
-
-	if (reg_store_open(&st, c, err) < 0)
-		return -1;
-	ret = reg_s3m_history(&st, repo, tag, out, err);
-	reg_store_close(&st);
-	return ret;
-}
-
-static int s3_list_repos(const struct reg_config *c, const char *prefix, struct reg_repo_info **out, size_t *n,
-			 kiln_error **err)
-{
-	kiln_strv names = KILN_STRV_INIT, tags = KILN_STRV_INIT;
-	reg_store st;
-	int more, ret = -1;
-
-	if (reg_store_open(&st, c, err) < 0)
-		return -1;
-	if (reg_s3m_catalog(&st, NULL, -1, &names, &more, err) < 0)
-		goto out;
-	for (size_t i = 0; i < names.n; i++) {
-		if (prefix && strncmp(names.v[i], prefix, strlen(prefix)) != 0)
-			continue;
-		kiln_strv_free(&tags);
-		tags = (kiln_strv)KILN_STRV_INIT;
-		if (reg_s3m_tags(&st, names.v[i], NULL, -1, &tags, &more, err) < 0) {
-			reg_repo_info_free(*out, *n);
-			*out = NULL;
-			*n = 0;
-			goto out;
-		}
-		*out = kiln_xrealloc(*out, (*n + 1) * sizeof(**out));
-		(*out)[*n] = (struct reg_repo_info){ kiln_xstrdup(names.v[i]), (int64_t)tags.n, -1, 0 };
-		(*n)++;
-	}
-	ret = 0;
-out:
-	kiln_strv_free(&names);
-	kiln_strv_free(&tags);
-	reg_store_close(&st);
-	return ret;
-}
-
-int reg_tag_history(const struct reg_config *c, const char *repo, const char *tag, kiln_buf *out, kiln_error **err)
-{
-	reg_db *db;
 	sqlite3_stmt *st = NULL;
 	int ret = -1, rc, rows = 0;
 
-	if (c->s3_endpoint)
-		return s3_history(c, repo, tag, out, err);
-	db = reg_db_open_cfg(c, err);
-	if (db == NULL)
-		return -1;
 	st = reg_db_prep(db, "SELECT h.at, h.digest, h.tag, n.note FROM tag_history h JOIN repos r ON r.id = h.repo"
 			     " LEFT JOIN tag_notes n ON n.history = h.id"
 			     " WHERE r.name = ? AND (?2 IS NULL OR h.tag = ?2) ORDER BY h.id", err);
@@ -278,57 +229,59 @@ int reg_tag_history(const struct reg_config *c, const char *repo, const char *ta
 	ret = 0;
 out:
 	sqlite3_finalize(st);
-	reg_db_close(db);
+	return ret;
+}
+
+int reg_tag_history(const struct reg_config *c, const char *repo, const char *tag, kiln_buf *out, kiln_error **err)
+{
+	struct reg_admin a;
+	int ret;
+
+	if (reg_admin_open(&a, c, err) < 0)
+		return -1;
+	ret = a.st.ops->history(&a.st, a.db, repo, tag, out, err);
+	reg_admin_close(&a);
+	return ret;
+}
+
+int reg_db_set_public(reg_db *db, const char *repo, int public_, kiln_error **err)
+{
+	sqlite3_stmt *st;
+	int64_t id;
+	int ret;
+
+	if (reg_db_repo_locked(db, repo, 1, &id, err) < 0)
+		return -1;
+	st = reg_db_prep(db, "UPDATE repos SET public = ? WHERE id = ?", err);
+	if (st == NULL)
+		return -1;
+	sqlite3_bind_int(st, 1, public_ ? 1 : 0);
+	sqlite3_bind_int64(st, 2, id);
+	ret = sqlite3_step(st) == SQLITE_DONE ? 0 : reg_db_fail(db, err, "set public");
+	sqlite3_finalize(st);
 	return ret;
 }
 
 int reg_set_public(const struct reg_config *c, const char *repo, int public_, kiln_error **err)
 {
-	reg_db *db;
-	int64_t id;
-	int ret = -1;
+	struct reg_admin a;
+	int ret;
 
 	if (!oci_name_valid(repo))
 		return kiln_err(err, KILN_E_INVALID, "invalid repository name '%s'", repo);
-	if (c->s3_endpoint) {
-		reg_store store;
-		if (reg_store_open(&store, c, err) < 0)
-			return -1;
-		ret = reg_s3a_set_public(&store, repo, public_, err);
-		reg_store_close(&store);
-		return ret;
-	}
-	db = reg_db_open_cfg(c, err);
-	if (db == NULL)
+	if (reg_admin_open(&a, c, err) < 0)
 		return -1;
-	if (reg_db_repo_locked(db, repo, 1, &id, err) < 0)
-		goto out;
-	{
-		sqlite3_stmt *st = reg_db_prep(db, "UPDATE repos SET public = ? WHERE id = ?", err);
-		if (st == NULL)
-			goto out;
-		sqlite3_bind_int(st, 1, public_ ? 1 : 0);
-		sqlite3_bind_int64(st, 2, id);
-		ret = sqlite3_step(st) == SQLITE_DONE ? 0 : reg_db_fail(db, err, "set public");
-		sqlite3_finalize(st);
-	}
-out:
-	reg_db_close(db);
+	ret = a.st.ops->set_public(&a.st, a.db, repo, public_, err);
+	reg_admin_close(&a);
 	return ret;
 }
 
-int reg_tag_note(const struct reg_config *c, const char *repo, const char *tag, const char *digest, const char *note,
-		 kiln_error **err)
+int reg_db_tag_note(reg_db *db, const char *repo, const char *tag, const char *digest, const char *note,
+		    kiln_error **err)
 {
-	reg_db *db;
 	sqlite3_stmt *st = NULL;
 	int ret = -1;
 
-	if (c->s3_endpoint)
-		return 0; /* the bucket's history has no notes */
-	db = reg_db_open_cfg(c, err);
-	if (db == NULL)
-		return -1;
 	st = reg_db_prep(db, "INSERT OR REPLACE INTO tag_notes(history, note) SELECT max(h.id), ?4 FROM tag_history h"
 			     " JOIN repos r ON r.id = h.repo WHERE r.name = ?1 AND h.tag = ?2 AND h.digest = ?3"
 			     " HAVING max(h.id) IS NOT NULL", err);
@@ -349,6 +302,18 @@ int reg_tag_note(const struct reg_config *c, const char *repo, const char *tag, 
 	ret = 0;
 out:
 	sqlite3_finalize(st);
-	reg_db_close(db);
+	return ret;
+}
+
+int reg_tag_note(const struct reg_config *c, const char *repo, const char *tag, const char *digest, const char *note,
+		 kiln_error **err)
+{
+	struct reg_admin a;
+	int ret;
+
+	if (reg_admin_open(&a, c, err) < 0)
+		return -1;
+	ret = a.st.ops->tag_note(&a.st, a.db, repo, tag, digest, note, err);
+	reg_admin_close(&a);
 	return ret;
 }

@@ -18,7 +18,7 @@
 struct gc {
 	const struct reg_config *c;
 	reg_db *db;
-	reg_store st;
+	const reg_store *st;
 	int dry;
 	time_t now;
 	struct reg_gc_stats *stats;
@@ -147,7 +147,7 @@ static int sweep_blobs(struct gc *g, kiln_error **err)
 	int ret = 0;
 
 	for (size_t a = 0; a < 2 && ret == 0; a++) {
-		char *adir = kiln_xasprintf("%s/%s", g->st.blobs, algos[a]);
+		char *adir = kiln_xasprintf("%s/%s", g->st->blobs, algos[a]);
 		DIR *d1 = opendir(adir);
 		struct dirent *e1;
 
@@ -189,7 +189,7 @@ static int sweep_blobs(struct gc *g, kiln_error **err)
 
 static int sweep_uploads(struct gc *g, kiln_error **err)
 {
-	DIR *d = opendir(g->st.uploads);
+	DIR *d = opendir(g->st->uploads);
 	struct dirent *e;
 	int ret = 0;
 
@@ -202,7 +202,7 @@ static int sweep_uploads(struct gc *g, kiln_error **err)
 
 		if (e->d_name[0] == '.')
 			continue;
-		dir = kiln_xasprintf("%s/%s", g->st.uploads, e->d_name);
+		dir = kiln_xasprintf("%s/%s", g->st->uploads, e->d_name);
 		data = kiln_xasprintf("%s/data", dir);
 		/* Idle since the last byte written (or since creation without data). */
 		if (stat(data, &sb) == 0 || stat(dir, &sb) == 0) {
@@ -220,26 +220,30 @@ static int sweep_uploads(struct gc *g, kiln_error **err)
 	return ret;
 }
 
+/* The filesystem backend's blob sweep (its table's gc). */
+int reg_gc_fs(const reg_store *st, reg_db *db, const struct reg_config *c, int dry_run, struct reg_gc_stats *stats,
+	      kiln_error **err)
+{
+	struct gc g = { .c = c, .db = db, .st = st, .dry = dry_run, .now = time(NULL), .stats = stats };
+
+	return sweep_blobs(&g, err);
+}
+
 int reg_gc(const struct reg_config *c, int dry_run, struct reg_gc_stats *st, kiln_error **err)
 {
+	struct reg_admin a;
 	struct gc g = { .c = c, .dry = dry_run, .now = time(NULL), .stats = st };
 	int ret = -1;
 
 	memset(st, 0, sizeof(*st));
-	if (reg_store_open(&g.st, c, err) < 0)
-		return kiln_error_wrap(err, "gc");
-	g.db = reg_db_open_cfg(c, err);
-	if (g.db == NULL)
-		goto out;
-	if (sweep_uploads(&g, err) < 0)
-		goto out;
-	if (g.st.use_s3 ? reg_s3m_gc(&g.st, c, dry_run, st, err) < 0 : sweep_blobs(&g, err) < 0)
-		goto out;
-	ret = 0;
-out:
-	if (ret < 0)
+	if (reg_admin_open(&a, c, err) < 0)
+		return kiln_error_wrap(err, "gc %s", c->data_dir);
+	g.st = &a.st;
+	g.db = a.db;
+	if (sweep_uploads(&g, err) < 0 || a.st.ops->gc(&a.st, a.db, c, dry_run, st, err) < 0)
 		kiln_error_wrap(err, "gc %s", c->data_dir);
-	reg_db_close(g.db);
-	reg_store_close(&g.st);
+	else
+		ret = 0;
+	reg_admin_close(&a);
 	return ret;
 }

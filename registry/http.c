@@ -331,11 +331,11 @@ reg_server *reg_server_open(const struct reg_config *c, kiln_error **err)
 	reg_uploads_init(&s->uploads, &s->store);
 	/* Queueing blocks the request's thread: only with a thread per connection. */
 	reg_streams_init(&s->streams, c->threads == 0 ? c->blob_streams : 0);
-	if (c->auth && (s->store.use_s3 ? reg_s3a_key(&s->store, s->auth_key, err) : reg_auth_key(c->data_dir, s->auth_key, err)) < 0)
-		goto fail;
 	dbpath = kiln_path_join(c->data_dir, "meta.db");
 	s->db = reg_db_open(dbpath, err);
 	if (s->db == NULL)
+		goto fail;
+	if (c->auth && s->store.ops->auth_key(&s->store, s->db, s->auth_key, err) < 0)
 		goto fail;
 	free(dbpath);
 	return s;

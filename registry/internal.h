@@ -74,27 +74,114 @@ struct reg_s3_cfg {
 	char *access_key, *secret_key;
 };
 
+struct reg_backend;
+
 typedef struct reg_store {
+	const struct reg_backend *ops; /* reg_backend_fs or reg_backend_s3 (by config) */
 	char *root, *blobs, *uploads;
 	kiln_cas *cas;       /* the filesystem store (NULL with S3) */
-	int use_s3;          /* blobs and repository metadata live in S3 (s3) */
 	struct reg_s3_cfg s3;
 	int64_t pin_s;       /* S3: lifetime of a writer's gc pin (gc_pin_s) */
 } reg_store;
 
 int reg_store_open(reg_store *st, const struct reg_config *c, kiln_error **err);
-/* A response with len bytes of the blob from off (sendfile, or ranged S3 reads). */
-struct MHD_Response *reg_store_response(const reg_store *st, const char *digest, int64_t off, int64_t len,
-					kiln_error **err);
 void reg_store_close(reg_store *st);
+/* The file of a blob in the filesystem backend. */
 char *reg_store_blob_path(const reg_store *st, const char *digest);
-/* Size of a stored blob: 1 found, 0 missing, -1 error. */
-int reg_store_blob_stat(const reg_store *st, const char *digest, int64_t *size, kiln_error **err);
-/* Store bytes whose digest the caller computed (manifests). */
-int reg_store_put_bytes(const reg_store *st, const char *digest, const void *data, size_t len, kiln_error **err);
-int reg_store_read(const reg_store *st, const char *digest, size_t max, char **data, size_t *len, kiln_error **err);
-/* Rename a verified, fsync'd file src into place as digest. */
-int reg_store_adopt(const reg_store *st, const char *digest, const char *src, kiln_error **err);
+
+/* ---- storage backends (backend_fs.c, backend_s3.c) ----
+ * Everything the server and the administration commands store goes through
+ * one const table per backend, the way git's ref backends or curl's protocol
+ * handlers are tables: the filesystem + sqlite backend (blobs/ + meta.db) and
+ * the S3 backend (blobs and metadata as objects in a bucket, so replicas
+ * share it).  st is the open store; db is meta.db, open in both (uploads and
+ * the fs metadata use it; S3 ignores it).  Return conventions are those of
+ * the reg_db_* functions: 1 found / 0 not / -1 error for lookups. */
+struct reg_backend {
+	const char *name;
+	/* blob bytes */
+	int (*blob_stat)(const reg_store *st, const char *digest, int64_t *size, kiln_error **err);
+	/* Store bytes whose digest the caller computed (manifests). */
+	int (*blob_put)(const reg_store *st, const char *digest, const void *data, size_t len, kiln_error **err);
+	int (*blob_read)(const reg_store *st, const char *digest, size_t max, char **data, size_t *len,
+			 kiln_error **err);
+	/* Rename / upload a verified, fsync'd file src into place as digest. */
+	int (*blob_adopt)(const reg_store *st, const char *digest, const char *src, kiln_error **err);
+	/* A response with len bytes of the blob from off (sendfile, or ranged S3 reads). */
+	struct MHD_Response *(*blob_response)(const reg_store *st, const char *digest, int64_t off, int64_t len,
+					      kiln_error **err);
+	/* repositories' blobs */
+	int (*blob_linked)(const reg_store *st, reg_db *db, const char *repo, const char *digest, int64_t *size,
+			   kiln_error **err);
+	int (*blob_unlink)(const reg_store *st, reg_db *db, const char *repo, const char *digest, kiln_error **err);
+	/* The verified upload src becomes blob digest of repo (atomically with its link). */
+	int (*blob_commit)(const reg_store *st, reg_db *db, const char *repo, const char *digest, const char *src,
+			   int64_t size, kiln_error **err);
+	/* Link digest into repo if `from` has it: 1 mounted, 0 not, -1 error. */
+	int (*blob_mount)(const reg_store *st, reg_db *db, const char *repo, const char *from, const char *digest,
+			  kiln_error **err);
+	/* manifests and tags */
+	int (*manifest_get)(const reg_store *st, reg_db *db, const char *repo, const char *ref,
+			    char digest[KILN_DIGEST_MAX], char **media_type, kiln_buf *bytes, kiln_error **err);
+	/* 1 stored; 0 when m->refs[*missing] is not in repo; -1 error. */
+	int (*manifest_put)(const reg_store *st, reg_db *db, const char *repo, const char *digest, const kiln_buf *bytes,
+			    const struct oci_manifest *m, const char *tag, long *missing, kiln_error **err);
+	int (*manifest_delete)(const reg_store *st, reg_db *db, const char *repo, const char *digest, kiln_error **err);
+	int (*tag_delete)(const reg_store *st, reg_db *db, const char *repo, const char *tag, kiln_error **err);
+	int (*repo_exists)(const reg_store *st, reg_db *db, const char *repo, kiln_error **err);
+	int (*tags)(const reg_store *st, reg_db *db, const char *repo, const char *last, long n, kiln_strv *out,
+		    int *more, kiln_error **err);
+	int (*catalog)(const reg_store *st, reg_db *db, const char *last, long n, kiln_strv *out, int *more,
+		       kiln_error **err);
+	int (*referrers)(const reg_store *st, reg_db *db, const char *repo, const char *subject,
+			 const char *artifact_type, json_t *out, kiln_error **err);
+	int (*history)(const reg_store *st, reg_db *db, const char *repo, const char *tag, kiln_buf *out,
+		       kiln_error **err);
+	/* A note on the latest change of tag to digest, shown by history (S3: none kept, 0). */
+	int (*tag_note)(const reg_store *st, reg_db *db, const char *repo, const char *tag, const char *digest,
+			const char *note, kiln_error **err);
+	int (*list_repos)(const reg_store *st, reg_db *db, const char *prefix, struct reg_repo_info **out, size_t *n,
+			  kiln_error **err);
+	/* access */
+	int (*repo_public)(const reg_store *st, reg_db *db, const char *repo, kiln_error **err);
+	int (*set_public)(const reg_store *st, reg_db *db, const char *repo, int public_, kiln_error **err);
+	int (*auth_key)(const reg_store *st, reg_db *db, unsigned char key[32], kiln_error **err);
+	/* A token by its secret / by id: 1 valid (id, scopes set), 0 unknown or expired. */
+	int (*token_secret)(const reg_store *st, reg_db *db, const char *secret, int64_t *id, char **scopes,
+			    kiln_error **err);
+	int (*token_id)(const reg_store *st, reg_db *db, int64_t id, char **scopes, kiln_error **err);
+	int (*token_put)(const reg_store *st, reg_db *db, const char *label, const char *hash, const char *scopes,
+			 int64_t expires, kiln_error **err);
+	int (*token_list)(const reg_store *st, reg_db *db, kiln_buf *out, kiln_error **err);
+	int (*token_revoke)(const reg_store *st, reg_db *db, const char *label, kiln_error **err);
+	/* gc of unreferenced blobs (uploads are swept by gc.c for both) */
+	int (*gc)(const reg_store *st, reg_db *db, const struct reg_config *c, int dry_run, struct reg_gc_stats *stats,
+		  kiln_error **err);
+};
+extern const struct reg_backend reg_backend_fs, reg_backend_s3;
+
+/* The store and meta.db of a data directory, for administration. */
+struct reg_admin {
+	reg_store st;
+	reg_db *db;
+};
+int reg_admin_open(struct reg_admin *a, const struct reg_config *c, kiln_error **err);
+void reg_admin_close(struct reg_admin *a);
+
+/* The filesystem backend's SQL (db.c, db_query.c, tokens.c, auth.c, gc.c). */
+int reg_db_tag_note(reg_db *db, const char *repo, const char *tag, const char *digest, const char *note,
+		    kiln_error **err);
+int reg_db_history(reg_db *db, const char *repo, const char *tag, kiln_buf *out, kiln_error **err);
+int reg_db_list_repos(reg_db *db, const char *prefix, struct reg_repo_info **out, size_t *n, kiln_error **err);
+int reg_db_set_public(reg_db *db, const char *repo, int public_, kiln_error **err);
+int reg_db_token_secret(reg_db *db, const char *secret, int64_t *id, char **scopes, kiln_error **err);
+int reg_db_token_id(reg_db *db, int64_t id, char **scopes, kiln_error **err);
+int reg_db_token_put(reg_db *db, const char *label, const char *hash, const char *scopes, int64_t expires,
+		     kiln_error **err);
+int reg_db_token_list(reg_db *db, kiln_buf *out, kiln_error **err);
+int reg_db_token_revoke(reg_db *db, const char *label, kiln_error **err);
+int reg_gc_fs(const reg_store *st, reg_db *db, const struct reg_config *c, int dry_run, struct reg_gc_stats *stats,
+	      kiln_error **err);
 
 typedef struct reg_upload {
 	char uuid[40];

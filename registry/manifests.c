@@ -15,20 +15,12 @@ static int ref_is_digest(reg_req *r)
 static void get(reg_req *r)
 {
 	reg_server *s = r->srv;
-	char digest[KILN_DIGEST_MAX], *mt = NULL, *data = NULL, etag[KILN_DIGEST_MAX + 2];
+	char digest[KILN_DIGEST_MAX], *mt = NULL, etag[KILN_DIGEST_MAX + 2];
+	kiln_buf data = KILN_BUF_INIT;
 	kiln_error *err = NULL;
-	int64_t size = 0;
-	size_t len = 0;
 	int found;
 
-	if (s->store.use_s3) {
-		kiln_buf b = KILN_BUF_INIT;
-		found = reg_s3m_manifest_get(&s->store, r->name, r->ref, digest, &mt, &b, &err);
-		len = b.len;
-		data = kiln_buf_detach(&b);
-	} else {
-		found = reg_db_manifest_get(s->db, r->name, r->ref, digest, &mt, &size, &err);
-	}
+	found = s->store.ops->manifest_get(&s->store, s->db, r->name, r->ref, digest, &mt, &data, &err);
 	if (found < 0) {
 		reg_internal(r, err);
 		goto out;
@@ -37,16 +29,12 @@ static void get(reg_req *r)
 		reg_error(r, 404, "MANIFEST_UNKNOWN", "manifest %s unknown to repository %s", r->ref, r->name);
 		goto out;
 	}
-	if (!s->store.use_s3 && reg_store_read(&s->store, digest, (size_t)size + 1, &data, &len, &err) < 0) {
-		reg_internal(r, err);
-		goto out;
-	}
-	reg_respond(r, 200, data, len, mt);
+	reg_respond(r, 200, data.buf, data.len, mt);
 	reg_header(r, "Docker-Content-Digest", digest);
 	snprintf(etag, sizeof(etag), "\"%s\"", digest);
 	reg_header(r, "ETag", etag);
 out:
-	free(data);
+	kiln_buf_free(&data);
 	free(mt);
 }
 
@@ -58,11 +46,9 @@ static void del(reg_req *r)
 	const reg_store *st = &r->srv->store;
 
 	if (ref_is_digest(r))
-		n = st->use_s3 ? reg_s3m_manifest_delete(st, r->name, r->ref, &err)
-			       : reg_db_manifest_delete(r->srv->db, r->name, r->ref, &err);
+		n = st->ops->manifest_delete(st, r->srv->db, r->name, r->ref, &err);
 	else
-		n = st->use_s3 ? reg_s3m_tag_delete(st, r->name, r->ref, &err)
-			       : reg_db_tag_delete(r->srv->db, r->name, r->ref, &err);
+		n = st->ops->tag_delete(st, r->srv->db, r->name, r->ref, &err);
 	if (n < 0)
 		reg_internal(r, err);
 	else if (n == 0)
@@ -108,19 +94,6 @@ void reg_manifest_begin(reg_req *r)
 	r->mem_max = r->srv->cfg.manifest_max;
 }
 
-struct put_bytes {
-	const reg_store *st;
-	const char *digest;
-	const kiln_buf *mem;
-};
-
-static int put_bytes_cb(void *ud, kiln_error **err)
-{
-	struct put_bytes *p = ud;
-
-	return reg_store_put_bytes(p->st, p->digest, p->mem->buf, p->mem->len, err);
-}
-
 void reg_manifest_finish(reg_req *r)
 {
 	reg_server *s = r->srv;
@@ -130,7 +103,6 @@ void reg_manifest_finish(reg_req *r)
 	kiln_error *err = NULL;
 	int tagged = !ref_is_digest(r), ok;
 	long missing = 0;
-	struct put_bytes pb = { &s->store, NULL, &r->mem };
 
 	if (oci_manifest_parse(r->mem.buf, r->mem.len, reg_req_header(r, "Content-Type"), &m, &err) < 0) {
 		reg_error(r, 400, "MANIFEST_INVALID", "%s", kiln_error_message(err));
@@ -148,12 +120,8 @@ void reg_manifest_finish(reg_req *r)
 	 * inside the record's write transaction, which gc's removal of an
 	 * identical, unreferenced file also takes.  In S3 the manifest object
 	 * (bytes + media type) is the record. */
-	pb.digest = digest;
-	if (s->store.use_s3)
-		ok = reg_s3m_manifest_put(&s->store, r->name, digest, &r->mem, &m, tagged ? r->ref : NULL, &missing, &err);
-	else
-		ok = reg_db_manifest_put(s->db, r->name, digest, (int64_t)r->mem.len, &m, tagged ? r->ref : NULL,
-					 put_bytes_cb, &pb, &missing, &err);
+	ok = s->store.ops->manifest_put(&s->store, s->db, r->name, digest, &r->mem, &m, tagged ? r->ref : NULL,
+					&missing, &err);
 	if (ok < 0)
 		goto fail;
 	if (ok == 0) {

@@ -226,7 +226,7 @@ int reg_s3m_blob_commit(const reg_store *st, const char *repo, const char *diges
 		goto out;
 	if (r == 1 && have == size) {
 		unlink(src);
-	} else if (reg_store_adopt(st, digest, src, err) < 0) {
+	} else if (st->ops->blob_adopt(st, digest, src, err) < 0) {
 		goto out;
 	}
 	if (pin_fresh(st, digest, &at, err) < 0 || put_link(st, repo, digest, size, err) < 0)

@@ -27,30 +27,23 @@ void reg_tags_handle(reg_req *r)
 {
 	kiln_strv tags = KILN_STRV_INIT;
 	kiln_error *err = NULL;
+	const reg_store *st = &r->srv->store;
 	const char *last;
-	int64_t id;
-	int more = 0;
+	int more = 0, exists;
 	long n;
 
 	if (reg_page_args(r, &n, &last) < 0)
 		return;
-	if (r->srv->store.use_s3) {
-		int e = reg_s3m_repo_exists(&r->srv->store, r->name, &err);
-		if (e < 0) {
-			reg_internal(r, err);
-			return;
-		}
-		id = e;
-	} else if (reg_db_repo(r->srv->db, r->name, 0, &id, &err) < 0) {
+	exists = st->ops->repo_exists(st, r->srv->db, r->name, &err);
+	if (exists < 0) {
 		reg_internal(r, err);
 		return;
 	}
-	if (id == 0) {
+	if (exists == 0) {
 		reg_error(r, 404, "NAME_UNKNOWN", "repository %s not known to registry", r->name);
 		return;
 	}
-	if (n != 0 && (r->srv->store.use_s3 ? reg_s3m_tags(&r->srv->store, r->name, last, n, &tags, &more, &err)
-					    : reg_db_tags(r->srv->db, r->name, last, n, &tags, &more, &err)) < 0) {
+	if (n != 0 && st->ops->tags(st, r->srv->db, r->name, last, n, &tags, &more, &err) < 0) {
 		reg_internal(r, err);
 		return;
 	}
@@ -73,8 +66,7 @@ void reg_catalog_handle(reg_req *r)
 
 	if (reg_page_args(r, &n, &last) < 0)
 		return;
-	if (n != 0 && (r->srv->store.use_s3 ? reg_s3m_catalog(&r->srv->store, last, n, &repos, &more, &err)
-					    : reg_db_catalog(r->srv->db, last, n, &repos, &more, &err)) < 0) {
+	if (n != 0 && r->srv->store.ops->catalog(&r->srv->store, r->srv->db, last, n, &repos, &more, &err) < 0) {
 		reg_internal(r, err);
 		return;
 	}
@@ -97,8 +89,8 @@ void reg_referrers_handle(reg_req *r)
 		return;
 	}
 	list = json_array();
-	if ((r->srv->store.use_s3 ? reg_s3m_referrers(&r->srv->store, r->name, r->ref, at && *at ? at : NULL, list, &err)
-				  : reg_db_referrers(r->srv->db, r->name, r->ref, at && *at ? at : NULL, list, &err)) < 0) {
+	if (r->srv->store.ops->referrers(&r->srv->store, r->srv->db, r->name, r->ref, at && *at ? at : NULL, list,
+					 &err) < 0) {
 		json_decref(list);
 		reg_internal(r, err);
 		return;

@@ -38,9 +38,8 @@ int reg_token_create(const struct reg_config *c, const char *label, const char *
 	unsigned char rnd[32];
 	char secret[80], h[KILN_DIGEST_MAX];
 	kiln_buf sc = KILN_BUF_INIT;
-	sqlite3_stmt *st = NULL;
-	reg_db *db = NULL;
-	int ret = -1, rc;
+	struct reg_admin adm;
+	int ret = -1;
 
 	*token_out = NULL;
 	if (label[0] == '\0' || strlen(label) > 100)
@@ -65,73 +64,50 @@ int reg_token_create(const struct reg_config *c, const char *label, const char *
 	for (size_t i = 0; i < sizeof(rnd); i++)
 		snprintf(secret + 5 + 2 * i, 3, "%02x", rnd[i]);
 	kiln_digest_buf(KILN_SHA256, secret, strlen(secret), h);
-	if (c->s3_endpoint) {
-		reg_store store;
-		if (reg_store_open(&store, c, err) < 0)
-			goto out;
-		rc = reg_s3a_token_put(&store, label, h, sc.buf, ttl_s > 0 ? reg_db_now() + ttl_s : 0, err);
-		reg_store_close(&store);
-		if (rc == 0)
-			*token_out = kiln_xstrdup(secret);
-		ret = rc;
+	if (reg_admin_open(&adm, c, err) < 0)
 		goto out;
-	}
-	db = reg_db_open_cfg(c, err);
-	if (db == NULL)
-		goto out;
-	st = reg_db_prep(db, "INSERT INTO tokens(label, hash, scopes, created, expires) VALUES(?, ?, ?, ?, ?)", err);
-	if (st == NULL)
-		goto out;
-	sqlite3_bind_text(st, 1, label, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, h, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, sc.buf, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 4, reg_db_now());
-	sqlite3_bind_int64(st, 5, ttl_s > 0 ? reg_db_now() + ttl_s : 0);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_CONSTRAINT) {
-		kiln_err(err, KILN_E_EXISTS, "a token labelled '%s' exists already", label);
-		goto out;
-	}
-	if (rc != SQLITE_DONE) {
-		reg_db_fail(db, err, "create token");
-		goto out;
-	}
-	*token_out = kiln_xstrdup(secret);
-	ret = 0;
+	ret = adm.st.ops->token_put(&adm.st, adm.db, label, h, sc.buf, ttl_s > 0 ? reg_db_now() + ttl_s : 0, err);
+	reg_admin_close(&adm);
+	if (ret == 0)
+		*token_out = kiln_xstrdup(secret);
 out:
-	sqlite3_finalize(st);
-	reg_db_close(db);
 	kiln_buf_free(&sc);
 	return ret;
 }
 
-/* With the S3 backend the tokens are in the bucket, for every replica. */
-static int with_s3(const struct reg_config *c, const char *label, kiln_buf *out, kiln_error **err)
+/* The filesystem backend's token rows (its table's token_*, backend_fs.c). */
+int reg_db_token_put(reg_db *db, const char *label, const char *hash, const char *scopes, int64_t expires,
+		     kiln_error **err)
 {
-	reg_store store;
-	int ret;
+	sqlite3_stmt *st = reg_db_prep(db, "INSERT INTO tokens(label, hash, scopes, created, expires) VALUES(?, ?, ?, ?, ?)",
+				       err);
+	int rc, ret = -1;
 
-	if (reg_store_open(&store, c, err) < 0)
+	if (st == NULL)
 		return -1;
-	ret = label ? reg_s3a_token_revoke(&store, label, err) : reg_s3a_token_list(&store, out, err);
-	reg_store_close(&store);
+	sqlite3_bind_text(st, 1, label, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, hash, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, scopes, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, reg_db_now());
+	sqlite3_bind_int64(st, 5, expires);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_CONSTRAINT)
+		kiln_err(err, KILN_E_EXISTS, "a token labelled '%s' exists already", label);
+	else if (rc != SQLITE_DONE)
+		reg_db_fail(db, err, "create token");
+	else
+		ret = 0;
+	sqlite3_finalize(st);
 	return ret;
 }
 
-int reg_token_list(const struct reg_config *c, kiln_buf *out, kiln_error **err)
+int reg_db_token_list(reg_db *db, kiln_buf *out, kiln_error **err)
 {
-	reg_db *db;
-	sqlite3_stmt *st = NULL;
-	int ret = -1, rc;
+	sqlite3_stmt *st = reg_db_prep(db, "SELECT label, scopes, created, expires FROM tokens ORDER BY label", err);
+	int ret, rc;
 
-	if (c->s3_endpoint)
-		return with_s3(c, NULL, out, err);
-	db = reg_db_open_cfg(c, err);
-	if (db == NULL)
-		return -1;
-	st = reg_db_prep(db, "SELECT label, scopes, created, expires FROM tokens ORDER BY label", err);
 	if (st == NULL)
-		goto out;
+		return -1;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		time_t cr = (time_t)sqlite3_column_int64(st, 2), ex = (time_t)sqlite3_column_int64(st, 3);
 		char cs[32], es[32] = "never";
@@ -144,38 +120,48 @@ int reg_token_list(const struct reg_config *c, kiln_buf *out, kiln_error **err)
 			      (const char *)sqlite3_column_text(st, 1), cs, es, ex && ex <= time(NULL) ? " (expired)" : "");
 	}
 	ret = rc == SQLITE_DONE ? 0 : reg_db_fail(db, err, "list tokens");
-out:
 	sqlite3_finalize(st);
-	reg_db_close(db);
+	return ret;
+}
+
+int reg_db_token_revoke(reg_db *db, const char *label, kiln_error **err)
+{
+	sqlite3_stmt *st = reg_db_prep(db, "DELETE FROM tokens WHERE label = ?", err);
+	int ret = -1;
+
+	if (st == NULL)
+		return -1;
+	sqlite3_bind_text(st, 1, label, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		reg_db_fail(db, err, "revoke token");
+	else if (sqlite3_changes(db->h) == 0)
+		kiln_err(err, KILN_E_NOTFOUND, "no token labelled '%s'", label);
+	else
+		ret = 0;
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int reg_token_list(const struct reg_config *c, kiln_buf *out, kiln_error **err)
+{
+	struct reg_admin a;
+	int ret;
+
+	if (reg_admin_open(&a, c, err) < 0)
+		return -1;
+	ret = a.st.ops->token_list(&a.st, a.db, out, err);
+	reg_admin_close(&a);
 	return ret;
 }
 
 int reg_token_revoke(const struct reg_config *c, const char *label, kiln_error **err)
 {
-	reg_db *db;
-	sqlite3_stmt *st = NULL;
-	int ret = -1;
+	struct reg_admin a;
+	int ret;
 
-	if (c->s3_endpoint)
-		return with_s3(c, label, NULL, err);
-	db = reg_db_open_cfg(c, err);
-	if (db == NULL)
+	if (reg_admin_open(&a, c, err) < 0)
 		return -1;
-	st = reg_db_prep(db, "DELETE FROM tokens WHERE label = ?", err);
-	if (st == NULL)
-		goto out;
-	sqlite3_bind_text(st, 1, label, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_DONE) {
-		reg_db_fail(db, err, "revoke token");
-		goto out;
-	}
-	if (sqlite3_changes(db->h) == 0) {
-		kiln_err(err, KILN_E_NOTFOUND, "no token labelled '%s'", label);
-		goto out;
-	}
-	ret = 0;
-out:
-	sqlite3_finalize(st);
-	reg_db_close(db);
+	ret = a.st.ops->token_revoke(&a.st, a.db, label, err);
+	reg_admin_close(&a);
 	return ret;
 }

@@ -284,18 +284,6 @@ void reg_upload_cancel(reg_uploads *u, reg_upload *up)
 	remove_session(u, up);
 }
 
-struct adopt {
-	const reg_store *st;
-	const char *digest, *src;
-};
-
-static int adopt_cb(void *ud, kiln_error **err)
-{
-	struct adopt *a = ud;
-
-	return reg_store_adopt(a->st, a->digest, a->src, err);
-}
-
 int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, reg_db *db, kiln_error **err)
 {
 	enum kiln_digest_algo algo;
@@ -324,14 +312,8 @@ int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, re
 	/* On disk the rename happens inside the link's write transaction (gc may
 	 * be removing an identical blob); in S3, gc and writers meet through pins
 	 * and tombs in the bucket (meta_s3.c). */
-	if (u->st->use_s3) {
-		if (reg_s3m_blob_commit(u->st, up->repo, digest, path, (int64_t)up->offset, err) < 0)
-			goto out_release;
-	} else {
-		struct adopt a = { u->st, digest, path };
-		if (reg_db_blob_link(db, up->repo, digest, (int64_t)up->offset, adopt_cb, &a, err) < 0)
-			goto out_release;
-	}
+	if (u->st->ops->blob_commit(u->st, db, up->repo, digest, path, (int64_t)up->offset, err) < 0)
+		goto out_release;
 	ret = (int64_t)up->offset;
 	remove_session(u, up);
 	goto out;

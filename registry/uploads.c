@@ -96,16 +96,12 @@ static void start(reg_req *r)
 
 	if (mount) {
 		enum kiln_digest_algo algo;
-		int64_t size;
 		int have = 0;
 
 		if (kiln_digest_parse(mount, &algo, &err) < 0) {
 			kiln_error_clear(&err); /* not mountable: a plain upload instead */
 		} else if (from && oci_name_valid(from) && reg_auth_allows(r, from, REG_PULL)) {
-			if (s->store.use_s3)
-				have = reg_s3m_blob_mount(&s->store, r->name, from, mount, &err);
-			else if (reg_store_blob_stat(&s->store, mount, &size, &err) == 1)
-				have = reg_db_blob_mount(s->db, r->name, from, mount, &err);
+			have = s->store.ops->blob_mount(&s->store, s->db, r->name, from, mount, &err);
 		}
 		if (have > 0) {
 			blob_created(r, mount);
