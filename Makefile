@@ -5,7 +5,7 @@
 
 CC      ?= cc
 CLANG   ?= clang
-PKGS    := libarchive ext2fs libcurl openssl libzstd sqlite3 jansson libmicrohttpd libpq
+PKGS    := libarchive ext2fs libcurl openssl libzstd sqlite3 jansson libmicrohttpd libpq fuse3
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 BASEFLAGS := -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -I. -Icommon -Ibuild/gen $(WARN) \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)

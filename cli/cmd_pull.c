@@ -14,6 +14,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	const struct cli_option opts[] = {
 		CLI_XFER_OPTIONS(&x),
 		CLI_STRING(0, "name", &x.name, "NAME[:TAG]", "the local template's name (default REPO:TAG)"),
+		CLI_BOOL(0, "lazy", &x.lazy, "a template served from the chunk store, fetched on first touch"),
 		CLI_END,
 	};
 	struct build_remote_opts o = { .progress = cli_xfer_progress, .ud = &x };
@@ -47,8 +48,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 const struct kiln_command kiln_cmd_pull = {
 	.name = "pull",
 	.summary = "pull a template or an image from a registry",
-	.usage = "Usage: kiln pull [--json] [--parallel N] [--limit-rate RATE] [--name NAME[:TAG]]\n"
+	.usage = "Usage: kiln pull [--json] [--parallel N] [--limit-rate RATE] [--name NAME[:TAG]] [--lazy]\n"
 		 "                 [REGISTRY/]REPO[:TAG|@DIGEST]\n\n"
+		 "--lazy: fetch only the template's config, device state, disk and recorded working\n"
+		 "set; its rootfs and memory are served from the chunk store by the host's file\n"
+		 "server (kiln chunkfs), which fetches every other chunk on first touch and\n"
+		 "prefetches the rest in the background.\n\n"
 		 "A template artifact (kiln push of a template) becomes the local template\n"
 		 "REPO:TAG (or --name): only the chunks this host's chunk store lacks are\n"
 		 "fetched, each verified; the template appears only once all of it is there and\n"

@@ -399,6 +399,15 @@ static int run_gc(const struct kiln_command *cmd, int argc, char **argv)
 		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
 	if ((n = snap_sandbox_gc(&err)) < 0)
 		return cli_fail(err);
+	/* the template file server is needed while a sandbox lives */
+	json_t *all = snap_sandbox_list(&err);
+	if (all == NULL)
+		return cli_fail(err);
+	if (json_array_size(all) == 0 && dist_chunkfs_running() && dist_chunkfs_stop(&err) < 0) {
+		json_decref(all);
+		return cli_fail(err);
+	}
+	json_decref(all);
 	printf("removed %d\n", n);
 	return KILN_EXIT_OK;
 }

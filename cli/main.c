@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "distrib/distrib.h"
+#include "snapshots/snapshots.h"
 #include "vm/vm.h"
 
 #define KILN_CMD(n) extern const struct kiln_command kiln_cmd_##n;
@@ -101,6 +103,11 @@ int main(int argc, char **argv)
 	const struct kiln_command *cmd;
 	int i = 1;
 
+	/* lazily pulled templates are served from the chunk store */
+	static const struct snap_serve_ops serve = { .files = dist_chunkfs_files,
+						     .record_start = dist_chunkfs_record_start,
+						     .record_end = dist_chunkfs_record_end };
+	snap_set_serve_ops(&serve);
 	while (i < argc && argv[i][0] == '-') {
 		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
 			print_main_usage(stdout);

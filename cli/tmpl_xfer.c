@@ -110,10 +110,21 @@ static int tmpl_pull(const char *src, struct cli_xfer *x, char **local, kiln_err
 		goto out;
 	}
 	*local = x->name ? kiln_xstrdup(x->name) : kiln_ref_normalize(src, err);
-	if (*local == NULL || dist_tmpl_pull(c, r.repo, &m, *local, &o, &st, err) < 0) {
+	if (*local == NULL ||
+	    (x->lazy ? dist_tmpl_pull_lazy(c, r.host, r.repo, &m, *local, &o, &st, err)
+		     : dist_tmpl_pull(c, r.repo, &m, *local, &o, &st, err)) < 0) {
 		cli_xfer_end_line(x);
 		rc = -2;
 		goto out;
+	}
+	if (x->lazy) {
+		/* start the file server now: its prefetch fills in the rest */
+		kiln_error *e = NULL;
+		char *dir = dist_chunkfs_files(st.template_digest, &e);
+		if (dir == NULL)
+			fprintf(stderr, "kiln pull: warning: %s\n", kiln_error_message(e));
+		kiln_error_free(e);
+		free(dir);
 	}
 	rc = done(x, false, src, &st, *local) == KILN_EXIT_OK ? 1 : -2;
 out:
@@ -207,6 +218,7 @@ int cli_tmpl_need(const char *ref, kiln_error **err)
 	kiln_error_free(e);
 	cli_xfer_init(&x, "pull template");
 	x.quiet = true;
+	x.lazy = cli_lazy_default();
 	fprintf(stderr, "kiln: template %s is not on this host: pulling it\n", ref);
 	rc = tmpl_pull(ref, &x, &local, err);
 	if (rc < 0)
@@ -220,4 +232,13 @@ int cli_tmpl_need(const char *ref, kiln_error **err)
 	warn_restorable(local);
 	free(local);
 	return 0;
+}
+
+bool cli_lazy_default(void)
+{
+	const char *e = getenv("KILN_LAZY");
+
+	if (e && *e)
+		return strcmp(e, "0") != 0;
+	return true;
 }

@@ -18,6 +18,7 @@ struct cli_xfer {
 	unsigned parallel;  /* 0: the client's default */
 	uint64_t max_rate;  /* bytes/s per blob transfer; 0: unlimited */
 	const char *name;   /* pull: the local template name (NULL: REPO:TAG) */
+	bool lazy;          /* pull a template lazily: served from the chunk store (chunkfs) */
 	/* view */
 	const char *label;  /* "push", "pull template", ...: starts the terminal line */
 	bool per_blob;      /* an event per finished blob (a template has thousands: no) */
@@ -61,5 +62,8 @@ bool cli_is_image(const char *ref);
  * saying what exists instead (an image: which flag or command makes the
  * template). */
 int cli_tmpl_need(const char *ref, kiln_error **err);
+/* Whether a template that kiln run / sandbox create pulls is pulled lazily:
+ * $KILN_LAZY (1 or 0), else the default (docs/distribution.md). */
+bool cli_lazy_default(void);
 
 #endif

@@ -170,9 +170,15 @@ int dist_tmpl_seal(struct dist_tmpl *t, dist_chunks *cs, kiln_error **err)
 			}
 			json_array_append_new(nums, json_integer(k));
 		}
-		json_array_append_new(parts, json_pack("{s:s, s:s, s:I, s:I, s:o}", "role", part->role, "digest",
-						       part->digest, "size", (json_int_t)part->size, "chunkSize",
-						       (json_int_t)part->chunk_size, "chunks", nums));
+		json_t *po = json_pack("{s:s, s:s, s:I, s:I, s:o}", "role", part->role, "digest", part->digest, "size",
+				       (json_int_t)part->size, "chunkSize", (json_int_t)part->chunk_size, "chunks", nums);
+		if (part->nfirst) {
+			json_t *first = json_array();
+			for (size_t i = 0; i < part->nfirst; i++)
+				json_array_append_new(first, json_integer((json_int_t)part->first[i]));
+			json_object_set_new(po, "first", first);
+		}
+		json_array_append_new(parts, po);
 	}
 	json_object_set_new(index, "parts", parts);
 	json_object_set_new(index, "blobs", blobs);
@@ -212,6 +218,7 @@ void dist_tmpl_free(struct dist_tmpl *t)
 		for (size_t i = 0; i < t->parts[p].nchunks; i++)
 			free(t->parts[p].chunks[i]);
 		free(t->parts[p].chunks);
+		free(t->parts[p].first);
 		free(t->parts[p].role);
 	}
 	free(t->parts);
@@ -343,6 +350,23 @@ int dist_tmpl_parse_index(struct dist_tmpl *t, const char *data, size_t len, kil
 			}
 			if (k >= 0)
 				part->chunks[i] = kiln_xstrdup(t->blobs[k].digest);
+		}
+		/* optional: the working set, chunk numbers of this part */
+		const json_t *first = json_object_get(o, "first");
+		if (first && !json_is_array(first)) {
+			kiln_err(err, KILN_E_INVALID, "the %s's working set is not an array", role);
+			goto out;
+		}
+		part->first = kiln_xcalloc(json_array_size(first) + 1, sizeof(size_t));
+		for (size_t i = 0; i < json_array_size(first); i++) {
+			const json_t *n = json_array_get(first, i);
+			json_int_t k = json_is_integer(n) ? json_integer_value(n) : -1;
+			if (k < 0 || (size_t)k >= part->nchunks) {
+				kiln_err(err, KILN_E_INVALID, "the %s's working set names chunk %lld of %zu", role,
+					 (long long)k, part->nchunks);
+				goto out;
+			}
+			part->first[part->nfirst++] = (size_t)k;
 		}
 	}
 	t->index = kiln_xstrndup(data, len);

@@ -5,6 +5,7 @@
 #ifndef KILN_DISTRIB_H
 #define KILN_DISTRIB_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kiln.h"
@@ -85,6 +86,8 @@ struct dist_tmpl_part {
 	uint64_t chunk_size;
 	size_t nchunks;
 	char **chunks;                 /* blob digest of each zstd chunk; NULL: all zeros */
+	size_t *first, nfirst;         /* the working set: chunks a restore and a first exec
+					* read (index "first"), fetched before a lazy start */
 };
 
 struct dist_tmpl_blob {
@@ -129,5 +132,44 @@ int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *
 /* Assemble a parsed artifact whose chunks are all in cs and import it as a
  * template tagged name; returns the local template digest. */
 char *dist_tmpl_assemble(dist_chunks *cs, const struct dist_tmpl *t, const char *name, kiln_error **err);
+/* One file of it, sparse, hashed while written (it must be the file the index names). */
+int dist_tmpl_assemble_part(dist_chunks *cs, const struct dist_tmpl_part *part, const char *path, kiln_error **err);
+/* Import a lazily pulled template: config and the assembled state stored,
+ * rootfs, memory and disk served by chunkfs.c; returns its digest. */
+char *dist_tmpl_import_served(const struct dist_tmpl *t, const char *state, const char *name, kiln_error **err);
+const struct dist_tmpl_part *dist_tmpl_part_find(const struct dist_tmpl *t, const char *role);
+
+/* ---------------------------------------------------------------------------
+ * Lazy templates (tmpl_xfer.c, chunkfs.c, chunkfs_record.c; docs/distribution.md
+ * "Lazy templates").
+ * ------------------------------------------------------------------------- */
+/* dist_tmpl_pull, lazily: only config, index, state, disk and the recorded
+ * working set are fetched; rootfs and memory are served from the chunk store
+ * by the host's file server, which fetches every other chunk from
+ * registry/repo on first touch and prefetches the rest. */
+int dist_tmpl_pull_lazy(rc_client *c, const char *registry, const char *repo, const struct rc_doc *manifest,
+			const char *name, const struct dist_tmpl_xfer_opts *o, struct dist_tmpl_stats *st,
+			kiln_error **err);
+/* The host's template file server: one FUSE daemon per KILN_HOME (`kiln
+ * chunkfs serve`), mounted at $KILN_HOME/chunkfs/mnt, HEX/{rootfs,memory,disk}
+ * per lazy template. */
+int dist_chunkfs_serve(kiln_error **err);
+/* Start it (detached, /proc/self/exe chunkfs serve) unless it is up. */
+int dist_chunkfs_ensure(kiln_error **err);
+/* Stop it (SIGTERM; a dead one's mount is detached). */
+int dist_chunkfs_stop(kiln_error **err);
+bool dist_chunkfs_running(void);
+/* Record a lazily pulled template (its manifest and index) for the server. */
+int dist_chunkfs_add(const char *template_digest, const char *registry, const char *repo, const struct dist_tmpl *t,
+		     kiln_error **err);
+/* The directory serving the template's files (the server started if
+ * needed), or NULL (NOTFOUND: not a lazy template). */
+char *dist_chunkfs_files(const char *template_digest, kiln_error **err);
+/* Working-set recording: serve a local template's stored files under a fresh
+ * name *key, logging every read; returns the directory.  record_end: the byte
+ * ranges read, {"rootfs"|"memory"|"disk": [[off, len], …]}, and the name is dropped. */
+char *dist_chunkfs_record_start(const char *template_digest, const char *rootfs, const char *memory, const char *disk,
+				char **key, kiln_error **err);
+json_t *dist_chunkfs_record_end(const char *key, kiln_error **err);
 
 #endif

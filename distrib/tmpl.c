@@ -17,6 +17,30 @@
 static const char *const ROLES[] = { "rootfs", "memory", "disk", "state" };
 #define NROLES (sizeof(ROLES) / sizeof(ROLES[0]))
 
+/* The recorded working set (byte ranges) as the part's chunk numbers: what a
+ * lazy start fetches before QEMU runs (zero chunks need nothing). */
+static void set_first(struct dist_tmpl_part *p, const json_t *ranges)
+{
+	bool *in = kiln_xcalloc(p->nchunks + 1, sizeof(bool));
+
+	for (size_t i = 0; i < json_array_size(ranges); i++) {
+		json_int_t off = json_integer_value(json_array_get(json_array_get(ranges, i), 0));
+		json_int_t len = json_integer_value(json_array_get(json_array_get(ranges, i), 1));
+		if (off < 0 || len <= 0 || (uint64_t)off >= p->size)
+			continue;
+		uint64_t end = (uint64_t)off + (uint64_t)len > p->size ? p->size : (uint64_t)off + (uint64_t)len;
+		for (uint64_t c = (uint64_t)off / p->chunk_size; c * p->chunk_size < end && c < p->nchunks; c++)
+			in[c] = true;
+	}
+	free(p->first);
+	p->first = kiln_xcalloc(p->nchunks + 1, sizeof(size_t));
+	p->nfirst = 0;
+	for (size_t c = 0; c < p->nchunks; c++)
+		if (in[c] && p->chunks[c])
+			p->first[p->nfirst++] = c;
+	free(in);
+}
+
 int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *t, kiln_error **err)
 {
 	snap_template *st = NULL;
@@ -45,6 +69,10 @@ int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *
 			goto out;
 		}
 	}
+	json_t *ws = snap_template_workset(st);
+	for (size_t i = 0; ws && i < NROLES; i++)
+		set_first(&t->parts[i], json_object_get(ws, ROLES[i]));
+	json_decref(ws);
 	if (dist_tmpl_seal(t, cs, err) < 0)
 		goto out;
 	rc = 0;
@@ -65,7 +93,7 @@ static bool zero_block(const unsigned char *p, size_t n)
 
 /* Write one part from its chunks into path, sparse (zero chunks and zero 4 KiB
  * blocks stay holes), hashing it on the way: it must be the file the index names. */
-static int assemble_part(dist_chunks *cs, const struct dist_tmpl_part *part, const char *path, kiln_error **err)
+int dist_tmpl_assemble_part(dist_chunks *cs, const struct dist_tmpl_part *part, const char *path, kiln_error **err)
 {
 	enum { BLK = 4096 };
 	ZSTD_DCtx *z = ZSTD_createDCtx();
@@ -137,7 +165,7 @@ out:
 	return rc;
 }
 
-static const struct dist_tmpl_part *find_part(const struct dist_tmpl *t, const char *role)
+const struct dist_tmpl_part *dist_tmpl_part_find(const struct dist_tmpl *t, const char *role)
 {
 	for (size_t i = 0; i < t->nparts; i++)
 		if (strcmp(t->parts[i].role, role) == 0)
@@ -162,7 +190,7 @@ char *dist_tmpl_assemble(dist_chunks *cs, const struct dist_tmpl *t, const char 
 	if ((cfg = kiln_json_loadb(t->config, t->config_len, "template config", err)) == NULL)
 		goto out;
 	for (size_t i = 0; i < NROLES; i++) {
-		const struct dist_tmpl_part *p = find_part(t, ROLES[i]);
+		const struct dist_tmpl_part *p = dist_tmpl_part_find(t, ROLES[i]);
 		const char *want = kiln_json_str(json_object_get(cfg, ROLES[i]), "digest");
 		if (p == NULL) {
 			kiln_err(err, KILN_E_INVALID, "the template index has no %s", ROLES[i]);
@@ -176,7 +204,7 @@ char *dist_tmpl_assemble(dist_chunks *cs, const struct dist_tmpl *t, const char 
 			goto out;
 		}
 		files[i] = kiln_path_join(dir, ROLES[i]);
-		if (assemble_part(cs, p, files[i], err) < 0)
+		if (dist_tmpl_assemble_part(cs, p, files[i], err) < 0)
 			goto out;
 	}
 	struct snap_import im = { .config = t->config, .config_len = t->config_len, .rootfs = files[0],
@@ -191,4 +219,12 @@ out:
 	json_decref(cfg);
 	free(dir);
 	return result;
+}
+
+char *dist_tmpl_import_served(const struct dist_tmpl *t, const char *state, const char *name, kiln_error **err)
+{
+	struct snap_import im = { .config = t->config, .config_len = t->config_len, .state = state, .name = name,
+				  .verified = true, .served = true };
+
+	return snap_template_import(&im, err);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "distrib/distrib.h"
 
@@ -188,6 +189,25 @@ static size_t missing_chunks(dist_chunks *cs, const struct dist_tmpl *t)
 	return n;
 }
 
+/* Manifest, config and index, each verified, the index cross-checked. */
+static int fetch_meta(rc_client *c, const char *repo, const struct rc_doc *manifest, struct dist_tmpl *t,
+		      kiln_error **err)
+{
+	char *index = NULL;
+	size_t index_len = 0;
+
+	if (dist_tmpl_parse(t, manifest->data, manifest->len, err) < 0)
+		return -1;
+	if (rc_blob_get_mem(c, repo, t->config_digest, 1 << 20, &t->config, &t->config_len, err) < 0)
+		return kiln_error_wrap(err, "template config");
+	if (rc_blob_get_mem(c, repo, t->index_digest, 64 << 20, &index, &index_len, err) < 0)
+		return kiln_error_wrap(err, "template index");
+	int r = dist_tmpl_parse_index(t, index, index_len, err);
+	free(index);
+	t->index_len = index_len;
+	return r;
+}
+
 int dist_tmpl_pull(rc_client *c, const char *repo, const struct rc_doc *manifest, const char *name,
 		  const struct dist_tmpl_xfer_opts *o, struct dist_tmpl_stats *st, kiln_error **err)
 {
@@ -201,23 +221,8 @@ int dist_tmpl_pull(rc_client *c, const char *repo, const struct rc_doc *manifest
 	size_t moved_before = 0; /* blobs moved before a second round */
 	int rc = -1;
 
-	if (dist_tmpl_parse(&t, manifest->data, manifest->len, err) < 0)
+	if (fetch_meta(c, repo, manifest, &t, err) < 0)
 		goto out;
-	if (rc_blob_get_mem(c, repo, t.config_digest, 1 << 20, &t.config, &t.config_len, err) < 0) {
-		kiln_error_wrap(err, "template config");
-		goto out;
-	}
-	char *index = NULL;
-	size_t index_len = 0;
-	if (rc_blob_get_mem(c, repo, t.index_digest, 64 << 20, &index, &index_len, err) < 0) {
-		kiln_error_wrap(err, "template index");
-		goto out;
-	}
-	int r = dist_tmpl_parse_index(&t, index, index_len, err);
-	free(index);
-	if (r < 0)
-		goto out;
-	t.index_len = index_len;
 	if ((cs = dist_chunks_open(NULL, err)) == NULL || pin_all(cs, &t, err) < 0 || chunk_dirs(cs, &t, err) < 0)
 		goto out;
 	blobs = kiln_xcalloc(t.nblobs + 1, sizeof(*blobs));
@@ -253,6 +258,98 @@ out:
 	if (rc < 0)
 		kiln_error_wrap(err, "pulling template %s@%s", repo, manifest->digest);
 	for (size_t i = 0; blobs && i < t.nblobs; i++)
+		free((char *)blobs[i].path);
+	free(blobs);
+	if (cs)
+		finish_store(cs);
+	dist_chunks_close(cs);
+	dist_tmpl_free(&t);
+	free(got);
+	return rc;
+}
+
+/* What a lazy start needs before QEMU runs: the state and the disk (small:
+ * the start command's writes), and the recorded working set of every part. */
+static size_t eager_blobs(dist_chunks *cs, const struct dist_tmpl *t, struct rc_blob *blobs)
+{
+	size_t n = 0;
+
+	for (size_t p = 0; p < t->nparts; p++) {
+		const struct dist_tmpl_part *part = &t->parts[p];
+		bool whole = strcmp(part->role, "state") == 0 || strcmp(part->role, "disk") == 0;
+		size_t m = whole ? part->nchunks : part->nfirst;
+		for (size_t k = 0; k < m; k++) {
+			const char *d = part->chunks[whole ? k : part->first[k]];
+			bool dup = false;
+			for (size_t j = 0; d && j < n && !dup; j++)
+				dup = strcmp(blobs[j].digest, d) == 0;
+			if (d == NULL || dup)
+				continue;
+			snprintf(blobs[n].digest, KILN_DIGEST_MAX, "%s", d);
+			blobs[n].size = -1;
+			for (size_t i = 0; i < t->nblobs; i++)
+				if (strcmp(t->blobs[i].digest, d) == 0)
+					blobs[n].size = (int64_t)t->blobs[i].size;
+			blobs[n].path = dist_chunks_path(cs, d);
+			n++;
+		}
+	}
+	return n;
+}
+
+int dist_tmpl_pull_lazy(rc_client *c, const char *registry, const char *repo, const struct rc_doc *manifest,
+		       const char *name, const struct dist_tmpl_xfer_opts *o, struct dist_tmpl_stats *st,
+		       kiln_error **err)
+{
+	struct dist_tmpl t = { 0 };
+	struct rc_blob *blobs = NULL;
+	struct xfer_ud x = { .o = o };
+	dist_chunks *cs = NULL;
+	char *state = NULL, *got = NULL;
+	double t0 = now_s();
+	uint64_t down0 = rc_client_stats(c)->bytes_down;
+	size_t n = 0;
+	int rc = -1, fd = -1;
+
+	if (fetch_meta(c, repo, manifest, &t, err) < 0)
+		goto out;
+	const struct dist_tmpl_part *sp = dist_tmpl_part_find(&t, "state");
+	json_t *cfg = kiln_json_loadb(t.config, t.config_len, "template config", err);
+	const char *want = cfg ? kiln_json_str(json_object_get(cfg, "state"), "digest") : NULL;
+	bool ok = sp && want && strcmp(want, sp->digest) == 0;
+	json_decref(cfg);
+	if (!ok) {
+		if (!err || !*err)
+			kiln_err(err, KILN_E_INVALID, "the template index's state is not the config's");
+		goto out;
+	}
+	if ((cs = dist_chunks_open(NULL, err)) == NULL || pin_all(cs, &t, err) < 0 || chunk_dirs(cs, &t, err) < 0)
+		goto out;
+	blobs = kiln_xcalloc(t.nblobs + 1, sizeof(*blobs));
+	n = eager_blobs(cs, &t, blobs);
+	x.cs = cs;
+	if (move(c, repo, false, blobs, n, &x, err) < 0)
+		goto out;
+	if ((state = dist_chunks_tmp(cs, &fd, err)) == NULL || dist_tmpl_assemble_part(cs, sp, state, err) < 0)
+		goto out;
+	/* the file server learns the template before its name exists */
+	if (dist_chunkfs_add(t.config_digest, registry, repo, &t, err) < 0)
+		goto out;
+	if ((got = dist_tmpl_import_served(&t, state, name, err)) == NULL)
+		goto out;
+	fill_stats(st, &t, &x, rc_client_stats(c)->bytes_down - down0, t0);
+	if (st)
+		snprintf(st->template_digest, KILN_DIGEST_MAX, "%s", got);
+	rc = 0;
+out:
+	if (rc < 0)
+		kiln_error_wrap(err, "pulling template %s@%s lazily", repo, manifest->digest);
+	if (fd >= 0)
+		close(fd);
+	if (state)
+		unlink(state);
+	free(state);
+	for (size_t i = 0; i < n; i++)
 		free((char *)blobs[i].path);
 	free(blobs);
 	if (cs)

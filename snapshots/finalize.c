@@ -230,6 +230,15 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 		goto out;
 	kiln_info("snapshot: template %s made in %.0f ms", d_cfg, snap_now_ms() - t0);
 	result = kiln_xstrdup(d_cfg);
+	const char *ws = getenv("KILN_WORKSET");
+	if (snap_serve() && !(ws && strcmp(ws, "0") == 0)) {
+		/* the working set a lazy start fetches first: a trial restore */
+		kiln_error *e = NULL;
+		if (snap_workset_record(d_cfg, &e) < 0) {
+			kiln_warn("%s (a lazy start fetches on first touch only)", kiln_error_message(e));
+			kiln_error_free(e);
+		}
+	}
 out:
 	if (result == NULL)
 		kiln_error_wrap(err, "snapshot of %s", o->rootfs ? o->rootfs : "(none)");

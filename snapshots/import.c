@@ -22,6 +22,13 @@ char *snap_template_blob(const snap_template *t, const char *role, kiln_error **
 		kiln_err(err, KILN_E_INVALID, "template %.19s names no %s blob", t->digest, role);
 		return NULL;
 	}
+	/* a lazy template's big files are the server's (reading them fetches what is missing) */
+	if (t->served && strcmp(role, "memory") == 0)
+		return kiln_xstrdup(t->memory);
+	if (t->served && strcmp(role, "disk") == 0)
+		return kiln_xstrdup(t->disk);
+	if (t->served && strcmp(role, "rootfs") == 0)
+		return kiln_xstrdup(t->rootfs);
 	return snap_blob_path(d);
 }
 
@@ -93,17 +100,26 @@ char *snap_template_import(const struct snap_import *im, kiln_error **err)
 	}
 	static const char *const roles[] = { "rootfs", "memory", "state", "disk" };
 	const char *srcs[] = { im->rootfs, im->memory, im->state, im->disk };
-	for (size_t i = 0; i < 4; i++)
-		if (check_source(cfg, roles[i], srcs[i], err) < 0)
+	for (size_t i = 0; i < 4; i++) {
+		/* served: only the state is a file here; the others' names are checked */
+		if (im->served && strcmp(roles[i], "state") != 0) {
+			if (snap_check_digest("being imported", roles[i],
+					      kiln_json_str(json_object_get(cfg, roles[i]), "digest"), err) < 0)
+				goto out;
+		} else if (check_source(cfg, roles[i], srcs[i], err) < 0) {
 			goto out;
+		}
+	}
 	/* the disk's qcow2 header may name no backing but the rootfs blob's own
-	 * name beside it, and no external data file (as snap_template_check) */
-	if (vm_qcow2_check(im->disk, kiln_digest_hex(kiln_json_str(json_object_get(cfg, "rootfs"), "digest")), err) < 0)
+	 * name beside it, and no external data file (as snap_template_check,
+	 * which checks a served disk at restore) */
+	if (!im->served &&
+	    vm_qcow2_check(im->disk, kiln_digest_hex(kiln_json_str(json_object_get(cfg, "rootfs"), "digest")), err) < 0)
 		goto out;
-	if (import_blob(cfg, "rootfs", im->rootfs, true, im->verified, err) < 0 ||
-	    import_blob(cfg, "memory", im->memory, true, im->verified, err) < 0 ||
+	if ((!im->served && (import_blob(cfg, "rootfs", im->rootfs, true, im->verified, err) < 0 ||
+			     import_blob(cfg, "memory", im->memory, true, im->verified, err) < 0)) ||
 	    import_blob(cfg, "state", im->state, false, im->verified, err) < 0 ||
-	    import_blob(cfg, "disk", im->disk, false, im->verified, err) < 0)
+	    (!im->served && import_blob(cfg, "disk", im->disk, false, im->verified, err) < 0))
 		goto out;
 	/* The config as pushed (the registry client verified its digest). */
 	if (snap_blob_put_data(im->config, im->config_len, d_cfg, err) < 0)

@@ -13,7 +13,8 @@
 struct snap_template {
 	char *digest;          /* of the config blob */
 	json_t *config;
-	char *memory, *state, *disk, *rootfs; /* blob paths */
+	char *memory, *state, *disk, *rootfs; /* blob paths (served: the server's files) */
+	bool served;           /* rootfs, memory, disk served (snap_set_serve_hook) */
 	kiln_strv env;
 };
 
@@ -125,6 +126,9 @@ void snap_watch_start(const char *id);
 /* Whether a running sandbox's time is up (expires_ms in the past). */
 bool snap_state_expired(const json_t *st);
 int64_t snap_wall_ms(void);
+
+/* The serve ops the CLI set (snap_set_serve_ops), or NULL. */
+const struct snap_serve_ops *snap_serve(void);
 
 /* Milliseconds on CLOCK_MONOTONIC. */
 double snap_now_ms(void);

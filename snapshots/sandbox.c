@@ -154,8 +154,8 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		.accel = accel && strcmp(accel, "kvm") == 0 ? VM_ACCEL_KVM : VM_ACCEL_TCG,
 		.cpus = (unsigned)kiln_json_int(cfg, "cpus", 1), .memory_mib = (unsigned)kiln_json_int(cfg, "memory_mib", 256),
 		.net = nic > 0, .net_opts = nic > 0 ? &vo : NULL,
-		.memory_file = t->memory, .disk = t->disk, .disk_backing = t->rootfs, .state = t->state, .dir = dir,
-		.detached = true, .on_spawn = on_spawn, .on_version = on_version, .ud = &x,
+		.memory_file = t->memory, .memory_direct = t->served, .disk = t->disk, .disk_backing = t->rootfs,
+		.state = t->state, .dir = dir, .detached = true, .on_spawn = on_spawn, .on_version = on_version, .ud = &x,
 	};
 	struct vm_restore_stats rs;
 	vm_instance *v = NULL;

@@ -197,6 +197,8 @@ struct snap_import {
 	const char *name;              /* NAME[:TAG] to tag, or NULL */
 	bool verified;                 /* the files already hash to the config's digests (hashed
 					* while written): moved into the store, not copied */
+	bool served;                   /* rootfs, memory and disk are not stored: the serve hook
+					* (below) gives their files at restore */
 };
 /* Add a template that arrived from elsewhere: each file must hash to the
  * digest the config names (else nothing is tagged).  Nothing is rewritten
@@ -204,5 +206,30 @@ struct snap_import {
  * QEMU the rootfs blob explicitly), so the returned template digest is the
  * config's digest on the builder. */
 char *snap_template_import(const struct snap_import *im, kiln_error **err);
+
+/* Templates whose rootfs, memory and disk are not in the store are served
+ * from elsewhere (the host's chunk store, distrib/chunkfs.c): the hook
+ * returns the directory holding files named rootfs, memory and disk, or NULL
+ * (NOTFOUND: not served).  Served files refuse writes, so a restore maps the
+ * memory file directly (share=off), jailed or not.  The CLI sets the hook. */
+struct snap_serve_ops {
+	char *(*files)(const char *template_digest, kiln_error **err);
+	/* Working sets (snapshots/workset.c): serve a stored template's files
+	 * under a fresh name (*key) recording every read; then the byte ranges
+	 * read, {"rootfs"|"memory"|"disk": [[offset, length], ...]}. */
+	char *(*record_start)(const char *template_digest, const char *rootfs, const char *memory, const char *disk,
+			      char **key, kiln_error **err);
+	json_t *(*record_end)(const char *key, kiln_error **err);
+};
+void snap_set_serve_ops(const struct snap_serve_ops *ops);
+/* Record which parts of a template's rootfs, memory and disk a restore and a
+ * first exec read (a trial restore served by the ops above), stored beside
+ * the template (snapshots/worksets/HEX.json): a lazy start fetches them first.
+ * snap_finalize calls it unless $KILN_WORKSET=0. */
+int snap_workset_record(const char *template_ref, kiln_error **err);
+/* The recorded ranges of a template, or NULL (none recorded). */
+json_t *snap_template_workset(const snap_template *t);
+/* Whether a template's files are served (lazy) rather than stored. */
+bool snap_template_served(const snap_template *t);
 
 #endif

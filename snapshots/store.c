@@ -325,6 +325,12 @@ int snap_check_digest(const char *ref, const char *key, const char *d, kiln_erro
 	return 0;
 }
 
+static const struct snap_serve_ops *serve_ops;
+
+void snap_set_serve_ops(const struct snap_serve_ops *ops) { serve_ops = ops; }
+const struct snap_serve_ops *snap_serve(void) { return serve_ops; }
+bool snap_template_served(const snap_template *t) { return t->served; }
+
 snap_template *snap_template_open(const char *ref, kiln_error **err)
 {
 	snap_template *t = kiln_xcalloc(1, sizeof(*t));
@@ -365,6 +371,29 @@ snap_template *snap_template_open(const char *ref, kiln_error **err)
 	t->state = snap_blob_path(s);
 	t->disk = snap_blob_path(d);
 	t->rootfs = snap_blob_path(r);
+	if (access(t->memory, F_OK) != 0 && serve_ops && serve_ops->files) {
+		/* a lazy template: its big files come from the host's file server */
+		kiln_error *e = NULL;
+		char *dir = serve_ops->files(t->digest, &e);
+		if (dir == NULL && e->kind != KILN_E_NOTFOUND) {
+			if (err)
+				*err = e;
+			else
+				kiln_error_free(e);
+			goto fail;
+		}
+		kiln_error_free(e);
+		if (dir) {
+			free(t->memory);
+			free(t->disk);
+			free(t->rootfs);
+			t->memory = kiln_path_join(dir, "memory");
+			t->disk = kiln_path_join(dir, "disk");
+			t->rootfs = kiln_path_join(dir, "rootfs");
+			t->served = true;
+			free(dir);
+		}
+	}
 	env = json_object_get(t->config, "env");
 	for (size_t i = 0; json_is_array(env) && i < json_array_size(env); i++)
 		if (json_is_string(json_array_get(env, i)))

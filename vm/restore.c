@@ -139,7 +139,12 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 		goto fail;
 	if (v->jail.on) {
 		v->files.subdirs[1] = kiln_xstrdup(v->jail.root);
-		if (!shared) {
+		if (!shared && c->memory_direct) {
+			/* QEMU opens it read-write (7.2), but its server refuses
+			 * writes: the private mapping is all the guest gets, and the
+			 * page cache stays shared by every sandbox of the template */
+			vm_jail_add(&v->jail, mem, true);
+		} else if (!shared) {
 			char *link = kiln_path_join(c->dir, "ram");
 			v->files.paths[R_MEM] = ram_copy_path(c->dir);
 			v->files.paths[R_RAM_LINK] = link;
@@ -164,9 +169,11 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 			/* the caller's own copy */
 			v->files.paths[R_MEM] = kiln_xstrdup(c->memory_file);
 		}
-		if (vm_jail_own(&v->jail, mem, err) < 0)
-			goto fail;
-		vm_jail_add(&v->jail, mem, true);
+		if (!(c->memory_direct && !c->memory_shared)) {
+			if (vm_jail_own(&v->jail, mem, err) < 0)
+				goto fail;
+			vm_jail_add(&v->jail, mem, true);
+		}
 		if (!c->disk_backing) {
 			kiln_err(err, KILN_E_USAGE, "vm: a jailed restore needs the disk's backing file named");
 			goto fail;

@@ -298,6 +298,8 @@ struct vm_restore_config {
 	const char *memory_file;   /* the snapshot's RAM, mapped share=off, or */
 	bool memory_shared;        /* share=on: the guest writes into memory_file (a
 				    * private copy, in dir) so that it can be saved again */
+	bool memory_direct;        /* memory_file refuses every write (a served file):
+				    * mapped share=off even when jailed, no private copy */
 	const char *disk;          /* qcow2 disk, opened with snapshot=on: writes go to
 				    * a temp overlay in dir */
 	const char *disk_backing;  /* the disk's raw backing file (its qcow2 header's

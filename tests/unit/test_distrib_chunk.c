@@ -114,6 +114,13 @@ static void test_round_trip(void)
 
 	setenv("KILN_HOME", a, 1);
 	char *d1 = make_template(a, "app", 1);
+	/* a recorded working set (snapshots/workset.c): all of the memory */
+	char *wsd = kiln_path_join(a, "snapshots/worksets"), *wsf = kiln_xasprintf("%s/%s.json", wsd, kiln_digest_hex(d1));
+	const char *ws = "{\"memory\":[[0,1073741824]],\"rootfs\":[[0,4096]]}";
+	CHECK_INT(kiln_mkdir_p(wsd, 0755, &err), 0);
+	CHECK_INT(kiln_write_atomic(wsf, ws, strlen(ws), 0644, &err), 0);
+	free(wsd);
+	free(wsf);
 	ca = dist_chunks_open(NULL, &err);
 	CHECK(ca != NULL);
 	CHECK_INT(dist_tmpl_make(ca, "app", &t, &err), 0);
@@ -144,7 +151,16 @@ static void test_round_trip(void)
 		CHECK_STR(u.parts[p].digest, t.parts[p].digest);
 		for (size_t i = 0; i < u.parts[p].nchunks; i++)
 			CHECK((u.parts[p].chunks[i] == NULL) == (t.parts[p].chunks[i] == NULL));
+		/* the working set travels in the index, as chunk numbers of data chunks */
+		CHECK_INT(u.parts[p].nfirst, t.parts[p].nfirst);
+		for (size_t k = 0; k < u.parts[p].nfirst && k < t.parts[p].nfirst; k++) {
+			CHECK_INT(u.parts[p].first[k], t.parts[p].first[k]);
+			CHECK(u.parts[p].chunks[u.parts[p].first[k]] != NULL);
+		}
 	}
+	CHECK_INT(u.parts[1].nfirst, nonzero_chunks(&t.parts[1])); /* memory: every data chunk */
+	CHECK(u.parts[0].nfirst <= 1);                              /* rootfs: chunk 0, if it holds data */
+	CHECK_INT(u.parts[2].nfirst, 0);
 	u.config = kiln_xstrndup(t.config, t.config_len);
 
 	/* Another host: its chunk store gets the blobs, then assembles. */
@@ -244,6 +260,15 @@ static void test_malformed(void)
 			 "\"chunkSize\":65536,\"chunks\":[0]}]}";
 	CHECK_INT(dist_tmpl_parse_index(&t, ix, strlen(ix), &err), -1);
 	CHECK(err && strstr(kiln_error_message(err), "names no blob"));
+	kiln_error_clear(&err);
+	dist_tmpl_free(&t);
+	/* A working set naming a chunk the part does not have. */
+	CHECK_INT(dist_tmpl_parse(&t, m, strlen(m), &err), 0);
+	const char *ix2 = "{\"schemaVersion\":1,\"blobs\":[],\"parts\":[{\"role\":\"rootfs\",\"digest\":\"sha256:"
+			  "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\",\"size\":65536,"
+			  "\"chunkSize\":65536,\"chunks\":[-1],\"first\":[1]}]}";
+	CHECK_INT(dist_tmpl_parse_index(&t, ix2, strlen(ix2), &err), -1);
+	CHECK(err && strstr(kiln_error_message(err), "working set names chunk 1 of 1"));
 	kiln_error_clear(&err);
 	dist_tmpl_free(&t);
 	free(m);

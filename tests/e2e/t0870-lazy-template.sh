@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# t0870-lazy-template.sh — templates served from the chunk store (the host's
+# chunkfs file server, docs/distribution.md "Lazy templates"), with one
+# `kiln serve` on 127.0.0.1: `kiln run REF` on an empty host starts after
+# fetching a fraction of the template and answers like the builder; versions
+# 1 and 2 cost the union of their chunks on disk; with the registry stopped,
+# or a chunk corrupted on the server, a read of data not yet local gets an I/O
+# error in that sandbox with a clear log line while the sandbox and others
+# live on and the chunk store holds only verified chunks; gc stops the server.
+. tests/e2e/lib.sh
+. tests/e2e/vmlib.sh
+. tests/e2e/registry-lib.sh
+vm_setup
+if [ ! -c /dev/fuse ] || ! command -v fusermount3 >/dev/null; then
+	skip "lazy templates" "no /dev/fuse or fuse3 here"
+	exit 0
+fi
+
+H2=$T_TMP/host2
+H3=$T_TMP/host3
+stop_hosts() {
+	for h in "$H2" "$H3"; do
+		[ -d "$h" ] || continue
+		for id in $(KILN_HOME=$h "$KILN" sandbox ls --json 2>/dev/null | jq -r '.[].id' 2>/dev/null); do
+			KILN_HOME=$h "$KILN" sandbox kill "$id" >/dev/null 2>&1
+		done
+		KILN_HOME=$h "$KILN" sandbox gc >/dev/null 2>&1
+		KILN_HOME=$h "$KILN" chunkfs stop >/dev/null 2>&1
+	done
+	reg_stop
+}
+trap 'stop_hosts; rm -rf "$T_TMP"' EXIT
+
+export SOURCE_DATE_EPOCH=1700000000
+B=$T_TMP/bb
+umoci init --layout "$B" >/dev/null 2>&1
+umoci new --image "$B:base" >/dev/null 2>&1
+umoci unpack --image "$B:base" "$T_TMP/bbb" >/dev/null 2>&1
+R=$T_TMP/bbb/rootfs
+mkdir -p "$R/bin" "$R/etc" "$R/tmp" "$R/proc" "$R/sys" "$R/dev" "$R/run" "$R/lib" "$R/data"
+chmod 1777 "$R/tmp"
+cp /bin/busybox "$R/bin/busybox"
+for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -sf busybox "$R/bin/$a"; done
+head -c 3000000 /dev/urandom >"$R/data/big.bin" # incompressible, never read by a start
+head -c 3000000 /dev/urandom >"$R/data/other.bin"
+md5_big=$(md5sum <"$R/data/big.bin" | cut -d' ' -f1)
+umoci repack --image "$B:base" "$T_TMP/bbb" >/dev/null 2>&1
+
+build_version() {
+	local c=$T_TMP/ctx$1
+	mkdir -p "$c"
+	echo "app version $1" >"$c/app.txt"
+	printf 'FROM oci:%s:base\nCOPY app.txt /app/app.txt\n' "$B" >"$c/Dockerfile"
+	expect_exit 0 "build template app:v$1" "$KILN" build -t "app:v$1" --start-cmd 'echo started >/tmp/started; sync' \
+		--ready-cmd 'test -f /tmp/started' --memory 128 "$c"
+}
+build_version 1
+build_version 2
+b1=$(cat "$KILN_HOME/snapshots/refs/app/v1")
+ws=$KILN_HOME/snapshots/worksets/${b1#sha256:}.json
+if [ -f "$ws" ] && [ "$(jq '.memory | length' "$ws")" -gt 0 ]; then
+	ok "the build recorded the working set of a trial restore ($(jq -c '[.memory, .rootfs, .disk] | map(map(.[1]) | add // 0)' "$ws") bytes of memory, rootfs, disk)"
+else not_ok "the build recorded the working set of a trial restore"; fi
+reg_start "$T_TMP/reg" || exit 0
+expect_exit 0 "push v1" "$KILN" push app:v1 "$REG/team/app:v1"
+expect_exit 0 "push v2" "$KILN" push --json app:v2 "$REG/team/app:v2"
+v2_sent=$(grep '"event":"done"' "$T_TMP/out" | jq -r .bytes_moved)
+
+ix=$(curl -s -H 'Accept: application/vnd.oci.image.manifest.v1+json' "$U/v2/team/app/manifests/v1" | jq -r '.layers[0].digest')
+nfirst=$(curl -s "$U/v2/team/app/blobs/$ix" | jq '[.parts[] | select(.role == "memory") | .first | length] | add')
+if [ "${nfirst:-0}" -gt 0 ]; then ok "the pushed index lists the memory chunks to fetch first ($nfirst)"
+else not_ok "the pushed index lists the memory chunks to fetch first (${nfirst:-none})"; fi
+
+# 1. kiln run on an empty host: lazy by default, answers like the builder.
+export KILN_CHUNKFS_PREFETCH=0 # H2's server fetches on first touch only (the fault checks need that)
+got=$(KILN_HOME=$H2 "$KILN" run "$REG/team/app:v1" -- cat /app/app.txt /tmp/started 2>"$T_TMP/err")
+expect_eq "kiln run on an empty host starts the template lazily" "$got" "app version 1
+started"
+cat "$T_TMP/err" | sed 's/^/#   /'
+cfg=$(cat "$H2/snapshots/refs/$REG/team/app/v1")
+hex=${cfg#sha256:}
+if [ -f "$H2/chunkfs/templates/$hex.json" ] && [ ! -e "$H2/snapshots/blobs/sha256/$(jq -r .memory.digest "$H2/snapshots/blobs/sha256/$hex" | cut -d: -f2)" ]; then
+	ok "...its memory and rootfs are not assembled, the chunk server has it"
+else not_ok "...its memory and rootfs are not assembled, the chunk server has it"; fi
+local_b=$(du -sb "$H2/chunks/sha256" | cut -f1)
+total_b=$(du -sb "$T_TMP/reg/blobs" | cut -f1)
+echo "# lazily fetched before the answer: $local_b of $total_b bytes the registry holds"
+if [ "$local_b" -lt $((total_b / 2)) ]; then ok "...having fetched less than half the template ($local_b of $total_b bytes)"
+else not_ok "...having fetched less than half the template ($local_b of $total_b bytes)"; fi
+expect_eq "kiln chunkfs status: running" "$(KILN_HOME=$H2 "$KILN" chunkfs status)" running
+
+# wait_local HOME HEX: the server's prefetch has every chunk of template HEX (≤ 60 s).
+wait_local() {
+	for _ in $(seq 1 600); do
+		grep -q "template ${2:0:12}: every chunk is local" "$1/chunkfs/log" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# 2. Versions cost the union of their chunks: v1 then v2 on H3, prefetched whole.
+unset KILN_CHUNKFS_PREFETCH
+expect_exit 0 "kiln pull --lazy v1 on a third host" env KILN_HOME="$H3" "$KILN" pull --lazy "$REG/team/app:v1"
+h1=$(cat "$H3/snapshots/refs/$REG/team/app/v1"); h1=${h1#sha256:}
+if wait_local "$H3" "$h1"; then ok "...the background prefetch fetches the rest"; else not_ok "...the background prefetch fetches the rest"; fi
+du1=$(du -sk "$H3/chunks" "$H3/snapshots" | awk '{s+=$1} END {print s}')
+ap1=$(du -sb "$H3/chunks" "$H3/snapshots" | awk '{s+=$1} END {print s}')
+expect_exit 0 "kiln pull --lazy v2 there" env KILN_HOME="$H3" "$KILN" pull --lazy "$REG/team/app:v2"
+h2=$(cat "$H3/snapshots/refs/$REG/team/app/v2"); h2=${h2#sha256:}
+wait_local "$H3" "$h2"
+du2=$(du -sk "$H3/chunks" "$H3/snapshots" | awk '{s+=$1} END {print s}')
+ap2=$(du -sb "$H3/chunks" "$H3/snapshots" | awk '{s+=$1} END {print s}')
+# v2 adds what its push sent (its new chunks: mostly memory pages another boot
+# placed elsewhere, a larger share of a small template than of a big one)
+# and nothing else: no assembled copy of either version.
+echo "# disk used by v1: $du1 KiB; by v1 + v2: $du2 KiB; v2's push sent $((v2_sent / 1024)) KiB"
+# (apparent bytes: du's 4 KiB blocks round each small chunk file up)
+if [ $((ap2 - ap1)) -le $((v2_sent * 11 / 10 + 262144)) ]; then
+	ok "v2 costs the bytes of its new chunks only ($(((ap2 - ap1) / 1024)) KiB for $((v2_sent / 1024)) KiB sent)"
+else not_ok "v2 costs the bytes of its new chunks only ($(((ap2 - ap1) / 1024)) KiB for $((v2_sent / 1024)) KiB sent)"; fi
+got=$(KILN_HOME=$H3 "$KILN" run "$REG/team/app:v2" -- cat /app/app.txt)
+expect_eq "...and v2 runs from it" "$got" "app version 2"
+# the served files are the builder's, byte for byte
+mem=$(jq -r .memory.digest "$H3/snapshots/blobs/sha256/$h2")
+expect_eq "the served memory file hashes to the config's digest" \
+	"sha256:$(sha256sum "$H3/chunkfs/mnt/$h2/memory" | cut -d' ' -f1)" "$mem"
+KILN_HOME=$H3 "$KILN" sandbox gc >/dev/null
+expect_eq "kiln sandbox gc stops the file server once no sandbox runs" "$(KILN_HOME=$H3 "$KILN" chunkfs status)" stopped
+if grep -q " $H3/chunkfs/mnt " /proc/mounts; then not_ok "...and its mount is gone"; else ok "...and its mount is gone"; fi
+
+# 3. Faults, on H2 (whose server fetches on first touch only).
+export KILN_CHUNKFS_PREFETCH=0
+A=$(KILN_HOME=$H2 "$KILN" sandbox create "$REG/team/app:v1" 2>/dev/null)
+Bs=$(KILN_HOME=$H2 "$KILN" sandbox create "$REG/team/app:v1" 2>/dev/null)
+expect_eq "two sandboxes of the lazy template run" "$(KILN_HOME=$H2 "$KILN" sandbox exec "$A" -- cat /app/app.txt)" "app version 1"
+# every memory chunk local (so the guest's own RAM cannot fault): only rootfs chunks are missing
+cat "$H2/chunkfs/mnt/$hex/memory" >/dev/null
+reg_port=$REG_PORT
+reg_stop
+KILN_HOME=$H2 "$KILN" sandbox exec "$A" -- md5sum /data/big.bin >"$T_TMP/o" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "Input/output error" "$T_TMP/o"; then ok "registry stopped: a read of data not yet local gets an I/O error in the sandbox"
+else not_ok "registry stopped: a read of data not yet local gets an I/O error in the sandbox (rc $rc: $(head -c 300 "$T_TMP/o"))"; fi
+expect_grep "...and the server logs which chunk and why" "template ${hex:0:12}: the rootfs at offset .* cannot be read: fetching chunk" "$H2/chunkfs/log"
+expect_eq "...the sandbox lives on" "$(KILN_HOME=$H2 "$KILN" sandbox exec "$A" -- echo alive)" alive
+expect_eq "...and so does the other one" "$(KILN_HOME=$H2 "$KILN" sandbox exec "$Bs" -- cat /app/app.txt)" "app version 1"
+
+# the registry back on its port, with every chunk this host lacks corrupted on its disk
+"$KILN" serve --addr "127.0.0.1:$reg_port" --data "$T_TMP/reg" 2>"$T_TMP/serve2.log" &
+REG_PID=$!
+for _ in $(seq 1 100); do grep -q listening "$T_TMP/serve2.log" && break; sleep 0.05; done
+n=0
+for f in $(find "$T_TMP/reg/blobs/sha256" -type f); do
+	d=$(basename "$f")
+	[ -e "$H2/chunks/sha256/${d:0:2}/$d" ] && continue
+	sz=$(stat -c %s "$f")
+	[ "$sz" -gt 200000 ] || continue # config, index, small chunks: keep
+	chmod u+w "$f"; head -c "$sz" /dev/urandom >"$f"; n=$((n + 1))
+done
+echo "# corrupted $n chunk blobs on the registry's disk"
+KILN_HOME=$H2 "$KILN" sandbox exec "$A" -- md5sum /data/big.bin >"$T_TMP/o" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "Input/output error" "$T_TMP/o"; then ok "a corrupted chunk: the read gets an I/O error"
+else not_ok "a corrupted chunk: the read gets an I/O error (rc $rc: $(head -c 300 "$T_TMP/o"))"; fi
+bad=0
+for f in $(find "$H2/chunks/sha256" -type f ! -name '*.part'); do
+	[ "$(sha256sum "$f" | cut -d' ' -f1)" = "$(basename "$f")" ] || bad=$((bad + 1))
+done
+expect_eq "...and the chunk store holds only chunks that hash to their names" "$bad" 0
+expect_eq "...the sandbox lives on" "$(KILN_HOME=$H2 "$KILN" sandbox exec "$A" -- echo alive)" alive
+reg_stop
+KILN_HOME=$H2 "$KILN" sandbox kill "$A" "$Bs" >/dev/null
+KILN_HOME=$H2 "$KILN" sandbox gc >/dev/null
+expect_eq "gc on H2 stops its server" "$(KILN_HOME=$H2 "$KILN" chunkfs status)" stopped
