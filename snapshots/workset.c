@@ -62,7 +62,7 @@ int snap_workset_record(const char *template_ref, kiln_error **err)
 	t->served = true;
 	/* what kiln run does: restore, identity, one command through the agent */
 	struct snap_create_stats cs = { 0 };
-	if ((id = snap_sandbox_make(t, false, true, &cs, &c, err)) == NULL)
+	if ((id = snap_sandbox_make(t, false, true, NULL, &cs, &c, err)) == NULL)
 		goto out;
 	static const char *const argv[] = { "/bin/sh", "-c", "true", NULL };
 	struct guest_result res = { 0 };
