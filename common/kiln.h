@@ -229,9 +229,11 @@ enum kiln_path {
 	KILN_PATH_SNAP_BLOBS,  /* snapshots/blobs: template blobs */
 	KILN_PATH_SNAP_TMP,    /* snapshots/tmp */
 	KILN_PATH_SNAP_REFS,   /* snapshots/refs: template names */
+	KILN_PATH_SNAP_WORKSETS, /* snapshots/worksets: recorded working sets */
 	KILN_PATH_SNAP_POOLS,  /* snapshots/pools: warm pool sizes */
 	KILN_PATH_SANDBOXES,   /* sandboxes: one directory per sandbox */
 	KILN_PATH_CHUNKS,      /* chunks: the host chunk store */
+	KILN_PATH_CHUNKFS,     /* chunkfs: the file server of lazy templates */
 	KILN_PATH_HOST_TSC,    /* host-tsc.json */
 	KILN_PATH_AUTH,        /* auth.json: registry credentials */
 	KILN_PATH_KERNEL,      /* kernel: this KILN_HOME's guest kernel */
