@@ -59,7 +59,7 @@ void snap_qemu_stop(const json_t *state);
  * its identity; state gets pid, uid; t's memory/disk/state may be a paused
  * sandbox's files (resume). */
 int snap_sandbox_restore_into(snap_template *t, const char *id, const char *dir, json_t *state,
-			      struct snap_create_stats *s, kiln_error **err);
+			      const struct snap_net_opts *net, struct snap_create_stats *s, kiln_error **err);
 /* Kill a sandbox's QEMU (if it is still the recorded process) and remove its directory. */
 int snap_sandbox_remove(const char *id, const json_t *state, kiln_error **err);
 
@@ -86,6 +86,10 @@ bool snap_net_default(const struct snap_net_opts *o);
 int snap_net_resolve(const snap_template *t, const struct snap_net_opts *o, const char *id, struct vm_net_opts *vo,
 		     char addr[16], kiln_error **err);
 json_t *snap_net_state(const struct vm_net_opts *vo, const char *id);
+/* The options snap_net_state recorded (net NULL: the template's network),
+ * for a resume; *rules and *ports are the caller's to free. */
+int snap_net_from_state(const json_t *net, struct snap_net_opts *o, struct vm_egress_rule **rules,
+			struct vm_port **ports, kiln_error **err);
 bool snap_net_identity(const char *id, struct guest_identity *m);
 /* Claim a pooled sandbox of t and resume it; NULL without error when the pool is empty. */
 char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_stats *s, guest_conn **conn,

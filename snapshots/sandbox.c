@@ -207,9 +207,9 @@ out:
 }
 
 int snap_sandbox_restore_into(snap_template *t, const char *id, const char *dir, json_t *state,
-			      struct snap_create_stats *s, kiln_error **err)
+			      const struct snap_net_opts *net, struct snap_create_stats *s, kiln_error **err)
 {
-	return restore(t, id, dir, state, NULL, s, false, false, NULL, err);
+	return restore(t, id, dir, state, net, s, false, false, NULL, err);
 }
 
 static char *iso_now(void)

@@ -115,3 +115,37 @@ json_t *snap_net_state(const struct vm_net_opts *vo, const char *id)
 	return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "mode", vm_net_mode_name(vo->mode), "mac", mac, "address",
 			 addr, "allow", allow, "deny", deny, "publish", ports);
 }
+
+int snap_net_from_state(const json_t *net, struct snap_net_opts *o, struct vm_egress_rule **rules,
+			struct vm_port **ports, kiln_error **err)
+{
+	const char *lists[] = { "allow", "deny" };
+	const json_t *v, *pub = json_object_get(net, "publish");
+	size_t i, n = json_array_size(json_object_get(net, "allow")) + json_array_size(json_object_get(net, "deny"));
+
+	memset(o, 0, sizeof(*o));
+	*rules = NULL;
+	*ports = NULL;
+	if (net == NULL)
+		return 0;
+	if (vm_net_mode_parse(kiln_json_str(net, "mode") ? kiln_json_str(net, "mode") : "", &o->mode, err) < 0)
+		return kiln_error_wrap(err, "the sandbox's recorded network");
+	o->mode_set = true;
+	*rules = kiln_xcalloc(n ? n : 1, sizeof(**rules));
+	for (int l = 0; l < 2; l++)
+		json_array_foreach(json_object_get(net, lists[l]), i, v) {
+			if (!json_is_string(v) ||
+			    vm_egress_parse(json_string_value(v), l == 0, &(*rules)[o->n_rules], err) < 0)
+				return kiln_err(err, KILN_E_INVALID, "the sandbox's recorded %s rule %zu", lists[l], i);
+			o->n_rules++;
+		}
+	*ports = kiln_xcalloc(json_array_size(pub) ? json_array_size(pub) : 1, sizeof(**ports));
+	json_array_foreach(pub, i, v) {
+		if (!json_is_string(v) || vm_port_parse(json_string_value(v), &(*ports)[o->n_ports], err) < 0)
+			return kiln_err(err, KILN_E_INVALID, "the sandbox's recorded published port %zu", i);
+		o->n_ports++;
+	}
+	o->rules = *rules;
+	o->ports = *ports;
+	return 0;
+}

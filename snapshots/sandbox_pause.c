@@ -269,11 +269,17 @@ int snap_sandbox_resume(const char *id, double *ms, kiln_error **err)
 	char *state = kiln_path_join(dir, "paused/state"), *disk = kiln_path_join(dir, "paused/disk.qcow2");
 	char *run = kiln_path_join(dir, "run");
 	struct snap_create_stats s;
+	struct snap_net_opts net;
+	struct vm_egress_rule *rules = NULL;
+	struct vm_port *ports = NULL;
 	snap_template *t = NULL;
 	json_t *st;
 	int lock = -1, rc = -1;
 
 	if ((st = locked_state(id, "paused", &lock, err)) == NULL)
+		goto out;
+	/* the network it was created with (mode, egress rules, published ports), not the template's default */
+	if (snap_net_from_state(json_object_get(st, "network"), &net, &rules, &ports, err) < 0)
 		goto out;
 	if ((t = snap_template_open(kiln_json_str(st, "template"), err)) == NULL ||
 	    snap_template_check(t, false, err) < 0)
@@ -291,7 +297,8 @@ int snap_sandbox_resume(const char *id, double *ms, kiln_error **err)
 	set_creator(st, "resuming");
 	if (snap_state_write(dir, st, err) < 0 || kiln_rm_rf(run, err) < 0)
 		goto fail;
-	if (snap_sandbox_restore_into(&paused, id, dir, st, &s, err) < 0) {
+	if (snap_sandbox_restore_into(&paused, id, dir, st, json_object_get(st, "network") ? &net : NULL, &s, err) <
+	    0) {
 		snap_qemu_stop(st);
 		vm_dir_cleanup(dir);
 		goto fail;
@@ -319,6 +326,8 @@ out:
 		close(lock);
 	json_decref(st);
 	snap_template_free(t);
+	free(rules);
+	free(ports);
 	free(dir);
 	free(mem);
 	free(state);

@@ -71,6 +71,15 @@ expect_eq "A's MAC is the one its state records" "$ida" "$(jq -r .network.mac "$
 expect_exit 0 "sandbox ls --json shows the network" $KILN sandbox ls --json
 expect_grep "...with A's allow rule" "127.0.0.1/32:$HOSTP" "$T_TMP/out"
 
+# a resumed sandbox keeps the network it was created with, not its template's default
+expect_exit 0 "pause A" $KILN sandbox pause "$a"
+expect_exit 0 "resume A" $KILN sandbox resume "$a"
+expect_exit 0 "...A's published port reaches its server again" curl -s -m 10 "http://127.0.0.1:$PUBA/index.html"
+expect_grep "...with the template's page" '^hello from the template$' "$T_TMP/out"
+expect_exit 0 "...A's allow rule still lets it reach the host's server" $KILN sandbox exec "$a" -- wget -q -O- "$url"
+expect_eq "...and its state still records the rule" "$(jq -r '.network.allow[0]' "$SB/$a/state.json")" \
+	"127.0.0.1/32:$HOSTP"
+
 # where each QEMU's sockets are, and its egress chain
 pa=$(jq -r .pid "$SB/$a/state.json")
 ua=$(jq -r .uid "$SB/$a/state.json")
