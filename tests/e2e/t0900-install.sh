@@ -91,7 +91,7 @@ expect_eq "man renders every page without warnings" "${warn:-none}" "none"
 comp=$(bash -c '. "$1"; COMP_WORDS=(kiln sandbox ""); COMP_CWORD=2; _kiln; echo "${COMPREPLY[*]}"
 	COMP_WORDS=(kiln build --no-c); COMP_CWORD=2; _kiln; echo "${COMPREPLY[*]}"' _ \
 	"$dest/usr/share/bash-completion/completions/kiln")
-expect_eq "bash completion: sub-commands and options" "$comp" "create exec ls kill gc pool
+expect_eq "bash completion: sub-commands and options" "$comp" "create exec ls kill gc pool cp logs timeout pause resume commit
 --no-cache"
 
 # The systemd units of the Debian package, pointed at the installed kiln.
