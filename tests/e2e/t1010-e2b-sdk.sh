@@ -51,7 +51,8 @@ echo '{"auth": true}' >"$T_TMP/serve.json"
 KEY=$("$KILN" token create --data "$D" --scope team:pull,push,build e2b-ci 2>/dev/null)
 OTHER=$("$KILN" token create --data "$D" --scope other:pull,push,build e2b-other 2>/dev/null)
 reg_start "$D" --config "$T_TMP/serve.json" --build || { not_ok "kiln serve --build starts"; exit 0; }
-trap 'reg_stop; rm -rf "$T_TMP"' EXIT
+# kiln run pulls lazily: its chunk server goes before the directory it serves from
+trap '"$KILN" sandbox gc >/dev/null 2>&1; "$KILN" chunkfs stop >/dev/null 2>&1; reg_stop; rm -rf "$T_TMP"' EXIT
 expect_exit 0 "the base pushed to the kiln registry" skopeo copy --dest-tls-verify=false --dest-creds "x:$KEY" \
 	"oci:$B:base" "docker://$REG/team/busybox:1"
 
