@@ -31,7 +31,9 @@ const struct kiln_command cli_sb_timeout = {
 	.run = run_timeout,
 };
 
-static int run_pause(const struct kiln_command *cmd, int argc, char **argv)
+/* pause and resume: one ID, one library call that reports its time */
+static int run_timed(const struct kiln_command *cmd, int argc, char **argv,
+		     int (*fn)(const char *id, double *ms, kiln_error **err), const char *done)
 {
 	int first;
 	kiln_error *err = NULL;
@@ -40,25 +42,20 @@ static int run_pause(const struct kiln_command *cmd, int argc, char **argv)
 
 	if ((rc = cli_sb_plain_opts(cmd, argc, argv, 1, &first)) >= 0)
 		return rc;
-	if (snap_sandbox_pause(argv[first], &ms, &err) < 0)
+	if (fn(argv[first], &ms, &err) < 0)
 		return cli_fail(err);
-	fprintf(stderr, "kiln: sandbox %s paused in %.0f ms\n", argv[first], ms);
+	fprintf(stderr, "kiln: sandbox %s %s in %.0f ms\n", argv[first], done, ms);
 	return KILN_EXIT_OK;
+}
+
+static int run_pause(const struct kiln_command *cmd, int argc, char **argv)
+{
+	return run_timed(cmd, argc, argv, snap_sandbox_pause, "paused");
 }
 
 static int run_resume(const struct kiln_command *cmd, int argc, char **argv)
 {
-	int first;
-	kiln_error *err = NULL;
-	double ms = 0;
-	int rc;
-
-	if ((rc = cli_sb_plain_opts(cmd, argc, argv, 1, &first)) >= 0)
-		return rc;
-	if (snap_sandbox_resume(argv[first], &ms, &err) < 0)
-		return cli_fail(err);
-	fprintf(stderr, "kiln: sandbox %s resumed in %.0f ms\n", argv[first], ms);
-	return KILN_EXIT_OK;
+	return run_timed(cmd, argc, argv, snap_sandbox_resume, "resumed");
 }
 
 static int run_commit(const struct kiln_command *cmd, int argc, char **argv)
