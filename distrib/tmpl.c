@@ -62,7 +62,8 @@ int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *
 		t->nparts++;
 		if (dist_tmpl_chunk_file(cs, path, ROLES[i], &t->parts[i], err) < 0)
 			goto out;
-		const char *want = kiln_json_str(json_object_get(snap_template_config(st), ROLES[i]), "digest");
+		const struct snap_config_blob *b = snap_config_blob(snap_template_config(st), ROLES[i]);
+		const char *want = b ? b->digest : NULL;
 		if (want == NULL || strcmp(want, t->parts[i].digest) != 0) {
 			kiln_err(err, KILN_E_INVALID, "the stored %s %s does not hash to its digest %s (kiln snapshot verify)",
 				 ROLES[i], path, want ? want : "(none)");
@@ -177,7 +178,7 @@ char *dist_tmpl_assemble(dist_chunks *cs, const struct dist_tmpl *t, const char 
 {
 	char *dir = kiln_xasprintf("%s/tmp/assemble-%ld-XXXXXX", dist_chunks_dir(cs), (long)getpid());
 	char *files[NROLES] = { 0 }, *result = NULL;
-	json_t *cfg = NULL;
+	struct snap_config cfg = { 0 };
 	kiln_error *e = NULL;
 
 	/* Next to the chunks, not in $TMPDIR (often a tmpfs too small for a rootfs). */
@@ -187,11 +188,12 @@ char *dist_tmpl_assemble(dist_chunks *cs, const struct dist_tmpl *t, const char 
 		dir = NULL;
 		goto out;
 	}
-	if ((cfg = kiln_json_loadb(t->config, t->config_len, "template config", err)) == NULL)
+	if (snap_config_read(t->config, t->config_len, "the pulled template's config", &cfg, err) < 0)
 		goto out;
 	for (size_t i = 0; i < NROLES; i++) {
 		const struct dist_tmpl_part *p = dist_tmpl_part_find(t, ROLES[i]);
-		const char *want = kiln_json_str(json_object_get(cfg, ROLES[i]), "digest");
+		const struct snap_config_blob *b = snap_config_blob(&cfg, ROLES[i]);
+		const char *want = b ? b->digest : NULL;
 		if (p == NULL) {
 			kiln_err(err, KILN_E_INVALID, "the template index has no %s", ROLES[i]);
 			goto out;
@@ -216,7 +218,7 @@ out:
 		kiln_error_free(e);
 	for (size_t i = 0; i < NROLES; i++)
 		free(files[i]);
-	json_decref(cfg);
+	snap_config_free(&cfg);
 	free(dir);
 	return result;
 }

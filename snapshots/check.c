@@ -16,46 +16,40 @@
  * difference its clock would visibly run fast or slow. */
 #define TSC_TOLERANCE 0.002
 
-static const char *dep(const snap_template *t, const char *key)
-{
-	const char *s = kiln_json_str(json_object_get(t->config, "depends"), key);
-	return s ? s : "";
-}
-
 int snap_check_depends(const snap_template *t, const char *qemu_version, kiln_error **err)
 {
-	const json_t *c = t->config, *d = json_object_get(c, "depends");
-	enum vm_accel accel = strcmp(dep(t, "accel"), "kvm") == 0 ? VM_ACCEL_KVM : VM_ACCEL_TCG;
-	char *sig = vm_machine_signature(accel, (unsigned)kiln_json_int(c, "cpus", 0),
-					 (unsigned)kiln_json_int(c, "memory_mib", 0), snap_template_has_nic(t));
+	const struct snap_config *c = &t->cfg;
+	const struct snap_depends *d = &c->depends;
+	enum vm_accel accel = c->has_depends && strcmp(d->accel, "kvm") == 0 ? VM_ACCEL_KVM : VM_ACCEL_TCG;
+	char *sig = vm_machine_signature(accel, c->cpus, c->memory_mib, snap_template_has_nic(t));
 	int rc = -1;
 
-	if (!json_is_object(d)) {
+	if (!c->has_depends) {
 		kiln_err(err, KILN_E_INVALID, "the template records no dependencies");
 		goto out;
 	}
-	if (kiln_json_int(d, "agent_protocol", 0) != GUEST_PROTO_VERSION) {
-		kiln_err(err, KILN_E_INVALID, "the template's guest agent speaks protocol %d, this kiln speaks %u",
-			 (int)kiln_json_int(d, "agent_protocol", 0), GUEST_PROTO_VERSION);
+	if (d->agent_protocol != GUEST_PROTO_VERSION) {
+		kiln_err(err, KILN_E_INVALID, "the template's guest agent speaks protocol %u, this kiln speaks %u",
+			 d->agent_protocol, GUEST_PROTO_VERSION);
 		goto out;
 	}
-	if (strcmp(dep(t, "machine"), sig) != 0) {
+	if (strcmp(d->machine, sig) != 0) {
 		kiln_err(err, KILN_E_INVALID, "the template was made for machine \"%s\", this kiln restores \"%s\"",
-			 dep(t, "machine"), sig);
+			 d->machine, sig);
 		goto out;
 	}
 	if ((accel == VM_ACCEL_KVM) != vm_kvm_usable()) {
-		kiln_err(err, KILN_E_INVALID, "the template was made under %s, this host runs %s", dep(t, "accel"),
+		kiln_err(err, KILN_E_INVALID, "the template was made under %s, this host runs %s", d->accel,
 			 accel == VM_ACCEL_KVM ? "TCG (no usable /dev/kvm)" : "KVM");
 		goto out;
 	}
-	if (qemu_version && strcmp(dep(t, "qemu"), qemu_version) != 0) {
-		kiln_err(err, KILN_E_INVALID, "the template was made with QEMU %s, this host has QEMU %s", dep(t, "qemu"),
+	if (qemu_version && strcmp(d->qemu, qemu_version) != 0) {
+		kiln_err(err, KILN_E_INVALID, "the template was made with QEMU %s, this host has QEMU %s", d->qemu,
 			 qemu_version);
 		goto out;
 	}
 	if (accel == VM_ACCEL_TCG) {
-		uint32_t khz = 0, want = (uint32_t)kiln_json_int(d, "tsc_khz", 0);
+		uint32_t khz = 0, want = d->tsc_khz;
 		if (vm_host_tsc_khz_cached(&khz, err) < 0)
 			goto out;
 		if (want == 0 || fabs((double)khz - (double)want) > TSC_TOLERANCE * (double)want) {
@@ -72,11 +66,10 @@ out:
 	return rc;
 }
 
-static int check_blob(const snap_template *t, const char *key, const char *path, bool hash, kiln_error **err)
+static int check_blob(const snap_template *t, enum snap_role role, const char *path, bool hash, kiln_error **err)
 {
-	const json_t *o = json_object_get(t->config, key);
-	const char *want = kiln_json_str(o, "digest");
-	json_int_t size = kiln_json_int(o, "size", -1);
+	const char *key = snap_role_name(role), *want = t->cfg.blob[role].digest;
+	uint64_t size = t->cfg.blob[role].size;
 	char got[KILN_DIGEST_MAX];
 	struct stat st;
 
@@ -87,9 +80,9 @@ static int check_blob(const snap_template *t, const char *key, const char *path,
 	if (!S_ISREG(st.st_mode))
 		return kiln_err(err, KILN_E_INVALID, "the template's %s blob %s is not a regular file (%s): refused", key,
 				path, S_ISLNK(st.st_mode) ? "a symlink" : "a special file");
-	if ((json_int_t)st.st_size != size)
-		return kiln_err(err, KILN_E_INVALID, "the template's %s blob is corrupted: %lld bytes, want %lld", key,
-				(long long)st.st_size, (long long)size);
+	if ((uint64_t)st.st_size != size)
+		return kiln_err(err, KILN_E_INVALID, "the template's %s blob is corrupted: %lld bytes, want %llu", key,
+				(long long)st.st_size, (unsigned long long)size);
 	if (!hash)
 		return 0;
 	if (kiln_digest_file(KILN_SHA256, path, got, err) < 0)
@@ -126,15 +119,15 @@ int snap_template_check(const snap_template *t, bool full, kiln_error **err)
 	if (snap_check_depends(t, NULL, err) < 0)
 		goto out;
 	/* The state is small and decides whether QEMU accepts the rest: always hashed. */
-	if (check_store_dirs(err) < 0 || check_blob(t, "state", t->state, true, err) < 0 ||
-	    check_blob(t, "memory", t->memory, full, err) < 0 || check_blob(t, "disk", t->disk, full, err) < 0 ||
-	    check_blob(t, "rootfs", t->rootfs, full, err) < 0)
+	if (check_store_dirs(err) < 0 || check_blob(t, SNAP_ROLE_STATE, t->state, true, err) < 0 ||
+	    check_blob(t, SNAP_ROLE_MEMORY, t->memory, full, err) < 0 ||
+	    check_blob(t, SNAP_ROLE_DISK, t->disk, full, err) < 0 ||
+	    check_blob(t, SNAP_ROLE_ROOTFS, t->rootfs, full, err) < 0)
 		goto out;
 	/* the disk's qcow2 header may name no other backing file than the
 	 * rootfs blob beside it (QEMU is given that one explicitly anyway) and
 	 * no external data file */
-	if (vm_qcow2_check(t->disk, kiln_digest_hex(kiln_json_str(json_object_get(t->config, "rootfs"), "digest")),
-			   err) < 0)
+	if (vm_qcow2_check(t->disk, kiln_digest_hex(t->cfg.blob[SNAP_ROLE_ROOTFS].digest), err) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -164,11 +157,14 @@ static void list_refs(const char *root, const char *rel, json_t *out)
 			snap_template *t = snap_template_open(ref, &e);
 			json_t *item = json_pack("{s:s}", "name", ref);
 			if (t) {
-				const json_t *c = t->config;
+				const struct snap_config *c = &t->cfg;
 				json_object_set_new(item, "digest", json_string(t->digest));
-				json_object_set(item, "created", json_object_get(c, "created"));
-				json_object_set(item, "cpus", json_object_get(c, "cpus"));
-				json_object_set(item, "memory_mib", json_object_get(c, "memory_mib"));
+				if (c->created)
+					json_object_set_new(item, "created", json_string(c->created));
+				if (c->cpus)
+					json_object_set_new(item, "cpus", json_integer(c->cpus));
+				if (c->memory_mib)
+					json_object_set_new(item, "memory_mib", json_integer(c->memory_mib));
 				struct stat ms;
 				if (stat(t->memory, &ms) == 0)
 					json_object_set_new(item, "memory_stored_bytes",

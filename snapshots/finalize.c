@@ -110,21 +110,7 @@ out:
 	return rc;
 }
 
-static json_t *blob_json(const char *media, const char *digest, uint64_t size)
-{
-	return json_pack("{s:s, s:s, s:I}", "mediaType", media, "digest", digest, "size", (json_int_t)size);
-}
-
-static char *iso_now(void)
-{
-	char buf[64];
-	time_t t = time(NULL);
-	struct tm tm;
-
-	gmtime_r(&t, &tm);
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return kiln_xstrdup(buf);
-}
+static char *dup_or_null(const char *s) { return s ? kiln_xstrdup(s) : NULL; }
 
 /* Copy a file (the overlay, before vm_destroy removes it). */
 static int copy_file(const char *src, const char *dst, kiln_error **err)
@@ -144,10 +130,10 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 {
 	struct vm_config vc;
 	vm_instance *v = NULL;
-	json_t *cfg = NULL, *env = json_array();
+	struct snap_config cfg = { 0 };
 	json_t *depends = NULL;
 	char *tmpdir = NULL, *state = NULL, *overlay = NULL, *disk = NULL, *qemu = NULL;
-	char *created = iso_now(), *text = NULL, *result = NULL;
+	char *text = NULL, *result = NULL;
 	char d_mem[KILN_DIGEST_MAX], d_state[KILN_DIGEST_MAX], d_root[KILN_DIGEST_MAX], d_disk[KILN_DIGEST_MAX];
 	char d_cfg[KILN_DIGEST_MAX];
 	uint64_t s_mem = 0, s_state = 0, s_root = 0, s_disk = 0;
@@ -208,22 +194,26 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 	    snap_blob_put_file(disk, false, d_disk, &s_disk, err) < 0)
 		goto out;
 
+	cfg.created = snap_utc_now();
+	cfg.start = dup_or_null(o->start_cmd);
+	cfg.ready = dup_or_null(o->ready_cmd);
+	cfg.user = dup_or_null(o->user);
+	cfg.workdir = dup_or_null(o->workdir);
 	for (size_t i = 0; o->env && o->env[i]; i++)
-		json_array_append_new(env, json_string(o->env[i]));
-	cfg = json_pack("{s:i, s:s, s:s, s:s?, s:s?, s:s?, s:s?, s:o, s:i, s:i}", "schemaVersion", SNAP_SCHEMA,
-			"mediaType", SNAP_CONFIG_MEDIA, "created", created, "start", o->start_cmd, "ready", o->ready_cmd,
-			"user", o->user, "workdir", o->workdir, "env", env, "cpus", (int)vc.cpus, "memory_mib",
-			(int)vc.memory_mib);
-	env = NULL;
-	json_object_set_new(cfg, "network", json_string(vm_net_mode_name(o->network)));
+		kiln_strv_push(&cfg.env, o->env[i]);
+	cfg.cpus = vc.cpus;
+	cfg.memory_mib = vc.memory_mib;
+	cfg.has_network = true;
+	cfg.network = o->network;
 	json_object_set_new(depends, "qemu", json_string(qemu));
-	json_object_set_new(cfg, "depends", depends);
-	depends = NULL;
-	json_object_set_new(cfg, "rootfs", blob_json("application/vnd.kiln.rootfs.ext4", d_root, s_root));
-	json_object_set_new(cfg, "disk", blob_json("application/vnd.kiln.disk.qcow2", d_disk, s_disk));
-	json_object_set_new(cfg, "memory", blob_json("application/vnd.kiln.memory.raw", d_mem, s_mem));
-	json_object_set_new(cfg, "state", blob_json("application/vnd.kiln.qemu-state", d_state, s_state));
-	text = kiln_json_dumps_canonical(cfg);
+	if (snap_depends_read(depends, "this host's snapshot dependencies", &cfg.depends, err) < 0)
+		goto out;
+	cfg.has_depends = true;
+	snap_config_set_blob(&cfg, SNAP_ROLE_ROOTFS, d_root, s_root);
+	snap_config_set_blob(&cfg, SNAP_ROLE_DISK, d_disk, s_disk);
+	snap_config_set_blob(&cfg, SNAP_ROLE_MEMORY, d_mem, s_mem);
+	snap_config_set_blob(&cfg, SNAP_ROLE_STATE, d_state, s_state);
+	text = snap_config_write(&cfg);
 	if (snap_blob_put_data(text, strlen(text), d_cfg, err) < 0)
 		goto out;
 	if (o->name && snap_ref_set(o->name, d_cfg, err) < 0)
@@ -248,15 +238,13 @@ out:
 		if (kiln_rm_rf(tmpdir, &e) < 0)
 			kiln_error_free(e);
 	}
-	json_decref(cfg);
-	json_decref(env);
+	snap_config_free(&cfg);
 	free(tmpdir);
 	free(state);
 	free(overlay);
 	free(disk);
 	free(qemu);
 	json_decref(depends);
-	free(created);
 	free(text);
 	return result;
 }

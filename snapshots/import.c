@@ -15,7 +15,8 @@
 
 char *snap_template_blob(const snap_template *t, const char *role, kiln_error **err)
 {
-	const char *d = strcmp(role, "config") == 0 ? t->digest : kiln_json_str(json_object_get(t->config, role), "digest");
+	const struct snap_config_blob *b = snap_config_blob(&t->cfg, role);
+	const char *d = strcmp(role, "config") == 0 ? t->digest : b ? b->digest : NULL;
 	enum kiln_digest_algo algo;
 
 	if (d == NULL || kiln_digest_parse(d, &algo, NULL) < 0 || algo != KILN_SHA256) {
@@ -33,26 +34,25 @@ char *snap_template_blob(const snap_template *t, const char *role, kiln_error **
 }
 
 /* Move a file the caller hashed into the store, if it has the config's size. */
-static int adopt_blob(const json_t *o, const char *src, bool sparse, kiln_error **err)
+static int adopt_blob(const struct snap_config_blob *b, const char *src, bool sparse, kiln_error **err)
 {
 	struct stat st;
 
 	if (stat(src, &st) < 0)
 		return kiln_err_errno(err, errno, "stat %s", src);
-	if ((json_int_t)st.st_size != kiln_json_int(o, "size", -1))
-		return kiln_err(err, KILN_E_INVALID, "%s has %lld bytes, the config wants %lld", src,
-				(long long)st.st_size, (long long)kiln_json_int(o, "size", -1));
-	return snap_blob_adopt(src, kiln_json_str(o, "digest"), sparse, err);
+	if ((uint64_t)st.st_size != b->size)
+		return kiln_err(err, KILN_E_INVALID, "%s has %lld bytes, the config wants %llu", src,
+				(long long)st.st_size, (unsigned long long)b->size);
+	return snap_blob_adopt(src, b->digest, sparse, err);
 }
 
 /* A pulled file must be a regular file (a symlink would be moved into the
- * store, or followed to a host file) named by a digest of the store's kind. */
-static int check_source(const json_t *cfg, const char *role, const char *src, kiln_error **err)
+ * store, or followed to a host file); its name in the config, a digest of the
+ * store's kind, was checked by snap_config_read. */
+static int check_source(const char *role, const char *src, kiln_error **err)
 {
 	struct stat st;
 
-	if (snap_check_digest("being imported", role, kiln_json_str(json_object_get(cfg, role), "digest"), err) < 0)
-		return -1;
 	if (lstat(src, &st) < 0)
 		return kiln_err_errno(err, errno, "the template's %s %s", role, src);
 	if (!S_ISREG(st.st_mode))
@@ -62,64 +62,53 @@ static int check_source(const json_t *cfg, const char *role, const char *src, ki
 }
 
 /* Store src, which must hash to the digest and size the config gives role. */
-static int import_blob(const json_t *cfg, const char *role, const char *src, bool sparse, bool verified,
-		       kiln_error **err)
+static int import_blob(const struct snap_config *cfg, enum snap_role role, const char *src, bool sparse,
+		       bool verified, kiln_error **err)
 {
-	const json_t *o = json_object_get(cfg, role);
-	const char *want = kiln_json_str(o, "digest");
+	const struct snap_config_blob *b = &cfg->blob[role];
+	const char *name = snap_role_name(role);
 	char got[KILN_DIGEST_MAX];
 	uint64_t size = 0;
 
 	if (verified) {
-		if (adopt_blob(o, src, sparse, err) < 0)
-			return kiln_error_wrap(err, "storing the %s", role);
+		if (adopt_blob(b, src, sparse, err) < 0)
+			return kiln_error_wrap(err, "storing the %s", name);
 		return 0;
 	}
 	if (snap_blob_put_file(src, sparse, got, &size, err) < 0)
-		return kiln_error_wrap(err, "storing the %s", role);
-	if (strcmp(got, want) != 0 || (json_int_t)size != kiln_json_int(o, "size", -1))
-		return kiln_err(err, KILN_E_INVALID, "the assembled %s has digest %s (%llu bytes), the config wants %s", role,
-				got, (unsigned long long)size, want);
+		return kiln_error_wrap(err, "storing the %s", name);
+	if (strcmp(got, b->digest) != 0 || size != b->size)
+		return kiln_err(err, KILN_E_INVALID, "the assembled %s has digest %s (%llu bytes), the config wants %s", name,
+				got, (unsigned long long)size, b->digest);
 	return 0;
 }
 
 char *snap_template_import(const struct snap_import *im, kiln_error **err)
 {
-	json_t *cfg = NULL;
+	struct snap_config cfg = { 0 };
 	char *result = NULL;
 	char d_cfg[KILN_DIGEST_MAX];
 
 	if (im->name && snap_ref_check(im->name, err) < 0)
 		goto out;
-	if ((cfg = kiln_json_loadb(im->config, im->config_len, "template config", err)) == NULL)
+	if (snap_config_read(im->config, im->config_len, "the imported template's config", &cfg, err) < 0)
 		goto out;
-	if (kiln_json_int(cfg, "schemaVersion", 0) != SNAP_SCHEMA ||
-	    strcmp(kiln_json_str(cfg, "mediaType") ? kiln_json_str(cfg, "mediaType") : "", SNAP_CONFIG_MEDIA) != 0) {
-		kiln_err(err, KILN_E_INVALID, "not a kiln template config (schema %d)", (int)kiln_json_int(cfg, "schemaVersion", 0));
-		goto out;
-	}
-	static const char *const roles[] = { "rootfs", "memory", "state", "disk" };
+	static const enum snap_role roles[] = { SNAP_ROLE_ROOTFS, SNAP_ROLE_MEMORY, SNAP_ROLE_STATE, SNAP_ROLE_DISK };
 	const char *srcs[] = { im->rootfs, im->memory, im->state, im->disk };
 	for (size_t i = 0; i < 4; i++) {
-		/* served: only the state is a file here; the others' names are checked */
-		if (im->served && strcmp(roles[i], "state") != 0) {
-			if (snap_check_digest("being imported", roles[i],
-					      kiln_json_str(json_object_get(cfg, roles[i]), "digest"), err) < 0)
-				goto out;
-		} else if (check_source(cfg, roles[i], srcs[i], err) < 0) {
+		/* served: only the state is a file here */
+		if ((!im->served || roles[i] == SNAP_ROLE_STATE) && check_source(snap_role_name(roles[i]), srcs[i], err) < 0)
 			goto out;
-		}
 	}
 	/* the disk's qcow2 header may name no backing but the rootfs blob's own
 	 * name beside it, and no external data file (as snap_template_check,
 	 * which checks a served disk at restore) */
-	if (!im->served &&
-	    vm_qcow2_check(im->disk, kiln_digest_hex(kiln_json_str(json_object_get(cfg, "rootfs"), "digest")), err) < 0)
+	if (!im->served && vm_qcow2_check(im->disk, kiln_digest_hex(cfg.blob[SNAP_ROLE_ROOTFS].digest), err) < 0)
 		goto out;
-	if ((!im->served && (import_blob(cfg, "rootfs", im->rootfs, true, im->verified, err) < 0 ||
-			     import_blob(cfg, "memory", im->memory, true, im->verified, err) < 0)) ||
-	    import_blob(cfg, "state", im->state, false, im->verified, err) < 0 ||
-	    (!im->served && import_blob(cfg, "disk", im->disk, false, im->verified, err) < 0))
+	if ((!im->served && (import_blob(&cfg, SNAP_ROLE_ROOTFS, im->rootfs, true, im->verified, err) < 0 ||
+			     import_blob(&cfg, SNAP_ROLE_MEMORY, im->memory, true, im->verified, err) < 0)) ||
+	    import_blob(&cfg, SNAP_ROLE_STATE, im->state, false, im->verified, err) < 0 ||
+	    (!im->served && import_blob(&cfg, SNAP_ROLE_DISK, im->disk, false, im->verified, err) < 0))
 		goto out;
 	/* The config as pushed (the registry client verified its digest). */
 	if (snap_blob_put_data(im->config, im->config_len, d_cfg, err) < 0)
@@ -130,6 +119,6 @@ char *snap_template_import(const struct snap_import *im, kiln_error **err)
 out:
 	if (result == NULL)
 		kiln_error_wrap(err, "importing a template");
-	json_decref(cfg);
+	snap_config_free(&cfg);
 	return result;
 }

@@ -12,20 +12,20 @@
 
 struct snap_template {
 	char *digest;          /* of the config blob */
-	json_t *config;
+	struct snap_config cfg;
 	char *memory, *state, *disk, *rootfs; /* blob paths (served: the server's files) */
 	bool served;           /* rootfs, memory, disk served (snap_set_serve_hook) */
-	kiln_strv env;
 };
+/* The depends record of a config (config.c; snap_finalize reads
+ * vm_snapshot_depends's through it). */
+int snap_depends_read(const json_t *d, const char *where, struct snap_depends *out, kiln_error **err);
+void snap_config_set_blob(struct snap_config *c, enum snap_role r, const char *digest, uint64_t size);
 
 /* $KILN_HOME/snapshots and $KILN_HOME/sandboxes (not created). */
 char *snap_store_dir(void);
 char *snap_sandboxes_dir(void);
 /* The path of a blob "sha256:HEX" in the store. */
 char *snap_blob_path(const char *digest);
-/* A config's blob digest d (for blob key of template ref) names a file of the
- * store: sha256:<64 hex digits>, nothing else (no "..", no absolute path). */
-int snap_check_digest(const char *ref, const char *key, const char *d, kiln_error **err);
 /* Copy src into the blob store, hashing it; with sparse, 4 KiB blocks of
  * zeros become holes.  Fills digest and size. */
 int snap_blob_put_file(const char *src, bool sparse, char digest[KILN_DIGEST_MAX], uint64_t *size, kiln_error **err);
@@ -136,5 +136,7 @@ const struct snap_serve_ops *snap_serve(void);
 
 /* Milliseconds on CLOCK_MONOTONIC. */
 double snap_now_ms(void);
+/* The time now as "YYYY-MM-DDTHH:MM:SSZ" (malloc'd): a config's "created". */
+char *snap_utc_now(void);
 
 #endif

@@ -98,9 +98,9 @@ static void warm_up(const snap_template *t, guest_conn *g, const char *id)
 			x.shell = "echo warm-up; echo warm-up >&2";
 		else
 			x.argv = echo;
-		x.env = t->env.n ? (const char *const *)t->env.v : NULL;
-		x.cwd = kiln_json_str(t->config, "workdir");
-		x.run_as = kiln_json_str(t->config, "user");
+		x.env = t->cfg.env.n ? (const char *const *)t->cfg.env.v : NULL;
+		x.cwd = t->cfg.workdir;
+		x.run_as = t->cfg.user;
 		if (guest_exec(g, &x, NULL, 0, AGENT_TIMEOUT_MS, &res, &e) < 0) {
 			kiln_debug("pool: warm-up in %s: %s", id, kiln_error_message(e));
 			kiln_error_free(e);
@@ -147,12 +147,12 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		return -1;
 	if (nic)
 		json_object_set_new(state, "network", snap_net_state(&vo, id));
-	const json_t *cfg = t->config;
-	const char *accel = kiln_json_str(json_object_get(cfg, "depends"), "accel");
+	const struct snap_config *cfg = &t->cfg;
+	const char *accel = cfg->has_depends ? cfg->depends.accel : NULL;
 	struct restore_ctx x = { .t = t, .dir = dir, .state = state };
 	struct vm_restore_config rc_ = {
 		.accel = accel && strcmp(accel, "kvm") == 0 ? VM_ACCEL_KVM : VM_ACCEL_TCG,
-		.cpus = (unsigned)kiln_json_int(cfg, "cpus", 1), .memory_mib = (unsigned)kiln_json_int(cfg, "memory_mib", 256),
+		.cpus = cfg->cpus ? cfg->cpus : 1, .memory_mib = cfg->memory_mib ? cfg->memory_mib : 256,
 		.net = nic > 0, .net_opts = nic > 0 ? &vo : NULL,
 		.memory_file = t->memory, .memory_direct = t->served, .disk = t->disk, .disk_backing = t->rootfs,
 		.state = t->state, .dir = dir, .detached = true, .on_spawn = on_spawn, .on_version = on_version, .ud = &x,
@@ -212,24 +212,17 @@ int snap_sandbox_restore_into(snap_template *t, const char *id, const char *dir,
 	return restore(t, id, dir, state, net, s, false, false, NULL, err);
 }
 
-static char *iso_now(void)
-{
-	time_t now = time(NULL);
-	struct tm tm;
-	char buf[32];
-
-	gmtime_r(&now, &tm);
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return kiln_xstrdup(buf);
-}
-
 json_t *snap_sandbox_new_state(const snap_template *t, const char *id, const char *state)
 {
-	char *created = iso_now();
-	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:O?, s:O?, s:O?}", "id", id, "template", t->digest,
+	char *created = snap_utc_now();
+	json_t *env = json_array();
+
+	for (size_t i = 0; i < t->cfg.env.n; i++)
+		json_array_append_new(env, json_string(t->cfg.env.v[i]));
+	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:s?, s:s?}", "id", id, "template", t->digest,
 			      "state", state, "created", created, "creator", (json_int_t)getpid(), "creator_start",
-			      (json_int_t)vm_proc_start_time(getpid()), "env", json_object_get(t->config, "env"), "workdir",
-			      json_object_get(t->config, "workdir"), "user", json_object_get(t->config, "user"));
+			      (json_int_t)vm_proc_start_time(getpid()), "env", env, "workdir", t->cfg.workdir, "user",
+			      t->cfg.user);
 	free(created);
 	return j;
 }

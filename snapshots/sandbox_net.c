@@ -14,7 +14,7 @@
 
 bool snap_template_has_nic(const snap_template *t)
 {
-	return kiln_json_str(t->config, "network") != NULL;
+	return t->cfg.has_network;
 }
 
 /* The id's 6 bytes (12 hex digits); false for anything else ("kiln-pool"). */
@@ -61,18 +61,16 @@ bool snap_net_default(const struct snap_net_opts *o)
 int snap_net_resolve(const snap_template *t, const struct snap_net_opts *o, const char *id, struct vm_net_opts *vo,
 		     char addr[16], kiln_error **err)
 {
-	const char *tmode = kiln_json_str(t->config, "network");
 	struct guest_identity m;
 
 	memset(vo, 0, sizeof(*vo));
-	if (tmode == NULL) {
+	if (!t->cfg.has_network) {
 		if (snap_net_default(o) || (o->mode_set && o->mode == VM_NET_NONE && !o->n_rules && !o->n_ports))
 			return 0;
 		return kiln_err(err, KILN_E_USAGE, "the template has no network device (it was made by a kiln "
 				"without sandbox networking): make it again to give its sandboxes a network");
 	}
-	if (vm_net_mode_parse(tmode, &vo->mode, err) < 0)
-		return kiln_error_wrap(err, "the template's network");
+	vo->mode = t->cfg.network;
 	if (o && o->mode_set)
 		vo->mode = o->mode;
 	if (o) {

@@ -336,11 +336,6 @@ out:
 	return rc;
 }
 
-static json_t *blob_json(const char *media, const char *digest, uint64_t size)
-{
-	return json_pack("{s:s, s:s, s:I}", "mediaType", media, "digest", digest, "size", (json_int_t)size);
-}
-
 char *snap_sandbox_commit(const char *id, const char *name, kiln_error **err)
 {
 	char *dir = snap_sandbox_dir(id), *out = kiln_path_join(dir, "commit.tmp"), *ram = kiln_path_join(dir, "ram");
@@ -350,7 +345,7 @@ char *snap_sandbox_commit(const char *id, const char *name, kiln_error **err)
 	uint64_t s_mem = 0, s_state = 0, s_disk = 0;
 	snap_template *t = NULL;
 	vm_qmp *q = NULL;
-	json_t *st = NULL, *cfg = NULL;
+	json_t *st = NULL;
 	bool have_mem = false, cont = false;
 	int lock = -1;
 
@@ -376,24 +371,21 @@ char *snap_sandbox_commit(const char *id, const char *name, kiln_error **err)
 	    snap_blob_put_file(f_state, false, d_state, &s_state, err) < 0 ||
 	    snap_blob_put_file(f_disk, false, d_disk, &s_disk, err) < 0)
 		goto out;
-	cfg = json_deep_copy(t->config);
-	char *created = NULL;
-	{
-		time_t now = time(NULL);
-		struct tm tm;
-		char buf[32];
-		gmtime_r(&now, &tm);
-		strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-		created = kiln_xstrdup(buf);
+	/* the template's config, with the sandbox's env and its own files */
+	struct snap_config *cfg = &t->cfg;
+	free(cfg->created);
+	cfg->created = snap_utc_now();
+	const json_t *env = json_object_get(st, "env");
+	if (json_is_array(env)) {
+		kiln_strv_free(&cfg->env);
+		for (size_t i = 0; i < json_array_size(env); i++)
+			if (json_is_string(json_array_get(env, i)))
+				kiln_strv_push(&cfg->env, json_string_value(json_array_get(env, i)));
 	}
-	json_object_set_new(cfg, "created", json_string(created));
-	free(created);
-	if (json_object_get(st, "env"))
-		json_object_set(cfg, "env", json_object_get(st, "env"));
-	json_object_set_new(cfg, "disk", blob_json("application/vnd.kiln.disk.qcow2", d_disk, s_disk));
-	json_object_set_new(cfg, "memory", blob_json("application/vnd.kiln.memory.raw", d_mem, s_mem));
-	json_object_set_new(cfg, "state", blob_json("application/vnd.kiln.qemu-state", d_state, s_state));
-	text = kiln_json_dumps_canonical(cfg);
+	snap_config_set_blob(cfg, SNAP_ROLE_DISK, d_disk, s_disk);
+	snap_config_set_blob(cfg, SNAP_ROLE_MEMORY, d_mem, s_mem);
+	snap_config_set_blob(cfg, SNAP_ROLE_STATE, d_state, s_state);
+	text = snap_config_write(cfg);
 	if (snap_blob_put_data(text, strlen(text), d_cfg, err) < 0 || snap_ref_set(name, d_cfg, err) < 0)
 		goto out;
 	result = kiln_xstrdup(d_cfg);
@@ -410,7 +402,6 @@ out:
 		close(lock);
 	vm_qmp_close(q);
 	json_decref(st);
-	json_decref(cfg);
 	snap_template_free(t);
 	free(dir);
 	free(out);

@@ -41,6 +41,44 @@ struct snap_finalize_opts {
  * error quoting its last output. */
 char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err);
 
+/* A template's config blob (docs/snapshots.md "Store layout"): what it runs,
+ * its machine, what a restore depends on and its four blobs.  Written only by
+ * snap_config_write (canonical JSON: the config's digest is the template's),
+ * read only by snap_config_read. */
+enum snap_role { SNAP_ROLE_ROOTFS, SNAP_ROLE_DISK, SNAP_ROLE_MEMORY, SNAP_ROLE_STATE, SNAP_NROLES };
+struct snap_config_blob {
+	char digest[KILN_DIGEST_MAX]; /* sha256:<64 hex> (checked: it names a file of the store) */
+	uint64_t size;
+};
+struct snap_depends {                  /* vm_snapshot_depends plus the QEMU version */
+	char *qemu, *machine, *accel, *kernel_digest, *kernel_release;
+	char *boot_id;                 /* NULL: not recorded */
+	unsigned agent_protocol;
+	uint32_t tsc_khz;              /* 0 under KVM */
+};
+struct snap_config {
+	char *created;                 /* "YYYY-MM-DDTHH:MM:SSZ"; NULL: not recorded */
+	char *start, *ready, *user, *workdir; /* NULL: none */
+	kiln_strv env;                 /* NAME=VALUE */
+	unsigned cpus, memory_mib;     /* 0: not recorded */
+	bool has_network;              /* false: made before templates had a NIC */
+	enum vm_net_mode network;
+	bool has_depends;
+	struct snap_depends depends;
+	struct snap_config_blob blob[SNAP_NROLES];
+};
+/* Parse and check every field of a config blob (where: the file or what it
+ * is, for errors: "WHERE: template config field \"memory.size\" ...");
+ * unknown fields, wrong types, blob digests that are not sha256:<64 hex> and
+ * sizes below 0 are refused.  c is zeroed first and freed on error. */
+int snap_config_read(const char *data, size_t len, const char *where, struct snap_config *c, kiln_error **err);
+/* The canonical JSON of c (malloc'd). */
+char *snap_config_write(const struct snap_config *c);
+void snap_config_free(struct snap_config *c);
+/* "rootfs", "disk", "memory", "state"; the blob of a role by that name (NULL: none). */
+const char *snap_role_name(enum snap_role r);
+const struct snap_config_blob *snap_config_blob(const struct snap_config *c, const char *role);
+
 typedef struct snap_template snap_template;
 
 /* A template by reference (kiln_ref_parse: [HOST/]NAME[:TAG] with tag
@@ -51,7 +89,7 @@ typedef struct snap_template snap_template;
 snap_template *snap_template_open(const char *ref, kiln_error **err);
 void snap_template_free(snap_template *t);
 const char *snap_template_digest(const snap_template *t);
-const json_t *snap_template_config(const snap_template *t);
+const struct snap_config *snap_template_config(const snap_template *t);
 /* Refuse what this host cannot restore: another QEMU, machine, kernel, agent
  * protocol, TSC rate or accelerator, a state or disk blob whose digest is
  * wrong, a memory file of the wrong size.  With full, the memory and the disk

@@ -21,6 +21,17 @@ double snap_now_ms(void)
 	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
+char *snap_utc_now(void)
+{
+	char buf[32];
+	time_t now = time(NULL);
+	struct tm tm;
+
+	gmtime_r(&now, &tm);
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return kiln_xstrdup(buf);
+}
+
 char *snap_store_dir(void)
 {
 	return kiln_home_path(NULL, KILN_PATH_SNAPSHOTS, NULL);
@@ -306,25 +317,6 @@ out:
 	return digest;
 }
 
-static const char *blob_digest(const json_t *cfg, const char *key)
-{
-	const json_t *o = json_object_get(cfg, key);
-	return o ? kiln_json_str(o, "digest") : NULL;
-}
-
-/* A blob's name comes from the config: only sha256:<64 hex> names a file of
- * the store (no "..", no absolute path). */
-int snap_check_digest(const char *ref, const char *key, const char *d, kiln_error **err)
-{
-	if (d == NULL)
-		return kiln_err(err, KILN_E_INVALID, "template %s: config names no %s blob", ref, key);
-	if (strncmp(d, "sha256:", 7) != 0 || strlen(d) != 71 || !is_hex(d + 7, 64))
-		return kiln_err(err, KILN_E_INVALID,
-				"template %s: config's %s digest '%.80s' is not sha256:<64 hex digits> (refused: it "
-				"would name a file outside the store)", ref, key, d);
-	return 0;
-}
-
 static const struct snap_serve_ops *serve_ops;
 
 void snap_set_serve_ops(const struct snap_serve_ops *ops) { serve_ops = ops; }
@@ -337,7 +329,6 @@ snap_template *snap_template_open(const char *ref, kiln_error **err)
 	char *path = NULL, *data = NULL;
 	char got[KILN_DIGEST_MAX];
 	size_t len = 0;
-	const json_t *env;
 
 	if ((t->digest = resolve_ref(ref, err)) == NULL)
 		goto fail;
@@ -353,24 +344,12 @@ snap_template *snap_template_open(const char *ref, kiln_error **err)
 			 t->digest);
 		goto fail;
 	}
-	if ((t->config = kiln_json_loadb(data, len, path, err)) == NULL)
+	if (snap_config_read(data, len, path, &t->cfg, err) < 0)
 		goto fail;
-	if (kiln_json_int(t->config, "schemaVersion", 0) != SNAP_SCHEMA ||
-	    strcmp(kiln_json_str(t->config, "mediaType") ? kiln_json_str(t->config, "mediaType") : "",
-		   SNAP_CONFIG_MEDIA) != 0) {
-		kiln_err(err, KILN_E_INVALID, "template %s: not a kiln template config (schema %d)", ref,
-			 (int)kiln_json_int(t->config, "schemaVersion", 0));
-		goto fail;
-	}
-	const char *m = blob_digest(t->config, "memory"), *s = blob_digest(t->config, "state"),
-		   *d = blob_digest(t->config, "disk"), *r = blob_digest(t->config, "rootfs");
-	if (snap_check_digest(ref, "memory", m, err) < 0 || snap_check_digest(ref, "state", s, err) < 0 ||
-	    snap_check_digest(ref, "disk", d, err) < 0 || snap_check_digest(ref, "rootfs", r, err) < 0)
-		goto fail;
-	t->memory = snap_blob_path(m);
-	t->state = snap_blob_path(s);
-	t->disk = snap_blob_path(d);
-	t->rootfs = snap_blob_path(r);
+	t->memory = snap_blob_path(t->cfg.blob[SNAP_ROLE_MEMORY].digest);
+	t->state = snap_blob_path(t->cfg.blob[SNAP_ROLE_STATE].digest);
+	t->disk = snap_blob_path(t->cfg.blob[SNAP_ROLE_DISK].digest);
+	t->rootfs = snap_blob_path(t->cfg.blob[SNAP_ROLE_ROOTFS].digest);
 	if (access(t->memory, F_OK) != 0 && serve_ops && serve_ops->files) {
 		/* a lazy template: its big files come from the host's file server */
 		kiln_error *e = NULL;
@@ -394,10 +373,6 @@ snap_template *snap_template_open(const char *ref, kiln_error **err)
 			free(dir);
 		}
 	}
-	env = json_object_get(t->config, "env");
-	for (size_t i = 0; json_is_array(env) && i < json_array_size(env); i++)
-		if (json_is_string(json_array_get(env, i)))
-			kiln_strv_push(&t->env, json_string_value(json_array_get(env, i)));
 	free(path);
 	free(data);
 	return t;
@@ -414,14 +389,13 @@ void snap_template_free(snap_template *t)
 	if (t == NULL)
 		return;
 	free(t->digest);
-	json_decref(t->config);
+	snap_config_free(&t->cfg);
 	free(t->memory);
 	free(t->state);
 	free(t->disk);
 	free(t->rootfs);
-	kiln_strv_free(&t->env);
 	free(t);
 }
 
 const char *snap_template_digest(const snap_template *t) { return t->digest; }
-const json_t *snap_template_config(const snap_template *t) { return t->config; }
+const struct snap_config *snap_template_config(const snap_template *t) { return &t->cfg; }

@@ -77,8 +77,8 @@ static void test_names(void)
 static void test_open(void)
 {
 	const char *cfg = "{\"schemaVersion\":1,\"mediaType\":\"" SNAP_CONFIG_MEDIA "\","
-			  "\"memory\":{\"digest\":\"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"},\"state\":{\"digest\":\"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"},"
-			  "\"disk\":{\"digest\":\"sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc\"},\"rootfs\":{\"digest\":\"sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\"},"
+			  "\"memory\":{\"digest\":\"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"size\":1},\"state\":{\"digest\":\"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\",\"size\":1},"
+			  "\"disk\":{\"digest\":\"sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc\",\"size\":1},\"rootfs\":{\"digest\":\"sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\",\"size\":1},"
 			  "\"env\":[\"A=1\"]}";
 	char digest[KILN_DIGEST_MAX];
 	kiln_error *err = NULL;
@@ -90,7 +90,7 @@ static void test_open(void)
 	CHECK(t != NULL);
 	if (t) {
 		CHECK_STR(snap_template_digest(t), digest);
-		CHECK_INT(t->env.n, 1);
+		CHECK_INT(t->cfg.env.n, 1);
 		snap_template_free(t);
 	}
 	/* By digest and by a unique prefix. */
@@ -138,8 +138,8 @@ static void test_open_refuses_paths(void)
 	kiln_error *err = NULL;
 
 	const char *evil = "{\"schemaVersion\":1,\"mediaType\":\"" SNAP_CONFIG_MEDIA "\","
-			   "\"memory\":{\"digest\":\"sha256:../../../etc/shadow\"},\"state\":{\"digest\":\"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"},"
-			   "\"disk\":{\"digest\":\"sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc\"},\"rootfs\":{\"digest\":\"sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\"}}";
+			   "\"memory\":{\"digest\":\"sha256:../../../etc/shadow\",\"size\":1},\"state\":{\"digest\":\"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\",\"size\":1},"
+			   "\"disk\":{\"digest\":\"sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc\",\"size\":1},\"rootfs\":{\"digest\":\"sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\",\"size\":1}}";
 	CHECK_INT(snap_blob_put_data(evil, strlen(evil), ed, &err), 0);
 	CHECK_INT(snap_ref_set("evil:1", ed, &err), 0);
 	CHECK(snap_template_open("evil:1", &err) == NULL);
