@@ -126,29 +126,108 @@ static int copy_file(const char *src, const char *dst, kiln_error **err)
 	return rc;
 }
 
+/* The machine a template is made on: its vCPUs, memory and NIC are what its
+ * sandboxes get. */
+static void machine_of(const struct snap_finalize_opts *o, struct vm_config *vc)
+{
+	vm_config_init(vc);
+	vc->rootfs = o->rootfs;
+	vc->cpus = o->cpus ? o->cpus : 1;
+	vc->memory_mib = o->memory_mib ? o->memory_mib : 256;
+	vc->root_mode = VM_ROOT_WRITABLE;
+	vc->kernel_dir = o->kernel_dir;
+	/* every template has the NIC (a sandbox may ask for either network);
+	 * the start command gets the template's network */
+	vc->net = true;
+	vc->net_isolated = o->network == VM_NET_NONE;
+}
+
+/* Save a ready VM: device state, RAM and disk into the store as c's state,
+ * memory and disk blobs (the rootfs blob is in c already); *qemu gets the
+ * QEMU version.  The VM is destroyed, also on error. */
+static int capture(vm_instance *v, const char *tmpdir, struct snap_config *c, char **qemu, kiln_error **err)
+{
+	char *state = kiln_path_join(tmpdir, "state"), *overlay = vm_overlay_path(v);
+	char *disk = kiln_path_join(tmpdir, "disk.qcow2");
+	struct snap_config_blob *b = c->blob;
+	double t_save = snap_now_ms();
+	int rc = -1;
+
+	*qemu = vm_qmp_version_string(vm_get_qmp(v));
+	if (vm_snapshot_save(v, state, 60000, err) < 0)
+		goto out;
+	kiln_info("snapshot: device state saved in %.0f ms", snap_now_ms() - t_save);
+	if (snap_blob_put_file(vm_memory_path(v), true, b[SNAP_ROLE_MEMORY].digest, &b[SNAP_ROLE_MEMORY].size, err) < 0 ||
+	    snap_blob_put_file(state, false, b[SNAP_ROLE_STATE].digest, &b[SNAP_ROLE_STATE].size, err) < 0 ||
+	    copy_file(overlay, disk, err) < 0)
+		goto out;
+	vm_destroy(v);
+	v = NULL;
+	/* The backing name is the rootfs blob's own name, relative: the disk blob
+	 * sits next to it, and its bytes do not depend on where the store is (a
+	 * pulled template keeps its digest). A restore names the backing anyway. */
+	if (vm_overlay_rebase(disk, kiln_digest_hex(b[SNAP_ROLE_ROOTFS].digest), err) < 0 ||
+	    snap_blob_put_file(disk, false, b[SNAP_ROLE_DISK].digest, &b[SNAP_ROLE_DISK].size, err) < 0)
+		goto out;
+	rc = 0;
+out:
+	vm_destroy(v);
+	free(state);
+	free(overlay);
+	free(disk);
+	return rc;
+}
+
+/* What the template runs and what a restore depends on (the host's record
+ * with the QEMU version it ran). */
+static int describe(const struct snap_finalize_opts *o, const struct vm_config *vc, json_t *depends,
+		    const char *qemu, struct snap_config *c, kiln_error **err)
+{
+	c->created = snap_utc_now();
+	c->start = dup_or_null(o->start_cmd);
+	c->ready = dup_or_null(o->ready_cmd);
+	c->user = dup_or_null(o->user);
+	c->workdir = dup_or_null(o->workdir);
+	for (size_t i = 0; o->env && o->env[i]; i++)
+		kiln_strv_push(&c->env, o->env[i]);
+	c->cpus = vc->cpus;
+	c->memory_mib = vc->memory_mib;
+	c->has_network = true;
+	c->network = o->network;
+	json_object_set_new(depends, "qemu", json_string(qemu));
+	if (snap_depends_read(depends, "this host's snapshot dependencies", &c->depends, err) < 0)
+		return -1;
+	c->has_depends = true;
+	return 0;
+}
+
+/* The working set a lazy start fetches first: a trial restore of the new
+ * template (only where templates are served; $KILN_WORKSET=0 skips it). */
+static void record_workset(const char *digest)
+{
+	const char *ws = getenv("KILN_WORKSET");
+	kiln_error *e = NULL;
+
+	if (!snap_serve() || (ws && strcmp(ws, "0") == 0))
+		return;
+	if (snap_workset_record(digest, &e) < 0) {
+		kiln_warn("%s (a lazy start fetches on first touch only)", kiln_error_message(e));
+		kiln_error_free(e);
+	}
+}
+
 char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 {
 	struct vm_config vc;
 	vm_instance *v = NULL;
 	struct snap_config cfg = { 0 };
+	struct snap_config_blob *root = &cfg.blob[SNAP_ROLE_ROOTFS];
 	json_t *depends = NULL;
-	char *tmpdir = NULL, *state = NULL, *overlay = NULL, *disk = NULL, *qemu = NULL;
-	char *text = NULL, *result = NULL;
-	char d_mem[KILN_DIGEST_MAX], d_state[KILN_DIGEST_MAX], d_root[KILN_DIGEST_MAX], d_disk[KILN_DIGEST_MAX];
+	char *tmpdir = NULL, *qemu = NULL, *text = NULL, *result = NULL;
 	char d_cfg[KILN_DIGEST_MAX];
-	uint64_t s_mem = 0, s_state = 0, s_root = 0, s_disk = 0;
 	double t0 = snap_now_ms();
 
-	vm_config_init(&vc);
-	vc.rootfs = o->rootfs;
-	vc.cpus = o->cpus ? o->cpus : 1;
-	vc.memory_mib = o->memory_mib ? o->memory_mib : 256;
-	vc.root_mode = VM_ROOT_WRITABLE;
-	vc.kernel_dir = o->kernel_dir;
-	/* every template has the NIC (a sandbox may ask for either network);
-	 * the start command gets the template's network */
-	vc.net = true;
-	vc.net_isolated = o->network == VM_NET_NONE;
+	machine_of(o, &vc);
 	if (o->rootfs == NULL) {
 		kiln_err(err, KILN_E_USAGE, "no rootfs given");
 		goto out;
@@ -162,7 +241,7 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 		goto out;
 	vc.tsc_khz = (uint32_t)kiln_json_int(depends, "tsc_khz", 0);
 	/* The rootfs goes into the store first: the disk overlay will point at it. */
-	if (snap_blob_put_file(o->rootfs, true, d_root, &s_root, err) < 0)
+	if (snap_blob_put_file(o->rootfs, true, root->digest, &root->size, err) < 0)
 		goto out;
 	if ((tmpdir = kiln_mkdtemp("kiln-snap", err)) == NULL)
 		goto out;
@@ -174,45 +253,10 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 	}
 	if (start_and_wait(v, o, err) < 0)
 		goto out;
-	state = kiln_path_join(tmpdir, "state");
-	overlay = vm_overlay_path(v);
-	disk = kiln_path_join(tmpdir, "disk.qcow2");
-	qemu = vm_qmp_version_string(vm_get_qmp(v));
-	double t_save = snap_now_ms();
-	if (vm_snapshot_save(v, state, 60000, err) < 0)
+	int saved = capture(v, tmpdir, &cfg, &qemu, err);
+	v = NULL; /* capture destroyed it */
+	if (saved < 0 || describe(o, &vc, depends, qemu, &cfg, err) < 0)
 		goto out;
-	kiln_info("snapshot: device state saved in %.0f ms", snap_now_ms() - t_save);
-	if (snap_blob_put_file(vm_memory_path(v), true, d_mem, &s_mem, err) < 0 ||
-	    snap_blob_put_file(state, false, d_state, &s_state, err) < 0 || copy_file(overlay, disk, err) < 0)
-		goto out;
-	vm_destroy(v);
-	v = NULL;
-	/* The backing name is the rootfs blob's own name, relative: the disk blob
-	 * sits next to it, and its bytes do not depend on where the store is (a
-	 * pulled template keeps its digest). A restore names the backing anyway. */
-	if (vm_overlay_rebase(disk, kiln_digest_hex(d_root), err) < 0 ||
-	    snap_blob_put_file(disk, false, d_disk, &s_disk, err) < 0)
-		goto out;
-
-	cfg.created = snap_utc_now();
-	cfg.start = dup_or_null(o->start_cmd);
-	cfg.ready = dup_or_null(o->ready_cmd);
-	cfg.user = dup_or_null(o->user);
-	cfg.workdir = dup_or_null(o->workdir);
-	for (size_t i = 0; o->env && o->env[i]; i++)
-		kiln_strv_push(&cfg.env, o->env[i]);
-	cfg.cpus = vc.cpus;
-	cfg.memory_mib = vc.memory_mib;
-	cfg.has_network = true;
-	cfg.network = o->network;
-	json_object_set_new(depends, "qemu", json_string(qemu));
-	if (snap_depends_read(depends, "this host's snapshot dependencies", &cfg.depends, err) < 0)
-		goto out;
-	cfg.has_depends = true;
-	snap_config_set_blob(&cfg, SNAP_ROLE_ROOTFS, d_root, s_root);
-	snap_config_set_blob(&cfg, SNAP_ROLE_DISK, d_disk, s_disk);
-	snap_config_set_blob(&cfg, SNAP_ROLE_MEMORY, d_mem, s_mem);
-	snap_config_set_blob(&cfg, SNAP_ROLE_STATE, d_state, s_state);
 	text = snap_config_write(&cfg);
 	if (snap_blob_put_data(text, strlen(text), d_cfg, err) < 0)
 		goto out;
@@ -220,15 +264,7 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 		goto out;
 	kiln_info("snapshot: template %s made in %.0f ms", d_cfg, snap_now_ms() - t0);
 	result = kiln_xstrdup(d_cfg);
-	const char *ws = getenv("KILN_WORKSET");
-	if (snap_serve() && !(ws && strcmp(ws, "0") == 0)) {
-		/* the working set a lazy start fetches first: a trial restore */
-		kiln_error *e = NULL;
-		if (snap_workset_record(d_cfg, &e) < 0) {
-			kiln_warn("%s (a lazy start fetches on first touch only)", kiln_error_message(e));
-			kiln_error_free(e);
-		}
-	}
+	record_workset(d_cfg);
 out:
 	if (result == NULL)
 		kiln_error_wrap(err, "snapshot of %s", o->rootfs ? o->rootfs : "(none)");
@@ -240,9 +276,6 @@ out:
 	}
 	snap_config_free(&cfg);
 	free(tmpdir);
-	free(state);
-	free(overlay);
-	free(disk);
 	free(qemu);
 	json_decref(depends);
 	free(text);
