@@ -34,7 +34,7 @@ FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
 
 .PHONY: all deps check test test-real demo fuzz clean clang-check check-layers install uninstall deb test-deb
 .SECONDARY:
-all: bin/kiln $(if $(AGENT_SRCS),bin/kiln-agent) build/man/kiln.1 build/kiln.bash-completion
+all: bin/kiln $(if $(AGENT_SRCS),bin/kiln-agent) build/man/kiln.1 build/kiln.bash-completion build/tests/cgroup-probe
 
 # -- the library and the CLI ------------------------------------------------
 $(OBJ)/%.o: %.c
@@ -63,6 +63,12 @@ bin/kiln: $(CLI_OBJS) build/libkiln.a
 bin/kiln-agent: $(AGENT_SRCS) $(wildcard guest/*.h guest/agent/*.h)
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -D_GNU_SOURCE -I. $(WARN) $(CPPFLAGS) -Os $(AGENT_CFLAGS) -static $(LDFLAGS) -o $@ $(AGENT_SRCS)
+
+# A static program that drives vm/cgroup.c alone on a real cgroup v2
+# hierarchy inside a guest whose kernel has cgroups (t0925).
+build/tests/cgroup-probe: tests/guest/cgroup_probe.c build/libkiln.a
+	@mkdir -p $(@D)
+	$(CC) $(BASEFLAGS) $(CFLAGS) -static $(LDFLAGS) -o $@ $< build/libkiln.a
 
 # Man pages and bash completion come from the binary's own --help and
 # --list-commands, so they cannot drift from it (t0900 checks the installed ones).

@@ -43,6 +43,15 @@ int vm_jail_own(const struct vm_jail *j, const char *path, kiln_error **err);
 void vm_jail_enter(const struct vm_jail *j, int errfd);
 int vm_jail_clone_flags(const struct vm_jail *j);
 void vm_jail_free_cgroups(struct vm_jail *j);
+/* cgroup.c: take a free uid slot (its lock into j->slot_fd, its cgroup
+ * directories, created under kiln's parent, into j->cg) and write the
+ * limits for cpus vCPUs and memory_mib of guest RAM.  Needs root. */
+int vm_jail_slot_take(struct vm_jail *j, unsigned cpus, unsigned memory_mib, kiln_error **err);
+/* Move the calling process into j's cgroups: NULL, or the directory that
+ * refused it (errno set). */
+const char *vm_jail_cg_join(const struct vm_jail *j);
+/* Whether uid is a jail uid, and its slot. */
+bool vm_jail_uid_slot(uid_t uid, unsigned *slot);
 /* The parent's side: close its slot lock, free.  The cgroup stays for
  * QEMU; vm_jail_remove_cgroups removes it once QEMU is gone. */
 void vm_jail_release(struct vm_jail *j);

@@ -1,12 +1,11 @@
 /* jail.c — the jail every QEMU runs in (docs/security.md), in the spirit of
  * Firecracker's jailer: a uid/gid of its own from a slot of the configured
  * range (a lock file plus the slot's cgroup, so two live VMs never share
- * one), a cgroup with CPU, memory, pids and I/O limits (v2 or v1), its own
- * mount namespace whose root (a tmpfs, pivot_root'ed into) holds only /usr
- * and that VM's files, its own pid, IPC and (without network) network
- * namespace, no capabilities and no_new_privs.  The parent prepares (slot,
+ * one) and a cgroup with CPU, memory, pids and I/O limits (v2 or v1), both
+ * in cgroup.c; its own mount namespace whose root (a tmpfs, pivot_root'ed
+ * into) holds only /usr and that VM's files, its own pid, IPC and (without
+ * network) network namespace, no capabilities and no_new_privs.  The parent prepares (slot,
  * cgroup, ownership); the child, between fork and exec, enters it. */
-#include <dirent.h>
 #include <grp.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,23 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 #include <linux/capability.h>
 
 #include "vm/internal.h"
-
-#define CGROUP2_MAGIC 0x63677270
-#define DEFAULT_UID_BASE 2000000u
-#define DEFAULT_SLOTS 4096u
-#define SLOT_DIR "/run/kiln/slots"
-#define QEMU_OVERHEAD_MIB 384u /* QEMU's own memory beside guest RAM: TCG code cache, devices */
-#define PIDS_MAX 256           /* QEMU's threads; a guest's processes are not host pids */
 
 static bool unconfined;
 
@@ -47,254 +37,13 @@ bool vm_unconfined(void)
 	return unconfined || (e && *e && strcmp(e, "0") != 0);
 }
 
-static unsigned env_uint(const char *name, unsigned def)
-{
-	const char *e = getenv(name);
-	char *end;
-	unsigned long v;
-
-	if (!e || !*e)
-		return def;
-	v = strtoul(e, &end, 10);
-	return *end || v == 0 || v > 0x7fffffffUL ? def : (unsigned)v;
-}
-
-/* ---- cgroups ---------------------------------------------------------- */
-
-static int write_str(const char *dir, const char *file, const char *val, bool optional, kiln_error **err)
-{
-	char *p = kiln_path_join(dir, file);
-	int fd = open(p, O_WRONLY | O_CLOEXEC), rc = 0;
-
-	if (fd < 0 || write(fd, val, strlen(val)) < 0) {
-		if (!optional || (errno != ENOENT && errno != EACCES))
-			rc = kiln_err_errno(err, errno, "cgroup: writing '%s' to %s", val, p);
-	}
-	if (fd >= 0)
-		close(fd);
-	free(p);
-	return rc;
-}
-
-/* Whether a cgroup directory holds a process (absent: no). */
-static bool cg_busy(const char *dir)
-{
-	char *p = kiln_path_join(dir, "cgroup.procs"), buf[16];
-	int fd = open(p, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf)) : 0;
-
-	if (fd >= 0)
-		close(fd);
-	free(p);
-	return n > 0;
-}
-
-/* The path of this process's cgroup in the v1 hierarchy of controller c,
- * as seen through its mount (mountinfo's root subtracted). */
-static char *v1_dir(const char *c)
-{
-	char *cg = NULL, *mi = NULL, *own = NULL, *out = NULL;
-	size_t len = 0;
-	kiln_error *e = NULL;
-
-	if (kiln_read_file("/proc/self/cgroup", &cg, &len, 65536, &e) < 0)
-		goto out;
-	char *s1, *s2;
-	for (char *line = strtok_r(cg, "\n", &s1); line && !own; line = strtok_r(NULL, "\n", &s1)) {
-		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
-		if (!b)
-			continue;
-		*b = '\0';
-		for (char *tok = strtok_r(a + 1, ",", &s2); tok; tok = strtok_r(NULL, ",", &s2))
-			if (strcmp(tok, c) == 0)
-				own = kiln_xstrdup(b + 1);
-		if (own)
-			break;
-	}
-	if (!own || kiln_read_file("/proc/self/mountinfo", &mi, &len, 1 << 20, &e) < 0)
-		goto out;
-	for (char *line = strtok_r(mi, "\n", &s1); line && !out; line = strtok_r(NULL, "\n", &s1)) {
-		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE SUPEROPTS */
-		char root[512], mnt[512], fstype[32], super[512];
-		char *dash = strstr(line, " - ");
-		if (!dash || sscanf(line, "%*s %*s %*s %511s %511s", root, mnt) != 2 ||
-		    sscanf(dash + 3, "%31s %*s %511s", fstype, super) != 2 || strcmp(fstype, "cgroup") != 0)
-			continue;
-		bool has = false;
-		for (char *tok = strtok_r(super, ",", &s2); tok; tok = strtok_r(NULL, ",", &s2))
-			has |= strcmp(tok, c) == 0;
-		if (!has)
-			continue;
-		const char *rel = own;
-		size_t rl = strlen(root);
-		if (strcmp(root, "/") != 0 && strncmp(own, root, rl) == 0 && (own[rl] == '/' || own[rl] == '\0'))
-			rel = own + rl;
-		out = kiln_xasprintf("%s%s", mnt, strcmp(rel, "/") == 0 ? "" : rel);
-	}
-out:
-	kiln_error_free(e);
-	free(cg);
-	free(mi);
-	free(own);
-	return out;
-}
-
-/* The slot's cgroup directories, into j->cg; created (or reused) when create. */
-static int cg_paths(struct vm_jail *j, unsigned slot, bool create, kiln_error **err)
-{
-	struct statfs sf;
-	char name[32];
-
-	snprintf(name, sizeof(name), "kiln/vm-%u", slot);
-	j->n_cg = 0;
-	if (statfs("/sys/fs/cgroup", &sf) == 0 && sf.f_type == CGROUP2_MAGIC) {
-		/* v2: a leaf under /sys/fs/cgroup/kiln with the controllers on */
-		j->cg_v2 = true;
-		if (!create) {
-			j->cg[j->n_cg++] = kiln_path_join("/sys/fs/cgroup", name);
-			return 0;
-		}
-		if (mkdir("/sys/fs/cgroup/kiln", 0755) < 0 && errno != EEXIST)
-			return kiln_err_errno(err, errno, "cgroup: mkdir /sys/fs/cgroup/kiln");
-		write_str("/sys/fs/cgroup", "cgroup.subtree_control", "+cpu +memory +pids +io", true, NULL);
-		if (write_str("/sys/fs/cgroup/kiln", "cgroup.subtree_control", "+cpu +memory +pids", false, err) < 0)
-			return -1;
-		write_str("/sys/fs/cgroup/kiln", "cgroup.subtree_control", "+io", true, NULL);
-		j->cg[j->n_cg++] = kiln_path_join("/sys/fs/cgroup", name);
-	} else {
-		static const char *const ctl[] = { "memory", "cpu", "pids", "blkio" };
-		j->cg_v2 = false;
-		for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++) {
-			char *base = v1_dir(ctl[i]);
-			if (base == NULL) {
-				if (strcmp(ctl[i], "blkio") == 0)
-					continue; /* I/O weight is best effort */
-				return kiln_err(err, KILN_E_GENERIC,
-						"no cgroup %s controller (neither cgroup v2 nor a v1 %s hierarchy is "
-						"mounted under /sys/fs/cgroup)", ctl[i], ctl[i]);
-			}
-			char *parent = kiln_path_join(base, "kiln");
-			free(base);
-			if (create && mkdir(parent, 0755) < 0 && errno != EEXIST) {
-				kiln_err_errno(err, errno, "cgroup: mkdir %s", parent);
-				free(parent);
-				return -1;
-			}
-			j->cg[j->n_cg++] = kiln_xasprintf("%s/vm-%u", parent, slot);
-			free(parent);
-		}
-	}
-	for (size_t i = 0; create && i < j->n_cg; i++)
-		if (mkdir(j->cg[i], 0755) < 0 && errno != EEXIST)
-			return kiln_err_errno(err, errno, "cgroup: mkdir %s", j->cg[i]);
-	return 0;
-}
-
-static int cg_limits(const struct vm_jail *j, unsigned cpus, unsigned memory_mib, kiln_error **err)
-{
-	/* the vCPUs, and half a CPU for QEMU's own threads (main loop, I/O) */
-	unsigned long long quota = (unsigned long long)cpus * 100000ull + 50000ull;
-	unsigned long long mem = ((unsigned long long)memory_mib + QEMU_OVERHEAD_MIB) << 20;
-	char v[64];
-
-	for (size_t i = 0; i < j->n_cg; i++) {
-		const char *d = j->cg[i];
-		if (j->cg_v2) {
-			snprintf(v, sizeof(v), "%llu 100000", quota);
-			if (write_str(d, "cpu.max", v, false, err) < 0)
-				return -1;
-			snprintf(v, sizeof(v), "%llu", mem);
-			if (write_str(d, "memory.max", v, false, err) < 0 ||
-			    write_str(d, "memory.oom.group", "1", false, err) < 0)
-				return -1;
-			write_str(d, "memory.swap.max", "0", true, NULL);
-			snprintf(v, sizeof(v), "%d", PIDS_MAX);
-			if (write_str(d, "pids.max", v, false, err) < 0)
-				return -1;
-			write_str(d, "io.weight", "default 50", true, NULL);
-			continue;
-		}
-		if (strstr(d, "/memory/")) {
-			snprintf(v, sizeof(v), "%llu", mem);
-			if (write_str(d, "memory.limit_in_bytes", v, false, err) < 0)
-				return -1;
-			write_str(d, "memory.memsw.limit_in_bytes", v, true, NULL);
-		} else if (strstr(d, "/cpu/") || strstr(d, "/cpu,")) {
-			snprintf(v, sizeof(v), "%llu", quota);
-			if (write_str(d, "cpu.cfs_period_us", "100000", false, err) < 0 ||
-			    write_str(d, "cpu.cfs_quota_us", v, false, err) < 0)
-				return -1;
-		} else if (strstr(d, "/pids/")) {
-			snprintf(v, sizeof(v), "%d", PIDS_MAX);
-			if (write_str(d, "pids.max", v, false, err) < 0)
-				return -1;
-		} else if (strstr(d, "/blkio/")) {
-			/* the weight exists only under a proportional I/O scheduler */
-			write_str(d, "blkio.weight", "100", true, NULL);
-			write_str(d, "blkio.bfq.weight", "100", true, NULL);
-		}
-	}
-	return 0;
-}
-
-/* ---- slots --------------------------------------------------------------- */
-
-/* A slot is free when its lock can be taken and its cgroup holds no process
- * (a QEMU that closed its copy of the lock is still in its cgroup). */
-static int take_slot(struct vm_jail *j, kiln_error **err)
-{
-	unsigned n = env_uint("KILN_JAIL_SLOTS", DEFAULT_SLOTS), start;
-
-	if (kiln_mkdir_p(SLOT_DIR, 0700, err) < 0)
-		return kiln_error_wrap(err, "jail: the uid slot locks");
-	start = (unsigned)getpid() % n;
-	for (unsigned k = 0; k < n; k++) {
-		unsigned s = (start + k) % n;
-		char path[64];
-		snprintf(path, sizeof(path), SLOT_DIR "/%u", s);
-		int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
-		if (fd < 0)
-			return kiln_err_errno(err, errno, "jail: %s", path);
-		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-			close(fd);
-			continue;
-		}
-		if (cg_paths(j, s, true, err) < 0) {
-			close(fd);
-			return -1;
-		}
-		bool busy = false;
-		for (size_t i = 0; i < j->n_cg; i++)
-			busy |= cg_busy(j->cg[i]);
-		if (busy) {
-			close(fd);
-			vm_jail_free_cgroups(j);
-			continue;
-		}
-		j->slot = s;
-		j->slot_fd = fd;
-		j->uid = env_uint("KILN_JAIL_UID_BASE", DEFAULT_UID_BASE) + s;
-		j->gid = j->uid;
-		return 0;
-	}
-	return kiln_err(err, KILN_E_LIMIT, "jail: all %u uid slots are in use (KILN_JAIL_SLOTS)", n);
-}
-
-void vm_jail_free_cgroups(struct vm_jail *j)
-{
-	for (size_t i = 0; i < j->n_cg; i++)
-		free(j->cg[i]);
-	j->n_cg = 0;
-}
-
 int vm_jail_prepare(struct vm_jail *j, unsigned cpus, unsigned memory_mib, kiln_error **err)
 {
 	if (geteuid() != 0)
 		return kiln_err(err, KILN_E_USAGE,
 				"the VM jail needs root (namespaces, cgroups, a uid per VM): run kiln as root, or "
 				"pass --unconfined to run VMs without it");
-	j->slot_fd = -1;
-	if (take_slot(j, err) < 0 || cg_limits(j, cpus, memory_mib, err) < 0) {
+	if (vm_jail_slot_take(j, cpus, memory_mib, err) < 0) {
 		kiln_error_wrap(err, "jail");
 		vm_jail_release(j);
 		return -1;
@@ -331,47 +80,10 @@ int vm_jail_own(const struct vm_jail *j, const char *path, kiln_error **err)
 
 void vm_net_release(uid_t uid)
 {
-	unsigned base = env_uint("KILN_JAIL_UID_BASE", DEFAULT_UID_BASE), n = env_uint("KILN_JAIL_SLOTS", DEFAULT_SLOTS);
+	unsigned slot;
 
-	if (uid >= base && uid - base < n)
-		vm_netfw_clear(uid - base, uid);
-}
-
-int vm_jail_gc(void)
-{
-	int n = 0;
-	struct vm_jail j = { .slot_fd = -1 };
-	DIR *d = opendir(SLOT_DIR);
-	struct dirent *de;
-
-	/* empty cgroups of slots no VM holds */
-	while (d && (de = readdir(d)) != NULL) {
-		char path[300];
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), SLOT_DIR "/%s", de->d_name);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
-			if (fd >= 0)
-				close(fd);
-			continue;
-		}
-		kiln_error *e = NULL;
-		if (cg_paths(&j, (unsigned)atoi(de->d_name), false, &e) == 0) {
-			bool busy = false;
-			for (size_t i = 0; i < j.n_cg; i++)
-				busy |= cg_busy(j.cg[i]);
-			for (size_t i = 0; !busy && i < j.n_cg; i++)
-				if (access(j.cg[i], F_OK) == 0)
-					n += rmdir(j.cg[i]) == 0;
-		}
-		kiln_error_free(e);
-		vm_jail_free_cgroups(&j);
-		close(fd);
-	}
-	if (d)
-		closedir(d);
-	return n;
+	if (vm_jail_uid_slot(uid, &slot))
+		vm_netfw_clear(slot, uid);
 }
 
 /* ---- the child: entering the jail (no allocation-free guarantees needed:
@@ -492,13 +204,9 @@ void vm_jail_enter(const struct vm_jail *j, int errfd)
 
 	/* the cgroup first: from here on, whatever this becomes is limited and
 	 * holds the slot ("0": the writing process) */
-	for (size_t i = 0; i < j->n_cg; i++) {
-		snprintf(path, sizeof(path), "%s/cgroup.procs", j->cg[i]);
-		int fd = open(path, O_WRONLY | O_CLOEXEC);
-		if (fd < 0 || write(fd, "0", 1) != 1)
-			child_fail(errfd, "joining cgroup", j->cg[i]);
-		close(fd);
-	}
+	const char *cg = vm_jail_cg_join(j);
+	if (cg)
+		child_fail(errfd, "joining cgroup", cg);
 	if (j->copy_from)
 		copy_ram(j, errfd);
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
@@ -555,12 +263,6 @@ void vm_jail_enter(const struct vm_jail *j, int errfd)
 int vm_jail_clone_flags(const struct vm_jail *j)
 {
 	return CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | (j->netns ? CLONE_NEWNET : 0);
-}
-
-void vm_jail_remove_cgroups(const struct vm_jail *j)
-{
-	for (size_t i = 0; i < j->n_cg; i++)
-		rmdir(j->cg[i]); /* fails (EBUSY) while a process is in it */
 }
 
 int vm_jail_setup(struct vm_jail *j, const char *dir, const char *writable_dir, unsigned cpus, unsigned memory_mib,
