@@ -179,12 +179,14 @@ void kiln_cas_abort(kiln_cas_writer *w)
 /* The rename is the commit point; under SYNC_FULL the bytes and then the new
  * name reach the disk before the blob is reported stored.  -2: src is on
  * another filesystem (only when !fail_exdev; err untouched). */
-static int place(kiln_cas *c, int fd, const char *src, const char *digest, bool fail_exdev, kiln_error **err)
+static int place(kiln_cas *c, int fd, const char *src, const char *digest, bool fail_exdev, bool sync,
+		 kiln_error **err)
 {
 	char *dst = kiln_cas_path(c, digest), *dir = NULL;
 	int rc = -1;
 
-	if (c->lay.sync == KILN_CAS_SYNC_FULL && fsync(fd) < 0) {
+	sync = sync && c->lay.sync == KILN_CAS_SYNC_FULL;
+	if (sync && fsync(fd) < 0) {
 		kiln_err_errno(err, errno, "content store: sync %s", src);
 		goto out;
 	}
@@ -203,7 +205,7 @@ static int place(kiln_cas *c, int fd, const char *src, const char *digest, bool 
 		kiln_err_errno(err, errno, "content store: rename into %s", dst);
 		goto out;
 	}
-	if (c->lay.sync == KILN_CAS_SYNC_FULL)
+	if (sync)
 		kiln_fsync_parent(dst);
 	rc = 0;
 out:
@@ -234,7 +236,7 @@ int kiln_cas_commit(kiln_cas_writer *w, const char *expect, char digest[KILN_DIG
 		rc = 0; /* the same digest is the same content: keep the stored one */
 		goto done;
 	}
-	if (place(w->cas, w->fd, w->tmp, got, true, err) < 0)
+	if (place(w->cas, w->fd, w->tmp, got, true, true, err) < 0)
 		goto out;
 	free(w->tmp);
 	w->tmp = NULL;
@@ -331,7 +333,7 @@ int kiln_cas_adopt(kiln_cas *c, const char *path, const char *expect, unsigned f
 		kiln_err_errno(err, errno, "content store: open %s", path);
 		goto out;
 	}
-	rc = place(c, fd, path, expect, false, err);
+	rc = place(c, fd, path, expect, false, !(flags & KILN_CAS_DEFER_SYNC), err);
 	if (rc == -2) /* another filesystem: a copy, which hashes what it stores */
 		rc = kiln_cas_import(c, path, expect, flags & KILN_CAS_SPARSE, NULL, NULL, err);
 out:

@@ -321,7 +321,9 @@ int kiln_cas_read(const kiln_cas *c, const char *digest, size_t max, char **data
 /* Move a finished file in as blob expect (hashed first with KILN_CAS_VERIFY;
  * copied, and so hashed, when it is on another filesystem, keeping holes with
  * KILN_CAS_SPARSE); the file is gone afterwards, stored or not. */
-enum { KILN_CAS_VERIFY = 1, KILN_CAS_SPARSE = 2 };
+/* KILN_CAS_DEFER_SYNC: the file is durable already and the caller fsyncs the
+ * blob's directory before it counts it stored (the registry's group commit). */
+enum { KILN_CAS_VERIFY = 1, KILN_CAS_SPARSE = 2, KILN_CAS_DEFER_SYNC = 4 };
 int kiln_cas_adopt(kiln_cas *c, const char *path, const char *expect, unsigned flags, kiln_error **err);
 /* Copy a file in (expect checked if given); digest and size may be NULL. */
 int kiln_cas_import(kiln_cas *c, const char *path, const char *expect, bool sparse, char digest[KILN_DIGEST_MAX],

@@ -25,6 +25,7 @@ struct rc_client {
 	uint64_t max_rate;
 	char *ca_file; /* $KILN_REGISTRY_CA_FILE: trust these CAs instead of the system's */
 	struct rc_client_stats stats;
+	int no_batch_exists; /* the registry has no batch blob query (exists.c): HEADs */
 };
 
 /* WWW-Authenticate: the first challenge's scheme and its parameters. */

@@ -124,10 +124,20 @@ struct rc_xfer_opts {
 	int no_fsync;
 };
 
+/* kiln serve's batch blob query (docs/registry.md, "Batch blob query"): the
+ * most digests one request may ask about (the server refuses more). */
+#define RC_BLOBS_EXIST_MAX 1000
+/* Which of blobs[0..n) repo holds (present[i] = 1/0), in one request per
+ * RC_BLOBS_EXIST_MAX.  1 answered; 0 the registry has no such query (the
+ * client remembers: ask with HEADs); -1 error. */
+int rc_blobs_exist(rc_client *c, const char *repo, const struct rc_blob *blobs, size_t n, unsigned char *present,
+		   kiln_error **err);
+
 /* Parallel transfers over one curl multi handle.  Push skips the blobs the
- * registry has (HEAD), tries a cross-repository mount when mount_from is set,
- * then uploads (POST + PUT, or PATCH chunks for large blobs, resumed from the
- * session's offset after a failure).  Pull skips what have() reports, then
+ * registry has (the batch query, else a HEAD each), tries a cross-repository
+ * mount when mount_from is set, then uploads (POST + PUT, or PATCH chunks for
+ * large blobs, resumed from the session's offset after a failure; a registry
+ * with the batch query gets small blobs in one monolithic POST).  Pull skips what have() reports, then
  * GETs into PATH.part with resume.  Stops at the first failed blob. */
 int rc_blobs_push(rc_client *c, const char *repo, const struct rc_blob *blobs, size_t n,
 		   const struct rc_xfer_opts *o, kiln_error **err);

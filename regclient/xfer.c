@@ -18,7 +18,7 @@
 
 #define CHUNK_DEFAULT (32ull << 20)
 
-enum step { S_START, S_HEAD, S_MOUNT, S_POST, S_STATUS, S_PATCH, S_PUT, S_GET, S_DONE };
+enum step { S_START, S_HEAD, S_MOUNT, S_POST, S_STATUS, S_PATCH, S_PUT, S_GET, S_MONO, S_DONE };
 
 struct xfer;
 
@@ -60,6 +60,7 @@ struct xfer {
 	uint64_t moved0;
 	int64_t last_report;
 	int started;            /* totals known: progress may be reported */
+	int mono;               /* push: kiln serve (it answered the batch query): small blobs in one POST */
 };
 
 static int64_t now_ms(void)
@@ -273,6 +274,9 @@ static void build_request(struct xfer *x, struct job *j)
 	case S_POST:
 		url = rc_url(c, "/v2/%s/blobs/uploads/", x->repo);
 		break;
+	case S_MONO:
+		url = rc_url(c, "/v2/%s/blobs/uploads/?digest=%s", x->repo, b->digest);
+		break;
 	case S_STATUS:
 		url = kiln_xstrdup(j->upload);
 		break;
@@ -288,7 +292,7 @@ static void build_request(struct xfer *x, struct job *j)
 	}
 	static const char *const method[] = { [S_HEAD] = "HEAD", [S_MOUNT] = "POST", [S_POST] = "POST",
 					      [S_STATUS] = "GET", [S_PATCH] = "PATCH", [S_PUT] = "PUT",
-					      [S_GET] = "GET" };
+					      [S_GET] = "GET", [S_MONO] = "POST" };
 	rc_http_init(&j->rq, c, method[j->st], url, scope);
 	free(j->mscope);
 	j->mscope = NULL;
@@ -297,7 +301,9 @@ static void build_request(struct xfer *x, struct job *j)
 		j->mscope = kiln_xasprintf("%s repository:%s:pull", x->scope, b->mount_from);
 		j->rq.scope = j->mscope;
 	}
-	if (j->st == S_PATCH || j->st == S_PUT) {
+	if (j->st == S_MONO)
+		j->off = 0;
+	if (j->st == S_PATCH || j->st == S_PUT || j->st == S_MONO) {
 		uint64_t end = j->st == S_PATCH ? (j->off + x->chunk < j->size ? j->off + x->chunk : j->size) : j->size;
 		if (j->st == S_PUT && j->chunked)
 			end = j->off; /* the chunks are all in: an empty closing PUT */
@@ -438,7 +444,7 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 		if (st == 200)
 			finish(x, j, 1);
 		else if (st == 404)
-			j->st = j->b->mount_from ? S_MOUNT : S_POST;
+			j->st = j->b->mount_from ? S_MOUNT : x->mono && !j->chunked ? S_MONO : S_POST;
 		else
 			return fail(x, j, "blob HEAD", err);
 		break;
@@ -495,6 +501,12 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 		j->off = r->range ? range_end(r->range) : j->off + j->sent;
 		j->attempts = 0;
 		next_upload(x, j);
+		break;
+	case S_MONO:
+		if (st != 201)
+			return fail(x, j, "upload", err);
+		j->off = j->size;
+		finish(x, j, 0);
 		break;
 	case S_PUT:
 		if (st != 201 && st != 204)
@@ -571,6 +583,30 @@ static int begin(struct xfer *x, struct job *j, kiln_error **err)
 	return 0;
 }
 
+/* Push: one batch query instead of a HEAD per blob where the registry has it
+ * (kiln serve); the blobs it lacks go straight to their upload. */
+static int batch_skip(struct xfer *x, kiln_error **err)
+{
+	unsigned char *present = kiln_xcalloc(x->n, 1);
+	struct rc_blob *bl = kiln_xcalloc(x->n, sizeof(*bl));
+	int r;
+
+	for (size_t i = 0; i < x->n; i++)
+		memcpy(bl[i].digest, x->jobs[i].b->digest, sizeof(bl[i].digest));
+	r = rc_blobs_exist(x->c, x->repo, bl, x->n, present, err);
+	x->mono = r > 0;
+	for (size_t i = 0; r > 0 && i < x->n; i++) {
+		struct job *j = &x->jobs[i];
+		if (present[i])
+			finish(x, j, 1);
+		else
+			j->st = j->b->mount_from ? S_MOUNT : !j->chunked ? S_MONO : S_POST;
+	}
+	free(present);
+	free(bl);
+	return r < 0 ? -1 : 0;
+}
+
 static int run(rc_client *c, const char *repo, int push, const struct rc_blob *blobs, size_t n,
 	       const struct rc_xfer_opts *o, kiln_error **err)
 {
@@ -607,6 +643,9 @@ static int run(rc_client *c, const char *repo, int push, const struct rc_blob *b
 			goto out;
 		x.p.bytes_total += x.jobs[i].size;
 	}
+	if (push && n > 0 && batch_skip(&x, err) < 0)
+		goto out;
+	x.moved0 = c->stats.bytes_up; /* progress counts blob bytes, not the query's */
 	x.started = 1;
 	report(&x, NULL, 1);
 	while (x.p.blobs_done < n) {

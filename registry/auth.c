@@ -288,7 +288,8 @@ static void challenge(reg_req *r, const char *scope)
 
 static enum reg_action action_of(reg_req *r)
 {
-	if (strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0)
+	/* the batch query is a read, as the HEADs it replaces */
+	if (strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0 || r->route == R_BLOBS_EXIST)
 		return REG_PULL;
 	if (strcmp(r->method, "DELETE") == 0 && r->route != R_UPLOAD)
 		return REG_DELETE;

@@ -92,19 +92,23 @@ struct adopt {
 	size_t len;
 };
 
+/* The upload's file is fsync'd already; the group fsyncs the directory. */
 static int adopt_cb(void *ud, kiln_error **err)
 {
 	struct adopt *a = ud;
 
-	return fs_blob_adopt(a->st, a->digest, a->src, err);
+	return kiln_cas_adopt(a->st->cas, a->src, a->digest, KILN_CAS_DEFER_SYNC, err);
 }
 
 static int fs_blob_commit(const reg_store *st, reg_db *db, const char *repo, const char *digest, const char *src,
 			  int64_t size, kiln_error **err)
 {
 	struct adopt a = { st, digest, src, NULL, 0 };
+	char *path = reg_store_blob_path(st, digest);
+	int ret = reg_db_blob_link(db, repo, digest, size, adopt_cb, &a, path, err);
 
-	return reg_db_blob_link(db, repo, digest, size, adopt_cb, &a, err);
+	free(path);
+	return ret;
 }
 
 static int fs_blob_mount(const reg_store *st, reg_db *db, const char *repo, const char *from, const char *digest,
@@ -114,6 +118,12 @@ static int fs_blob_mount(const reg_store *st, reg_db *db, const char *repo, cons
 	int have = fs_blob_stat(st, digest, &size, err);
 
 	return have == 1 ? reg_db_blob_mount(db, repo, from, digest, err) : have;
+}
+
+static int fs_blob_holders(const reg_store *st, reg_db *db, const char *digest, long max, kiln_strv *out,
+			   kiln_error **err)
+{
+	return reg_db_blob_holders(db, digest, max, out, err);
 }
 
 static int fs_manifest_get(const reg_store *st, reg_db *db, const char *repo, const char *ref,
@@ -259,6 +269,7 @@ const struct reg_backend reg_backend_fs = {
 	.blob_unlink = fs_blob_unlink,
 	.blob_commit = fs_blob_commit,
 	.blob_mount = fs_blob_mount,
+	.blob_holders = fs_blob_holders,
 	.manifest_get = fs_manifest_get,
 	.manifest_put = fs_manifest_put,
 	.manifest_delete = fs_manifest_delete,

@@ -65,6 +65,7 @@ reg_db *reg_db_open(const char *path, kiln_error **err)
 	reg_db *db = kiln_xcalloc(1, sizeof(*db));
 
 	pthread_mutex_init(&db->lock, NULL);
+	reg_db_group_init(db);
 	if (sqlite3_open_v2(path, &db->h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) !=
 	    SQLITE_OK) {
 		kiln_err(err, KILN_E_IO, "open metadata db %s: %s", path, db->h ? sqlite3_errmsg(db->h) : "out of memory");
@@ -88,6 +89,7 @@ void reg_db_close(reg_db *db)
 		return;
 	sqlite3_close(db->h);
 	pthread_mutex_destroy(&db->lock);
+	reg_db_group_destroy(db);
 	free(db);
 }
 
@@ -137,42 +139,6 @@ int reg_db_repo(reg_db *db, const char *name, int create, int64_t *id, kiln_erro
 	return ret;
 }
 
-int reg_db_blob_link(reg_db *db, const char *repo, const char *digest, int64_t size, reg_db_place_fn place,
-		     void *ud, kiln_error **err)
-{
-	sqlite3_stmt *st = NULL;
-	int64_t id;
-	int ret = -1;
-
-	pthread_mutex_lock(&db->lock);
-	/* The write transaction is the blob commit lock that gc also takes. */
-	if (reg_db_exec(db, "BEGIN IMMEDIATE", err) < 0)
-		goto unlock;
-	if (reg_db_repo_locked(db, repo, 1, &id, err) < 0 || (place && place(ud, err) < 0))
-		goto rollback;
-	st = reg_db_prep(db, "INSERT OR IGNORE INTO blob_links(repo, digest, size, created) VALUES(?, ?, ?, ?)", err);
-	if (st == NULL)
-		goto rollback;
-	sqlite3_bind_int64(st, 1, id);
-	sqlite3_bind_text(st, 2, digest, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 3, size);
-	sqlite3_bind_int64(st, 4, reg_db_now());
-	if (sqlite3_step(st) != SQLITE_DONE) {
-		reg_db_fail(db, err, "link blob");
-		goto rollback;
-	}
-	if (reg_db_exec(db, "COMMIT", err) < 0)
-		goto rollback;
-	ret = 0;
-	goto unlock;
-rollback:
-	sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
-unlock:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return ret;
-}
-
 /* Already linked in repo id (a mount onto itself): 1/0. */
 int reg_db_blob_linked_locked(reg_db *db, int64_t id, const char *digest)
 {
@@ -211,23 +177,6 @@ int reg_db_blob_linked(reg_db *db, const char *repo, const char *digest, int64_t
 		reg_db_fail(db, err, "blob lookup");
 	}
 out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return ret;
-}
-
-int reg_db_blob_known(reg_db *db, const char *digest, kiln_error **err)
-{
-	sqlite3_stmt *st;
-	int ret = -1, rc;
-
-	pthread_mutex_lock(&db->lock);
-	st = reg_db_prep(db, "SELECT 1 FROM blob_links WHERE digest = ? LIMIT 1", err);
-	if (st) {
-		sqlite3_bind_text(st, 1, digest, -1, SQLITE_STATIC);
-		rc = sqlite3_step(st);
-		ret = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : reg_db_fail(db, err, "blob lookup");
-	}
 	sqlite3_finalize(st);
 	pthread_mutex_unlock(&db->lock);
 	return ret;

@@ -64,6 +64,24 @@ int reg_db_catalog(reg_db *db, const char *last, long n, kiln_strv *out, int *mo
 	return ret;
 }
 
+int reg_db_blob_holders(reg_db *db, const char *digest, long max, kiln_strv *out, kiln_error **err)
+{
+	sqlite3_stmt *st;
+	int more = 0, ret = -1;
+
+	pthread_mutex_lock(&db->lock);
+	st = reg_db_prep(db, "SELECT r.name FROM blob_links b JOIN repos r ON r.id = b.repo WHERE b.digest = ?"
+			     " ORDER BY r.name LIMIT ?", err);
+	if (st) {
+		sqlite3_bind_text(st, 1, digest, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, max + 1);
+		ret = collect(db, st, max, out, &more, err);
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return ret;
+}
+
 int reg_db_referrers(reg_db *db, const char *repo, const char *subject, const char *artifact_type,
 		     json_t *out, kiln_error **err)
 {

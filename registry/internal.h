@@ -15,10 +15,19 @@
 #include "regclient/regclient.h"
 
 /* ---- metadata database (db.c, db_query.c) ---- */
+struct reg_db_commit;
 typedef struct reg_db {
 	sqlite3 *h;
 	pthread_mutex_t lock;
+	/* group commit of blob links (db_group.c) */
+	pthread_mutex_t glock;
+	pthread_cond_t gdone;
+	struct reg_db_commit *gqueue, **gtail;
+	int gleader;               /* a thread is committing a group */
+	uint64_t groups, grouped;  /* groups committed, links in them (tests, logs) */
 } reg_db;
+void reg_db_group_init(reg_db *db);
+void reg_db_group_destroy(reg_db *db);
 
 reg_db *reg_db_open(const char *path, kiln_error **err);
 /* Low-level helpers for db*.c; the caller holds db->lock. */
@@ -37,14 +46,19 @@ int reg_db_repo(reg_db *db, const char *name, int create, int64_t *id, kiln_erro
  * records it.  gc removes a blob file only inside its own write transaction,
  * so the two are serialised: the bytes and their link appear together. */
 typedef int (*reg_db_place_fn)(void *ud, kiln_error **err);
-/* place may be NULL (bytes already stored, e.g. in S3 where gc does not run). */
+/* Links digest into repo, with place (may be NULL: bytes already stored) run
+ * inside the write transaction.  Group commit (db_group.c): links that arrive
+ * while another group commits go together in the next transaction, one
+ * directory fsync per distinct directory of sync_path (the placed file, whose
+ * place left its rename unsynced; NULL: nothing to sync) and one sqlite
+ * commit; each returns only once its own link is durable (or failed). */
 int reg_db_blob_link(reg_db *db, const char *repo, const char *digest, int64_t size, reg_db_place_fn place,
-		     void *ud, kiln_error **err);
+		     void *ud, const char *sync_path, kiln_error **err);
 /* 1 linked (size set), 0 not, -1 error. */
 int reg_db_blob_linked(reg_db *db, const char *repo, const char *digest, int64_t *size, kiln_error **err);
 int reg_db_blob_unlink(reg_db *db, const char *repo, const char *digest, kiln_error **err);
-/* Any repository has the blob linked: 1/0/-1 (for mounts without from=). */
-int reg_db_blob_known(reg_db *db, const char *digest, kiln_error **err);
+/* The first max repositories (by name) that hold digest (for mounts without from=). */
+int reg_db_blob_holders(reg_db *db, const char *digest, long max, kiln_strv *out, kiln_error **err);
 /* Records a manifest whose refs all exist in repo (checked in the same
  * transaction): 1 stored; 0 when m->refs[*missing] is not there; -1 error. */
 int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_t size,
@@ -120,6 +134,11 @@ struct reg_backend {
 	/* Link digest into repo if `from` has it: 1 mounted, 0 not, -1 error. */
 	int (*blob_mount)(const reg_store *st, reg_db *db, const char *repo, const char *from, const char *digest,
 			  kiln_error **err);
+	/* The first max repositories holding digest, by name (a mount without
+	 * from= picks one the caller may read).  NULL: the backend cannot say
+	 * (S3: links are per repository), and such a mount is an upload. */
+	int (*blob_holders)(const reg_store *st, reg_db *db, const char *digest, long max, kiln_strv *out,
+			    kiln_error **err);
 	/* manifests and tags */
 	int (*manifest_get)(const reg_store *st, reg_db *db, const char *repo, const char *ref,
 			    char digest[KILN_DIGEST_MAX], char **media_type, kiln_buf *bytes, kiln_error **err);
@@ -218,6 +237,9 @@ int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, re
 /* Test hook: gc calls it (when set) inside its write transaction, after the
  * blob's links are deleted and before it commits. */
 extern void (*reg_gc_test_hook)(const char *digest);
+/* Test hook: a group commit's leader calls it before its COMMIT, holding the
+ * write transaction with n links in it (db_group.c). */
+extern void (*reg_db_group_test_hook)(reg_db *db, size_t n);
 /* Test hook: S3 gc calls it right after putting its tomb on digest. */
 extern void (*reg_gc_s3_test_hook)(const char *digest);
 void reg_upload_cancel(reg_uploads *u, reg_upload *up);
@@ -259,6 +281,7 @@ reg_server *reg_server_open(const struct reg_config *c, kiln_error **err);
 
 enum reg_route {
 	R_NONE, R_BASE, R_CATALOG, R_TAGS, R_MANIFEST, R_BLOB, R_UPLOAD_START, R_UPLOAD, R_REFERRERS, R_TOKEN,
+	R_BLOBS_EXIST,  /* POST /v2/NAME/blobs/_exists (exists.c) */
 	R_EXT,          /* a mounted module's (reg_server_mount) */
 };
 
@@ -329,6 +352,8 @@ void reg_manifest_finish(reg_req *r);
 void reg_tags_handle(reg_req *r);
 void reg_catalog_handle(reg_req *r);
 void reg_referrers_handle(reg_req *r);
+void reg_exists_begin(reg_req *r);
+void reg_exists_finish(reg_req *r);
 
 /* Auth (auth.c).  reg_auth_request() decides whether r may proceed (0) or
  * sets a 401/403 answer (-1); reg_auth_allows() asks about another repository

@@ -138,6 +138,9 @@ static void route(reg_req *r, const char *url)
 	} else if (seg[2] && strcmp(seg[2], "blobs") == 0 && seg[1] && strcmp(seg[1], "uploads") == 0) {
 		r->route = seg[0][0] ? R_UPLOAD : R_UPLOAD_START;
 		r->ref = seg[0][0] ? kiln_xstrdup(seg[0]) : NULL;
+	} else if (seg[1] && strcmp(seg[1], "blobs") == 0 && strcmp(seg[0], "_exists") == 0) {
+		r->route = R_BLOBS_EXIST; /* "_exists" is no digest: no blob route is shadowed */
+		p = seg[2];
 	} else if (seg[1] && strcmp(seg[1], "blobs") == 0) {
 		r->route = strcmp(seg[0], "uploads") == 0 ? R_UPLOAD_START : R_BLOB;
 		r->ref = r->route == R_BLOB ? kiln_xstrdup(seg[0]) : NULL;
@@ -206,6 +209,9 @@ static void begin(reg_req *r)
 			break;
 		reg_blob_handle(r);
 		return;
+	case R_BLOBS_EXIST:
+		reg_exists_begin(r);
+		return;
 	case R_MANIFEST:
 		if (!get && !method_is(r, "PUT") && !method_is(r, "DELETE"))
 			break;
@@ -233,6 +239,8 @@ static void finish(reg_req *r)
 		r->ext->end(r->ext->ud, r);
 	else if (r->route == R_MANIFEST)
 		reg_manifest_finish(r);
+	else if (r->route == R_BLOBS_EXIST)
+		reg_exists_finish(r);
 	else if (r->route == R_UPLOAD || r->route == R_UPLOAD_START)
 		reg_upload_finish(r);
 }

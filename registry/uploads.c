@@ -1,5 +1,5 @@
 /* uploads.c — the blob upload endpoints: POST (new session, monolithic with
- * ?digest=, cross-repository ?mount=&from=), PATCH (chunks, in order or 416),
+ * ?digest=, cross-repository ?mount=[&from=]), PATCH (chunks, in order or 416),
  * PUT (last chunk + digest: verify and commit), GET (status), DELETE. */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -86,6 +86,28 @@ static int check_content_range(reg_req *r, reg_upload *up)
 	return 0;
 }
 
+/* A mount without from= (the distribution spec's automatic content
+ * discovery): from the first repository holding the blob that the caller may
+ * read.  One it may not read is never used, so the answer (201 or an upload)
+ * says nothing about blobs elsewhere.  1 mounted, 0 not, -1 error. */
+#define HOLDERS_MAX 256
+static int mount_any(reg_req *r, const char *digest, kiln_error **err)
+{
+	reg_server *s = r->srv;
+	kiln_strv holders = { 0 };
+	int have = 0;
+
+	if (s->store.ops->blob_holders == NULL)
+		return 0;
+	if (s->store.ops->blob_holders(&s->store, s->db, digest, HOLDERS_MAX, &holders, err) < 0)
+		return -1;
+	for (size_t i = 0; i < holders.n && have == 0; i++)
+		if (reg_auth_allows(r, holders.v[i], REG_PULL))
+			have = s->store.ops->blob_mount(&s->store, s->db, r->name, holders.v[i], digest, err);
+	kiln_strv_free(&holders);
+	return have;
+}
+
 static void start(reg_req *r)
 {
 	reg_server *s = r->srv;
@@ -102,6 +124,8 @@ static void start(reg_req *r)
 			kiln_error_clear(&err); /* not mountable: a plain upload instead */
 		} else if (from && oci_name_valid(from) && reg_auth_allows(r, from, REG_PULL)) {
 			have = s->store.ops->blob_mount(&s->store, s->db, r->name, from, mount, &err);
+		} else if (from == NULL) {
+			have = mount_any(r, mount, &err);
 		}
 		if (have > 0) {
 			blob_created(r, mount);

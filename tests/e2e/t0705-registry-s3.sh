@@ -51,6 +51,10 @@ req GET "/v2/team/s3img/blobs/$(sha256_of empty)"
 expect_eq "zero-byte blob GET" "$CODE $(stat -c %s body)" "200 0"
 head_req "/v2/team/s3img/blobs/$(sha256_of empty)"
 expect_eq "zero-byte blob HEAD" "$CODE $(hdr Content-Length)" "200 0"
+req POST /v2/team/s3img/blobs/_exists -d "{\"digests\":[\"$(sha256_of l2)\",\"$(sha256_of empty)\"]}"
+expect_eq "batch blob query against S3" "$CODE $(jq -c .missing body)" "200 [\"$(sha256_of l2)\"]"
+req POST "/v2/team/other/blobs/uploads/?mount=$(sha256_of empty)"
+expect_code "a mount without from= is an upload with S3 (no lookup of holders)" 202
 big=$(skopeo inspect --raw oci:img:v1 | jq -r '[.layers[] | select(.size > 1000000)][0].digest')
 req GET "/v2/team/s3img/blobs/$big" -H 'Range: bytes=2097150-2097160'
 expect_eq "range across an S3 read chunk" "$CODE $(od -An -tx1 body | tr -d ' \n')" \

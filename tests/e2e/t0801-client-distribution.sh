@@ -48,7 +48,8 @@ SK=(--tls-verify=false)
 
 expect_exit 0 "push to distribution in 1 MiB PATCH chunks" "$KILN" push --chunk-size 1M one:1 "$R/a/one:v1"
 expect_eq "  ... the local digest" "$(cat "$T_TMP/out")" "$L1"
-expect_exit 0 "push to distribution monolithically" "$KILN" push two:1 "$R/a/two:v1"
+expect_exit 0 "push to distribution monolithically" env KILN_LOG=debug "$KILN" push two:1 "$R/a/two:v1"
+expect_grep "  ... no batch blob query there: HEADs instead" 'no batch blob query \(HTTP 404\)' "$T_TMP/err"
 expect_exit 0 "skopeo inspect" skopeo inspect "${SK[@]}" "docker://$R/a/one:v1"
 expect_eq "  ... same digest" "$(jq -r .Digest "$T_TMP/out")" "$L1"
 expect_exit 0 "skopeo copy (distribution → OCI layout)" skopeo copy --src-tls-verify=false "docker://$R/a/one:v1" "oci:$T_TMP/lay:x"

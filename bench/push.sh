@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# push.sh — full push of a large template to `kiln serve` on 127.0.0.1
+# (issue 17's goal: ≥ 1 GiB rootfs / 512 MiB memory template in ≤ 3 s): one
+# template (the base of bench/lazy.sh: busybox + ROOTFS_MIB of real library
+# files, 512 MiB guest RAM), pushed RUNS times, each to a fresh registry (new
+# data directory, new server).  With KILN_BEFORE=PATH (an older bin/kiln) the
+# runs alternate before/after — server and client of the same binary — so
+# both see the same load.  Each push is split at its first progress event:
+# chunking (read, sha256, zstd of every chunk: dist_tmpl_make) and the
+# transfer (batch query or HEADs, uploads, commits, the manifest).  Prints a
+# markdown block for bench/RESULTS.md.
+# Usage: [KILN_BEFORE=/path/to/old/kiln] [KILN_AFTER=/path/to/kiln] bench/push.sh [RUNS] [ROOTFS_MIB]
+set -euo pipefail
+RUNS=${1:-3}
+ROOT_MIB=${2:-1024}
+KILN=${KILN:-$PWD/bin/kiln}
+BEFORE=${KILN_BEFORE:-}
+AFTER=${KILN_AFTER:-$KILN} # the binary measured as "after" (default: the one that builds)
+export KILN_KERNEL_DIR=${KILN_KERNEL_DIR:-$PWD/build/kernel}
+W=$(mktemp -d /tmp/kiln-bench-push.XXXXXX)
+SPID=
+cleanup() {
+	[ -n "$SPID" ] && { kill "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; }
+	rm -rf "$W"
+}
+trap cleanup EXIT
+export TMPDIR=$W/tmp SOURCE_DATE_EPOCH=1700000000
+mkdir -p "$TMPDIR"
+vm/fetch-kernel.sh "$KILN_KERNEL_DIR" >/dev/null
+cd "$W"
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# -- the template: busybox + the first ROOT_MIB of /usr/lib/x86_64-linux-gnu's files --
+umoci init --layout base >/dev/null
+umoci new --image base:base >/dev/null
+umoci unpack --image base:base bbb >/dev/null
+R=bbb/rootfs
+mkdir -p "$R/bin" "$R/etc" "$R/tmp" "$R/proc" "$R/sys" "$R/dev" "$R/run" "$R/usr/lib/x86_64-linux-gnu"
+chmod 1777 "$R/tmp"
+cp /bin/busybox "$R/bin/busybox"
+for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -sf busybox "$R/bin/$a"; done
+(cd /usr/lib/x86_64-linux-gnu && find . -type f | LC_ALL=C sort |
+	awk -v max="$((ROOT_MIB * 1048576))" 'BEGIN {t = 0} {cmd = "stat -c %s \"" $0 "\""; cmd | getline s; close(cmd); if (t + s <= max) {t += s; print}}' |
+	xargs -d '\n' cp --parents -t "$W/$R/usr/lib/x86_64-linux-gnu")
+umoci repack --image base:base bbb >/dev/null
+rm -rf bbb
+mkdir -p ctx
+echo "app version 1" >ctx/app.txt
+printf 'FROM oci:%s/base:base\nCOPY app.txt /app/app.txt\n' "$W" >ctx/Dockerfile
+export KILN_HOME=$W/home
+tb0=$(date +%s)
+"$KILN" build -t app --start-cmd 'echo started >/tmp/started; sync' --ready-cmd 'test -f /tmp/started' \
+	--memory 512 ctx >/dev/null 2>build.log
+tb1=$(date +%s)
+
+# push_once BIN LABEL: a fresh server of BIN, then BIN push; appends "total chunk" seconds to LABEL.times
+push_once() {
+	local bin=$1 label=$2 port
+	rm -rf reg
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	"$bin" serve --addr "127.0.0.1:$port" --data "$W/reg" 2>>serve.log &
+	SPID=$!
+	for _ in $(seq 1 200); do curl -sf -o /dev/null "http://127.0.0.1:$port/v2/" && break; sleep 0.05; done
+	python3 - "$bin" "127.0.0.1:$port" "$label" <<'PY' >>"$2.times"
+import json, subprocess, sys, time
+binary, reg, label = sys.argv[1:]
+t0 = time.monotonic()
+p = subprocess.Popen([binary, "push", "--json", "app", reg + "/t/app:v1"], stdout=subprocess.PIPE,
+                     stderr=open("push.err", "a"), text=True)
+first = None
+done = {}
+for line in p.stdout:
+    if first is None and '"progress"' in line:
+        first = time.monotonic() - t0
+    if '"done"' in line:
+        done = json.loads(line)
+p.wait()
+t = time.monotonic() - t0
+if p.returncode != 0:
+    sys.exit("push failed: exit %d" % p.returncode)
+print("%.3f %.3f %d %d" % (t, first or 0, done.get("blobs_total", 0), done.get("bytes_total", 0)))
+PY
+	kill "$SPID"; wait "$SPID" 2>/dev/null || true; SPID=
+}
+L0=$(load)
+for r in $(seq 1 "$RUNS"); do
+	[ -n "$BEFORE" ] && push_once "$BEFORE" before
+	push_once "$AFTER" after
+done
+L1=$(load)
+
+row() { # LABEL
+	local t c
+	t=$(awk '{print $1}' "$1.times" | median)
+	c=$(awk '{print $2}' "$1.times" | median)
+	echo "| $1 | $t s | $c s | $(awk -v a="$t" -v b="$c" 'BEGIN {printf "%.3f", a - b}') s | $(awk '{printf "%s ", $1}' "$1.times")|"
+}
+cfg=$W/home/snapshots/blobs/sha256/$(cut -d: -f2 "$W/home/snapshots/refs/app/latest")
+read -r _ _ blobs bytes <after.times
+cat <<MD
+Template: rootfs $(mib "$(jq -r .rootfs.size "$cfg")") MiB ext4 (busybox + $ROOT_MIB MiB of /usr/lib/x86_64-linux-gnu),
+$(jq -r .memory_mib "$cfg") MiB guest RAM; as an artifact $(mib "$bytes") MiB in $blobs blobs (zstd chunks). Built in $((tb1 - tb0)) s.
+Load before / after the pushes: $L0 / $L1. Each push to a fresh \`kiln serve\` (empty data directory).
+
+| \`kiln push --json app REG/t/app:v1\`, median of $RUNS | full push | chunking (to the first progress event) | transfer (query, uploads, commits, manifest) | runs |
+| --- | --- | --- | --- | --- |
+$([ -n "$BEFORE" ] && row before)
+$(row after)
+MD
