@@ -255,11 +255,10 @@ static int s3_history(const reg_store *st, reg_db *db, const char *repo, const c
 	return reg_s3m_history(st, repo, tag, out, err);
 }
 
-/* The bucket's history keeps no notes. */
 static int s3_tag_note(const reg_store *st, reg_db *db, const char *repo, const char *tag, const char *digest,
 		       const char *note, kiln_error **err)
 {
-	return 0;
+	return reg_s3m_tag_note(st, repo, tag, digest, note, err);
 }
 
 /* The bucket has no counts: one tags listing per repository (manifests -1). */

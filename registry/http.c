@@ -323,8 +323,15 @@ reg_server *reg_server_open(const struct reg_config *c, kiln_error **err)
 	s->cfg.realm = c->realm ? kiln_xstrdup(c->realm) : NULL;
 	s->cfg.service = kiln_xstrdup(c->service ? c->service : "kiln");
 	s->cfg.build = json_incref(c->build);
-	/* The server's copy owns no S3 strings: the store copies what it needs. */
-	s->cfg.s3_endpoint = s->cfg.s3_region = s->cfg.s3_bucket = s->cfg.s3_access_key = s->cfg.s3_secret_key = NULL;
+	/* Its own copies of the S3 settings too: reg_server_config() is a whole
+	 * configuration (the build service opens the store with it: tag notes). */
+#define DUP(f) s->cfg.f = c->f ? kiln_xstrdup(c->f) : NULL
+	DUP(s3_endpoint);
+	DUP(s3_region);
+	DUP(s3_bucket);
+	DUP(s3_access_key);
+	DUP(s3_secret_key);
+#undef DUP
 	s->limits = reg_limits_new(c);
 	if (reg_store_open(&s->store, c, err) < 0)
 		goto fail;

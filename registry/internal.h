@@ -425,6 +425,8 @@ int reg_s3m_catalog(const reg_store *st, const char *last, long n, kiln_strv *ou
 int reg_s3m_referrers(const reg_store *st, const char *repo, const char *subject, const char *artifact_type,
 		      json_t *out, kiln_error **err);
 int reg_s3m_history(const reg_store *st, const char *repo, const char *tag, kiln_buf *out, kiln_error **err);
+int reg_s3m_tag_note(const reg_store *st, const char *repo, const char *tag, const char *digest, const char *note,
+		     kiln_error **err);
 /* Tokens, the issued-token key and public flags in the bucket (auth_s3.c). */
 int reg_s3a_key(const reg_store *st, unsigned char key[32], kiln_error **err);
 int reg_s3a_lookup_secret(const reg_store *st, const char *secret, int64_t *id, char **scopes, kiln_error **err);

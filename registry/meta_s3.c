@@ -539,6 +539,43 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* A note (the build service's "build ID") on the newest change of repo:tag
+ * to digest: written into that history object after the digest, "DIGEST
+ * NOTE", which reg_s3m_history prints as it is — as the filesystem backend
+ * prints a tag_notes row after its change.  No such change: nothing. */
+int reg_s3m_tag_note(const reg_store *st, const char *repo, const char *tag, const char *digest, const char *note,
+		     kiln_error **err)
+{
+	char *prefix = kiln_xasprintf("repositories/%s/_history/%s/", repo, tag);
+	struct keys k = { KILN_STRV_INIT, 0 };
+	kiln_buf b = KILN_BUF_INIT;
+	size_t dl = strlen(digest);
+	int ret = -1;
+
+	if (reg_s3_list(&st->s3, prefix, NULL, 0, keys_cb, &k, NULL, err) < 0)
+		goto out;
+	if (k.v.n)
+		qsort(k.v.v, k.v.n, sizeof(char *), cmp_str); /* NANOSECONDS-RANDOM: oldest first */
+	for (size_t i = k.v.n; i-- > 0;) {
+		kiln_buf_reset(&b);
+		int r = reg_s3_get_small(&st->s3, k.v.v[i], 1024, &b, NULL, err);
+		if (r < 0)
+			goto out;
+		if (r == 0 || b.len < dl || strncmp(b.buf, digest, dl) != 0 || (b.len > dl && b.buf[dl] != ' '))
+			continue;
+		char *text = kiln_xasprintf("%s %s", digest, note);
+		ret = reg_s3_put(&st->s3, k.v.v[i], text, strlen(text), err);
+		free(text);
+		goto out;
+	}
+	ret = 0;
+out:
+	kiln_strv_free(&k.v);
+	kiln_buf_free(&b);
+	free(prefix);
+	return ret;
+}
+
 int reg_s3m_history(const reg_store *st, const char *repo, const char *tag, kiln_buf *out, kiln_error **err)
 {
 	char *prefix = kiln_xasprintf("repositories/%s/_history/%s%s", repo, tag ? tag : "", tag ? "/" : "");

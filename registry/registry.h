@@ -149,7 +149,8 @@ void reg_repo_info_free(struct reg_repo_info *r, size_t n);
 int reg_tag_history(const struct reg_config *c, const char *repo, const char *tag, kiln_buf *out,
 		    kiln_error **err);
 /* Note on the newest change of repo:tag to digest (shown after it by
- * reg_tag_history): the build service records its build id.  S3: none. */
+ * reg_tag_history): the build service records its build id (S3: in that
+ * change's history object, after the digest). */
 int reg_tag_note(const struct reg_config *c, const char *repo, const char *tag, const char *digest, const char *note,
 		 kiln_error **err);
 int reg_set_public(const struct reg_config *c, const char *repo, int public_, kiln_error **err);

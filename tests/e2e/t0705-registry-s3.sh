@@ -4,7 +4,8 @@
 # test_registry_s3 (SigV4, put, multipart, ranged get, head, delete, zero-byte
 # objects, a wrong secret refused) under ASan/UBSan; then `kiln serve` with its
 # blobs in the bucket: skopeo push/pull (a large layer goes multipart), a
-# zero-byte blob, ranges, and a restart.
+# zero-byte blob, ranges, a restart; and `kiln serve --build` on it, the
+# build's id in the bucket's tag history.
 . tests/e2e/lib.sh
 . tests/e2e/radosgw-lib.sh
 . tests/e2e/registry-lib.sh
@@ -64,3 +65,17 @@ reg_start "$T_TMP/data" --config "$T_TMP/s3.json" || not_ok "restart"
 rm -rf pulled
 expect_exit 0 "pull after a restart" $S copy --src-tls-verify=false "docker://$REG/team/s3img:v1" oci:pulled:v1
 expect_eq "digest after restart" "$(skopeo inspect --raw oci:pulled:v1 | sha256sum | cut -d' ' -f1)" "$src"
+
+# the build service on the S3 backend: the build's id in the bucket's tag history
+reg_stop
+jq '. + {"build": {"host_builds": 1}}' "$T_TMP/s3.json" >"$T_TMP/s3b.json"
+reg_start "$T_TMP/data" --config "$T_TMP/s3b.json" || not_ok "kiln serve --build with S3 starts"
+mkdir -p "$T_TMP/bctx"
+echo built >"$T_TMP/bctx/f"
+printf 'FROM scratch\nCOPY f /f\n' >"$T_TMP/bctx/Dockerfile"
+expect_exit 0 "a remote build published into the S3-backed registry" env KILN_HOME="$T_TMP/bhome" \
+	"$KILN" build --remote "$U" -t s3app:1 "$T_TMP/bctx"
+BID=$(grep -o 'as build b-[0-9a-f]*' "$T_TMP/err" | cut -d' ' -f3)
+BD=$(head -1 "$T_TMP/out")
+expect_exit 0 "kiln registry history on the bucket" "$KILN" registry history --data "$T_TMP/data" --config "$T_TMP/s3b.json" default/s3app:1
+expect_grep "names the build that made the change" " 1 $BD build $BID\$" "$T_TMP/out"
