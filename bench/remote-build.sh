@@ -9,6 +9,10 @@
 #     succeed; wall time and each build's wait in the queue.
 # The context: a busybox base published on the server, 200 files of 4 KiB and
 # one of 1 MiB, a COPY and a RUN (in the builder microVM).
+# Cached builds: ROUNDS (9) rounds, local and remote interleaved in each round
+# (remote: a fresh client every time), medians.  KILN_BEFORE=/path/to/kiln adds
+# an A/B: a second server and client from that binary, its cached remote build
+# timed in the same rounds.
 set -u
 cd "$(dirname "$0")/.."
 export KILN_KERNEL_DIR=${KILN_KERNEL_DIR:-$PWD/build/kernel}
@@ -16,14 +20,22 @@ vm/fetch-kernel.sh "$KILN_KERNEL_DIR" >/dev/null || exit 1
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-remote.XXXXXX")
 KILN=$PWD/bin/kiln
 export SOURCE_DATE_EPOCH=1700000000
+BEFORE=${KILN_BEFORE:-}
+ROUNDS=${ROUNDS:-9}
 echo '{"build": {"host_builds": 2, "team_builds": 8}}' >"$work/serve.json"
-: >"$work/serve.log"
-KILN_HOME=$work/server $KILN serve --addr 127.0.0.1:0 --data "$work/data" --config "$work/serve.json" 2>"$work/serve.log" &
-srv=$!
-trap 'kill $srv 2>/dev/null; wait $srv 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 100); do grep -q listening "$work/serve.log" && break; sleep 0.1; done
-host=$(grep -o '127.0.0.1:[0-9]*' "$work/serve.log" | head -1)
+srvs=
+trap 'for p in $srvs; do kill $p 2>/dev/null; wait $p 2>/dev/null; done; rm -rf "$work"' EXIT
+serve() { # BINARY DIR VAR: starts a server, its host:port in $VAR
+	: >"$work/$2.log"
+	KILN_HOME=$work/$2-home $1 serve --addr 127.0.0.1:0 --data "$work/$2" --config "$work/serve.json" \
+		>/dev/null 2>"$work/$2.log" &
+	srvs="$srvs $!"
+	for _ in $(seq 100); do grep -q listening "$work/$2.log" && break; sleep 0.1; done
+	printf -v "$3" '%s' "$(grep -o '127.0.0.1:[0-9]*' "$work/$2.log" | head -1)"
+}
+serve "$KILN" data host
 url=http://$host
+echo "load at start: $(uptime)"
 now() { date +%s.%N; }
 secs() { echo "$2 - $1" | bc; }
 
@@ -50,16 +62,41 @@ run() { # LABEL HOME ARGS... → seconds
 	t1=$(now)
 	secs "$t0" "$t1"
 }
+median() { sort -n | awk '{v[NR] = $1} END {printf "%.3f s (min %.3f, max %.3f, n %d)", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, v[1], v[NR], NR}'; }
 lf=$(run "local first" "$work/local" -t app:1)
-lc=$(run "local cached" "$work/local" -t app:1)
 rf=$(run "remote first" "$work/client" --remote "$url" -t app:1)
 up_first=$(grep -o 'context: .*' "$work/err")
-rc=$(run "remote cached" "$work/client2" --remote "$url" -t app:1)
+if [ -n "$BEFORE" ]; then
+	serve "$BEFORE" data-before bhost
+	KILN_HOME=$work/pub-before $BEFORE build --remote "http://$bhost" -t bb:1 "$b" >/dev/null 2>&1 || { echo "base build (before) failed"; exit 1; }
+	sed "s|^FROM .*|FROM $bhost/default/bb:1|" "$c/Dockerfile" >"$work/Dockerfile.before"
+fi
+run_before() { # LABEL HOME ARGS... with the before binary and its server's Dockerfile
+	local t0 t1
+	t0=$(now)
+	KILN_HOME=$2 $BEFORE build -f "$work/Dockerfile.before" "${@:3}" "$c" >"$work/out" 2>"$work/err" || { echo "$1 failed:"; tail -3 "$work/err"; exit 1; }
+	t1=$(now)
+	secs "$t0" "$t1"
+}
+[ -n "$BEFORE" ] && run_before "remote first (before)" "$work/client-before" --remote "http://$bhost" -t app:1 >/dev/null
+: >"$work/lc"; : >"$work/rc"; : >"$work/rcb"
+for i in $(seq "$ROUNDS"); do
+	run "local cached" "$work/local" -t app:1 >>"$work/lc"
+	rm -rf "$work/client2"
+	run "remote cached" "$work/client2" --remote "$url" -t app:1 >>"$work/rc"
+	grep -q "cache hit" "$work/err" || { echo "remote cached: not from the cache"; tail -5 "$work/err"; exit 1; }
+	if [ -n "$BEFORE" ]; then
+		rm -rf "$work/client-b2"
+		run_before "remote cached (before)" "$work/client-b2" --remote "http://$bhost" -t app:1 >>"$work/rcb"
+	fi
+done
+echo "load after the cached rounds: $(uptime)"
 head -c 4096 /dev/urandom >"$c/app/f7"
 r1=$(run "remote one-file change" "$work/client2" --remote "$url" -t app:2)
 up_one=$(grep -o 'context: .*' "$work/err")
-echo "local first $lf s, cached $lc s"
-echo "remote first $rf s ($up_first), cached $rc s (fresh client)"
+echo "local first $lf s; cached, median of $ROUNDS: $(median <"$work/lc")"
+echo "remote first $rf s ($up_first); cached (fresh client), median: $(median <"$work/rc")"
+[ -n "$BEFORE" ] && echo "remote cached with $BEFORE (server and client), median: $(median <"$work/rcb")"
 echo "remote after a one-file change (4096 bytes): $r1 s; $up_one"
 
 # 8 builds at once, each its own context (a different file, so none is a cache hit of another)

@@ -305,6 +305,7 @@ struct build_remote_opts {
 	uint64_t max_rate;   /* bytes/s per blob transfer; 0: unlimited */
 	void (*progress)(void *ud, const struct rc_progress *p);
 	void *ud;
+	const char *user, *pass; /* explicit credentials; NULL: kiln login's for the host */
 };
 
 /* Pull [HOST/]REPO[:TAG|@DIGEST] (an index resolved to linux/amd64) into the

@@ -78,7 +78,7 @@ int build_image_pull(build_store *s, const char *ref, const struct build_remote_
 		o = &none;
 	if (oci_imgref_parse(ref, &r, err) < 0 || build_store_lock(s, false, err) < 0)
 		goto out;
-	if (!(c = rc_client_new(r.host, &(struct rc_client_opts){ .max_rate = o->max_rate }, err)) ||
+	if (!(c = rc_client_new(r.host, &(struct rc_client_opts){ .max_rate = o->max_rate, .user = o->user, .pass = o->pass }, err)) ||
 	    rc_image_manifest_get(c, r.repo, oci_imgref_reference(&r), &doc, err) < 0)
 		goto out;
 	if (oci_tmpl_is_artifact(doc.data, doc.len)) {
@@ -233,7 +233,7 @@ int build_image_push(build_store *s, const char *name, const char *ref, const st
 	struct ctx x = { s, o };
 	struct rc_xfer_opts xo = { .parallel = o->parallel, .chunk_size = o->chunk_size, .progress = progress,
 				    .ud = &x };
-	if (!(c = rc_client_new(r.host, &(struct rc_client_opts){ .max_rate = o->max_rate }, err)) || rc_blobs_push(c, r.repo, blobs, n, &xo, err) < 0)
+	if (!(c = rc_client_new(r.host, &(struct rc_client_opts){ .max_rate = o->max_rate, .user = o->user, .pass = o->pass }, err)) || rc_blobs_push(c, r.repo, blobs, n, &xo, err) < 0)
 		goto out;
 	const char *mt = kiln_json_str(m, "mediaType");
 	if (rc_manifest_put(c, r.repo, r.tag, mt ? mt : OCI_MT_OCI_MANIFEST, data, len, digest, err) < 0)

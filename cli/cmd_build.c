@@ -108,11 +108,87 @@ static void on_uploaded(void *ud, const struct svc_remote_result *r)
 			r->files, r->uploaded, (unsigned long long)r->bytes_sent, (unsigned long long)r->bytes_request);
 }
 
+/* The secrets' bytes, read as a local build reads them (a file or a
+ * variable, at most BuildKit's 500 KiB); wiped by free_secrets. */
+static int read_secrets(const struct build_options *o, struct svc_secret **out, kiln_error **err)
+{
+	struct svc_secret *v = kiln_xcalloc(o->n_secrets + 1, sizeof(*v));
+
+	*out = v;
+	for (size_t i = 0; i < o->n_secrets; i++) {
+		const struct build_secret *b = &o->secrets[i];
+		v[i].id = b->id;
+		if (b->env) {
+			const char *e = getenv(b->env);
+			if (e == NULL)
+				return kiln_err(err, KILN_E_NOTFOUND, "secret %s: the variable %s is not set", b->id, b->env);
+			v[i].data = kiln_xstrdup(e);
+			v[i].len = strlen(e);
+		} else {
+			char *d = NULL;
+			if (kiln_read_file(b->file, &d, &v[i].len, 500u * 1024u, err) < 0)
+				return kiln_error_wrap(err, "secret %s", b->id);
+			v[i].data = d;
+		}
+	}
+	return 0;
+}
+
+static void free_secrets(struct svc_secret *v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		if (v[i].data) {
+			explicit_bzero((char *)v[i].data, v[i].len);
+			free((char *)v[i].data);
+		}
+	free(v);
+}
+
+/* --oci-out / --rootfs-out after a remote build: the image it published,
+ * pulled from the server's registry (into the local store, as kiln pull
+ * does), then written out as a local build writes it. */
+static int download(const char *url, const struct build_options *o, const struct svc_remote_result *res,
+		    kiln_error **err)
+{
+	const char *h = strstr(url, "://") ? strstr(url, "://") + 3 : url;
+	char *ref = kiln_xasprintf("%.*s/%s", (int)strcspn(h, "/"), h, res->image), digest[KILN_DIGEST_MAX];
+	const char *token = getenv("KILN_TOKEN");
+	struct build_remote_opts ro = { .user = token && *token ? "kiln" : NULL, .pass = token && *token ? token : NULL };
+	build_store *s = NULL;
+	int ret = -1;
+
+	if (build_store_open(NULL, &s, err) < 0 || build_image_pull(s, ref, &ro, digest, err) < 0)
+		goto out;
+	if (strcmp(digest, res->digest) != 0) {
+		kiln_err(err, KILN_E_GENERIC, "%s is now %s, not the build's %s (tagged again meanwhile?)", ref, digest,
+			 res->digest);
+		goto out;
+	}
+	if (o->oci_out) {
+		const char *t = o->tags[0], *colon = strrchr(t, ':');
+		char *tag = kiln_xstrdup(colon && !strchr(colon, '/') ? colon + 1 : "latest");
+		int rc = build_oci_export(s, digest, o->oci_out, tag, err);
+		free(tag);
+		if (rc < 0)
+			goto out;
+	}
+	if (o->rootfs_out && build_rootfs_write(s, digest, o->rootfs_out, err) < 0)
+		goto out;
+	ret = 0;
+out:
+	if (ret < 0)
+		kiln_error_wrap(err, "download %s", ref);
+	build_store_close(s);
+	free(ref);
+	return ret;
+}
+
 /* --remote URL (or $KILN_BUILDER): the same build on a `kiln serve --build`. */
 static int run_remote(const char *url, const struct build_options *o, const struct build_template_opts *tpl,
 		      bool json)
 {
 	struct svc_kv *args = kiln_xcalloc(o->n_build_args + 1, sizeof(*args));
+	struct svc_secret *secrets = NULL;
 	struct svc_request req = { 0 };
 	struct svc_remote_opts ro = { .url = url, .token = getenv("KILN_TOKEN"), .team = getenv("KILN_TEAM"),
 				      .on_event = on_event, .on_other = on_other, .on_uploaded = on_uploaded,
@@ -139,8 +215,15 @@ static int run_remote(const char *url, const struct build_options *o, const stru
 		req.cpus = tpl->cpus;
 		req.memory_mib = tpl->memory_mib;
 	}
-	rc = svc_remote_build(&ro, &req, o->context, o->dockerfile, &res, &err);
+	rc = read_secrets(o, &secrets, &err);
+	req.secrets = secrets;
+	req.nsecrets = o->n_secrets;
+	if (rc == 0)
+		rc = svc_remote_build(&ro, &req, o->context, o->dockerfile, &res, &err);
+	free_secrets(secrets, o->n_secrets);
 	free(args);
+	if (rc == 0 && (o->oci_out || o->rootfs_out))
+		rc = download(url, o, &res, &err);
 	if (rc < 0) {
 		if (json) {
 			json_t *j = json_pack("{s:s,s:s}", "event", "error", "message", kiln_error_message(err));
@@ -267,8 +350,16 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		o.template = &tpl;
 	}
 	if (remote && *remote) {
-		if (bf.n_secrets || bf.n_ssh || o.oci_out || o.rootfs_out || (o.dockerfile && strcmp(o.dockerfile, "-") == 0)) {
-			rc = cli_usage_error(cmd, "--remote builds take no --secret, --ssh, --oci-out, --rootfs-out or -f -");
+		if (bf.n_ssh) {
+			rc = cli_usage_error(cmd, "--ssh is not forwarded to a remote build: its builder VM runs on the "
+					     "server, and relaying your ssh-agent there would let the server sign with "
+					     "your keys while the build runs; give the build a key or token of its own "
+					     "with --secret instead (docs/service.md)");
+			goto out;
+		}
+		if ((o.oci_out || o.rootfs_out) && !tags.n) {
+			rc = cli_usage_error(cmd, "--oci-out and --rootfs-out with --remote download the published result: "
+					     "give it a name with -t NAME[:TAG]");
 			goto out;
 		}
 		o.template = want_template ? &tpl : NULL;

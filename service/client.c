@@ -3,13 +3,14 @@
  * server asked which it lacks, only those sent (zstd), the build submitted,
  * then its log followed — each event handed to the caller as the local
  * builder's struct build_event, so the same lines and --json events come
- * out — resuming at the cursor when the connection drops. */
+ * out — resuming at the cursor when the connection drops.  Every request
+ * goes over the registry client's HTTP transport (regclient/http.c). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
+#include <openssl/evp.h>
 #include <zstd.h>
 
 #include "builder/builder.h"
@@ -18,12 +19,13 @@
 
 struct http {
 	long status;
-	kiln_buf body;
+	kiln_buf body; /* the answer's, 2xx or not */
 };
 
 struct cl {
 	const struct svc_remote_opts *o;
 	char *base, *auth;
+	rc_client *rc; /* the registry client's transport: keep-alive, retries with backoff */
 	uint64_t sent;
 };
 
@@ -47,6 +49,9 @@ static int client_init(struct cl *c, kiln_error **err)
 		c->auth = kiln_xasprintf("Authorization: Bearer %s", c->o->token);
 	else if ((ret = rc_auth_lookup(host, &user, &pass, err)) == 1)
 		c->auth = kiln_xasprintf("Authorization: Bearer %s", pass);
+	/* the credential goes as the header above: the client itself has none */
+	if (ret >= 0 && (c->rc = rc_client_new(host, &(struct rc_client_opts){ .anonymous = 1, .base = c->base }, err)) == NULL)
+		ret = -1;
 	free(user);
 	free(pass);
 	free(host);
@@ -56,53 +61,52 @@ static int client_init(struct cl *c, kiln_error **err)
 static void client_free(struct cl *c)
 {
 	free(c->base);
+	if (c->auth)
+		explicit_bzero(c->auth, strlen(c->auth));
 	free(c->auth);
+	rc_client_free(c->rc);
 }
 
-static size_t on_body(char *p, size_t sz, size_t n, void *ud)
+/* One request with the service's headers.  token_request: the service's
+ * own 401/403 come back as answers (with its error), not into the
+ * registry's challenge flow. */
+static void request(struct cl *c, struct rc_http *r, const char *method, const char *path, const char *enc)
 {
-	kiln_buf_add(ud, p, sz * n);
-	return sz * n;
+	rc_http_init(r, c->rc, method, kiln_xasprintf("%s%s", c->base, path), NULL);
+	r->token_request = 1;
+	if (c->auth)
+		r->headers = curl_slist_append(r->headers, c->auth);
+	if (enc) {
+		char *x = kiln_xasprintf("Content-Encoding: %s", enc);
+		r->headers = curl_slist_append(r->headers, x);
+		free(x);
+	}
+	r->headers = curl_slist_append(r->headers, "Content-Type: application/json");
 }
 
 static int call(struct cl *c, const char *method, const char *path, const void *body, size_t len, const char *enc,
 		struct http *h, kiln_error **err)
 {
-	CURL *e = curl_easy_init();
-	struct curl_slist *hl = curl_slist_append(NULL, "Expect:");
-	char *url = kiln_xasprintf("%s%s", c->base, path);
-	CURLcode rc;
-	char eb[CURL_ERROR_SIZE] = "";
+	struct rc_http r;
+	int ret;
 
-	h->status = 0;
-	h->body = (kiln_buf)KILN_BUF_INIT;
-	if (c->auth)
-		hl = curl_slist_append(hl, c->auth);
-	if (enc) {
-		char *x = kiln_xasprintf("Content-Encoding: %s", enc);
-		hl = curl_slist_append(hl, x);
-		free(x);
-	}
-	hl = curl_slist_append(hl, "Content-Type: application/json");
-	curl_easy_setopt(e, CURLOPT_URL, url);
-	curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+	request(c, &r, method, path, enc);
 	if (body) {
-		curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+		r.body_mem = body;
+		r.body_len = len;
+		r.has_body = 1;
 	}
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, &h->body);
-	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, eb);
-	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 30L);
-	rc = curl_easy_perform(e);
-	if (rc == CURLE_OK)
-		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &h->status);
-	curl_slist_free_all(hl);
-	curl_easy_cleanup(e);
-	free(url);
-	if (rc != CURLE_OK)
-		return kiln_err(err, KILN_E_IO, "build server %s: %s", c->base, eb[0] ? eb : curl_easy_strerror(rc));
+	r.out_max = 64 << 20;
+	ret = rc_http_do(&r, err);
+	h->status = r.status;
+	h->body = r.status >= 200 && r.status < 300 ? r.out : r.errbody;
+	if (r.status >= 200 && r.status < 300)
+		r.out = (kiln_buf)KILN_BUF_INIT;
+	else
+		r.errbody = (kiln_buf)KILN_BUF_INIT;
+	rc_http_free(&r);
+	if (ret < 0)
+		return kiln_error_wrap(err, "build server %s", c->base);
 	return 0;
 }
 
@@ -164,12 +168,13 @@ static int send_context(struct cl *c, const char *dir, const char *dockerfile, j
 {
 	build_ignore *ig = NULL;
 	build_tree *t = NULL;
-	char *igpath = kiln_xasprintf("%s.dockerignore", dockerfile), *q = team_query(c, "?"), *p = NULL;
+	char *igpath = strcmp(dockerfile, "-") ? kiln_xasprintf("%s.dockerignore", dockerfile) : kiln_xstrdup(""),
+	     *q = team_query(c, "?"), *p = NULL;
 	json_t *want = json_array(), *byd = json_object();
 	struct http h = { 0 };
 	int ret = -1;
 
-	if (access(igpath, F_OK) != 0) {
+	if (!*igpath || access(igpath, F_OK) != 0) {
 		free(igpath);
 		igpath = kiln_path_join(dir, ".dockerignore");
 	}
@@ -242,8 +247,12 @@ out:
 struct follow {
 	const struct svc_remote_opts *o;
 	kiln_buf part;
-	int64_t cursor;
+	int64_t cursor;     /* lines seen */
+	int64_t url_cursor; /* the cursor the request asked from */
+	int64_t skip;       /* lines a retried request gives again */
+	unsigned attempt;
 	struct svc_remote_result *res;
+	json_t *final; /* the service's last status event (done / failed / cancelled): the log ends there */
 };
 
 static void event(struct follow *f, const char *line)
@@ -299,6 +308,12 @@ static void event(struct follow *f, const char *line)
 		snprintf(f->res->template_digest, sizeof(f->res->template_digest), "%s",
 			 be.template_digest ? be.template_digest : "");
 	} else {
+		const char *state = json_string_value(json_object_get(j, "state"));
+		if (strcmp(ev, "status") == 0 && state &&
+		    (strcmp(state, "done") == 0 || strcmp(state, "failed") == 0 || strcmp(state, "cancelled") == 0)) {
+			json_decref(f->final);
+			f->final = json_incref(j);
+		}
 		if (f->o->on_other)
 			f->o->on_other(f->o->ud, j);
 		goto out;
@@ -309,71 +324,113 @@ out:
 	json_decref(j);
 }
 
-static size_t on_log(char *p, size_t sz, size_t n, void *ud)
+/* The stream's bytes: events out as their lines complete.  A retry by the
+ * transport starts the same URL over, so the lines it already gave are
+ * skipped. */
+static int on_log(void *ud, struct rc_http *r, const char *p, size_t n)
 {
 	struct follow *f = ud;
 	char *nl;
 
-	kiln_buf_add(&f->part, p, sz * n);
+	if (r->attempts != f->attempt) {
+		f->attempt = r->attempts;
+		f->skip = f->cursor - f->url_cursor;
+		f->part.len = 0;
+	}
+	kiln_buf_add(&f->part, p, n);
 	while ((nl = memchr(f->part.buf, '\n', f->part.len)) != NULL) {
 		*nl = '\0';
-		if (f->part.buf[0]) { /* an empty line is a keep-alive */
+		if (f->part.buf[0] && f->skip > 0) { /* an empty line is a keep-alive */
+			f->skip--;
+		} else if (f->part.buf[0]) {
 			event(f, f->part.buf);
 			f->cursor++;
 		}
+		if (f->final)
+			return -1; /* the result is known: no need to wait for the stream's end */
 		size_t used = (size_t)(nl - f->part.buf) + 1;
 		memmove(f->part.buf, nl + 1, f->part.len - used);
 		f->part.len -= used;
 		f->part.buf[f->part.len] = '\0';
 	}
-	return sz * n;
+	return 0;
 }
 
-static int follow(struct cl *c, const char *id, struct svc_remote_result *res, kiln_error **err)
+/* *final: the build's last status event, when the stream carried it. */
+static int follow(struct cl *c, const char *id, struct svc_remote_result *res, json_t **final, kiln_error **err)
 {
 	struct follow f = { .o = c->o, .part = KILN_BUF_INIT, .res = res };
 	char *q = team_query(c, "&");
 	int ret = -1;
 
-	for (int attempt = 0; attempt < 30; attempt++) {
-		char *url = kiln_xasprintf("%s/build/v1/builds/%s/logs?follow=1&cursor=%lld%s", c->base, id,
-					   (long long)f.cursor, q);
-		CURL *e = curl_easy_init();
-		struct curl_slist *hl = c->auth ? curl_slist_append(NULL, c->auth) : NULL;
-		long status = 0;
-		CURLcode rc;
+	/* the transport retries a failed connection itself; this loop resumes
+	 * a stream that broke after it had given lines, at its cursor */
+	for (int attempt = 0; attempt < 30 && ret < 0; attempt++) {
+		struct rc_http r;
+		kiln_error *e = NULL;
+		char *path = kiln_xasprintf("/build/v1/builds/%s/logs?follow=1&cursor=%lld%s", id, (long long)f.cursor, q);
 
-		f.part.len = 0;
-		curl_easy_setopt(e, CURLOPT_URL, url);
-		curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl);
-		curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_log);
-		curl_easy_setopt(e, CURLOPT_WRITEDATA, &f);
-		curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 30L);
-		/* keep-alive lines come every 10 s: 60 s of nothing means the connection is gone */
-		curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-		curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, 60L);
-		rc = curl_easy_perform(e);
-		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-		curl_slist_free_all(hl);
-		curl_easy_cleanup(e);
-		free(url);
-		if (rc == CURLE_OK && status == 200) {
+		request(c, &r, "GET", path, NULL);
+		free(path);
+		r.sink = on_log;
+		r.sink_ud = &f;
+		f.url_cursor = f.cursor;
+		f.attempt = 0;
+		int rc = rc_http_do(&r, &e);
+		if (f.final || (rc == 0 && r.status == 200)) {
 			ret = 0;
+		} else if (rc == 0) {
+			kiln_err(err, r.status == 404 ? KILN_E_NOTFOUND : KILN_E_GENERIC, "build %s: log: HTTP %ld", id,
+				 r.status);
+			rc_http_free(&r);
+			kiln_error_free(e);
 			break;
+		} else {
+			kiln_debug("build %s: log connection lost (%s), resuming at %lld", id, kiln_error_message(e),
+				   (long long)f.cursor);
+			sleep(1);
 		}
-		if (rc == CURLE_OK && status != 200) {
-			kiln_err(err, status == 404 ? KILN_E_NOTFOUND : KILN_E_GENERIC, "build %s: log: HTTP %ld", id, status);
-			break;
-		}
-		kiln_debug("build %s: log connection lost (%s), resuming at %lld", id, curl_easy_strerror(rc),
-			   (long long)f.cursor);
-		sleep(1);
+		rc_http_free(&r);
+		kiln_error_free(e);
 	}
 	if (ret < 0 && *err == NULL)
 		kiln_err(err, KILN_E_IO, "build %s: lost the log stream", id);
+	*final = f.final;
 	kiln_buf_free(&f.part);
 	free(q);
 	return ret;
+}
+
+/* Secrets go over HTTPS, or plain HTTP to a host the user marked as such
+ * (loopback, $KILN_INSECURE_REGISTRIES). */
+static int secrets_transport_ok(const struct cl *c, kiln_error **err)
+{
+	if (strncmp(c->base, "http://", 7) != 0)
+		return 0;
+	char *host = kiln_xstrdup(c->base + 7);
+	host[strcspn(host, "/")] = '\0';
+	bool ok = oci_host_insecure(host);
+	free(host);
+	return ok ? 0 : kiln_err(err, KILN_E_INVALID, "--secret: %s is plain HTTP; secrets go only over HTTPS (or to "
+				 "loopback and $KILN_INSECURE_REGISTRIES hosts)", c->base);
+}
+
+/* The secrets, base64, for the server's memory. */
+static int add_secrets(struct cl *c, const struct svc_request *req, json_t *j, kiln_error **err)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; i < req->nsecrets; i++) {
+		const struct svc_secret *sc = &req->secrets[i];
+		size_t n = 4 * ((sc->len + 2) / 3) + 1;
+		unsigned char *b = kiln_xmalloc(n);
+		EVP_EncodeBlock(b, (const unsigned char *)sc->data, (int)sc->len);
+		json_array_append_new(a, json_pack("{s:s,s:s}", "id", sc->id, "data", (const char *)b));
+		explicit_bzero(b, n);
+		free(b);
+	}
+	json_object_set_new(j, "secrets", a);
+	return 0;
 }
 
 int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *req, const char *context,
@@ -388,7 +445,7 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
 	int ret = -1;
 
 	memset(res, 0, sizeof(*res));
-	if (client_init(&c, err) < 0)
+	if (client_init(&c, err) < 0 || (req->nsecrets && secrets_transport_ok(&c, err) < 0))
 		goto out;
 	if (kiln_read_file(dfpath, &text, &len, 4 << 20, err) < 0)
 		goto out;
@@ -399,8 +456,11 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
 	json_object_set(j, "files", files);
 	{
 		const char *b = strrchr(dfpath, '/');
-		json_object_set_new(j, "dockerfile_name", json_string(b ? b + 1 : dfpath));
+		json_object_set_new(j, "dockerfile_name",
+				    json_string(strcmp(dfpath, "-") == 0 ? "<stdin>" : b ? b + 1 : dfpath));
 	}
+	if (req->nsecrets && add_secrets(&c, req, j, err) < 0)
+		goto out;
 	body = json_dumps(j, JSON_COMPACT);
 	res->bytes_request += strlen(body);
 	if (o->on_uploaded)
@@ -418,17 +478,19 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
 	json_decref(st);
 	st = NULL;
 	kiln_buf_free(&h.body);
-	if (follow(&c, res->id, res, err) < 0)
+	if (follow(&c, res->id, res, &st, err) < 0)
 		goto out;
-	free(p);
-	p = kiln_xasprintf("/build/v1/builds/%s%s", res->id, q);
-	if (call(&c, "GET", p, NULL, 0, NULL, &h, err) < 0)
-		goto out;
-	if (h.status != 200) {
-		answer_fail(&c, res->id, &h, err);
-		goto out;
+	if (st == NULL) { /* a stream without the service's final status: ask */
+		free(p);
+		p = kiln_xasprintf("/build/v1/builds/%s%s", res->id, q);
+		if (call(&c, "GET", p, NULL, 0, NULL, &h, err) < 0)
+			goto out;
+		if (h.status != 200) {
+			answer_fail(&c, res->id, &h, err);
+			goto out;
+		}
+		st = json_loadb(h.body.buf, h.body.len, 0, NULL);
 	}
-	st = json_loadb(h.body.buf, h.body.len, 0, NULL);
 	const char *state = json_string_value(json_object_get(st, "state"));
 	if (state == NULL || strcmp(state, "done") != 0) {
 		const char *why = json_string_value(json_object_get(st, "reason"));
@@ -443,6 +505,16 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
 out:
 	kiln_buf_free(&h.body);
 	json_decref(st);
+	{ /* the secrets' copies, wiped before they are freed */
+		json_t *e;
+		size_t i;
+		json_array_foreach(json_object_get(j, "secrets"), i, e) {
+			json_t *d = json_object_get(e, "data");
+			explicit_bzero((char *)json_string_value(d), json_string_length(d));
+		}
+		if (body)
+			explicit_bzero(body, strlen(body));
+	}
 	json_decref(j);
 	json_decref(files);
 	free(body);
@@ -450,6 +522,12 @@ out:
 	free(q);
 	free(text);
 	free(dfpath);
+	if (c.rc) {
+		const struct rc_client_stats *cs = rc_client_stats(c.rc);
+		kiln_debug("build server %s: %llu requests over %llu connections, %llu retries", c.base,
+			   (unsigned long long)cs->requests, (unsigned long long)cs->connects,
+			   (unsigned long long)cs->retries);
+	}
 	client_free(&c);
 	return ret;
 }

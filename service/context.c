@@ -175,14 +175,25 @@ static int copy_out(const char *src, const char *dst, mode_t mode, kiln_error **
 		kiln_err_errno(err, errno, "create %s", dst);
 		goto out;
 	}
-	while ((n = read(in, buf, sizeof(buf))) > 0)
-		if (kiln_write_full(out, buf, (size_t)n) < 0) {
-			kiln_err_errno(err, errno, "write %s", dst);
+	/* in the kernel where it can (no copy through user space); a file
+	 * system without it (nothing copied yet) falls back to read and write */
+	off_t copied = 0;
+	while ((n = copy_file_range(in, NULL, out, NULL, 1 << 30, 0)) > 0)
+		copied += n;
+	if (n < 0 && (copied > 0 || (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP))) {
+		kiln_err_errno(err, errno, "copy to %s", dst);
+		goto out;
+	}
+	if (n < 0) {
+		while ((n = read(in, buf, sizeof(buf))) > 0)
+			if (kiln_write_full(out, buf, (size_t)n) < 0) {
+				kiln_err_errno(err, errno, "write %s", dst);
+				goto out;
+			}
+		if (n < 0) {
+			kiln_err_errno(err, errno, "read %s", src);
 			goto out;
 		}
-	if (n < 0) {
-		kiln_err_errno(err, errno, "read %s", src);
-		goto out;
 	}
 	if (fchmod(out, mode & 07777) < 0) {
 		kiln_err_errno(err, errno, "chmod %s", dst);

@@ -17,6 +17,7 @@ struct svc_db {
 	sqlite3 *lite;
 	PGconn *pg;
 	char *conninfo;
+	int relaxed;           /* sqlite: this transaction runs with synchronous=NORMAL */
 };
 
 static const char *const schema[] = {
@@ -31,8 +32,60 @@ static const char *const schema[] = {
 	"CREATE INDEX IF NOT EXISTS svc_builds_team ON svc_builds(team, qms)",
 	"CREATE TABLE IF NOT EXISTS svc_logs(build TEXT NOT NULL, n BIGINT NOT NULL, line TEXT NOT NULL,"
 	" PRIMARY KEY(build, n))",
+	/* the schema's version (svc_meta k = 'schema'); none: 1, the tables above */
+	"CREATE TABLE IF NOT EXISTS svc_meta(k TEXT PRIMARY KEY, v TEXT NOT NULL)",
 	NULL,
 };
+
+/* What takes version N-1 to N (index N), in one transaction with the new
+ * number.  A database newer than this kiln is refused, never written. */
+static const char *const *const migrations[] = {
+	NULL,
+	NULL,
+	/* 2: a build whose secrets only one host holds (in memory) is pinned to it */
+	(const char *const[]){ "ALTER TABLE svc_builds ADD COLUMN pin TEXT", NULL },
+};
+#define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])) - 1)
+
+static int migrate(svc_db *db, kiln_error **err)
+{
+	struct svc_rows r;
+	int have;
+
+	if (svc_db_q(db, &r, "SELECT v FROM svc_meta WHERE k = 'schema'", NULL, 0, err) < 0)
+		return -1;
+	have = r.n ? (int)svc_row_int(&r, 0, 0) : 1;
+	svc_rows_free(&r);
+	if (have > SCHEMA_VERSION)
+		return kiln_err(err, KILN_E_INVALID,
+				"its svc_ tables are at schema version %d, newer than this kiln's %d: run a newer kiln "
+				"(nothing was changed)", have, SCHEMA_VERSION);
+	for (int v = have + 1; v <= SCHEMA_VERSION; v++) {
+		char num[24];
+		const char *p[] = { num };
+		svc_i64(num, v);
+		if (svc_db_begin(db, err) < 0)
+			return -1;
+		for (size_t i = 0; migrations[v][i]; i++)
+			if (svc_db_q(db, NULL, migrations[v][i], NULL, 0, err) < 0)
+				goto fail;
+		if (svc_db_q(db, NULL, "INSERT INTO svc_meta(k, v) VALUES('schema', $1) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+			     p, 1, err) < 0)
+			goto fail;
+		if (svc_db_commit(db, err) < 0)
+			return kiln_error_wrap(err, "schema version %d", v);
+		continue;
+fail:
+		svc_db_rollback(db);
+		return kiln_error_wrap(err, "schema version %d", v);
+	}
+	return 0;
+}
+
+int svc_db_schema_version(void)
+{
+	return SCHEMA_VERSION;
+}
 
 void svc_rows_free(struct svc_rows *r)
 {
@@ -145,6 +198,19 @@ int svc_db_is_pg(const svc_db *db)
 	return db->pg != NULL;
 }
 
+static void relax_end(svc_db *db)
+{
+	kiln_error *err = NULL;
+
+	if (!db->relaxed)
+		return;
+	db->relaxed = 0;
+	if (svc_db_q(db, NULL, "PRAGMA synchronous=FULL", NULL, 0, &err) < 0) {
+		kiln_warn("queue db: %s", kiln_error_message(err));
+		kiln_error_free(err);
+	}
+}
+
 int svc_db_begin(svc_db *db, kiln_error **err)
 {
 	pthread_mutex_lock(&db->lock);
@@ -155,12 +221,42 @@ int svc_db_begin(svc_db *db, kiln_error **err)
 	return 0;
 }
 
+/* A transaction whose commit need not wait for the disk (log lines: the
+ * worker appends a dozen per cached build, an fsync each was most of their
+ * cost).  Still atomic and consistent, and durable against a crash of kiln;
+ * a power loss may lose the last ones — and the next ordinary commit
+ * (the build's end, at the latest) makes them durable.  sqlite:
+ * synchronous=NORMAL for this transaction only (WAL); PostgreSQL:
+ * synchronous_commit off for it. */
+int svc_db_begin_relaxed(svc_db *db, kiln_error **err)
+{
+	pthread_mutex_lock(&db->lock);
+	if (db->lite && svc_db_q(db, NULL, "PRAGMA synchronous=NORMAL", NULL, 0, err) < 0) {
+		pthread_mutex_unlock(&db->lock);
+		return -1;
+	}
+	db->relaxed = db->lite != NULL;
+	if (svc_db_begin(db, err) < 0)
+		goto fail;
+	if (db->pg && svc_db_q(db, NULL, "SET LOCAL synchronous_commit TO OFF", NULL, 0, err) < 0) {
+		svc_db_rollback(db);
+		goto fail;
+	}
+	pthread_mutex_unlock(&db->lock); /* svc_db_begin holds it */
+	return 0;
+fail:
+	relax_end(db);
+	pthread_mutex_unlock(&db->lock);
+	return -1;
+}
+
 int svc_db_commit(svc_db *db, kiln_error **err)
 {
 	int ret = svc_db_q(db, NULL, "COMMIT", NULL, 0, err);
 
 	if (ret < 0)
 		svc_db_q(db, NULL, "ROLLBACK", NULL, 0, NULL);
+	relax_end(db);
 	pthread_mutex_unlock(&db->lock);
 	return ret < 0 ? -1 : 0;
 }
@@ -171,6 +267,7 @@ void svc_db_rollback(svc_db *db)
 
 	svc_db_q(db, NULL, "ROLLBACK", NULL, 0, &err);
 	kiln_error_free(err);
+	relax_end(db);
 	pthread_mutex_unlock(&db->lock);
 }
 
@@ -213,6 +310,8 @@ svc_db *svc_db_open(const char *where, kiln_error **err)
 	for (size_t i = 0; schema[i]; i++)
 		if (svc_db_q(db, NULL, schema[i], NULL, 0, err) < 0)
 			goto fail;
+	if (migrate(db, err) < 0)
+		goto fail;
 	if (db->pg && svc_db_q(db, NULL, "SELECT pg_advisory_unlock(7072011)", NULL, 0, err) < 0)
 		goto fail;
 	return db;

@@ -16,6 +16,7 @@ struct svc_rows {
 };
 svc_db *svc_db_open(const char *where, kiln_error **err);  /* a sqlite path or a libpq conninfo/URL */
 void svc_db_close(svc_db *db);
+int svc_db_schema_version(void); /* of the svc_ tables this kiln writes (svc_meta 'schema') */
 int svc_db_is_pg(const svc_db *db);
 /* $1..$N text parameters; out (may be NULL) gets the rows.  Returns rows
  * changed (or returned), -1 on error. */
@@ -23,6 +24,8 @@ int svc_db_q(svc_db *db, struct svc_rows *out, const char *sql, const char *cons
 /* A transaction holds the connection (other threads wait) until commit/rollback. */
 int svc_db_begin(svc_db *db, kiln_error **err);
 int svc_db_commit(svc_db *db, kiln_error **err);
+/* The same, its commit not waiting for the disk (log lines; db.c says why). */
+int svc_db_begin_relaxed(svc_db *db, kiln_error **err);
 void svc_db_rollback(svc_db *db);
 void svc_rows_free(struct svc_rows *r);
 const char *svc_row(const struct svc_rows *r, size_t row, size_t col);
@@ -40,9 +43,31 @@ struct svc {
 	volatile int stopping;
 	pthread_mutex_t lock;   /* running, team tokens */
 	pthread_cond_t wake;
+	pthread_cond_t logged;  /* a line appended or a build ended (svc_logged) */
+	uint64_t log_seq;
 	unsigned running;
 	kiln_strv teams_authed; /* teams whose build token this process made (svc_team_auth) */
+	struct svc_secrets *secrets; /* queued builds' secrets, in memory only (secrets.c) */
 };
+
+/* ---- a build's secrets (secrets.c): sent with the request, held in this
+ * process's memory only (never the queue, a log, a file or a cache key),
+ * handed to the build's process through memfds, wiped when it is done. ---- */
+struct svc_secrets;
+/* req's "secrets" ([{"id","data": base64}]) taken out of req (so never
+ * stored); *out NULL when it had none.  KILN_E_INVALID for a bad one. */
+int svc_secrets_take_json(json_t *req, struct svc_secrets **out, kiln_error **err);
+/* Keep them for build id (after it is queued). */
+void svc_secrets_keep(svc *s, const char *id, struct svc_secrets *sec);
+/* The build's, removed from the service (NULL: none kept). */
+struct svc_secrets *svc_secrets_claim(svc *s, const char *id);
+/* Each as a memfd and a --secret id=ID,src=/proc/self/fd/N argument for the
+ * build's child; fds (caller closes) are the ones it must inherit. */
+int svc_secrets_args(const struct svc_secrets *sec, kiln_strv *argv, int **fds, size_t *nfds, kiln_error **err);
+void svc_secrets_free(struct svc_secrets *sec); /* wipes the bytes */
+size_t svc_secrets_count(const struct svc_secrets *sec);
+const char *svc_secrets_id(const struct svc_secrets *sec, size_t i);
+void svc_secrets_free_all(svc *s);
 
 struct svc_result {
 	char *image, *image_digest, *template_ref, *template_digest;
@@ -63,16 +88,24 @@ bool svc_digest_ok(const char *d);
 char *svc_error_location(const char *msg);
 
 /* ---- queue rows (queue.c) ---- */
+/* pin: the only host that may claim it (its secrets are there), or NULL. */
 int svc_q_insert(svc *s, const char *id, const char *team, const char *name, const char *request,
-		 int64_t time_limit, kiln_error **err);
+		 int64_t time_limit, const char *pin, kiln_error **err);
 int svc_q_claim(svc *s, char id[SVC_ID_MAX], kiln_error **err);   /* 1 claimed, 0 none */
 int svc_q_job(svc *s, const char *id, char **team, char **request, int64_t *time_limit, kiln_error **err);
 int svc_q_heartbeat(svc *s, const char *id, kiln_error **err);    /* 1: cancel asked */
-int svc_q_progress(svc *s, const char *id, int step, int total, const char *instruction, kiln_error **err);
 int svc_q_finish(svc *s, const char *id, enum svc_state state, const char *reason, const char *location,
 		 const struct svc_result *res, kiln_error **err);
 int svc_q_recover(svc *s, int64_t stale_s, kiln_error **err);
 int svc_log_append(svc *s, const char *id, const char *line, kiln_error **err);
+struct svc_progress {
+	int step, total;
+	const char *instruction;
+};
+/* Lines in one transaction, with the step reached (pr may be NULL). */
+int svc_log_append_lines(svc *s, const char *id, const char *const *lines, size_t n, const struct svc_progress *pr,
+			 kiln_error **err);
+void svc_logged(svc *s);
 
 /* ---- requests (request.c), contexts (context.c), builds (worker.c), HTTP (api.c) ---- */
 /* The request as stored and as kiln's HTTP API takes it (docs/service.md). */

@@ -85,10 +85,10 @@ void svc_list_free(struct svc_status *v, size_t n)
 }
 
 int svc_q_insert(svc *s, const char *id, const char *team, const char *name, const char *request,
-		 int64_t time_limit, kiln_error **err)
+		 int64_t time_limit, const char *pin, kiln_error **err)
 {
 	char now[24], tl[24], ms[24];
-	const char *p[] = { id, team, name, request, now, tl, ms };
+	const char *p[] = { id, team, name, request, now, tl, ms, pin };
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -96,8 +96,8 @@ int svc_q_insert(svc *s, const char *id, const char *team, const char *name, con
 	svc_i64(tl, time_limit);
 	svc_i64(ms, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 	return svc_db_q(s->db, NULL,
-			"INSERT INTO svc_builds(id, team, name, state, request, created, time_limit, qms)"
-			" VALUES($1, $2, $3, 'queued', $4, $5, $6, $7)", p, 7, err) < 0 ? -1 : 0;
+			"INSERT INTO svc_builds(id, team, name, state, request, created, time_limit, qms, pin)"
+			" VALUES($1, $2, $3, 'queued', $4, $5, $6, $7, $8)", p, 8, err) < 0 ? -1 : 0;
 }
 
 void svc_new_id(char id[SVC_ID_MAX])
@@ -168,6 +168,7 @@ int svc_cancel(svc *s, const char *team, const char *id, kiln_error **err)
 	if (n < 0)
 		return -1;
 	if (n > 0) {
+		svc_secrets_free(svc_secrets_claim(s, id));
 		svc_log_append(s, id, "{\"event\":\"error\",\"message\":\"cancelled before it started\"}", NULL);
 		return 0;
 	}
@@ -184,35 +185,78 @@ int svc_cancel(svc *s, const char *team, const char *id, kiln_error **err)
 	return -1;
 }
 
-/* Lines are numbered from 0 per build; nlog counts them (one writer: the worker). */
-int svc_log_append(svc *s, const char *id, const char *line, kiln_error **err)
+/* Lines are numbered from 0 per build; nlog counts them (one writer: the
+ * worker).  All the lines of one read of the build's output go in one
+ * transaction, with the step they reached, and that commit does not wait
+ * for the disk (svc_db_begin_relaxed): a cached build prints a dozen lines
+ * in a few milliseconds, and an fsync each was most of its time here. */
+int svc_log_append_lines(svc *s, const char *id, const char *const *lines, size_t nl, const struct svc_progress *pr,
+			 kiln_error **err)
 {
 	struct svc_rows r;
 	kiln_error *e = NULL;
-	char n[24];
-	const char *p[] = { id, n, line };
+	char n[24], a[24], b[24];
+	const char *p[] = { id, n, NULL };
 	int ret = -1;
 
-	if (svc_db_begin(s->db, err ? err : &e) < 0)
+	if (svc_db_begin_relaxed(s->db, err ? err : &e) < 0)
 		goto out;
-	if (svc_db_q(s->db, &r, "SELECT nlog FROM svc_builds WHERE id = $1", p, 1, err ? err : &e) < 0) {
-		svc_db_rollback(s->db);
-		goto out;
-	}
-	svc_i64(n, svc_row_int(&r, 0, 0));
+	if (svc_db_q(s->db, &r, "SELECT nlog FROM svc_builds WHERE id = $1", p, 1, err ? err : &e) < 0)
+		goto fail;
+	int64_t next = svc_row_int(&r, 0, 0);
 	svc_rows_free(&r);
-	if (svc_db_q(s->db, NULL, "INSERT INTO svc_logs(build, n, line) VALUES($1, $2, $3)", p, 3, err ? err : &e) < 0 ||
-	    svc_db_q(s->db, NULL, "UPDATE svc_builds SET nlog = nlog + 1 WHERE id = $1", p, 1, err ? err : &e) < 0) {
-		svc_db_rollback(s->db);
-		goto out;
+	for (size_t i = 0; i < nl; i++) {
+		svc_i64(n, next + (int64_t)i);
+		p[2] = lines[i];
+		if (svc_db_q(s->db, NULL, "INSERT INTO svc_logs(build, n, line) VALUES($1, $2, $3)", p, 3, err ? err : &e) < 0)
+			goto fail;
+	}
+	svc_i64(n, (int64_t)nl);
+	if (nl && svc_db_q(s->db, NULL, "UPDATE svc_builds SET nlog = nlog + $2 WHERE id = $1", p, 2, err ? err : &e) < 0)
+		goto fail;
+	if (pr) {
+		const char *pp[] = { id, a, b, pr->instruction };
+		svc_i64(a, pr->step);
+		svc_i64(b, pr->total);
+		if (svc_db_q(s->db, NULL, "UPDATE svc_builds SET step = $2, total = $3, instruction = $4 WHERE id = $1",
+			     pp, 4, err ? err : &e) < 0)
+			goto fail;
 	}
 	ret = svc_db_commit(s->db, err ? err : &e);
+	if (ret == 0)
+		svc_logged(s);
+	goto out;
+fail:
+	svc_db_rollback(s->db);
 out:
 	if (e) {
 		kiln_warn("build %s: log: %s", id, kiln_error_message(e));
 		kiln_error_free(e);
 	}
 	return ret;
+}
+
+int svc_log_append(svc *s, const char *id, const char *line, kiln_error **err)
+{
+	return svc_log_append_lines(s, id, &line, 1, NULL, err);
+}
+
+/* Wakes the log streams waiting in svc_logs (this host's writers; another
+ * host's lines are seen at the next poll). */
+void svc_logged(svc *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->log_seq++;
+	pthread_cond_broadcast(&s->logged);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
 int svc_logs(svc *s, const char *team, const char *id, int64_t cursor, int wait_ms, kiln_strv *lines,
@@ -228,6 +272,9 @@ int svc_logs(svc *s, const char *team, const char *id, int64_t cursor, int wait_
 		struct svc_rows st, r;
 		enum svc_state state;
 
+		pthread_mutex_lock(&s->lock);
+		uint64_t seq = s->log_seq;
+		pthread_mutex_unlock(&s->lock);
 		svc_i64(cur, *next);
 		if (svc_db_q(s->db, &st, "SELECT state, nlog FROM svc_builds WHERE id = $1 AND team = $2", p, 2, err) < 0)
 			return -1;
@@ -254,8 +301,22 @@ int svc_logs(svc *s, const char *team, const char *id, int64_t cursor, int wait_
 		}
 		if (lines->n > 0 || *ended || waited >= wait_ms)
 			return 0;
-		usleep(100 * 1000);
-		waited += 100;
+		/* woken by this host's next line or state change; polled every
+		 * 100 ms for what another host sharing the queue writes */
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		int64_t t0 = mono_ms();
+		pthread_mutex_lock(&s->lock);
+		while (s->log_seq == seq && !s->stopping &&
+		       pthread_cond_timedwait(&s->logged, &s->lock, &ts) == 0)
+			;
+		pthread_mutex_unlock(&s->lock);
+		waited += mono_ms() - t0;
 	}
 }
 
@@ -275,16 +336,18 @@ int svc_q_claim(svc *s, char id[SVC_ID_MAX], kiln_error **err)
 	svc_i64(now, svc_now());
 	if (svc_db_begin(s->db, err) < 0)
 		return -1;
+	const char *ps[] = { lim, s->host_id };
+	/* a pinned build (secrets in one host's memory) is that host's only */
 	const char *sql =
-		pg ? "SELECT b.id, b.team FROM svc_builds b WHERE b.state = 'queued' AND"
+		pg ? "SELECT b.id, b.team FROM svc_builds b WHERE b.state = 'queued' AND (b.pin IS NULL OR b.pin = $2) AND"
 		     " (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building') < $1::bigint"
 		     " ORDER BY (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building'),"
 		     " b.qms, b.id LIMIT 1 FOR UPDATE SKIP LOCKED"
-		   : "SELECT b.id, b.team FROM svc_builds b WHERE b.state = 'queued' AND"
+		   : "SELECT b.id, b.team FROM svc_builds b WHERE b.state = 'queued' AND (b.pin IS NULL OR b.pin = $2) AND"
 		     " (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building') < $1"
 		     " ORDER BY (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building'),"
 		     " b.qms, b.id LIMIT 1";
-	if (svc_db_q(s->db, &r, sql, p, 1, err) < 0)
+	if (svc_db_q(s->db, &r, sql, ps, 2, err) < 0)
 		goto fail;
 	if (r.n == 0)
 		goto done;
@@ -353,17 +416,6 @@ int svc_q_heartbeat(svc *s, const char *id, kiln_error **err)
 	return c != 0;
 }
 
-int svc_q_progress(svc *s, const char *id, int step, int total, const char *instruction, kiln_error **err)
-{
-	char a[24], b[24];
-	const char *p[] = { id, a, b, instruction };
-
-	svc_i64(a, step);
-	svc_i64(b, total);
-	return svc_db_q(s->db, NULL, "UPDATE svc_builds SET step = $2, total = $3, instruction = $4 WHERE id = $1", p, 4,
-			err) < 0 ? -1 : 0;
-}
-
 int svc_q_finish(svc *s, const char *id, enum svc_state state, const char *reason, const char *location,
 		 const struct svc_result *res, kiln_error **err)
 {
@@ -373,10 +425,12 @@ int svc_q_finish(svc *s, const char *id, enum svc_state state, const char *reaso
 			    res ? res->template_ref : NULL, res ? res->template_digest : NULL };
 
 	svc_i64(now, svc_now());
-	return svc_db_q(s->db, NULL,
-			"UPDATE svc_builds SET state = $2, reason = $3, location = $4, ended = $5, image = $6,"
-			" image_digest = $7, template_ref = $8, template_digest = $9 WHERE id = $1 AND state = 'building'",
-			p, 9, err) < 0 ? -1 : 0;
+	int ret = svc_db_q(s->db, NULL,
+			   "UPDATE svc_builds SET state = $2, reason = $3, location = $4, ended = $5, image = $6,"
+			   " image_digest = $7, template_ref = $8, template_digest = $9 WHERE id = $1 AND state = 'building'",
+			   p, 9, err) < 0 ? -1 : 0;
+	svc_logged(s); /* a stream waiting for the end */
+	return ret;
 }
 
 /* At start: this host's running builds were cut by the restart; another
@@ -415,5 +469,28 @@ int svc_q_recover(svc *s, int64_t stale_s, kiln_error **err)
 		free(why);
 	}
 	svc_rows_free(&r);
+	/* queued here with secrets: they were in the memory of the process that
+	 * stopped (sqlite: every pinned one, one server uses its database) */
+	static const char why[] = "the server restarted before the build started; its secrets were kept in "
+				  "memory only: submit it again";
+	const char *pq[] = { s->host_id };
+	if (svc_db_q(s->db, &r,
+		     svc_db_is_pg(s->db) ? "SELECT id FROM svc_builds WHERE state = 'queued' AND pin = $1"
+					 : "SELECT id FROM svc_builds WHERE state = 'queued' AND pin IS NOT NULL",
+		     pq, svc_db_is_pg(s->db) ? 1 : 0, err) < 0)
+		return -1;
+	for (size_t i = 0; i < r.n; i++) {
+		const char *pi[] = { svc_row(&r, i, 0), why, now };
+		svc_log_append(s, pi[0], "{\"event\":\"error\",\"message\":\"the server restarted before the build "
+					 "started; its secrets were kept in memory only: submit it again\"}", NULL);
+		if (svc_db_q(s->db, NULL, "UPDATE svc_builds SET state = 'failed', reason = $2, ended = $3"
+				       " WHERE id = $1 AND state = 'queued'", pi, 3, err) < 0) {
+			svc_rows_free(&r);
+			return -1;
+		}
+		kiln_warn("build %s: %s", pi[0], why);
+	}
+	svc_rows_free(&r);
+	svc_logged(s);
 	return 0;
 }

@@ -274,8 +274,12 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 	char *text = NULL;
 	int ret = -1;
 
+	struct svc_secrets *sec = NULL;
+
 	if (!json_is_object(req))
 		return kiln_err(err, KILN_E_INVALID, "a build request is a JSON object");
+	if (svc_secrets_take_json(req, &sec, err) < 0)
+		return -1;
 	if (file == NULL || !*file || strchr(file, '/') || strchr(file, ':'))
 		file = "Dockerfile";
 	char *fname = kiln_xstrdup(file);
@@ -287,6 +291,7 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 				kiln_err(err, KILN_E_INVALID, "name '%s': want NAME[:TAG] (published as %s/NAME:TAG)", name, team);
 			kiln_ref_free(&r);
 			free(fname);
+			svc_secrets_free(sec);
 			return -1;
 		}
 		kiln_ref_free(&r);
@@ -323,16 +328,30 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 		json_object_set_new(req, "files", json_array());
 	if (check_dockerfile(file, text, req, err) < 0 || check_files(s, team, json_object_get(req, "files"), err) < 0)
 		goto out;
+	if (sec) { /* their ids only: what the worker must be handed */
+		json_t *ids = json_array();
+		for (size_t i = 0; i < svc_secrets_count(sec); i++)
+			json_array_append_new(ids, json_string(svc_secrets_id(sec, i)));
+		json_object_set_new(req, "secret_ids", ids);
+	} else {
+		json_object_del(req, "secret_ids");
+	}
 	char *stored = json_dumps(req, JSON_COMPACT);
 	svc_new_id(id);
-	ret = svc_q_insert(s, id, team, name, stored, limit, err);
+	if (sec) /* kept before the row exists: a worker may claim it at once */
+		svc_secrets_keep(s, id, sec);
+	ret = svc_q_insert(s, id, team, name, stored, limit, sec ? s->host_id : NULL, err);
 	free(stored);
+	if (ret < 0 && sec)
+		svc_secrets_free(svc_secrets_claim(s, id));
+	sec = NULL;
 	if (ret == 0) {
 		pthread_mutex_lock(&s->lock);
 		pthread_cond_broadcast(&s->wake);
 		pthread_mutex_unlock(&s->lock);
 	}
 out:
+	svc_secrets_free(sec);
 	kiln_buf_free(&df);
 	free(text);
 	free(fname);

@@ -106,6 +106,16 @@ struct svc_request {
 	enum { SVC_GZIP, SVC_ZSTD, SVC_NONE } compression;
 	int64_t time_limit_s;       /* 0: the server's; more than the server's is capped */
 	const char *source_date_epoch; /* the build's SOURCE_DATE_EPOCH (digits), or NULL */
+	/* kiln build --remote --secret: sent with the request (client.c), held in
+	 * the server's memory for that build only; never in svc_request_to_json */
+	const struct svc_secret *secrets;
+	size_t nsecrets;
+};
+
+struct svc_secret {
+	const char *id;
+	const char *data;
+	size_t len;
 };
 
 #define SVC_ID_MAX 40           /* "b-" + 32 hex + NUL, room to spare */
@@ -214,7 +224,9 @@ struct svc_remote_opts {
 	void *ud;
 };
 /* req: everything but the Dockerfile and files, which come from context and
- * dockerfile (NULL: CONTEXT/Dockerfile).  Fails with the build's reason. */
+ * dockerfile (NULL: CONTEXT/Dockerfile; "-": standard input, named <stdin>
+ * as a local build names it).  Fails with the build's reason.  Secrets go
+ * only over HTTPS or to a loopback / $KILN_INSECURE_REGISTRIES host. */
 int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *req, const char *context,
 		     const char *dockerfile, struct svc_remote_result *res, kiln_error **err);
 /* `kiln cache prune --remote URL`: the team's cache on the server (max_bytes 0,

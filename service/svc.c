@@ -59,6 +59,7 @@ svc *svc_start(reg_server *srv, const struct svc_config *c, kiln_error **err)
 	s->cfg = *c;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->wake, NULL);
+	pthread_cond_init(&s->logged, NULL);
 	if (c->host_id) {
 		s->host_id = kiln_xstrdup(c->host_id);
 	} else {
@@ -120,6 +121,7 @@ void svc_stop(svc *s)
 	pthread_mutex_lock(&s->lock);
 	s->stopping = 1;
 	pthread_cond_broadcast(&s->wake);
+	pthread_cond_broadcast(&s->logged);
 	pthread_mutex_unlock(&s->lock);
 	for (unsigned i = 0; i < s->nworkers; i++)
 		pthread_join(s->workers[i], NULL);
@@ -132,8 +134,10 @@ void svc_free(svc *s)
 		return;
 	svc_stop(s);
 	svc_db_close(s->db);
+	svc_secrets_free_all(s);
 	pthread_mutex_destroy(&s->lock);
 	pthread_cond_destroy(&s->wake);
+	pthread_cond_destroy(&s->logged);
 	free(s->workers);
 	free(s->host_id);
 	free(s->state_dir);
@@ -146,7 +150,7 @@ void svc_free(svc *s)
 int svc_team_auth(svc *s, const char *team, const char *home, kiln_error **err)
 {
 	const struct reg_config *rc = reg_server_config(s->srv);
-	char *path = kiln_path_join(home, "auth.json"), *label = NULL, *secret = NULL, *host = NULL, *user = NULL;
+	char *path = kiln_home_path(home, KILN_PATH_AUTH, NULL), *label = NULL, *secret = NULL, *host = NULL, *user = NULL;
 	char *scope = NULL;
 	unsigned char *b64 = NULL;
 	json_t *j = NULL;

@@ -22,6 +22,8 @@ struct run {
 	svc *s;
 	const char *id, *team;
 	const char *epoch;              /* SOURCE_DATE_EPOCH for the build, or NULL */
+	const int *keep_fds;            /* the build's secrets (memfds) its child inherits */
+	size_t n_keep_fds;
 	pid_t pid;
 	char *reason, *location;       /* from the error event */
 	char *digest, *template_digest; /* from the done event */
@@ -50,37 +52,42 @@ char *svc_error_location(const char *msg)
 	return kiln_xstrndup(p, n);
 }
 
-static void on_line(struct run *r, const char *line)
+/* One read's worth of the build's --json lines: each looked at for what the
+ * status keeps (the step, the error, the result), all stored at once. */
+static void on_lines(struct run *r, const kiln_strv *lines)
 {
-	json_error_t je;
-	json_t *j = json_loads(line, 0, &je);
-	const char *ev = j ? json_string_value(json_object_get(j, "event")) : NULL;
-	kiln_error *err = NULL;
+	struct svc_progress pr = { 0 };
+	json_t *step = NULL;
 
-	svc_log_append(r->s, r->id, line, NULL);
-	if (ev == NULL)
-		goto out;
-	if (strcmp(ev, "step") == 0) {
-		svc_q_progress(r->s, r->id, (int)json_integer_value(json_object_get(j, "step")),
-			       (int)json_integer_value(json_object_get(j, "total")),
-			       json_string_value(json_object_get(j, "instruction")), &err);
-	} else if (strcmp(ev, "error") == 0 && json_string_value(json_object_get(j, "message"))) {
-		free(r->reason);
-		r->reason = kiln_xstrdup(json_string_value(json_object_get(j, "message")));
-		free(r->location);
-		r->location = svc_error_location(r->reason);
-	} else if (strcmp(ev, "done") == 0) {
-		free(r->digest);
-		r->digest = kiln_xstrdup(json_string_value(json_object_get(j, "digest")) ?: "");
-		if (json_string_value(json_object_get(j, "template")))
-			r->template_digest = kiln_xstrdup(json_string_value(json_object_get(j, "template")));
+	for (size_t i = 0; i < lines->n; i++) {
+		json_t *j = json_loads(lines->v[i], 0, NULL);
+		const char *ev = j ? json_string_value(json_object_get(j, "event")) : NULL;
+
+		if (ev && strcmp(ev, "step") == 0) {
+			json_decref(step);
+			step = json_incref(j);
+		} else if (ev && strcmp(ev, "error") == 0 && json_string_value(json_object_get(j, "message"))) {
+			free(r->reason);
+			r->reason = kiln_xstrdup(json_string_value(json_object_get(j, "message")));
+			free(r->location);
+			r->location = svc_error_location(r->reason);
+		} else if (ev && strcmp(ev, "done") == 0) {
+			free(r->digest);
+			r->digest = kiln_xstrdup(json_string_value(json_object_get(j, "digest")) ?: "");
+			if (json_string_value(json_object_get(j, "template"))) {
+				free(r->template_digest);
+				r->template_digest = kiln_xstrdup(json_string_value(json_object_get(j, "template")));
+			}
+		}
+		json_decref(j);
 	}
-out:
-	if (err) {
-		kiln_warn("build %s: %s", r->id, kiln_error_message(err));
-		kiln_error_free(err);
+	if (step) {
+		pr.step = (int)json_integer_value(json_object_get(step, "step"));
+		pr.total = (int)json_integer_value(json_object_get(step, "total"));
+		pr.instruction = json_string_value(json_object_get(step, "instruction"));
 	}
-	json_decref(j);
+	svc_log_append_lines(r->s, r->id, (const char *const *)lines->v, lines->n, step ? &pr : NULL, NULL);
+	json_decref(step);
 }
 
 static void log_event(svc *s, const char *id, json_t *j)
@@ -94,9 +101,10 @@ static void log_event(svc *s, const char *id, json_t *j)
 
 /* fork + exec argv with KILN_HOME=home, stdout to a pipe (*out), stderr to
  * errfile; its own process group, killed with the server. */
-static pid_t spawn(svc *s, char *const *argv, const char *home, const char *cwd, const char *epoch,
+static pid_t spawn(svc *s, const struct run *r, char *const *argv, const char *home, const char *cwd,
 		   const char *errfile, int *out, kiln_error **err)
 {
+	const char *epoch = r->epoch;
 	int p[2], efd;
 	pid_t pid;
 
@@ -126,6 +134,8 @@ static pid_t spawn(svc *s, char *const *argv, const char *home, const char *cwd,
 		int nul = open("/dev/null", O_RDONLY);
 		if (nul >= 0)
 			dup2(nul, 0);
+		for (size_t i = 0; i < r->n_keep_fds; i++)
+			fcntl(r->keep_fds[i], F_SETFD, 0);
 		setenv("KILN_HOME", home, 1);
 		if (epoch)
 			setenv("SOURCE_DATE_EPOCH", epoch, 1);
@@ -159,12 +169,12 @@ static void kill_group(pid_t pid)
  * reason (cancel, time limit, exit code). */
 static int run_child(struct run *r, char *const *argv, const char *home, const char *cwd, const char *errfile,
 		     int64_t deadline,
-		     void (*fn)(struct run *, const char *), kiln_buf *capture, kiln_error **err)
+		     void (*fn)(struct run *, const kiln_strv *), kiln_buf *capture, kiln_error **err)
 {
 	kiln_buf acc = KILN_BUF_INIT;
 	int fd = -1, status = 0, cut = 0;
 	int64_t last_beat = 0;
-	pid_t pid = spawn(r->s, argv, home, cwd, r->epoch, errfile, &fd, err);
+	pid_t pid = spawn(r->s, r, argv, home, cwd, errfile, &fd, err);
 
 	if (pid < 0)
 		return -1;
@@ -182,11 +192,11 @@ static int run_child(struct run *r, char *const *argv, const char *home, const c
 			if (n <= 0)
 				break;
 			kiln_buf_add(&acc, buf, (size_t)n);
+			kiln_strv lines = KILN_STRV_INIT;
 			char *nl;
 			while ((nl = memchr(acc.buf, '\n', acc.len)) != NULL) {
 				*nl = '\0';
-				if (fn)
-					fn(r, acc.buf);
+				kiln_strv_push(&lines, acc.buf);
 				if (capture)
 					kiln_buf_addf(capture, "%s\n", acc.buf);
 				size_t used = (size_t)(nl - acc.buf) + 1;
@@ -194,6 +204,9 @@ static int run_child(struct run *r, char *const *argv, const char *home, const c
 				acc.len -= used;
 				acc.buf[acc.len] = '\0';
 			}
+			if (fn && lines.n)
+				fn(r, &lines);
+			kiln_strv_free(&lines);
 		}
 		if (now - last_beat >= 2) {
 			kiln_error *e = NULL;
@@ -261,6 +274,29 @@ static char *registry_host(svc *s)
 	return kiln_xasprintf(strchr(h, ':') ? "[%s]:%u" : "%s:%u", h, reg_server_port(s->srv));
 }
 
+/* Whether REPO:TAG points at digest now: the last change in its history. */
+static bool tag_holds(svc *s, const char *ref, const char *digest)
+{
+	char *repo = kiln_xstrdup(ref), *colon = strrchr(repo, ':');
+	kiln_buf h = KILN_BUF_INIT;
+	kiln_error *e = NULL;
+	bool yes = false;
+
+	*colon = '\0';
+	if (reg_tag_history(reg_server_config(s->srv), repo, colon + 1, &h, &e) == 0 && h.len) {
+		/* lines "TIME TAG DIGEST [NOTE]" oldest first */
+		h.buf[--h.len] = '\0';
+		char *last = strrchr(h.buf, '\n'), *f = last ? last + 1 : h.buf;
+		for (int i = 0; i < 2 && f; i++)
+			f = strchr(f, ' ') ? strchr(f, ' ') + 1 : NULL;
+		yes = f && strncmp(f, digest, strlen(digest)) == 0 && (f[strlen(digest)] == ' ' || !f[strlen(digest)]);
+	}
+	kiln_error_free(e);
+	kiln_buf_free(&h);
+	free(repo);
+	return yes;
+}
+
 static int publish(struct run *r, const char *home, const char *cwd, const char *errfile, const char *name, bool tmpl,
 		   struct svc_result *res, kiln_error **err)
 {
@@ -287,12 +323,21 @@ static int publish(struct run *r, const char *home, const char *cwd, const char 
 		argv_add(&a, name);
 		argv_add(&a, dest);
 		kiln_buf_free(&out);
-		if (run_child(r, a.v, home, cwd, errfile, 0, NULL, &out, err) < 0) {
+		char *digest = NULL;
+		/* an image push sends the same manifest bytes (same digest): a tag
+		 * already there (a rebuild all from the cache) needs no push, and
+		 * its history keeps the build that made that change */
+		bool unchanged = strcmp(kinds[k], "--image") == 0 && r->digest &&
+				 tag_holds(r->s, dest + strlen(host) + 1, r->digest);
+		if (unchanged)
+			digest = kiln_xstrdup(r->digest);
+		if (digest == NULL && run_child(r, a.v, home, cwd, errfile, 0, NULL, &out, err) < 0) {
 			kiln_error_wrap(err, "publish %s", dest + strlen(host) + 1);
 			goto out;
 		}
 		char *d = out.buf ? strstr(out.buf, "sha256:") : NULL;
-		char *digest = d ? kiln_xstrndup(d, strcspn(d, "\n ")) : kiln_xstrdup("");
+		if (digest == NULL)
+			digest = d ? kiln_xstrndup(d, strcspn(d, "\n ")) : kiln_xstrdup("");
 		char *ref = kiln_xstrdup(dest + strlen(host) + 1);
 		/* the build's id beside the tag's change in the registry's history */
 		{
@@ -300,7 +345,7 @@ static int publish(struct run *r, const char *home, const char *cwd, const char 
 			char *note = kiln_xasprintf("build %s", r->id);
 			kiln_error *e = NULL;
 			*colon = '\0';
-			if (*digest && reg_tag_note(reg_server_config(r->s->srv), repo, colon + 1, digest, note, &e) < 0) {
+			if (*digest && !unchanged && reg_tag_note(reg_server_config(r->s->srv), repo, colon + 1, digest, note, &e) < 0) {
 				kiln_warn("build %s: tag history note: %s", r->id, kiln_error_message(e));
 				kiln_error_free(e);
 			}
@@ -328,6 +373,22 @@ out:
 	return ret;
 }
 
+/* A file of the build's scratch directory: removed after the build, so not
+ * worth kiln_write_atomic's fsyncs. */
+static int write_scratch(const char *path, const char *text, kiln_error **err)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+
+	if (fd < 0)
+		return kiln_err_errno(err, errno, "create %s", path);
+	if (kiln_write_full(fd, text, strlen(text)) < 0) {
+		kiln_err_errno(err, errno, "write %s", path);
+		close(fd);
+		return -1;
+	}
+	return close(fd) < 0 ? kiln_err_errno(err, errno, "write %s", path) : 0;
+}
+
 static void result_free(struct svc_result *res)
 {
 	free(res->image);
@@ -341,6 +402,9 @@ void svc_run_build(svc *s, const char *id)
 {
 	struct run r = { .s = s, .id = id };
 	struct svc_result res = { 0 };
+	struct svc_secrets *sec = NULL;
+	int *sec_fds = NULL;
+	size_t n_sec_fds = 0;
 	kiln_error *err = NULL;
 	char *team = NULL, *request = NULL, *home = NULL, *work = NULL, *ctx = NULL, *df = NULL, *errfile = NULL;
 	char *ts = NULL, *name = NULL;
@@ -373,7 +437,7 @@ void svc_run_build(svc *s, const char *id)
 	    svc_context_make(s, team, json_object_get(req, "files"), ctx, &err) < 0)
 		goto fail;
 	const char *text = json_string_value(json_object_get(req, "dockerfile"));
-	if (kiln_write_atomic(df, text, strlen(text), 0600, &err) < 0)
+	if (write_scratch(df, text, &err) < 0)
 		goto fail;
 	name = json_string_value(json_object_get(req, "name")) ? kiln_xstrdup(json_string_value(json_object_get(req, "name")))
 							       : NULL;
@@ -416,8 +480,23 @@ void svc_run_build(svc *s, const char *id)
 		argv_add(&a, "--template");
 	if (json_is_true(json_object_get(req, "no_cache")))
 		argv_add(&a, "--no-cache");
+	if (json_array_size(json_object_get(req, "secret_ids"))) {
+		/* in this process's memory since the request came (the build is pinned here) */
+		if ((sec = svc_secrets_claim(s, id)) == NULL) {
+			kiln_err(&err, KILN_E_NOTFOUND, "the build's secrets are gone (they are kept in memory only, "
+				 "by the server that took the request): submit it again");
+			goto fail;
+		}
+		if (svc_secrets_args(sec, &a, &sec_fds, &n_sec_fds, &err) < 0)
+			goto fail;
+		r.keep_fds = sec_fds;
+		r.n_keep_fds = n_sec_fds;
+	}
 	argv_add(&a, "context");
-	if (run_child(&r, a.v, home, work, errfile, svc_now() + limit, on_line, NULL, &err) < 0) {
+	int brc = run_child(&r, a.v, home, work, errfile, svc_now() + limit, on_lines, NULL, &err);
+	r.keep_fds = NULL;
+	r.n_keep_fds = 0;
+	if (brc < 0) {
 		if (r.reason && err && err->kind == KILN_E_GENERIC && strstr(kiln_error_message(err), "exited with")) {
 			/* the build's own error event says it best */
 			kiln_error_clear(&err);
@@ -468,6 +547,10 @@ fail: {
 	free(loc);
 }
 out:
+	for (size_t k = 0; k < n_sec_fds; k++)
+		close(sec_fds[k]);
+	free(sec_fds);
+	svc_secrets_free(sec);
 	if (work) {
 		kiln_error *e3 = NULL;
 		if (kiln_rm_rf(work, &e3) < 0)

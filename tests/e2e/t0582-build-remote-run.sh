@@ -4,7 +4,8 @@
 # published remotely, FROM it on the server's registry, RUN, start and ready
 # commands; the template and its image published under the team; a fresh
 # client (empty KILN_HOME, as a CI runner) gets the RUN from the team's cache
-# on the server; `kiln pull` then `kiln run` on another KILN_HOME starts it.
+# on the server; --secret reaches a RUN there and is stored nowhere on the
+# server; `kiln pull` then `kiln run` on another KILN_HOME starts it.
 . tests/e2e/lib.sh
 . tests/e2e/vmlib.sh
 vm_setup
@@ -46,6 +47,22 @@ expect_eq "two digests on stdout (image, template)" "$(grep -c '^sha256:' "$T_TM
 
 KILN_HOME=$T_TMP/ci expect_exit 0 "a fresh client rebuilds" $KILN build --remote "$URL" -t web:2 "$C"
 expect_eq "its RUN comes from the team's cache on the server" "$(grep -c '^  cache hit' "$T_TMP/err")" 2
+
+# --secret reaches RUN --mount=type=secret on the server, and is stored nowhere there
+PLAIN=kiln-t0582-$RANDOM$RANDOM$RANDOM-plain
+printf '%s' "$PLAIN" >"$T_TMP/secret.src"
+cat >"$C/Dockerfile.secret" <<DF
+FROM $HOST/team-a/bb:1
+RUN --mount=type=secret,id=tok busybox sha256sum /run/secrets/tok | busybox cut -c1-64 >/tok.sum
+DF
+expect_exit 0 "a remote build with --secret and --rootfs-out" $KILN build --remote "$URL" -f "$C/Dockerfile.secret" \
+	-t sec:1 --secret "id=tok,src=$T_TMP/secret.src" --rootfs-out "$T_TMP/sec.ext4" "$C"
+expect_eq "RUN read the secret (its sha256, in the downloaded rootfs)" \
+	"$(debugfs -R 'cat /tok.sum' "$T_TMP/sec.ext4" 2>/dev/null)" "$(sha256sum "$T_TMP/secret.src" | cut -c1-64)"
+if grep -rlaF "$PLAIN" "$DATA" "$T_TMP/serve.log" "$T_TMP/err" "$T_TMP/out" >"$T_TMP/found"; then
+	not_ok "the secret's plaintext is nowhere in the server's data, database, cache or logs"
+	sed 's/^/#   found in: /' "$T_TMP/found"
+else ok "the secret's plaintext is nowhere in the server's data, database, cache or logs"; fi
 
 export KILN_HOME=$T_TMP/runtime
 $KILN login -u x --password-stdin "$HOST" <<<"$A" >/dev/null 2>&1
