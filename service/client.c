@@ -5,8 +5,10 @@
  * builder's struct build_event, so the same lines and --json events come
  * out — resuming at the cursor when the connection drops.  Every request
  * goes over the registry client's HTTP transport (regclient/http.c). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -461,6 +463,17 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
 	}
 	if (req->nsecrets && add_secrets(&c, req, j, err) < 0)
 		goto out;
+	{ /* the transport may retry the submit: the server queues one build per key */
+		unsigned char rnd[16];
+		char key[33];
+		if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+			kiln_err_errno(err, errno, "getrandom");
+			goto out;
+		}
+		for (size_t i = 0; i < sizeof(rnd); i++)
+			snprintf(key + 2 * i, 3, "%02x", rnd[i]);
+		json_object_set_new(j, "client_key", json_string(key));
+	}
 	body = json_dumps(j, JSON_COMPACT);
 	res->bytes_request += strlen(body);
 	if (o->on_uploaded)

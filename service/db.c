@@ -44,6 +44,9 @@ static const char *const *const migrations[] = {
 	NULL,
 	/* 2: a build whose secrets only one host holds (in memory) is pinned to it */
 	(const char *const[]){ "ALTER TABLE svc_builds ADD COLUMN pin TEXT", NULL },
+	/* 3: the client's key for a request, so a retried submit queues nothing twice */
+	(const char *const[]){ "ALTER TABLE svc_builds ADD COLUMN client_key TEXT",
+			       "CREATE UNIQUE INDEX svc_builds_client_key ON svc_builds(team, client_key)", NULL },
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])) - 1)
 

@@ -88,9 +88,12 @@ bool svc_digest_ok(const char *d);
 char *svc_error_location(const char *msg);
 
 /* ---- queue rows (queue.c) ---- */
-/* pin: the only host that may claim it (its secrets are there), or NULL. */
+/* pin: the only host that may claim it (its secrets are there), or NULL;
+ * key: the client's key for the request (unique per team), or NULL. */
 int svc_q_insert(svc *s, const char *id, const char *team, const char *name, const char *request,
-		 int64_t time_limit, const char *pin, kiln_error **err);
+		 int64_t time_limit, const char *pin, const char *key, kiln_error **err);
+/* The build queued under the client's key: 1 found (id set), 0 none. */
+int svc_q_by_key(svc *s, const char *team, const char *key, char id[SVC_ID_MAX], kiln_error **err);
 int svc_q_claim(svc *s, char id[SVC_ID_MAX], kiln_error **err);   /* 1 claimed, 0 none */
 int svc_q_job(svc *s, const char *id, char **team, char **request, int64_t *time_limit, kiln_error **err);
 int svc_q_heartbeat(svc *s, const char *id, kiln_error **err);    /* 1: cancel asked */

@@ -84,11 +84,26 @@ void svc_list_free(struct svc_status *v, size_t n)
 	free(v);
 }
 
+int svc_q_by_key(svc *s, const char *team, const char *key, char id[SVC_ID_MAX], kiln_error **err)
+{
+	struct svc_rows r;
+	const char *p[] = { team, key };
+	int found;
+
+	if (svc_db_q(s->db, &r, "SELECT id FROM svc_builds WHERE team = $1 AND client_key = $2", p, 2, err) < 0)
+		return -1;
+	found = r.n > 0;
+	if (found)
+		snprintf(id, SVC_ID_MAX, "%s", svc_row(&r, 0, 0));
+	svc_rows_free(&r);
+	return found;
+}
+
 int svc_q_insert(svc *s, const char *id, const char *team, const char *name, const char *request,
-		 int64_t time_limit, const char *pin, kiln_error **err)
+		 int64_t time_limit, const char *pin, const char *key, kiln_error **err)
 {
 	char now[24], tl[24], ms[24];
-	const char *p[] = { id, team, name, request, now, tl, ms, pin };
+	const char *p[] = { id, team, name, request, now, tl, ms, pin, key };
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -96,8 +111,8 @@ int svc_q_insert(svc *s, const char *id, const char *team, const char *name, con
 	svc_i64(tl, time_limit);
 	svc_i64(ms, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 	return svc_db_q(s->db, NULL,
-			"INSERT INTO svc_builds(id, team, name, state, request, created, time_limit, qms, pin)"
-			" VALUES($1, $2, $3, 'queued', $4, $5, $6, $7, $8)", p, 8, err) < 0 ? -1 : 0;
+			"INSERT INTO svc_builds(id, team, name, state, request, created, time_limit, qms, pin, client_key)"
+			" VALUES($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9)", p, 9, err) < 0 ? -1 : 0;
 }
 
 void svc_new_id(char id[SVC_ID_MAX])

@@ -280,6 +280,23 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 		return kiln_err(err, KILN_E_INVALID, "a build request is a JSON object");
 	if (svc_secrets_take_json(req, &sec, err) < 0)
 		return -1;
+	/* a client's key for this request: a retried submit answers with the
+	 * build the first one queued (the transport retries after errors that
+	 * may come after the server took it) */
+	char key[65] = "";
+	const char *k = json_string_value(json_object_get(req, "client_key"));
+	if (k && (!*k || strlen(k) >= sizeof(key) || strspn(k, "0123456789abcdefABCDEF-") != strlen(k))) {
+		svc_secrets_free(sec);
+		return kiln_err(err, KILN_E_INVALID, "client_key: want up to 64 hex digits or '-'");
+	}
+	if (k)
+		snprintf(key, sizeof(key), "%s", k);
+	json_object_del(req, "client_key");
+	int had = *key ? svc_q_by_key(s, team, key, id, err) : 0;
+	if (had != 0) {
+		svc_secrets_free(sec);
+		return had < 0 ? -1 : 0;
+	}
 	if (file == NULL || !*file || strchr(file, '/') || strchr(file, ':'))
 		file = "Dockerfile";
 	char *fname = kiln_xstrdup(file);
@@ -340,11 +357,19 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 	svc_new_id(id);
 	if (sec) /* kept before the row exists: a worker may claim it at once */
 		svc_secrets_keep(s, id, sec);
-	ret = svc_q_insert(s, id, team, name, stored, limit, sec ? s->host_id : NULL, err);
+	ret = svc_q_insert(s, id, team, name, stored, limit, sec ? s->host_id : NULL, *key ? key : NULL, err);
 	free(stored);
 	if (ret < 0 && sec)
 		svc_secrets_free(svc_secrets_claim(s, id));
 	sec = NULL;
+	if (ret < 0 && *key) { /* the same key queued meanwhile (its unique index): that build */
+		kiln_error *e2 = NULL;
+		if (svc_q_by_key(s, team, key, id, &e2) == 1) {
+			kiln_error_clear(err);
+			ret = 0;
+		}
+		kiln_error_free(e2);
+	}
 	if (ret == 0) {
 		pthread_mutex_lock(&s->lock);
 		pthread_cond_broadcast(&s->wake);

@@ -51,6 +51,18 @@ expect_grep "its requests share one kept-alive connection" 'build server .*: [3-
 KILN_REGISTRY_RETRIES=2 expect_exit 1 "a build server that does not answer" $KILN build --remote http://127.0.0.1:1 -f - "$C" <"$T_TMP/Dockerfile.in"
 expect_grep "is retried with backoff first" 'after 2 retries' "$T_TMP/err"
 
+# a retried submit (the transport retries after errors) queues one build per client key
+expect_eq "kiln build --remote sends a key with its request" \
+	"$(sqlite3 "$DATA/meta.db" "SELECT length(client_key) FROM svc_builds ORDER BY qms DESC LIMIT 1")" 32
+KEY=0123456789abcdef0123456789abcdef
+sub() { curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d "{\"dockerfile\":\"FROM scratch\\n\",\"client_key\":\"$KEY\"}" | jq -r .id; }
+K1=$(sub)
+K2=$(sub)
+expect_eq "the same key submitted twice is one build" "$K2" "$K1"
+expect_eq "...one row" "$(sqlite3 "$DATA/meta.db" "SELECT count(*) FROM svc_builds WHERE client_key = '$KEY'")" 1
+expect_eq "a malformed key is refused" "$(curl -s -o /dev/null -w '%{http_code}' -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" \
+	-d '{"dockerfile":"FROM scratch\n","client_key":"no spaces"}')" 400
+
 # --oci-out / --rootfs-out: the published image downloaded
 expect_exit 0 "--oci-out and --rootfs-out with --remote" $KILN build --remote "$URL" -f - -t app:2 \
 	--oci-out "$T_TMP/oci" --rootfs-out "$T_TMP/root.ext4" "$C" <"$T_TMP/Dockerfile.in"
@@ -135,7 +147,7 @@ if grep -rlaF "$B64" "$DATA" >"$T_TMP/found"; then
 else ok "nor its base64"; fi
 
 # the schema version of the svc_ tables
-expect_eq "the svc_ tables record their schema version" "$(sqlite3 "$DATA/meta.db" "SELECT v FROM svc_meta WHERE k = 'schema'")" 2
+expect_eq "the svc_ tables record their schema version" "$(sqlite3 "$DATA/meta.db" "SELECT v FROM svc_meta WHERE k = 'schema'")" 3
 stop_server
 OLD=$T_TMP/old
 mkdir -p "$OLD"
@@ -150,9 +162,9 @@ INSERT INTO svc_builds(id, team, state, request, created, time_limit) VALUES('b-
 DATA=$OLD
 echo '{"build": {"host_builds": 1}}' >"$T_TMP/serve.json"
 start_server
-expect_eq "a first-version database is migrated (pin column added)" \
-	"$(sqlite3 "$OLD/meta.db" "SELECT v FROM svc_meta WHERE k = 'schema'; SELECT count(*) FROM pragma_table_info('svc_builds') WHERE name = 'pin'")" "2
-1"
+expect_eq "a first-version database is migrated (pin and client_key columns added)" \
+	"$(sqlite3 "$OLD/meta.db" "SELECT v FROM svc_meta WHERE k = 'schema'; SELECT count(*) FROM pragma_table_info('svc_builds') WHERE name IN ('pin', 'client_key')")" "3
+2"
 expect_eq "keeping its builds" "$(curl -s "$URL/build/v1/builds/b-old" | jq -r .state)" done
 stop_server
 sqlite3 "$OLD/meta.db" "UPDATE svc_meta SET v = '99' WHERE k = 'schema'"
