@@ -322,11 +322,13 @@ int vm_jail_slot_take(struct vm_jail *j, unsigned cpus, unsigned memory_mib, kil
 	return 0;
 }
 
-const char *vm_jail_cg_join(const struct vm_jail *j)
+const char *vm_jail_cg_join(const struct vm_jail *j, bool memory_only)
 {
 	char path[4096];
 
 	for (size_t i = 0; i < j->n_cg; i++) {
+		if (memory_only && !j->cg_v2 && !strstr(j->cg[i], "/memory/"))
+			continue;
 		snprintf(path, sizeof(path), "%s/cgroup.procs", j->cg[i]);
 		int fd = open(path, O_WRONLY | O_CLOEXEC);
 		if (fd < 0 || write(fd, "0", 1) != 1) {

@@ -27,7 +27,7 @@ struct vm_jail {
 	kiln_strv ro, rw;     /* host paths bound at the same place inside */
 	bool netns;           /* a network namespace of its own (the VM has no network) */
 	bool kvm;             /* /dev/kvm inside */
-	const char *copy_from, *copy_to; /* copied (sparse) in the jail's cgroup before exec */
+	const char *copy_from, *copy_to; /* the RAM copy (sparse), vm_jail_copy_start's */
 	bool cg_v2;
 	char *cg[4];          /* the slot's cgroup directories (one per v1 controller) */
 	size_t n_cg;
@@ -36,6 +36,12 @@ struct vm_jail {
  * what to do) when kiln is not root or the host has no cgroups. */
 int vm_jail_prepare(struct vm_jail *j, unsigned cpus, unsigned memory_mib, kiln_error **err);
 void vm_jail_add(struct vm_jail *j, const char *path, bool writable);
+/* The RAM copy (copy_from into copy_to) made by a process of its own in
+ * the VM's memory cgroup, while QEMU starts; *done_fd reaches EOF when it
+ * ends.  vm_jail_copy_wait waits for it (before anything reads guest RAM)
+ * and says why it failed. */
+pid_t vm_jail_copy_start(const struct vm_jail *j, int *done_fd, kiln_error **err);
+int vm_jail_copy_wait(pid_t pid, int done_fd, kiln_error **err);
 /* chown path to the VM's uid/gid (nothing when j is off or NULL). */
 int vm_jail_own(const struct vm_jail *j, const char *path, kiln_error **err);
 /* In the child between clone and exec: cgroup, mounts, pivot_root,
@@ -47,9 +53,9 @@ void vm_jail_free_cgroups(struct vm_jail *j);
  * directories, created under kiln's parent, into j->cg) and write the
  * limits for cpus vCPUs and memory_mib of guest RAM.  Needs root. */
 int vm_jail_slot_take(struct vm_jail *j, unsigned cpus, unsigned memory_mib, kiln_error **err);
-/* Move the calling process into j's cgroups: NULL, or the directory that
- * refused it (errno set). */
-const char *vm_jail_cg_join(const struct vm_jail *j);
+/* Move the calling process into j's cgroups (memory_only: the memory
+ * controller's): NULL, or the directory that refused it (errno set). */
+const char *vm_jail_cg_join(const struct vm_jail *j, bool memory_only);
 /* Whether uid is a jail uid, and its slot. */
 bool vm_jail_uid_slot(uid_t uid, unsigned *slot);
 /* The parent's side: close its slot lock, free.  The cgroup stays for

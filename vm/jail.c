@@ -18,6 +18,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <linux/capability.h>
 
@@ -165,7 +166,7 @@ static void drop_privileges(const struct vm_jail *j, int errfd)
 }
 
 /* The RAM copy: data extents only (the file is mostly holes), into the
- * file the parent made; its pages are charged to this cgroup. */
+ * file the parent made. */
 static void copy_ram(const struct vm_jail *j, int errfd)
 {
 	int in = open(j->copy_from, O_RDONLY | O_CLOEXEC), out = open(j->copy_to, O_WRONLY | O_CLOEXEC);
@@ -194,6 +195,56 @@ static void copy_ram(const struct vm_jail *j, int errfd)
 	close(out);
 }
 
+pid_t vm_jail_copy_start(const struct vm_jail *j, int *done_fd, kiln_error **err)
+{
+	struct stat st;
+	int efd[2];
+	pid_t pid;
+
+	/* sized before QEMU maps it (it would size an empty file itself) */
+	if (stat(j->copy_from, &st) < 0 || truncate(j->copy_to, st.st_size) < 0)
+		return kiln_err_errno(err, errno, "jail: sizing the RAM copy %s", j->copy_to);
+	if (pipe2(efd, O_CLOEXEC) < 0)
+		return kiln_err_errno(err, errno, "jail: pipe");
+	if ((pid = fork()) < 0) {
+		close(efd[0]);
+		close(efd[1]);
+		return kiln_err_errno(err, errno, "jail: fork for the RAM copy");
+	}
+	if (pid == 0) {
+		close(efd[0]);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		/* the memory controller's cgroup only: its pages are charged there */
+		const char *cg = vm_jail_cg_join(j, true);
+		if (cg)
+			child_fail(efd[1], "joining cgroup", cg);
+		copy_ram(j, efd[1]);
+		_exit(0);
+	}
+	close(efd[1]);
+	*done_fd = efd[0];
+	return pid;
+}
+
+int vm_jail_copy_wait(pid_t pid, int done_fd, kiln_error **err)
+{
+	char why[512];
+	size_t got = 0;
+	ssize_t n;
+	int status = 0;
+
+	while (got < sizeof(why) - 1 && ((n = read(done_fd, why + got, sizeof(why) - 1 - got)) > 0 ||
+					 (n < 0 && errno == EINTR)))
+		got += n > 0 ? (size_t)n : 0;
+	why[got] = '\0';
+	close(done_fd);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (got > 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		return kiln_err(err, KILN_E_GENERIC, "the RAM copy failed: %s", got ? why : "killed");
+	return 0;
+}
+
 void vm_jail_enter(const struct vm_jail *j, int errfd)
 {
 	static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/urandom" };
@@ -204,11 +255,9 @@ void vm_jail_enter(const struct vm_jail *j, int errfd)
 
 	/* the cgroup first: from here on, whatever this becomes is limited and
 	 * holds the slot ("0": the writing process) */
-	const char *cg = vm_jail_cg_join(j);
+	const char *cg = vm_jail_cg_join(j, false);
 	if (cg)
 		child_fail(errfd, "joining cgroup", cg);
-	if (j->copy_from)
-		copy_ram(j, errfd);
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		child_fail(errfd, "making mounts private", NULL);
 	if (mount("kiln-jail", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755") < 0)

@@ -66,7 +66,7 @@ static void wrap_died(vm_instance *v, kiln_error **err)
  * opens its file read-write even for share=off, and an unprivileged uid
  * must not hold a writable descriptor of a blob every sandbox of the
  * template maps.  So it gets a private copy (sparse, in /dev/shm, made in
- * its own cgroup before exec) mapped share=on. */
+ * its cgroup while QEMU starts: vm_jail_copy_start) mapped share=on. */
 static char *ram_copy_path(const char *dir)
 {
 	struct stat st;
@@ -122,7 +122,8 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 	char *version = NULL, *qmp = NULL;
 	const char *mem = c->memory_file;
 	bool shared = c->memory_shared;
-	int fds[3] = { -1, -1, -1 };
+	int fds[3] = { -1, -1, -1 }, copy_fd = -1;
+	pid_t copier = -1;
 	double t0;
 
 	memset(s, 0, sizeof(*s));
@@ -196,6 +197,9 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 	struct vm_spawn_opts so = { .log_path = v->files.paths[R_QEMU_LOG], .tmpdir = v->files.subdirs[0],
 				    .detached = c->detached, .jail = &v->jail, .keep_fd = { fds[0], fds[1], fds[2] } };
 	t0 = vm_now_ms();
+	/* the RAM copy and QEMU's start (exec, machine init) side by side */
+	if (v->jail.copy_from && (copier = vm_jail_copy_start(&v->jail, &copy_fd, err)) < 0)
+		goto fail;
 	if ((v->files.pid = vm_spawn(av.v, &so, err)) < 0) {
 		v->files.pid = 0;
 		goto fail;
@@ -217,6 +221,13 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 		goto died;
 	if (vm_qmp_peer_check(v->qmp, vm_jail_uid(v), err) < 0)
 		goto fail;
+	/* loading the device state reads guest RAM (virtqueues) */
+	if (copier > 0) {
+		int r = vm_jail_copy_wait(copier, copy_fd, err);
+		copier = copy_fd = -1;
+		if (r < 0)
+			goto fail;
+	}
 	s->spawn_ms = vm_now_ms() - t0;
 	version = vm_qmp_version_string(v->qmp);
 	if (c->on_version && c->on_version(c->ud, version, err) < 0)
@@ -236,6 +247,12 @@ fail:
 	for (int i = 0; i < 3; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
+	if (copier > 0) {
+		kill(copier, SIGKILL);
+		kiln_error *e = NULL;
+		vm_jail_copy_wait(copier, copy_fd, &e);
+		kiln_error_free(e);
+	}
 	kiln_strv_free(&av);
 	free(version);
 	free(qmp);

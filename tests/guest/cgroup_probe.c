@@ -95,7 +95,7 @@ static pid_t in_cgroup(const struct vm_jail *j, void (*fn)(int wfd), int *rfd)
 		for (int fd = 3; fd < 1024; fd++)
 			if (fd != p[1])
 				close(fd);
-		const char *bad = vm_jail_cg_join(j);
+		const char *bad = vm_jail_cg_join(j, false);
 		if (write(p[1], bad ? "E" : "J", 1) != 1 || bad)
 			_exit(125);
 		if (fn)
