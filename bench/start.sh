@@ -14,9 +14,12 @@
 # /proc/PID/smaps_rollup).
 # START_PYTHON=1 also builds the real corpus's python template
 # (tests/data/real/python on examples/debian-base.sh: python3 + numpy, its
-# start command `python3 -m http.server`) and times STARTS/2 full restores
-# (no pool) each to the first byte of `echo hi` and of an HTTP response from
-# that server (bash's /dev/tcp in the sandbox), with kiln's --time breakdown.
+# start command `python3 -m http.server`; kept in START_PYTHON_HOME if set)
+# and times STARTS/2 full restores (no pool) of it and of the busybox
+# template, each to the first byte of `echo hi` and of an HTTP response from
+# the start command's server, with kiln's --time breakdown and QEMU's CPU time
+# (START_BASELINE=OTHER-KILN alternates each of these starts between bin/kiln
+# and that binary: an A/B in one run).
 set -u
 cd "$(dirname "$0")/.."
 starts=${1:-50}
@@ -172,47 +175,100 @@ print("memory per idle sandbox: Pss %.1f MiB, private %.1f MiB (mean of %d; gues
 EOF
 
 [ "${START_PYTHON:-0}" = 1 ] || exit 0
-base=$(examples/debian-base.sh) || exit 1
-tests/data/real/context.sh "$work/ctx" >/dev/null || exit 1
-echo "building the python template (several minutes under TCG)..."
-bin/kiln build -t real-python --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt --build-arg "BASE=$base" \
-	--ready-cmd "bash -c 'exec 3<>/dev/tcp/127.0.0.1/8000'" -f "$work/ctx/python/Dockerfile" "$work/ctx/python" \
-	>"$work/py-build.log" 2>&1 || { tail -5 "$work/py-build.log"; exit 1; }
-python3 - "$starts" <<'EOF'
-import re, subprocess, sys, time
+# The python template: built once into START_PYTHON_HOME (a KILN_HOME kept
+# between runs) when it is set, else into this run's home.  The image is
+# built first and snapshotted by `kiln snapshot` with a long ready timeout:
+# the server's first start on a loaded TCG host can take minutes.
+pyhome=${START_PYTHON_HOME:-$KILN_HOME}
+mkdir -p "$pyhome"
+if ! KILN_HOME=$pyhome bin/kiln snapshot ls 2>/dev/null | grep -q '^real-python'; then
+	base=$(examples/debian-base.sh) || exit 1
+	tests/data/real/context.sh "$work/ctx" >/dev/null || exit 1
+	echo "building the python template into $pyhome (several minutes under TCG)..."
+	KILN_HOME=$pyhome bin/kiln build -t real-python --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt \
+		--build-arg "BASE=$base" -f "$work/ctx/python/Dockerfile" "$work/ctx/python" >"$work/py-build.log" 2>&1 &&
+		KILN_HOME=$pyhome bin/kiln snapshot -t real-python --start 'python3 -m http.server 8000 --bind 127.0.0.1' \
+			--ready "bash -c 'exec 3<>/dev/tcp/127.0.0.1/8000'" --ready-timeout 900 real-python:latest \
+			>>"$work/py-build.log" 2>&1 || { tail -5 "$work/py-build.log"; exit 1; }
+fi
+# Full restores (no pool) of both templates, to the first byte of a trivial
+# command and of an HTTP response from the start command's server, with
+# kiln's --time breakdown and QEMU's CPU time until that byte (all its
+# threads, /proc/PID/task/*/schedstat: what the load average inflates least).
+python3 - "$starts" "$KILN_HOME" "$pyhome" <<'EOF'
+import json, os, re, subprocess, sys, time
 n = max(2, int(sys.argv[1]) // 2)
 K = "bin/kiln"
 RESTORE_RE = re.compile(r"started in ([0-9.]+) ms \(check ([0-9.]+), qemu ([0-9.]+), load ([0-9.]+), "
                         r"agent ([0-9.]+), setup [0-9.]+\); first output ([0-9.]+) ms")
-HTTP = "exec 3<>/dev/tcp/127.0.0.1/8000 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
-cases = {"echo hi": ["echo", "hi"], "HTTP GET / to the start command's server": ["bash", "-c", HTTP]}
+PY_HTTP = "exec 3<>/dev/tcp/127.0.0.1/8000 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+templates = [
+    ("busybox", sys.argv[2], "web", {
+        "echo hi": ["echo", "hi"],
+        "HTTP GET from its busybox httpd": ["busybox", "wget", "-q", "-O-", "http://127.0.0.1:8080/index.html"]}),
+    ("python (real corpus)", sys.argv[3], "real-python", {
+        "echo hi": ["echo", "hi"],
+        "HTTP GET / from its python3 -m http.server": ["bash", "-c", PY_HTTP]}),
+]
 
 def pct(v, q):
     v = sorted(v)
     return v[min(len(v) - 1, max(0, int(round(q * len(v) + 0.4999)) - 1))]
 
-print("python template (real corpus), full restore, no pool; load average %s" %
-      " ".join(open("/proc/loadavg").read().split()[:3]))
-for name, argv in cases.items():
-    first, ph = [], {k: [] for k in ("QEMU start until QMP answers", "state load", "agent connect",
-                                      "HELLO + EXEC to first output (guest, cold TCG)")}
-    for i in range(n):
-        t0 = time.monotonic()
-        p = subprocess.Popen([K, "run", "--time", "real-python", "--"] + argv, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
-        b = p.stdout.read(1)
-        t1 = time.monotonic()
-        out, err = p.communicate()
-        if p.returncode != 0 or b not in (b"h", b"H"):
-            sys.exit("failed: %s" % err.decode()[-500:])
-        first.append((t1 - t0) * 1000)
-        m = RESTORE_RE.search(err.decode())
-        if m:
-            total, check, qemu, load, agent, fo = (float(x) for x in m.groups())
-            for k, v in zip(ph, (qemu, load, agent, fo - total)):
-                ph[k].append(v)
-    print("%-44s n=%-3d p50 %7.1f ms   p99 %7.1f ms" % ("  " + name, len(first), pct(first, 0.5), pct(first, 0.99)))
-    for k, v in ph.items():
-        if v:
-            print("%-44s       p50 %7.1f ms   p99 %7.1f ms" % ("      " + k, pct(v, 0.5), pct(v, 0.99)))
+def qemu_cpu_ms(home, before):
+    """CPU time so far of all threads of the QEMU of the sandbox not in before, ms."""
+    for sid in set(os.listdir(os.path.join(home, "sandboxes"))) - before:
+        try:
+            pid = json.load(open(os.path.join(home, "sandboxes", sid, "state.json")))["pid"]
+            return sum(int(open("/proc/%d/task/%s/schedstat" % (pid, t)).read().split()[0])
+                       for t in os.listdir("/proc/%d/task" % pid)) / 1e6
+        except (OSError, ValueError, KeyError):
+            pass
+    return None
+
+def row(name, v):
+    print("%-52s p50 %7.1f ms   p99 %7.1f ms  (n=%d)" % (name, pct(v, 0.5), pct(v, 0.99), len(v)))
+
+kilns = [("", K)]
+if os.environ.get("START_BASELINE"):
+    # A/B in one run: each start alternates between bin/kiln and this binary
+    kilns = [(" [bin/kiln]", K), (" [baseline]", os.environ["START_BASELINE"])]
+print("full restores, no pool; load average %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
+for label, home, tmpl, cases in templates:
+    env = dict(os.environ, KILN_HOME=home)
+    print(label + " template")
+    for name, argv in cases.items():
+        first, cpu, ph = {}, {}, {}
+        for tag, _ in kilns:
+            first[tag], cpu[tag] = [], []
+            ph[tag] = {k: [] for k in ("QEMU start (+ RAM copy) until QMP answers", "state load", "agent connect",
+                                       "HELLO + EXEC to first output (guest, cold TCG)")}
+        for i in range(n):
+            for tag, kiln in kilns:
+                before = set(os.listdir(os.path.join(home, "sandboxes")))
+                t0 = time.monotonic()
+                p = subprocess.Popen([kiln, "run", "--time", tmpl, "--"] + argv, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env)
+                b = p.stdout.read(1)
+                t1 = time.monotonic()
+                c = qemu_cpu_ms(home, before)
+                out, err = p.communicate()
+                if p.returncode != 0 or b not in (b"h", b"H"):
+                    sys.exit("failed: %s" % err.decode()[-500:])
+                first[tag].append((t1 - t0) * 1000)
+                if c is not None:
+                    cpu[tag].append(c)
+                m = RESTORE_RE.search(err.decode())
+                if m:
+                    total, check, qemu, load, agent, fo = (float(x) for x in m.groups())
+                    for k, v in zip(ph[tag], (qemu, load, agent, fo - total)):
+                        ph[tag][k].append(v)
+        for tag, _ in kilns:
+            row("  " + name + tag, first[tag])
+            for k, v in ph[tag].items():
+                if v:
+                    row("      " + k, v)
+            if cpu[tag]:
+                row("      QEMU CPU time until the first byte", cpu[tag])
+print("load average at the end: %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
 EOF
