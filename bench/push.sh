@@ -5,7 +5,9 @@
 # files, 512 MiB guest RAM), pushed RUNS times, each to a fresh registry (new
 # data directory, new server).  With KILN_BEFORE=PATH (an older bin/kiln) the
 # runs alternate before/after — server and client of the same binary — so
-# both see the same load.  Each push is split at its first progress event:
+# both see the same load.  "after-first" is the first push after a build
+# (the kept artifact, chunks/made, removed: every file chunked), "after" a
+# push of the same template again (to a fresh registry: every blob sent).  Each push is split at its first progress event:
 # chunking (read, sha256, zstd of every chunk: dist_tmpl_make) and the
 # transfer (batch query or HEADs, uploads, commits, the manifest).  Prints a
 # markdown block for bench/RESULTS.md.
@@ -87,7 +89,9 @@ PY
 L0=$(load)
 for r in $(seq 1 "$RUNS"); do
 	[ -n "$BEFORE" ] && push_once "$BEFORE" before
-	push_once "$AFTER" after
+	rm -rf "$KILN_HOME/chunks/made" # the first push after a build: chunks every file
+	push_once "$AFTER" after-first
+	push_once "$AFTER" after        # the artifact kept from that push (chunks/made)
 done
 L1=$(load)
 
@@ -107,5 +111,6 @@ Load before / after the pushes: $L0 / $L1. Each push to a fresh \`kiln serve\` (
 | \`kiln push --json app REG/t/app:v1\`, median of $RUNS | full push | chunking (to the first progress event) | transfer (query, uploads, commits, manifest) | runs |
 | --- | --- | --- | --- | --- |
 $([ -n "$BEFORE" ] && row before)
+$(row after-first)
 $(row after)
 MD

@@ -41,10 +41,84 @@ static void set_first(struct dist_tmpl_part *p, const json_t *ranges)
 	free(in);
 }
 
+/* A template's artifact, once made, is kept beside the chunks
+ * (chunks/made/KEY: {"manifest", "index"}), KEY the sha256 of the config
+ * digest and the working set, both fixed for a template: a later push (to
+ * another registry, or again) skips reading, hashing and compressing every
+ * file — most of a full push — when all its chunks are still in the store. */
+static char *made_path(dist_chunks *cs, const char *config_digest, const json_t *ws)
+{
+	char *ks = ws ? kiln_json_dumps_canonical(ws) : NULL;
+	char *key = kiln_xasprintf("%s\n%s", config_digest, ks ? ks : "null"), d[KILN_DIGEST_MAX];
+
+	kiln_digest_buf(KILN_SHA256, key, strlen(key), d);
+	free(ks);
+	free(key);
+	return kiln_xasprintf("%s/made/%s", dist_chunks_dir(cs), kiln_digest_hex(d));
+}
+
+/* 1 loaded (t is the artifact), 0 not kept or a chunk is gone (t cleared). */
+static int made_load(dist_chunks *cs, const char *path, struct dist_tmpl *t)
+{
+	char *data = NULL, *config = t->config, digest[KILN_DIGEST_MAX];
+	size_t len = 0, config_len = t->config_len;
+	kiln_error *e = NULL;
+	json_t *j = NULL;
+	const char *m, *ix;
+	int ok = 0;
+
+	snprintf(digest, sizeof(digest), "%s", t->config_digest);
+	t->config = NULL; /* kept aside: the parse below starts t afresh */
+	t->config_len = 0;
+	if (kiln_read_file(path, &data, &len, 16u << 20, &e) < 0 || (j = kiln_json_loadb(data, len, path, &e)) == NULL)
+		goto out;
+	m = kiln_json_str(j, "manifest");
+	ix = kiln_json_str(j, "index");
+	if (!m || !ix || dist_tmpl_parse(t, m, strlen(m), &e) < 0 || strcmp(t->config_digest, digest) != 0 ||
+	    dist_tmpl_parse_index(t, ix, strlen(ix), &e) < 0)
+		goto out;
+	char got[KILN_DIGEST_MAX];
+	kiln_digest_buf(KILN_SHA256, t->index, t->index_len, got);
+	ok = strcmp(got, t->index_digest) == 0;
+	for (size_t i = 0; ok && i < t->nblobs; i++)
+		ok = dist_chunks_has(cs, t->blobs[i].digest);
+out:
+	if (e && e->errnum != ENOENT)
+		kiln_debug("%s: %s", path, kiln_error_message(e));
+	kiln_error_free(e);
+	json_decref(j);
+	free(data);
+	if (!ok) {
+		dist_tmpl_free(t);
+		memset(t, 0, sizeof(*t));
+		snprintf(t->config_digest, KILN_DIGEST_MAX, "%s", digest);
+	}
+	t->config = config; /* the template's own bytes, as a made artifact has them */
+	t->config_len = config_len;
+	return ok;
+}
+
+/* Best effort: without it the next push chunks again. */
+static void made_save(const char *path, const struct dist_tmpl *t)
+{
+	json_t *j = json_pack("{s:s%, s:s%}", "manifest", t->manifest, t->manifest_len, "index", t->index, t->index_len);
+	char *s = json_dumps(j, JSON_COMPACT), *dir = kiln_xstrndup(path, (size_t)(strrchr(path, '/') - path));
+	kiln_error *e = NULL;
+
+	if (kiln_mkdir_p(dir, 0755, &e) < 0 || kiln_write_atomic(path, s, strlen(s), 0644, &e) < 0) {
+		kiln_warn("chunk store: %s", kiln_error_message(e));
+		kiln_error_free(e);
+	}
+	free(dir);
+	free(s);
+	json_decref(j);
+}
+
 int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *t, kiln_error **err)
 {
 	snap_template *st = NULL;
-	char *path = NULL;
+	char *path = NULL, *made = NULL;
+	json_t *ws = NULL;
 	int rc = -1;
 
 	memset(t, 0, sizeof(*t));
@@ -54,6 +128,12 @@ int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *
 	    kiln_read_file(path, &t->config, &t->config_len, 1 << 20, err) < 0)
 		goto out;
 	snprintf(t->config_digest, KILN_DIGEST_MAX, "%s", snap_template_digest(st));
+	ws = snap_template_workset(st);
+	made = made_path(cs, t->config_digest, ws);
+	if (made_load(cs, made, t)) {
+		rc = 0;
+		goto out;
+	}
 	t->parts = kiln_xcalloc(NROLES, sizeof(*t->parts));
 	for (size_t i = 0; i < NROLES; i++) {
 		free(path);
@@ -70,18 +150,19 @@ int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *
 			goto out;
 		}
 	}
-	json_t *ws = snap_template_workset(st);
 	for (size_t i = 0; ws && i < NROLES; i++)
 		set_first(&t->parts[i], json_object_get(ws, ROLES[i]));
-	json_decref(ws);
 	if (dist_tmpl_seal(t, cs, err) < 0)
 		goto out;
+	made_save(made, t);
 	rc = 0;
 out:
 	if (rc < 0) {
 		kiln_error_wrap(err, "template %s", template_ref);
 		dist_tmpl_free(t);
 	}
+	json_decref(ws);
+	free(made);
 	free(path);
 	snap_template_free(st);
 	return rc;

@@ -209,6 +209,7 @@ typedef struct reg_upload {
 	uint64_t offset;     /* bytes received */
 	kiln_hasher *h;      /* sha256 of bytes [0, offset); NULL = recompute */
 	int busy;
+	int once;            /* monolithic: uploads/UUID.once, in no list (upload_store.c) */
 	int64_t last_used;   /* for dropping idle sessions from memory */
 	struct reg_upload *next;
 } reg_upload;
@@ -224,6 +225,10 @@ void reg_uploads_init(reg_uploads *u, const reg_store *st);
 void reg_uploads_destroy(reg_uploads *u);
 /* New session for repo; the returned one is acquired. */
 reg_upload *reg_upload_new(reg_uploads *u, const char *repo, kiln_error **err);
+/* The same for a monolithic upload (POST ?digest= with the body): its client
+ * learns of no session before the 201, so none needs to survive a crash and
+ * its files are not fsync'd (the data still is, at the commit). */
+reg_upload *reg_upload_new_once(reg_uploads *u, const char *repo, kiln_error **err);
 /* Acquire an existing session (from memory or disk).  NULL + KILN_E_NOTFOUND
  * when it does not exist for this repo, KILN_E_EXISTS when in use. */
 reg_upload *reg_upload_acquire(reg_uploads *u, const char *repo, const char *uuid, kiln_error **err);

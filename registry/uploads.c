@@ -140,7 +140,8 @@ static void start(reg_req *r)
 		return;
 	if (check_length(r) < 0)
 		return;
-	up = reg_upload_new(&s->uploads, r->name, &err);
+	/* monolithic: no session the client could come back to */
+	up = digest ? reg_upload_new_once(&s->uploads, r->name, &err) : reg_upload_new(&s->uploads, r->name, &err);
 	if (up == NULL) {
 		reg_internal(r, err);
 		return;

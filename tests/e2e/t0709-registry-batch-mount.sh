@@ -114,5 +114,11 @@ while read -r n d f; do
 done <acked
 expect_eq "every acknowledged blob is there and intact after SIGKILL ($(wc -l <acked))" "$lost" 0
 [ "$(wc -l <acked)" -ge 40 ] && ok "  ... at least 40 were acknowledged" || not_ok "  ... at least 40 were acknowledged"
+# a monolithic upload cut by the kill left at most its one file (uploads/UUID.once)
+once=$(find "$D/uploads" -name '*.once' | wc -l)
+[ "$once" -le 6 ] && ok "at most one file left per cut monolithic upload ($once)" || not_ok "at most one file left per cut monolithic upload ($once)"
+echo '{"gc_grace_s": 3600, "upload_expiry_s": 0}' >gcu.json
+expect_exit 0 "gc after the kill" "$KILN" registry gc --data "$D" --config gcu.json
+expect_eq "  ... removes what the cut uploads left" "$(ls "$D/uploads" | wc -l)" 0
 req POST /v2/g/p1/blobs/_exists -d "$(q "$(awk '{printf "%s\"%s\"", (NR > 1 ? "," : ""), $2}' acked.1)")"
 expect_eq "  ... and the batch query agrees" "$(jq '[(.present | length), (.missing | length)] | @text' -r body)" "[$(wc -l <acked.1),0]"

@@ -238,6 +238,56 @@ static void test_round_trip(void)
 	free(a), free(b);
 }
 
+/* A made artifact is kept (chunks/made/) and a second push takes it as is;
+ * a chunk gone from the store, or another working set, makes it again. */
+static void test_made_kept(void)
+{
+	char *c = kiln_path_join(root, "c");
+	struct dist_tmpl t = { 0 }, u = { 0 }, v = { 0 }, w = { 0 };
+	kiln_error *err = NULL;
+	dist_chunks *cs;
+
+	setenv("KILN_HOME", c, 1);
+	char *d1 = make_template(c, "app", 1);
+	cs = dist_chunks_open(NULL, &err);
+	CHECK(cs != NULL);
+	if (cs == NULL)
+		goto out;
+	CHECK_INT(dist_tmpl_make(cs, "app", &t, &err), 0);
+	char *made = kiln_path_join(dist_chunks_dir(cs), "made");
+	CHECK(access(made, F_OK) == 0);
+	/* kept: the same artifact back, the config the template's own */
+	CHECK_INT(dist_tmpl_make(cs, "app", &u, &err), 0);
+	CHECK_STR(u.manifest_digest, t.manifest_digest);
+	CHECK_STR(u.index_digest, t.index_digest);
+	CHECK(u.config_len == t.config_len && memcmp(u.config, t.config, t.config_len) == 0);
+	CHECK_INT(u.nparts, 4);
+	CHECK_INT(u.nblobs, t.nblobs);
+	/* a chunk evicted: made again (the chunk back in the store), same artifact */
+	char *p = dist_chunks_path(cs, t.blobs[0].digest);
+	chmod(p, 0644);
+	CHECK_INT(unlink(p), 0);
+	CHECK_INT(dist_tmpl_make(cs, "app", &v, &err), 0);
+	CHECK_STR(v.manifest_digest, t.manifest_digest);
+	CHECK(access(p, F_OK) == 0);
+	/* a working set recorded since: another key, another index */
+	char *wsd = kiln_path_join(c, "snapshots/worksets"), *wsf = kiln_xasprintf("%s/%s.json", wsd, kiln_digest_hex(d1));
+	const char *ws = "{\"memory\":[[0,1073741824]]}";
+	CHECK_INT(kiln_mkdir_p(wsd, 0755, &err), 0);
+	CHECK_INT(kiln_write_atomic(wsf, ws, strlen(ws), 0644, &err), 0);
+	CHECK_INT(dist_tmpl_make(cs, "app", &w, &err), 0);
+	CHECK(strcmp(w.index_digest, t.index_digest) != 0);
+	if (err)
+		printf("#   %s\n", kiln_error_message(err));
+	kiln_error_clear(&err);
+	free(wsd), free(wsf), free(p), free(made);
+	dist_tmpl_free(&t), dist_tmpl_free(&u), dist_tmpl_free(&v), dist_tmpl_free(&w);
+	dist_chunks_close(cs);
+out:
+	free(d1);
+	free(c);
+}
+
 static void test_malformed(void)
 {
 	struct dist_tmpl t = { 0 };
@@ -354,6 +404,7 @@ int main(void)
 	if (root == NULL)
 		return 1;
 	RUN(test_round_trip);
+	RUN(test_made_kept);
 	RUN(test_malformed);
 	RUN(test_eviction);
 	kiln_rm_rf(root, &err);
