@@ -460,20 +460,14 @@ static int upload_mounts(build_exec_session *s, const struct build_run_request *
 	return 0;
 }
 
-static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_request *req, struct build_layer *out,
-		  kiln_error **err)
+/* The session a step runs in: the stage's VM if it can take the step (its
+ * layers synced), else a new one, restored from the warm snapshot or booted. */
+static int session_for(void *ctx, build_exec_session **sp, const struct build_run_request *req,
+		       struct build_run_stats *st, kiln_error **err)
 {
 	const struct build_vm_opts *vo = ctx;
-	struct build_run_stats dummy, *st = req->stats ? req->stats : &dummy;
-	char *d = NULL, *root = NULL, *upper = NULL, *gupper = NULL, *script = NULL;
-	struct build_changes ch = { 0 };
-	bool mounted = false;
-	struct build_ssh_relay **relays = NULL;
-	int rc = -1;
-	double t;
+	double t = now_ms();
 
-	memset(st, 0, sizeof(*st));
-	t = now_ms();
 	if (*sp && usable(*sp, req)) {
 		end_vm(ctx, *sp);
 		*sp = NULL;
@@ -481,7 +475,7 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 	if (*sp) {
 		int r = sync_layers(*sp, req, req->n_layers, err);
 		if (r < 0)
-			goto out;
+			return -1;
 		if (r == 1) {
 			kiln_info("build: a layer with whiteouts since the last RUN: restarting the builder VM");
 			end_vm(ctx, *sp);
@@ -499,16 +493,22 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 		int64_t disk_min = dm && *dm ? strtoll(dm, NULL, 10) << 20 : WARM_DISK_MIN_BYTES;
 		int r = 1;
 		if (bytes <= max && !(w && !strcmp(w, "0")) && (r = warm(vo, req, bytes >= disk_min, sp, st, err)) < 0)
-			goto out;
+			return -1;
 		if (r == 1 && boot(vo, req, sp, st, err) < 0)
-			goto out;
+			return -1;
 	}
-	build_exec_session *s = *sp;
+	return 0;
+}
 
-	t = now_ms();
-	d = kiln_xasprintf("s%u", s->seq++);
-	root = kiln_xasprintf("%s/%s/r", s->work, d);
-	relays = req->n_mounts ? kiln_xcalloc(req->n_mounts, sizeof(*relays)) : NULL;
+/* Step d's command in the session: its mounts uploaded and set up, the
+ * command run in the step's root, torn down, what cache mounts keep saved. */
+static int exec_step(build_exec_session *s, const struct build_run_request *req, const char *d, kiln_error **err)
+{
+	char *root = kiln_xasprintf("%s/%s/r", s->work, d), *script = NULL;
+	struct build_ssh_relay **relays = req->n_mounts ? kiln_xcalloc(req->n_mounts, sizeof(*relays)) : NULL;
+	bool mounted = false;
+	int rc = -1;
+
 	if (upload_mounts(s, req, d, relays, err) < 0)
 		goto out;
 	script = setup_script(s, req, d);
@@ -524,16 +524,48 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 	else
 		guest_script(s, script, "ending the step", NULL);
 	stop_relays(s, req, d, relays);
-	if (rc < 0 || save_mounts(s, req, d, err) < 0)
+	if (rc < 0 || save_mounts(s, req, d, err) < 0) {
+		rc = -1;
 		goto out;
+	}
 	if (req->n_mounts) {
 		/* the mounts' copies can be large: not kept for the stage */
 		free(script);
 		script = kiln_xasprintf("rm -rf %s/m*", d);
-		if (guest_script(s, script, "removing the step's mounts", err) < 0)
-			goto out;
+		rc = guest_script(s, script, "removing the step's mounts", err);
 	}
-	rc = -1;
+out:
+	if (mounted) {
+		free(script);
+		script = teardown_script(s, d);
+		guest_script(s, script, "ending the step", NULL);
+	}
+	if (relays)
+		stop_relays(s, req, d, relays);
+	free(relays);
+	free(script);
+	free(root);
+	return rc < 0 ? -1 : 0;
+}
+
+static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_request *req, struct build_layer *out,
+		  kiln_error **err)
+{
+	struct build_run_stats dummy, *st = req->stats ? req->stats : &dummy;
+	char *d = NULL, *upper = NULL, *gupper = NULL;
+	struct build_changes ch = { 0 };
+	int rc = -1;
+	double t;
+
+	memset(st, 0, sizeof(*st));
+	if (session_for(ctx, sp, req, st, err) < 0)
+		goto out;
+	build_exec_session *s = *sp;
+
+	t = now_ms();
+	d = kiln_xasprintf("s%u", s->seq++);
+	if (exec_step(s, req, d, err) < 0)
+		goto out;
 	st->exec_ms = now_ms() - t;
 
 	t = now_ms();
@@ -560,23 +592,13 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 		  st->ext4_ms, st->boot_ms, st->sync_ms, st->exec_ms, st->capture_ms);
 	rc = 0;
 out:
-	if (mounted) {
-		free(script);
-		script = teardown_script(*sp, d);
-		guest_script(*sp, script, "ending the step", NULL);
-	}
-	if (relays)
-		stop_relays(*sp, req, d, relays);
-	free(relays);
 	if (upper) {
 		kiln_error *e2 = NULL;
 		if (kiln_rm_rf(upper, &e2) < 0)
 			kiln_error_free(e2);
 	}
 	build_changes_free(&ch);
-	free(script);
 	free(d);
-	free(root);
 	free(upper);
 	free(gupper);
 	return rc;
