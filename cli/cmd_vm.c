@@ -135,6 +135,50 @@ static int exec_in_guest(vm_instance *v, const struct exec_args *a, kiln_error *
 	return res.signal ? 128 + res.signal : res.exit_code;
 }
 
+/* ROOTFS [-- CMD...] after the options (at i). */
+static int boot_operands(const struct kiln_command *cmd, int argc, char **argv, int i, struct vm_config *cfg,
+			 struct exec_args *ea)
+{
+	if (i >= argc)
+		return cli_usage_error(cmd, "no rootfs image given");
+	cfg->rootfs = argv[i++];
+	if (i < argc && strcmp(argv[i], "--") != 0)
+		return cli_usage_error(cmd, "unexpected argument '%s' (put the command after --)", argv[i]);
+	if (i < argc)
+		i++;
+	if (i < argc) {
+		ea->argv = argv + i;
+		if (cfg->no_agent)
+			return cli_usage_error(cmd, "a command needs the agent: drop --no-agent");
+	}
+	return KILN_EXIT_OK;
+}
+
+/* How the boot went, on stderr; with a command, kiln's stdout and stderr
+ * are the command's alone (unless KILN_LOG asks for more). */
+static void report_boot(vm_instance *v, bool command)
+{
+	if (command && kiln_log_level() < KILN_LOG_INFO)
+		return;
+	fprintf(stderr, "kiln: VM booted in %.0f ms%s (%s%s), console %s\n", vm_boot_ms(v),
+		vm_has_agent(v) ? "" : "", vm_accel_used(v) == VM_ACCEL_KVM ? "kvm" : "tcg",
+		vm_has_agent(v) ? ", agent" : "", vm_console_path(v));
+	if (vm_has_agent(v))
+		fprintf(stderr, "kiln: agent ready %.0f ms after QEMU started\n", vm_agent_ms(v));
+}
+
+static void print_console(vm_instance *v)
+{
+	char *log = NULL;
+	size_t len = 0;
+	kiln_error *e2 = NULL;
+
+	if (kiln_read_file(vm_console_path(v), &log, &len, 0, &e2) == 0)
+		fwrite(log, 1, len, stderr);
+	free(log);
+	kiln_error_free(e2);
+}
+
 static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 {
 	struct vm_config cfg;
@@ -180,19 +224,9 @@ static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 		cfg.accel = VM_ACCEL_TCG;
 	if (timeout_s)
 		cfg.boot_timeout_ms = (int)(timeout_s > 3600 ? 3600000 : timeout_s * 1000);
-	if (i >= argc)
-		return cli_usage_error(cmd, "no rootfs image given");
-	cfg.rootfs = argv[i++];
-	if (i < argc && strcmp(argv[i], "--") != 0)
-		return cli_usage_error(cmd, "unexpected argument '%s' (put the command after --)", argv[i]);
-	if (i < argc)
-		i++;
-	if (i < argc) {
-		ea.argv = argv + i;
-		if (cfg.no_agent) {
-			kiln_strv_free(&ea.env);
-			return cli_usage_error(cmd, "a command needs the agent: drop --no-agent");
-		}
+	if ((rc = boot_operands(cmd, argc, argv, i, &cfg, &ea)) != KILN_EXIT_OK) {
+		kiln_strv_free(&ea.env);
+		return rc;
 	}
 
 	vm_cleanup_on_signals();
@@ -205,13 +239,7 @@ static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 		kiln_err(&err, KILN_E_NOTFOUND, "a command needs the guest agent: install kiln-agent in PREFIX/lib/kiln, build bin/kiln-agent, or set KILN_AGENT");
 		goto out;
 	}
-	/* With a command, kiln's stdout and stderr are the command's alone. */
-	if (ea.argv == NULL || kiln_log_level() >= KILN_LOG_INFO)
-		fprintf(stderr, "kiln: VM booted in %.0f ms%s (%s%s), console %s\n", vm_boot_ms(v),
-			vm_has_agent(v) ? "" : "", vm_accel_used(v) == VM_ACCEL_KVM ? "kvm" : "tcg",
-			vm_has_agent(v) ? ", agent" : "", vm_console_path(v));
-	if (vm_has_agent(v) && (ea.argv == NULL || kiln_log_level() >= KILN_LOG_INFO))
-		fprintf(stderr, "kiln: agent ready %.0f ms after QEMU started\n", vm_agent_ms(v));
+	report_boot(v, ea.argv != NULL);
 	if (ea.argv) {
 		rc = exec_in_guest(v, &ea, &err);
 		if (rc < 0)
@@ -225,15 +253,8 @@ static int run_boot(const struct kiln_command *cmd, int argc, char **argv)
 		vm_wait_exit(v, -1, &err);
 	}
 out:
-	if (show_console) {
-		char *log = NULL;
-		size_t len = 0;
-		kiln_error *e2 = NULL;
-		if (kiln_read_file(vm_console_path(v), &log, &len, 0, &e2) == 0)
-			fwrite(log, 1, len, stderr);
-		free(log);
-		kiln_error_free(e2);
-	}
+	if (show_console)
+		print_console(v);
 	vm_destroy(v);
 	kiln_strv_free(&ea.env);
 	if (err)
