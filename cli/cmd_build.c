@@ -258,12 +258,71 @@ static int compression(const struct kiln_command *cmd, const struct cli_option *
 	return 0;
 }
 
+/* -t NAME[:TAG]: names, not digests. */
+static int check_tags(const struct kiln_command *cmd, const kiln_strv *tags)
+{
+	kiln_error *err = NULL;
+
+	for (size_t t = 0; t < tags->n; t++) {
+		struct kiln_ref r;
+		if (kiln_ref_parse(tags->v[t], &r, &err) < 0 || r.digest) {
+			int rc = cli_usage_error(cmd, "invalid tag '%s': %s", tags->v[t],
+						 err ? kiln_error_message(err) : "a name takes a tag, not a digest");
+			kiln_ref_free(&r);
+			kiln_error_free(err);
+			return rc;
+		}
+		kiln_ref_free(&r);
+	}
+	return KILN_EXIT_OK;
+}
+
+/* The build here, in builder VMs: progress on stderr (or JSON events), the
+ * image's digest (and the template's) on stdout. */
+static int run_local(struct build_options *o, const kiln_strv *tags, bool json)
+{
+	struct build_result res;
+	kiln_error *err = NULL;
+
+	o->on_event = on_event;
+	o->executor = &build_executor_vm;
+	/* ^C stops the builder VMs and removes their files */
+	vm_cleanup_on_signals();
+	o->event_ud = &json;
+	if (build_run(o, &res, &err) < 0) {
+		if (json) {
+			json_t *j = json_pack("{s:s,s:s}", "event", "error", "message", kiln_error_message(err));
+			char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			printf("%s\n", s);
+			free(s);
+			json_decref(j);
+		}
+		return cli_fail(err);
+	}
+	if (!json) {
+		fprintf(stderr, "built %s (%zu steps, %zu cached)\n", res.manifest, res.steps, res.cached);
+		printf("%s\n", res.manifest);
+		if (res.template_digest[0]) {
+			fprintf(stderr, "template %s\n", res.template_digest);
+			printf("%s\n", res.template_digest);
+		} else if (tags->n) {
+			/* the image alone does not run: say so before it travels */
+			fprintf(stderr, "%s is an image; kiln run needs a template: add --template, or `kiln snapshot %s`\n",
+				tags->v[0], tags->v[0]);
+		}
+	}
+	if (fflush(stdout) != 0) {
+		kiln_err_errno(&err, errno, "write output");
+		return cli_fail(err);
+	}
+	return KILN_EXIT_OK;
+}
+
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
 	struct build_options o = { .compression = BUILD_GZIP };
 	struct build_template_opts tpl = { 0 };
 	bool want_template = false;
-	struct build_result res;
 	kiln_strv tags = KILN_STRV_INIT;
 	struct cli_build_flags bf = { 0 };
 	kiln_error *err = NULL;
@@ -325,17 +384,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[i + 1]);
 		goto out;
 	}
-	for (size_t t = 0; t < tags.n; t++) {
-		struct kiln_ref r;
-		if (kiln_ref_parse(tags.v[t], &r, &err) < 0 || r.digest) {
-			rc = cli_usage_error(cmd, "invalid tag '%s': %s", tags.v[t],
-					     err ? kiln_error_message(err) : "a name takes a tag, not a digest");
-			kiln_ref_free(&r);
-			kiln_error_clear(&err);
-			goto out;
-		}
-		kiln_ref_free(&r);
-	}
+	if ((rc = check_tags(cmd, &tags)) != KILN_EXIT_OK)
+		goto out;
 	o.context = argv[i];
 	o.tags = (const char *const *)tags.v;
 	o.n_tags = tags.n;
@@ -366,39 +416,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		rc = run_remote(remote, &o, &tpl, json);
 		goto out;
 	}
-	o.on_event = on_event;
-	o.executor = &build_executor_vm;
-	/* ^C stops the builder VMs and removes their files */
-	vm_cleanup_on_signals();
-	o.event_ud = &json;
-	if (build_run(&o, &res, &err) < 0) {
-		if (json) {
-			json_t *j = json_pack("{s:s,s:s}", "event", "error", "message", kiln_error_message(err));
-			char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-			printf("%s\n", s);
-			free(s);
-			json_decref(j);
-		}
-		rc = cli_fail(err);
-		goto out;
-	}
-	if (!json) {
-		fprintf(stderr, "built %s (%zu steps, %zu cached)\n", res.manifest, res.steps, res.cached);
-		printf("%s\n", res.manifest);
-		if (res.template_digest[0]) {
-			fprintf(stderr, "template %s\n", res.template_digest);
-			printf("%s\n", res.template_digest);
-		} else if (tags.n) {
-			/* the image alone does not run: say so before it travels */
-			fprintf(stderr, "%s is an image; kiln run needs a template: add --template, or `kiln snapshot %s`\n",
-				tags.v[0], tags.v[0]);
-		}
-	}
-	rc = KILN_EXIT_OK;
-	if (fflush(stdout) != 0) {
-		kiln_err_errno(&err, errno, "write output");
-		rc = cli_fail(err);
-	}
+	rc = run_local(&o, &tags, json);
 out:
 	kiln_strv_free(&tags);
 	cli_build_flags_free(&bf);
