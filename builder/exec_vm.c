@@ -44,13 +44,6 @@ struct build_exec_session {
 	bool secrets_dir;      /* SECRETS_DIR is mounted */
 };
 
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void end_vm(void *ctx, build_exec_session *s)
 {
 	if (!s)
@@ -130,7 +123,7 @@ static int boot(const struct build_vm_opts *vo, const struct build_run_request *
 {
 	build_exec_session *s = kiln_xcalloc(1, sizeof(*s));
 	struct vm_config c;
-	double t0 = now_ms();
+	double t0 = kiln_now_ms();
 
 	s->rootfs = kiln_xasprintf("%s/vm-rootfs-XXXXXX", req->scratch);
 	int fd = mkstemp(s->rootfs);
@@ -141,7 +134,7 @@ static int boot(const struct build_vm_opts *vo, const struct build_run_request *
 	close(fd);
 	if (stage_rootfs(req, s->rootfs, err) < 0)
 		goto fail;
-	st->ext4_ms = now_ms() - t0;
+	st->ext4_ms = kiln_now_ms() - t0;
 	vm_config_init(&c);
 	c.rootfs = s->rootfs;
 	c.root_mode = VM_ROOT_OVERLAY;
@@ -152,15 +145,19 @@ static int boot(const struct build_vm_opts *vo, const struct build_run_request *
 		c.memory_mib = vo->memory_mib;
 		c.kernel_dir = vo->kernel_dir;
 	}
-	t0 = now_ms();
+	t0 = kiln_now_ms();
 	s->vm = vm_boot(&c, err);
 	if (!s->vm) {
 		kiln_error_wrap(err, "builder microVM");
 		goto fail;
 	}
-	st->boot_ms = now_ms() - t0;
+	st->boot_ms = kiln_now_ms() - t0;
 	st->booted = true;
-	s->conn = vm_agent(s->vm);
+	if ((s->conn = vm_agent(s->vm)) == NULL) {
+		kiln_err(err, KILN_E_NOTFOUND, "builder microVM: no guest agent (PREFIX/lib/kiln/kiln-agent, "
+			 "bin/kiln-agent in a checkout, or $KILN_AGENT) to run the step");
+		goto fail;
+	}
 	s->bottom = VM_GUEST_LOWER_DIR;
 	/* on the scratch disk, next to the VM's own upper directory */
 	s->work = kiln_xstrdup("/run/kiln/scratch/steps");
@@ -466,7 +463,7 @@ static int session_for(void *ctx, build_exec_session **sp, const struct build_ru
 		       struct build_run_stats *st, kiln_error **err)
 {
 	const struct build_vm_opts *vo = ctx;
-	double t = now_ms();
+	double t = kiln_now_ms();
 
 	if (*sp && usable(*sp, req)) {
 		end_vm(ctx, *sp);
@@ -482,7 +479,7 @@ static int session_for(void *ctx, build_exec_session **sp, const struct build_ru
 			*sp = NULL;
 		}
 	}
-	st->sync_ms = now_ms() - t;
+	st->sync_ms = kiln_now_ms() - t;
 	if (!*sp) {
 		int64_t bytes = 0;
 		for (size_t i = 0; i < req->n_layers; i++)
@@ -562,13 +559,13 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 		goto out;
 	build_exec_session *s = *sp;
 
-	t = now_ms();
+	t = kiln_now_ms();
 	d = kiln_xasprintf("s%u", s->seq++);
 	if (exec_step(s, req, d, err) < 0)
 		goto out;
-	st->exec_ms = now_ms() - t;
+	st->exec_ms = kiln_now_ms() - t;
 
-	t = now_ms();
+	t = kiln_now_ms();
 	upper = kiln_xasprintf("%s/upper-%s", req->scratch, d);
 	gupper = kiln_xasprintf("%s/%s/u", s->work, d);
 	if (kiln_rm_rf(upper, err) < 0 || guest_download_dir(s->conn, gupper, upper, 600000, err) < 0 ||
@@ -586,7 +583,7 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 	for (size_t i = s->synced.n; i < req->n_layers; i++) /* none left: synced above or at boot */
 		kiln_strv_push(&s->synced, req->layers[i].digest);
 	kiln_strv_push(&s->synced, out->digest);
-	st->capture_ms = now_ms() - t;
+	st->capture_ms = kiln_now_ms() - t;
 	/* the time split of a RUN step, for bench/build.sh (KILN_LOG=info) */
 	kiln_info("run: ext4 %.0f ms, vm start %.0f ms, sync %.0f ms, command %.0f ms, layer capture %.0f ms",
 		  st->ext4_ms, st->boot_ms, st->sync_ms, st->exec_ms, st->capture_ms);
@@ -629,7 +626,7 @@ static int warm(const struct build_vm_opts *vo, const struct build_run_request *
 		build_exec_session **out, struct build_run_stats *st, kiln_error **err)
 {
 	build_exec_session *s = kiln_xcalloc(1, sizeof(*s));
-	double t0 = now_ms();
+	double t0 = kiln_now_ms();
 	int rc = -1;
 
 	kiln_strv base = KILN_STRV_INIT;
@@ -638,8 +635,8 @@ static int warm(const struct build_vm_opts *vo, const struct build_run_request *
 	if (disk) {
 		if (stage_disk(req, s, err) < 0)
 			goto out;
-		st->ext4_ms = now_ms() - t0;
-		t0 = now_ms();
+		st->ext4_ms = kiln_now_ms() - t0;
+		t0 = kiln_now_ms();
 		n_base = 0;
 	}
 	for (size_t i = 0; i < n_base; i++)
@@ -652,9 +649,9 @@ static int warm(const struct build_vm_opts *vo, const struct build_run_request *
 	s->conn = build_warm_conn(s->warm);
 	s->net = true;
 	s->work = kiln_xstrdup("/run/kiln/w");
-	st->boot_ms = now_ms() - t0;
+	st->boot_ms = kiln_now_ms() - t0;
 	st->booted = st->restored = true;
-	t0 = now_ms();
+	t0 = kiln_now_ms();
 	if (disk) {
 		/* every layer is in the ext4, the bottom of each step's overlay */
 		s->bottom = BUILD_GUEST_STAGE_DIR;
@@ -672,7 +669,7 @@ static int warm(const struct build_vm_opts *vo, const struct build_run_request *
 	}
 	if (rc == 0)
 		rc = sync_layers(s, req, req->n_layers, err);
-	st->sync_ms = now_ms() - t0;
+	st->sync_ms = kiln_now_ms() - t0;
 	if (rc == 0) {
 		kiln_info("build: builder VM restored in %.0f ms%s, %zu layers uploaded in %.0f ms", st->boot_ms,
 			  disk ? " with the stage's ext4 as its disk" : st->base_restored ? " with its base" : "",
