@@ -12,13 +12,6 @@
 
 #include "builder/internal.h"
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 void build_emit(struct run *r, const struct build_event *ev)
 {
 	if (r->o->on_event)
@@ -461,7 +454,7 @@ static int build_stage(struct run *r, int index, kiln_error **err)
 	char label[32];
 	const char *stage_name = sg->name;
 	char *pin = NULL;
-	double t0 = now_s();
+	double t0 = kiln_now_ms() / 1e3;
 	int rc = -1;
 
 	if (!stage_name) {
@@ -482,7 +475,7 @@ static int build_stage(struct run *r, int index, kiln_error **err)
 	char *pinned = kiln_xasprintf("%s%s", from_text, pin);
 	ev.kind = BUILD_EV_STEP_DONE;
 	ev.instruction = pinned;
-	ev.seconds = now_s() - t0;
+	ev.seconds = kiln_now_ms() / 1e3 - t0;
 	build_emit(r, &ev);
 	free(pinned);
 	free(from_text);
@@ -492,7 +485,7 @@ static int build_stage(struct run *r, int index, kiln_error **err)
 		bool cached = false, layer = false;
 		int src;
 
-		t0 = now_s();
+		t0 = kiln_now_ms() / 1e3;
 		ev = (struct build_event){ .kind = BUILD_EV_STEP, .step = ++r->step, .total = r->total,
 					   .stage = stage_name, .instruction = text, .file = r->ast->file,
 					   .line = st->node ? st->node->start_line : 0 };
@@ -539,7 +532,7 @@ static int build_stage(struct run *r, int index, kiln_error **err)
 		ev.cached = cached;
 		ev.run = r->last_run_valid ? &r->last_run : NULL;
 		r->last_run_valid = false;
-		ev.seconds = now_s() - t0;
+		ev.seconds = kiln_now_ms() / 1e3 - t0;
 		build_emit(r, &ev);
 		free(text);
 	}

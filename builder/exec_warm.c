@@ -39,13 +39,6 @@ struct build_warm_vm {
 	bool tainted;    /* has held a secret: never saved again */
 };
 
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* A copy that keeps holes (the guest's RAM file is mostly holes). */
 static int copy_sparse(const char *src, const char *dst, bool sync, kiln_error **err)
 {
@@ -193,7 +186,7 @@ static int make_snapshot(build_store *s, const struct build_vm_opts *vo, const c
 	char *ok = kiln_path_join(dir, "ok"), *overlay = NULL, *spare = kiln_path_join(dir, "spare.img");
 	vm_instance *v = NULL;
 	struct vm_config c;
-	double t0 = now_ms();
+	double t0 = kiln_now_ms();
 	int rc = -1;
 
 	if (kiln_mkdir_p(dir, 0700, err) < 0 || empty_rootfs(s, root, err) < 0 ||
@@ -225,7 +218,7 @@ static int make_snapshot(build_store *s, const struct build_vm_opts *vo, const c
 	unlink(spare);
 	if (vm_overlay_rebase(disk, root, err) < 0 || kiln_write_atomic(ok, "1\n", 2, 0600, err) < 0)
 		goto out;
-	kiln_info("build: builder VM snapshot made in %.0f ms (%s)", now_ms() - t0, dir);
+	kiln_info("build: builder VM snapshot made in %.0f ms (%s)", kiln_now_ms() - t0, dir);
 	rc = 0;
 out:
 	vm_destroy(v);
@@ -409,7 +402,7 @@ static int try_lock(const char *lock)
 int build_warm_save_base(struct build_warm_vm *w, kiln_error **err)
 {
 	char *tmp = NULL, *state = NULL, *mem = NULL, *own = NULL, *ok = NULL;
-	double t0 = now_ms();
+	double t0 = kiln_now_ms();
 	bool paused = false;
 	int lfd = -1, rc = 0;
 	kiln_error *e = NULL;
@@ -452,7 +445,7 @@ int build_warm_save_base(struct build_warm_vm *w, kiln_error **err)
 	*strrchr(parent, '/') = '\0';
 	keep_newest(parent, "base-", MAX_BASE_SNAPSHOTS);
 	free(parent);
-	kiln_info("build: builder VM snapshot with the base made in %.0f ms (%s)", now_ms() - t0, w->save_dir);
+	kiln_info("build: builder VM snapshot with the base made in %.0f ms (%s)", kiln_now_ms() - t0, w->save_dir);
 out:
 	if (paused) {
 		json_t *c = vm_qmp_execute(vm_get_qmp(w->vm), "cont", NULL, 5000, err);

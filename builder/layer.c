@@ -62,9 +62,7 @@ static int copy_file(struct archive *a, const struct build_item *it, kiln_error 
 	if (fd < 0)
 		return kiln_err_errno(err, errno, "open %s", it->src);
 	while (left > 0) {
-		ssize_t n = read(fd, buf, left < sizeof(buf) ? left : sizeof(buf));
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = kiln_read_full(fd, buf, left < sizeof(buf) ? left : sizeof(buf));
 		if (n <= 0) {
 			close(fd);
 			/* a file that shrank while we read would make a corrupt tar */

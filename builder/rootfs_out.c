@@ -51,10 +51,8 @@ static int blob_open(void *src, const char *digest, void **blob, kiln_error **er
 
 static ssize_t blob_read(void *blob, void *buf, size_t len, kiln_error **err)
 {
-	ssize_t n;
-	do
-		n = read(*(int *)blob, buf, len);
-	while (n < 0 && errno == EINTR);
+	ssize_t n = kiln_read_full(*(int *)blob, buf, len);
+
 	if (n < 0)
 		kiln_err_errno(err, errno, "store blob read");
 	return n;

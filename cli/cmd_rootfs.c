@@ -37,7 +37,6 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	struct rootfs_stats st;
 	const char *out = NULL, *dir = NULL, *image = NULL;
 	kiln_error *err = NULL;
-	struct timespec t0, t1;
 	int i, rc;
 
 	rootfs_options_default(&o);
@@ -71,15 +70,14 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		return cli_usage_error(cmd, "missing IMAGE");
 	if (o.size && o.size < (8u << 20))
 		return cli_usage_error(cmd, "--size must be at least 8M");
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	double t0 = kiln_now_ms();
 	if (dir)
 		rc = rootfs_build_dir(dir, out, &o, &st, &err);
 	else
 		rc = rootfs_build_image(image, out, &o, &st, &err);
 	if (rc < 0)
 		return cli_fail(err);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	double secs = (kiln_now_ms() - t0) / 1e3;
 	fprintf(stderr, "kiln rootfs: %s: %llu layers, %llu entries, %llu inodes, %.1f MiB of content, "
 		"%llu MiB image, %.2fs\n", out, (unsigned long long)st.layers,
 		(unsigned long long)st.entries, (unsigned long long)st.inodes,

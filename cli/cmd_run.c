@@ -14,19 +14,11 @@
 
 static double began_ms, first_ms; /* when run() began, when the first output came (--time) */
 
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
 static void to_stdout(void *user, const void *data, size_t len)
 {
 	(void)user;
 	if (first_ms == 0)
-		first_ms = now_ms();
+		first_ms = kiln_now_ms();
 	fwrite(data, 1, len, stdout);
 	fflush(stdout);
 }
@@ -35,7 +27,7 @@ static void to_stderr(void *user, const void *data, size_t len)
 {
 	(void)user;
 	if (first_ms == 0)
-		first_ms = now_ms();
+		first_ms = kiln_now_ms();
 	fwrite(data, 1, len, stderr);
 }
 
@@ -121,7 +113,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		rc = cli_fail(err);
 		goto out;
 	}
-	began_ms = now_ms();
+	began_ms = kiln_now_ms();
 	rc = run_with(tmpl, (const char *const *)argv + i, &o, timing);
 out:
 	kiln_strv_free(&env);

@@ -66,8 +66,8 @@ static int run_kernel(const struct kiln_command *cmd, int argc, char **argv)
 			execl(script, script, dir, (char *)NULL);
 			_exit(127);
 		}
-		while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
-			;
+		if (pid > 0)
+			kiln_waitpid(pid, &status, 0);
 		if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 			kiln_err(&err, KILN_E_GENERIC, "%s %s failed", script, dir);
 			free(script);
@@ -89,17 +89,8 @@ static int run_kernel(const struct kiln_command *cmd, int argc, char **argv)
 
 static void write_fd(int fd, const void *data, size_t len)
 {
-	const char *p = data;
-
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return; /* our reader went away: the output is dropped, the command runs on */
-		p += n;
-		len -= (size_t)n;
-	}
+	/* our reader went away: the output is dropped, the command runs on */
+	(void)kiln_write_full(fd, data, len);
 }
 
 static void on_stdout(void *user, const void *data, size_t len) { (void)user; write_fd(1, data, len); }

@@ -31,14 +31,12 @@ void cli_xfer_start(struct cli_xfer *x, const char *label, bool per_blob)
 {
 	x->label = label;
 	x->per_blob = per_blob;
-	clock_gettime(CLOCK_MONOTONIC, &x->t0);
+	x->t0_ms = kiln_now_ms();
 }
 
 double cli_xfer_elapsed(const struct cli_xfer *x)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)(t.tv_sec - x->t0.tv_sec) + (double)(t.tv_nsec - x->t0.tv_nsec) / 1e9;
+	return (kiln_now_ms() - x->t0_ms) / 1e3;
 }
 
 void cli_xfer_event(json_t *j)

@@ -24,7 +24,7 @@ struct cli_xfer {
 	bool per_blob;      /* an event per finished blob (a template has thousands: no) */
 	bool quiet;         /* nothing on stdout (kiln run pulling first): stdout is the command's */
 	bool tty, drawn;
-	struct timespec t0;
+	double t0_ms;       /* kiln_now_ms() at the start */
 };
 
 void cli_xfer_init(struct cli_xfer *x, const char *label);

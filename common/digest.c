@@ -81,10 +81,8 @@ int kiln_digest_file(enum kiln_digest_algo algo, const char *path, char out[KILN
 	if (fd < 0)
 		return kiln_err_errno(err, errno, "open %s", path);
 	h = kiln_hasher_new(algo);
-	while ((n = read(fd, buf, sizeof(buf))) != 0) {
+	while ((n = kiln_read_full(fd, buf, sizeof(buf))) != 0) {
 		if (n < 0) {
-			if (errno == EINTR)
-				continue;
 			kiln_err_errno(err, errno, "read %s", path);
 			goto out;
 		}

@@ -1,5 +1,6 @@
-/* fs.c — small filesystem helpers: atomic replace, whole-file reads,
- * mkdir -p, rm -rf without following links, kiln's home directory, sizes. */
+/* fs.c — small filesystem helpers: whole-buffer I/O retrying EINTR, atomic
+ * replace, whole-file reads, mkdir -p, rm -rf without following links, kiln's
+ * home directory, sizes; waitpid retrying EINTR and the monotonic clock. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -8,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kiln.h"
@@ -64,6 +67,43 @@ ssize_t kiln_read_full(int fd, void *buf, size_t len)
 		got += (size_t)n;
 	}
 	return (ssize_t)got;
+}
+
+ssize_t kiln_pread_full(int fd, void *buf, size_t len, off_t off)
+{
+	char *p = buf;
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = pread(fd, p + got, len - got, off + (off_t)got);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
+pid_t kiln_waitpid(pid_t pid, int *status, int flags)
+{
+	pid_t r;
+
+	do
+		r = waitpid(pid, status, flags);
+	while (r < 0 && errno == EINTR);
+	return r;
+}
+
+double kiln_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 void kiln_fsync_parent(const char *path)

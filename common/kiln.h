@@ -274,6 +274,12 @@ int kiln_tar_next(struct archive *a, struct archive_entry **e);
 int kiln_write_full(int fd, const void *data, size_t len);
 int kiln_pwrite_full(int fd, const void *data, size_t len, off_t off);
 ssize_t kiln_read_full(int fd, void *buf, size_t len);
+ssize_t kiln_pread_full(int fd, void *buf, size_t len, off_t off);
+/* waitpid retrying EINTR. */
+pid_t kiln_waitpid(pid_t pid, int *status, int flags);
+/* Milliseconds on CLOCK_MONOTONIC (fractions kept): the one clock for
+ * timeouts, deadlines and the timings kiln reports. */
+double kiln_now_ms(void);
 /* fsync the directory holding path, so a rename or create in it is durable. */
 void kiln_fsync_parent(const char *path);
 

@@ -41,18 +41,12 @@ static bool all_zero(const unsigned char *p, size_t n)
 
 static int read_full(int fd, void *buf, size_t len, off_t off, const char *path, kiln_error **err)
 {
-	size_t got = 0;
+	ssize_t n = kiln_pread_full(fd, buf, len, off);
 
-	while (got < len) {
-		ssize_t n = pread(fd, (char *)buf + got, len - got, off + (off_t)got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return kiln_err_errno(err, errno, "read %s", path);
-		if (n == 0)
-			return kiln_err(err, KILN_E_IO, "read %s: file shrank while being chunked", path);
-		got += (size_t)n;
-	}
+	if (n < 0)
+		return kiln_err_errno(err, errno, "read %s", path);
+	if ((size_t)n < len)
+		return kiln_err(err, KILN_E_IO, "read %s: file shrank while being chunked", path);
 	return 0;
 }
 

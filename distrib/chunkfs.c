@@ -108,13 +108,6 @@ static void logf_(const char *fmt, ...)
 	fflush(stderr);
 }
 
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
 static const struct dist_tmpl_part *find_part(const struct cfs_tmpl *T, const char *role)
 {
 	return dist_tmpl_part_find(&T->t, role);
@@ -289,7 +282,7 @@ static int chunk_bytes(struct cfs_tmpl *T, const char *digest, uint64_t max, cha
 		kiln_error_free(e);
 	}
 	pthread_mutex_lock(&S.lock);
-	S.last_fault_ms = now_ms();
+	S.last_fault_ms = kiln_now_ms();
 	S.faults++;
 	pthread_mutex_unlock(&S.lock);
 	rc_client *c = pool_take(T, err);
@@ -353,12 +346,12 @@ static void *prefetch_main(void *arg)
 {
 	struct cfs_tmpl *T = arg;
 	kiln_strv order = KILN_STRV_INIT;
-	double t0 = now_ms();
+	double t0 = kiln_now_ms();
 	unsigned wait_s = 1;
 
 	/* background work: the sandboxes' own faults come first */
 	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
-	S.last_fault_ms = now_ms(); /* as if a read had just fetched: the restore first */
+	S.last_fault_ms = kiln_now_ms(); /* as if a read had just fetched: the restore first */
 	for (size_t p = 0; p < T->t.nparts; p++)
 		for (size_t k = 0; k < T->t.parts[p].nfirst; k++)
 			if (T->t.parts[p].chunks[T->t.parts[p].first[k]])
@@ -391,7 +384,7 @@ static void *prefetch_main(void *arg)
 		 * link and the CPU, then go on */
 		for (int w = 0; w < 100; w++) {
 			pthread_mutex_lock(&S.lock);
-			double since = now_ms() - S.last_fault_ms;
+			double since = kiln_now_ms() - S.last_fault_ms;
 			pthread_mutex_unlock(&S.lock);
 			if (since > 1000)
 				break;
@@ -416,7 +409,7 @@ static void *prefetch_main(void *arg)
 		wait_s = 1;
 	}
 	logf_("template %.12s: every chunk is local (prefetch %.1f s; %lu chunks fetched on first touch so far)",
-	      T->hex, (now_ms() - t0) / 1000.0, S.faults);
+	      T->hex, (kiln_now_ms() - t0) / 1000.0, S.faults);
 	kiln_strv_free(&order);
 	return NULL;
 }

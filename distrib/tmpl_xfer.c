@@ -13,13 +13,6 @@
 
 #include "distrib/distrib.h"
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* The client scans every blob of one call per step, and a push opens them
  * all at its start (a pull opens each .part when its transfer starts):
  * templates have thousands of small chunks, so they go in batches of this many. */
@@ -118,7 +111,7 @@ static void fill_stats(struct dist_tmpl_stats *st, const struct dist_tmpl *t, co
 	st->blobs_moved = x->last.blobs_done - x->last.blobs_skipped;
 	st->bytes_moved = moved;
 	snprintf(st->manifest_digest, KILN_DIGEST_MAX, "%s", t->manifest_digest);
-	st->seconds = now_s() - t0;
+	st->seconds = kiln_now_ms() / 1e3 - t0;
 }
 
 int dist_tmpl_push(rc_client *c, const char *template_ref, const char *repo, const char *ref,
@@ -128,7 +121,7 @@ int dist_tmpl_push(rc_client *c, const char *template_ref, const char *repo, con
 	struct rc_blob *blobs = NULL;
 	struct xfer_ud x = { .o = o };
 	dist_chunks *cs = NULL;
-	double t0 = now_s();
+	double t0 = kiln_now_ms() / 1e3;
 	uint64_t up0 = rc_client_stats(c)->bytes_up;
 	int rc = -1;
 
@@ -216,7 +209,7 @@ int dist_tmpl_pull(rc_client *c, const char *repo, const struct rc_doc *manifest
 	struct xfer_ud x = { .o = o };
 	dist_chunks *cs = NULL;
 	char *got = NULL;
-	double t0 = now_s();
+	double t0 = kiln_now_ms() / 1e3;
 	uint64_t down0 = rc_client_stats(c)->bytes_down;
 	size_t moved_before = 0; /* blobs moved before a second round */
 	int rc = -1;
@@ -306,7 +299,7 @@ int dist_tmpl_pull_lazy(rc_client *c, const char *registry, const char *repo, co
 	struct xfer_ud x = { .o = o };
 	dist_chunks *cs = NULL;
 	char *state = NULL, *got = NULL;
-	double t0 = now_s();
+	double t0 = kiln_now_ms() / 1e3;
 	uint64_t down0 = rc_client_stats(c)->bytes_down;
 	size_t n = 0;
 	int rc = -1, fd = -1;

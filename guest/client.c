@@ -14,22 +14,14 @@
 
 #include "guest/internal.h"
 
-uint64_t gc_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 uint64_t gc_deadline(int timeout_ms)
 {
-	return timeout_ms < 0 ? UINT64_MAX : gc_now() + (uint64_t)timeout_ms;
+	return timeout_ms < 0 ? UINT64_MAX : (uint64_t)kiln_now_ms() + (uint64_t)timeout_ms;
 }
 
 int gc_remaining(uint64_t deadline)
 {
-	uint64_t now = gc_now();
+	uint64_t now = (uint64_t)kiln_now_ms();
 
 	if (deadline == UINT64_MAX)
 		return -1;
@@ -38,7 +30,7 @@ int gc_remaining(uint64_t deadline)
 
 static int poll_ms(uint64_t deadline)
 {
-	uint64_t now = gc_now();
+	uint64_t now = (uint64_t)kiln_now_ms();
 
 	if (deadline == UINT64_MAX)
 		return -1;
@@ -103,7 +95,7 @@ int gc_flush(guest_conn *c, uint64_t deadline, kiln_error **err)
 		}
 		struct pollfd p = { c->fd, POLLOUT, 0 };
 		int r = poll(&p, 1, poll_ms(deadline));
-		if (r == 0 && gc_now() >= deadline) {
+		if (r == 0 && (uint64_t)kiln_now_ms() >= deadline) {
 			kiln_err(err, KILN_E_IO, "the agent does not read its input");
 			goto out;
 		}
@@ -248,7 +240,7 @@ int gc_pump(guest_conn *c, uint64_t deadline, kiln_error **err)
 	if (r < 0 && errno != EINTR)
 		return kiln_err_errno(err, errno, "agent connection: poll");
 	if (r <= 0) {
-		if (c->late_hello && !c->have_hello && gc_now() >= c->hello_deadline) {
+		if (c->late_hello && !c->have_hello && (uint64_t)kiln_now_ms() >= c->hello_deadline) {
 			set_broken(c, KILN_E_IO, "no HELLO from the agent in time (is the guest running?)");
 			return gc_check(c, err);
 		}
@@ -270,7 +262,7 @@ int gc_pump(guest_conn *c, uint64_t deadline, kiln_error **err)
 		dispatch(c, &f);
 	if (!c->broken && r < 0)
 		set_broken(c, KILN_E_INVALID, "agent protocol: %s", why);
-	if (c->late_hello && !c->have_hello && gc_now() >= c->hello_deadline)
+	if (c->late_hello && !c->have_hello && (uint64_t)kiln_now_ms() >= c->hello_deadline)
 		set_broken(c, KILN_E_IO, "no HELLO from the agent in time (is the guest running?)");
 	return gc_check(c, err);
 }
@@ -282,14 +274,14 @@ int guest_pump(guest_conn *c, int timeout_ms, kiln_error **err)
 
 int gc_wait_for(guest_conn *c, const bool *flag, uint64_t deadline, const char *what, kiln_error **err)
 {
-	uint64_t start = gc_now();
+	uint64_t start = (uint64_t)kiln_now_ms();
 
 	while (!*flag) {
 		if (gc_pump(c, deadline, err) < 0)
 			return -1;
-		if (!*flag && gc_now() >= deadline)
+		if (!*flag && (uint64_t)kiln_now_ms() >= deadline)
 			return kiln_err(err, KILN_E_IO, "no %s from the agent after %llu ms", what,
-					(unsigned long long)(gc_now() - start));
+					(unsigned long long)((uint64_t)kiln_now_ms() - start));
 	}
 	return 0;
 }
@@ -393,7 +385,7 @@ static int connect_socket(const char *socket_path, uint64_t deadline, kiln_error
 			return fd;
 		last = errno;
 		close(fd);
-		if ((last != ENOENT && last != ECONNREFUSED && last != EAGAIN) || gc_now() >= deadline) {
+		if ((last != ENOENT && last != ECONNREFUSED && last != EAGAIN) || (uint64_t)kiln_now_ms() >= deadline) {
 			if (last == EAGAIN)
 				kiln_err(err, KILN_E_IO, "agent connect: %s: busy, its backlog is full (another client "
 					 "holds the agent?)", socket_path);
@@ -503,7 +495,7 @@ int guest_ping(guest_conn *c, int timeout_ms, kiln_error **err)
 	int rc = -1;
 
 	guest_put_u32(token, p->id);
-	guest_put_u32(token + 4, (uint32_t)gc_now());
+	guest_put_u32(token + 4, (uint32_t)(uint64_t)kiln_now_ms());
 	guest_frame_raw(&c->out, GUEST_F_PING, p->id, token, sizeof(token));
 	if (gc_flush(c, deadline, err) < 0 || gc_wait_for(c, &p->done, deadline, "PONG", err) < 0)
 		goto out;

@@ -115,7 +115,7 @@ guest_proc *guest_spawn(guest_conn *c, const struct guest_exec_opts *o, int time
 	while (!p->started && !p->done) {
 		if (gc_pump(c, deadline, err) < 0)
 			goto fail;
-		if (!p->started && !p->done && gc_now() >= deadline) {
+		if (!p->started && !p->done && (uint64_t)kiln_now_ms() >= deadline) {
 			kiln_err(err, KILN_E_IO, "the agent did not start %s within %d ms", argv[0], timeout_ms);
 			send_kill(c, p->id, SIGKILL);
 			goto fail;
@@ -146,7 +146,7 @@ int guest_proc_write(guest_proc *p, const void *data, size_t len, int timeout_ms
 		if (p->window == 0) {
 			if (gc_pump(p->c, deadline, err) < 0)
 				return kiln_error_wrap(err, "agent exec");
-			if (p->window == 0 && !p->done && gc_now() >= deadline)
+			if (p->window == 0 && !p->done && (uint64_t)kiln_now_ms() >= deadline)
 				return kiln_err(err, KILN_E_IO, "agent exec: the process did not read its stdin within %d ms",
 						timeout_ms);
 			continue;

@@ -41,7 +41,7 @@ static struct guest_proc *xfer_start(guest_conn *c, uint8_t type, const char *di
 	}
 	/* The agent's own timeout kills tar; ours (deadline) also covers a silent agent. */
 	if (deadline != UINT64_MAX)
-		req.timeout_ms = deadline - gc_now() + 1;
+		req.timeout_ms = deadline - (uint64_t)kiln_now_ms() + 1;
 	p = gc_req_new(c, type == GUEST_F_UPLOAD ? R_UPLOAD : R_DOWNLOAD);
 	p->window = GUEST_STDIN_WINDOW;
 	p->stdin_open = type == GUEST_F_UPLOAD;
@@ -53,7 +53,7 @@ static struct guest_proc *xfer_start(guest_conn *c, uint8_t type, const char *di
 	while (!p->started && !p->done) {
 		if (gc_pump(c, deadline, err) < 0)
 			goto fail;
-		if (!p->started && !p->done && gc_now() >= deadline) {
+		if (!p->started && !p->done && (uint64_t)kiln_now_ms() >= deadline) {
 			kiln_err(err, KILN_E_IO, "the agent did not start the transfer in time");
 			goto fail;
 		}
@@ -143,9 +143,7 @@ static int copy_file(struct archive *aw, const char *path, kiln_error **err)
 	if (fd < 0)
 		return kiln_err_errno(err, errno, "open %s", path);
 	for (;;) {
-		ssize_t n = read(fd, buf, sizeof(buf));
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = kiln_read_full(fd, buf, sizeof(buf));
 		if (n < 0) {
 			kiln_err_errno(err, errno, "read %s", path);
 			goto out;
@@ -290,19 +288,9 @@ struct to_fd {
 static void write_fd(void *user, const void *data, size_t len)
 {
 	struct to_fd *t = user;
-	const char *d = data;
 
-	while (len > 0 && t->errnum == 0) {
-		ssize_t n = write(t->fd, d, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			t->errnum = errno;
-			return;
-		}
-		d += n;
-		len -= (size_t)n;
-	}
+	if (t->errnum == 0 && kiln_write_full(t->fd, data, len) < 0)
+		t->errnum = errno;
 }
 
 int guest_download_tar(guest_conn *c, const char *guest_dir, int out_fd, int timeout_ms, kiln_error **err)
@@ -353,7 +341,7 @@ static la_ssize_t dl_read(struct archive *a, void *user, const void **buf)
 		d->given = 0;
 	}
 	while (d->data.len == 0 && !d->p->done && d->err == NULL) {
-		if (gc_pump(d->p->c, d->deadline, &d->err) == 0 && gc_now() >= d->deadline && d->data.len == 0)
+		if (gc_pump(d->p->c, d->deadline, &d->err) == 0 && (uint64_t)kiln_now_ms() >= d->deadline && d->data.len == 0)
 			kiln_err(&d->err, KILN_E_IO, "the tar stream stalled past the timeout");
 	}
 	if (d->err) {

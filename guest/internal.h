@@ -47,7 +47,6 @@ struct guest_conn {
 
 /* Absolute deadline in ms on CLOCK_MONOTONIC from a timeout (<0: never). */
 uint64_t gc_deadline(int timeout_ms);
-uint64_t gc_now(void);
 /* Milliseconds left until a deadline (-1 for none, 0 once passed). */
 int gc_remaining(uint64_t deadline);
 /* Fail with the connection's error if it is broken. */

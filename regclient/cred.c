@@ -53,20 +53,11 @@ static void write_quiet(int fd, const char *s)
 {
 	sigset_t pipe_set, old;
 	struct timespec zero = { 0, 0 };
-	size_t left = strlen(s);
 
 	sigemptyset(&pipe_set);
 	sigaddset(&pipe_set, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-	while (left) {
-		ssize_t n = write(fd, s, left);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		s += n;
-		left -= (size_t)n;
-	}
+	(void)kiln_write_full(fd, s, strlen(s));
 	while (sigtimedwait(&pipe_set, NULL, &zero) > 0)
 		; /* consume a SIGPIPE raised meanwhile */
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -128,8 +119,7 @@ static int helper_get(const char *name, const char *host, char **user, char **pa
 		if (out.len < 65536)
 			kiln_buf_add(&out, buf, (size_t)n);
 	}
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
+	kiln_waitpid(pid, &st, 0);
 	pid = -1;
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
 		json_t *j = json_loadb(out.buf, out.len, 0, NULL);

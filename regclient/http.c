@@ -292,10 +292,7 @@ static size_t on_read(char *p, size_t size, size_t n, void *ud)
 	if (r->body_mem) {
 		memcpy(p, r->body_mem + r->body_off + r->body_pos, want);
 	} else {
-		ssize_t got;
-		do
-			got = pread(r->body_fd, p, want, (off_t)(r->body_off + r->body_pos));
-		while (got < 0 && errno == EINTR);
+		ssize_t got = kiln_pread_full(r->body_fd, p, want, (off_t)(r->body_off + r->body_pos));
 		if (got <= 0)
 			return CURL_READFUNC_ABORT;
 		want = (size_t)got;

@@ -63,16 +63,9 @@ struct xfer {
 	int mono;               /* push: kiln serve (it answered the batch query): small blobs in one POST */
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void report(struct xfer *x, const char *digest, int force)
 {
-	int64_t now = now_ms();
+	int64_t now = (int64_t)kiln_now_ms();
 	if (!x->o->progress || !x->started || (!force && now - x->last_report < 100))
 		return;
 	x->last_report = now;
@@ -141,14 +134,8 @@ static int pull_sink(void *ud, struct rc_http *r, const char *p, size_t n)
 	if (j->size_known && j->off + n > j->size)
 		return kiln_err(&j->err, KILN_E_INVALID, "registry %s sent more than the %llu bytes expected",
 				j->x->c->host, (unsigned long long)j->size);
-	for (size_t done = 0; done < n;) {
-		ssize_t w = pwrite(j->fd, p + done, n - done, (off_t)(j->off + done));
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return kiln_err_errno(&j->err, errno ? errno : EIO, "write %s", j->part);
-		done += (size_t)w;
-	}
+	if (kiln_pwrite_full(j->fd, p, n, (off_t)j->off) < 0)
+		return kiln_err_errno(&j->err, errno, "write %s", j->part);
 	kiln_hasher_update(j->h, p, n);
 	j->off += n;
 	return 0;
@@ -199,9 +186,7 @@ static int pull_open(struct xfer *x, struct job *j, kiln_error **err)
 		st.st_size = 0;
 	}
 	while (pos < (uint64_t)st.st_size) {
-		ssize_t n = pread(j->fd, buf, sizeof(buf), (off_t)pos);
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = kiln_pread_full(j->fd, buf, sizeof(buf), (off_t)pos);
 		if (n <= 0)
 			return kiln_err_errno(err, n < 0 ? errno : EIO, "read %s", j->part);
 		kiln_hasher_update(j->h, buf, (size_t)n);
@@ -371,7 +356,7 @@ static int retry(struct xfer *x, struct job *j, enum step next, kiln_error **err
 	j->attempts++;
 	x->c->stats.retries++;
 	j->st = next;
-	j->wake_ms = now_ms() + rc_retry_delay_ms(&j->rq, j->attempts);
+	j->wake_ms = (int64_t)kiln_now_ms() + rc_retry_delay_ms(&j->rq, j->attempts);
 	kiln_debug("blob %s: %s; retry %u", j->b->digest,
 		   j->rq.cr != CURLE_OK ? curl_easy_strerror(j->rq.cr) : "server error", j->attempts);
 	return 0;
@@ -574,7 +559,7 @@ static int begin(struct xfer *x, struct job *j, kiln_error **err)
 		return 0;
 	}
 	if (got == 2) {
-		j->wake_ms = now_ms() + 250; /* stays S_START */
+		j->wake_ms = (int64_t)kiln_now_ms() + 250; /* stays S_START */
 		return 0;
 	}
 	if (j->size_known && j->off == j->size)
@@ -649,7 +634,7 @@ static int run(rc_client *c, const char *repo, int push, const struct rc_blob *b
 	x.started = 1;
 	report(&x, NULL, 1);
 	while (x.p.blobs_done < n) {
-		int64_t now = now_ms(), wait = 200;
+		int64_t now = (int64_t)kiln_now_ms(), wait = 200;
 		for (size_t i = 0; i < n; i++) {
 			struct job *j = &x.jobs[i];
 			if (j->st == S_DONE || j->running)

@@ -190,14 +190,6 @@ static int referenced(struct s3gc *g, const char *digest)
 	return g->refs.n && bsearch(&key, g->refs.v, g->refs.n, sizeof(char *), cmp_str) != NULL;
 }
 
-static int64_t mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec;
-}
-
 void (*reg_gc_s3_test_hook)(const char *digest);
 
 /* Remove one unreferenced blob under a tomb: 1 removed, 0 kept, -1 error. */
@@ -205,7 +197,7 @@ static int remove_blob(struct s3gc *g, const struct item *blob, kiln_error **err
 {
 	const struct reg_s3_cfg *s3 = &g->st->s3;
 	char *d = kiln_xstrdup(blob->digest), *pin_key, *tomb_key;
-	int64_t pin_mtime = -1, t0 = mono_s();
+	int64_t pin_mtime = -1, t0 = (int64_t)(kiln_now_ms() / 1e3);
 	size_t first;
 	int r, ret = -1;
 
@@ -220,7 +212,7 @@ static int remove_blob(struct s3gc *g, const struct item *blob, kiln_error **err
 	r = reg_s3_stat(s3, pin_key, NULL, &pin_mtime, err);
 	if (r < 0)
 		goto untomb;
-	if ((r == 1 && pin_mtime >= g->now - g->st->pin_s) || mono_s() - t0 > TOMB_GIVE_UP_S) {
+	if ((r == 1 && pin_mtime >= g->now - g->st->pin_s) || (int64_t)(kiln_now_ms() / 1e3) - t0 > TOMB_GIVE_UP_S) {
 		ret = 0;
 		goto untomb;
 	}

@@ -42,14 +42,6 @@ static char *rkey(const char *repo, const char *kind, const char *digest_or_name
 	return k;
 }
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- the writer's side of gc (gc_s3.c has the other side) ----
  * A writer about to rely on a blob that already exists (commit of an upload
  * of it, a mount, a manifest referencing it) first PUTs the pin
@@ -106,7 +98,7 @@ static int pin(const reg_store *st, const char *digest, int64_t *at, kiln_error 
 	int ret = -1;
 
 	for (int round = 0; round < 3; round++) {
-		int64_t t0 = mono_ms();
+		int64_t t0 = (int64_t)kiln_now_ms();
 		int r;
 
 		*at = t0;
@@ -120,7 +112,7 @@ static int pin(const reg_store *st, const char *digest, int64_t *at, kiln_error 
 		}
 		/* gc is deciding about this digest: wait for it, then start over. */
 		while ((r = tombed(st, digest, err)) == 1) {
-			if (mono_ms() - t0 > TOMB_WAIT_MS) {
+			if ((int64_t)kiln_now_ms() - t0 > TOMB_WAIT_MS) {
 				kiln_err(err, KILN_E_IO, "blob %s: garbage collection holds it for more than %d s", digest,
 					 TOMB_WAIT_MS / 1000);
 				goto out;
@@ -140,7 +132,7 @@ out:
 /* Before writing a reference: still inside the pin's lifetime? */
 static int pin_fresh(const reg_store *st, const char *digest, int64_t *at, kiln_error **err)
 {
-	if (mono_ms() - *at < 1000 * st->pin_s / 2)
+	if ((int64_t)kiln_now_ms() - *at < 1000 * st->pin_s / 2)
 		return 0;
 	return pin(st, digest, at, err);
 }

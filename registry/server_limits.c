@@ -14,14 +14,6 @@
 
 #include "registry/server_limits.h"
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- the failed-authentication table ----
  * Each key is a GCRA bucket: tat ("theoretical arrival time") moves refill_s
  * ahead per failure; more than burst ahead of now means blocked.  A slot whose
@@ -54,7 +46,7 @@ reg_authlim *reg_authlim_new(unsigned slots, unsigned burst, unsigned refill_s)
 	l->refill_s = refill_s ? refill_s : 1;
 	l->slot = kiln_xcalloc(n, sizeof(*l->slot));
 	if (getrandom(&l->seed, sizeof(l->seed), 0) != sizeof(l->seed))
-		l->seed = (uint64_t)now_ms() * 0x9e3779b97f4a7c15ull;
+		l->seed = (uint64_t)(int64_t)kiln_now_ms() * 0x9e3779b97f4a7c15ull;
 	pthread_mutex_init(&l->lock, NULL);
 	return l;
 }
@@ -242,7 +234,7 @@ reg_conn *reg_conn_open(reg_limits *l, int fd)
 
 	c->fd = fd;
 	c->phase = C_WAIT;
-	c->since = now_ms();
+	c->since = (int64_t)kiln_now_ms();
 	pthread_mutex_lock(&l->lock);
 	l->st.accepted++;
 	if (++l->count > l->soft) {
@@ -282,7 +274,7 @@ void reg_conn_closed(reg_limits *l, reg_conn *c)
 
 void reg_conn_request_line(reg_limits *l, reg_conn *c)
 {
-	int64_t t = now_ms();
+	int64_t t = (int64_t)kiln_now_ms();
 
 	if (c == NULL)
 		return;
@@ -298,7 +290,7 @@ void reg_conn_request_line(reg_limits *l, reg_conn *c)
 
 unsigned reg_conn_headers(reg_limits *l, reg_conn *c)
 {
-	int64_t t = now_ms();
+	int64_t t = (int64_t)kiln_now_ms();
 	unsigned retry = 0;
 
 	if (c == NULL)
@@ -341,7 +333,7 @@ void reg_conn_done(reg_limits *l, reg_conn *c)
 		return;
 	pthread_mutex_lock(&l->lock);
 	c->phase = C_IDLE;
-	c->since = now_ms();
+	c->since = (int64_t)kiln_now_ms();
 	c->reused = 1;
 	pthread_mutex_unlock(&l->lock);
 }
@@ -349,7 +341,7 @@ void reg_conn_done(reg_limits *l, reg_conn *c)
 /* One pass over the connections: close those past their phase's deadline. */
 static void sweep(reg_limits *l)
 {
-	int64_t t = now_ms();
+	int64_t t = (int64_t)kiln_now_ms();
 
 	for (reg_conn *c = l->head; c; c = c->next) {
 		if (c->closing)

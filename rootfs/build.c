@@ -52,14 +52,11 @@ int rootfs_runs_write(int fd, const char *name, const struct rootfs_inode *ino, 
 		uint64_t run_end = (ino->runs[r].lblk + ino->runs[r].len) * 4096;
 		size_t n = (size_t)(run_end - off < len ? run_end - off : len);
 		off_t phys = (off_t)((ino->runs[r].pblk + (lblk - ino->runs[r].lblk)) * 4096 + off % 4096);
-		ssize_t wr = pwrite(fd, p, n, phys);
-		if (wr < 0 && errno == EINTR)
-			continue;
-		if (wr <= 0)
-			return kiln_err_errno(err, wr < 0 ? errno : EIO, "write %s", name);
-		p += wr;
-		off += (uint64_t)wr;
-		len -= (size_t)wr;
+		if (kiln_pwrite_full(fd, p, n, phys) < 0)
+			return kiln_err_errno(err, errno, "write %s", name);
+		p += n;
+		off += (uint64_t)n;
+		len -= n;
 	}
 	return 0;
 }
@@ -205,9 +202,7 @@ static int stream_path(struct rootfs_ext4 *w, struct rootfs_inode *ino, kiln_err
 		uint64_t off = ino->exts[i].off, end = off + ino->exts[i].len;
 		while (off < end) {
 			size_t want = end - off < BUFSZ ? (size_t)(end - off) : BUFSZ;
-			ssize_t n = pread(fd, buf, want, (off_t)off);
-			if (n < 0 && errno == EINTR)
-				continue;
+			ssize_t n = kiln_pread_full(fd, buf, want, (off_t)off);
 			if (n <= 0) {
 				kiln_err(err, KILN_E_IO, "read %s: %s", ino->src_path,
 					 n < 0 ? strerror(errno) : "file shrank while being read");
@@ -279,14 +274,6 @@ static int64_t created_time(const json_t *config)
 			return (int64_t)t;
 	}
 	return 1; /* libext2fs takes 0 as "now" */
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static void ensure_lost_found(rootfs_tree *t)
@@ -386,7 +373,7 @@ static int finish(rootfs_tree *t, rootfs_image *img, size_t nlayers, const char 
 	p.data_end = t->data_next;
 	derive(seed, "uuid", p.uuid);
 	derive(seed, "hash-seed", p.hash_seed);
-	double t0 = now_s(), t1, t2;
+	double t0 = kiln_now_ms() / 1e3, t1, t2;
 	ensure_lost_found(t);
 	rootfs_tree_sort(t);
 	/* placed data starts after group 0 (132 MiB): worth it for big images */
@@ -405,7 +392,7 @@ static int finish(rootfs_tree *t, rootfs_image *img, size_t nlayers, const char 
 	t->data_fd = -1; /* the writer owns the file now (or closed it on failure) */
 	if (rc < 0)
 		return -1;
-	t1 = now_s();
+	t1 = kiln_now_ms() / 1e3;
 	kiln_info("rootfs: ext4 layout and %llu inodes in %.2fs", (unsigned long long)w->inodes, t1 - t0);
 	if (w->placed)
 		w->content_bytes = t->data_bytes;
@@ -413,10 +400,10 @@ static int finish(rootfs_tree *t, rootfs_image *img, size_t nlayers, const char 
 		rootfs_ext4_abort(w);
 		return -1;
 	}
-	t2 = now_s();
+	t2 = kiln_now_ms() / 1e3;
 	kiln_info("rootfs: %.1f MiB of file data in %.2fs", (double)w->content_bytes / 1048576.0, t2 - t1);
 	rc = rootfs_ext4_close(w, st, err);
-	kiln_info("rootfs: closed the image in %.2fs", now_s() - t2);
+	kiln_info("rootfs: closed the image in %.2fs", kiln_now_ms() / 1e3 - t2);
 	return rc;
 }
 
@@ -451,7 +438,7 @@ int rootfs_build_image_open(rootfs_image *img, const char *out, const struct roo
 	if (st == NULL)
 		st = &local;
 	memset(st, 0, sizeof(*st));
-	double t0 = now_s();
+	double t0 = kiln_now_ms() / 1e3;
 	char *tmp = kiln_xasprintf("%s.kiln-tmp", out);
 	/* pass 1 writes file bytes straight into the image, from group 1 on */
 	t->data_fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -484,7 +471,7 @@ int rootfs_build_image_open(rootfs_image *img, const char *out, const struct roo
 	st->layers = n;
 	st->entries = t->entries;
 	kiln_info("rootfs: read %zu layers, %llu entries, %.1f MiB placed, in %.2fs", n,
-		  (unsigned long long)t->entries, (double)t->data_bytes / 1048576.0, now_s() - t0);
+		  (unsigned long long)t->entries, (double)t->data_bytes / 1048576.0, kiln_now_ms() / 1e3 - t0);
 	if (punch_dead(t, err) < 0)
 		goto out;
 	rc = finish(t, img, n, out, o, rootfs_image_manifest_digest(img), t->default_mtime, st, err);

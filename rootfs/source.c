@@ -120,11 +120,8 @@ static int oci_blob_open(void *src, const char *digest, void **blob, kiln_error 
 static ssize_t fd_blob_read(void *blob, void *buf, size_t len, kiln_error **err)
 {
 	struct fd_blob *b = blob;
-	ssize_t n;
+	ssize_t n = kiln_read_full(b->fd, buf, len);
 
-	do
-		n = read(b->fd, buf, len);
-	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return kiln_err_errno(err, errno, "read %s", b->path);
 	return n;

@@ -276,9 +276,7 @@ int e2b_spool_replay(struct e2b_spool *sp, int (*fn)(void *ud, const void *data,
 	off_t off = 0;
 
 	for (;;) {
-		ssize_t n = pread(sp->fd, buf, sizeof(buf), off);
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = kiln_pread_full(sp->fd, buf, sizeof(buf), off);
 		if (n < 0)
 			return kiln_err_errno(err, errno, "upload spool");
 		if (n == 0)

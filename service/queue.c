@@ -266,14 +266,6 @@ void svc_logged(svc *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
-static int64_t mono_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 int svc_logs(svc *s, const char *team, const char *id, int64_t cursor, int wait_ms, kiln_strv *lines,
 	     int64_t *next, bool *ended, kiln_error **err)
 {
@@ -325,13 +317,13 @@ int svc_logs(svc *s, const char *team, const char *id, int64_t cursor, int wait_
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000;
 		}
-		int64_t t0 = mono_ms();
+		int64_t t0 = (int64_t)kiln_now_ms();
 		pthread_mutex_lock(&s->lock);
 		while (s->log_seq == seq && !s->stopping &&
 		       pthread_cond_timedwait(&s->logged, &s->lock, &ts) == 0)
 			;
 		pthread_mutex_unlock(&s->lock);
-		waited += mono_ms() - t0;
+		waited += (int64_t)kiln_now_ms() - t0;
 	}
 }
 

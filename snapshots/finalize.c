@@ -39,14 +39,14 @@ static void exec_opts(const struct snap_finalize_opts *o, struct guest_exec_opts
 static int wait_ready(guest_conn *c, const struct snap_finalize_opts *o, kiln_error **err)
 {
 	int timeout = o->ready_timeout_ms > 0 ? o->ready_timeout_ms : 60000;
-	double deadline = snap_now_ms() + timeout;
+	double deadline = kiln_now_ms() + timeout;
 	kiln_buf out = KILN_BUF_INIT;
 	struct guest_result res = { 0 };
 	int tries = 0, rc = -1;
 
 	for (;;) {
 		struct guest_exec_opts x;
-		double left = deadline - snap_now_ms();
+		double left = deadline - kiln_now_ms();
 		exec_opts(o, &x);
 		x.shell = o->ready_cmd;
 		x.on_stdout = x.on_stderr = collect;
@@ -61,7 +61,7 @@ static int wait_ready(guest_conn *c, const struct snap_finalize_opts *o, kiln_er
 			rc = 0;
 			goto out;
 		}
-		if (snap_now_ms() + READY_POLL_MS >= deadline)
+		if (kiln_now_ms() + READY_POLL_MS >= deadline)
 			break;
 		nap_ms(READY_POLL_MS);
 	}
@@ -150,13 +150,13 @@ static int capture(vm_instance *v, const char *tmpdir, struct snap_config *c, ch
 	char *state = kiln_path_join(tmpdir, "state"), *overlay = vm_overlay_path(v);
 	char *disk = kiln_path_join(tmpdir, "disk.qcow2");
 	struct snap_config_blob *b = c->blob;
-	double t_save = snap_now_ms();
+	double t_save = kiln_now_ms();
 	int rc = -1;
 
 	*qemu = vm_qmp_version_string(vm_get_qmp(v));
 	if (vm_snapshot_save(v, state, 60000, err) < 0)
 		goto out;
-	kiln_info("snapshot: device state saved in %.0f ms", snap_now_ms() - t_save);
+	kiln_info("snapshot: device state saved in %.0f ms", kiln_now_ms() - t_save);
 	if (snap_blob_put_file(vm_memory_path(v), true, b[SNAP_ROLE_MEMORY].digest, &b[SNAP_ROLE_MEMORY].size, err) < 0 ||
 	    snap_blob_put_file(state, false, b[SNAP_ROLE_STATE].digest, &b[SNAP_ROLE_STATE].size, err) < 0 ||
 	    copy_file(overlay, disk, err) < 0)
@@ -225,7 +225,7 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 	json_t *depends = NULL;
 	char *tmpdir = NULL, *qemu = NULL, *text = NULL, *result = NULL;
 	char d_cfg[KILN_DIGEST_MAX];
-	double t0 = snap_now_ms();
+	double t0 = kiln_now_ms();
 
 	machine_of(o, &vc);
 	if (o->rootfs == NULL) {
@@ -262,7 +262,7 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 		goto out;
 	if (o->name && snap_ref_set(o->name, d_cfg, err) < 0)
 		goto out;
-	kiln_info("snapshot: template %s made in %.0f ms", d_cfg, snap_now_ms() - t0);
+	kiln_info("snapshot: template %s made in %.0f ms", d_cfg, kiln_now_ms() - t0);
 	result = kiln_xstrdup(d_cfg);
 	record_workset(d_cfg);
 out:

@@ -134,8 +134,6 @@ int64_t snap_wall_ms(void);
 /* The serve ops the CLI set (snap_set_serve_ops), or NULL. */
 const struct snap_serve_ops *snap_serve(void);
 
-/* Milliseconds on CLOCK_MONOTONIC. */
-double snap_now_ms(void);
 /* The time now as "YYYY-MM-DDTHH:MM:SSZ" (malloc'd): a config's "created". */
 char *snap_utc_now(void);
 

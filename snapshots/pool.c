@@ -55,7 +55,7 @@ static int resume(const char *dir, const char *id, pid_t qemu, uid_t uid, bool d
 	char *qmp_path = kiln_path_join(dir, "qmp.sock");
 	guest_conn *g = NULL;
 	json_t *r;
-	double t0 = snap_now_ms();
+	double t0 = kiln_now_ms();
 	int rc = -1;
 
 	/* A member made by a background refill runs at its nice value; claimed,
@@ -67,16 +67,16 @@ static int resume(const char *dir, const char *id, pid_t qemu, uid_t uid, bool d
 	 * host there and the HELLO, the IDENTITY and a first EXEC in a row. */
 	if ((g = snap_agent_connect(dir, 0, false, uid, AGENT_TIMEOUT_MS, err)) == NULL)
 		goto out;
-	s->agent_ms = snap_now_ms() - t0;
-	t0 = snap_now_ms();
+	s->agent_ms = kiln_now_ms() - t0;
+	t0 = kiln_now_ms();
 	if ((r = vm_qmp_run_once(qmp_path, "cont", uid, 5000, err)) == NULL)
 		goto out;
 	json_decref(r);
-	s->load_ms = snap_now_ms() - t0;
-	t0 = snap_now_ms();
+	s->load_ms = kiln_now_ms() - t0;
+	t0 = kiln_now_ms();
 	if (!defer_setup && snap_guest_setup(g, id, true, err) < 0)
 		goto out;
-	s->setup_ms = snap_now_ms() - t0;
+	s->setup_ms = kiln_now_ms() - t0;
 	if (conn) {
 		*conn = g;
 		g = NULL;

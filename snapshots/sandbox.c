@@ -171,14 +171,14 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		json_object_set_new(state, "unconfined", json_true());
 	s->spawn_ms = rs.spawn_ms;
 	s->load_ms = rs.load_ms;
-	t0 = snap_now_ms();
+	t0 = kiln_now_ms();
 	if ((g = snap_agent_connect(dir, 0, pooled, vm_jail_uid(v), AGENT_TIMEOUT_MS, err)) == NULL)
 		goto died;
-	s->agent_ms = snap_now_ms() - t0;
-	t0 = snap_now_ms();
+	s->agent_ms = kiln_now_ms() - t0;
+	t0 = kiln_now_ms();
 	if ((pooled || !defer_setup) && snap_guest_setup(g, pooled ? "kiln-pool" : id, true, err) < 0)
 		goto died;
-	s->setup_ms = snap_now_ms() - t0;
+	s->setup_ms = kiln_now_ms() - t0;
 	if (pooled) {
 		warm_up(t, g, id);
 		json_t *r = vm_qmp_execute(vm_get_qmp(v), "stop", NULL, 5000, err);
@@ -296,7 +296,7 @@ static char *create(const char *template_ref, const struct snap_net_opts *net, b
 {
 	struct snap_create_stats dummy;
 	struct snap_create_stats *s = stats ? stats : &dummy;
-	double t0 = snap_now_ms();
+	double t0 = kiln_now_ms();
 	snap_template *t = NULL;
 	char *result = NULL;
 	sigset_t block, old, pending;
@@ -313,14 +313,14 @@ static char *create(const char *template_ref, const struct snap_net_opts *net, b
 
 	if ((t = snap_template_open(template_ref, err)) == NULL || snap_template_check(t, false, err) < 0)
 		goto out;
-	s->check_ms = snap_now_ms() - t0;
+	s->check_ms = kiln_now_ms() - t0;
 	/* pool members have the template's network: a create asking for
 	 * another, egress rules or published ports is restored for itself */
 	if (snap_net_default(net))
 		result = snap_pool_claim(t, defer_setup, s, conn, err);
 	if (result == NULL && *err == NULL)
 		result = snap_sandbox_make(t, false, defer_setup, net, s, conn, err);
-	s->total_ms = snap_now_ms() - t0;
+	s->total_ms = kiln_now_ms() - t0;
 out:
 	sigpending(&pending);
 	if (result && (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) || sigismember(&pending, SIGHUP))) {

@@ -31,7 +31,7 @@ int snap_state_write(const char *dir, const json_t *state, kiln_error **err)
 {
 	char *path = kiln_path_join(dir, "state.json"), *tmp = kiln_path_join(dir, "state.json.tmp");
 	char *s = json_dumps(state, JSON_INDENT(2) | JSON_SORT_KEYS);
-	size_t len = s ? strlen(s) : 0, done = 0;
+	size_t len = s ? strlen(s) : 0;
 	int fd = -1, rc = -1;
 
 	if (s == NULL) {
@@ -43,15 +43,9 @@ int snap_state_write(const char *dir, const json_t *state, kiln_error **err)
 		kiln_err_errno(err, errno, "create %s", tmp);
 		goto out;
 	}
-	while (done < len) {
-		ssize_t n = write(fd, s + done, len - done);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			kiln_err_errno(err, n < 0 ? errno : EIO, "write %s", tmp);
-			goto out;
-		}
-		done += (size_t)n;
+	if (kiln_write_full(fd, s, len) < 0) {
+		kiln_err_errno(err, errno, "write %s", tmp);
+		goto out;
 	}
 	if (write(fd, "\n", 1) != 1 || close(fd) < 0) {
 		fd = -1;

@@ -192,6 +192,5 @@ void snap_watch_start(const char *id)
 		watch(id);
 		_exit(0);
 	}
-	while (waitpid(p, NULL, 0) < 0 && errno == EINTR)
-		;
+	kiln_waitpid(p, NULL, 0);
 }

@@ -194,7 +194,7 @@ static void set_creator(json_t *st, const char *state)
 
 int snap_sandbox_pause(const char *id, double *ms, kiln_error **err)
 {
-	double t0 = snap_now_ms();
+	double t0 = kiln_now_ms();
 	char *dir = snap_sandbox_dir(id), *out = kiln_path_join(dir, "paused.new"), *paused = kiln_path_join(dir, "paused");
 	char *base = NULL, *run = kiln_path_join(dir, "run");
 	snap_template *t = NULL;
@@ -234,7 +234,7 @@ int snap_sandbox_pause(const char *id, double *ms, kiln_error **err)
 	if (snap_state_write(dir, st, err) < 0)
 		goto out;
 	if (ms)
-		*ms = snap_now_ms() - t0;
+		*ms = kiln_now_ms() - t0;
 	rc = 0;
 	goto out;
 fail:
@@ -264,7 +264,7 @@ out:
 
 int snap_sandbox_resume(const char *id, double *ms, kiln_error **err)
 {
-	double t0 = snap_now_ms();
+	double t0 = kiln_now_ms();
 	char *dir = snap_sandbox_dir(id), *mem = kiln_path_join(dir, "paused/memory");
 	char *state = kiln_path_join(dir, "paused/state"), *disk = kiln_path_join(dir, "paused/disk.qcow2");
 	char *run = kiln_path_join(dir, "run");
@@ -313,7 +313,7 @@ int snap_sandbox_resume(const char *id, double *ms, kiln_error **err)
 	if (kiln_json_int(st, "timeout_s", 0) > 0)
 		snap_watch_start(id);
 	if (ms)
-		*ms = snap_now_ms() - t0;
+		*ms = kiln_now_ms() - t0;
 	rc = 0;
 	goto out;
 fail:

@@ -13,14 +13,6 @@
 
 #include "snapshots/internal.h"
 
-double snap_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
 char *snap_utc_now(void)
 {
 	char buf[32];

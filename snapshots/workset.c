@@ -38,7 +38,7 @@ int snap_workset_record(const char *template_ref, kiln_error **err)
 	char *key = NULL, *dir = NULL, *id = NULL, *path = NULL, *text = NULL;
 	guest_conn *c = NULL;
 	json_t *ranges = NULL;
-	double t0 = snap_now_ms();
+	double t0 = kiln_now_ms();
 	int rc = -1;
 
 	if (ops == NULL || ops->record_start == NULL || ops->record_end == NULL) {
@@ -104,7 +104,7 @@ out:
 		}
 		kiln_info("working set of %.19s: rootfs %llu KiB, memory %llu KiB, disk %llu KiB (%.0f ms)", t->digest,
 			  (unsigned long long)bytes[0] >> 10, (unsigned long long)bytes[1] >> 10,
-			  (unsigned long long)bytes[2] >> 10, snap_now_ms() - t0);
+			  (unsigned long long)bytes[2] >> 10, kiln_now_ms() - t0);
 	}
 	if (rc < 0)
 		kiln_error_wrap(err, "recording the working set of %s", template_ref);

@@ -140,7 +140,6 @@ struct vm_instance {
 bool vm_qemu_gone(vm_instance *v, int flags);
 /* The last max bytes of a file (whole lines), "" if unreadable. */
 char *vm_file_tail(const char *path, size_t max);
-double vm_now_ms(void);
 /* Load device state into a QEMU waiting with `-incoming defer`, reachable at
  * q; the guest runs when this returns 0.  A refused state is an error
  * quoting QEMU's reason (QEMU then exits). */

@@ -33,7 +33,6 @@ void vm_config_init(struct vm_config *c)
 	c->memory_mib = 256;
 }
 
-#define now_ms vm_now_ms
 #define nap_ms vm_nap_ms
 
 const char *vm_dir(const vm_instance *v) { return v->files.dir; }
@@ -126,9 +125,7 @@ bool vm_qemu_gone(vm_instance *v, int flags)
 			v->exited = true;
 		return v->exited;
 	}
-	do
-		r = waitpid(v->files.pid, &status, flags);
-	while (r < 0 && errno == EINTR);
+	r = kiln_waitpid(v->files.pid, &status, flags);
 	if (r == v->files.pid || (r < 0 && errno == ECHILD)) {
 		v->exited = true;
 		v->exit_status = r == v->files.pid ? status : 0;
@@ -163,7 +160,7 @@ static int qemu_died(vm_instance *v, const char *when, kiln_error **err)
  * of overlap) are scanned. */
 static int wait_ready(vm_instance *v, int timeout_ms, kiln_error **err)
 {
-	double deadline = now_ms() + timeout_ms;
+	double deadline = kiln_now_ms() + timeout_ms;
 	kiln_buf seen = KILN_BUF_INIT;
 	FILE *f = NULL;
 	int rc = -1;
@@ -204,7 +201,7 @@ static int wait_ready(vm_instance *v, int timeout_ms, kiln_error **err)
 			qemu_died(v, "during boot", err);
 			goto out;
 		}
-		if (now_ms() >= deadline) {
+		if (kiln_now_ms() >= deadline) {
 			char *tail = console_tail(v, 1500);
 			kiln_err(err, KILN_E_GENERIC, "guest did not reach init's ready marker within %d ms; console:\n%s",
 				 timeout_ms, tail);
@@ -427,7 +424,7 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 	if (vm_jail_own(&v->jail, v->files.paths[F_OVERLAY], err) < 0 ||
 	    (use_scratch(c) && vm_jail_own(&v->jail, v->files.paths[F_SCRATCH], err) < 0))
 		goto fail;
-	t0 = now_ms();
+	t0 = kiln_now_ms();
 	if (start_qemu(c, v, k.image, base_fd, spare_fd, err) < 0)
 		goto fail;
 	if (base_fd >= 0)
@@ -454,7 +451,7 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 	}
 	if (vm_qmp_peer_check(v->qmp, vm_jail_uid(v), err) < 0 || wait_ready(v, timeout, err) < 0)
 		goto fail;
-	v->boot_ms = now_ms() - t0;
+	v->boot_ms = kiln_now_ms() - t0;
 	if (v->agent) {
 		int left = timeout - (int)v->boot_ms;
 		v->conn = guest_connect(v->files.paths[F_AGENT], left > 5000 ? left : 5000, err);
@@ -468,7 +465,7 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 			free(tail);
 			goto fail;
 		}
-		v->agent_ms = now_ms() - t0;
+		v->agent_ms = kiln_now_ms() - t0;
 	}
 	kiln_info("vm: %s booted in %.0f ms (%s%s)", v->files.dir, v->boot_ms, v->accel == VM_ACCEL_KVM ? "kvm" : "tcg",
 		  v->agent ? ", agent" : "");
@@ -493,11 +490,11 @@ fail:
 
 int vm_wait_exit(vm_instance *v, int timeout_ms, kiln_error **err)
 {
-	double deadline = now_ms() + timeout_ms;
+	double deadline = kiln_now_ms() + timeout_ms;
 
 	(void)err;
 	while (!vm_qemu_gone(v, WNOHANG)) {
-		if (timeout_ms >= 0 && now_ms() >= deadline)
+		if (timeout_ms >= 0 && kiln_now_ms() >= deadline)
 			return 0;
 		nap_ms(10);
 	}

@@ -204,8 +204,7 @@ pid_t vm_spawn(char *const argv[], const struct vm_spawn_opts *o, kiln_error **e
 	if (o->detached) {
 		close(pfd[1]);
 		pfd[1] = -1;
-		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-			;
+		kiln_waitpid(pid, &status, 0);
 		if (read(pfd[0], &g, sizeof(g)) != (ssize_t)sizeof(g) || g <= 0)
 			g = -1;
 	} else {
@@ -270,14 +269,6 @@ unsigned long long vm_proc_start_time(pid_t pid)
 	return start;
 }
 
-double vm_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
 void vm_nap_ms(long ms)
 {
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
@@ -317,8 +308,7 @@ int vm_run_tool(char *const argv[], kiln_error **err)
 			kiln_buf_add(&out, chunk, (size_t)n);
 	}
 	close(pipefd[0]);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
+	kiln_waitpid(pid, &status, 0);
 	while (out.len > 0 && (out.buf[out.len - 1] == '\n' || out.buf[out.len - 1] == '\r'))
 		out.buf[--out.len] = '\0';
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)

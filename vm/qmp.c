@@ -24,17 +24,9 @@ struct vm_qmp {
 	json_int_t next_id;
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int remaining(int64_t deadline)
 {
-	int64_t r = deadline - now_ms();
+	int64_t r = deadline - (int64_t)kiln_now_ms();
 	return r < 0 ? 0 : (int)r;
 }
 
@@ -221,7 +213,7 @@ static vm_qmp *open_socket(const char *socket_path, int64_t deadline, kiln_error
 		int e = errno;
 		close(fd);
 		fd = -1;
-		if ((e != ENOENT && e != ECONNREFUSED) || now_ms() >= deadline) {
+		if ((e != ENOENT && e != ECONNREFUSED) || (int64_t)kiln_now_ms() >= deadline) {
 			kiln_err_errno(err, e, "QMP connect %s", socket_path);
 			return NULL;
 		}
@@ -252,7 +244,7 @@ static int read_greeting(vm_qmp *q, int64_t deadline, kiln_error **err)
 
 vm_qmp *vm_qmp_connect(const char *socket_path, int timeout_ms, kiln_error **err)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = (int64_t)kiln_now_ms() + timeout_ms;
 	vm_qmp *q = open_socket(socket_path, deadline, err);
 	json_t *ret = NULL;
 
@@ -290,7 +282,7 @@ int vm_qmp_peer_check(const vm_qmp *q, uid_t uid, kiln_error **err)
 json_t *vm_qmp_run_once(const char *socket_path, const char *command, uid_t peer_uid, int timeout_ms,
 			kiln_error **err)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = (int64_t)kiln_now_ms() + timeout_ms;
 	vm_qmp *q = open_socket(socket_path, deadline, err);
 	json_int_t caps, id;
 	json_t *ret = NULL, *r;
@@ -314,12 +306,12 @@ out:
 
 json_t *vm_qmp_execute(vm_qmp *q, const char *command, json_t *args, int timeout_ms, kiln_error **err)
 {
-	return transact(q, command, args, now_ms() + timeout_ms, err);
+	return transact(q, command, args, (int64_t)kiln_now_ms() + timeout_ms, err);
 }
 
 json_t *vm_qmp_execute_fd(vm_qmp *q, const char *command, json_t *args, int fd, int timeout_ms, kiln_error **err)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = (int64_t)kiln_now_ms() + timeout_ms;
 	json_int_t id = send_cmd_fd(q, command, args, fd, deadline, err);
 
 	return id < 0 ? NULL : wait_reply(q, command, id, deadline, err);
@@ -327,7 +319,7 @@ json_t *vm_qmp_execute_fd(vm_qmp *q, const char *command, json_t *args, int fd, 
 
 json_t *vm_qmp_wait_event(vm_qmp *q, const char *name, int timeout_ms, kiln_error **err)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = (int64_t)kiln_now_ms() + timeout_ms;
 
 	for (;;) {
 		for (size_t i = 0; i < json_array_size(q->events); i++) {

@@ -196,7 +196,7 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 	restore_argv(c, v->files.subdirs[0], mem, shared, v->jail.on, fds, &av);
 	struct vm_spawn_opts so = { .log_path = v->files.paths[R_QEMU_LOG], .tmpdir = v->files.subdirs[0],
 				    .detached = c->detached, .jail = &v->jail, .keep_fd = { fds[0], fds[1], fds[2] } };
-	t0 = vm_now_ms();
+	t0 = kiln_now_ms();
 	/* the RAM copy and QEMU's start (exec, machine init) side by side */
 	if (v->jail.copy_from && (copier = vm_jail_copy_start(&v->jail, &copy_fd, err)) < 0)
 		goto fail;
@@ -228,14 +228,14 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 		if (r < 0)
 			goto fail;
 	}
-	s->spawn_ms = vm_now_ms() - t0;
+	s->spawn_ms = kiln_now_ms() - t0;
 	version = vm_qmp_version_string(v->qmp);
 	if (c->on_version && c->on_version(c->ud, version, err) < 0)
 		goto fail;
-	t0 = vm_now_ms();
+	t0 = kiln_now_ms();
 	if (vm_snapshot_load(v->qmp, c->state, 30000, err) < 0)
 		goto died;
-	s->load_ms = vm_now_ms() - t0;
+	s->load_ms = kiln_now_ms() - t0;
 	kiln_strv_free(&av);
 	free(version);
 	free(qmp);

@@ -13,7 +13,6 @@
 #include "vm/internal.h"
 
 #define nap_ms vm_nap_ms
-#define now_ms vm_now_ms
 
 char *vm_overlay_path(const vm_instance *v)
 {
@@ -89,7 +88,7 @@ static int wait_migration(vm_qmp *q, double deadline, kiln_error **err)
 		json_decref(r);
 		if (rc <= 0)
 			return rc;
-		if (now_ms() >= deadline)
+		if (kiln_now_ms() >= deadline)
 			return kiln_err(err, KILN_E_GENERIC, "saving the VM state did not finish in time");
 		nap_ms(2);
 	}
@@ -106,7 +105,7 @@ int vm_snapshot_save(vm_instance *v, const char *state_path, int timeout_ms, kil
 
 int vm_snapshot_save_qmp(vm_qmp *q, const char *state_path, int timeout_ms, kiln_error **err)
 {
-	double deadline = now_ms() + timeout_ms;
+	double deadline = kiln_now_ms() + timeout_ms;
 	json_t *r = NULL, *args = NULL;
 	char *uri = NULL;
 	int rc = -1;
@@ -162,7 +161,7 @@ out:
 
 int vm_snapshot_load(vm_qmp *q, const char *state_path, int timeout_ms, kiln_error **err)
 {
-	double deadline = now_ms() + timeout_ms;
+	double deadline = kiln_now_ms() + timeout_ms;
 	json_t *r, *args = NULL;
 	char *uri = NULL;
 	int rc = -1;
