@@ -14,7 +14,7 @@ struct snap_template {
 	char *digest;          /* of the config blob */
 	struct snap_config cfg;
 	char *memory, *state, *disk, *rootfs; /* blob paths (served: the server's files) */
-	bool served;           /* rootfs, memory, disk served (snap_set_serve_hook) */
+	bool served;           /* rootfs, memory, disk served (snap_set_serve_ops) */
 };
 /* The depends record of a config (config.c; snap_finalize reads
  * vm_snapshot_depends's through it). */
