@@ -82,7 +82,7 @@ rgw_start() {
 }
 
 rgw_stop() {
-	local p i
+	local p= i
 	# radosgw and the OSD before the monitor they say goodbye to; SIGKILL
 	# whatever is still there after 5 s (memstore holds nothing worth keeping).
 	for ((i = ${#RGW_PIDS[@]} - 1; i >= 0; i--)); do kill "${RGW_PIDS[i]}" 2>/dev/null; sleep 0.2; done
