@@ -1,8 +1,8 @@
 /* context.c — build contexts by content: each team's files live once in a
  * content-addressed store of its own (common/cas.c, STATE/teams/TEAM/context),
  * uploads are decoded (zstd) and verified while written, and a build's
- * context directory is made from the file list by copying blobs out (never
- * hard links: a COPY takes the file's mode, which must not touch the blob). */
+ * context directory is made from the file list by hard links to a copy of
+ * each blob per mode (never to the blob: a file's mode must not touch it). */
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
@@ -162,7 +162,7 @@ int svc_path_ok(const char *p)
 	return 1;
 }
 
-static int copy_out(const char *src, const char *dst, mode_t mode, kiln_error **err)
+static int copy_out(const char *src, const char *dst, mode_t mode, bool sync, kiln_error **err)
 {
 	int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, ret = -1;
 	char buf[64 << 10];
@@ -199,11 +199,58 @@ static int copy_out(const char *src, const char *dst, mode_t mode, kiln_error **
 		kiln_err_errno(err, errno, "chmod %s", dst);
 		goto out;
 	}
+	if (sync && fsync(out) < 0) {
+		kiln_err_errno(err, errno, "fsync %s", dst);
+		goto out;
+	}
 	ret = 0;
 out:
 	close(in);
 	if (out >= 0)
 		close(out);
+	return ret;
+}
+
+/* A regular file of a build's context: a hard link to the team's copy of
+ * that blob with that mode (LINKED/MODE/HEX, made once from the verified
+ * blob and durable before it is named), so a rebuild moves no bytes.  Safe
+ * to share: the builder only reads its context (COPY reads, bind mounts are
+ * tarred), and a file's mode is that copy's own, never changed after.  Where
+ * a link cannot be made (too many links, another file system): a copy. */
+static int link_out(const char *linked, const char *blob, const char *digest, const char *dst, mode_t mode,
+		    kiln_error **err)
+{
+	char *dir = kiln_xasprintf("%s/%04o", linked, (unsigned)(mode & 07777));
+	char *path = kiln_xasprintf("%s/%s", dir, kiln_digest_hex(digest)), *tmp = NULL;
+	int ret = -1;
+
+	if (link(path, dst) == 0) {
+		ret = 0;
+		goto out;
+	}
+	if (errno == ENOENT) {
+		/* concurrent builds each write their own temporary, the rename decides */
+		tmp = kiln_xasprintf("%s.tmp-%d-%d", path, (int)getpid(), (int)gettid());
+		unlink(tmp);
+		if (kiln_mkdir_p(dir, 0700, err) < 0 || copy_out(blob, tmp, mode, true, err) < 0) {
+			unlink(tmp);
+			goto out;
+		}
+		if (rename(tmp, path) < 0) {
+			kiln_err_errno(err, errno, "rename %s", tmp);
+			unlink(tmp);
+			goto out;
+		}
+		if (link(path, dst) == 0) {
+			ret = 0;
+			goto out;
+		}
+	}
+	ret = copy_out(blob, dst, mode, false, err);
+out:
+	free(tmp);
+	free(path);
+	free(dir);
 	return ret;
 }
 
@@ -293,6 +340,7 @@ static int parents(const char *dir, const char *path, kiln_error **err)
 int svc_context_make(svc *s, const char *team, const json_t *files, const char *dir, kiln_error **err)
 {
 	kiln_cas *cas = NULL;
+	char *linked = svc_team_dir(s, team, "linked");
 	size_t i;
 	json_t *f;
 	int ret = -1;
@@ -316,7 +364,7 @@ int svc_context_make(svc *s, const char *team, const json_t *files, const char *
 			r = symlink(link, full) < 0 ? kiln_err_errno(err, errno, "symlink %s", path) : 0;
 		} else if (r == 0) {
 			src = kiln_cas_path(cas, digest);
-			r = copy_out(src, full, mode, err);
+			r = link_out(linked, src, digest, full, mode, err);
 		}
 		free(src);
 		free(full);
@@ -328,5 +376,6 @@ int svc_context_make(svc *s, const char *team, const json_t *files, const char *
 	ret = 0;
 out:
 	kiln_cas_close(cas);
+	free(linked);
 	return ret;
 }
