@@ -3,6 +3,8 @@
  * secret and ssh providers' defaults), for `kiln build` and `kiln dockerfile
  * plan` alike. */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -36,6 +38,28 @@ int cli_build_arg(const struct kiln_command *cmd, const struct cli_option *opt, 
 	f->args[f->n_args].value = kiln_xstrdup(value);
 	f->n_args++;
 	return 0;
+}
+
+/* A secret given as an inherited descriptor (/proc/self/fd/N, /dev/fd/N:
+ * what kiln serve hands its build) is read through that path when its step
+ * runs; nothing this build starts (QEMU, helpers) is to inherit it. */
+static void inherited_fd_cloexec(const char *path)
+{
+	const char *n = NULL;
+	char *end;
+
+	if (path && strncmp(path, "/proc/self/fd/", 14) == 0)
+		n = path + 14;
+	else if (path && strncmp(path, "/dev/fd/", 8) == 0)
+		n = path + 8;
+	if (n == NULL || *n < '0' || *n > '9')
+		return;
+	long fd = strtol(n, &end, 10);
+	if (*end == '\0' && fd > 2 && fd < INT_MAX) {
+		int fl = fcntl((int)fd, F_GETFD);
+		if (fl >= 0)
+			fcntl((int)fd, F_SETFD, fl | FD_CLOEXEC);
+	}
 }
 
 int cli_build_secret(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
@@ -101,6 +125,7 @@ int cli_build_secret(const struct kiln_command *cmd, const struct cli_option *op
 		s->env = keep(f, kiln_xstrdup(env));
 	else
 		s->file = keep(f, kiln_xstrdup(src));
+	inherited_fd_cloexec(s->file);
 	rc = 0;
 out:
 	kiln_strv_free(&fields);

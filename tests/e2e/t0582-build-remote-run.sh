@@ -53,10 +53,33 @@ PLAIN=kiln-t0582-$RANDOM$RANDOM$RANDOM-plain
 printf '%s' "$PLAIN" >"$T_TMP/secret.src"
 cat >"$C/Dockerfile.secret" <<DF
 FROM $HOST/team-a/bb:1
-RUN --mount=type=secret,id=tok busybox sha256sum /run/secrets/tok | busybox cut -c1-64 >/tok.sum
+RUN --mount=type=secret,id=tok busybox sha256sum /run/secrets/tok | busybox cut -c1-64 >/tok.sum && busybox sleep 3
 DF
-expect_exit 0 "a remote build with --secret and --rootfs-out" $KILN build --remote "$URL" -f "$C/Dockerfile.secret" \
-	-t sec:1 --secret "id=tok,src=$T_TMP/secret.src" --rootfs-out "$T_TMP/sec.ext4" "$C"
+descendants() { # PID: every process under it
+	local c
+	for c in $(ps -o pid= --ppid "$1"); do echo "$c"; descendants "$c"; done
+}
+$KILN build --remote "$URL" -f "$C/Dockerfile.secret" -t sec:1 --secret "id=tok,src=$T_TMP/secret.src" \
+	--rootfs-out "$T_TMP/sec.ext4" "$C" >"$T_TMP/out" 2>"$T_TMP/err" &
+BPID=$!
+# while its RUN runs: the server's child kiln build holds the secret's memfd, the QEMU it started must not
+: >"$T_TMP/qfds"
+for _ in $(seq 600); do
+	kill -0 $BPID 2>/dev/null || break
+	held= q=
+	for p in $(descendants $SRV); do
+		ls -l /proc/$p/fd 2>/dev/null | grep -q 'memfd:kiln-build-secret' && held=1
+		case "$(cat /proc/$p/comm 2>/dev/null)" in qemu*) q=$p ;; esac
+	done
+	if [ -n "$held" ] && [ -n "$q" ] && ls -l /proc/$q/fd >"$T_TMP/qfds" 2>/dev/null; then break; fi
+	sleep 0.1
+done
+wait $BPID
+expect_eq "a remote build with --secret and --rootfs-out" "$?" 0
+if [ ! -s "$T_TMP/qfds" ]; then not_ok "the build's QEMU seen while the secret was held"
+elif grep -q 'memfd:kiln-build-secret' "$T_TMP/qfds"; then
+	not_ok "the build's QEMU does not inherit the secret's memfd"; grep memfd:kiln-build-secret "$T_TMP/qfds" | sed 's/^/#   /'
+else ok "the build's QEMU does not inherit the secret's memfd"; fi
 expect_eq "RUN read the secret (its sha256, in the downloaded rootfs)" \
 	"$(debugfs -R 'cat /tok.sum' "$T_TMP/sec.ext4" 2>/dev/null)" "$(sha256sum "$T_TMP/secret.src" | cut -c1-64)"
 if grep -rlaF "$PLAIN" "$DATA" "$T_TMP/serve.log" "$T_TMP/err" "$T_TMP/out" >"$T_TMP/found"; then
