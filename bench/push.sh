@@ -65,8 +65,10 @@ push_once() {
 	"$bin" serve --addr "127.0.0.1:$port" --data "$W/reg" 2>>serve.log &
 	SPID=$!
 	for _ in $(seq 1 200); do curl -sf -o /dev/null "http://127.0.0.1:$port/v2/" && break; sleep 0.05; done
+	local s0 s1
+	s0=$(awk '{print $14 + $15}' "/proc/$SPID/stat")
 	python3 - "$bin" "127.0.0.1:$port" "$label" <<'PY' >>"$2.times"
-import json, subprocess, sys, time
+import json, os, subprocess, sys, time
 binary, reg, label = sys.argv[1:]
 t0 = time.monotonic()
 p = subprocess.Popen([binary, "push", "--json", "app", reg + "/t/app:v1"], stdout=subprocess.PIPE,
@@ -78,12 +80,15 @@ for line in p.stdout:
         first = time.monotonic() - t0
     if '"done"' in line:
         done = json.loads(line)
-p.wait()
+_, status, ru = os.wait4(p.pid, 0)
 t = time.monotonic() - t0
-if p.returncode != 0:
-    sys.exit("push failed: exit %d" % p.returncode)
-print("%.3f %.3f %d %d" % (t, first or 0, done.get("blobs_total", 0), done.get("bytes_total", 0)))
+if status != 0:
+    sys.exit("push failed: status %d" % status)
+print("%.3f %.3f %d %d %.2f" % (t, first or 0, done.get("blobs_total", 0), done.get("bytes_total", 0),
+                                ru.ru_utime + ru.ru_stime), end="")
 PY
+	s1=$(awk '{print $14 + $15}' "/proc/$SPID/stat")
+	echo " $(awk -v a="$s0" -v b="$s1" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", (b - a) / hz}')" >>"$2.times"
 	kill "$SPID"; wait "$SPID" 2>/dev/null || true; SPID=
 }
 L0=$(load)
@@ -99,17 +104,18 @@ row() { # LABEL
 	local t c
 	t=$(awk '{print $1}' "$1.times" | median)
 	c=$(awk '{print $2}' "$1.times" | median)
-	echo "| $1 | $t s | $c s | $(awk -v a="$t" -v b="$c" 'BEGIN {printf "%.3f", a - b}') s | $(awk '{printf "%s ", $1}' "$1.times")|"
+	echo "| $1 | $t s | $c s | $(awk -v a="$t" -v b="$c" 'BEGIN {printf "%.3f", a - b}') s |" \
+		"$(awk '{print $5}' "$1.times" | median) s | $(awk '{print $6}' "$1.times" | median) s | $(awk '{printf "%s ", $1}' "$1.times")|"
 }
 cfg=$W/home/snapshots/blobs/sha256/$(cut -d: -f2 "$W/home/snapshots/refs/app/latest")
-read -r _ _ blobs bytes <after.times
+read -r _ _ blobs bytes _ <after.times
 cat <<MD
 Template: rootfs $(mib "$(jq -r .rootfs.size "$cfg")") MiB ext4 (busybox + $ROOT_MIB MiB of /usr/lib/x86_64-linux-gnu),
 $(jq -r .memory_mib "$cfg") MiB guest RAM; as an artifact $(mib "$bytes") MiB in $blobs blobs (zstd chunks). Built in $((tb1 - tb0)) s.
 Load before / after the pushes: $L0 / $L1. Each push to a fresh \`kiln serve\` (empty data directory).
 
-| \`kiln push --json app REG/t/app:v1\`, median of $RUNS | full push | chunking (to the first progress event) | transfer (query, uploads, commits, manifest) | runs |
-| --- | --- | --- | --- | --- |
+| \`kiln push --json app REG/t/app:v1\`, median of $RUNS | full push | chunking (to the first progress event) | transfer (query, uploads, commits, manifest) | client CPU | server CPU | runs |
+| --- | --- | --- | --- | --- | --- | --- |
 $([ -n "$BEFORE" ] && row before)
 $(row after-first)
 $(row after)
