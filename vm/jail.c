@@ -141,6 +141,26 @@ static void bind_one(const char *root, const char *path, bool writable, int errf
 		child_fail(errfd, "remount", path);
 }
 
+/* /dev/kvm as a node of the jail's own, the VM's uid's, 0600 (as
+ * Firecracker's jailer makes it): the host's node is root's (0600, or 0660
+ * group kvm), and the VM's uid is in no group, so a bind of it could not be
+ * opened.  The jail's tmpfs root then allows device nodes: only the ones kiln
+ * makes here, since QEMU cannot make any (no CAP_MKNOD, a read-only root). */
+static void kvm_node(const char *root, const struct vm_jail *j, int errfd)
+{
+	char target[4096];
+	struct stat st;
+
+	if (stat("/dev/kvm", &st) < 0 || !S_ISCHR(st.st_mode))
+		child_fail(errfd, "stat", "/dev/kvm");
+	snprintf(target, sizeof(target), "%s/dev/kvm", root);
+	mkdirs(target, errfd);
+	if (mknod(target, S_IFCHR | 0600, st.st_rdev) < 0)
+		child_fail(errfd, "mknod", target);
+	if (chown(target, j->uid, j->gid) < 0)
+		child_fail(errfd, "chown", target);
+}
+
 static int by_length(const void *a, const void *b)
 {
 	size_t x = strlen(*(char *const *)a), y = strlen(*(char *const *)b);
@@ -260,7 +280,7 @@ void vm_jail_enter(const struct vm_jail *j, int errfd)
 		child_fail(errfd, "joining cgroup", cg);
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		child_fail(errfd, "making mounts private", NULL);
-	if (mount("kiln-jail", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755") < 0)
+	if (mount("kiln-jail", root, "tmpfs", MS_NOSUID | (j->kvm ? 0 : MS_NODEV), "size=1m,mode=0755") < 0)
 		child_fail(errfd, "mounting the jail's root on", root);
 	/* the host's programs and libraries (QEMU, its firmware), read-only */
 	bind_one(root, "/usr", false, errfd);
@@ -284,7 +304,7 @@ void vm_jail_enter(const struct vm_jail *j, int errfd)
 	for (size_t i = 0; i < sizeof(devs) / sizeof(devs[0]); i++)
 		bind_one(root, devs[i], true, errfd);
 	if (j->kvm)
-		bind_one(root, "/dev/kvm", true, errfd);
+		kvm_node(root, j, errfd);
 	/* the VM's own files; parents before what lies inside them */
 	for (size_t i = 0; i < j->ro.n; i++)
 		kiln_strv_push(&binds, j->ro.v[i]);
@@ -300,7 +320,7 @@ void vm_jail_enter(const struct vm_jail *j, int errfd)
 		child_fail(errfd, "pivot_root into", root);
 	if (chdir("/") < 0 || umount2("/.old", MNT_DETACH) < 0 || rmdir("/.old") < 0)
 		child_fail(errfd, "leaving the host's root", NULL);
-	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | (j->kvm ? 0 : MS_NODEV), NULL) < 0)
 		child_fail(errfd, "making the jail's root read-only", NULL);
 	/* the slot's lock stays held by QEMU for its life */
 	int fl = fcntl(j->slot_fd, F_GETFD);
