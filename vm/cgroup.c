@@ -115,28 +115,48 @@ out:
 	return out;
 }
 
+/* The VMs' parent cgroup: "kiln", or KILN_CGROUP_PARENT when that is one
+ * plain name (a benchmark or a second installation keeps its VMs apart:
+ * the parent's CPU weight is shared by all VMs under it). */
+static const char *cg_parent(void)
+{
+	const char *e = getenv("KILN_CGROUP_PARENT");
+
+	if (!e || !*e || e[0] == '.' || strlen(e) > 64 || strspn(e, "abcdefghijklmnopqrstuvwxyz"
+				"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != strlen(e))
+		return "kiln";
+	return e;
+}
+
 /* The slot's cgroup directories, into j->cg; created (or reused) when create. */
 static int cg_paths(struct vm_jail *j, unsigned slot, bool create, kiln_error **err)
 {
 	struct statfs sf;
-	char name[32];
+	const char *pname = cg_parent();
 
-	snprintf(name, sizeof(name), "kiln/vm-%u", slot);
 	j->n_cg = 0;
 	if (statfs("/sys/fs/cgroup", &sf) == 0 && sf.f_type == CGROUP2_MAGIC) {
 		/* v2: a leaf under /sys/fs/cgroup/kiln with the controllers on */
+		char *parent = kiln_path_join("/sys/fs/cgroup", pname);
 		j->cg_v2 = true;
-		if (!create) {
-			j->cg[j->n_cg++] = kiln_path_join("/sys/fs/cgroup", name);
-			return 0;
-		}
-		if (mkdir("/sys/fs/cgroup/kiln", 0755) < 0 && errno != EEXIST)
-			return kiln_err_errno(err, errno, "cgroup: mkdir /sys/fs/cgroup/kiln");
-		write_str("/sys/fs/cgroup", "cgroup.subtree_control", "+cpu +memory +pids +io", true, NULL);
-		if (write_str("/sys/fs/cgroup/kiln", "cgroup.subtree_control", "+cpu +memory +pids", false, err) < 0)
+		j->cg[j->n_cg++] = kiln_xasprintf("%s/vm-%u", parent, slot);
+		if (create && mkdir(parent, 0755) < 0 && errno != EEXIST) {
+			kiln_err_errno(err, errno, "cgroup: mkdir %s", parent);
+			free(parent);
 			return -1;
-		write_str("/sys/fs/cgroup/kiln", "cgroup.subtree_control", "+io", true, NULL);
-		j->cg[j->n_cg++] = kiln_path_join("/sys/fs/cgroup", name);
+		}
+		if (create) {
+			write_str("/sys/fs/cgroup", "cgroup.subtree_control", "+cpu +memory +pids +io", true, NULL);
+			int rc = write_str(parent, "cgroup.subtree_control", "+cpu +memory +pids", false, err);
+			write_str(parent, "cgroup.subtree_control", "+io", true, NULL);
+			if (rc < 0) {
+				free(parent);
+				return -1;
+			}
+		}
+		free(parent);
+		if (!create)
+			return 0;
 	} else {
 		static const char *const ctl[] = { "memory", "cpu", "pids", "blkio" };
 		j->cg_v2 = false;
@@ -149,7 +169,7 @@ static int cg_paths(struct vm_jail *j, unsigned slot, bool create, kiln_error **
 						"no cgroup %s controller (neither cgroup v2 nor a v1 %s hierarchy is "
 						"mounted under /sys/fs/cgroup)", ctl[i], ctl[i]);
 			}
-			char *parent = kiln_path_join(base, "kiln");
+			char *parent = kiln_path_join(base, pname);
 			free(base);
 			if (create && mkdir(parent, 0755) < 0 && errno != EEXIST) {
 				kiln_err_errno(err, errno, "cgroup: mkdir %s", parent);

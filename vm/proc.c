@@ -172,6 +172,7 @@ pid_t vm_spawn(char *const argv[], const struct vm_spawn_opts *o, kiln_error **e
 		kiln_err_errno(err, errno, "pipe");
 		goto out;
 	}
+	double t0 = kiln_now_ms();
 	pid = o->detached ? fork() : spawn_fork(o);
 	if (pid < 0) {
 		kiln_err_errno(err, errno, jailed(o) ? "clone into the jail's namespaces (the jail needs mount, pid, "
@@ -214,6 +215,9 @@ pid_t vm_spawn(char *const argv[], const struct vm_spawn_opts *o, kiln_error **e
 	do
 		n = read(efd[0], why, sizeof(why) - 1);
 	while (n < 0 && errno == EINTR);
+	/* the jail's own work (namespaces, cgroup, mounts, privileges) is in here */
+	kiln_debug("vm: %s exec'd %.1f ms after the fork (%s)", argv[0], kiln_now_ms() - t0,
+		   jailed(o) ? "jailed" : "unconfined");
 	if (n > 0 || g <= 0) {
 		why[n > 0 ? n : 0] = '\0';
 		kiln_err(err, KILN_E_GENERIC, "could not start %s%s%s", argv[0], n > 0 ? ": " : "", why);
