@@ -42,6 +42,13 @@ bin/kiln rootfs --from-dir "$work/root" -o "$work/root.ext4" --free 16M >/dev/nu
 bin/kiln snapshot -t web --start 'busybox httpd -p 127.0.0.1:8080 -h /www' \
 	--ready 'busybox wget -q -O- http://127.0.0.1:8080/index.html' "$work/root.ext4" >/dev/null || exit 1
 
+# START_JAIL_AB=N: only the jail's cost, N rounds of jailed and KILN_UNCONFINED=1
+# alternating, pooled and full restore (bench/jail_ab.py).
+if [ -n "${START_JAIL_AB:-}" ]; then
+	python3 bench/jail_ab.py "$START_JAIL_AB"
+	exit
+fi
+
 python3 - "$starts" "$boots" "$work" <<'EOF'
 import json, os, re, subprocess, sys, time
 starts, boots, work = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
