@@ -287,7 +287,8 @@ out:
 	return rc;
 }
 
-int dist_tmpl_parse_index(struct dist_tmpl *t, const char *data, size_t len, kiln_error **err)
+/* own_blobs: t has no manifest, the index's blob list is taken as is. */
+static int parse_index(struct dist_tmpl *t, const char *data, size_t len, bool own_blobs, kiln_error **err)
 {
 	json_t *ix = NULL;
 	const json_t *parts, *blobs;
@@ -300,6 +301,18 @@ int dist_tmpl_parse_index(struct dist_tmpl *t, const char *data, size_t len, kil
 	if (kiln_json_int(ix, "schemaVersion", 0) != 1 || !json_is_array(parts) || !json_is_array(blobs)) {
 		kiln_err(err, KILN_E_INVALID, "not a version 1 template index");
 		goto out;
+	}
+	if (own_blobs) {
+		t->nblobs = json_array_size(blobs);
+		t->blobs = kiln_xcalloc(t->nblobs + 1, sizeof(*t->blobs));
+		for (size_t i = 0; i < t->nblobs; i++) {
+			const char *d = json_string_value(json_array_get(blobs, i));
+			if (d == NULL || strlen(d) >= KILN_DIGEST_MAX) {
+				kiln_err(err, KILN_E_INVALID, "chunk blob %zu of the index is not a digest", i);
+				goto out;
+			}
+			snprintf(t->blobs[i].digest, KILN_DIGEST_MAX, "%s", d);
+		}
 	}
 	/* Every blob the index uses must be a layer of the manifest, in the same order. */
 	if (json_array_size(blobs) != t->nblobs) {
@@ -370,4 +383,15 @@ out:
 		kiln_error_wrap(err, "template index %s", t->index_digest);
 	json_decref(ix);
 	return rc;
+}
+
+int dist_tmpl_parse_index(struct dist_tmpl *t, const char *data, size_t len, kiln_error **err)
+{
+	return parse_index(t, data, len, false, err);
+}
+
+int dist_tmpl_parse_index_only(struct dist_tmpl *t, const char *data, size_t len, kiln_error **err)
+{
+	memset(t, 0, sizeof(*t));
+	return parse_index(t, data, len, true, err);
 }

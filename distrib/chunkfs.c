@@ -27,7 +27,7 @@
 #include <fuse.h>
 #include <zstd.h>
 
-#include "distrib/distrib.h"
+#include "distrib/internal.h"
 
 #define FUSE_MAGIC 0x65735546
 #define CACHE_SLOTS 32   /* decompressed chunks kept (a 128 KiB read of a 256 KiB chunk comes twice) */
@@ -87,12 +87,13 @@ static struct {
 	struct { char digest[KILN_DIGEST_MAX]; unsigned char *data; size_t len; uint64_t used; } cache[CACHE_SLOTS];
 	uint64_t tick;
 	bool prefetch;
+	char *mnt;                    /* our mount (the page-cache warm-up reads through it) */
 	double last_fault_ms;         /* when a read last had to fetch: the prefetch yields */
+	double last_read_ms;          /* when any read came: the prefetch starts once a start is over */
 	unsigned long faults;         /* chunks fetched on first touch */
 } S = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static void logf_(const char *fmt, ...) KILN_PRINTF(1, 2);
-static void logf_(const char *fmt, ...)
+void dist_cfs_logf(const char *fmt, ...)
 {
 	char ts[32];
 	time_t now = time(NULL);
@@ -177,11 +178,15 @@ static struct cfs_tmpl *load_tmpl(const char *hex, kiln_error **err)
 		return load_local(T, rec, path, data, err);
 	m = kiln_json_str(rec, "manifest");
 	ix = kiln_json_str(rec, "index");
-	if (!m || !ix || !kiln_json_str(rec, "registry") || !kiln_json_str(rec, "repo")) {
+	if (!ix || !kiln_json_str(rec, "registry") || !kiln_json_str(rec, "repo")) {
 		kiln_err(err, KILN_E_INVALID, "%s: not a chunkfs template record", path);
 		goto fail;
 	}
-	if (dist_tmpl_parse(&T->t, m, strlen(m), err) < 0 || dist_tmpl_parse_index(&T->t, ix, strlen(ix), err) < 0)
+	/* The pull checked the index against the manifest; a record without the
+	 * manifest (4647 layer descriptors took ~100 ms of CPU to parse) takes
+	 * the index's blob list. */
+	if (m ? dist_tmpl_parse(&T->t, m, strlen(m), err) < 0 || dist_tmpl_parse_index(&T->t, ix, strlen(ix), err) < 0
+	      : dist_tmpl_parse_index_only(&T->t, ix, strlen(ix), err) < 0)
 		goto fail;
 	T->host = kiln_xstrdup(kiln_json_str(rec, "registry"));
 	T->repo = kiln_xstrdup(kiln_json_str(rec, "repo"));
@@ -230,14 +235,19 @@ static struct cfs_tmpl *get_tmpl(const char *hex)
 			T->next = S.tmpls;
 			S.tmpls = T;
 			if (T->local)
-				logf_("serving template %.12s from its stored files, recording its reads", hex);
+				dist_cfs_logf("serving template %.12s from its stored files, recording its reads", hex);
 			else
-				logf_("serving template %.12s from %s/%s (%zu chunks)", hex, T->host, T->repo, T->t.nblobs);
+				dist_cfs_logf("serving template %.12s from %s/%s (%zu chunks)", hex, T->host, T->repo, T->t.nblobs);
 			pthread_t th;
 			if (!T->local && S.prefetch && pthread_create(&th, NULL, prefetch_main, T) == 0)
 				pthread_detach(th);
+			if (!T->local && S.mnt) {
+				char *f = kiln_xasprintf("%s/%s/memory", S.mnt, hex);
+				dist_cfs_warm_start(f, hex, find_part(T, "memory"), T->cs);
+				free(f);
+			}
 		} else if (exists) {
-			logf_("%s", kiln_error_message(e));
+			dist_cfs_logf("%s", kiln_error_message(e));
 			kiln_error_free(e);
 		}
 	}
@@ -278,7 +288,7 @@ static int chunk_bytes(struct cfs_tmpl *T, const char *digest, uint64_t max, cha
 		if (dist_chunks_get(T->cs, digest, comp, clen, &e) == 0)
 			return 0;
 		/* a stored chunk that fails its digest was removed by the read: fetch it */
-		logf_("template %.12s: %s; fetching it again", T->hex, kiln_error_message(e));
+		dist_cfs_logf("template %.12s: %s; fetching it again", T->hex, kiln_error_message(e));
 		kiln_error_free(e);
 	}
 	pthread_mutex_lock(&S.lock);
@@ -351,7 +361,18 @@ static void *prefetch_main(void *arg)
 
 	/* background work: the sandboxes' own faults come first */
 	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
-	S.last_fault_ms = kiln_now_ms(); /* as if a read had just fetched: the restore first */
+	/* Not while a sandbox starts: under TCG on a loaded host the transfers,
+	 * their hashing and the registry's work took the CPU from the guest's
+	 * first exec (seconds of it). Once no read came for 2 s (the start is
+	 * over), or after 30 s at most. */
+	for (;;) {
+		pthread_mutex_lock(&S.lock);
+		double quiet = kiln_now_ms() - (S.last_read_ms > t0 ? S.last_read_ms : t0);
+		pthread_mutex_unlock(&S.lock);
+		if (quiet > 2000 || kiln_now_ms() - t0 > 30000)
+			break;
+		usleep(100000);
+	}
 	for (size_t p = 0; p < T->t.nparts; p++)
 		for (size_t k = 0; k < T->t.parts[p].nfirst; k++)
 			if (T->t.parts[p].chunks[T->t.parts[p].first[k]])
@@ -398,7 +419,7 @@ static void *prefetch_main(void *arg)
 		for (size_t k = 0; k < n; k++)
 			free((char *)b[k].path);
 		if (r < 0) {
-			logf_("template %.12s: prefetch from %s/%s: %s; retrying in %us", T->hex, T->host, T->repo,
+			dist_cfs_logf("template %.12s: prefetch from %s/%s: %s; retrying in %us", T->hex, T->host, T->repo,
 			      kiln_error_message(e), wait_s);
 			kiln_error_free(e);
 			sleep(wait_s);
@@ -408,7 +429,7 @@ static void *prefetch_main(void *arg)
 		}
 		wait_s = 1;
 	}
-	logf_("template %.12s: every chunk is local (prefetch %.1f s; %lu chunks fetched on first touch so far)",
+	dist_cfs_logf("template %.12s: every chunk is local (prefetch %.1f s; %lu chunks fetched on first touch so far)",
 	      T->hex, (kiln_now_ms() - t0) / 1000.0, S.faults);
 	kiln_strv_free(&order);
 	return NULL;
@@ -525,6 +546,9 @@ static int op_read(const char *path, char *buf, size_t size, off_t off, struct f
 		return 0;
 	if ((uint64_t)off + size > p->size)
 		size = (size_t)(p->size - (uint64_t)off);
+	pthread_mutex_lock(&S.lock);
+	S.last_read_ms = kiln_now_ms();
+	pthread_mutex_unlock(&S.lock);
 	if (T->local) {
 		size_t k = 0;
 		while (strcmp(SERVED[k], p->role) != 0)
@@ -550,9 +574,12 @@ static int op_read(const char *path, char *buf, size_t size, off_t off, struct f
 		} else {
 			kiln_error *e = NULL;
 			if (chunk_data(T, p, i, raw, clen, &e) < 0) {
-				logf_("template %.12s: the %s at offset %llu (chunk %zu) cannot be read: %s; the sandbox "
-				      "reading it gets an I/O error", T->hex, p->role, (unsigned long long)pos, i,
-				      kiln_error_message(e));
+				/* QEMU maps the memory: a failed read of it is a SIGBUS there */
+				dist_cfs_logf("template %.12s: the %s at offset %llu (chunk %zu) cannot be read: %s; %s", T->hex,
+					      p->role, (unsigned long long)pos, i, kiln_error_message(e),
+					      strcmp(p->role, "memory") == 0
+						      ? "the QEMU whose guest touched it gets SIGBUS: its sandbox stops"
+						      : "the sandbox reading it gets an I/O error");
 				kiln_error_free(e);
 				free(raw);
 				return -EIO;
@@ -637,11 +664,13 @@ int dist_chunkfs_serve(kiln_error **err)
 	snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
 	if (kiln_write_atomic(pidp, pid, strlen(pid), 0644, err) < 0)
 		goto out;
+	S.mnt = mnt;
 	fuse_set_signal_handlers(fuse_get_session(f));
-	logf_("serving %s", mnt);
+	dist_cfs_logf("serving %s", mnt);
 	struct fuse_loop_config lc = { .clone_fd = 0, .max_idle_threads = 8 };
 	rc = fuse_loop_mt(f, &lc) == 0 ? 0 : -1;
-	logf_("stopped");
+	dist_cfs_logf("stopped");
+	S.mnt = NULL;
 	fuse_remove_signal_handlers(fuse_get_session(f));
 	unlink(pidp);
 	if (rc < 0)
@@ -760,8 +789,7 @@ int dist_chunkfs_add(const char *template_digest, const char *registry, const ch
 	if (kiln_mkdir_p(dir, 0700, err) < 0)
 		goto out;
 	path = record_path(hex);
-	rec = json_pack("{s:s, s:s, s:s, s:s}", "registry", registry, "repo", repo, "manifest", t->manifest, "index",
-			t->index);
+	rec = json_pack("{s:s, s:s, s:s}", "registry", registry, "repo", repo, "index", t->index);
 	s = json_dumps(rec, JSON_COMPACT);
 	rc = kiln_write_atomic(path, s, strlen(s), 0600, err);
 out:

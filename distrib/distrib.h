@@ -126,6 +126,9 @@ int dist_tmpl_seal(struct dist_tmpl *t, dist_chunks *cs, kiln_error **err);
  * be a layer of the manifest (or registries may collect it). */
 int dist_tmpl_parse(struct dist_tmpl *t, const char *manifest, size_t manifest_len, kiln_error **err);
 int dist_tmpl_parse_index(struct dist_tmpl *t, const char *index, size_t len, kiln_error **err);
+/* The index alone, its blob list taken as is: for an index this host checked
+ * against its manifest already (the file server's record of a lazy pull). */
+int dist_tmpl_parse_index_only(struct dist_tmpl *t, const char *index, size_t len, kiln_error **err);
 void dist_tmpl_free(struct dist_tmpl *t);
 /* A local template (snapshots/ store) as an artifact, its chunks in cs. */
 int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *t, kiln_error **err);
@@ -159,7 +162,7 @@ int dist_chunkfs_ensure(kiln_error **err);
 /* Stop it (SIGTERM; a dead one's mount is detached). */
 int dist_chunkfs_stop(kiln_error **err);
 bool dist_chunkfs_running(void);
-/* Record a lazily pulled template (its manifest and index) for the server. */
+/* Record a lazily pulled template (its index, checked against its manifest) for the server. */
 int dist_chunkfs_add(const char *template_digest, const char *registry, const char *repo, const struct dist_tmpl *t,
 		     kiln_error **err);
 /* The directory serving the template's files (the server started if

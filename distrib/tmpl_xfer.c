@@ -4,6 +4,7 @@
  * the store lacks (straight into it, verified, resumable from .part files),
  * then assembles and imports the template.  Chunks in flight are pinned. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,15 +164,21 @@ out:
 /* Make the directories the client's downloads land in. */
 static int chunk_dirs(dist_chunks *cs, const struct dist_tmpl *t, kiln_error **err)
 {
-	for (size_t i = 0; i < t->nblobs; i++) {
+	kiln_strv made = KILN_STRV_INIT; /* a few hundred directories for thousands of chunks */
+	int rc = 0;
+
+	for (size_t i = 0; i < t->nblobs && rc == 0; i++) {
 		char *p = dist_chunks_path(cs, t->blobs[i].digest);
 		*strrchr(p, '/') = '\0';
-		int r = kiln_mkdir_p(p, 0755, err);
+		bool seen = false;
+		for (size_t k = made.n; k > 0 && !seen; k--)
+			seen = strcmp(made.v[k - 1], p) == 0;
+		if (!seen && (rc = kiln_mkdir_p(p, 0755, err)) == 0)
+			kiln_strv_push(&made, p);
 		free(p);
-		if (r < 0)
-			return -1;
 	}
-	return 0;
+	kiln_strv_free(&made);
+	return rc < 0 ? -1 : 0;
 }
 
 static size_t missing_chunks(dist_chunks *cs, const struct dist_tmpl *t)
@@ -290,6 +297,17 @@ static size_t eager_blobs(dist_chunks *cs, const struct dist_tmpl *t, struct rc_
 	return n;
 }
 
+/* The host's file server up, serving the template (errors are the caller's
+ * dist_chunkfs_files' to report). */
+static void *start_server(void *digest)
+{
+	kiln_error *e = NULL;
+
+	free(dist_chunkfs_files(digest, &e));
+	kiln_error_free(e);
+	return NULL;
+}
+
 int dist_tmpl_pull_lazy(rc_client *c, const char *registry, const char *repo, const struct rc_doc *manifest,
 		       const char *name, const struct dist_tmpl_xfer_opts *o, struct dist_tmpl_stats *st,
 		       kiln_error **err)
@@ -303,6 +321,8 @@ int dist_tmpl_pull_lazy(rc_client *c, const char *registry, const char *repo, co
 	uint64_t down0 = rc_client_stats(c)->bytes_down;
 	size_t n = 0;
 	int rc = -1, fd = -1;
+	pthread_t server;
+	bool serving = false;
 
 	if (fetch_meta(c, repo, manifest, &t, err) < 0)
 		goto out;
@@ -318,15 +338,18 @@ int dist_tmpl_pull_lazy(rc_client *c, const char *registry, const char *repo, co
 	}
 	if ((cs = dist_chunks_open(NULL, err)) == NULL || pin_all(cs, &t, err) < 0 || chunk_dirs(cs, &t, err) < 0)
 		goto out;
+	/* the file server learns the template before its name exists, and is
+	 * started (and parses it, and reads the working set into the page cache
+	 * as it arrives) while the working set is fetched */
+	if (dist_chunkfs_add(t.config_digest, registry, repo, &t, err) < 0)
+		goto out;
+	serving = pthread_create(&server, NULL, start_server, t.config_digest) == 0;
 	blobs = kiln_xcalloc(t.nblobs + 1, sizeof(*blobs));
 	n = eager_blobs(cs, &t, blobs);
 	x.cs = cs;
 	if (move(c, repo, false, blobs, n, &x, err) < 0)
 		goto out;
 	if ((state = dist_chunks_tmp(cs, &fd, err)) == NULL || dist_tmpl_assemble_part(cs, sp, state, err) < 0)
-		goto out;
-	/* the file server learns the template before its name exists */
-	if (dist_chunkfs_add(t.config_digest, registry, repo, &t, err) < 0)
 		goto out;
 	if ((got = dist_tmpl_import_served(&t, state, name, err)) == NULL)
 		goto out;
@@ -335,6 +358,8 @@ int dist_tmpl_pull_lazy(rc_client *c, const char *registry, const char *repo, co
 		snprintf(st->template_digest, KILN_DIGEST_MAX, "%s", got);
 	rc = 0;
 out:
+	if (serving)
+		pthread_join(server, NULL);
 	if (rc < 0)
 		kiln_error_wrap(err, "pulling template %s@%s lazily", repo, manifest->digest);
 	if (fd >= 0)
