@@ -232,6 +232,24 @@ out:
 	return rc;
 }
 
+/* An exec that lost its agent because the sandbox's QEMU died says so (QEMU
+ * may take a moment to go). */
+static void say_if_dead(const char *id, kiln_error **err)
+{
+	for (int i = 0; i < 20 && err && *err && (*err)->kind == KILN_E_IO; i++) {
+		json_t *st = snap_sandbox_state(id, NULL);
+		bool dead = st && strcmp(snap_sandbox_liveness(st), "dead") == 0;
+		json_decref(st);
+		if (dead) {
+			kiln_error_wrap(err, "sandbox %s stopped: its QEMU is gone (for a lazy template, a memory page that "
+					"could not be fetched ends it: $KILN_HOME/chunkfs/log names the chunk; kiln "
+					"sandbox gc removes it)", id);
+			return;
+		}
+		usleep(50000);
+	}
+}
+
 int snap_sandbox_exec_with(const char *id, const char *const *argv, const struct snap_exec_opts *o,
 			   guest_output_fn on_stdout, guest_output_fn on_stderr, void *user, struct guest_result *res,
 			   kiln_error **err)
@@ -244,6 +262,8 @@ int snap_sandbox_exec_with(const char *id, const char *const *argv, const struct
 		return -1;
 	rc = snap_exec_conn_with(c, id, argv, o, on_stdout, on_stderr, user, res, err);
 	guest_close(c);
+	if (rc < 0)
+		say_if_dead(id, err);
 	return rc;
 }
 
