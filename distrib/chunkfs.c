@@ -29,7 +29,6 @@
 
 #include "distrib/internal.h"
 
-#define FUSE_MAGIC 0x65735546
 #define CACHE_SLOTS 32   /* decompressed chunks kept (a 128 KiB read of a 256 KiB chunk comes twice) */
 #define POOL_MAX 8       /* registry clients kept per template for on-demand fetches */
 #define PREFETCH_BATCH 64
@@ -37,32 +36,7 @@
 static const char *const SERVED[] = { "rootfs", "memory", "disk" };
 #define NSERVED (sizeof(SERVED) / sizeof(SERVED[0]))
 
-/* ---- paths ---- */
-static char *cfs_dir(void)
-{
-	char *home = kiln_home(), *d = kiln_path_join(home, "chunkfs");
-	free(home);
-	return d;
-}
-
-static char *cfs_sub(const char *name)
-{
-	char *d = cfs_dir(), *p = kiln_path_join(d, name);
-	free(d);
-	return p;
-}
-
-static char *record_path(const char *hex)
-{
-	char *d = cfs_dir(), *p = kiln_xasprintf("%s/templates/%s.json", d, hex);
-	free(d);
-	return p;
-}
-
-static bool valid_hex(const char *s)
-{
-	return strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
-}
+/* paths and mount state: chunkfs_ctl.c */
 
 /* ---- the daemon's templates ---- */
 struct cfs_tmpl {
@@ -163,7 +137,7 @@ fail:
 
 static struct cfs_tmpl *load_tmpl(const char *hex, kiln_error **err)
 {
-	char *path = record_path(hex), *data = NULL;
+	char *path = dist_cfs_record_path(hex), *data = NULL;
 	size_t len = 0;
 	json_t *rec = NULL;
 	struct cfs_tmpl *T = kiln_xcalloc(1, sizeof(*T));
@@ -222,13 +196,13 @@ static struct cfs_tmpl *get_tmpl(const char *hex)
 	struct cfs_tmpl *T;
 	kiln_error *e = NULL;
 
-	if (!valid_hex(hex))
+	if (!dist_cfs_valid_hex(hex))
 		return NULL;
 	pthread_mutex_lock(&S.lock);
 	for (T = S.tmpls; T && strcmp(T->hex, hex) != 0; T = T->next)
 		;
 	if (T == NULL) {
-		char *p = record_path(hex);
+		char *p = dist_cfs_record_path(hex);
 		bool exists = access(p, F_OK) == 0;
 		free(p);
 		if (exists && (T = load_tmpl(hex, &e)) != NULL) {
@@ -308,6 +282,48 @@ static int chunk_bytes(struct cfs_tmpl *T, const char *digest, uint64_t max, cha
 		return kiln_err(err, KILN_E_INVALID, "chunk %s from %s does not hash to its name", digest, T->host);
 	}
 	return 0;
+}
+
+static int have_cb(void *ud, const char *digest);
+
+/* The chunks of a read the store lacks, fetched at once: a 1 MiB read of
+ * memory spans 16 chunks, and one round trip each, in turn, was what a first
+ * exec's faults cost.  What fails here is fetched again (and logged) one by
+ * one by the read. */
+static void fetch_missing(struct cfs_tmpl *T, const struct dist_tmpl_part *p, uint64_t off, size_t size)
+{
+	struct rc_blob b[64];
+	size_t n = 0;
+	kiln_error *e = NULL;
+
+	for (size_t i = (size_t)(off / p->chunk_size); i < p->nchunks && i * p->chunk_size < off + size && n < 64; i++) {
+		const char *d = p->chunks[i];
+		bool dup = false;
+		for (size_t k = 0; d && k < n && !dup; k++)
+			dup = strcmp(b[k].digest, d) == 0;
+		if (d == NULL || dup || dist_chunks_has(T->cs, d))
+			continue;
+		memset(&b[n], 0, sizeof(b[n]));
+		snprintf(b[n].digest, KILN_DIGEST_MAX, "%s", d);
+		b[n].size = -1;
+		b[n].path = dist_chunks_path(T->cs, d);
+		n++;
+	}
+	if (n >= 2) {
+		pthread_mutex_lock(&S.lock);
+		S.last_fault_ms = now_ms();
+		S.faults += n;
+		pthread_mutex_unlock(&S.lock);
+		rc_client *c = pool_take(T, &e);
+		struct rc_xfer_opts xo = { .parallel = n < 8 ? (unsigned)n : 8, .have = have_cb, .ud = T, .no_fsync = 1 };
+		if (c) {
+			rc_blobs_pull(c, T->repo, b, n, &xo, &e);
+			pool_give(T, c);
+		}
+		kiln_error_free(e);
+	}
+	for (size_t k = 0; k < n; k++)
+		free((char *)b[k].path);
 }
 
 /* Chunk i of part p, decompressed, into out (p->chunk_size bytes). */
@@ -562,6 +578,7 @@ static int op_read(const char *path, char *buf, size_t size, off_t off, struct f
 		pthread_mutex_unlock(&T->lock);
 		return (int)n;
 	}
+	fetch_missing(T, p, (uint64_t)off, size);
 	raw = kiln_xmalloc(p->chunk_size);
 	while (done < size) {
 		uint64_t pos = (uint64_t)off + done;
@@ -620,21 +637,9 @@ static const struct fuse_operations ops = {
 };
 
 /* ---- the daemon and its callers ---- */
-static bool is_mounted(const char *mnt, bool *stale)
-{
-	struct statfs sf;
-
-	*stale = false;
-	if (statfs(mnt, &sf) < 0) {
-		*stale = errno == ENOTCONN;
-		return *stale;
-	}
-	return sf.f_type == FUSE_MAGIC;
-}
-
 int dist_chunkfs_serve(kiln_error **err)
 {
-	char *dir = cfs_dir(), *mnt = cfs_sub("mnt"), *lockp = cfs_sub("lock"), *pidp = cfs_sub("pid");
+	char *dir = dist_cfs_dir(), *mnt = dist_cfs_sub("mnt"), *lockp = dist_cfs_sub("lock"), *pidp = dist_cfs_sub("pid");
 	char *argv0 = "kiln-chunkfs", *argv1 = "-o",
 	     *argv2 = "allow_other,fsname=kiln-chunkfs,subtype=kiln";
 	char *args_v[] = { argv0, argv1, argv2, NULL };
@@ -653,7 +658,7 @@ int dist_chunkfs_serve(kiln_error **err)
 		rc = 0; /* another server runs (or is starting) */
 		goto out;
 	}
-	if (is_mounted(mnt, &stale))
+	if (dist_cfs_is_mounted(mnt, &stale))
 		umount2(mnt, MNT_DETACH); /* a server that died: its mount is dead */
 	S.prefetch = !getenv("KILN_CHUNKFS_PREFETCH") || strcmp(getenv("KILN_CHUNKFS_PREFETCH"), "0") != 0;
 	if ((f = fuse_new(&args, &ops, sizeof(ops), NULL)) == NULL || fuse_mount(f, mnt) != 0) {
@@ -688,139 +693,4 @@ out:
 	free(lockp);
 	free(pidp);
 	return rc;
-}
-
-int dist_chunkfs_ensure(kiln_error **err)
-{
-	char *mnt = cfs_sub("mnt"), *logp = cfs_sub("log");
-	bool stale;
-	int rc = -1;
-
-	if (is_mounted(mnt, &stale) && !stale) {
-		rc = 0;
-		goto out;
-	}
-	if (kiln_mkdir_p(mnt, 0755, err) < 0)
-		goto out;
-	pid_t pid = fork();
-	if (pid < 0) {
-		kiln_err_errno(err, errno, "fork");
-		goto out;
-	}
-	if (pid == 0) {
-		/* detached, in its own session: it outlives this kiln (and serves
-		 * every sandbox of the host until `kiln sandbox gc` stops it) */
-		setsid();
-		if (fork() != 0)
-			_exit(0);
-		int null = open("/dev/null", O_RDWR), lf = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
-		if (null >= 0)
-			dup2(null, 0);
-		if (lf >= 0) {
-			dup2(lf, 1);
-			dup2(lf, 2);
-		}
-		execl("/proc/self/exe", "kiln", "chunkfs", "serve", (char *)NULL);
-		_exit(127);
-	}
-	waitpid(pid, NULL, 0);
-	for (int i = 0; i < 1000; i++) {
-		if (is_mounted(mnt, &stale) && !stale) {
-			rc = 0;
-			goto out;
-		}
-		usleep(5000);
-	}
-	char *tail = NULL;
-	size_t tl = 0;
-	kiln_read_file(logp, &tail, &tl, 0, NULL);
-	kiln_err(err, KILN_E_IO, "chunkfs: the file server did not come up at %s (log %s: %.400s)", mnt, logp,
-		 tail && tl > 400 ? tail + tl - 400 : tail ? tail : "");
-	free(tail);
-out:
-	free(mnt);
-	free(logp);
-	return rc;
-}
-
-int dist_chunkfs_stop(kiln_error **err)
-{
-	char *mnt = cfs_sub("mnt"), *pidp = cfs_sub("pid"), *data = NULL;
-	size_t len = 0;
-	bool stale;
-	int rc = 0;
-
-	if (kiln_read_file(pidp, &data, &len, 64, NULL) == 0) {
-		long pid = strtol(data, NULL, 10);
-		if (pid > 1)
-			kill((pid_t)pid, SIGTERM);
-		for (int i = 0; i < 300 && is_mounted(mnt, &stale) && !stale; i++)
-			usleep(10000);
-	}
-	if (is_mounted(mnt, &stale) && umount2(mnt, MNT_DETACH) < 0 && errno != EINVAL)
-		rc = kiln_err_errno(err, errno, "chunkfs: umount %s", mnt);
-	free(data);
-	free(mnt);
-	free(pidp);
-	return rc;
-}
-
-bool dist_chunkfs_running(void)
-{
-	char *mnt = cfs_sub("mnt");
-	bool stale, r = is_mounted(mnt, &stale) && !stale;
-
-	free(mnt);
-	return r;
-}
-
-int dist_chunkfs_add(const char *template_digest, const char *registry, const char *repo,
-		    const struct dist_tmpl *t, kiln_error **err)
-{
-	const char *hex = kiln_digest_hex(template_digest);
-	char *dir = cfs_sub("templates"), *path = NULL, *s = NULL;
-	json_t *rec = NULL;
-	int rc = -1;
-
-	if (!valid_hex(hex)) {
-		kiln_err(err, KILN_E_INVALID, "chunkfs: bad template digest %.80s", template_digest);
-		goto out;
-	}
-	if (kiln_mkdir_p(dir, 0700, err) < 0)
-		goto out;
-	path = record_path(hex);
-	rec = json_pack("{s:s, s:s, s:s}", "registry", registry, "repo", repo, "index", t->index);
-	s = json_dumps(rec, JSON_COMPACT);
-	rc = kiln_write_atomic(path, s, strlen(s), 0600, err);
-out:
-	json_decref(rec);
-	free(s);
-	free(dir);
-	free(path);
-	return rc;
-}
-
-char *dist_chunkfs_files(const char *template_digest, kiln_error **err)
-{
-	const char *hex = kiln_digest_hex(template_digest);
-	char *rec = valid_hex(hex) ? record_path(hex) : NULL, *mnt = NULL, *dir = NULL;
-
-	if (rec == NULL || access(rec, F_OK) != 0) {
-		kiln_err(err, KILN_E_NOTFOUND, "template %.19s is not served from the chunk store", template_digest);
-		goto out;
-	}
-	if (dist_chunkfs_ensure(err) < 0)
-		goto out;
-	mnt = cfs_sub("mnt");
-	dir = kiln_path_join(mnt, hex);
-	struct stat st;
-	if (stat(dir, &st) < 0) {
-		kiln_err_errno(err, errno, "chunkfs: %s (log: %s/chunkfs/log)", dir, "$KILN_HOME");
-		free(dir);
-		dir = NULL;
-	}
-out:
-	free(rec);
-	free(mnt);
-	return dir;
 }

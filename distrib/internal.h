@@ -1,10 +1,17 @@
 /* internal.h — what the file server's files (chunkfs*.c) share beyond the
- * stage's contract (distrib.h): its log and the page-cache warm-up. */
+ * stage's contract (distrib.h): its paths, its log and the page-cache warm-up. */
 #ifndef KILN_DISTRIB_INTERNAL_H
 #define KILN_DISTRIB_INTERNAL_H
 
 #include "distrib/distrib.h"
 
+/* $KILN_HOME/chunkfs, a name in it, templates/HEX.json (chunkfs_ctl.c). */
+char *dist_cfs_dir(void);
+char *dist_cfs_sub(const char *name);
+char *dist_cfs_record_path(const char *hex);
+bool dist_cfs_valid_hex(const char *s);
+/* A FUSE mount at mnt (stale: its server died: ENOTCONN). */
+bool dist_cfs_is_mounted(const char *mnt, bool *stale);
 /* One line in the server's log ($KILN_HOME/chunkfs/log), time-stamped. */
 void dist_cfs_logf(const char *fmt, ...) KILN_PRINTF(1, 2);
 /* Read the working set of part p (the memory) through path, the part's file
