@@ -73,7 +73,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	int64_t secs;
 	int i, rc;
 
-	entered_ms = now_ms();
+	entered_ms = kiln_now_ms();
 	snap_exec_opts_init(&o);
 	o.net = &net.opts;
 	const struct cli_option opts[] = {

@@ -311,7 +311,7 @@ static void fetch_missing(struct cfs_tmpl *T, const struct dist_tmpl_part *p, ui
 	}
 	if (n >= 2) {
 		pthread_mutex_lock(&S.lock);
-		S.last_fault_ms = now_ms();
+		S.last_fault_ms = kiln_now_ms();
 		S.faults += n;
 		pthread_mutex_unlock(&S.lock);
 		rc_client *c = pool_take(T, &e);
@@ -378,14 +378,26 @@ static void *prefetch_main(void *arg)
 	/* background work: the sandboxes' own faults come first */
 	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
 	/* Not while a sandbox starts: under TCG on a loaded host the transfers,
-	 * their hashing and the registry's work took the CPU from the guest's
-	 * first exec (seconds of it). Once no read came for 2 s (the start is
+	 * their hashing and the registry's work took the CPU from the lazy
+	 * pull and the guest's first exec (seconds of it). Once the pull has
+	 * brought the working set and then no read came for 2 s (the start is
 	 * over), or after 30 s at most. */
+	for (size_t p = 0, k = 0; p < T->t.nparts && kiln_now_ms() - t0 < 30000;) {
+		const struct dist_tmpl_part *pt = &T->t.parts[p];
+		if (k >= pt->nfirst) {
+			p++, k = 0;
+		} else if (!pt->chunks[pt->first[k]] || dist_chunks_has(T->cs, pt->chunks[pt->first[k]])) {
+			k++;
+		} else {
+			usleep(100000);
+		}
+	}
+	double pulled = kiln_now_ms();
 	for (;;) {
 		pthread_mutex_lock(&S.lock);
-		double quiet = kiln_now_ms() - (S.last_read_ms > t0 ? S.last_read_ms : t0);
+		double last = S.last_read_ms > pulled ? S.last_read_ms : pulled;
 		pthread_mutex_unlock(&S.lock);
-		if (quiet > 2000 || kiln_now_ms() - t0 > 30000)
+		if (kiln_now_ms() - last > 2000 || kiln_now_ms() - t0 > 30000)
 			break;
 		usleep(100000);
 	}

@@ -162,6 +162,24 @@ static void test_round_trip(void)
 	CHECK(u.parts[0].nfirst <= 1);                              /* rootfs: chunk 0, if it holds data */
 	CHECK_INT(u.parts[2].nfirst, 0);
 	u.config = kiln_xstrndup(t.config, t.config_len);
+	/* The file server's record: the index alone gives the same blobs and parts. */
+	struct dist_tmpl r;
+	CHECK_INT(dist_tmpl_parse_index_only(&r, t.index, t.index_len, &err), 0);
+	CHECK_INT(r.nblobs, t.nblobs);
+	for (size_t i = 0; i < r.nblobs && i < t.nblobs; i++)
+		CHECK_STR(r.blobs[i].digest, t.blobs[i].digest);
+	CHECK_INT(r.nparts, 4);
+	for (size_t p = 0; p < r.nparts && p < t.nparts; p++) {
+		CHECK_INT(r.parts[p].nchunks, t.parts[p].nchunks);
+		CHECK_INT(r.parts[p].nfirst, t.parts[p].nfirst);
+		for (size_t i = 0; i < r.parts[p].nchunks && i < t.parts[p].nchunks; i++)
+			CHECK(r.parts[p].chunks[i] == NULL ? t.parts[p].chunks[i] == NULL
+							   : t.parts[p].chunks[i] && strcmp(r.parts[p].chunks[i], t.parts[p].chunks[i]) == 0);
+	}
+	dist_tmpl_free(&r);
+	CHECK_INT(dist_tmpl_parse_index_only(&r, "{\"schemaVersion\":1,\"parts\":[],\"blobs\":[7]}", 42, &err), -1);
+	kiln_error_clear(&err);
+	dist_tmpl_free(&r);
 
 	/* Another host: its chunk store gets the blobs, then assembles. */
 	setenv("KILN_HOME", b, 1);
