@@ -137,11 +137,16 @@ if grep -q " $H3/chunkfs/mnt " /proc/mounts; then not_ok "...and its mount is go
 
 # 3. Faults, on H2 (whose server fetches on first touch only).
 export KILN_CHUNKFS_PREFETCH=0
-A=$(KILN_HOME=$H2 "$KILN" sandbox create "$REG/team/app:v1" 2>/dev/null)
-Bs=$(KILN_HOME=$H2 "$KILN" sandbox create "$REG/team/app:v1" 2>/dev/null)
-expect_eq "two sandboxes of the lazy template run" "$(KILN_HOME=$H2 "$KILN" sandbox exec "$A" -- cat /app/app.txt)" "app version 1"
 # A memory page that cannot be fetched: QEMU maps the memory file, so the
-# failed read is a SIGBUS in QEMU: that sandbox stops, the others go on.
+# failed read is a SIGBUS in QEMU: that sandbox stops, the others go on.  The
+# other one, D, is of v2 with all its memory local (a sandbox of a template
+# not all local may touch such a page itself: a guest allocates pages that
+# held data at the snapshot); C of v1 reads the 32 MB its start left in RAM.
+KILN_HOME=$H2 "$KILN" pull --lazy "$REG/team/app:v2" >/dev/null 2>&1
+h2v2=$(cat "$H2/snapshots/refs/$REG/team/app/v2"); h2v2=${h2v2#sha256:}
+D=$(KILN_HOME=$H2 "$KILN" sandbox create "$REG/team/app:v2" 2>/dev/null)
+cat "$H2/chunkfs/mnt/$h2v2/memory" >/dev/null
+expect_eq "a sandbox of v2 runs beside (its memory all local)" "$(KILN_HOME=$H2 "$KILN" sandbox exec "$D" -- cat /app/app.txt)" "app version 2"
 C=$(KILN_HOME=$H2 "$KILN" sandbox create "$REG/team/app:v1" 2>/dev/null)
 reg_port=$REG_PORT
 reg_stop
@@ -161,11 +166,10 @@ for _ in $(seq 1 50); do
 done
 expect_eq "...its QEMU is gone: kiln sandbox ls says dead" \
 	"$(KILN_HOME=$H2 "$KILN" sandbox ls --json | jq -r --arg id "$C" '.[] | select(.id == $id) | .state')" dead
-expect_eq "...the other sandboxes of the template go on" \
-	"$(KILN_HOME=$H2 "$KILN" sandbox exec "$A" -- echo alive) $(KILN_HOME=$H2 "$KILN" sandbox exec "$Bs" -- cat /app/app.txt)" "alive app version 1"
+expect_eq "...the other sandbox goes on" \
+	"$(KILN_HOME=$H2 "$KILN" sandbox exec "$D" -- echo alive) $(KILN_HOME=$H2 "$KILN" sandbox exec "$D" -- cat /app/app.txt)" "alive app version 2"
 KILN_HOME=$H2 "$KILN" sandbox gc >/dev/null
-expect_eq "...kiln sandbox gc removes the dead one only" \
-	"$(KILN_HOME=$H2 "$KILN" sandbox ls --json | jq -r '.[].id' | sort | tr '\n' ' ')" "$(printf '%s\n' "$A" "$Bs" | sort | tr '\n' ' ')"
+expect_eq "...kiln sandbox gc removes the dead one only" "$(KILN_HOME=$H2 "$KILN" sandbox ls --json | jq -r '.[].id' | tr '\n' ' ')" "$D "
 expect_eq "...and the server keeps serving them" "$(KILN_HOME=$H2 "$KILN" chunkfs status)" running
 bad=0
 for f in $(find "$H2/chunks/sha256" -type f ! -name '*.part'); do
@@ -178,6 +182,9 @@ for _ in $(seq 1 100); do grep -q listening "$T_TMP/serve1.log" 2>/dev/null && b
 expect_eq "the registry back: a new sandbox reads that memory" \
 	"$(KILN_HOME=$H2 "$KILN" sandbox create "$REG/team/app:v1" 2>/dev/null | xargs -I{} env KILN_HOME="$H2" "$KILN" sandbox exec {} -- sh -c 'md5sum </dev/shm/mem.bin | wc -c')" 36
 
+A=$(KILN_HOME=$H2 "$KILN" sandbox create "$REG/team/app:v1" 2>/dev/null)
+Bs=$(KILN_HOME=$H2 "$KILN" sandbox create "$REG/team/app:v1" 2>/dev/null)
+expect_eq "two sandboxes of the lazy template run" "$(KILN_HOME=$H2 "$KILN" sandbox exec "$A" -- cat /app/app.txt)" "app version 1"
 # every memory chunk local (so the guest's own RAM cannot fault): only rootfs chunks are missing
 cat "$H2/chunkfs/mnt/$hex/memory" >/dev/null
 reg_stop
