@@ -7,8 +7,9 @@
 # (KILN_LAZY=0): time from the command's start to its first output (median of
 # RUNS); bytes fetched before the first output (prefetch off); disk used by v1
 # and v1+v2, lazily (chunks only) and fully pulled (chunks + assembled copies).
-# Prints a markdown block for bench/RESULTS.md.
-# Usage: bench/lazy.sh [RUNS] [ROOTFS_MIB]
+# With KILN_OLD=path/to/an/older/kiln, its lazy runs alternate with these
+# too (before/after in one run).  Prints a markdown block for bench/RESULTS.md.
+# Usage: [KILN_OLD=BIN] bench/lazy.sh [RUNS] [ROOTFS_MIB]
 set -euo pipefail
 RUNS=${1:-3}
 ROOT_MIB=${2:-1024}
@@ -92,19 +93,22 @@ REG=127.0.0.1:$port
 total=$(grep '"event":"done"' push1.json | jq -r .bytes_total)
 
 # -- first output on an empty host, lazily and with a full pull, alternating -----------
+MODES="lazy full${KILN_OLD:+ old}"
+L_RUN0=$(load)
 for r in $(seq 1 "$RUNS"); do
-	for mode in lazy full; do
+	for mode in $MODES; do
 		h=$W/host-$mode-$r
-		v=$([ $mode = lazy ] && echo 1 || echo 0)
-		echo "== $mode $r" >>run.err
-		KILN_HOME=$h KILN_LAZY=$v first_output "$KILN" run --time "$REG/t/app:v1" -- cat /app/app.txt >>"$mode.times"
-		[ $mode = lazy ] && grep -h "on first touch" "$h/chunkfs/log" >>run.err 2>/dev/null || true
-		KILN_HOME=$h "$KILN" sandbox gc >/dev/null 2>&1 || true
-		KILN_HOME=$h "$KILN" chunkfs stop >/dev/null 2>&1 || true
+		v=$([ $mode = full ] && echo 0 || echo 1)
+		k=$([ $mode = old ] && echo "$KILN_OLD" || echo "$KILN")
+		echo "== $mode $r (load $(load))" >>run.err
+		KILN_HOME=$h KILN_LAZY=$v first_output "$k" run --time "$REG/t/app:v1" -- cat /app/app.txt >>"$mode.times"
+		[ $mode != full ] && grep -h "on first touch\|page cache\|cannot be read" "$h/chunkfs/log" >>run.err 2>/dev/null || true
+		KILN_HOME=$h "$k" sandbox gc >/dev/null 2>&1 || true
+		KILN_HOME=$h "$k" chunkfs stop >/dev/null 2>&1 || true
 		rm -rf "$h"
 	done
 done
-L_RUN=$(load)
+L_RUN="$L_RUN0 at the start, $(load) at the end"
 
 # -- bytes fetched before the first output (the server fetches on first touch only) --------
 h=$W/host-bytes
@@ -156,8 +160,9 @@ Load during the runs: $L_RUN. TCG (no usable KVM); other helpers share the 2 cor
 | lazy (KILN_LAZY=1: config, state, disk and working set fetched, the rest on first touch) | $lz s |
 | full pull, then run (KILN_LAZY=0) | $fl s |
 | ratio | $(awk -v a="$fl" -v b="$lz" 'BEGIN {printf "%.1fx", a / b}') |
+$([ -n "${KILN_OLD:-}" ] && echo "| lazy, the older kiln (\$KILN_OLD), alternating with these | $(median <old.times) s |")
 
-Lazy runs: $(tr '\n' ' ' <lazy.times)s; full: $(tr '\n' ' ' <full.times)s.
+Lazy runs: $(tr '\n' ' ' <lazy.times)s; full: $(tr '\n' ' ' <full.times)s$([ -n "${KILN_OLD:-}" ] && echo "; older lazy: $(tr '\n' ' ' <old.times)s").
 Bytes fetched before the first output (lazy, prefetch off): $(mib "$fetched") MiB of $(mib "$total") MiB.
 
 | disk used on the runtime host | v1 | v1 + v2 | ratio |
