@@ -55,6 +55,7 @@ struct agent {
 	size_t out_off;
 	struct session *sess[GUEST_MAX_SESSIONS];
 	char *tar[3];          /* tar program (+ "tar" for busybox), NULL-terminated */
+	bool tar_self;         /* downloads through our own --tar-create (tarc.c) */
 	uint64_t caps;
 	int verbose;
 };
@@ -115,6 +116,8 @@ void files_xfer(struct agent *a, uint8_t type, uint32_t id, const uint8_t *p, si
 /* xattrs.c: `--xattrs-dump DIR` / `--xattrs-apply DIR`, exit codes */
 int xattrs_dump(const char *dir);
 int xattrs_apply(const char *dir);
+/* tarc.c: `--tar-create DIR [NAME]`: DIR's tree (or its entry NAME) as a tar on stdout */
+int tar_create(const char *dir, const char *name);
 
 /* relay.c: `--relay PATH MODE UID GID` (an ssh-agent socket for a build step). */
 int agent_relay(const char *path, const char *mode, const char *uid, const char *gid);

@@ -1,7 +1,8 @@
-/* files.c — the agent's file requests: STAT answered directly, UPLOAD and
- * DOWNLOAD run the guest's own tar (GNU tar or busybox) with the stream piped
- * to it, which keeps this static agent free of an archive library; the host
- * side builds and reads the tars with libarchive. */
+/* files.c — the agent's file requests: STAT answered directly, UPLOAD runs
+ * the guest's own tar (GNU tar or busybox) with the stream piped to it, which
+ * keeps this static agent free of an archive reader; DOWNLOAD runs the
+ * agent's own tar writer (tarc.c, re-executed as --tar-create) unless --tar
+ * named a program.  The host side builds and reads the tars with libarchive. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -40,6 +41,9 @@ void files_find_tar(struct agent *a, const char *opt)
 	char *prog = NULL;
 	const char *base;
 
+	/* downloads: our own writer, found again through /proc (tarc.c) */
+	if (!opt && access("/proc/self/exe", X_OK) == 0)
+		a->tar_self = true;
 	if (opt)
 		prog = strchr(opt, '/') ? strdup(opt) : search_path(opt);
 	else if ((prog = search_path("tar")) == NULL)
@@ -188,7 +192,7 @@ void files_xfer(struct agent *a, uint8_t type, uint32_t id, const uint8_t *p, si
 		agent_send_error(a, id, 0, "bad %s frame: %s", up ? "UPLOAD" : "DOWNLOAD", why);
 		return;
 	}
-	if (a->tar[0] == NULL) {
+	if (a->tar[0] == NULL && (up || !a->tar_self)) {
 		agent_send_error(a, id, ENOENT, "no tar program in the guest (looked for tar and busybox in PATH)");
 		goto out;
 	}
@@ -215,6 +219,15 @@ void files_xfer(struct agent *a, uint8_t type, uint32_t id, const uint8_t *p, si
 		}
 		close(dfd);
 	}
+	if (!up && a->tar_self) {
+		argv[k++] = "/proc/self/exe";
+		argv[k++] = "--tar-create";
+		argv[k++] = req.dir;
+		if (req.name)
+			argv[k++] = req.name;
+		argv[k] = NULL;
+		goto spawn;
+	}
 	argv[k++] = a->tar[0];
 	if (a->tar[1])
 		argv[k++] = a->tar[1];
@@ -230,6 +243,7 @@ void files_xfer(struct agent *a, uint8_t type, uint32_t id, const uint8_t *p, si
 		argv[k++] = ".";
 	}
 	argv[k] = NULL;
+spawn:
 	s = session_spawn(a, id, up ? S_UPLOAD : S_DOWNLOAD, (char *const *)argv, NULL, "/", NULL, up,
 			  req.timeout_ms);
 	if (s) {

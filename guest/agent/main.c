@@ -28,7 +28,8 @@ static const char usage[] =
 	"connections to a unix socket SOCKET, one after another (--once: only the\n"
 	"first), as QEMU's chardev would.  One agent serves one port: a VM with\n"
 	"several ports (several host clients at once) runs one agent per port.\n"
-	"--tar names the tar (or busybox) used for uploads/downloads.\n"
+	"--tar names the tar (or busybox) used for uploads, and then for downloads too\n"
+	"(else the agent writes downloads itself: kiln-agent --tar-create DIR [NAME]).\n"
 	"kiln-agent --relay PATH MODE UID GID: listen on the unix socket PATH and carry\n"
 	"its connections over stdin/stdout (a build step's ssh-agent socket).\n"
 	"kiln-agent --xattrs-dump DIR | --xattrs-apply DIR: a tree's extended attributes as\n"
@@ -566,6 +567,9 @@ int main(int argc, char **argv)
 		return xattrs_dump(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "--xattrs-apply") == 0)
 		return xattrs_apply(argv[2]);
+	/* the tar writer DOWNLOAD runs (tarc.c) */
+	if ((argc == 3 || argc == 4) && strcmp(argv[1], "--tar-create") == 0)
+		return tar_create(argv[2], argc == 4 ? argv[3] : NULL);
 	memset(&a, 0, sizeof(a));
 	a.chan = -1;
 	a.listen_fd = -1;
@@ -623,7 +627,9 @@ int main(int argc, char **argv)
 	files_find_tar(&a, tar);
 	a.caps = GUEST_CAP_EXEC | GUEST_CAP_STDIN | GUEST_CAP_KILL | GUEST_CAP_STAT | GUEST_CAP_EXEC_LOG;
 	if (a.tar[0])
-		a.caps |= GUEST_CAP_UPLOAD | GUEST_CAP_DOWNLOAD | GUEST_CAP_XFER_NAME;
+		a.caps |= GUEST_CAP_UPLOAD;
+	if (a.tar[0] || a.tar_self)
+		a.caps |= GUEST_CAP_DOWNLOAD | GUEST_CAP_XFER_NAME;
 	if (geteuid() == 0)
 		a.caps |= GUEST_CAP_SETUID | GUEST_CAP_ROOT;
 	if (geteuid() == 0 && fd < 0 && listen_path == NULL)

@@ -1,8 +1,9 @@
 /* test_guest_files.c — stat, upload and download through the real agent on
  * the host: a tree with files, modes, owners, directories, symlinks, a hard
  * link and a long name goes up (libarchive -> guest tar) and comes back down
- * (guest tar -> libarchive) identical, once with GNU tar and once with
- * busybox tar as the guest's tar. */
+ * (guest tar -> libarchive) identical, once with GNU tar, once with
+ * busybox tar as the guest's tar, and once with the agent's own writer
+ * (tarc.c) for downloads. */
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
@@ -40,7 +41,10 @@ static guest_conn *start_agent(const char *tar)
 	agent_pid = fork();
 	if (agent_pid == 0) {
 		dup2(sv[1], 3);
-		execl(agent_bin(), agent_bin(), "--fd", "3", "--tar", tar, (char *)NULL);
+		if (tar)
+			execl(agent_bin(), agent_bin(), "--fd", "3", "--tar", tar, (char *)NULL);
+		else
+			execl(agent_bin(), agent_bin(), "--fd", "3", (char *)NULL);
 		_exit(127);
 	}
 	close(sv[1]);
@@ -366,6 +370,53 @@ static void test_roundtrip_busybox_tar(void)
 	roundtrip("busybox", false);
 }
 
+/* Without --tar, downloads come from the agent's own writer (tarc.c). */
+static void test_roundtrip_own_writer(void)
+{
+	kiln_error *err = NULL;
+	char *src = kiln_path_join(tmp, "src-own"), *back = kiln_path_join(tmp, "back-one");
+	char *p = kiln_path_join(src, "sub"), *want = kiln_path_join(back, "copy");
+	char *fifo = kiln_path_join(src, "fifo"), *whole = kiln_path_join(tmp, "back-fifo");
+	kiln_buf diff = KILN_BUF_INIT;
+
+	stop_agent();
+	conn = start_agent(NULL);
+	CHECK(conn != NULL);
+	if (conn == NULL)
+		goto out;
+	CHECK(guest_conn_caps(conn) & GUEST_CAP_DOWNLOAD);
+	roundtrip("own", true);
+	/* a fifo comes back as a fifo */
+	CHECK(mkfifo(fifo, 0640) == 0);
+	CHECK_INT(guest_download_dir(conn, src, whole, 20000, &err), 0);
+	kiln_error_clear(&err);
+	CHECK_INT(compare(src, whole, &diff), 0);
+	kiln_buf_reset(&diff);
+	/* one entry of a directory, under another name */
+	CHECK_INT(guest_download_entry(conn, src, "sub", back, "copy", 20000, &err), 0);
+	if (err)
+		printf("#   %s\n", kiln_error_message(err));
+	kiln_error_clear(&err);
+	CHECK_INT(compare(p, want, &diff), 0);
+	if (diff.len)
+		printf("#   entry diff:\n%s", diff.buf);
+	/* a file that is not there fails the transfer with the writer's words */
+	CHECK_INT(guest_download_entry(conn, src, "missing", back, "m", 20000, &err), -1);
+	CHECK(err && strstr(kiln_error_message(err), "missing"));
+	kiln_error_clear(&err);
+	CHECK_INT(guest_ping(conn, 5000, &err), 0);
+	kiln_error_free(err);
+out:
+	unlink(fifo);
+	kiln_buf_free(&diff);
+	free(src);
+	free(back);
+	free(p);
+	free(want);
+	free(fifo);
+	free(whole);
+}
+
 int main(void)
 {
 	kiln_error *err = NULL;
@@ -384,6 +435,7 @@ int main(void)
 	RUN(test_transfer_errors);
 	RUN(test_upload_owned);
 	RUN(test_roundtrip_busybox_tar);
+	RUN(test_roundtrip_own_writer);
 	stop_agent();
 	kiln_rm_rf(tmp, &err);
 	kiln_error_free(err);
