@@ -107,6 +107,7 @@ struct build_xattr {
 struct build_item {
 	char *dest;        /* image path, index form ("app/main.c") */
 	char *src;         /* host file with the content (regular files), else NULL */
+	uint8_t *data;     /* or the content in memory (size bytes; a RUN's small files) */
 	mode_t mode;       /* type and permission bits as they go in the layer */
 	uid_t uid;
 	gid_t gid;

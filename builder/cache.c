@@ -88,6 +88,8 @@ int build_cache_key_store(build_store *s, const char *parent, const char *instru
 		const struct build_item *it = &ch->v[i];
 		char digest[KILN_DIGEST_MAX] = "-";
 
+		if (it->data)
+			kiln_digest_buf(KILN_SHA256, it->data, (size_t)it->size, digest);
 		if (it->src && file_digest(s, it->src, digest, err) < 0) {
 			kiln_hasher_free(h);
 			kiln_buf_free(&line);

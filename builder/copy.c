@@ -17,6 +17,7 @@ static void item_clear(struct build_item *it)
 {
 	free(it->dest);
 	free(it->src);
+	free(it->data);
 	free(it->link);
 	free(it->hardlink);
 	for (size_t i = 0; i < it->n_xattrs; i++) {

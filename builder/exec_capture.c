@@ -52,105 +52,232 @@ static void xattrs_of(const struct guest_xattr_list *xl, const char *path, size_
 	*end = lo;
 }
 
-struct inode_ref {
-	dev_t dev;
-	ino_t ino;
-	size_t i;
+/* The step's files arrive as a tar stream and go straight into the change
+ * list: small files kept in memory, bigger ones in numbered files of the
+ * scratch directory, so no name the guest chose is ever created on the host
+ * (and no 20,000 files are written there to be read back). */
+#define MEM_FILE_MAX (1u << 20)
+#define MEM_TOTAL_MAX (256u << 20)
+
+struct stream {
+	struct build_changes *ch;
+	const char *dir;
+	uint64_t in_memory;
+	unsigned spilled;
 };
 
-static int cmp_inode(const void *a, const void *b)
+static int read_content(struct stream *st, struct archive *ar, struct build_item *it, kiln_error **err)
 {
-	const struct inode_ref *x = a, *y = b;
-	if (x->dev != y->dev)
-		return x->dev < y->dev ? -1 : 1;
-	if (x->ino != y->ino)
-		return x->ino < y->ino ? -1 : 1;
-	return x->i < y->i ? -1 : x->i > y->i;
+	const void *buf;
+	size_t len;
+	la_int64_t off;
+	int r, fd = -1;
+	uint64_t got = 0;
+
+	if (it->size <= MEM_FILE_MAX && st->in_memory + it->size <= MEM_TOTAL_MAX) {
+		it->data = kiln_xmalloc(it->size ? it->size : 1);
+		st->in_memory += it->size;
+	} else {
+		it->src = kiln_xasprintf("%s/%06u", st->dir, st->spilled++);
+		if ((fd = open(it->src, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
+			return kiln_err_errno(err, errno, "create %s", it->src);
+	}
+	while ((r = archive_read_data_block(ar, &buf, &len, &off)) == ARCHIVE_OK) {
+		/* the stream has no holes: blocks come in order */
+		if ((uint64_t)off != got || got + len > it->size) {
+			r = ARCHIVE_FATAL;
+			break;
+		}
+		if (it->data) {
+			memcpy(it->data + got, buf, len);
+		} else if (kiln_write_full(fd, buf, len) < 0) {
+			kiln_err_errno(err, errno, "write %s", it->src);
+			close(fd);
+			return -1;
+		}
+		got += len;
+	}
+	if (fd >= 0 && close(fd) < 0 && r == ARCHIVE_EOF)
+		return kiln_err_errno(err, errno, "write %s", it->src);
+	if (r != ARCHIVE_EOF || got != it->size)
+		return kiln_err(err, KILN_E_INVALID, "the guest's tar: %s: %s", it->dest,
+				r == ARCHIVE_EOF ? "short data" : archive_error_string(ar));
+	return 0;
 }
 
-/* link_of[i]: the tree index of the first (smallest) path of entry i's
- * inode when it has several names, else i. */
-static size_t *hardlinks(const build_tree *t)
+static int on_entry(void *user, struct archive *ar, struct archive_entry *e, kiln_error **err)
 {
-	size_t n = build_tree_count(t), k = 0, *link_of = kiln_xcalloc(n ? n : 1, sizeof(*link_of));
-	struct inode_ref *v = kiln_xcalloc(n ? n : 1, sizeof(*v));
+	struct stream *st = user;
+	const char *path = archive_entry_pathname(e);
+	mode_t mode = archive_entry_mode(e);
+	unsigned type = archive_entry_filetype(e);
 
-	for (size_t i = 0; i < n; i++) {
-		const struct build_entry *e = build_tree_entry(t, i);
-		link_of[i] = i;
-		if (S_ISREG(e->st.st_mode) && e->st.st_nlink > 1)
-			v[k++] = (struct inode_ref){ e->st.st_dev, e->st.st_ino, i };
+	if (runtime_file(path) || type == AE_IFSOCK)
+		return 0; /* as buildah and docker: sockets are not put in layers */
+	struct build_item *it = push_item(st->ch);
+	it->dest = kiln_xstrdup(path);
+	if (type == AE_IFCHR && archive_entry_rdevmajor(e) == 0 && archive_entry_rdevminor(e) == 0 &&
+	    !archive_entry_hardlink(e)) {
+		/* overlayfs whiteout: the path was deleted */
+		free(it->dest);
+		it->dest = rootfs_whiteout_path(path);
+		it->mode = S_IFREG | 0644;
+		return 0;
 	}
-	if (k > 1)
-		qsort(v, k, sizeof(*v), cmp_inode);
-	for (size_t j = 1; j < k; j++)
-		if (v[j].dev == v[j - 1].dev && v[j].ino == v[j - 1].ino)
-			link_of[v[j].i] = link_of[v[j - 1].i];
-	free(v);
-	return link_of;
+	if (archive_entry_hardlink(e)) {
+		/* type, owner and content are the target's (fixed in link_groups) */
+		it->hardlink = kiln_xstrdup(archive_entry_hardlink(e));
+		mode = S_IFREG | (mode & 07777);
+	} else if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK && type != AE_IFCHR && type != AE_IFBLK &&
+		   type != AE_IFIFO) {
+		return kiln_err(err, KILN_E_INVALID, "the guest's tar: %s: an entry of unknown type", path);
+	}
+	it->mode = it->src_mode = mode;
+	it->uid = it->src_uid = (uid_t)archive_entry_uid(e);
+	it->gid = it->src_gid = (gid_t)archive_entry_gid(e);
+	if (type == AE_IFLNK && !it->hardlink)
+		it->link = kiln_xstrdup(archive_entry_symlink(e) ? archive_entry_symlink(e) : "");
+	if (type == AE_IFCHR || type == AE_IFBLK)
+		it->rdev = archive_entry_rdev(e);
+	if (type == AE_IFREG && !it->hardlink) {
+		la_int64_t size = archive_entry_size(e);
+		if (size < 0)
+			return kiln_err(err, KILN_E_INVALID, "the guest's tar: %s: a negative size", path);
+		it->size = (uint64_t)size;
+		return read_content(st, ar, it, err);
+	}
+	return 0;
+}
+
+static int cmp_dest(const void *key, const void *item)
+{
+	return strcmp(key, ((const struct build_item *)item)->dest);
+}
+
+/* The first item at or after key (the list is sorted by dest). */
+static size_t lower_bound(const struct build_changes *ch, const char *key)
+{
+	size_t lo = 0, hi = ch->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (strcmp(ch->v[mid].dest, key) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Hard links (after sorting): each group's content goes to its smallest
+ * path, which the layer lists first, and the others link to it; a link to a
+ * path the step did not send fails. */
+static int link_groups(struct build_changes *ch, kiln_error **err)
+{
+	size_t *root = NULL, *first = NULL;
+	int rc = -1;
+
+	for (size_t i = 0; i < ch->n; i++) {
+		if (!ch->v[i].hardlink)
+			continue;
+		if (!root) {
+			root = kiln_xcalloc(ch->n, sizeof(*root));
+			first = kiln_xcalloc(ch->n, sizeof(*first));
+			for (size_t k = 0; k < ch->n; k++)
+				root[k] = first[k] = k;
+		}
+		const struct build_item *t = bsearch(ch->v[i].hardlink, ch->v, ch->n, sizeof(*ch->v), cmp_dest);
+		if (!t || t->hardlink || !S_ISREG(t->mode)) {
+			kiln_err(err, KILN_E_INVALID, "the guest's tar: %s: a hard link to %s, not a file of the step",
+				 ch->v[i].dest, ch->v[i].hardlink);
+			goto out;
+		}
+		root[i] = (size_t)(t - ch->v);
+		if (i < first[root[i]])
+			first[root[i]] = i;
+	}
+	for (size_t i = 0; root && i < ch->n; i++) {
+		size_t r = root[i], f = first[r];
+		if (r == i && f != i) {
+			/* the content moves to the group's first path */
+			struct build_item *to = &ch->v[f], *from = &ch->v[i];
+			free(to->hardlink);
+			to->hardlink = NULL;
+			to->src = from->src, to->data = from->data, to->size = from->size;
+			to->mode = to->src_mode = from->mode;
+			to->uid = to->src_uid = from->uid;
+			to->gid = to->src_gid = from->gid;
+			from->src = NULL, from->data = NULL, from->size = 0;
+			from->hardlink = kiln_xstrdup(to->dest);
+		}
+	}
+	for (size_t i = 0; root && i < ch->n; i++) {
+		size_t f = first[root[i]];
+		if (ch->v[i].hardlink && f != i) {
+			free(ch->v[i].hardlink);
+			ch->v[i].hardlink = kiln_xstrdup(ch->v[f].dest);
+			ch->v[i].mode = ch->v[i].src_mode = ch->v[f].mode;
+			ch->v[i].uid = ch->v[i].src_uid = ch->v[f].uid;
+			ch->v[i].gid = ch->v[i].src_gid = ch->v[f].gid;
+		}
+	}
+	rc = 0;
+out:
+	free(root);
+	free(first);
+	return rc;
 }
 
 int build_upper_changes(guest_conn *conn, const char *guest_upper, const char *dir, struct build_changes *ch,
 			kiln_error **err)
 {
 	struct guest_xattr_list xl = { 0 };
-	build_tree *t = NULL;
-	size_t *link_of = NULL;
-	int rc = -1;
+	struct stream st = { .ch = ch, .dir = dir };
+	struct build_changes opq = { 0 };
 
+	if (kiln_mkdir_p(dir, 0700, err) < 0 || guest_download_each(conn, guest_upper, on_entry, &st, 600000, err) < 0)
+		return -1;
+	build_changes_finish(ch);
+	/* an overlay upper dir has nothing below a non-directory: a stream that
+	 * does would make a layer that writes through a symlink */
+	for (size_t i = 0; i < ch->n; i++) {
+		if (S_ISDIR(ch->v[i].mode))
+			continue;
+		char *below = kiln_xasprintf("%s/", ch->v[i].dest);
+		size_t k = lower_bound(ch, below);
+		bool bad = k < ch->n && strncmp(ch->v[k].dest, below, strlen(below)) == 0;
+		free(below);
+		if (bad)
+			return kiln_err(err, KILN_E_INVALID, "the guest's tar: %s below %s, which is no directory",
+					ch->v[k].dest, ch->v[i].dest);
+	}
+	if (link_groups(ch, err) < 0)
+		return -1;
 	/* busybox tar keeps no xattrs: the agent lists them (opaque markers too) */
-	if (build_tree_open(dir, NULL, &t, err) < 0 || guest_xattrs_dump(conn, guest_upper, &xl, 60000, err) < 0)
-		goto out;
-	link_of = hardlinks(t);
-	for (size_t i = 0; i < build_tree_count(t); i++) {
-		const struct build_entry *e = build_tree_entry(t, i);
+	if (guest_xattrs_dump(conn, guest_upper, &xl, 60000, err) < 0)
+		return -1;
+	for (size_t i = 0; i < ch->n; i++) {
+		struct build_item *it = &ch->v[i];
 		size_t xb, xe;
-		if (runtime_file(e->path))
-			continue;
-		if (S_ISCHR(e->st.st_mode) && major(e->st.st_rdev) == 0 && minor(e->st.st_rdev) == 0) {
-			/* overlayfs whiteout: the path was deleted */
-			struct build_item *it = push_item(ch);
-			it->dest = rootfs_whiteout_path(e->path);
-			it->mode = S_IFREG | 0644;
-			continue;
-		}
-		xattrs_of(&xl, e->path, &xb, &xe);
-		if (S_ISDIR(e->st.st_mode)) {
-			/* an opaque directory hides everything below it in the lower layers */
-			for (size_t k = xb; k < xe; k++) {
-				const struct guest_xattr *x = &xl.v[k].x;
-				if (strcmp(x->name, "trusted.overlay.opaque") == 0 && x->len >= 1 && x->value[0] == 'y') {
-					struct build_item *op = push_item(ch);
-					op->dest = kiln_xasprintf("%s/" ROOTFS_WH_OPAQUE_NAME, e->path);
-					op->mode = S_IFREG | 0644;
-				}
+		xattrs_of(&xl, it->dest, &xb, &xe);
+		for (size_t k = xb; k < xe; k++) {
+			const struct guest_xattr *x = &xl.v[k].x;
+			if (strncmp(x->name, "trusted.overlay.", 16) != 0) {
+				build_item_add_xattr(it, x->name, x->value, x->len);
+			} else if (S_ISDIR(it->mode) && strcmp(x->name, "trusted.overlay.opaque") == 0 && x->len >= 1 &&
+				   x->value[0] == 'y') {
+				/* an opaque directory hides everything below it in the lower layers */
+				struct build_item *op = push_item(&opq);
+				op->dest = kiln_xasprintf("%s/" ROOTFS_WH_OPAQUE_NAME, it->dest);
+				op->mode = S_IFREG | 0644;
 			}
 		}
-		if (S_ISSOCK(e->st.st_mode))
-			continue; /* as buildah and docker: sockets are not put in layers */
-		struct build_item *it = push_item(ch);
-		it->dest = kiln_xstrdup(e->path);
-		it->mode = it->src_mode = e->st.st_mode;
-		it->uid = it->src_uid = e->st.st_uid;
-		it->gid = it->src_gid = e->st.st_gid;
-		it->link = e->link ? kiln_xstrdup(e->link) : NULL;
-		it->rdev = e->st.st_rdev;
-		for (size_t k = xb; k < xe; k++)
-			if (strncmp(xl.v[k].x.name, "trusted.overlay.", 16) != 0)
-				build_item_add_xattr(it, xl.v[k].x.name, xl.v[k].x.value, xl.v[k].x.len);
-		if (link_of[i] != i) {
-			it->hardlink = kiln_xstrdup(build_tree_entry(t, link_of[i])->path);
-		} else if (S_ISREG(e->st.st_mode)) {
-			it->src = kiln_path_join(dir, e->path);
-			it->size = (uint64_t)e->st.st_size;
-		}
 	}
-	rc = 0;
-out:
-	free(link_of);
+	for (size_t i = 0; i < opq.n; i++)
+		*push_item(ch) = opq.v[i];
+	free(opq.v);
 	guest_xattr_list_free(&xl);
-	build_tree_free(t);
-	return rc;
+	return 0;
 }
 
 /* One layer's entries into w under "PREFIX/"; 1 if it holds whiteouts. */

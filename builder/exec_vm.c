@@ -568,10 +568,7 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 	t = kiln_now_ms();
 	upper = kiln_xasprintf("%s/upper-%s", req->scratch, d);
 	gupper = kiln_xasprintf("%s/%s/u", s->work, d);
-	if (kiln_rm_rf(upper, err) < 0 || guest_download_dir(s->conn, gupper, upper, 600000, err) < 0)
-		goto out;
-	double t_dl = now_ms();
-	if (build_upper_changes(s->conn, gupper, upper, &ch, err) < 0)
+	if (kiln_rm_rf(upper, err) < 0 || build_upper_changes(s->conn, gupper, upper, &ch, err) < 0)
 		goto out;
 	build_changes_finish(&ch);
 	double t_ch = now_ms();
@@ -581,8 +578,8 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 		epoch = strtoll(sde, NULL, 10);
 	if (build_layer_write(req->store, &ch, req->compression, epoch, out, err) < 0)
 		goto out;
-	kiln_info("run: capture: download %.0f ms, change list %.0f ms, layer %.0f ms (%zu entries)", t_dl - t,
-		  t_ch - t_dl, now_ms() - t_ch, ch.n);
+	kiln_info("run: capture: download and change list %.0f ms, layer %.0f ms (%zu entries)", t_ch - t,
+		  now_ms() - t_ch, ch.n);
 	char *rel = kiln_xasprintf("%s/u", d);
 	kiln_strv_push_owned(&s->lowers, rel);
 	for (size_t i = s->synced.n; i < req->n_layers; i++) /* none left: synced above or at boot */

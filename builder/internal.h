@@ -25,9 +25,10 @@ void build_fsindex_set_file(build_fsindex *x, const char *path, const char *data
 
 /* exec_capture.c: layers between the host and the builder VM */
 typedef struct guest_conn guest_conn;
-/* A step's overlay upper directory, downloaded to `dir` (guest_upper is
- * where it is in the guest, for the opaque-directory xattrs) → items with
- * OCI whiteouts; the runtime's /etc/resolv.conf, hosts, hostname left out. */
+/* A step's overlay upper directory guest_upper, streamed from the guest →
+ * items with OCI whiteouts, sorted; the runtime's /etc/resolv.conf, hosts,
+ * hostname left out.  Small files' content stays in memory, bigger ones go
+ * to numbered files in the scratch directory `dir` (created). */
 int build_upper_changes(guest_conn *conn, const char *guest_upper, const char *dir, struct build_changes *ch,
 			kiln_error **err);
 /* Layer blobs as one uncompressed tar at `out` for the guest to extract,

@@ -148,7 +148,12 @@ int build_layer_write(build_store *s, const struct build_changes *ch, enum build
 			kiln_err(err, KILN_E_IO, "layer: %s: %s", it->dest, archive_error_string(a));
 			goto out;
 		}
-		if (S_ISREG(it->mode) && !it->hardlink && it->size > 0 && copy_file(a, it, err) < 0)
+		if (S_ISREG(it->mode) && !it->hardlink && it->size > 0 && it->data &&
+		    archive_write_data(a, it->data, (size_t)it->size) != (la_ssize_t)it->size) {
+			kiln_err(err, KILN_E_IO, "layer: %s", archive_error_string(a));
+			goto out;
+		}
+		if (S_ISREG(it->mode) && !it->hardlink && it->size > 0 && !it->data && copy_file(a, it, err) < 0)
 			goto out;
 	}
 	if (archive_write_close(a) != ARCHIVE_OK ||

@@ -380,6 +380,57 @@ static char *renamed(const char *root, const char *name, const char *from, const
 	return full;
 }
 
+/* A name the guest sent, made relative and checked (guest_download_each);
+ * NULL when it is unusable. */
+static char *clean_name(const char *name)
+{
+	char *r = kiln_xstrdup(rel_name(name));
+	size_t n = strlen(r);
+
+	while (n > 0 && r[n - 1] == '/')
+		r[--n] = '\0';
+	for (const char *p = r;;) {
+		size_t k = strcspn(p, "/");
+		if (k == 0 || (k == 1 && p[0] == '.') || (k == 2 && p[0] == '.' && p[1] == '.')) {
+			free(r);
+			return NULL;
+		}
+		if (p[k] == '\0')
+			break;
+		p += k + 1;
+	}
+	return r;
+}
+
+static int each_entry(struct archive *ar, guest_entry_fn fn, void *user, kiln_error **err)
+{
+	struct archive_entry *e;
+	int r;
+
+	while ((r = kiln_tar_next(ar, &e)) != ARCHIVE_EOF) {
+		char *name, *link = NULL;
+		if (r != ARCHIVE_OK)
+			return kiln_err(err, KILN_E_INVALID, "%s", archive_error_string(ar));
+		if (rel_name(archive_entry_pathname(e))[0] == '\0' && archive_entry_filetype(e) == AE_IFDIR)
+			continue; /* the top directory */
+		if ((name = clean_name(archive_entry_pathname(e))) == NULL)
+			return kiln_err(err, KILN_E_INVALID, "the guest sent the name '%s'", archive_entry_pathname(e));
+		archive_entry_copy_pathname(e, name);
+		if (archive_entry_hardlink(e) && (link = clean_name(archive_entry_hardlink(e))) == NULL) {
+			kiln_err(err, KILN_E_INVALID, "the guest sent a hard link to '%s'", archive_entry_hardlink(e));
+			free(name);
+			return -1;
+		}
+		if (link)
+			archive_entry_copy_hardlink(e, link);
+		free(name);
+		free(link);
+		if (fn(user, ar, e, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* from/to (both or neither): every entry must be `from` or under it, and is
  * extracted as `to` (a single entry downloaded under another name). */
 static int extract(struct archive *ar, const char *root, const char *from, const char *to, kiln_error **err)
@@ -455,25 +506,25 @@ out:
 }
 
 static int download(guest_conn *c, const char *guest_dir, const char *name, const char *host_dir,
-		    const char *host_name, int timeout_ms, kiln_error **err)
+		    const char *host_name, guest_entry_fn fn, void *user, int timeout_ms, kiln_error **err)
 {
 	struct dl_ctx d = { .deadline = gc_deadline(timeout_ms), .data = KILN_BUF_INIT };
 	struct archive *ar = kiln_tar_reader_new();
 	char *root = NULL;
 	int rc = -1;
 
-	if (kiln_mkdir_p(host_dir, 0755, err) < 0)
+	if (host_dir && kiln_mkdir_p(host_dir, 0755, err) < 0)
 		goto out;
 	/* Symlinks above host_dir are the caller's; only those inside are refused. */
-	root = realpath(host_dir, NULL);
-	if (root == NULL) {
+	if (host_dir && (root = realpath(host_dir, NULL)) == NULL) {
 		kiln_err_errno(err, errno, "resolve %s", host_dir);
 		goto out;
 	}
 	d.p = xfer_start(c, GUEST_F_DOWNLOAD, guest_dir, name, d.deadline, dl_collect, &d, err);
 	if (d.p == NULL)
 		goto out;
-	if (archive_read_open(ar, &d, NULL, dl_read, NULL) != ARCHIVE_OK || extract(ar, root, name, host_name, err) < 0) {
+	if (archive_read_open(ar, &d, NULL, dl_read, NULL) != ARCHIVE_OK ||
+	    (fn ? each_entry(ar, fn, user, err) : extract(ar, root, name, host_name, err)) < 0) {
 		if (d.p->failed || d.err) {
 			kiln_error_clear(err);
 			if (d.p->failed)
@@ -496,14 +547,21 @@ out:
 		kiln_error_wrap(err, "agent download of %s%s%s into %s", guest_dir, strcmp(guest_dir, "/") ? "/" : "",
 				name, host_dir);
 	else if (rc < 0)
-		kiln_error_wrap(err, "agent download of %s into %s", guest_dir, host_dir);
+		kiln_error_wrap(err, "agent download of %s%s%s", guest_dir, host_dir ? " into " : "",
+				host_dir ? host_dir : "");
 	return rc;
+}
+
+int guest_download_each(guest_conn *c, const char *guest_dir, guest_entry_fn fn, void *user, int timeout_ms,
+			kiln_error **err)
+{
+	return download(c, guest_dir, NULL, NULL, NULL, fn, user, timeout_ms, err);
 }
 
 int guest_download_dir(guest_conn *c, const char *guest_dir, const char *host_dir, int timeout_ms,
 		       kiln_error **err)
 {
-	return download(c, guest_dir, NULL, host_dir, NULL, timeout_ms, err);
+	return download(c, guest_dir, NULL, host_dir, NULL, NULL, NULL, timeout_ms, err);
 }
 
 int guest_download_entry(guest_conn *c, const char *guest_dir, const char *name, const char *host_dir,
@@ -512,5 +570,5 @@ int guest_download_entry(guest_conn *c, const char *guest_dir, const char *name,
 	if (name == NULL || host_name == NULL || *host_name == '\0' || strchr(host_name, '/') ||
 	    strcmp(host_name, ".") == 0 || strcmp(host_name, "..") == 0)
 		return kiln_err(err, KILN_E_USAGE, "'%s' is not a name for an entry", host_name ? host_name : "");
-	return download(c, guest_dir, name, host_dir, host_name, timeout_ms, err);
+	return download(c, guest_dir, name, host_dir, host_name, NULL, NULL, timeout_ms, err);
 }

@@ -372,6 +372,16 @@ int guest_download_entry(guest_conn *c, const char *guest_dir, const char *name,
  * guest_dir under the name guest_name, owners and modes kept. */
 int guest_upload_entry(guest_conn *c, const char *host_path, const char *guest_dir, const char *guest_name,
 		       int timeout_ms, kiln_error **err);
+/* Download guest_dir as a stream of entries, nothing written to disk: fn gets
+ * each entry but the top directory, its name (and a hard link's target)
+ * made relative, without "./" or a trailing "/", never empty, ".", ".." or
+ * with an empty component (such a name fails the download).  fn may read the
+ * entry's data from ar (archive_read_data); a negative return stops it. */
+struct archive;
+struct archive_entry;
+typedef int (*guest_entry_fn)(void *user, struct archive *ar, struct archive_entry *e, kiln_error **err);
+int guest_download_each(guest_conn *c, const char *guest_dir, guest_entry_fn fn, void *user, int timeout_ms,
+			kiln_error **err);
 /* Download guest_dir and extract it under host_dir (libarchive: ".." refused,
  * absolute names kept inside host_dir, never written through a symlink;
  * owners kept when root).  The guest is not trusted here. */

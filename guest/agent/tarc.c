@@ -236,7 +236,9 @@ static int one(const char *path, const struct stat *st, int flag, struct FTW *ft
 		}
 	} else if (S_ISSOCK(st->st_mode)) {
 		return 0; /* as tar: sockets are not archived */
-	} else if (st->st_nlink > 1 && (hl = first_link(st, path)) != NULL) {
+	} else if (S_ISREG(st->st_mode) && st->st_nlink > 1 && (hl = first_link(st, path)) != NULL) {
+		/* regular files only: overlayfs whiteouts share one inode, and each
+		 * must stay a device of its own */
 		type = '1';
 		snprintf(target, sizeof(target), "%s", hl);
 	} else if (S_ISREG(st->st_mode)) {
