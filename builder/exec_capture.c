@@ -1,6 +1,6 @@
 /* exec_capture.c — moving layers between the host and the builder VM: a
- * step's overlay upper directory (downloaded) becomes a change list with OCI
- * whiteouts, and a layer made on the host (COPY, ADD, WORKDIR) becomes a
+ * step's overlay upper directory (streamed as a tar) becomes a change list
+ * with OCI whiteouts, and a layer made on the host (COPY, ADD, WORKDIR) a
  * plain tar the guest extracts as one more overlay lower directory. */
 #include <archive.h>
 #include <archive_entry.h>
