@@ -571,7 +571,7 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 	if (kiln_rm_rf(upper, err) < 0 || build_upper_changes(s->conn, gupper, upper, &ch, err) < 0)
 		goto out;
 	build_changes_finish(&ch);
-	double t_ch = now_ms();
+	double t_ch = kiln_now_ms();
 	int64_t epoch = 0;
 	const char *sde = getenv("SOURCE_DATE_EPOCH");
 	if (sde && *sde)
@@ -579,7 +579,7 @@ static int run_vm(void *ctx, build_exec_session **sp, const struct build_run_req
 	if (build_layer_write(req->store, &ch, req->compression, epoch, out, err) < 0)
 		goto out;
 	kiln_info("run: capture: download and change list %.0f ms, layer %.0f ms (%zu entries)", t_ch - t,
-		  now_ms() - t_ch, ch.n);
+		  kiln_now_ms() - t_ch, ch.n);
 	char *rel = kiln_xasprintf("%s/u", d);
 	kiln_strv_push_owned(&s->lowers, rel);
 	for (size_t i = s->synced.n; i < req->n_layers; i++) /* none left: synced above or at boot */
