@@ -21,6 +21,7 @@
 #define DEFAULT_SLOTS 4096u
 #define SLOT_DIR "/run/kiln/slots"
 #define QEMU_OVERHEAD_MIB 384u /* QEMU's own memory beside guest RAM: TCG code cache, devices */
+_Static_assert(QEMU_OVERHEAD_MIB >= VM_TCG_TB_MIB + 128u, "the cgroup holds the TCG cache and 128 MiB more");
 #define PIDS_MAX 256           /* QEMU's threads; a guest's processes are not host pids */
 
 static unsigned env_uint(const char *name, unsigned def)
@@ -211,7 +212,11 @@ static int cg_limits(const struct vm_jail *j, unsigned cpus, unsigned memory_mib
 			continue;
 		}
 		if (strstr(d, "/memory/")) {
+			/* v1 refuses a memory limit above the memory+swap one (EINVAL), and a
+			 * reused slot's cgroup may still hold a smaller VM's pair: lift
+			 * memsw first, then set both */
 			snprintf(v, sizeof(v), "%llu", mem);
+			write_str(d, "memory.memsw.limit_in_bytes", "-1", true, NULL);
 			if (write_str(d, "memory.limit_in_bytes", v, false, err) < 0)
 				return -1;
 			write_str(d, "memory.memsw.limit_in_bytes", v, true, NULL);

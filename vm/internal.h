@@ -109,6 +109,10 @@ int vm_netfw_apply(unsigned slot, uid_t uid, const struct vm_net_opts *o, kiln_e
 void vm_netfw_clear(unsigned slot, uid_t uid);
 
 /* Files of a VM, removed by vm_destroy and by the signal handler. */
+/* TCG's translation cache, bounded (QEMU's default is 1 GiB on a 64-bit host):
+ * it is part of what the VM's memory cgroup must hold (vm/cgroup.c), and a
+ * QEMU whose cache outgrew it was OOM-killed mid-build */
+#define VM_TCG_TB_MIB 256u
 #define VM_MAX_FILES 16
 struct vm_files {
 	pid_t pid;                        /* QEMU, 0 before it starts */

@@ -33,7 +33,10 @@ void vm_machine_argv(const struct vm_machine *m, kiln_strv *av)
 	kiln_strv_push(av, "-M");
 	kiln_strv_push(av, MACHINE);
 	kiln_strv_push(av, "-accel");
-	kiln_strv_push(av, kvm ? "kvm" : "tcg");
+	if (kvm)
+		kiln_strv_push(av, "kvm");
+	else
+		kiln_strv_push_owned(av, kiln_xasprintf("tcg,tb-size=%u", VM_TCG_TB_MIB));
 	kiln_strv_push(av, "-cpu");
 	kiln_strv_push(av, kvm ? "host" : "max");
 	kiln_strv_push(av, "-smp");

@@ -196,6 +196,28 @@ shm=0
 for id in $ids; do shm=$((shm + $(ls /dev/shm | grep -c "^kiln-$id-"))); done
 expect_eq "no RAM copy left in /dev/shm" "$shm" 0
 
+# --- a slot whose cgroup a smaller VM left behind -----------------------------------
+# (v1: the memory limit may not exceed memory+swap's, which the old VM set too)
+own=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup)
+if [ -f "/sys/fs/cgroup/memory$own/memory.memsw.limit_in_bytes" ]; then
+	par=kiln-t0920-$$
+	d=/sys/fs/cgroup/memory$own/$par/vm-0
+	mkdir -p "$d"
+	echo $((448 << 20)) >"$d/memory.limit_in_bytes"
+	echo $((448 << 20)) >"$d/memory.memsw.limit_in_bytes"
+	expect_exit 0 "a VM of 1 GiB takes a slot whose leftover cgroup holds a 448 MiB limit" \
+		env KILN_CGROUP_PARENT=$par KILN_JAIL_SLOTS=1 $KILN vm run -m 1024 "$T_TMP/j.ext4" -- true
+	while IFS=: read -r _ ctl path; do
+		for c in ${ctl//,/ }; do
+			[ -d "/sys/fs/cgroup/$c$path/$par" ] || continue
+			rmdir "/sys/fs/cgroup/$c$path/$par/vm-0" 2>/dev/null
+			rmdir "/sys/fs/cgroup/$c$path/$par"
+		done
+	done </proc/self/cgroup
+else
+	skip "a VM takes a slot whose leftover cgroup holds a smaller limit" "no cgroup v1 memory.memsw here"
+fi
+
 # --- --unconfined ------------------------------------------------------------------------
 expect_exit 0 "--unconfined sandbox create" $KILN --unconfined sandbox create jt
 U=$(cat "$T_TMP/out")
