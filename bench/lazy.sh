@@ -33,6 +33,7 @@ trap cleanup EXIT
 export TMPDIR=$W/tmp SOURCE_DATE_EPOCH=1700000000
 mkdir -p "$TMPDIR"
 vm/fetch-kernel.sh "$KILN_KERNEL_DIR" >/dev/null
+. "$(dirname "$0")/busybox-base.sh"
 cd "$W"
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
@@ -55,19 +56,7 @@ PY
 disk_kib() { du -sk "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
 
 # -- the base: busybox + the first ROOT_MIB of /usr/lib/x86_64-linux-gnu's files (sorted) --
-umoci init --layout base >/dev/null
-umoci new --image base:base >/dev/null
-umoci unpack --image base:base bbb >/dev/null
-R=bbb/rootfs
-mkdir -p "$R/bin" "$R/etc" "$R/tmp" "$R/proc" "$R/sys" "$R/dev" "$R/run" "$R/usr/lib/x86_64-linux-gnu"
-chmod 1777 "$R/tmp"
-cp /bin/busybox "$R/bin/busybox"
-for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -sf busybox "$R/bin/$a"; done
-(cd /usr/lib/x86_64-linux-gnu && find . -type f | LC_ALL=C sort |
-	awk -v max="$((ROOT_MIB * 1048576))" 'BEGIN {t = 0} {cmd = "stat -c %s \"" $0 "\""; cmd | getline s; close(cmd); if (t + s <= max) {t += s; print}}' |
-	xargs -d '\n' cp --parents -t "$W/$R/usr/lib/x86_64-linux-gnu")
-umoci repack --image base:base bbb >/dev/null
-rm -rf bbb
+busybox_base "$ROOT_MIB"
 
 build() {
 	local c=ctx-$1
