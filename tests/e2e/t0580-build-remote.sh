@@ -111,20 +111,7 @@ echo corrupt | curl -s -o "$T_TMP/put.json" -w '%{http_code}' -H "X-API-Key: $A"
 expect_eq "a blob that does not match its digest is refused" "$(cat "$T_TMP/code")" 400
 
 # cancel and the time limit: ADD of a URL that never finishes (no VM needed)
-python3 - "$T_TMP/slow.port" <<'PY' &
-import socket, sys, time, threading
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
-open(sys.argv[1], "w").write(str(s.getsockname()[1]))
-s.settimeout(120)
-def serve(c):
-    c.recv(4096); c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\nx")
-    time.sleep(90); c.close()
-try:
-    while True:
-        c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
-except Exception:
-    pass
-PY
+python3 tests/slow_http.py "$T_TMP/slow.port" 120 90 &
 SLOW=$!
 for _ in $(seq 50); do [ -s "$T_TMP/slow.port" ] && break; sleep 0.1; done
 SLOWURL=http://127.0.0.1:$(cat "$T_TMP/slow.port")/x

@@ -104,20 +104,7 @@ expect_exit 1 "a secret is not sent over plain HTTP to a remote host" \
 expect_grep "saying so" 'plain HTTP; secrets go only over HTTPS' "$T_TMP/err"
 
 # a queued build with a secret, then a restart: it fails saying why (its secret was in memory only)
-python3 - "$T_TMP/slow.port" <<'PY' &
-import socket, sys, time, threading
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
-open(sys.argv[1], "w").write(str(s.getsockname()[1]))
-s.settimeout(60)
-def serve(c):
-    c.recv(4096); c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\nx")
-    time.sleep(40); c.close()
-try:
-    while True:
-        c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
-except Exception:
-    pass
-PY
+python3 tests/slow_http.py "$T_TMP/slow.port" 60 40 &
 SLOW=$!
 for _ in $(seq 50); do [ -s "$T_TMP/slow.port" ] && break; sleep 0.1; done
 SLOWURL=http://127.0.0.1:$(cat "$T_TMP/slow.port")/x
