@@ -317,8 +317,7 @@ static int restore(struct build_warm_vm *w, const struct build_vm_opts *vo, cons
 			goto out;
 	}
 	/* the disk's backing, given explicitly: the rootfs beside it (make_snapshot) */
-	backing = kiln_xstrdup(disk);
-	strcpy(strrchr(backing, '/') + 1, "rootfs.ext4");
+	backing = kiln_xasprintf("%.*s/rootfs.ext4", (int)(strrchr(disk, '/') - disk), disk);
 	struct vm_restore_config rc_ = { .accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG,
 					 .cpus = vo && vo->cpus ? vo->cpus : 1, .memory_mib = WARM_MEMORY_MIB,
 					 .net = true, .memory_file = shared ? own : mem, .memory_shared = shared,
