@@ -1,6 +1,7 @@
 /* fs.c — small filesystem helpers: whole-buffer I/O retrying EINTR, atomic
  * replace, whole-file reads, mkdir -p, rm -rf without following links, kiln's
- * home directory, sizes; waitpid retrying EINTR and the monotonic clock. */
+ * home directory, sizes; waitpid retrying EINTR, the monotonic clock and the
+ * one sleep. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -104,6 +105,15 @@ double kiln_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+void kiln_sleep_ms(long ms)
+{
+	if (ms <= 0)
+		return;
+	struct timespec ts = { (time_t)(ms / 1000), (ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
 }
 
 void kiln_fsync_parent(const char *path)

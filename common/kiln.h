@@ -280,6 +280,9 @@ pid_t kiln_waitpid(pid_t pid, int *status, int flags);
 /* Milliseconds on CLOCK_MONOTONIC (fractions kept): the one clock for
  * timeouts, deadlines and the timings kiln reports. */
 double kiln_now_ms(void);
+/* Sleep ms milliseconds (none if ms <= 0), the whole time even across signals:
+ * the one sleep of every poll and retry loop. */
+void kiln_sleep_ms(long ms);
 /* fsync the directory holding path, so a rename or create in it is durable. */
 void kiln_fsync_parent(const char *path);
 

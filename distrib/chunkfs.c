@@ -389,7 +389,7 @@ static void *prefetch_main(void *arg)
 		} else if (!pt->chunks[pt->first[k]] || dist_chunks_has(T->cs, pt->chunks[pt->first[k]])) {
 			k++;
 		} else {
-			usleep(100000);
+			kiln_sleep_ms(100);
 		}
 	}
 	double pulled = kiln_now_ms();
@@ -399,7 +399,7 @@ static void *prefetch_main(void *arg)
 		pthread_mutex_unlock(&S.lock);
 		if (kiln_now_ms() - last > 2000 || kiln_now_ms() - t0 > 30000)
 			break;
-		usleep(100000);
+		kiln_sleep_ms(100);
 	}
 	for (size_t p = 0; p < T->t.nparts; p++)
 		for (size_t k = 0; k < T->t.parts[p].nfirst; k++)
@@ -437,7 +437,7 @@ static void *prefetch_main(void *arg)
 			pthread_mutex_unlock(&S.lock);
 			if (since > 1000)
 				break;
-			usleep(100000);
+			kiln_sleep_ms(100);
 		}
 		kiln_error *e = NULL;
 		rc_client *c = rc_client_new(T->host, NULL, &e);

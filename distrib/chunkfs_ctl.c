@@ -94,7 +94,7 @@ int dist_chunkfs_ensure(kiln_error **err)
 			rc = 0;
 			goto out;
 		}
-		usleep(5000);
+		kiln_sleep_ms(5);
 	}
 	char *tail = NULL;
 	size_t tl = 0;
@@ -120,7 +120,7 @@ int dist_chunkfs_stop(kiln_error **err)
 		if (pid > 1)
 			kill((pid_t)pid, SIGTERM);
 		for (int i = 0; i < 300 && dist_cfs_is_mounted(mnt, &stale) && !stale; i++)
-			usleep(10000);
+			kiln_sleep_ms(10);
 	}
 	if (dist_cfs_is_mounted(mnt, &stale) && umount2(mnt, MNT_DETACH) < 0 && errno != EINVAL)
 		rc = kiln_err_errno(err, errno, "chunkfs: umount %s", mnt);

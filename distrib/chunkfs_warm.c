@@ -44,7 +44,7 @@ static void wait_local(struct warm *w, const struct piece *pc)
 
 	for (size_t i = a; i <= b && i < p->nchunks; i++)
 		while (p->chunks[i] && !dist_chunks_has(w->cs, p->chunks[i]) && kiln_now_ms() - w->t0 < WARM_WAIT_MS)
-			usleep(10000);
+			kiln_sleep_ms(10);
 }
 
 static void *warm_main(void *arg)

@@ -393,7 +393,7 @@ static int connect_socket(const char *socket_path, uint64_t deadline, kiln_error
 				kiln_err_errno(err, last, "agent connect: %s", socket_path);
 			return -1;
 		}
-		usleep(20000);
+		kiln_sleep_ms(20);
 	}
 }
 

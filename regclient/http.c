@@ -463,13 +463,6 @@ int rc_http_fail(const struct rc_http *r, const char *what, kiln_error **err)
 	return -1;
 }
 
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
 int rc_http_do(struct rc_http *r, kiln_error **err)
 {
 	unsigned attempt = 0, auths = 0;
@@ -494,7 +487,7 @@ int rc_http_do(struct rc_http *r, kiln_error **err)
 		unsigned ms = rc_retry_delay_ms(r, attempt);
 		kiln_debug("registry %s: %s %s: %s; retry %u in %u ms", r->c->host, r->method, r->url,
 			   r->cr != CURLE_OK ? transport_error(r) : "server error", attempt, ms);
-		sleep_ms(ms);
+		kiln_sleep_ms(ms);
 	}
 	if (r->cr != CURLE_OK && !r->sink_failed) {
 		char more[48] = "";

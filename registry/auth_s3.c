@@ -40,7 +40,7 @@ int reg_s3a_key(const reg_store *st, unsigned char key[32], kiln_error **err)
 		}
 		if (reg_s3_put(&st->s3, KEY_OBJ, key, 32, err) < 0)
 			goto out;
-		usleep(200 * 1000);
+		kiln_sleep_ms(200);
 	}
 	kiln_err(err, KILN_E_INVALID, "s3 %s: not a 32-byte key", KEY_OBJ);
 out:

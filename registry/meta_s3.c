@@ -117,7 +117,7 @@ static int pin(const reg_store *st, const char *digest, int64_t *at, kiln_error 
 					 TOMB_WAIT_MS / 1000);
 				goto out;
 			}
-			usleep(100 * 1000);
+			kiln_sleep_ms(100);
 		}
 		if (r < 0)
 			goto out;

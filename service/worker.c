@@ -160,7 +160,7 @@ static void kill_group(pid_t pid)
 	for (int i = 0; i < 50; i++) {
 		if (waitpid(pid, NULL, WNOHANG) != 0)
 			return;
-		usleep(100 * 1000);
+		kiln_sleep_ms(100);
 	}
 	kill(-pid, SIGKILL);
 }

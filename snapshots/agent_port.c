@@ -56,7 +56,7 @@ static int lock_port(const char *dir, int port_want, unsigned *port, kiln_error 
 			kiln_info("sandbox: all %u agent ports of %s are in use; waiting for one", VM_AGENT_PORTS, dir);
 			said = true;
 		}
-		nanosleep(&(struct timespec){ 0, 20 * 1000000L }, NULL);
+		kiln_sleep_ms(20);
 	}
 out:
 	for (unsigned i = 0; i < VM_AGENT_PORTS; i++)

@@ -13,12 +13,6 @@
 
 #define READY_POLL_MS 100
 
-static void nap_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
-
 static void collect(void *user, const void *data, size_t len)
 {
 	kiln_buf *b = user;
@@ -63,7 +57,7 @@ static int wait_ready(guest_conn *c, const struct snap_finalize_opts *o, kiln_er
 		}
 		if (kiln_now_ms() + READY_POLL_MS >= deadline)
 			break;
-		nap_ms(READY_POLL_MS);
+		kiln_sleep_ms(READY_POLL_MS);
 	}
 	while (out.len && (out.buf[out.len - 1] == '\n' || out.buf[out.len - 1] == ' '))
 		out.buf[--out.len] = '\0';

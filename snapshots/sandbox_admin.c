@@ -147,7 +147,7 @@ static void kill_and_wait(pid_t pid, unsigned long long start)
 		return;
 	kill(pid, SIGKILL);
 	for (int i = 0; i < 400 && vm_proc_start_time(pid) == start; i++)
-		nanosleep(&(struct timespec){ 0, 5000000 }, NULL);
+		kiln_sleep_ms(5);
 }
 
 void snap_qemu_stop(const json_t *state)

@@ -149,7 +149,7 @@ static void watch(const char *id)
 		int64_t wait = WATCH_POLL_MS, at = st ? (int64_t)kiln_json_int(st, "expires_ms", 0) : 0;
 		if (at > 0 && at - snap_wall_ms() < wait)
 			wait = at - snap_wall_ms() > 5 ? at - snap_wall_ms() : 5;
-		nanosleep(&(struct timespec){ wait / 1000, (wait % 1000) * 1000000L }, NULL);
+		kiln_sleep_ms((long)wait);
 	}
 out:
 	if (fd >= 0)

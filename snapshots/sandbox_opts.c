@@ -246,7 +246,7 @@ static void say_if_dead(const char *id, kiln_error **err)
 					"sandbox gc removes it)", id);
 			return;
 		}
-		usleep(50000);
+		kiln_sleep_ms(50);
 	}
 }
 

@@ -104,9 +104,7 @@ int vm_host_tsc_khz(uint32_t *khz, kiln_error **err)
 		window = 10000000u;
 		if (w0 * 10000 > window)
 			window = w0 * 10000 > 1000000000u ? 1000000000u : w0 * 10000;
-		struct timespec nap = { (time_t)(window / 1000000000u), (long)(window % 1000000000u) };
-		while (nanosleep(&nap, &nap) < 0 && errno == EINTR)
-			;
+		kiln_sleep_ms((long)(window / 1000000u));
 		w1 = sample(&ns1, &tsc1);
 		if (ns1 <= ns0 || tsc1 <= tsc0)
 			return kiln_err(err, KILN_E_GENERIC, "measuring the host TSC: it does not advance");

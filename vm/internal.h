@@ -148,7 +148,6 @@ char *vm_file_tail(const char *path, size_t max);
  * q; the guest runs when this returns 0.  A refused state is an error
  * quoting QEMU's reason (QEMU then exits). */
 int vm_snapshot_load(vm_qmp *q, const char *state_path, int timeout_ms, kiln_error **err);
-void vm_nap_ms(long ms);
 
 /* vm_kvm_usable() with the host's paths and KILN_ACCEL as parameters (tests
  * present a kvm_pvm-only host); *why gets a static reason either way. */

@@ -33,8 +33,6 @@ void vm_config_init(struct vm_config *c)
 	c->memory_mib = 256;
 }
 
-#define nap_ms vm_nap_ms
-
 const char *vm_dir(const vm_instance *v) { return v->files.dir; }
 const char *vm_console_path(const vm_instance *v) { return v->files.paths[F_CONSOLE]; }
 const char *vm_agent_socket(const vm_instance *v) { return v->files.paths[F_AGENT]; }
@@ -208,7 +206,7 @@ static int wait_ready(vm_instance *v, int timeout_ms, kiln_error **err)
 			free(tail);
 			goto out;
 		}
-		nap_ms(5);
+		kiln_sleep_ms(5);
 	}
 out:
 	if (f)
@@ -442,7 +440,7 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 	if (v->qmp == NULL) {
 		/* Most often QEMU refused its arguments: say why, from its log. */
 		for (int i = 0; i < 100 && !vm_qemu_gone(v, WNOHANG); i++)
-			nap_ms(10);
+			kiln_sleep_ms(10);
 		if (vm_qemu_gone(v, WNOHANG)) {
 			kiln_error_clear(err);
 			qemu_died(v, "at start", err);
@@ -496,7 +494,7 @@ int vm_wait_exit(vm_instance *v, int timeout_ms, kiln_error **err)
 	while (!vm_qemu_gone(v, WNOHANG)) {
 		if (timeout_ms >= 0 && kiln_now_ms() >= deadline)
 			return 0;
-		nap_ms(10);
+		kiln_sleep_ms(10);
 	}
 	return 1;
 }
@@ -514,13 +512,13 @@ void vm_destroy(vm_instance *v)
 		json_decref(r);
 		kiln_error_clear(&e);
 		for (int i = 0; i < 200 && !vm_qemu_gone(v, WNOHANG); i++)
-			nap_ms(5);
+			kiln_sleep_ms(5);
 	}
 	if (!vm_qemu_gone(v, WNOHANG)) {
 		kill(v->files.pid, SIGKILL);
 		if (v->detached)
 			for (int i = 0; i < 400 && !vm_qemu_gone(v, WNOHANG); i++)
-				nap_ms(5);
+				kiln_sleep_ms(5);
 		else
 			vm_qemu_gone(v, 0);
 	}

@@ -273,12 +273,6 @@ unsigned long long vm_proc_start_time(pid_t pid)
 	return start;
 }
 
-void vm_nap_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
-
 int vm_run_tool(char *const argv[], kiln_error **err)
 {
 	kiln_buf out = KILN_BUF_INIT;

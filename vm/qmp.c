@@ -217,8 +217,7 @@ static vm_qmp *open_socket(const char *socket_path, int64_t deadline, kiln_error
 			kiln_err_errno(err, e, "QMP connect %s", socket_path);
 			return NULL;
 		}
-		struct timespec nap = { 0, 5 * 1000 * 1000 };
-		nanosleep(&nap, NULL);
+		kiln_sleep_ms(5);
 	}
 	q = kiln_xcalloc(1, sizeof(*q));
 	q->fd = fd;

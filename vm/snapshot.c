@@ -12,8 +12,6 @@
 #include "guest/guest.h"
 #include "vm/internal.h"
 
-#define nap_ms vm_nap_ms
-
 char *vm_overlay_path(const vm_instance *v)
 {
 	return kiln_path_join(vm_dir(v), "root.qcow2");
@@ -90,7 +88,7 @@ static int wait_migration(vm_qmp *q, double deadline, kiln_error **err)
 			return rc;
 		if (kiln_now_ms() >= deadline)
 			return kiln_err(err, KILN_E_GENERIC, "saving the VM state did not finish in time");
-		nap_ms(2);
+		kiln_sleep_ms(2);
 	}
 }
 
