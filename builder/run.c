@@ -295,11 +295,6 @@ static int secret_or_ssh(struct run *r, struct mounts *ms, const struct df_mount
 	return 0;
 }
 
-static const char *const mount_type_names[] = {
-	[DF_MOUNT_BIND] = "bind", [DF_MOUNT_CACHE] = "cache", [DF_MOUNT_TMPFS] = "tmpfs",
-	[DF_MOUNT_SECRET] = "secret", [DF_MOUNT_SSH] = "ssh",
-};
-
 /* One RUN --mount (as the plan parsed it) made ready for the executor. */
 static int prepare_mount(struct run *r, struct stage_state *ss, const struct df_step *st, const struct df_mount *dm,
 			 struct mounts *ms, kiln_error **err)
@@ -366,7 +361,7 @@ static int prepare_mount(struct run *r, struct stage_state *ss, const struct df_
 out:
 	/* a secret's or an agent's error names its id already */
 	if (rc < 0 && dm->type != DF_MOUNT_SECRET && dm->type != DF_MOUNT_SSH)
-		kiln_error_wrap(err, "--mount=type=%s,target=%s", mount_type_names[dm->type], dm->target ? dm->target : "");
+		kiln_error_wrap(err, "--mount=type=%s,target=%s", df_mount_type_name(dm->type), dm->target ? dm->target : "");
 	return rc;
 }
 

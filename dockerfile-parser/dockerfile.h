@@ -131,6 +131,10 @@ const char *df_kind_name(enum df_kind kind);
  * then the defaults its dispatch applies); the builder reads only this. */
 enum df_mount_type { DF_MOUNT_BIND, DF_MOUNT_CACHE, DF_MOUNT_TMPFS, DF_MOUNT_SECRET, DF_MOUNT_SSH };
 enum df_mount_sharing { DF_SHARING_SHARED, DF_SHARING_PRIVATE, DF_SHARING_LOCKED };
+/* BuildKit's names of them ("bind", "locked"), from the one --mount
+ * vocabulary (mount_spec.c). */
+const char *df_mount_type_name(enum df_mount_type t);
+const char *df_mount_sharing_name(enum df_mount_sharing s);
 struct df_mount {
 	enum df_mount_type type;
 	char *from;          /* from= as written (a stage or an image), NULL: the build
@@ -143,7 +147,8 @@ struct df_mount {
 	                      * (N: the mount's place among the step's ssh mounts) */
 	char *id;            /* cache: id= or else the target; secret: source=, id= or
 	                      * the target's base name; ssh: id= or "default" */
-	char *env;           /* secret: env= (the secret also as that variable), or NULL */
+	char *env;           /* env= as given, or NULL (read for every type, as BuildKit
+	                      * does; secret: the secret also as that variable) */
 	bool readonly;       /* ro/rw as given, else bind, secret, ssh: true */
 	bool required;       /* secret, ssh: a missing one fails the step */
 	enum df_mount_sharing sharing; /* cache (default shared) */

@@ -131,6 +131,20 @@ int df_parse_flags(const struct df_src *src, const struct df_node *n, const stru
 int df_go_parse_bool(const char *v, bool *out);
 /* strconv.ParseUint(v, base, 32) for base 8 or 10; *out may be NULL. */
 bool df_go_parse_uint32(const char *v, int base, uint32_t *out);
+/* RUN --mount's one vocabulary and reading (mount_spec.c), for the check
+ * before ARG expansion and the plan after it alike: the fields of spec into
+ * *m, each key (and its aliases), the mount types it goes with, its value and
+ * the combination checked as BuildKit's parseMount and validateMount do.
+ * expand NULL: before expansion, where a value holding '$' waits (kept in *m
+ * as written) with what hangs on it (type=$X: every type-bound check), and
+ * from= refuses one; else each value but from= goes through expand first
+ * (0, or -1 with *msg).  *mode_given (may be NULL): a mode= key was read.
+ * Returns 0, or -1 with *m freed and *msg (allocated) in BuildKit's words,
+ * for the caller to place at FILE:LINE:COL. */
+typedef int (*df_mount_expand_fn)(void *ctx, const char *value, char **out, char **msg);
+int df_mount_read(const char *spec, df_mount_expand_fn expand, void *ctx, struct df_mount *m, bool *mode_given,
+		  char **msg);
+void df_mount_free(struct df_mount *m);
 /* parse_check_values.c: RUN --mount, HEALTHCHECK durations and retries. */
 int df_check_mount(const struct df_src *src, const struct df_node *n, const char *flag, const char *value,
 		   kiln_error **err);
@@ -223,15 +237,14 @@ int dfp_stage_by_name(const struct df_plan *plan, const char *name);
  * stage `cur`: *stage gets the stage index, or -1 when ref names an image. */
 int dfp_resolve_from(const struct dfp_ctx *c, const struct df_node *n, int cur, const char *ref, bool mount,
 		     int *stage, kiln_error **err);
-/* RUN --mount (plan_mount.c): parse one value as BuildKit's parseMount.  With
- * env every value but from= expands in it, the checks after expansion are
- * made and the dispatch defaults applied (ssh_index: the mount's place among
- * the step's ssh mounts); with env NULL only from= is read (*m gets from), for
- * the stage graph, which is built before anything expands.  Errors: FILE:LINE:COL
- * of node n. */
+/* RUN --mount in the plan (plan_mount.c): one value read by df_mount_read.
+ * With env every value but from= expands first and the dispatch defaults
+ * are applied (ssh_index: the mount's place among the step's ssh mounts);
+ * with env NULL nothing expands (what waits for expansion is kept as
+ * written), for the stage graph, which needs only from= and is built before
+ * anything expands.  Errors: FILE:LINE:COL of node n. */
 int dfp_mount_parse(const struct dfp_ctx *c, const struct df_node *n, const char *spec, const struct dfp_env *env,
 		    unsigned ssh_index, struct df_mount *m, kiln_error **err);
-void dfp_mount_free(struct df_mount *m);
 /* Go's path.Clean for an absolute path (plan_steps.c). */
 char *dfp_path_clean_abs(const char *p);
 json_t *dfp_mount_json(const struct df_mount *m);

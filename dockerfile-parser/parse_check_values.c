@@ -1,7 +1,8 @@
-/* parse_check_values.c — flag values that need parsing: RUN --mount (a CSV
- * record of key=value fields, read as encoding/csv does), HEALTHCHECK
- * durations (Go's time.ParseDuration) and retries.  Values holding a '$' wait
- * for the expansion pass, as BuildKit checks them after expanding. */
+/* parse_check_values.c — flag values that need parsing: the CSV record of
+ * RUN --mount (read as encoding/csv does; its fields by mount_spec.c), Go's
+ * ParseBool/ParseUint, HEALTHCHECK durations (time.ParseDuration) and
+ * retries.  Values holding a '$' wait for the expansion pass, as BuildKit
+ * checks them after expanding. */
 #include <ctype.h>
 #include <stdint.h>
 #include <string.h>
@@ -97,213 +98,20 @@ bool df_go_parse_uint32(const char *v, int base, uint32_t *out)
 	return true;
 }
 
-/* What the fields of one --mount said so far: its type ("?" while it
- * waits for expansion) and which keys were given. */
-struct mount_seen {
-	char type[8];
-	bool from, sharing, src, dst, id, env, mode, uid, gid;
-};
-
-struct mount_ctx {
-	const struct df_src *src;
-	const struct df_node *n;
-	const char *flag;
-	kiln_error **err;
-	struct mount_seen seen;
-};
-
-#define MOUNT_ERR(c, ...) df_check_errf((c)->src, (c)->n, (c)->flag, (c)->err, __VA_ARGS__)
-
-static bool is_bool_key(const char *key)
-{
-	return !strcmp(key, "readonly") || !strcmp(key, "ro") || !strcmp(key, "readwrite") || !strcmp(key, "rw");
-}
-
-/* A field without '=': a boolean key alone means true. */
-static int mount_bare_key(struct mount_ctx *c, const char *key, const char *field)
-{
-	const char *type = c->seen.type;
-
-	if (is_bool_key(key))
-		return 0;
-	if (!strcmp(key, "required")) {
-		if (!strcmp(type, "secret") || !strcmp(type, "ssh"))
-			return 0;
-		return MOUNT_ERR(c, "unexpected key '%s' for mount type '%s'", key, type);
-	}
-	return MOUNT_ERR(c, "invalid field '%s' must be a key=value pair", field);
-}
-
-/* The index of val (case-insensitive) in names, or -1. */
-static int lookup_lower(const char *val, const char *const *names)
-{
-	char *low = df_go_lower(val);
-	int t;
-
-	for (t = 0; names[t] && strcmp(names[t], low) != 0; t++)
-		;
-	free(low);
-	return names[t] ? t : -1;
-}
-
-static int mount_type(struct mount_ctx *c, const char *val)
-{
-	static const char *const types[] = { "bind", "cache", "tmpfs", "secret", "ssh", NULL };
-	kiln_buf q = KILN_BUF_INIT;
-	int t;
-
-	if (strchr(val, '$')) {
-		snprintf(c->seen.type, sizeof(c->seen.type), "?");
-		return 0;
-	}
-	if ((t = lookup_lower(val, types)) >= 0) {
-		snprintf(c->seen.type, sizeof(c->seen.type), "%s", types[t]);
-		return 0;
-	}
-	const char *hint = df_suggest(val, types);
-	df_go_quote(&q, val, strlen(val));
-	if (hint)
-		MOUNT_ERR(c, "unsupported mount type %s (did you mean %s?)", q.buf, hint);
-	else
-		MOUNT_ERR(c, "unsupported mount type %s", q.buf);
-	kiln_buf_free(&q);
-	return -1;
-}
-
-static int mount_sharing(struct mount_ctx *c, const char *val)
-{
-	static const char *const sharing[] = { "shared", "private", "locked", NULL };
-	kiln_buf q = KILN_BUF_INIT;
-
-	c->seen.sharing = true;
-	if (strchr(val, '$') || lookup_lower(val, sharing) >= 0)
-		return 0;
-	df_go_quote(&q, val, strlen(val));
-	MOUNT_ERR(c, "unsupported sharing value %s", q.buf);
-	kiln_buf_free(&q);
-	return -1;
-}
-
-static int mount_unknown_key(struct mount_ctx *c, const char *key, const char *field)
-{
-	static const char *const keys[] = { "type", "from", "source", "target", "readonly", "id", "sharing",
-					    "required", "mode", "uid", "gid", "src", "dst", "ro", "rw",
-					    "readwrite", "size", "env", NULL };
-	const char *hint = df_suggest(key, keys);
-
-	if (hint)
-		return MOUNT_ERR(c, "unexpected key '%s' in '%s' (did you mean %s?)", key, field, hint);
-	return MOUNT_ERR(c, "unexpected key '%s' in '%s'", key, field);
-}
-
-/* One key=value field (key lowered). */
-static int mount_key_value(struct mount_ctx *c, const char *key, const char *val, const char *field)
-{
-	struct mount_seen *s = &c->seen;
-	bool dollar = strchr(val, '$') != NULL, b;
-
-	if (!strcmp(key, "from")) {
-		const char *d = strchr(val, '$');
-		if (d && d[1] != '\0')
-			return MOUNT_ERR(c, "'%s' doesn't support variable expansion, define alias stage instead", key);
-		s->from = true;
-		return 0;
-	}
-	if (!strcmp(key, "type"))
-		return mount_type(c, val);
-	bool *named = NULL;
-	if (!strcmp(key, "source") || !strcmp(key, "src"))
-		named = &s->src;
-	else if (!strcmp(key, "target") || !strcmp(key, "dst") || !strcmp(key, "destination"))
-		named = &s->dst;
-	else if (!strcmp(key, "id"))
-		named = &s->id;
-	if (named) {
-		*named = true;
-		return 0;
-	}
-	if (is_bool_key(key) || !strcmp(key, "required")) {
-		if (!strcmp(key, "required") && strcmp(s->type, "secret") && strcmp(s->type, "ssh") && strcmp(s->type, "?"))
-			return MOUNT_ERR(c, "unexpected key '%s' for mount type '%s'", key, s->type);
-		if (!dollar && df_go_parse_bool(val, &b) < 0)
-			return MOUNT_ERR(c, "invalid value for %s: %s", key, val);
-		return 0;
-	}
-	if (!strcmp(key, "sharing"))
-		return mount_sharing(c, val);
-	if (!strcmp(key, "mode") || !strcmp(key, "uid") || !strcmp(key, "gid")) {
-		bool *has = key[0] == 'm' ? &s->mode : key[0] == 'u' ? &s->uid : &s->gid;
-		*has = true;
-		if (!dollar && !df_go_parse_uint32(val, key[0] == 'm' ? 8 : 10, NULL))
-			return MOUNT_ERR(c, "invalid value %s for %s", val, key);
-		return 0;
-	}
-	if (!strcmp(key, "size") || !strcmp(key, "env")) {
-		const char *want = key[0] == 's' ? "tmpfs" : "secret";
-		if (strcmp(s->type, want) && strcmp(s->type, "?"))
-			return MOUNT_ERR(c, "unexpected key '%s' for mount type '%s'", key, s->type);
-		s->env |= key[0] == 'e';
-		return 0;
-	}
-	return mount_unknown_key(c, key, field);
-}
-
-/* What the keys given together must agree on, once the type is known. */
-static int mount_combination(struct mount_ctx *c)
-{
-	const struct mount_seen *s = &c->seen;
-	const char *type = s->type;
-
-	if (strcmp(type, "?") == 0)
-		return 0;
-	bool file_info = !strcmp(type, "secret") || !strcmp(type, "ssh") || !strcmp(type, "cache");
-	const char *bad = s->mode ? "mode" : s->uid ? "uid" : s->gid ? "gid" : NULL;
-	if (bad && !file_info)
-		return MOUNT_ERR(c, "%s not allowed for \"%s\" type mounts", bad, type);
-	if (s->sharing && strcmp(type, "cache"))
-		return MOUNT_ERR(c, "invalid cache sharing set for %s mount", type);
-	if (!strcmp(type, "secret")) {
-		if (s->from)
-			return MOUNT_ERR(c, "secret mount should not have a from");
-		if (!s->src && !s->dst && !s->id && !s->env)
-			return MOUNT_ERR(c, "invalid secret mount. one of source, target required");
-	}
-	return 0;
-}
-
+/* Before expansion, a --mount is refused where it would be after it
+ * (mount_spec.c reads both), at the flag's FILE:LINE:COL. */
 int df_check_mount(const struct df_src *src, const struct df_node *n, const char *flag, const char *value,
 		   kiln_error **err)
 {
-	struct mount_ctx c = { .src = src, .n = n, .flag = flag, .err = err, .seen = { .type = "bind" } };
-	kiln_strv fields = KILN_STRV_INIT;
-	size_t errcol = 0;
-	const char *e;
-	int ret = -1;
+	struct df_mount m;
+	char *msg = NULL;
+	int rc = df_mount_read(value, NULL, NULL, &m, NULL, &msg);
 
-	if ((e = df_csv_fields(value, &fields, &errcol)) != NULL) {
-		if (errcol)
-			MOUNT_ERR(&c, "failed to parse csv mounts: parse error on line 1, column %zu: %s", errcol, e);
-		else
-			MOUNT_ERR(&c, "failed to parse csv mounts: %s", e);
-		goto out;
-	}
-	for (size_t i = 0; i < fields.n; i++) {
-		char *field = fields.v[i], *eq = strchr(field, '=');
-		char *rawkey = eq ? kiln_xstrndup(field, (size_t)(eq - field)) : kiln_xstrdup(field);
-		char *lowkey = df_go_lower(rawkey);
-		char key[64];
-
-		/* a key longer than any known one stays unknown when cut */
-		snprintf(key, sizeof(key), "%s", lowkey);
-		free(rawkey);
-		free(lowkey);
-		if ((eq ? mount_key_value(&c, key, eq + 1, field) : mount_bare_key(&c, key, field)) < 0)
-			goto out;
-	}
-	ret = mount_combination(&c);
-out:
-	kiln_strv_free(&fields);
-	return ret;
+	if (rc < 0)
+		df_check_errf(src, n, flag, err, "%s", msg);
+	free(msg);
+	df_mount_free(&m);
+	return rc;
 }
 
 /* ---- HEALTHCHECK ------------------------------------------------------------ */

@@ -450,7 +450,7 @@ static int collect_edges(struct dfp_ctx *c, kiln_error **err)
 						return -1;
 					ref = m.from;
 					m.from = NULL;
-					dfp_mount_free(&m);
+					df_mount_free(&m);
 				}
 				if (!ref)
 					continue;

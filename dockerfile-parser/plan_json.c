@@ -133,7 +133,7 @@ static void free_step(struct df_step *st)
 	kiln_strv_free(&st->shell);
 	free(st->from_image);
 	for (size_t i = 0; i < st->n_mounts; i++)
-		dfp_mount_free(&st->mounts[i]);
+		df_mount_free(&st->mounts[i]);
 	free(st->mounts);
 }
 

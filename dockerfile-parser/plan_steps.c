@@ -261,7 +261,7 @@ static int do_run(struct dfp_ctx *c, int stage, const struct df_node *n, const s
 		if (m.from &&
 		    (dfp_resolve_from(c, n, stage, m.from, true, &m.from_stage, err) < 0 ||
 		     (m.from_stage < 0 && dfp_require_reference(c, n, m.from, err) < 0))) {
-			dfp_mount_free(&m);
+			df_mount_free(&m);
 			return -1;
 		}
 		if (m.from_stage >= 0 && step->from_stage < 0)

@@ -62,6 +62,17 @@ layers() { # NAME FILE WANT-DUMP WANT-ERROR
 printf 'FROM alpine\n\nRUN --mount=type=nfs,target=/x true\n' >"$T_TMP/bad-mount"
 layers "bad mount type" "$T_TMP/bad-mount" '(run ["--mount=type=nfs,target=/x"] "true")' \
 	'3:5: unsupported mount type "nfs"'
+# --mount's one vocabulary: the check before expansion says what the plan
+# says after it, suggestions included (BuildKit's key list has every alias).
+printf 'FROM alpine\n\nRUN --mount=type=cache,target=/x,sharing=lockd true\n' >"$T_TMP/bad-sharing"
+layers "mount sharing typo" "$T_TMP/bad-sharing" '(run ["--mount=type=cache,target=/x,sharing=lockd"] "true")' \
+	'3:5: unsupported sharing value "lockd" \(did you mean locked\?\)'
+printf 'FROM alpine\n\nRUN --mount=type=bind,destinaton=/x true\n' >"$T_TMP/bad-key"
+layers "mount key typo" "$T_TMP/bad-key" '(run ["--mount=type=bind,destinaton=/x"] "true")' \
+	"3:5: unexpected key 'destinaton' in 'destinaton=/x' \\(did you mean destination\\?\\)"
+printf 'FROM alpine\n\nRUN --mount=type=secret,id=a,sharing=locked true\n' >"$T_TMP/secret-sharing"
+layers "secret mount sharing" "$T_TMP/secret-sharing" '(run ["--mount=type=secret,id=a,sharing=locked"] "true")' \
+	'3:5: secret mount should not define sharing'
 printf 'FROM alpine\n  FORM x\n' >"$T_TMP/typo"
 layers "unknown instruction" "$T_TMP/typo" '(form "")' '2:3: unknown instruction: FORM'
 printf 'FROM alpine\nCOPY --chmown=1 a b\n' >"$T_TMP/flag"

@@ -423,6 +423,75 @@ out:
 		     "Dockerfile:3:1: both source and id can't be set");
 }
 
+/* One --mount vocabulary: a value written out is refused by the check
+ * before expansion (at the flag, 2:5) with the words the plan uses for the
+ * same value reached through an ARG (at the instruction, 3:1) — BuildKit's
+ * parseMount says both. */
+static void same_refusal(const char *literal, const char *args, const char *deferred, const char *want)
+{
+	char *df = kiln_xasprintf("FROM alpine\nRUN --mount=%s true\n", literal);
+	char *where = kiln_xasprintf("Dockerfile:2:5: %s", want);
+	expect_error(df, NULL, where);
+	free(df);
+	free(where);
+	df = kiln_xasprintf("FROM alpine\nARG %s\nRUN --mount=%s true\n", args, deferred);
+	where = kiln_xasprintf("Dockerfile:3:1: %s", want);
+	expect_error(df, NULL, where);
+	free(df);
+	free(where);
+}
+
+static void test_mount_vocabulary(void)
+{
+	same_refusal("type=cache,target=/x,sharing=lockd", "S=lockd", "type=cache,target=/x,sharing=$S",
+		     "unsupported sharing value \"lockd\" (did you mean locked?)");
+	same_refusal("type=secret,id=x,sharing=locked", "T=secret", "type=$T,id=x,sharing=locked",
+		     "secret mount should not define sharing");
+	same_refusal("type=secret,source=a,id=b", "A=a", "type=secret,source=$A,id=b", "both source and id can't be set");
+	same_refusal("type=secret,env=TOK", "T=secret", "type=$T,env=TOK",
+		     "invalid secret mount. one of source, target required");
+	same_refusal("type=secret,id=", "E=", "type=secret,id=$E", "invalid secret mount. one of source, target required");
+	same_refusal("type=tmpfs,target=/t,size=lots", "S=lots", "type=tmpfs,target=/t,size=$S",
+		     "invalid value for size: lots");
+	same_refusal("target=/x,required=true", "T=bind", "type=$T,target=/x,required=true",
+		     "unexpected key 'required' for mount type 'bind'");
+	same_refusal("type=tmpfs,target=/t,mode=0700", "T=tmpfs", "type=$T,target=/t,mode=0700",
+		     "mode not allowed for \"tmpfs\" type mounts");
+	same_refusal("type=cache,target=/x,ro=yes", "B=yes", "type=cache,target=/x,ro=$B", "invalid value for ro: yes");
+	/* BuildKit's key list for suggestions has every alias */
+	expect_error("FROM alpine\nRUN --mount=type=cache,destinaton=/x true\n", NULL,
+		     "Dockerfile:2:5: unexpected key 'destinaton' in 'destinaton=/x' (did you mean destination?)");
+
+	/* what BuildKit takes, both passes take */
+	static const char *const takes[] = {
+		"ARG T=secret\nRUN --mount=type=$T,id=x,required true\n", /* the type known only after expansion */
+		"RUN --mount=type=cache,target=/c,env=FOO true\n",          /* env= is read for every type */
+		"RUN --mount=type=bind,destination=/d,RO true\n",
+	};
+	for (size_t i = 0; i < sizeof(takes) / sizeof(takes[0]); i++) {
+		char *df = kiln_xasprintf("FROM alpine\n%s", takes[i]);
+		kiln_error *err = NULL;
+		struct df_plan *p = plan_of(df, NULL, &err);
+		if (!p)
+			printf("#   %s", takes[i]);
+		print_err(err);
+		kiln_error_free(err);
+		CHECK(p != NULL);
+		const struct df_stage *st = p ? &p->stages[0] : NULL;
+		if (st && st->n_steps > 0 && st->steps[st->n_steps - 1].n_mounts == 1) {
+			const struct df_mount *m = st->steps[st->n_steps - 1].mounts;
+			if (i == 0)
+				CHECK(m->type == DF_MOUNT_SECRET && m->required);
+			if (i == 1)
+				CHECK(m->type == DF_MOUNT_CACHE && m->env && !strcmp(m->env, "FOO"));
+			if (i == 2)
+				CHECK(m->target && !strcmp(m->target, "/d") && m->readonly);
+		}
+		done(p);
+		free(df);
+	}
+}
+
 static void test_errors(void)
 {
 	expect_error("FROM alpine\nRUN x\nENV A=\"${B:?need B}\"\n", NULL,
@@ -612,6 +681,7 @@ int main(void)
 	RUN(test_heredoc_and_workdir);
 	RUN(test_global_arg_without_value);
 	RUN(test_mounts);
+	RUN(test_mount_vocabulary);
 	RUN(test_errors);
 	RUN(test_image_config);
 	RUN(test_references_and_from_warnings);
