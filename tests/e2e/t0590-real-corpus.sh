@@ -15,6 +15,9 @@
 # (t0510 documents those), and files
 # whose bytes hold the build's time (apt/dpkg logs, debconf's cache) are
 # compared without their content.
+# Its ~12 min mostly wait on one TCG guest, so the suite runs it beside the
+# other tests (tests/run.sh):
+# run.sh: alongside
 . tests/e2e/lib.sh
 . tests/e2e/vmlib.sh
 
