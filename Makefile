@@ -172,10 +172,15 @@ check: $(T_BINS)
 endif
 
 # -- everything: deps, build, unit tests, end-to-end tests ---------------------
+# Each build phase on every core unless the caller gave -j (one phase at a
+# time: all writes build/gen/ that the clang build reads).
+TEST_J = $(if $(findstring -j,$(MAKEFLAGS))$(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc))
 test: deps
 ifeq ($(T),)
-	$(MAKE) all clang-check check-layers
-	$(MAKE) $(UNIT_BINS) $(REPLAY_BINS)
+	$(MAKE) $(TEST_J) all
+	$(MAKE) $(TEST_J) clang-check
+	$(MAKE) $(TEST_J) check-layers
+	$(MAKE) $(TEST_J) $(UNIT_BINS) $(REPLAY_BINS)
 	@tests/run.sh $(UNIT_BINS) $(REPLAY_BINS) $(E2E_ALL)
 else
 	@if [ -z "$(T_BINS)$(T_E2E)" ]; then echo "make test: no test named '$(T_PROG)'" >&2; exit 2; fi
