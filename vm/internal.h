@@ -44,18 +44,31 @@ pid_t vm_jail_copy_start(const struct vm_jail *j, int *done_fd, kiln_error **err
 int vm_jail_copy_wait(pid_t pid, int done_fd, kiln_error **err);
 /* chown path to the VM's uid/gid (nothing when j is off or NULL). */
 int vm_jail_own(const struct vm_jail *j, const char *path, kiln_error **err);
-/* In the child between clone and exec: cgroup, mounts, pivot_root,
- * privileges dropped; a failure is written to errfd and ends the child. */
-void vm_jail_enter(const struct vm_jail *j, int errfd);
+/* How a child of vm_jail_fork got into its cgroups, and whether it did. */
+struct vm_jail_joined {
+	enum {
+		VM_CG_BORN = 1, /* v2: born there (clone3 CLONE_INTO_CGROUP) */
+		VM_CG_THREAD,   /* v1: it moved itself as a thread ("0" to each tasks) */
+		VM_CG_PROCS,    /* v2 without clone3 into a cgroup: "0" to cgroup.procs */
+	} how;
+	const char *failed; /* NULL, or the cgroup directory that refused it (errno set) */
+};
+/* In the child between clone and exec: its cgroup join checked, mounts,
+ * pivot_root, privileges dropped; a failure is written to errfd and ends
+ * the child. */
+void vm_jail_enter(const struct vm_jail *j, const struct vm_jail_joined *cg, int errfd);
 int vm_jail_clone_flags(const struct vm_jail *j);
 void vm_jail_free_cgroups(struct vm_jail *j);
 /* cgroup.c: take a free uid slot (its lock into j->slot_fd, its cgroup
  * directories, created under kiln's parent, into j->cg) and write the
  * limits for cpus vCPUs and memory_mib of guest RAM.  Needs root. */
 int vm_jail_slot_take(struct vm_jail *j, unsigned cpus, unsigned memory_mib, kiln_error **err);
-/* Move the calling process into j's cgroups (memory_only: the memory
- * controller's): NULL, or the directory that refused it (errno set). */
-const char *vm_jail_cg_join(const struct vm_jail *j, bool memory_only);
+/* fork(), or clone with ns_flags (CLONE_NEW*), a child that is in j's
+ * cgroups (memory_only: the memory controller's, on v1) before it runs
+ * anything of its caller's; without the cgroup core's global lock, whose
+ * every write waits for an RCU grace period (cgroup.c).  Returns as fork();
+ * in the child, *cg says how it joined and whether that failed. */
+pid_t vm_jail_fork(const struct vm_jail *j, int ns_flags, bool memory_only, struct vm_jail_joined *cg);
 /* Whether uid is a jail uid, and its slot. */
 bool vm_jail_uid_slot(uid_t uid, unsigned *slot);
 /* The parent's side: close its slot lock, free.  The cgroup stays for

@@ -226,18 +226,19 @@ pid_t vm_jail_copy_start(const struct vm_jail *j, int *done_fd, kiln_error **err
 		return kiln_err_errno(err, errno, "jail: sizing the RAM copy %s", j->copy_to);
 	if (pipe2(efd, O_CLOEXEC) < 0)
 		return kiln_err_errno(err, errno, "jail: pipe");
-	if ((pid = fork()) < 0) {
+	/* the memory controller's cgroup only: its pages are charged there */
+	struct vm_jail_joined cg;
+	if ((pid = vm_jail_fork(j, 0, true, &cg)) < 0) {
+		kiln_err_errno(err, errno, "jail: fork for the RAM copy into its cgroup %s", j->cg[0]);
 		close(efd[0]);
 		close(efd[1]);
-		return kiln_err_errno(err, errno, "jail: fork for the RAM copy");
+		return -1;
 	}
 	if (pid == 0) {
 		close(efd[0]);
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		/* the memory controller's cgroup only: its pages are charged there */
-		const char *cg = vm_jail_cg_join(j, true);
-		if (cg)
-			child_fail(efd[1], "joining cgroup", cg);
+		if (cg.failed)
+			child_fail(efd[1], "joining cgroup", cg.failed);
 		copy_ram(j, efd[1]);
 		_exit(0);
 	}
@@ -265,7 +266,7 @@ int vm_jail_copy_wait(pid_t pid, int done_fd, kiln_error **err)
 	return 0;
 }
 
-void vm_jail_enter(const struct vm_jail *j, int errfd)
+void vm_jail_enter(const struct vm_jail *j, const struct vm_jail_joined *cg, int errfd)
 {
 	static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/urandom" };
 	static const char *const top[] = { "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin" };
@@ -273,11 +274,10 @@ void vm_jail_enter(const struct vm_jail *j, int errfd)
 	char path[4096];
 	kiln_strv binds = KILN_STRV_INIT;
 
-	/* the cgroup first: from here on, whatever this becomes is limited and
-	 * holds the slot ("0": the writing process) */
-	const char *cg = vm_jail_cg_join(j, false);
-	if (cg)
-		child_fail(errfd, "joining cgroup", cg);
+	/* in the cgroup since vm_jail_fork: whatever this becomes is limited
+	 * and holds the slot */
+	if (cg->failed)
+		child_fail(errfd, "joining cgroup", cg->failed);
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		child_fail(errfd, "making mounts private", NULL);
 	if (mount("kiln-jail", root, "tmpfs", MS_NOSUID | (j->kvm ? 0 : MS_NODEV), "size=1m,mode=0755") < 0)

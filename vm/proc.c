@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <sys/wait.h>
@@ -120,18 +121,19 @@ static bool jailed(const struct vm_spawn_opts *o)
 	return o->jail && o->jail->on;
 }
 
-/* fork(), or clone() into the jail's new namespaces: the child is pid 1 of
- * its pid namespace and the returned pid is the host's. */
-static pid_t spawn_fork(const struct vm_spawn_opts *o)
+/* fork(), or a clone into the jail's new namespaces and its cgroups: the
+ * child is pid 1 of its pid namespace and the returned pid is the host's. */
+static pid_t spawn_fork(const struct vm_spawn_opts *o, struct vm_jail_joined *cg)
 {
 	if (!jailed(o))
 		return fork();
-	return (pid_t)syscall(SYS_clone, SIGCHLD | vm_jail_clone_flags(o->jail), NULL, NULL, NULL, NULL);
+	return vm_jail_fork(o->jail, vm_jail_clone_flags(o->jail), false, cg);
 }
 
 /* The process that becomes QEMU.  errfd (close-on-exec) gets the reason if
  * it does not get to exec. */
-static void spawn_child(char *const argv[], int out_fd, const struct vm_spawn_opts *o, int errfd)
+static void spawn_child(char *const argv[], int out_fd, const struct vm_spawn_opts *o, const struct vm_jail_joined *cg,
+			int errfd)
 {
 	child_setup(out_fd);
 	if (!o->detached) {
@@ -142,8 +144,13 @@ static void spawn_child(char *const argv[], int out_fd, const struct vm_spawn_op
 		if (poll(&p, 1, 0) > 0 && (p.revents & POLLERR))
 			_exit(127);
 	}
+	/* no core dump: a QEMU killed by a signal (SIGBUS from a lazy
+	 * template's unreachable memory) would write the guest's RAM, up to
+	 * gigabytes of a sandbox's data, wherever core_pattern says */
+	struct rlimit no_core = { 0, 0 };
+	setrlimit(RLIMIT_CORE, &no_core);
 	if (jailed(o))
-		vm_jail_enter(o->jail, errfd);
+		vm_jail_enter(o->jail, cg, errfd);
 	for (int i = 0; i < 3; i++) {
 		int kfd = o->keep_fd[i], fl = kfd > 0 ? fcntl(kfd, F_GETFD) : 0;
 		if (kfd > 0 && (fl < 0 || fcntl(kfd, F_SETFD, fl & ~FD_CLOEXEC) < 0)) {
@@ -173,28 +180,29 @@ pid_t vm_spawn(char *const argv[], const struct vm_spawn_opts *o, kiln_error **e
 		goto out;
 	}
 	double t0 = kiln_now_ms();
-	pid = o->detached ? fork() : spawn_fork(o);
+	struct vm_jail_joined cg = { 0 };
+	pid = o->detached ? fork() : spawn_fork(o, &cg);
 	if (pid < 0) {
-		kiln_err_errno(err, errno, jailed(o) ? "clone into the jail's namespaces (the jail needs mount, pid, "
-						      "IPC, UTS and network namespaces; or run with --unconfined)"
+		kiln_err_errno(err, errno, jailed(o) ? "clone into the jail's namespaces and cgroup (the jail needs mount, "
+						      "pid, IPC, UTS and network namespaces; or run with --unconfined)"
 						    : "fork");
 		goto out;
 	}
 	if (pid == 0) {
 		close(efd[0]);
 		if (!o->detached)
-			spawn_child(argv, fd, o, efd[1]);
+			spawn_child(argv, fd, o, &cg, efd[1]);
 		/* The middle process makes QEMU an orphan of init in its own
 		 * session (no signal to kiln or its terminal reaches it) and
 		 * tells its pid through the pipe. */
 		setsid();
-		pid_t c = spawn_fork(o);
+		pid_t c = spawn_fork(o, &cg);
 		if (c == 0)
-			spawn_child(argv, fd, o, efd[1]);
+			spawn_child(argv, fd, o, &cg, efd[1]);
 		if (c < 0)
 			dprintf(efd[1], "%s: %s",
-				jailed(o) ? "clone into the jail's namespaces (the jail needs mount, pid, IPC, UTS and "
-					    "network namespaces; or run with --unconfined)"
+				jailed(o) ? "clone into the jail's namespaces and cgroup (the jail needs mount, pid, IPC, "
+					    "UTS and network namespaces; or run with --unconfined)"
 					  : "fork",
 				strerror(errno));
 		(void)!write(pfd[1], &c, sizeof(c));

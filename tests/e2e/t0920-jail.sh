@@ -55,6 +55,28 @@ expect_grep "sandbox ls shows the jail's uid" "^$A .* uid $UA( |$)" "$T_TMP/ls"
 # --- the cgroup ---------------------------------------------------------------
 cg=$(grep -E '(^0::|memory)' /proc/$PA/cgroup | grep -o '/kiln/vm-[0-9]*' | head -1)
 if [ -n "$cg" ]; then ok "QEMU is in a cgroup of its own ($cg)"; else not_ok "QEMU is in a kiln/vm-N cgroup"; cat /proc/$PA/cgroup; fi
+# every controller's, the same slot (v1: the child moves itself, per thread,
+# through each tasks file; v2: it is born in its cgroup), and every thread of
+# QEMU with it
+if grep -q '^0::/' /proc/$PA/cgroup && ! grep -q ':memory:' /proc/$PA/cgroup; then
+	ctls="0::"
+else ctls="memory cpu pids blkio"; fi
+for c in $ctls; do
+	if [ "$c" = 0:: ]; then line=$(grep '^0::' /proc/$PA/cgroup)
+	else line=$(awk -F: -v c="$c" '{n = split($2, a, ","); for (i = 1; i <= n; i++) if (a[i] == c) print}' /proc/$PA/cgroup); fi
+	case "$line" in
+	*"$cg") ok "QEMU is in its VM's cgroup of the ${c%::} controller ($line)" ;;
+	*) not_ok "QEMU is in its VM's cgroup of the ${c%::} controller: '$line', want ...$cg" ;;
+	esac
+done
+nt=0
+bad=0
+for t in /proc/$PA/task/*; do
+	nt=$((nt + 1))
+	cmp -s "$t/cgroup" /proc/$PA/cgroup || bad=$((bad + 1))
+done
+if [ "$nt" -gt 1 ] && [ "$bad" = 0 ]; then ok "all $nt threads of QEMU are in its cgroups"
+else not_ok "all threads of QEMU are in its cgroups ($bad of $nt are not)"; fi
 memdir=$(awk -F: '$2 ~ /memory/ {print $3}' /proc/$PA/cgroup)
 if [ -f "/sys/fs/cgroup/memory$memdir/memory.limit_in_bytes" ]; then
 	lim=$(cat "/sys/fs/cgroup/memory$memdir/memory.limit_in_bytes")

@@ -80,23 +80,26 @@ static long long cg_key(const char *dir, const char *file, const char *key)
 	return v;
 }
 
-/* A child that joins j's cgroup, says so on the pipe, then runs fn (NULL:
- * sleeps until killed). */
+static int last_how; /* how in_cgroup's last child joined (vm_jail_joined) */
+
+/* A child made in j's cgroup by vm_jail_fork, as QEMU's is, that says so on
+ * the pipe, then runs fn (NULL: sleeps until killed). */
 static pid_t in_cgroup(const struct vm_jail *j, void (*fn)(int wfd), int *rfd)
 {
+	struct vm_jail_joined cg;
 	int p[2];
 	pid_t pid;
 
 	if (pipe(p) < 0)
 		return -1;
-	pid = fork();
+	pid = vm_jail_fork(j, 0, false, &cg);
 	if (pid == 0) {
 		/* none of the probe's slot locks (QEMU inherits only its own) */
 		for (int fd = 3; fd < 1024; fd++)
 			if (fd != p[1])
 				close(fd);
-		const char *bad = vm_jail_cg_join(j, false);
-		if (write(p[1], bad ? "E" : "J", 1) != 1 || bad)
+		char how = cg.failed ? 'E' : (char)('0' + cg.how);
+		if (write(p[1], &how, 1) != 1 || cg.failed)
 			_exit(125);
 		if (fn)
 			fn(p[1]);
@@ -105,17 +108,50 @@ static pid_t in_cgroup(const struct vm_jail *j, void (*fn)(int wfd), int *rfd)
 	}
 	close(p[1]);
 	char c = 0;
-	if (pid < 0 || read(p[0], &c, 1) != 1 || c != 'J') {
+	if (pid < 0 || read(p[0], &c, 1) != 1 || c < '1' || c > '9') {
 		if (pid > 0)
 			kill(pid, SIGKILL);
 		close(p[0]);
 		return -1;
 	}
+	last_how = c - '0';
 	if (rfd)
 		*rfd = p[0];
 	else
 		close(p[0]);
 	return pid;
+}
+
+/* What a child cloned with the jail's namespace flags into j's cgroup
+ * reads first, before it runs anything else: its /proc/self/cgroup. */
+static char *born_with_namespaces(const struct vm_jail *j, int *how)
+{
+	struct vm_jail_joined cg;
+	char buf[256] = "";
+	int p[2], status;
+	struct vm_jail ns = *j;
+
+	ns.netns = true;
+	*how = 0;
+	if (pipe(p) < 0)
+		return kiln_xstrdup("pipe failed");
+	pid_t pid = vm_jail_fork(j, vm_jail_clone_flags(&ns), false, &cg);
+	if (pid == 0) {
+		char *own = read_text("/proc/self/cgroup");
+		dprintf(p[1], "%d %s", cg.failed ? 0 : (int)cg.how, own);
+		_exit(0);
+	}
+	close(p[1]);
+	ssize_t n = pid > 0 ? read(p[0], buf, sizeof(buf) - 1) : -1;
+	buf[n > 0 ? n : 0] = '\0';
+	close(p[0]);
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	char *sp = strchr(buf, ' ');
+	if (pid < 0 || !sp)
+		return kiln_xasprintf("vm_jail_fork: %s", pid < 0 ? strerror(errno) : "no answer");
+	*how = atoi(buf);
+	return kiln_xstrdup(sp + 1);
 }
 
 /* Touch HOG_MIB of fresh memory, then exit 0: only a limit stops it. */
@@ -246,7 +282,9 @@ int main(void)
 		goto out;
 	const char *B = b.cg[0];
 	pid_t a1 = in_cgroup(&a, NULL, NULL), a2 = in_cgroup(&a, NULL, NULL), b1 = in_cgroup(&b, NULL, NULL);
-	check(a1 > 0 && a2 > 0 && b1 > 0, "vm_jail_cg_join moves processes into the VM's cgroup", NULL);
+	check(a1 > 0 && a2 > 0 && b1 > 0, "vm_jail_fork makes processes in the VM's cgroup", NULL);
+	snprintf(buf, sizeof(buf), "joined by way %d, want %d (born)", last_how, VM_CG_BORN);
+	check(last_how == VM_CG_BORN, "on v2 they are born there (clone3 CLONE_INTO_CGROUP), not moved in", buf);
 	snprintf(want, sizeof(want), "0::/kiln/vm-%u", a.slot);
 	snprintf(buf, sizeof(buf), "/proc/%d/cgroup", (int)a1);
 	char *own = read_text(buf);
@@ -259,6 +297,14 @@ int main(void)
 	      buf);
 	free(own);
 	free(procs);
+	/* QEMU's own clone: the jail's namespaces (mount, pid, IPC, UTS, net) too */
+	int how = 0;
+	char *first = born_with_namespaces(&a, &how);
+	snprintf(want, sizeof(want), "0::/kiln/vm-%u", a.slot);
+	snprintf(buf, sizeof(buf), "first read '%s' (way %d), want '%s' (way %d)", first, how, want, VM_CG_BORN);
+	check(strcmp(first, want) == 0 && how == VM_CG_BORN,
+	      "a child cloned with the jail's namespaces is in kiln/vm-N from its first instruction", buf);
+	free(first);
 
 	/* ---- a memory hog: OOM-killed with its VM, the sibling VM lives ---- */
 	int status = 0;
