@@ -640,6 +640,18 @@ int build_run(const struct build_options *o, struct build_result *res, kiln_erro
 	if (prc < 0)
 		goto out;
 	sweep_stale(&r);
+	if (o->context_digests) {
+		json_t *known = kiln_json_load_file(o->context_digests, err);
+		if (known == NULL || !json_is_object(known)) {
+			json_decref(known);
+			if (*err == NULL)
+				kiln_err(err, KILN_E_INVALID, "%s: want a JSON object of PATH: DIGEST", o->context_digests);
+			kiln_error_wrap(err, "--context-digests");
+			goto out;
+		}
+		build_store_known_digests(r.s, o->context, known);
+		json_decref(known);
+	}
 	if (df_parse_file(dockerfile, &r.ast, err) < 0 || df_plan_build(r.ast, &po, &r.plan, err) < 0 ||
 	    load_ignore(&r, dockerfile, err) < 0)
 		goto out;

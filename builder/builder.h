@@ -187,6 +187,12 @@ int build_store_open(const char *home, build_store **out, kiln_error **err);
 void build_store_close(build_store *s);
 const char *build_store_home(const build_store *s);
 int build_store_lock(build_store *s, bool exclusive, kiln_error **err);
+/* Content digests already known for files under root (root/PATH: the map's
+ * PATH), taken instead of hashing them for cache keys; the store keeps a
+ * reference to map.  (The build service's context: made from its verified,
+ * content-addressed store, so each file's digest is its name there.) */
+void build_store_known_digests(build_store *s, const char *root, json_t *map);
+const char *build_store_known_digest(const build_store *s, const char *path);
 char *build_store_blob_path(const build_store *s, const char *digest);
 bool build_store_has_blob(const build_store *s, const char *digest);
 int build_blob_begin(build_store *s, build_blob_writer **w, kiln_error **err);
@@ -483,6 +489,8 @@ struct build_options {
 	const char *rootfs_out;            /* ext4 file of the result, or NULL */
 	const struct build_template_opts *template; /* also make a template, or NULL */
 	enum build_compression compression;
+	const char *context_digests;       /* JSON file {"PATH": "sha256:…"}: digests of the context's
+					    * files, trusted (build_store_known_digests), or NULL */
 	const char *home;                  /* NULL = kiln_home() */
 	const struct build_executor_ops *executor; /* NULL = build_executor_none */
 	void *executor_ctx;

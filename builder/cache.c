@@ -30,7 +30,12 @@ static int file_digest(build_store *s, const char *path, char out[KILN_DIGEST_MA
 	char *abs = NULL, *memo = NULL, *data = NULL, *tmp = NULL, stamp[160];
 	size_t len = 0;
 	int rc;
+	const char *known = build_store_known_digest(s, path);
 
+	if (known && kiln_digest_parse(known, NULL, NULL) == 0 && strlen(known) < KILN_DIGEST_MAX) {
+		snprintf(out, KILN_DIGEST_MAX, "%s", known);
+		return 0;
+	}
 	if (!s || stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < MEMO_MIN_SIZE ||
 	    !(abs = realpath(path, NULL)))
 		return kiln_digest_file(KILN_SHA256, path, out, err);

@@ -16,6 +16,8 @@ struct build_store {
 	char *home;
 	int lockfd;
 	kiln_cas *blobs;
+	char *known_root;       /* build_store_known_digests */
+	json_t *known;
 };
 
 int build_store_open(const char *home, build_store **out, kiln_error **err)
@@ -52,6 +54,8 @@ void build_store_close(build_store *s)
 	if (s->lockfd >= 0)
 		close(s->lockfd);
 	kiln_cas_close(s->blobs);
+	json_decref(s->known);
+	free(s->known_root);
 	free(s->home);
 	free(s);
 }
@@ -59,6 +63,23 @@ void build_store_close(build_store *s)
 const char *build_store_home(const build_store *s)
 {
 	return s->home;
+}
+
+void build_store_known_digests(build_store *s, const char *root, json_t *map)
+{
+	json_decref(s->known);
+	free(s->known_root);
+	s->known = json_incref(map);
+	s->known_root = kiln_xstrdup(root);
+}
+
+const char *build_store_known_digest(const build_store *s, const char *path)
+{
+	size_t n = s && s->known_root ? strlen(s->known_root) : 0;
+
+	if (n == 0 || strncmp(path, s->known_root, n) != 0 || path[n] != '/')
+		return NULL;
+	return json_string_value(json_object_get(s->known, path + n + 1));
 }
 
 int build_store_lock(build_store *s, bool exclusive, kiln_error **err)

@@ -214,6 +214,8 @@ static int run_remote(const char *url, const struct build_options *o, const stru
 		req.ready_cmd = tpl->ready_cmd;
 		req.cpus = tpl->cpus;
 		req.memory_mib = tpl->memory_mib;
+		if (tpl->network != VM_NET_NONE)
+			req.template_network = vm_net_mode_name(tpl->network);
 	}
 	rc = read_secrets(o, &secrets, &err);
 	req.secrets = secrets;
@@ -356,6 +358,10 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 			     "layer compression: gzip (default), zstd or none"),
 		CLI_BOOL(0, "json", &json, "one JSON event per line on stdout (step, step_done, output,\n"
 					   "vm, done, error)"),
+		CLI_STRING(0, "context-digests", &o.context_digests, "FILE",
+			   "the context's file digests, JSON {\"PATH\": \"sha256:...\"}, taken as\n"
+			   "they are for cache keys (what the build service passes from its\n"
+			   "verified store; a wrong one makes wrong cache hits)"),
 		CLI_STRING(0, "remote", &remote, "URL", "build on a `kiln serve --build` (also $KILN_BUILDER): only the\n"
 							"files it lacks are sent; same output; the result is published\n"
 							"as TEAM/NAME:TAG there ($KILN_TOKEN, $KILN_TEAM; docs/service.md)"),
@@ -370,10 +376,6 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	if (tnet && vm_net_mode_parse(tnet, &tpl.network, &err) < 0) {
 		rc = cli_usage_error(cmd, "--template-network: %s", kiln_error_message(err));
 		kiln_error_clear(&err);
-		goto out;
-	}
-	if (tnet && remote && *remote) {
-		rc = cli_usage_error(cmd, "--template-network is not sent to a remote build (yet)");
 		goto out;
 	}
 	if (i >= argc) {

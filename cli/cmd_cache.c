@@ -100,9 +100,9 @@ static int run_prune(const struct kiln_command *cmd, int argc, char **argv)
 			return cli_usage_error(cmd, remote ? "--all is for the local cache" : "--max-size goes with --remote");
 		if (svc_remote_prune(&ro, max_size, older, &ps, &err) < 0)
 			return cli_fail(err);
-		printf("removed %llu cache entries on %s (team store %llu -> %llu bytes)\n",
-		       (unsigned long long)ps.entries_removed, remote, (unsigned long long)ps.bytes_before,
-		       (unsigned long long)ps.bytes_after);
+		printf("removed %llu cache entries and %llu context files on %s (team store %llu -> %llu bytes)\n",
+		       (unsigned long long)ps.entries_removed, (unsigned long long)ps.files_removed, remote,
+		       (unsigned long long)ps.bytes_before, (unsigned long long)ps.bytes_after);
 		return KILN_EXIT_OK;
 	}
 	if (build_store_open(NULL, &s, &err) < 0 || build_cache_prune(s, all, older, &st, &err) < 0) {

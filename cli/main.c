@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "distrib/distrib.h"
+#include "service/service.h"
 #include "snapshots/snapshots.h"
 #include "vm/vm.h"
 
@@ -108,6 +109,17 @@ int main(int argc, char **argv)
 						     .record_start = dist_chunkfs_record_start,
 						     .record_end = dist_chunkfs_record_end };
 	snap_set_serve_ops(&serve);
+	/* a build service's child started ahead (service/child.c): its command
+	 * line, environment and directory come on stdin, the exec already paid */
+	kiln_strv job = KILN_STRV_INIT;
+	if (argc == 2 && strcmp(argv[1], "--wait-job") == 0) {
+		kiln_error *err = NULL;
+		int w = svc_child_wait(0, &job, &err);
+		if (w != 0)
+			return w < 0 ? cli_fail(err) : KILN_EXIT_OK;
+		argc = (int)job.n;
+		argv = job.v;
+	}
 	while (i < argc && argv[i][0] == '-') {
 		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
 			print_main_usage(stdout);

@@ -334,9 +334,9 @@ static void end(void *ud, reg_req *r)
 		if (svc_cache_prune(s, q->team, max, age ? strtoll(age, NULL, 10) : -1, &ps, &err) < 0)
 			fail_err(r, err);
 		else
-			answer(r, 200, json_pack("{s:I,s:I,s:I}", "entries_removed", (json_int_t)ps.entries_removed,
-						 "bytes_before", (json_int_t)ps.bytes_before, "bytes_after",
-						 (json_int_t)ps.bytes_after));
+			answer(r, 200, json_pack("{s:I,s:I,s:I,s:I}", "entries_removed", (json_int_t)ps.entries_removed,
+						 "files_removed", (json_int_t)ps.files_removed, "bytes_before",
+						 (json_int_t)ps.bytes_before, "bytes_after", (json_int_t)ps.bytes_after));
 		break;
 	}
 	case K_NONE:

@@ -572,6 +572,7 @@ int svc_remote_prune(const struct svc_remote_opts *o, uint64_t max_bytes, int64_
 	st->entries_removed = (uint64_t)json_integer_value(json_object_get(j, "entries_removed"));
 	st->bytes_before = (uint64_t)json_integer_value(json_object_get(j, "bytes_before"));
 	st->bytes_after = (uint64_t)json_integer_value(json_object_get(j, "bytes_after"));
+	st->files_removed = (uint64_t)json_integer_value(json_object_get(j, "files_removed"));
 	ret = 0;
 out:
 	json_decref(j);

@@ -5,8 +5,10 @@
  * each blob per mode (never to the blob: a file's mode must not touch it). */
 #include <archive.h>
 #include <archive_entry.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -376,6 +378,150 @@ int svc_context_make(svc *s, const char *team, const json_t *files, const char *
 	ret = 0;
 out:
 	kiln_cas_close(cas);
+	free(linked);
+	return ret;
+}
+
+/* ---- prune: the team's uploaded files and their linked copies ---- */
+
+struct used {
+	int64_t last;          /* the newest ctime of the blob and its linked copies (a link bumps it) */
+	uint64_t bytes;
+	bool busy, keep;       /* linked into a running build's context; named by a queued one */
+	kiln_strv paths;       /* the blob and its linked copies */
+};
+
+struct usage {
+	json_t *index;         /* hex digest -> position in v */
+	struct used *v;
+	size_t n, cap;
+};
+
+static struct used *used_of(struct usage *g, const char *hex)
+{
+	json_t *i = json_object_get(g->index, hex);
+
+	if (i)
+		return &g->v[json_integer_value(i)];
+	if (g->n == g->cap) {
+		g->cap = g->cap ? 2 * g->cap : 256;
+		g->v = kiln_xrealloc(g->v, g->cap * sizeof(*g->v));
+	}
+	memset(&g->v[g->n], 0, sizeof(g->v[g->n]));
+	g->v[g->n].paths = (kiln_strv)KILN_STRV_INIT;
+	json_object_set_new(g->index, hex, json_integer((json_int_t)g->n));
+	return &g->v[g->n++];
+}
+
+/* Each file of dir/SUB/HEX (one level of subdirectories) noted under HEX. */
+static void scan(struct usage *g, const char *dir, bool linked)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	while (d && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		char *sub = kiln_path_join(dir, e->d_name);
+		DIR *d2 = opendir(sub);
+		struct dirent *f;
+		while (d2 && (f = readdir(d2)) != NULL) {
+			struct stat sb;
+			char *p = kiln_path_join(sub, f->d_name);
+			/* names are hex digests; a ".tmp-" one is a copy being made */
+			if (strlen(f->d_name) == 64 && strspn(f->d_name, "0123456789abcdef") == 64 && lstat(p, &sb) == 0 &&
+			    S_ISREG(sb.st_mode)) {
+				struct used *u = used_of(g, f->d_name);
+				if (sb.st_ctime > u->last)
+					u->last = sb.st_ctime;
+				u->bytes += (uint64_t)sb.st_blocks * 512;
+				u->busy = u->busy || (linked && sb.st_nlink > 1);
+				kiln_strv_push(&u->paths, p);
+			}
+			free(p);
+		}
+		if (d2)
+			closedir(d2);
+		free(sub);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* The digests the team's queued and running builds name. */
+static int keep_queued(svc *s, const char *team, struct usage *g, kiln_error **err)
+{
+	struct svc_rows r;
+	const char *p[] = { team };
+
+	if (svc_db_q(s->db, &r, "SELECT request FROM svc_builds WHERE team = $1 AND state IN ('queued', 'building')", p,
+		     1, err) < 0)
+		return -1;
+	for (size_t i = 0; i < r.n; i++) {
+		json_t *j = json_loads(svc_row(&r, i, 0) ? svc_row(&r, i, 0) : "", 0, NULL), *f;
+		size_t k;
+		json_array_foreach(json_object_get(j, "files"), k, f) {
+			const char *d = json_string_value(json_object_get(f, "digest"));
+			if (d && svc_digest_ok(d))
+				used_of(g, kiln_digest_hex(d))->keep = true;
+		}
+		json_decref(j);
+	}
+	svc_rows_free(&r);
+	return 0;
+}
+
+static int by_last(const void *a, const void *b)
+{
+	const struct used *x = *(struct used *const *)a, *y = *(struct used *const *)b;
+
+	return x->last < y->last ? -1 : x->last > y->last;
+}
+
+int svc_context_prune(svc *s, const char *team, uint64_t budget, int64_t older_than_s, uint64_t *removed,
+		      uint64_t *bytes, kiln_error **err)
+{
+	char *store = svc_team_dir(s, team, "context"), *linked = svc_team_dir(s, team, "linked");
+	char *blobs = kiln_path_join(store, "sha256");
+	struct usage g = { .index = json_object() };
+	struct used **order = NULL;
+	uint64_t total = 0;
+	int64_t now = svc_now();
+	int ret = -1;
+
+	*removed = 0;
+	scan(&g, blobs, false);
+	scan(&g, linked, true);
+	if (keep_queued(s, team, &g, err) < 0)
+		goto out;
+	order = kiln_xcalloc(g.n + 1, sizeof(*order));
+	for (size_t i = 0; i < g.n; i++) {
+		order[i] = &g.v[i];
+		total += g.v[i].bytes;
+	}
+	qsort(order, g.n, sizeof(*order), by_last);
+	/* unused that long, then the least recently used while over budget */
+	for (size_t i = 0; i < g.n; i++) {
+		struct used *u = order[i];
+		if (u->busy || u->keep || u->paths.n == 0)
+			continue;
+		if (u->last > now - older_than_s && total <= budget)
+			break;
+		for (size_t p = 0; p < u->paths.n; p++)
+			if (unlink(u->paths.v[p]) == 0)
+				(*removed)++;
+		total = total > u->bytes ? total - u->bytes : 0;
+	}
+	*bytes = total;
+	ret = 0;
+out:
+	for (size_t i = 0; i < g.n; i++)
+		kiln_strv_free(&g.v[i].paths);
+	free(g.v);
+	free(order);
+	json_decref(g.index);
+	free(blobs);
+	free(store);
 	free(linked);
 	return ret;
 }

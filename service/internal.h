@@ -5,6 +5,7 @@
 #define KILN_SERVICE_INTERNAL_H
 
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include "service/service.h"
 
@@ -110,13 +111,39 @@ int svc_log_append_lines(svc *s, const char *id, const char *const *lines, size_
 			 kiln_error **err);
 void svc_logged(svc *s);
 
+/* ---- a build's processes (child.c) ---- */
+/* A `kiln --wait-job` started ahead by a worker (pid 0: none). */
+struct svc_ready {
+	pid_t pid;
+	int job, out, errfd;    /* the socket its job goes to, its stdout, its stderr */
+	struct stat exe;        /* the binary it runs (a newer one on disk: not used) */
+};
+/* A running child: its stdout (a pipe) and stderr (an unnamed file). */
+struct svc_proc {
+	pid_t pid;
+	int out, errfd;
+};
+int svc_ready_start(svc *s, struct svc_ready *rd, kiln_error **err);
+void svc_ready_stop(struct svc_ready *rd);
+/* argv (argv[0] = s->exe) in its own process group, killed with the
+ * server, with env (NAME=VALUE set, NAME unset) in cwd: rd's ready child
+ * when it has one (and nothing to inherit), else forked now. */
+int svc_proc_start(svc *s, struct svc_ready *rd, char *const *argv, const char *const *env, const char *cwd,
+		   const int *keep, size_t nkeep, struct svc_proc *p, kiln_error **err);
+
 /* ---- requests (request.c), contexts (context.c), builds (worker.c), HTTP (api.c) ---- */
 /* The request as stored and as kiln's HTTP API takes it (docs/service.md). */
 json_t *svc_request_to_json(const struct svc_request *req);
 /* Check, render steps, queue. */
 int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], kiln_error **err);
 int svc_context_make(svc *s, const char *team, const json_t *files, const char *dir, kiln_error **err);
-void svc_run_build(svc *s, const char *id);
+/* The team's uploaded files and their linked copies: a file unused (not
+ * linked into a context, nor named by a queued build) for older_than_s
+ * goes, then the least recently used while they hold more than budget
+ * bytes.  *removed: files unlinked; *bytes: what is left. */
+int svc_context_prune(svc *s, const char *team, uint64_t budget, int64_t older_than_s, uint64_t *removed,
+		      uint64_t *bytes, kiln_error **err);
+void svc_run_build(svc *s, const char *id, struct svc_ready *rd);
 /* Run a kiln command (argv[0] = s->exe) with KILN_HOME=home; its output discarded. */
 int svc_exec_quiet(svc *s, char *const *argv, const char *home, kiln_error **err);
 void svc_api_mount(svc *s);

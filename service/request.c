@@ -10,6 +10,7 @@
 
 #include "dockerfile-parser/dockerfile.h"
 #include "service/internal.h"
+#include "vm/vm.h"
 
 static const char *const step_names[] = { "RUN", "COPY", "ENV", "WORKDIR", "USER", "ARG" };
 
@@ -27,6 +28,7 @@ json_t *svc_request_to_json(const struct svc_request *q)
 	SETS("start_cmd", q->start_cmd);
 	SETS("source_date_epoch", q->source_date_epoch);
 	SETS("ready_cmd", q->ready_cmd);
+	SETS("template_network", q->template_network);
 #undef SETS
 	if (q->nsteps) {
 		a = json_array();
@@ -61,7 +63,7 @@ json_t *svc_request_to_json(const struct svc_request *q)
 	for (size_t i = 0; i < q->nbuild_args; i++)
 		json_array_append_new(a, json_pack("[s,s]", q->build_args[i].key, q->build_args[i].value ? q->build_args[i].value : ""));
 	json_object_set_new(j, "build_args", a);
-	if (q->template_ || q->start_cmd || q->ready_cmd || q->cpus || q->memory_mib)
+	if (q->template_ || q->start_cmd || q->ready_cmd || q->cpus || q->memory_mib || q->template_network)
 		json_object_set_new(j, "template", json_true());
 	if (q->cpus)
 		json_object_set_new(j, "cpus", json_integer(q->cpus));
@@ -317,6 +319,16 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 		kiln_err(err, KILN_E_INVALID, "compression '%s': want gzip, zstd or none", comp);
 		goto out;
 	}
+	const char *tnet = json_string_value(json_object_get(req, "template_network"));
+	enum vm_net_mode nm;
+	if (json_object_get(req, "template_network") && (tnet == NULL || vm_net_mode_parse(tnet, &nm, err) < 0)) {
+		if (*err == NULL)
+			kiln_err(err, KILN_E_INVALID, "template_network: want a string");
+		kiln_error_wrap(err, "template_network");
+		goto out;
+	}
+	if (tnet)
+		json_object_set_new(req, "template", json_true());
 	if (tl && (!json_is_integer(tl) || json_integer_value(tl) < 1)) {
 		kiln_err(err, KILN_E_INVALID, "time_limit_s: want a positive number");
 		goto out;

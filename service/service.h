@@ -102,6 +102,7 @@ struct svc_request {
 	bool template_;             /* also make a template (implied by start/ready/cpus/memory) */
 	const char *start_cmd, *ready_cmd;
 	unsigned cpus, memory_mib;
+	const char *template_network; /* the template's network: "none", "outbound" or NULL (none) */
 	bool no_cache;
 	enum { SVC_GZIP, SVC_ZSTD, SVC_NONE } compression;
 	int64_t time_limit_s;       /* 0: the server's; more than the server's is capped */
@@ -194,6 +195,7 @@ char *svc_auth_team(reg_req *r, const char *want, unsigned *status, kiln_error *
  * ------------------------------------------------------------------------- */
 struct svc_prune_stats {
 	uint64_t entries_removed, bytes_before, bytes_after;
+	uint64_t files_removed;     /* of the team's context store and its linked copies */
 };
 /* max_bytes 0: cache_max; older_than_s < 0: cache_age_s (0: every entry). */
 int svc_cache_prune(svc *s, const char *team, uint64_t max_bytes, int64_t older_than_s, struct svc_prune_stats *st,
@@ -233,5 +235,11 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
  * older_than_s < 0: the server's defaults). */
 int svc_remote_prune(const struct svc_remote_opts *o, uint64_t max_bytes, int64_t older_than_s,
 		     struct svc_prune_stats *st, kiln_error **err);
+
+/* `kiln --wait-job` (a build service's child started ahead): wait for the
+ * job on fd (JSON {argv, env, cwd} up to the end of the stream), apply its
+ * environment and directory, its argv into argv.  1: the stream ended
+ * without a job (the server let it go). */
+int svc_child_wait(int fd, kiln_strv *argv, kiln_error **err);
 
 #endif

@@ -19,10 +19,20 @@
 static void *worker(void *ud)
 {
 	svc *s = ud;
+	struct svc_ready rd = { 0 };
+	bool warned = false;
 
 	while (!s->stopping) {
 		char id[SVC_ID_MAX];
 		kiln_error *err = NULL;
+		/* the next build's process, started while there is none to run */
+		if (rd.pid == 0 && svc_ready_start(s, &rd, &err) < 0) {
+			if (!warned)
+				kiln_warn("build service: a child started ahead: %s (each build starts its own)",
+					  kiln_error_message(err));
+			warned = true;
+			kiln_error_clear(&err);
+		}
 		int got = svc_q_claim(s, id, &err);
 
 		if (got < 0) {
@@ -30,7 +40,7 @@ static void *worker(void *ud)
 			kiln_error_free(err);
 		}
 		if (got == 1) {
-			svc_run_build(s, id);
+			svc_run_build(s, id, &rd);
 			continue;
 		}
 		struct timespec ts;
@@ -41,6 +51,7 @@ static void *worker(void *ud)
 			pthread_cond_timedwait(&s->wake, &s->lock, &ts);
 		pthread_mutex_unlock(&s->lock);
 	}
+	svc_ready_stop(&rd);
 	return NULL;
 }
 
@@ -261,7 +272,12 @@ int svc_cache_prune(svc *s, const char *team, uint64_t max_bytes, int64_t older_
 		max_bytes = s->cfg.cache_max;
 	if (older_than_s < 0)
 		older_than_s = s->cfg.cache_age_s;
-	st->bytes_before = du(home);
+	{
+		char *store = svc_team_dir(s, team, "context"), *linked = svc_team_dir(s, team, "linked");
+		st->bytes_before = du(home) + du(store) + du(linked);
+		free(store);
+		free(linked);
+	}
 	d = opendir(cdir);
 	while (d && (e = readdir(d)) != NULL) {
 		size_t l = strlen(e->d_name);
@@ -290,7 +306,7 @@ int svc_cache_prune(svc *s, const char *team, uint64_t max_bytes, int64_t older_
 	if (d)
 		closedir(d);
 	qsort(v, n, sizeof(*v), by_age);
-	uint64_t total = st->bytes_before;
+	uint64_t total = du(home);
 	for (size_t i = 0; i < n; i++) {
 		if (v[i].last_used > now - older_than_s && total <= max_bytes)
 			break;
@@ -312,7 +328,12 @@ int svc_cache_prune(svc *s, const char *team, uint64_t max_bytes, int64_t older_
 		if (ret < 0)
 			goto out;
 	}
-	st->bytes_after = du(home);
+	/* then the context store, in what the budget leaves */
+	uint64_t home_bytes = du(home), ctx_bytes = 0;
+	if (svc_context_prune(s, team, max_bytes > home_bytes ? max_bytes - home_bytes : 0, older_than_s,
+			      &st->files_removed, &ctx_bytes, err) < 0)
+		goto out;
+	st->bytes_after = home_bytes + ctx_bytes;
 	ret = 0;
 out:
 	for (size_t i = 0; i < n; i++)

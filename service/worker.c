@@ -22,6 +22,7 @@ struct run {
 	svc *s;
 	const char *id, *team;
 	const char *epoch;              /* SOURCE_DATE_EPOCH for the build, or NULL */
+	struct svc_ready *rd;           /* the worker's child started ahead, or NULL */
 	const int *keep_fds;            /* the build's secrets (memfds) its child inherits */
 	size_t n_keep_fds;
 	pid_t pid;
@@ -99,61 +100,6 @@ static void log_event(svc *s, const char *id, json_t *j)
 	json_decref(j);
 }
 
-/* fork + exec argv with KILN_HOME=home, stdout to a pipe (*out), stderr to
- * errfile; its own process group, killed with the server. */
-static pid_t spawn(svc *s, const struct run *r, char *const *argv, const char *home, const char *cwd,
-		   const char *errfile, int *out, kiln_error **err)
-{
-	const char *epoch = r->epoch;
-	int p[2], efd;
-	pid_t pid;
-
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return kiln_err_errno(err, errno, "pipe");
-	efd = open(errfile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (efd < 0) {
-		close(p[0]);
-		close(p[1]);
-		return kiln_err_errno(err, errno, "open %s", errfile);
-	}
-	pid = fork();
-	if (pid < 0) {
-		close(p[0]);
-		close(p[1]);
-		close(efd);
-		return kiln_err_errno(err, errno, "fork");
-	}
-	if (pid == 0) {
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		setpgid(0, 0);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(p[1], 1);
-		dup2(efd, 2);
-		int nul = open("/dev/null", O_RDONLY);
-		if (nul >= 0)
-			dup2(nul, 0);
-		for (size_t i = 0; i < r->n_keep_fds; i++)
-			fcntl(r->keep_fds[i], F_SETFD, 0);
-		setenv("KILN_HOME", home, 1);
-		if (epoch)
-			setenv("SOURCE_DATE_EPOCH", epoch, 1);
-		else
-			unsetenv("SOURCE_DATE_EPOCH");
-		if (chdir(cwd) < 0)
-			_exit(126);
-		unsetenv("KILN_BUILDER");
-		execv(s->exe, argv);
-		_exit(127);
-	}
-	setpgid(pid, pid);
-	close(p[1]);
-	close(efd);
-	*out = p[0];
-	return pid;
-}
-
 static void kill_group(pid_t pid)
 {
 	kill(-pid, SIGTERM);
@@ -165,19 +111,45 @@ static void kill_group(pid_t pid)
 	kill(-pid, SIGKILL);
 }
 
-/* Run argv, each stdout line to fn (when set); 0 exit status, else -1 with a
- * reason (cancel, time limit, exit code). */
-static int run_child(struct run *r, char *const *argv, const char *home, const char *cwd, const char *errfile,
-		     int64_t deadline,
+/* The last lines a child wrote to stderr (its unnamed file), at most 64 KiB. */
+static char *err_tail(int fd)
+{
+	struct stat st;
+	size_t max = 64 << 10;
+	off_t from;
+	char *buf;
+	ssize_t n;
+
+	if (fstat(fd, &st) < 0)
+		return NULL;
+	from = st.st_size > (off_t)max ? st.st_size - (off_t)max : 0;
+	buf = kiln_xmalloc(max + 1);
+	n = kiln_pread_full(fd, buf, (size_t)(st.st_size - from), from);
+	buf[n > 0 ? n : 0] = '\0';
+	return buf;
+}
+
+/* Run argv (with KILN_HOME=home, the build's SOURCE_DATE_EPOCH, in cwd),
+ * each stdout line to fn (when set); 0 exit status, else -1 with a reason
+ * (cancel, time limit, exit code). */
+static int run_child(struct run *r, char *const *argv, const char *home, const char *cwd, int64_t deadline,
 		     void (*fn)(struct run *, const kiln_strv *), kiln_buf *capture, kiln_error **err)
 {
 	kiln_buf acc = KILN_BUF_INIT;
 	int fd = -1, status = 0, cut = 0;
 	int64_t last_beat = 0;
-	pid_t pid = spawn(r->s, r, argv, home, cwd, errfile, &fd, err);
+	char *kh = kiln_xasprintf("KILN_HOME=%s", home), *sde = r->epoch ? kiln_xasprintf("SOURCE_DATE_EPOCH=%s", r->epoch)
+									    : kiln_xstrdup("SOURCE_DATE_EPOCH");
+	const char *env[] = { kh, sde, NULL };
+	struct svc_proc proc;
+	int prc = svc_proc_start(r->s, r->rd, argv, env, cwd, r->keep_fds, r->n_keep_fds, &proc, err);
+	pid_t pid = proc.pid;
 
-	if (pid < 0)
+	free(kh);
+	free(sde);
+	if (prc < 0)
 		return -1;
+	fd = proc.out;
 	pthread_mutex_lock(&r->s->lock);
 	r->pid = pid;
 	pthread_mutex_unlock(&r->s->lock);
@@ -231,6 +203,8 @@ static int run_child(struct run *r, char *const *argv, const char *home, const c
 	pthread_mutex_unlock(&r->s->lock);
 	close(fd);
 	kiln_buf_free(&acc);
+	if (cut)
+		close(proc.errfd);
 	if (cut == 1)
 		return kiln_err(err, KILN_E_GENERIC, "cancelled");
 	if (cut == 2)
@@ -238,11 +212,7 @@ static int run_child(struct run *r, char *const *argv, const char *home, const c
 	if (cut == 3)
 		return kiln_err(err, KILN_E_GENERIC, "the server stopped while the build was running");
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		char *tail = NULL;
-		size_t len = 0;
-		kiln_error *e = NULL;
-		if (kiln_read_file(errfile, &tail, &len, 1 << 20, &e) < 0)
-			kiln_error_free(e);
+		char *tail = err_tail(proc.errfd);
 		/* the child's last "kiln: ..." line says why */
 		char *last = NULL;
 		for (char *p = tail ? strstr(tail, "kiln: ") : NULL; p; p = strstr(p + 1, "kiln: "))
@@ -255,8 +225,10 @@ static int run_child(struct run *r, char *const *argv, const char *home, const c
 		else
 			kiln_err(err, KILN_E_GENERIC, "%s killed by signal %d", argv[1], WTERMSIG(status));
 		free(tail);
+		close(proc.errfd);
 		return -1;
 	}
+	close(proc.errfd);
 	return 0;
 }
 
@@ -297,7 +269,7 @@ static bool tag_holds(svc *s, const char *ref, const char *digest)
 	return yes;
 }
 
-static int publish(struct run *r, const char *home, const char *cwd, const char *errfile, const char *name, bool tmpl,
+static int publish(struct run *r, const char *home, const char *cwd, const char *name, bool tmpl,
 		   struct svc_result *res, kiln_error **err)
 {
 	char *host = registry_host(r->s), *repo_tag = kiln_xasprintf("%s/%s", r->team, name);
@@ -331,7 +303,7 @@ static int publish(struct run *r, const char *home, const char *cwd, const char 
 				 tag_holds(r->s, dest + strlen(host) + 1, r->digest);
 		if (unchanged)
 			digest = kiln_xstrdup(r->digest);
-		if (digest == NULL && run_child(r, a.v, home, cwd, errfile, 0, NULL, &out, err) < 0) {
+		if (digest == NULL && run_child(r, a.v, home, cwd, 0, NULL, &out, err) < 0) {
 			kiln_error_wrap(err, "publish %s", dest + strlen(host) + 1);
 			goto out;
 		}
@@ -389,6 +361,32 @@ static int write_scratch(const char *path, const char *text, kiln_error **err)
 	return close(fd) < 0 ? kiln_err_errno(err, errno, "write %s", path) : 0;
 }
 
+/* WORK/digests.json: each context file's digest, its name in the team's
+ * store its hard link was made from (svc_context_make), so the build takes
+ * it instead of hashing the file again (the client hashed it; the store
+ * verified it on upload).  Files extracted from a tar are hashed. */
+static int write_digests(const char *work, const json_t *files, kiln_error **err)
+{
+	json_t *map = json_object(), *f;
+	char *path = kiln_path_join(work, "digests.json"), *text;
+	size_t i;
+	int ret;
+
+	json_array_foreach(files, i, f) {
+		const char *p = json_string_value(json_object_get(f, "path"));
+		const char *d = json_string_value(json_object_get(f, "digest"));
+		mode_t mode = (mode_t)json_integer_value(json_object_get(f, "mode"));
+		if (p && d && S_ISREG(mode) && !json_is_true(json_object_get(f, "tar")))
+			json_object_set_new(map, p, json_string(d));
+	}
+	text = json_dumps(map, JSON_COMPACT);
+	ret = write_scratch(path, text, err);
+	free(text);
+	free(path);
+	json_decref(map);
+	return ret;
+}
+
 static void result_free(struct svc_result *res)
 {
 	free(res->image);
@@ -398,15 +396,15 @@ static void result_free(struct svc_result *res)
 	memset(res, 0, sizeof(*res));
 }
 
-void svc_run_build(svc *s, const char *id)
+void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 {
-	struct run r = { .s = s, .id = id };
+	struct run r = { .s = s, .id = id, .rd = rd };
 	struct svc_result res = { 0 };
 	struct svc_secrets *sec = NULL;
 	int *sec_fds = NULL;
 	size_t n_sec_fds = 0;
 	kiln_error *err = NULL;
-	char *team = NULL, *request = NULL, *home = NULL, *work = NULL, *ctx = NULL, *df = NULL, *errfile = NULL;
+	char *team = NULL, *request = NULL, *home = NULL, *work = NULL, *ctx = NULL, *df = NULL;
 	char *ts = NULL, *name = NULL;
 	kiln_strv a = KILN_STRV_INIT;
 	json_t *req = NULL;
@@ -432,12 +430,11 @@ void svc_run_build(svc *s, const char *id)
 	ctx = kiln_path_join(work, "context");
 	const char *dfname = json_string_value(json_object_get(req, "dockerfile_name"));
 	df = kiln_path_join(work, dfname ? dfname : "Dockerfile");
-	errfile = kiln_path_join(work, "stderr");
 	if (kiln_mkdir_p(home, 0700, &err) < 0 || svc_team_auth(s, team, home, &err) < 0 ||
 	    svc_context_make(s, team, json_object_get(req, "files"), ctx, &err) < 0)
 		goto fail;
 	const char *text = json_string_value(json_object_get(req, "dockerfile"));
-	if (write_scratch(df, text, &err) < 0)
+	if (write_scratch(df, text, &err) < 0 || write_digests(work, json_object_get(req, "files"), &err) < 0)
 		goto fail;
 	name = json_string_value(json_object_get(req, "name")) ? kiln_xstrdup(json_string_value(json_object_get(req, "name")))
 							       : NULL;
@@ -448,6 +445,8 @@ void svc_run_build(svc *s, const char *id)
 	argv_add(&a, "--json");
 	argv_add(&a, "-f");
 	argv_add(&a, dfname ? dfname : "Dockerfile"); /* relative: errors name it as the client does */
+	argv_add(&a, "--context-digests");
+	argv_add(&a, "digests.json");
 	if (name) {
 		argv_add(&a, "-t");
 		argv_add(&a, name);
@@ -460,8 +459,9 @@ void svc_run_build(svc *s, const char *id)
 		kiln_strv_push_owned(&a, s2);
 	}
 	static const char *const strs[][2] = { { "target", "--target" }, { "start_cmd", "--start-cmd" },
-					       { "ready_cmd", "--ready-cmd" }, { "compression", "--compression" } };
-	for (size_t k = 0; k < 4; k++) {
+					       { "ready_cmd", "--ready-cmd" }, { "compression", "--compression" },
+					       { "template_network", "--template-network" } };
+	for (size_t k = 0; k < 5; k++) {
 		const char *v = json_string_value(json_object_get(req, strs[k][0]));
 		if (v) {
 			argv_add(&a, strs[k][1]);
@@ -493,7 +493,7 @@ void svc_run_build(svc *s, const char *id)
 		r.n_keep_fds = n_sec_fds;
 	}
 	argv_add(&a, "context");
-	int brc = run_child(&r, a.v, home, work, errfile, svc_now() + limit, on_lines, NULL, &err);
+	int brc = run_child(&r, a.v, home, work, svc_now() + limit, on_lines, NULL, &err);
 	r.keep_fds = NULL;
 	r.n_keep_fds = 0;
 	if (brc < 0) {
@@ -507,7 +507,7 @@ void svc_run_build(svc *s, const char *id)
 		}
 		goto fail;
 	}
-	if (name && publish(&r, home, work, errfile, name, tmpl, &res, &err) < 0)
+	if (name && publish(&r, home, work, name, tmpl, &res, &err) < 0)
 		goto fail;
 	if (!name) {
 		res.image_digest = kiln_xstrdup(r.digest ? r.digest : "");
@@ -570,7 +570,6 @@ out:
 	free(work);
 	free(ctx);
 	free(df);
-	free(errfile);
 	free(ts);
 	free(name);
 	pthread_mutex_lock(&s->lock);
@@ -581,10 +580,5 @@ out:
 int svc_exec_quiet(svc *s, char *const *argv, const char *home, kiln_error **err)
 {
 	struct run r = { .s = s, .id = "" };
-	char *errfile = kiln_path_join(home, "prune.stderr");
-	int ret = run_child(&r, argv, home, home, errfile, 0, NULL, NULL, err);
-
-	unlink(errfile);
-	free(errfile);
-	return ret;
+	return run_child(&r, argv, home, home, 0, NULL, NULL, err);
 }

@@ -142,11 +142,29 @@ expect_eq "nothing of a cancelled build is published" "$(curl -s -H "X-API-Key: 
 kill $SLOW 2>/dev/null
 wait $SLOW 2>/dev/null
 
-# the team's cache on the server, pruned from the client
+# --template-network goes with the request (refused if not none or outbound)
+printf 'FROM scratch\nCOPY missing /x\n' >"$T_TMP/Dockerfile.tnet"
+expect_exit 1 "a remote template build with --template-network outbound" $KILN build --remote "$URL" -f "$T_TMP/Dockerfile.tnet" --template-network outbound "$T_TMP/ctx"
+expect_eq "...is sent with it (a template)" "$(sqlite3 "$DATA/meta.db" "SELECT request FROM svc_builds ORDER BY qms DESC LIMIT 1" | jq -c '[.template_network, .template]')" '["outbound",true]'
+expect_eq "a bad template_network is refused" "$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d '{"dockerfile":"FROM scratch\n","template_network":"all"}' | jq -r .error)" \
+	"template_network: network 'all': want none or outbound"
+
+# the team's cache on the server, pruned from the client: by age, then by size
+files_of() { find "$DATA/build/teams/$1/context/sha256" "$DATA/build/teams/$1/linked" -type f 2>/dev/null | grep -c '/[0-9a-f]\{64\}$'; }
+nb=$(files_of team-b)
+expect_exit 0 "kiln cache prune --remote, files used within a day" $KILN cache prune --remote "$URL" --older-than 1d
+expect_grep "...keeps team a's context files" '^removed 0 cache entries and 0 context files on ' "$T_TMP/out"
 expect_exit 0 "kiln cache prune --remote" $KILN cache prune --remote "$URL" --older-than 0s
-expect_grep "it removed team a's entries" '^removed [1-9][0-9]* cache entries on ' "$T_TMP/out"
+expect_grep "it removed team a's entries and context files" '^removed [1-9][0-9]* cache entries and [1-9][0-9]* context files on ' "$T_TMP/out"
+expect_eq "team a's uploaded files and linked copies are gone" "$(files_of team-a)" 0
+expect_eq "team b's are all there" "$(files_of team-b)" "$nb"
 expect_exit 0 "a rebuild after the prune" $KILN build --remote "$URL" -t app:v4 "$T_TMP/ctx"
 if grep -q 'cache hit' "$T_TMP/err"; then not_ok "misses the pruned cache"; else ok "misses the pruned cache"; fi
+expect_grep "...uploading its files again" '^context: [0-9]* entries, [1-9][0-9]* files uploaded' "$T_TMP/err"
+expect_exit 0 "kiln cache prune --remote --max-size 1" $KILN cache prune --remote "$URL" --older-than 1d --max-size 1
+expect_grep "...removes files used within a day, the store being over its size" ' and [1-9][0-9]* context files on ' "$T_TMP/out"
+expect_eq "...all of team a's" "$(files_of team-a)" 0
+expect_exit 0 "a rebuild after that" $KILN build --remote "$URL" -t app:v4 "$T_TMP/ctx"
 KILN_TOKEN=$B expect_exit 0 "team b's cache is untouched by a's prune" $KILN build --remote "$URL" -t app:v1 "$T_TMP/ctx"
 expect_grep "...its steps still hit" '^  cache hit' "$T_TMP/err"
 

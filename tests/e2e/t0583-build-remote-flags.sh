@@ -45,6 +45,31 @@ printf 'FROM scratch\nBOGUS x\n' >"$T_TMP/bad.in"
 expect_exit 1 "a bad Dockerfile on stdin fails remotely" $KILN build --remote "$URL" -f - "$C" <"$T_TMP/bad.in"
 expect_grep "naming <stdin>:LINE:COL as a local build does" '<stdin>:2:1: unknown instruction' "$T_TMP/err"
 
+# the build's process was started ahead (`kiln --wait-job`, its exec paid
+# while idle) and is used once: a new one waits for the next build
+waiting() { ps -o pid=,args= --ppid "$SRV" | awk '$3 == "--wait-job" {print $1}' | sort | tr '\n' ' '; }
+W1=$(waiting)
+expect_eq "the server keeps one child started ahead per worker" "$(echo $W1 | wc -w)" 1
+expect_exit 0 "a remote build" $KILN build --remote "$URL" -f - -t app:1 "$C" <"$T_TMP/Dockerfile.in"
+for _ in $(seq 50); do W2=$(waiting); [ -n "$W2" ] && [ "$W2" != "$W1" ] && break; sleep 0.1; done
+if [ -n "$W1" ] && ! kill -0 $W1 2>/dev/null && [ -n "$W2" ] && [ "$W2" != "$W1" ]; then
+	ok "...ran in it (gone after the build), and another waits"
+else not_ok "...ran in it (gone after the build), and another waits (before: $W1, after: $W2)"; fi
+
+# the child takes the context's digests from the server's store (the client
+# hashed the files, the store verified them): --context-digests, as a local
+# build takes them
+printf '{"a.txt":"%s","sub/b.txt":"%s"}' "sha256:$(sha256sum <"$C/a.txt" | cut -c1-64)" \
+	"sha256:$(sha256sum <"$C/sub/b.txt" | cut -c1-64)" >"$T_TMP/digests.json"
+printf '{"a.txt":"%s","sub/b.txt":"sha256:%064d"}' "sha256:$(sha256sum <"$C/a.txt" | cut -c1-64)" 0 >"$T_TMP/wrong.json"
+KILN_HOME=$T_TMP/hint expect_exit 0 "a local build with the right --context-digests" $KILN build -f - --context-digests "$T_TMP/digests.json" -t app:1 "$C" <"$T_TMP/Dockerfile.in"
+expect_eq "...gives the digest of one that hashes" "$(head -1 "$T_TMP/out")" "$LOCAL"
+KILN_HOME=$T_TMP/hint expect_exit 0 "a rebuild with other digests for a file" $KILN build -f - --context-digests "$T_TMP/wrong.json" -t app:1 "$C" <"$T_TMP/Dockerfile.in"
+expect_eq "...takes them as they are, not hashing (that file's step misses the cache)" "$(grep -c '^  cache miss' "$T_TMP/err")" 1
+echo '[1]' >"$T_TMP/bad.json"
+KILN_HOME=$T_TMP/hint expect_exit 1 "--context-digests that is not an object" $KILN build -f - --context-digests "$T_TMP/bad.json" "$C" <"$T_TMP/Dockerfile.in"
+expect_grep "...is refused saying so" 'context-digests.*want a JSON object' "$T_TMP/err"
+
 # the registry client's transport: one kept-alive connection, retries with backoff
 KILN_LOG=debug expect_exit 0 "a remote build with the debug log" $KILN build --remote "$URL" -f - -t app:1 "$C" <"$T_TMP/Dockerfile.in"
 expect_grep "its requests share one kept-alive connection" 'build server .*: [3-9][0-9]* requests over 1 connections' "$T_TMP/err"
@@ -109,8 +134,13 @@ SLOW=$!
 for _ in $(seq 50); do [ -s "$T_TMP/slow.port" ] && break; sleep 0.1; done
 SLOWURL=http://127.0.0.1:$(cat "$T_TMP/slow.port")/x
 state() { curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$1" | jq -r "${2:-.state}"; }
+W2=$(waiting)
+touch "$KILN" # a newer kiln binary: the child started ahead by the older one is not used
 T1=$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d "{\"dockerfile\":\"FROM scratch\\nADD $SLOWURL /x\\n\"}" | jq -r .id)
 for _ in $(seq 100); do [ "$(state "$T1")" = building ] && break; sleep 0.1; done
+if ps -o args= --ppid "$SRV" | grep -q -- ' build --json ' && [ -n "$W2" ] && ! kill -0 $W2 2>/dev/null; then
+	ok "after the kiln binary changed a build runs in a process of its own, the older child stopped"
+else not_ok "after the kiln binary changed a build runs in a process of its own, the older child stopped ($(ps -o args= --ppid "$SRV" | tr '\n' ';'))"; fi
 B64=$(printf '%s' "$PLAIN" | base64 -w0)
 T2=$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" \
 	-d "{\"dockerfile\":\"FROM scratch\\n\",\"secrets\":[{\"id\":\"tok\",\"data\":\"$B64\"}]}" | jq -r .id)
