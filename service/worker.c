@@ -26,6 +26,8 @@ struct run {
 	const int *keep_fds;            /* the build's secrets (memfds) its child inherits */
 	size_t n_keep_fds;
 	pid_t pid;
+	pid_t done_pid;                 /* the build's process after its done event, reaped last */
+	int done_out, done_err;
 	char *reason, *location;       /* from the error event */
 	char *digest, *template_digest; /* from the done event */
 };
@@ -179,6 +181,19 @@ static int run_child(struct run *r, char *const *argv, const char *home, const c
 			if (fn && lines.n)
 				fn(r, &lines);
 			kiln_strv_free(&lines);
+			/* the build's result is stored (done comes last, after the image
+			 * is committed and tagged in the team's home): go on publishing
+			 * while its process exits, reaped at the end (reap_done) */
+			if (fn == on_lines && r->digest) {
+				pthread_mutex_lock(&r->s->lock);
+				r->pid = 0;
+				pthread_mutex_unlock(&r->s->lock);
+				r->done_pid = pid;
+				r->done_out = fd;
+				r->done_err = proc.errfd;
+				kiln_buf_free(&acc);
+				return 0;
+			}
 		}
 		if (now - last_beat >= 2) {
 			kiln_error *e = NULL;
@@ -230,6 +245,26 @@ static int run_child(struct run *r, char *const *argv, const char *home, const c
 	}
 	close(proc.errfd);
 	return 0;
+}
+
+/* The build's process that gave its done event: given 30 s to exit. */
+static void reap_done(struct run *r)
+{
+	int status = 0, i;
+
+	if (r->done_pid <= 0)
+		return;
+	close(r->done_out);
+	for (i = 0; i < 300 && waitpid(r->done_pid, &status, WNOHANG) == 0; i++)
+		kiln_sleep_ms(100);
+	if (i == 300) {
+		kill_group(r->done_pid);
+		waitpid(r->done_pid, &status, 0);
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		kiln_warn("build %s: its process ended with status %d after its result was stored", r->id, status);
+	close(r->done_err);
+	r->done_pid = 0;
 }
 
 static void argv_add(kiln_strv *a, const char *s)
@@ -547,6 +582,7 @@ fail: {
 	free(loc);
 }
 out:
+	reap_done(&r);
 	for (size_t k = 0; k < n_sec_fds; k++)
 		close(sec_fds[k]);
 	free(sec_fds);
