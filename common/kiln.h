@@ -15,6 +15,10 @@
 #include <jansson.h>
 
 #define KILN_VERSION "0.1.0"
+/* The media type of a template's config blob: snapshots/ writes and reads
+ * the config (snap_config), oci/ and distrib/ name it in the template's
+ * manifest; both sit above common/, so it is defined once here. */
+#define KILN_TMPL_CONFIG_MEDIA "application/vnd.kiln.template.config.v1+json"
 
 #if defined(__GNUC__)
 #define KILN_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -186,7 +186,7 @@ int dist_tmpl_seal(struct dist_tmpl *t, dist_chunks *cs, kiln_error **err)
 		json_array_append_new(layers, descriptor(OCI_TMPL_CHUNK_MEDIA, t->blobs[i].digest, t->blobs[i].size));
 	m = json_pack("{s:i, s:s, s:s, s:o, s:o}", "schemaVersion", 2, "mediaType", "application/vnd.oci.image.manifest.v1+json",
 		      "artifactType", OCI_TMPL_ARTIFACT_TYPE, "config",
-		      descriptor(OCI_TMPL_CONFIG_MEDIA, t->config_digest, t->config_len), "layers", layers);
+		      descriptor(KILN_TMPL_CONFIG_MEDIA, t->config_digest, t->config_len), "layers", layers);
 	layers = NULL;
 	t->manifest = kiln_json_dumps_canonical(m);
 	t->manifest_len = strlen(t->manifest);
@@ -257,7 +257,7 @@ int dist_tmpl_parse(struct dist_tmpl *t, const char *manifest, size_t len, kiln_
 			 kiln_json_str(m, "artifactType") ? kiln_json_str(m, "artifactType") : "(none)");
 		goto out;
 	}
-	if (read_descriptor(json_object_get(m, "config"), OCI_TMPL_CONFIG_MEDIA, t->config_digest, &sz, err) < 0)
+	if (read_descriptor(json_object_get(m, "config"), KILN_TMPL_CONFIG_MEDIA, t->config_digest, &sz, err) < 0)
 		goto out;
 	t->config_len = (size_t)sz;
 	layers = json_object_get(m, "layers");

@@ -176,7 +176,7 @@ int oci_tmpl_is_artifact(const char *manifest, size_t len)
 	json_t *m = kiln_json_loadb(manifest, len, "manifest", NULL);
 	const char *at = m ? kiln_json_str(m, "artifactType") : NULL;
 	const char *cm = m ? kiln_json_str(json_object_get(m, "config"), "mediaType") : NULL;
-	int r = (at && strcmp(at, OCI_TMPL_ARTIFACT_TYPE) == 0) || (cm && strcmp(cm, OCI_TMPL_CONFIG_MEDIA) == 0);
+	int r = (at && strcmp(at, OCI_TMPL_ARTIFACT_TYPE) == 0) || (cm && strcmp(cm, KILN_TMPL_CONFIG_MEDIA) == 0);
 
 	json_decref(m);
 	return r;

@@ -16,9 +16,9 @@
 #define OCI_MT_DOCKER_LIST "application/vnd.docker.distribution.manifest.list.v2+json"
 
 /* A kiln template version travels as an OCI image manifest with these types
- * (docs/distribution.md); distrib/ makes and reads them. */
+ * and KILN_TMPL_CONFIG_MEDIA (kiln.h) for its config (docs/distribution.md);
+ * distrib/ makes and reads them. */
 #define OCI_TMPL_ARTIFACT_TYPE "application/vnd.kiln.template.v1"
-#define OCI_TMPL_CONFIG_MEDIA "application/vnd.kiln.template.config.v1+json"
 #define OCI_TMPL_INDEX_MEDIA "application/vnd.kiln.template.index.v1+json"
 #define OCI_TMPL_CHUNK_MEDIA "application/vnd.kiln.template.chunk.v1+zstd"
 /* Whether a manifest is a kiln template artifact (so image pulls refuse it). */

@@ -223,7 +223,7 @@ static int read_fields(const json_t *j, const char *where, struct snap_config *c
 	char *net = NULL;
 
 	/* schema and media type first: anything else is no template config at all */
-	if (kiln_json_int(j, "schemaVersion", 0) != SNAP_SCHEMA || media == NULL || strcmp(media, SNAP_CONFIG_MEDIA) != 0)
+	if (kiln_json_int(j, "schemaVersion", 0) != SNAP_SCHEMA || media == NULL || strcmp(media, KILN_TMPL_CONFIG_MEDIA) != 0)
 		return kiln_err(err, KILN_E_INVALID, "%s: not a kiln template config (schema %d, media type %.80s)", where,
 				(int)kiln_json_int(j, "schemaVersion", 0), media ? media : "none");
 	if (only_keys(j, keys, where, "", err) < 0 || get_str(j, "created", where, "created", true, &c->created, err) < 0 ||
@@ -289,7 +289,7 @@ char *snap_config_write(const struct snap_config *c)
 	char *text;
 
 	json_object_set_new(j, "schemaVersion", json_integer(SNAP_SCHEMA));
-	json_object_set_new(j, "mediaType", json_string(SNAP_CONFIG_MEDIA));
+	json_object_set_new(j, "mediaType", json_string(KILN_TMPL_CONFIG_MEDIA));
 	if (c->created)
 		json_object_set_new(j, "created", json_string(c->created));
 	/* the commands, user and workdir are always there, null when unset */

@@ -8,7 +8,6 @@
 #include "vm/vm.h"
 
 #define SNAP_SCHEMA 1
-#define SNAP_CONFIG_MEDIA "application/vnd.kiln.template.config.v1+json"
 
 struct snap_template {
 	char *digest;          /* of the config blob */

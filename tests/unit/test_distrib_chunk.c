@@ -74,7 +74,7 @@ static char *make_template(const char *home, const char *name, unsigned char mar
 	char *cmd = kiln_xasprintf("qemu-img create -q -u -f qcow2 -F raw -b '%s' '%s' 16M", kiln_digest_hex(d_root), disk);
 	CHECK_INT(system(cmd), 0);
 	char *d_mem = store_blob(home, mem), *d_state = store_blob(home, state), *d_disk = store_blob(home, disk);
-	json_t *cfg = json_pack("{s:i, s:s, s:s, s:[]}", "schemaVersion", 1, "mediaType", OCI_TMPL_CONFIG_MEDIA, "start",
+	json_t *cfg = json_pack("{s:i, s:s, s:s, s:[]}", "schemaVersion", 1, "mediaType", KILN_TMPL_CONFIG_MEDIA, "start",
 				"true", "env");
 	json_object_set_new(cfg, "rootfs", desc("application/vnd.kiln.rootfs.ext4", d_root, rootfs));
 	json_object_set_new(cfg, "memory", desc("application/vnd.kiln.memory.raw", d_mem, mem));
@@ -321,7 +321,7 @@ static void test_malformed(void)
 	/* An index naming a blob the manifest does not list. */
 	char *m = kiln_xasprintf("{\"schemaVersion\":2,\"artifactType\":\"%s\",\"config\":{\"mediaType\":\"%s\",\"digest\":"
 				 "\"sha256:%064d\",\"size\":2},\"layers\":[{\"mediaType\":\"%s\",\"digest\":\"sha256:%064d\","
-				 "\"size\":9}]}", OCI_TMPL_ARTIFACT_TYPE, OCI_TMPL_CONFIG_MEDIA, 1, OCI_TMPL_INDEX_MEDIA, 2);
+				 "\"size\":9}]}", OCI_TMPL_ARTIFACT_TYPE, KILN_TMPL_CONFIG_MEDIA, 1, OCI_TMPL_INDEX_MEDIA, 2);
 	CHECK_INT(dist_tmpl_parse(&t, m, strlen(m), &err), 0);
 	const char *ix = "{\"schemaVersion\":1,\"blobs\":[],\"parts\":[{\"role\":\"rootfs\",\"digest\":\"sha256:"
 			 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\",\"size\":65536,"

@@ -15,7 +15,7 @@ static char *finalize_style(void)
 {
 	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:n, s:s, s:n, s:[s,s], s:i, s:i, s:s, "
 			      "s:{s:s, s:s, s:s, s:i, s:I, s:s, s:s, s:s}}",
-			      "schemaVersion", 1, "mediaType", SNAP_CONFIG_MEDIA, "created", "2026-12-01T10:00:00Z",
+			      "schemaVersion", 1, "mediaType", KILN_TMPL_CONFIG_MEDIA, "created", "2026-12-01T10:00:00Z",
 			      "start", "python3 -m http.server", "ready", "user", "app", "workdir", "env",
 			      "PATH=/usr/bin:/bin", "A=b=c", "cpus", 2, "memory_mib", 512, "network", "outbound", "depends",
 			      "qemu", "7.2.22", "machine", "pc-q35 -smp 2", "accel", "tcg", "agent_protocol", 1, "tsc_khz",

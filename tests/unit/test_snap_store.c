@@ -76,7 +76,7 @@ static void test_names(void)
 
 static void test_open(void)
 {
-	const char *cfg = "{\"schemaVersion\":1,\"mediaType\":\"" SNAP_CONFIG_MEDIA "\","
+	const char *cfg = "{\"schemaVersion\":1,\"mediaType\":\"" KILN_TMPL_CONFIG_MEDIA "\","
 			  "\"memory\":{\"digest\":\"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"size\":1},\"state\":{\"digest\":\"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\",\"size\":1},"
 			  "\"disk\":{\"digest\":\"sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc\",\"size\":1},\"rootfs\":{\"digest\":\"sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\",\"size\":1},"
 			  "\"env\":[\"A=1\"]}";
@@ -137,7 +137,7 @@ static void test_open_refuses_paths(void)
 	char ed[KILN_DIGEST_MAX];
 	kiln_error *err = NULL;
 
-	const char *evil = "{\"schemaVersion\":1,\"mediaType\":\"" SNAP_CONFIG_MEDIA "\","
+	const char *evil = "{\"schemaVersion\":1,\"mediaType\":\"" KILN_TMPL_CONFIG_MEDIA "\","
 			   "\"memory\":{\"digest\":\"sha256:../../../etc/shadow\",\"size\":1},\"state\":{\"digest\":\"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\",\"size\":1},"
 			   "\"disk\":{\"digest\":\"sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc\",\"size\":1},\"rootfs\":{\"digest\":\"sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\",\"size\":1}}";
 	CHECK_INT(snap_blob_put_data(evil, strlen(evil), ed, &err), 0);
@@ -154,7 +154,7 @@ static void test_open_refuses_paths(void)
 static char *import_cfg(const char *dir, const char *mem_digest, const char *disk_file, json_t **cfg_out)
 {
 	const char *roles[] = { "rootfs", "memory", "state", "disk" };
-	json_t *cfg = json_pack("{s:i,s:s}", "schemaVersion", SNAP_SCHEMA, "mediaType", SNAP_CONFIG_MEDIA);
+	json_t *cfg = json_pack("{s:i,s:s}", "schemaVersion", SNAP_SCHEMA, "mediaType", KILN_TMPL_CONFIG_MEDIA);
 	kiln_error *err = NULL;
 	char rootfs_hex[80] = "";
 
