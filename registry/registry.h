@@ -17,7 +17,7 @@
 struct reg_config {
 	char *host;                 /* listen address, IPv4 or IPv6 literal */
 	uint16_t port;              /* 0 = pick an ephemeral port */
-	char *data_dir;             /* blobs/, uploads/, meta.db */
+	char *data_dir;             /* uploads/, meta.db, and blobs/ with no S3 backend */
 	uint64_t manifest_max;      /* bytes; larger manifests get 413 */
 	uint64_t blob_max;          /* bytes per blob upload; 0 = no limit */
 	unsigned connection_limit;  /* concurrent connections (the library refuses more at accept) */

@@ -36,8 +36,8 @@ stale_binary() { # BINARY SOURCES...
 if [ -e "$PWD/bin/kiln" ] && [ "$KILN" -ef "$PWD/bin/kiln" ]; then
 	# what the Makefile builds each from
 	for b in kiln kiln-agent; do
-		# (the Makefile's STAGES and cli: oci, regclient, distrib since the registry split)
-		if [ $b = kiln ]; then srcs="common oci dockerfile-parser rootfs builder vm guest snapshots regclient registry distrib service cli"
+		# (bin/kiln: the Makefile's STAGES, read from it so a new stage is watched too, and cli/)
+		if [ $b = kiln ]; then srcs="$(sed -n 's/^STAGES *:= *//p' Makefile) cli"
 		else srcs="guest/agent $(echo guest/proto*.c guest/*.h)"; fi
 		# shellcheck disable=SC2086
 		if f=$(stale_binary "$PWD/bin/$b" $srcs); then
