@@ -56,6 +56,64 @@ static int write_str(const char *dir, const char *file, const char *val, bool op
 	return rc;
 }
 
+/* Whether the space-separated list holds word. */
+static bool has_word(const char *list, const char *word)
+{
+	size_t n = strlen(word);
+
+	for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+		if ((p == list || p[-1] == ' ') && (p[n] == '\0' || p[n] == ' ' || p[n] == '\n'))
+			return true;
+	return false;
+}
+
+/* A cgroup file's first line ("" when unreadable). */
+static void read_line(const char *dir, const char *file, char *buf, size_t size)
+{
+	char *p = kiln_path_join(dir, file);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, size - 1) : 0;
+
+	buf[n > 0 ? n : 0] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	if (fd >= 0)
+		close(fd);
+	free(p);
+}
+
+/* v2: turn on each of the n controllers in want for dir's children that is
+ * not on yet, one write each: a write naming one controller dir does not
+ * offer fails whole, and a write that changes nothing is skipped (a change
+ * under a populated subtree takes the cgroup core's global lock).
+ * required: one that cannot be enabled is an error naming it. */
+static int cg_enable(const char *dir, const char *const *want, size_t n, bool required, kiln_error **err)
+{
+	char on[512], avail[512], v[32];
+
+	read_line(dir, "cgroup.subtree_control", on, sizeof(on));
+	for (size_t i = 0; i < n; i++) {
+		if (has_word(on, want[i]))
+			continue;
+		char *p = kiln_path_join(dir, "cgroup.subtree_control");
+		int fd = open(p, O_WRONLY | O_CLOEXEC), e = 0;
+		snprintf(v, sizeof(v), "+%s", want[i]);
+		if (fd < 0 || write(fd, v, strlen(v)) < 0)
+			e = errno;
+		if (fd >= 0)
+			close(fd);
+		free(p);
+		if (e && required) {
+			read_line(dir, "cgroup.controllers", avail, sizeof(avail));
+			return kiln_err(err, KILN_E_GENERIC,
+					"cgroup: cannot enable the %s controller for the VMs under %s: %s (the controllers "
+					"offered there: '%s'); each VM's CPU, memory and processes are limited with cpu, "
+					"memory and pids: enable %s in the parent's cgroup.subtree_control",
+					want[i], dir, strerror(e), avail, want[i]);
+		}
+	}
+	return 0;
+}
+
 /* Whether a cgroup directory holds a process (absent: no). */
 static bool cg_busy(const char *dir)
 {
@@ -150,9 +208,10 @@ static int cg_paths(struct vm_jail *j, unsigned slot, bool create, kiln_error **
 			return -1;
 		}
 		if (create) {
-			write_str("/sys/fs/cgroup", "cgroup.subtree_control", "+cpu +memory +pids +io", true, NULL);
-			int rc = write_str(parent, "cgroup.subtree_control", "+cpu +memory +pids", false, err);
-			write_str(parent, "cgroup.subtree_control", "+io", true, NULL);
+			static const char *const all[] = { "cpu", "memory", "pids", "io" };
+			cg_enable("/sys/fs/cgroup", all, 4, false, NULL);
+			int rc = cg_enable(parent, all, 3, true, err);
+			cg_enable(parent, all + 3, 1, false, NULL); /* I/O weight: best effort */
 			if (rc < 0) {
 				free(parent);
 				return -1;

@@ -53,4 +53,4 @@ else
 	ok "the probe ran to its end ($(($(date +%s) - start)) s in the guest VM)"
 fi
 n=$(grep -cE '^ok - ' "$T_TMP/probe.out")
-expect_eq "the probe made all its checks" "$n" 29
+expect_eq "the probe made all its checks" "$n" 30

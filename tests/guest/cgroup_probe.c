@@ -4,11 +4,13 @@
  * (t0925).  Prints one "ok - NAME" / "not ok - NAME" line per check and
  * "probe: done" at the end; processes stand in for QEMU. */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -53,6 +55,18 @@ static char *cg_read(const char *dir, const char *file)
 
 	free(p);
 	return data;
+}
+
+static int cg_write(const char *dir, const char *file, const char *val)
+{
+	char *p = kiln_path_join(dir, file);
+	FILE *f = fopen(p, "w");
+	int rc = f && fputs(val, f) >= 0 ? 0 : -1;
+
+	if (f && fclose(f) != 0)
+		rc = -1;
+	free(p);
+	return rc;
 }
 
 /* Whether the space-separated list holds word. */
@@ -222,6 +236,52 @@ static bool empties(const char *dir, int seconds)
 	return false;
 }
 
+/* vm_jail_slot_take where /sys/fs/cgroup offers cpu and memory only: in a
+ * mount namespace of a child's own, a cgroup whose parent enables only those
+ * is bound over /sys/fs/cgroup.  Its error message, or what went wrong. */
+static char *without_pids(void)
+{
+	static const char *const top = "/sys/fs/cgroup/probe-nopids", *const fake = "/sys/fs/cgroup/probe-nopids/root";
+	char buf[1024] = "";
+	int p[2], status;
+
+	if (mkdir(top, 0755) < 0 || cg_write(top, "cgroup.subtree_control", "+cpu +memory") < 0 || mkdir(fake, 0755) < 0 ||
+	    pipe(p) < 0)
+		return kiln_xasprintf("setting up %s: %s", fake, strerror(errno));
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct vm_jail d = { .slot_fd = -1 };
+		kiln_error *e = NULL;
+		if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+		    mount(fake, "/sys/fs/cgroup", NULL, MS_BIND, NULL) < 0) {
+			dprintf(p[1], "bind mount: %s", strerror(errno));
+			_exit(1);
+		}
+		if (vm_jail_slot_take(&d, 1, 16, &e) == 0)
+			dprintf(p[1], "slot %u taken", d.slot);
+		else
+			dprintf(p[1], "%s", kiln_error_message(e));
+		_exit(0);
+	}
+	close(p[1]);
+	ssize_t n = pid > 0 ? read(p[0], buf, sizeof(buf) - 1) : -1;
+	buf[n > 0 ? n : 0] = '\0';
+	close(p[0]);
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	/* what kiln made under the fake root, then the fake root */
+	char path[256];
+	for (unsigned s = 0; s < 2; s++) {
+		snprintf(path, sizeof(path), "%s/kiln/vm-%u", fake, s);
+		rmdir(path);
+	}
+	snprintf(path, sizeof(path), "%s/kiln", fake);
+	rmdir(path);
+	rmdir(fake);
+	rmdir(top);
+	return kiln_xstrdup(buf);
+}
+
 int main(void)
 {
 	struct vm_jail a = { .slot_fd = -1 }, b = { .slot_fd = -1 }, c = { .slot_fd = -1 };
@@ -388,6 +448,12 @@ int main(void)
 	char *left = cg_read("/sys/fs/cgroup/kiln", "cgroup.procs");
 	check(*left == '\0', "nothing is left in kiln's parent", left);
 	free(left);
+
+	/* ---- a host whose cgroups lack one controller: a clear refusal ---- */
+	char *msg = without_pids();
+	check(strstr(msg, "cannot enable the pids controller") && strstr(msg, "'cpu memory'"),
+	      "a parent without the pids controller is refused, naming it and what is offered", msg);
+	free(msg);
 out:
 	vm_jail_free_cgroups(&a);
 	vm_jail_free_cgroups(&b);
