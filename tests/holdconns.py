@@ -6,7 +6,7 @@ server did with them as one JSON line.
   holdconns.py --dst 127.0.0.1:PORT [--src 127.0.0.2] [--count N]
                [--mode half|silent|idle|body] [--duration S] [--trickle S]
                [--reopen] [--rate N] [--path P] [--method M] [--length N]
-               [--header 'K: V' ...]
+               [--header 'K: V' ...] [--ready-file F]
 
 Modes: half — half a request header, then one more header line every
 --trickle seconds (slowloris); silent — connect and send nothing; idle — one
@@ -21,6 +21,8 @@ The report: opened, refused (closed by the server within 0.5 s of the connect
 with no answer), closed (closed later), open_at_end, statuses (HTTP status
 lines received, counted), close_after_s (min / median / max seconds from
 connect to the server's close), open_at_checkpoint (with --checkpoint).
+--ready-file F is created once all COUNT connections are connected and have
+sent their first bytes, so a test waits for that instead of guessing a time.
 """
 import argparse
 import errno
@@ -53,6 +55,7 @@ def main():
     ap.add_argument("--trickle", type=float, default=5.0)
     ap.add_argument("--reopen", action="store_true")
     ap.add_argument("--checkpoint", type=float, default=0, help="also report how many are open this many s in")
+    ap.add_argument("--ready-file", default="", help="created once all COUNT are connected and have sent")
     ap.add_argument("--rate", type=int, default=1000, help="new connections per second at most")
     ap.add_argument("--path", default="/v2/hold/blobs/uploads/x", help="the target of --mode body")
     ap.add_argument("--method", default="PATCH", help="the method of --mode body")
@@ -131,6 +134,7 @@ def main():
     budget = 0.0
     last = start
     open_at_checkpoint = None
+    ready = False
     while True:
         t = time.monotonic()
         if t >= end:
@@ -174,6 +178,9 @@ def main():
                     st = data.split(b" ", 2)[1].decode(errors="replace")
                     statuses[st] = statuses.get(st, 0) + 1
                 c.buf += data[:64]
+        if a.ready_file and not ready and stats["opened"] >= a.count:
+            open(a.ready_file, "w").close()
+            ready = True
         # trickle
         if a.mode in ("half", "body"):
             for c in list(conns.values()):

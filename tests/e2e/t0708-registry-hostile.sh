@@ -102,15 +102,17 @@ reg_stop
 echo '{"connection_limit": 8, "connection_headroom": 2, "body_min_rate": 0, "per_ip_connection_limit": 0}' >busy.json
 reg_start "$T_TMP/busy" --config busy.json || { not_ok "kiln serve starts (busy)"; exit 1; }
 $HOLD --dst "$REG" --src 127.0.0.20 --count 6 --mode body --method PUT --path /v2/hold/manifests/t --length 100000 \
-	--trickle 0.2 --duration 15 >busy.json.out &
+	--trickle 0.2 --duration 15 --ready-file busy.ready >busy.json.out &
 HPID=$!
-# (until the six are in: python may start slowly on a loaded machine — CI saw
-# more than 4 s; the six stay 15 s, so the loop's 12 s always ends inside that)
-for _ in $(seq 1 120); do sleep 0.1; req GET /v2/; [ "$CODE" = 503 ] && break; done
+# Probe only once the six are connected and have sent their heads (python may
+# start slowly on a loaded machine), then give the server a moment to read them.
+for _ in $(seq 1 200); do [ -e busy.ready ] && break; sleep 0.05; done
+for _ in $(seq 1 50); do req GET /v2/; [ "$CODE" = 503 ] && break; sleep 0.1; done
 expect_code "over the headroom, all busy: 503" 503
 expect_eq "... with Retry-After" "$(hdr Retry-After)" 1
 expect_eq "... and the connection closed" "$(hdr Connection)" close
 wait "$HPID"
+[ "$CODE" = 503 ] || echo "# the holder's report: $(cat busy.json.out)"
 expect_eq "the busy connections were left alone" "$(jq -r .closed busy.json.out)" 0
 req GET /v2/
 expect_code "served again once they are gone" 200
