@@ -76,3 +76,13 @@ expect_eq() {
 		echo "#   want: $3"
 	fi
 }
+
+# misnamed_blobs FILE... : how many FILEs do not hash (sha256) to their own
+# name, as a content-addressed store names them (one sha256sum for all; a
+# file that cannot be read counts too).
+misnamed_blobs() {
+	local good
+	[ $# -gt 0 ] || { echo 0; return; }
+	good=$(sha256sum -- "$@" 2>/dev/null | awk '{ n = split($2, p, "/"); if ($1 == p[n]) k++ } END { print k + 0 }')
+	echo $(($# - good))
+}

@@ -47,12 +47,13 @@ check_image() { # IMG REPO
 check_image img1 team/one
 check_image img2 team/two
 for i in $finished; do check_image "img$i" "team/p$i"; done
-bad=0; n=0
+blobs=()
 for f in "$D"/blobs/sha256/*/*; do
 	case $f in *.tmp.*) continue ;; esac
-	n=$((n + 1))
-	[ "$(sha256sum "$f" | cut -d' ' -f1)" = "$(basename "$f")" ] || bad=$((bad + 1))
+	blobs+=("$f")
 done
+n=${#blobs[@]}
+bad=$(misnamed_blobs "${blobs[@]}")
 expect_eq "all $n visible blobs match their digests" "$bad" 0
 for i in 3 4 5 6; do
 	case " $finished " in *" $i "*) continue ;; esac

@@ -173,10 +173,7 @@ expect_eq "...the other sandbox goes on" \
 KILN_HOME=$H2 "$KILN" sandbox gc >/dev/null
 expect_eq "...kiln sandbox gc removes the dead one only" "$(KILN_HOME=$H2 "$KILN" sandbox ls --json | jq -r '.[].id' | tr '\n' ' ')" "$D "
 expect_eq "...and the server keeps serving them" "$(KILN_HOME=$H2 "$KILN" chunkfs status)" running
-bad=0
-for f in $(find "$H2/chunks/sha256" -type f ! -name '*.part'); do
-	[ "$(sha256sum "$f" | cut -d' ' -f1)" = "$(basename "$f")" ] || bad=$((bad + 1))
-done
+bad=$(misnamed_blobs $(find "$H2/chunks/sha256" -type f ! -name '*.part'))
 expect_eq "...the chunk store holds only chunks that hash to their names" "$bad" 0
 "$KILN" serve --addr "127.0.0.1:$reg_port" --data "$T_TMP/reg" 2>"$T_TMP/serve1.log" &
 REG_PID=$!
@@ -215,10 +212,7 @@ KILN_HOME=$H2 "$KILN" sandbox exec "$A" -- md5sum /data/big.bin >"$T_TMP/o" 2>&1
 rc=$?
 if [ $rc -ne 0 ] && grep -q "Input/output error" "$T_TMP/o"; then ok "a corrupted chunk: the read gets an I/O error"
 else not_ok "a corrupted chunk: the read gets an I/O error (rc $rc: $(head -c 300 "$T_TMP/o"))"; fi
-bad=0
-for f in $(find "$H2/chunks/sha256" -type f ! -name '*.part'); do
-	[ "$(sha256sum "$f" | cut -d' ' -f1)" = "$(basename "$f")" ] || bad=$((bad + 1))
-done
+bad=$(misnamed_blobs $(find "$H2/chunks/sha256" -type f ! -name '*.part'))
 expect_eq "...and the chunk store holds only chunks that hash to their names" "$bad" 0
 expect_eq "...the sandbox lives on" "$(KILN_HOME=$H2 "$KILN" sandbox exec "$A" -- echo alive)" alive
 reg_stop
