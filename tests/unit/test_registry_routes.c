@@ -59,6 +59,10 @@ static void rt_end(void *ud, reg_req *r)
 
 static void rt_done(void *ud, reg_req *r)
 {
+	/* The identity case's requests are answered in begin, and the server may
+	 * finish with the last of them while the next case runs: not counted. */
+	if (strcmp(reg_req_path(r), "/x/who") == 0)
+		return;
 	__atomic_add_fetch(&seen.dones, 1, __ATOMIC_SEQ_CST);
 }
 
