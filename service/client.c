@@ -164,16 +164,14 @@ out:
 	return ret;
 }
 
-/* List, hash, ask, send.  files: the request's array. */
-static int send_context(struct cl *c, const char *dir, const char *dockerfile, json_t *files,
+/* List and hash the context: files gets the request's array, byd each
+ * digest's path (the first with that content). */
+static int list_context(const char *dir, const char *dockerfile, json_t *files, json_t *byd,
 			struct svc_remote_result *res, kiln_error **err)
 {
 	build_ignore *ig = NULL;
 	build_tree *t = NULL;
-	char *igpath = strcmp(dockerfile, "-") ? kiln_xasprintf("%s.dockerignore", dockerfile) : kiln_xstrdup(""),
-	     *q = team_query(c, "?"), *p = NULL;
-	json_t *want = json_array(), *byd = json_object();
-	struct http h = { 0 };
+	char *igpath = strcmp(dockerfile, "-") ? kiln_xasprintf("%s.dockerignore", dockerfile) : kiln_xstrdup("");
 	int ret = -1;
 
 	if (!*igpath || access(igpath, F_OK) != 0) {
@@ -193,10 +191,8 @@ static int send_context(struct cl *c, const char *dir, const char *dockerfile, j
 				goto out;
 			}
 			json_object_set_new(f, "digest", json_string(d));
-			if (!json_object_get(byd, d)) {
+			if (!json_object_get(byd, d))
 				json_object_set_new(byd, d, json_string(full));
-				json_array_append_new(want, json_string(d));
-			}
 			free(full);
 		} else if (S_ISLNK(e->st.st_mode)) {
 			json_object_set_new(f, "link", json_string(e->link));
@@ -207,41 +203,37 @@ static int send_context(struct cl *c, const char *dir, const char *dockerfile, j
 		json_array_append_new(files, f);
 	}
 	res->files = json_array_size(files);
-	char *body = json_dumps(json_pack("{s:O}", "digests", want), JSON_COMPACT);
-	p = kiln_xasprintf("/build/v1/missing%s", q);
-	res->bytes_request += strlen(body);
-	int rc = call(c, "POST", p, body, strlen(body), NULL, &h, err);
-	free(body);
-	if (rc < 0)
-		goto out;
-	if (h.status != 200) {
-		answer_fail(c, "context", &h, err);
-		goto out;
-	}
-	json_t *j = json_loadb(h.body.buf, h.body.len, 0, NULL), *d;
+	ret = 0;
+out:
+	build_tree_free(t);
+	build_ignore_free(ig);
+	free(igpath);
+	return ret;
+}
+
+/* The blobs the server said it lacks (a 409 to a submit with ?missing=1). */
+static int send_missing(struct cl *c, const struct http *h, const json_t *byd, struct svc_remote_result *res,
+			kiln_error **err)
+{
+	json_t *j = json_loadb(h->body.buf ? h->body.buf : "", h->body.len, 0, NULL), *d;
 	size_t i;
+	int ret = 0;
+
+	if (!json_is_array(json_object_get(j, "missing")))
+		ret = kiln_err(err, KILN_E_GENERIC, "build server %s: a 409 without the missing files", c->base);
 	json_array_foreach(json_object_get(j, "missing"), i, d) {
-		const char *path = json_string_value(json_object_get(byd, json_string_value(d)));
-		if (path == NULL)
-			continue;
-		if (upload(c, path, json_string_value(d), err) < 0) {
-			json_decref(j);
-			goto out;
+		const char *path = json_string_value(json_object_get(byd, json_string_value(d) ?: ""));
+		if (path == NULL) {
+			ret = kiln_err(err, KILN_E_GENERIC, "build server %s: asks for %s, not in the context", c->base,
+				       json_string_value(d) ?: "?");
+			break;
 		}
+		if ((ret = upload(c, path, json_string_value(d), err)) < 0)
+			break;
 		res->uploaded++;
 	}
 	json_decref(j);
 	res->bytes_sent = c->sent;
-	ret = 0;
-out:
-	kiln_buf_free(&h.body);
-	json_decref(want);
-	json_decref(byd);
-	build_tree_free(t);
-	build_ignore_free(ig);
-	free(igpath);
-	free(q);
-	free(p);
 	return ret;
 }
 
@@ -442,7 +434,7 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
 	char *dfpath = dockerfile ? kiln_xstrdup(dockerfile) : kiln_path_join(context, "Dockerfile");
 	char *text = NULL, *q = NULL, *p = NULL, *body = NULL;
 	size_t len = 0;
-	json_t *j = NULL, *files = json_array(), *st = NULL;
+	json_t *j = NULL, *files = json_array(), *byd = json_object(), *st = NULL;
 	struct http h = { 0 };
 	int ret = -1;
 
@@ -451,7 +443,7 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
 		goto out;
 	if (kiln_read_file(dfpath, &text, &len, 4 << 20, err) < 0)
 		goto out;
-	if (send_context(&c, context, dfpath, files, res, err) < 0)
+	if (list_context(context, dfpath, files, byd, res, err) < 0)
 		goto out;
 	j = svc_request_to_json(req);
 	json_object_set_new(j, "dockerfile", json_stringn(text, len));
@@ -475,13 +467,24 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
 		json_object_set_new(j, "client_key", json_string(key));
 	}
 	body = json_dumps(j, JSON_COMPACT);
-	res->bytes_request += strlen(body);
+	q = team_query(&c, "&");
+	p = kiln_xasprintf("/build/v1/builds?missing=1%s", q);
+	/* one request when the server has every file; else it names those it
+	 * lacks, they are sent, and the request again */
+	for (int round = 0;; round++) {
+		res->bytes_request += strlen(body);
+		if (call(&c, "POST", p, body, strlen(body), NULL, &h, err) < 0)
+			goto out;
+		if (h.status != 409 || round == 2)
+			break;
+		if (send_missing(&c, &h, byd, res, err) < 0)
+			goto out;
+		kiln_buf_free(&h.body);
+	}
 	if (o->on_uploaded)
 		o->on_uploaded(o->ud, res);
+	free(q);
 	q = team_query(&c, "?");
-	p = kiln_xasprintf("/build/v1/builds%s", q);
-	if (call(&c, "POST", p, body, strlen(body), NULL, &h, err) < 0)
-		goto out;
 	if (h.status != 202) {
 		answer_fail(&c, NULL, &h, err);
 		goto out;
@@ -530,6 +533,7 @@ out:
 	}
 	json_decref(j);
 	json_decref(files);
+	json_decref(byd);
 	free(body);
 	free(p);
 	free(q);

@@ -211,7 +211,7 @@ struct svc_remote_result {
 	char id[SVC_ID_MAX];
 	size_t files, uploaded;     /* context entries; blobs the server lacked */
 	uint64_t bytes_sent;        /* compressed bytes of those */
-	uint64_t bytes_request;     /* JSON sent besides: the digest query and the request (file list) */
+	uint64_t bytes_request;     /* JSON sent besides: the request (file list), twice when files were missing */
 	size_t steps, cached;
 	char digest[KILN_DIGEST_MAX], template_digest[KILN_DIGEST_MAX];
 	char image[512], template_ref[512]; /* TEAM/NAME:TAG published on the server's registry */
