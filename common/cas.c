@@ -205,8 +205,8 @@ static int place(kiln_cas *c, int fd, const char *src, const char *digest, bool 
 		kiln_err_errno(err, errno, "content store: rename into %s", dst);
 		goto out;
 	}
-	if (sync)
-		kiln_fsync_parent(dst);
+	if (sync && kiln_fsync_parent(dst, err) < 0)
+		goto out;
 	rc = 0;
 out:
 	free(dir);
@@ -309,6 +309,17 @@ out:
 	return rc;
 }
 
+/* Is digest stored?  If so, its mtime becomes now (one call for both; where
+ * the time cannot be set, e.g. a read-only store, only whether it is there). */
+static bool touch_stored(const kiln_cas *c, const char *digest)
+{
+	char *p = kiln_cas_path(c, digest);
+	bool yes = utimensat(AT_FDCWD, p, NULL, 0) == 0 || (errno != ENOENT && access(p, F_OK) == 0);
+
+	free(p);
+	return yes;
+}
+
 int kiln_cas_adopt(kiln_cas *c, const char *path, const char *expect, unsigned flags, kiln_error **err)
 {
 	enum kiln_digest_algo algo;
@@ -317,7 +328,7 @@ int kiln_cas_adopt(kiln_cas *c, const char *path, const char *expect, unsigned f
 
 	if (kiln_digest_parse(expect, &algo, err) < 0)
 		goto out;
-	if (kiln_cas_has(c, expect)) {
+	if (touch_stored(c, expect)) {
 		rc = 0;
 		goto out;
 	}

@@ -116,11 +116,11 @@ void kiln_sleep_ms(long ms)
 		;
 }
 
-void kiln_fsync_parent(const char *path)
+int kiln_fsync_parent(const char *path, kiln_error **err)
 {
 	char *dir = kiln_xstrdup(path);
 	char *slash = strrchr(dir, '/');
-	int fd;
+	int fd, rc = 0;
 
 	if (slash == NULL)
 		strcpy(dir, ".");
@@ -129,11 +129,12 @@ void kiln_fsync_parent(const char *path)
 	else
 		*slash = '\0';
 	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		fsync(fd);
+	if (fd < 0 || fsync(fd) < 0)
+		rc = kiln_err_errno(err, errno, "sync directory %s", dir);
+	if (fd >= 0)
 		close(fd);
-	}
 	free(dir);
+	return rc;
 }
 
 int kiln_write_atomic(const char *path, const void *data, size_t len, mode_t mode, kiln_error **err)
@@ -160,7 +161,8 @@ int kiln_write_atomic(const char *path, const void *data, size_t len, mode_t mod
 		kiln_err_errno(err, errno, "rename %s to %s", tmp, path);
 		goto out_unlink;
 	}
-	kiln_fsync_parent(path);
+	if (kiln_fsync_parent(path, err) < 0)
+		goto out; /* renamed already: the file is there, its name maybe not durable */
 	ret = 0;
 	goto out;
 out_unlink:

@@ -287,8 +287,9 @@ double kiln_now_ms(void);
 /* Sleep ms milliseconds (none if ms <= 0), the whole time even across signals:
  * the one sleep of every poll and retry loop. */
 void kiln_sleep_ms(long ms);
-/* fsync the directory holding path, so a rename or create in it is durable. */
-void kiln_fsync_parent(const char *path);
+/* fsync the directory holding path, so a rename or create in it is durable
+ * (-1 with the error when the directory cannot be opened or synced). */
+int kiln_fsync_parent(const char *path, kiln_error **err);
 
 /* ---------------------------------------------------------------------------
  * The content-addressed store (cas.c): every blob store of kiln — images,
@@ -333,7 +334,9 @@ int kiln_cas_put_as(kiln_cas *c, const char *digest, const void *data, size_t le
 int kiln_cas_read(const kiln_cas *c, const char *digest, size_t max, char **data, size_t *len, kiln_error **err);
 /* Move a finished file in as blob expect (hashed first with KILN_CAS_VERIFY;
  * copied, and so hashed, when it is on another filesystem, keeping holes with
- * KILN_CAS_SPARSE); the file is gone afterwards, stored or not. */
+ * KILN_CAS_SPARSE); the file is gone afterwards, stored or not.  A blob
+ * already stored stays, with its mtime refreshed (stored again now: the
+ * registry's gc grace counts from it). */
 /* KILN_CAS_DEFER_SYNC: the file is durable already and the caller fsyncs the
  * blob's directory before it counts it stored (the registry's group commit). */
 enum { KILN_CAS_VERIFY = 1, KILN_CAS_SPARSE = 2, KILN_CAS_DEFER_SYNC = 4 };

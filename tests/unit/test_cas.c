@@ -162,6 +162,15 @@ static void test_adopt(void)
 	CHECK_INT(kiln_write_atomic(src, "adopt me", 8, 0644, &err), 0);
 	CHECK_INT(kiln_cas_adopt(c, src, d, KILN_CAS_VERIFY, &err), 0);
 	CHECK(kiln_cas_has(c, d) && access(src, F_OK) < 0);
+	/* adopted again: the stored copy stays, its mtime refreshed (gc's grace counts from it) */
+	char *stored = kiln_cas_path(c, d);
+	struct timespec old[2] = { { 1000000000, 0 }, { 1000000000, 0 } };
+	struct stat sb;
+	CHECK_INT(utimensat(AT_FDCWD, stored, old, 0), 0);
+	CHECK_INT(kiln_write_atomic(src, "adopt me", 8, 0644, &err), 0);
+	CHECK_INT(kiln_cas_adopt(c, src, d, 0, &err), 0);
+	CHECK(stat(stored, &sb) == 0 && sb.st_mtime > 1000000000 + 86400 && access(src, F_OK) < 0);
+	free(stored);
 
 	/* From another filesystem (tmpfs): copied, and so hashed, even unverified. */
 	char *shm = kiln_mkdtemp("kiln-cas-shm", &err);
