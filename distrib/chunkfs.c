@@ -685,8 +685,14 @@ int dist_chunkfs_serve(kiln_error **err)
 	fuse_set_signal_handlers(fuse_get_session(f));
 	dist_cfs_logf("serving %s", mnt);
 	struct fuse_loop_config lc = { .clone_fd = 0, .max_idle_threads = 8 };
-	rc = fuse_loop_mt(f, &lc) == 0 ? 0 : -1;
-	dist_cfs_logf("stopped");
+	/* a signal handled by fuse_set_signal_handlers (SIGTERM, SIGINT: a normal
+	 * stop) ends the loop with that signal's number; only < 0 is a failure */
+	int r = fuse_loop_mt(f, &lc);
+	rc = r < 0 ? -1 : 0;
+	if (r > 0)
+		dist_cfs_logf("stopped (signal %d)", r);
+	else
+		dist_cfs_logf("stopped");
 	S.mnt = NULL;
 	fuse_remove_signal_handlers(fuse_get_session(f));
 	unlink(pidp);
