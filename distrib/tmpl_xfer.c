@@ -14,9 +14,10 @@
 
 #include "distrib/distrib.h"
 
-/* The client scans every blob of one call per step, and a push opens them
- * all at its start (a pull opens each .part when its transfer starts):
- * templates have thousands of small chunks, so they go in batches of this many. */
+/* A pull goes in steps of this many chunks (each opens its .part when its
+ * transfer starts, and the client scans the chunks of one step).  A push is
+ * one step: its batch query and batch uploads then cover every chunk, with
+ * no wait for the slowest upload of each step. */
 #define BATCH 256
 
 struct xfer_ud;
@@ -60,8 +61,8 @@ static int move(rc_client *c, const char *repo, bool push, const struct rc_blob 
 	x->last.blobs_total = n;
 	for (size_t i = 0; i < n; i++)
 		x->last.bytes_total += blobs[i].size > 0 ? (uint64_t)blobs[i].size : blobs[i].len;
-	for (size_t i = 0; i < n; i += BATCH) {
-		size_t k = n - i < BATCH ? n - i : BATCH;
+	for (size_t i = 0, step = push ? n : BATCH; i < n; i += step) {
+		size_t k = n - i < step ? n - i : step;
 		int r = push ? rc_blobs_push(c, repo, blobs + i, k, &xo, err) : rc_blobs_pull(c, repo, blobs + i, k, &xo, err);
 		if (r < 0)
 			return -1;

@@ -28,7 +28,7 @@ static int ask(rc_client *c, const char *repo, const struct rc_blob *blobs, size
 	r.body_mem = body;
 	r.body_len = strlen(body);
 	r.has_body = 1;
-	r.out_max = 64u * RC_BLOBS_EXIST_MAX + 4096;
+	r.out_max = (KILN_DIGEST_MAX + 4u) * RC_BLOBS_EXIST_MAX + 4096; /* every digest, quoted */
 	if (rc_http_do(&r, err) < 0)
 		goto out;
 	if (r.status != 200) {
@@ -45,6 +45,14 @@ static int ask(rc_client *c, const char *repo, const struct rc_blob *blobs, size
 		c->no_batch_exists = 1; /* a 200 that is not ours */
 		rc = 0;
 		goto out;
+	}
+	/* kiln serve offers its batch upload here (within the limits this client knows) */
+	json_t *bu = json_object_get(ans, "batch_upload");
+	json_int_t mb = json_integer_value(json_object_get(bu, "max_blobs"));
+	json_int_t mx = json_integer_value(json_object_get(bu, "max_bytes"));
+	if (mb > 0 && mx > 0) {
+		c->batch_max_blobs = mb < RC_BLOBS_BATCH_MAX ? (unsigned)mb : RC_BLOBS_BATCH_MAX;
+		c->batch_max_bytes = (uint64_t)mx < RC_BLOBS_BATCH_BYTES ? (uint64_t)mx : RC_BLOBS_BATCH_BYTES;
 	}
 	/* present lists the digests asked about that the repository holds, in request order */
 	memset(present, 0, n);

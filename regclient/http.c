@@ -289,7 +289,12 @@ static size_t on_read(char *p, size_t size, size_t n, void *ud)
 		want = (size_t)left;
 	if (want == 0)
 		return 0;
-	if (r->body_mem) {
+	if (r->body_read) {
+		long got = r->body_read(r->body_ud, p, want);
+		if (got <= 0)
+			return CURL_READFUNC_ABORT;
+		want = (size_t)got;
+	} else if (r->body_mem) {
 		memcpy(p, r->body_mem + r->body_off + r->body_pos, want);
 	} else {
 		ssize_t got = kiln_pread_full(r->body_fd, p, want, (off_t)(r->body_off + r->body_pos));
@@ -307,6 +312,10 @@ static int on_seek(void *ud, curl_off_t off, int origin)
 	struct rc_http *r = ud;
 	if (origin != SEEK_SET || off < 0 || (uint64_t)off > r->body_len)
 		return CURL_SEEKFUNC_CANTSEEK;
+	if (r->body_read) { /* only from the start */
+		if (off != 0 || !r->body_rewind || r->body_rewind(r->body_ud) < 0)
+			return CURL_SEEKFUNC_CANTSEEK;
+	}
 	r->body_pos = (uint64_t)off;
 	return CURL_SEEKFUNC_OK;
 }

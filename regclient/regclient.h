@@ -127,6 +127,10 @@ struct rc_xfer_opts {
 /* kiln serve's batch blob query (docs/registry.md, "Batch blob query"): the
  * most digests one request may ask about (the server refuses more). */
 #define RC_BLOBS_EXIST_MAX 1000
+/* kiln serve's batch upload (docs/registry.md, "Batch upload"): the most
+ * blobs, and blob bytes, one request may carry. */
+#define RC_BLOBS_BATCH_MAX 1000
+#define RC_BLOBS_BATCH_BYTES (64u << 20)
 /* Which of blobs[0..n) repo holds (present[i] = 1/0), in one request per
  * RC_BLOBS_EXIST_MAX.  1 answered; 0 the registry has no such query (the
  * client remembers: ask with HEADs); -1 error. */
@@ -164,11 +168,15 @@ struct rc_http {
 	int token_request;          /* to a token realm: Basic credentials if any, no token */
 	int sent_basic;             /* this attempt carried Basic credentials */
 	struct curl_slist *headers; /* the caller's extra headers */
-	/* body: memory or a file range */
+	/* body: memory, a file range, or made by body_read (which returns the
+	 * bytes it put in p, at most n, or -1 to abort; body_rewind starts it over) */
 	const char *body_mem;
 	int body_fd;                /* -1: none */
 	uint64_t body_off, body_len, body_pos;
 	int has_body;
+	long (*body_read)(void *ud, char *p, size_t n);
+	int (*body_rewind)(void *ud);
+	void *body_ud;
 	/* sink for 2xx bodies: a callback (returns < 0 to abort), else `out` bounded by out_max */
 	int (*sink)(void *ud, struct rc_http *r, const char *p, size_t n);
 	void *sink_ud;

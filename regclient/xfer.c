@@ -14,67 +14,45 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "regclient/internal.h"
+#include "regclient/xfer.h"
 
 #define CHUNK_DEFAULT (32ull << 20)
 
-enum step { S_START, S_HEAD, S_MOUNT, S_POST, S_STATUS, S_PATCH, S_PUT, S_GET, S_MONO, S_DONE };
+/* What a job moves, for messages: its blob, or a batch's. */
+const char *rc_xfer_job_name(const struct job *j)
+{
+	return j->b ? j->b->digest : j->label;
+}
 
-struct xfer;
+/* The bytes of j counted as done. */
+static uint64_t done_of(const struct job *j)
+{
+	uint64_t d;
 
-struct job {
-	struct rc_http rq;
-	struct xfer *x;
-	const struct rc_blob *b;
-	enum step st;
-	unsigned attempts, auths;
-	int64_t wake_ms;
-	int running, skipped, chunked, range_checked;
-	CURL *easy;
-	char *upload;           /* push: the upload session's URL */
-	uint64_t size, off;     /* push: bytes the registry holds; pull: bytes in the .part */
-	uint64_t sent;          /* push: body bytes of the request in flight */
-	int size_known;
-	int fd;
-	kiln_hasher *h;
-	enum kiln_digest_algo algo;
-	char *part;
-	char *mscope;           /* the mount's scope (two repositories) */
-	kiln_error *err;        /* set by the sink */
-};
+	if (j->members) /* a batch: until its blobs are done */
+		d = j->running ? j->rq.body_pos : 0;
+	else
+		d = j->st == S_DONE ? j->size : j->off + (j->running ? j->rq.body_pos : 0);
+	return j->size_known && d > j->size ? j->size : d;
+}
 
-struct xfer {
-	rc_client *c;
-	const char *repo;
-	int push;
-	char *scope;
-	uint64_t chunk;
-	const struct rc_xfer_opts *o;
-	struct job *jobs;
-	size_t n;
-	CURLM *multi;
-	CURL **handles;
-	int *busy;
-	unsigned nh;
-	struct rc_progress p;
-	uint64_t moved0;
-	int64_t last_report;
-	int started;            /* totals known: progress may be reported */
-	int mono;               /* push: kiln serve (it answered the batch query): small blobs in one POST */
-};
-
+/* Forced reports (one per finished blob) between the periodic ones do not
+ * add up every job again (thousands of blobs finish in a push): finish()
+ * moves the total by what its job adds since it was last counted. */
 static void report(struct xfer *x, const char *digest, int force)
 {
 	int64_t now = (int64_t)kiln_now_ms();
 	if (!x->o->progress || !x->started || (!force && now - x->last_report < 100))
 		return;
-	x->last_report = now;
-	x->p.bytes_done = 0;
-	for (size_t i = 0; i < x->n; i++) {
-		struct job *j = &x->jobs[i];
-		uint64_t d = j->st == S_DONE ? j->size : j->off + (j->running ? j->rq.body_pos : 0);
-		x->p.bytes_done += j->size_known && d > j->size ? j->size : d;
+	if (now - x->last_full >= 100) {
+		x->last_full = now;
+		x->p.bytes_done = 0;
+		for (size_t i = 0; i < x->n; i++)
+			x->p.bytes_done += x->jobs[i].counted = done_of(&x->jobs[i]);
+		for (size_t i = 0; i < x->nbatches; i++)
+			x->p.bytes_done += x->batches[i].counted = done_of(&x->batches[i]);
 	}
+	x->last_report = now;
 	x->p.bytes_moved = (x->push ? x->c->stats.bytes_up : x->c->stats.bytes_down) - x->moved0;
 	x->p.digest = digest;
 	x->o->progress(x->o->ud, &x->p);
@@ -91,11 +69,13 @@ static void job_release(struct job *j)
 	j->h = NULL;
 }
 
-static void finish(struct xfer *x, struct job *j, int skipped)
+void rc_xfer_finish(struct xfer *x, struct job *j, int skipped)
 {
 	j->st = S_DONE;
 	j->skipped = skipped;
 	job_release(j);
+	x->p.bytes_done += done_of(j) - j->counted;
+	j->counted = done_of(j);
 	x->p.blobs_done++;
 	if (skipped)
 		x->p.blobs_skipped++;
@@ -228,7 +208,7 @@ static int pull_finish(struct xfer *x, struct job *j, kiln_error **err)
 		return kiln_err_errno(err, errno, "write %s", j->b->path);
 	}
 	j->fd = -1;
-	finish(x, j, 0);
+	rc_xfer_finish(x, j, 0);
 	return 0;
 }
 
@@ -272,12 +252,15 @@ static void build_request(struct xfer *x, struct job *j)
 	case S_GET:
 		url = rc_url(c, "/v2/%s/blobs/%s", x->repo, b->digest);
 		break;
+	case S_BATCH:
+		url = rc_url(c, "/v2/%s/blobs/_batch", x->repo);
+		break;
 	default:
 		break;
 	}
 	static const char *const method[] = { [S_HEAD] = "HEAD", [S_MOUNT] = "POST", [S_POST] = "POST",
 					      [S_STATUS] = "GET", [S_PATCH] = "PATCH", [S_PUT] = "PUT",
-					      [S_GET] = "GET", [S_MONO] = "POST" };
+					      [S_GET] = "GET", [S_MONO] = "POST", [S_BATCH] = "POST" };
 	rc_http_init(&j->rq, c, method[j->st], url, scope);
 	free(j->mscope);
 	j->mscope = NULL;
@@ -306,6 +289,16 @@ static void build_request(struct xfer *x, struct job *j)
 			hd = curl_slist_append(hd, cr);
 		}
 	}
+	if (j->st == S_BATCH) {
+		rc_batch_body_free(&j->body); /* what a cut attempt left open */
+		j->rq.has_body = 1;
+		j->rq.body_len = rc_batch_body_init(&j->body, j->mblobs, j->msizes, j->nmembers);
+		j->rq.body_read = rc_batch_body_read;
+		j->rq.body_rewind = rc_batch_body_rewind;
+		j->rq.body_ud = &j->body;
+		j->rq.out_max = (KILN_DIGEST_MAX + 4u) * j->nmembers + 4096; /* every digest, quoted */
+		hd = curl_slist_append(hd, "Content-Type: application/vnd.kiln.blob-batch.v1");
+	}
 	if (j->st == S_GET) {
 		j->range_checked = 0;
 		j->sent = j->off;
@@ -320,8 +313,14 @@ static void build_request(struct xfer *x, struct job *j)
 	j->rq.headers = hd;
 }
 
-static int start(struct xfer *x, struct job *j, unsigned slot)
+static int start(struct xfer *x, struct job *j, unsigned slot, kiln_error **err)
 {
+	/* a push opens a blob's file only for the request that sends it */
+	if (x->push && j->b && j->b->path && j->fd < 0 && (j->st == S_MONO || j->st == S_PATCH || j->st == S_PUT)) {
+		j->fd = open(j->b->path, O_RDONLY | O_CLOEXEC);
+		if (j->fd < 0)
+			return kiln_err_errno(err, errno, "open %s", j->b->path);
+	}
 	build_request(x, j);
 	j->easy = x->handles[slot];
 	x->busy[slot] = 1;
@@ -351,21 +350,21 @@ static int retry(struct xfer *x, struct job *j, enum step next, kiln_error **err
 			rc_http_fail(&j->rq, "blob", err);
 		else
 			kiln_err(err, KILN_E_IO, "blob: registry %s: transfer cut short", x->c->host);
-		return kiln_error_wrap(err, "%s@%s (after %u retries)", x->repo, j->b->digest, j->attempts);
+		return kiln_error_wrap(err, "%s@%s (after %u retries)", x->repo, rc_xfer_job_name(j), j->attempts);
 	}
 	j->attempts++;
 	x->c->stats.retries++;
 	j->st = next;
 	j->wake_ms = (int64_t)kiln_now_ms() + rc_retry_delay_ms(&j->rq, j->attempts);
-	kiln_debug("blob %s: %s; retry %u", j->b->digest,
+	kiln_debug("blob %s: %s; retry %u", rc_xfer_job_name(j),
 		   j->rq.cr != CURLE_OK ? curl_easy_strerror(j->rq.cr) : "server error", j->attempts);
 	return 0;
 }
 
-static int fail(struct xfer *x, struct job *j, const char *what, kiln_error **err)
+int rc_xfer_fail(struct xfer *x, struct job *j, const char *what, kiln_error **err)
 {
 	rc_http_fail(&j->rq, what, err);
-	return kiln_error_wrap(err, "%s@%s", x->repo, j->b->digest);
+	return kiln_error_wrap(err, "%s@%s", x->repo, rc_xfer_job_name(j));
 }
 
 /* The next upload request once the registry holds j->off bytes. */
@@ -406,7 +405,12 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 			close(j->fd);
 			j->fd = -1;
 		}
-		return kiln_error_wrap(err, "%s@%s", x->repo, j->b->digest);
+		return kiln_error_wrap(err, "%s@%s", x->repo, rc_xfer_job_name(j));
+	}
+	if (j->st == S_BATCH && j->body.err) { /* a file could not be read: no retry helps */
+		*err = j->body.err;
+		j->body.err = NULL;
+		return kiln_error_wrap(err, "%s@%s", x->repo, rc_xfer_job_name(j));
 	}
 	if (r->cr == CURLE_OK && st == 401 && j->auths < 3) {
 		j->auths++;
@@ -427,15 +431,15 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 	switch (j->st) {
 	case S_HEAD:
 		if (st == 200)
-			finish(x, j, 1);
+			rc_xfer_finish(x, j, 1);
 		else if (st == 404)
 			j->st = j->b->mount_from ? S_MOUNT : x->mono && !j->chunked ? S_MONO : S_POST;
 		else
-			return fail(x, j, "blob HEAD", err);
+			return rc_xfer_fail(x, j, "blob HEAD", err);
 		break;
 	case S_MOUNT:
 		if (st == 201) {
-			finish(x, j, 1);
+			rc_xfer_finish(x, j, 1);
 		} else if (st == 202) {
 			if (take_location(x, j, err) < 0)
 				return -1;
@@ -447,7 +451,7 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 		break;
 	case S_POST:
 		if (st != 202)
-			return fail(x, j, "start upload", err);
+			return rc_xfer_fail(x, j, "start upload", err);
 		if (take_location(x, j, err) < 0)
 			return -1;
 		j->off = 0;
@@ -471,7 +475,7 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 				next_upload(x, j);
 			}
 		} else {
-			return fail(x, j, "upload status", err);
+			return rc_xfer_fail(x, j, "upload status", err);
 		}
 		break;
 	case S_PATCH:
@@ -480,7 +484,7 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 			break;
 		}
 		if (st != 202)
-			return fail(x, j, "upload chunk", err);
+			return rc_xfer_fail(x, j, "upload chunk", err);
 		if (take_location(x, j, err) < 0)
 			return -1;
 		j->off = r->range ? range_end(r->range) : j->off + j->sent;
@@ -489,15 +493,17 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 		break;
 	case S_MONO:
 		if (st != 201)
-			return fail(x, j, "upload", err);
+			return rc_xfer_fail(x, j, "upload", err);
 		j->off = j->size;
-		finish(x, j, 0);
+		rc_xfer_finish(x, j, 0);
 		break;
+	case S_BATCH:
+		return rc_xfer_batch_done(x, j, err);
 	case S_PUT:
 		if (st != 201 && st != 204)
-			return fail(x, j, "finish upload", err);
+			return rc_xfer_fail(x, j, "finish upload", err);
 		j->off = j->size;
-		finish(x, j, 0);
+		rc_xfer_finish(x, j, 0);
 		break;
 	case S_GET:
 		if (st == 416 && j->off > 0) {
@@ -510,7 +516,7 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 			return retry(x, j, S_GET, err);
 		}
 		if (st != 200 && st != 206)
-			return fail(x, j, "blob", err);
+			return rc_xfer_fail(x, j, "blob", err);
 		if (j->size_known && j->off < j->size)
 			return retry(x, j, S_GET, err); /* cut short: resume */
 		return pull_finish(x, j, err);
@@ -533,8 +539,7 @@ static int begin(struct xfer *x, struct job *j, kiln_error **err)
 	if (x->push) {
 		if (b->path) {
 			struct stat st;
-			j->fd = open(b->path, O_RDONLY | O_CLOEXEC);
-			if (j->fd < 0 || fstat(j->fd, &st) < 0)
+			if (stat(b->path, &st) < 0)
 				return kiln_err_errno(err, errno, "open %s", b->path);
 			j->size = (uint64_t)st.st_size;
 		} else {
@@ -548,14 +553,14 @@ static int begin(struct xfer *x, struct job *j, kiln_error **err)
 	if (!b->path)
 		return kiln_err(err, KILN_E_INVALID, "blob %s: no destination path", b->digest);
 	if (x->o->have && x->o->have(x->o->ud, b->digest)) {
-		finish(x, j, 1);
+		rc_xfer_finish(x, j, 1);
 		return 0;
 	}
 	int got = pull_open(x, j, err);
 	if (got < 0)
 		return kiln_error_wrap(err, "blob %s", b->digest);
 	if (got == 1) {
-		finish(x, j, 1);
+		rc_xfer_finish(x, j, 1);
 		return 0;
 	}
 	if (got == 2) {
@@ -568,28 +573,12 @@ static int begin(struct xfer *x, struct job *j, kiln_error **err)
 	return 0;
 }
 
-/* Push: one batch query instead of a HEAD per blob where the registry has it
- * (kiln serve); the blobs it lacks go straight to their upload. */
-static int batch_skip(struct xfer *x, kiln_error **err)
+static unsigned free_slot(const struct xfer *x)
 {
-	unsigned char *present = kiln_xcalloc(x->n, 1);
-	struct rc_blob *bl = kiln_xcalloc(x->n, sizeof(*bl));
-	int r;
-
-	for (size_t i = 0; i < x->n; i++)
-		memcpy(bl[i].digest, x->jobs[i].b->digest, sizeof(bl[i].digest));
-	r = rc_blobs_exist(x->c, x->repo, bl, x->n, present, err);
-	x->mono = r > 0;
-	for (size_t i = 0; r > 0 && i < x->n; i++) {
-		struct job *j = &x->jobs[i];
-		if (present[i])
-			finish(x, j, 1);
-		else
-			j->st = j->b->mount_from ? S_MOUNT : !j->chunked ? S_MONO : S_POST;
-	}
-	free(present);
-	free(bl);
-	return r < 0 ? -1 : 0;
+	for (unsigned k = 0; k < x->nh; k++)
+		if (!x->busy[k])
+			return k;
+	return x->nh;
 }
 
 static int run(rc_client *c, const char *repo, int push, const struct rc_blob *blobs, size_t n,
@@ -628,15 +617,18 @@ static int run(rc_client *c, const char *repo, int push, const struct rc_blob *b
 			goto out;
 		x.p.bytes_total += x.jobs[i].size;
 	}
-	if (push && n > 0 && batch_skip(&x, err) < 0)
+	if (push && n > 0 && rc_xfer_batch_skip(&x, err) < 0)
 		goto out;
+	if (push && x.mono)
+		rc_xfer_make_batches(&x);
 	x.moved0 = c->stats.bytes_up; /* progress counts blob bytes, not the query's */
 	x.started = 1;
 	report(&x, NULL, 1);
 	while (x.p.blobs_done < n) {
 		int64_t now = (int64_t)kiln_now_ms(), wait = 200;
-		for (size_t i = 0; i < n; i++) {
-			struct job *j = &x.jobs[i];
+		for (size_t i = 0; i < x.nbatches; i++) {
+			struct job *j = &x.batches[i];
+			unsigned slot;
 			if (j->st == S_DONE || j->running)
 				continue;
 			if (j->wake_ms > now) {
@@ -644,12 +636,24 @@ static int run(rc_client *c, const char *repo, int push, const struct rc_blob *b
 					wait = j->wake_ms - now;
 				continue;
 			}
-			unsigned slot = x.nh;
-			for (unsigned k = 0; k < x.nh; k++)
-				if (!x.busy[k]) {
-					slot = k;
-					break;
-				}
+			if ((slot = free_slot(&x)) == x.nh)
+				break;
+			if (start(&x, j, slot, err) < 0)
+				goto out;
+			wait = 0;
+		}
+		while (x.first < n && (x.jobs[x.first].st == S_DONE || x.jobs[x.first].st == S_BATCHED))
+			x.first++;
+		for (size_t i = x.first; i < n; i++) {
+			struct job *j = &x.jobs[i];
+			if (j->st == S_DONE || j->st == S_BATCHED || j->running)
+				continue;
+			if (j->wake_ms > now) {
+				if (j->wake_ms - now < wait)
+					wait = j->wake_ms - now;
+				continue;
+			}
+			unsigned slot = free_slot(&x);
 			if (slot == x.nh)
 				break; /* all handles busy */
 			if (j->st == S_START) {
@@ -661,7 +665,8 @@ static int run(rc_client *c, const char *repo, int push, const struct rc_blob *b
 					continue;
 				}
 			}
-			start(&x, j, slot);
+			if (start(&x, j, slot, err) < 0)
+				goto out;
 			wait = 0;
 		}
 		int still = 0;
@@ -698,6 +703,17 @@ out:
 		free(j->part);
 		free(j->mscope);
 	}
+	for (size_t i = 0; i < x.nbatches; i++) {
+		struct job *j = &x.batches[i];
+		if (j->running)
+			release_slot(&x, j);
+		rc_http_free(&j->rq);
+		rc_batch_body_free(&j->body);
+		free(j->members);
+		free(j->mblobs);
+		free(j->msizes);
+	}
+	free(x.batches);
 	for (unsigned i = 0; i < x.nh; i++)
 		curl_easy_cleanup(x.handles[i]);
 	curl_multi_cleanup(x.multi);
@@ -730,42 +746,4 @@ int rc_blob_get(rc_client *c, const char *repo, const struct rc_blob *b, kiln_er
 {
 	struct rc_xfer_opts o = { .parallel = 1 };
 	return run(c, repo, 0, b, 1, &o, err);
-}
-
-static void add_size(kiln_buf *b, double v)
-{
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	int u = 0;
-	while (v >= 1024 && u < 4)
-		v /= 1024, u++;
-	kiln_buf_addf(b, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
-}
-
-void rc_progress_format(const struct rc_progress *p, double elapsed_s, kiln_buf *out)
-{
-	double rate = elapsed_s > 0 ? (double)p->bytes_moved / elapsed_s : 0;
-
-	kiln_buf_addf(out, "%zu/%zu blobs", p->blobs_done, p->blobs_total);
-	if (p->blobs_skipped)
-		kiln_buf_addf(out, " (%zu present)", p->blobs_skipped);
-	kiln_buf_adds(out, ", ");
-	add_size(out, (double)p->bytes_done);
-	kiln_buf_adds(out, "/");
-	add_size(out, (double)p->bytes_total);
-	kiln_buf_adds(out, ", ");
-	add_size(out, rate);
-	kiln_buf_adds(out, "/s");
-	if (rate > 0 && p->bytes_done < p->bytes_total)
-		kiln_buf_addf(out, ", ETA %.0fs", (double)(p->bytes_total - p->bytes_done) / rate);
-}
-
-json_t *rc_progress_json(const struct rc_progress *p, double elapsed_s)
-{
-	json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "blobs_done", (json_int_t)p->blobs_done,
-			      "blobs_total", (json_int_t)p->blobs_total, "blobs_skipped", (json_int_t)p->blobs_skipped,
-			      "bytes_done", (json_int_t)p->bytes_done, "bytes_total", (json_int_t)p->bytes_total,
-			      "bytes_moved", (json_int_t)p->bytes_moved, "seconds", elapsed_s);
-	if (p->digest)
-		json_object_set_new(j, "digest", json_string(p->digest));
-	return j;
 }

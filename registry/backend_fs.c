@@ -111,6 +111,28 @@ static int fs_blob_commit(const reg_store *st, reg_db *db, const char *repo, con
 	return ret;
 }
 
+/* The batch's files were synced together (syncfs) before it came here; the
+ * group syncs the directories of their renames. */
+static int fs_blob_commit_batch(const reg_store *st, reg_db *db, const char *repo, const struct reg_staged *v,
+				size_t n, kiln_error **err)
+{
+	struct adopt *a = kiln_xcalloc(n ? n : 1, sizeof(*a));
+	struct reg_db_link *l = kiln_xcalloc(n ? n : 1, sizeof(*l));
+	int ret;
+
+	for (size_t i = 0; i < n; i++) {
+		a[i] = (struct adopt){ st, v[i].digest, v[i].src, NULL, 0 };
+		l[i] = (struct reg_db_link){ .digest = v[i].digest, .size = v[i].size, .place = adopt_cb, .ud = &a[i],
+					     .sync_path = reg_store_blob_path(st, v[i].digest) };
+	}
+	ret = reg_db_blob_link_many(db, repo, l, n, err);
+	for (size_t i = 0; i < n; i++)
+		free((char *)l[i].sync_path);
+	free(l);
+	free(a);
+	return ret;
+}
+
 static int fs_blob_mount(const reg_store *st, reg_db *db, const char *repo, const char *from, const char *digest,
 			 kiln_error **err)
 {
@@ -268,6 +290,7 @@ const struct reg_backend reg_backend_fs = {
 	.blob_linked = fs_blob_linked,
 	.blob_unlink = fs_blob_unlink,
 	.blob_commit = fs_blob_commit,
+	.blob_commit_batch = fs_blob_commit_batch,
 	.blob_mount = fs_blob_mount,
 	.blob_holders = fs_blob_holders,
 	.manifest_get = fs_manifest_get,

@@ -62,7 +62,11 @@ void reg_exists_finish(reg_req *r)
 		}
 		json_array_append(have ? present : missing, d);
 	}
-	reg_respond_json(r, 200, json_pack("{s:o,s:o}", "present", present, "missing", missing), NULL);
+	/* and how a kiln client may upload what is missing (batch.c) */
+	reg_respond_json(r, 200,
+			 json_pack("{s:o,s:o,s:{s:i,s:I}}", "present", present, "missing", missing, "batch_upload",
+				   "max_blobs", RC_BLOBS_BATCH_MAX, "max_bytes", (json_int_t)RC_BLOBS_BATCH_BYTES),
+			 NULL);
 	present = missing = NULL;
 out:
 	json_decref(present);

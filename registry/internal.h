@@ -54,6 +54,17 @@ typedef int (*reg_db_place_fn)(void *ud, kiln_error **err);
  * commit; each returns only once its own link is durable (or failed). */
 int reg_db_blob_link(reg_db *db, const char *repo, const char *digest, int64_t size, reg_db_place_fn place,
 		     void *ud, const char *sync_path, kiln_error **err);
+/* One link of reg_db_blob_link_many: the same fields. */
+struct reg_db_link {
+	const char *digest, *sync_path;
+	int64_t size;
+	reg_db_place_fn place;
+	void *ud;
+};
+/* n links into repo that stand or fall together (a batch upload): queued at
+ * once, so they commit in one group; if one fails, none of them is linked. */
+int reg_db_blob_link_many(reg_db *db, const char *repo, const struct reg_db_link *links, size_t n,
+			  kiln_error **err);
 /* 1 linked (size set), 0 not, -1 error. */
 int reg_db_blob_linked(reg_db *db, const char *repo, const char *digest, int64_t *size, kiln_error **err);
 int reg_db_blob_unlink(reg_db *db, const char *repo, const char *digest, kiln_error **err);
@@ -89,6 +100,11 @@ struct reg_s3_cfg {
 };
 
 struct reg_backend;
+/* One blob of a batch upload: a verified file src (uploads/) of size bytes. */
+struct reg_staged {
+	const char *digest, *src;
+	int64_t size;
+};
 
 typedef struct reg_store {
 	const struct reg_backend *ops; /* reg_backend_fs or reg_backend_s3 (by config) */
@@ -131,6 +147,10 @@ struct reg_backend {
 	/* The verified upload src becomes blob digest of repo (atomically with its link). */
 	int (*blob_commit)(const reg_store *st, reg_db *db, const char *repo, const char *digest, const char *src,
 			   int64_t size, kiln_error **err);
+	/* n verified staged files, already durable (a batch upload), become blobs
+	 * of repo together: all linked, or none.  NULL: blob_commit each. */
+	int (*blob_commit_batch)(const reg_store *st, reg_db *db, const char *repo, const struct reg_staged *v,
+				 size_t n, kiln_error **err);
 	/* Link digest into repo if `from` has it: 1 mounted, 0 not, -1 error. */
 	int (*blob_mount)(const reg_store *st, reg_db *db, const char *repo, const char *from, const char *digest,
 			  kiln_error **err);
@@ -239,6 +259,12 @@ void reg_upload_release(reg_uploads *u, reg_upload *up);
  * link's write transaction; the session is ended either way on a digest
  * mismatch (KILN_E_INVALID).  Returns the size. */
 int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, reg_db *db, kiln_error **err);
+/* The session's received bytes against digest: 0 they match; -1 with
+ * KILN_E_INVALID naming both digests, or an I/O error.  Consumes the running
+ * hash (a second call rereads the file). */
+int reg_upload_verify(reg_uploads *u, reg_upload *up, const char *digest, kiln_error **err);
+/* The file holding the session's bytes (uploads/UUID.once or uploads/UUID/data). */
+char *reg_upload_path(const reg_uploads *u, const reg_upload *up);
 /* Test hook: gc calls it (when set) inside its write transaction, after the
  * blob's links are deleted and before it commits. */
 extern void (*reg_gc_test_hook)(const char *digest);
@@ -287,10 +313,11 @@ reg_server *reg_server_open(const struct reg_config *c, kiln_error **err);
 enum reg_route {
 	R_NONE, R_BASE, R_CATALOG, R_TAGS, R_MANIFEST, R_BLOB, R_UPLOAD_START, R_UPLOAD, R_REFERRERS, R_TOKEN,
 	R_BLOBS_EXIST,  /* POST /v2/NAME/blobs/_exists (exists.c) */
+	R_BLOBS_BATCH,  /* POST /v2/NAME/blobs/_batch (batch.c) */
 	R_EXT,          /* a mounted module's (reg_server_mount) */
 };
 
-enum reg_body { BODY_IGNORE, BODY_MEM, BODY_UPLOAD };
+enum reg_body { BODY_IGNORE, BODY_MEM, BODY_UPLOAD, BODY_BATCH };
 
 struct reg_kvs {
 	struct reg_kv { const char *key, *value; } *kv;  /* borrowed strings, valid for the request */
@@ -312,6 +339,7 @@ typedef struct reg_req {
 	kiln_buf mem;
 	uint64_t mem_max;
 	reg_upload *up;
+	struct reg_batch *batch;   /* BODY_BATCH: the blobs staged so far (batch.c) */
 	uint64_t received;
 	int body_error;            /* the response is already queued; drop the rest */
 	int stream_slot;           /* holds a reg_streams slot until completed */
@@ -359,6 +387,12 @@ void reg_catalog_handle(reg_req *r);
 void reg_referrers_handle(reg_req *r);
 void reg_exists_begin(reg_req *r);
 void reg_exists_finish(reg_req *r);
+/* The batch upload: begin, each piece of body, finish; free (with the
+ * request) removes whatever it staged and did not commit. */
+void reg_batch_begin(reg_req *r);
+void reg_batch_body(reg_req *r, const char *data, size_t len);
+void reg_batch_finish(reg_req *r);
+void reg_batch_free(reg_req *r);
 
 /* Auth (auth.c).  reg_auth_request() decides whether r may proceed (0) or
  * sets a 401/403 answer (-1); reg_auth_allows() asks about another repository

@@ -141,6 +141,9 @@ static void route(reg_req *r, const char *url)
 	} else if (seg[1] && strcmp(seg[1], "blobs") == 0 && strcmp(seg[0], "_exists") == 0) {
 		r->route = R_BLOBS_EXIST; /* "_exists" is no digest: no blob route is shadowed */
 		p = seg[2];
+	} else if (seg[1] && strcmp(seg[1], "blobs") == 0 && strcmp(seg[0], "_batch") == 0) {
+		r->route = R_BLOBS_BATCH; /* nor by "_batch" */
+		p = seg[2];
 	} else if (seg[1] && strcmp(seg[1], "blobs") == 0) {
 		r->route = strcmp(seg[0], "uploads") == 0 ? R_UPLOAD_START : R_BLOB;
 		r->ref = r->route == R_BLOB ? kiln_xstrdup(seg[0]) : NULL;
@@ -212,6 +215,9 @@ static void begin(reg_req *r)
 	case R_BLOBS_EXIST:
 		reg_exists_begin(r);
 		return;
+	case R_BLOBS_BATCH:
+		reg_batch_begin(r);
+		return;
 	case R_MANIFEST:
 		if (!get && !method_is(r, "PUT") && !method_is(r, "DELETE"))
 			break;
@@ -241,6 +247,8 @@ static void finish(reg_req *r)
 		reg_manifest_finish(r);
 	else if (r->route == R_BLOBS_EXIST)
 		reg_exists_finish(r);
+	else if (r->route == R_BLOBS_BATCH)
+		reg_batch_finish(r);
 	else if (r->route == R_UPLOAD || r->route == R_UPLOAD_START)
 		reg_upload_finish(r);
 }
@@ -266,6 +274,9 @@ static void sink(reg_req *r, const char *data, size_t len)
 		}
 		if (reg_upload_write(r->up, data, len, &err) < 0)
 			reg_internal(r, err);
+		return;
+	case BODY_BATCH:
+		reg_batch_body(r, data, len);
 		return;
 	case BODY_IGNORE:
 		return;
@@ -327,6 +338,7 @@ void reg_req_free(reg_req *r)
 		r->ext->done(r->ext->ud, r);
 	if (r->up)
 		reg_upload_release(&s->uploads, r->up);
+	reg_batch_free(r);
 	if (r->stream_slot)
 		reg_streams_release(&s->streams);
 	if (r->resp)

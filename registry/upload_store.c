@@ -316,28 +316,49 @@ void reg_upload_cancel(reg_uploads *u, reg_upload *up)
 	remove_session(u, up);
 }
 
-int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, reg_db *db, kiln_error **err)
+char *reg_upload_path(const reg_uploads *u, const reg_upload *up)
+{
+	return data_path(u, up);
+}
+
+int reg_upload_verify(reg_uploads *u, reg_upload *up, const char *digest, kiln_error **err)
 {
 	enum kiln_digest_algo algo;
 	char got[KILN_DIGEST_MAX];
+	int rc = -1;
+
+	if (kiln_digest_parse(digest, &algo, err) < 0)
+		return -1;
+	if (up->h && algo == KILN_SHA256) {
+		kiln_hasher_final(up->h, got);
+		up->h = NULL;
+	} else {
+		char *path = data_path(u, up);
+		rc = kiln_digest_file(algo, path, got, err);
+		free(path);
+		if (rc < 0)
+			return -1;
+	}
+	if (strcmp(got, digest) != 0)
+		return kiln_err(err, KILN_E_INVALID, "digest mismatch: content is %s, client said %s", got, digest);
+	return 0;
+}
+
+int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, reg_db *db, kiln_error **err)
+{
 	char *path = data_path(u, up);
 	int64_t ret = -1;
 
-	if (kiln_digest_parse(digest, &algo, err) < 0)
+	if (kiln_digest_parse(digest, NULL, err) < 0)
 		goto out_release;
 	/* Fresh mtime: gc's grace period counts from the commit, not the first byte. */
 	if (futimens(up->fd, NULL) < 0 || fsync(up->fd) < 0) {
 		kiln_err_errno(err, errno, "upload %s: fsync", up->uuid);
 		goto out_release;
 	}
-	if (up->h && algo == KILN_SHA256) {
-		kiln_hasher_final(up->h, got);
-		up->h = NULL;
-	} else if (kiln_digest_file(algo, path, got, err) < 0) {
-		goto out_release;
-	}
-	if (strcmp(got, digest) != 0) {
-		kiln_err(err, KILN_E_INVALID, "digest mismatch: content is %s, client said %s", got, digest);
+	if (reg_upload_verify(u, up, digest, err) < 0) {
+		if (!err || !*err || (*err)->kind != KILN_E_INVALID)
+			goto out_release;
 		remove_session(u, up);
 		goto out;
 	}

@@ -370,7 +370,7 @@ static void test_parallel_and_manifests(void)
 	const struct rc_client_stats *st = rc_client_stats(c);
 	printf("#   %llu requests over %llu connections\n", (unsigned long long)st->requests,
 	       (unsigned long long)st->connects);
-	CHECK(st->requests > 25); /* one batch query per push, one POST per new blob */
+	CHECK(st->requests >= 15); /* batch queries, batch uploads (kiln serve), manifests */
 	CHECK(st->connects <= 6);
 	free(man);
 	free(idx);

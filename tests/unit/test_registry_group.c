@@ -1,7 +1,9 @@
 /* test_registry_group.c — group commit of blob links (registry/db_group.c):
  * uploads that finish while a group commits wait and go in the next group,
  * every one linked and intact when its commit returns; a link whose bytes
- * cannot be placed fails alone, the rest of its group commits.  The first
+ * cannot be placed fails alone, the rest of its group commits; a batch's set
+ * of links fails together, and a batch over many directories commits with
+ * one syncfs.  The first
  * group is held open through the test hook so the others queue behind it. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -144,6 +146,84 @@ static void test_failure_alone(void)
 	kiln_error_free(err);
 }
 
+/* A set (a batch upload's links) stands or falls together in its group. */
+struct set_job {
+	struct job j[3];
+	int n;
+	int rc;
+};
+
+static void *link_set(void *arg)
+{
+	struct set_job *sj = arg;
+	struct reg_db_link l[3];
+	kiln_error *err = NULL;
+
+	for (int i = 0; i < sj->n; i++)
+		l[i] = (struct reg_db_link){ .digest = sj->j[i].digest, .size = 1, .place = place_maybe, .ud = &sj->j[i] };
+	sj->rc = reg_db_blob_link_many(db, "g/three", l, (size_t)sj->n, &err);
+	if (sj->rc < 0)
+		CHECK(err && strstr(kiln_error_message(err), "cannot place") != NULL);
+	kiln_error_free(err);
+	return NULL;
+}
+
+static void test_set_together(void)
+{
+	struct set_job sets[3] = { { .n = 1 }, { .n = 3 }, { .n = 1 } };
+	pthread_t th[3];
+	kiln_error *err = NULL;
+	uint64_t g0 = db->groups;
+
+	for (int s = 0; s < 3; s++)
+		for (int i = 0; i < sets[s].n; i++) {
+			struct job *j = &sets[s].j[i];
+			snprintf(j->bytes, sizeof(j->bytes), "set %d link %d", s, i);
+			kiln_digest_buf(KILN_SHA256, j->bytes, strlen(j->bytes), j->digest);
+			j->fail = s == 1 && i == 1;
+		}
+	job_fn = link_set;
+	start_held(th, sets, sizeof(sets[0]), 3);
+	CHECK(held);
+	CHECK(db->groups - g0 <= 2); /* the failing set shared a group with the last single link */
+	CHECK_INT(sets[0].rc, 0);
+	CHECK_INT(sets[1].rc, -1);
+	CHECK_INT(sets[2].rc, 0);
+	for (int s = 0; s < 3; s++)
+		for (int i = 0; i < sets[s].n; i++)
+			CHECK_INT(reg_db_blob_linked(db, "g/three", sets[s].j[i].digest, NULL, &err), s == 1 ? 0 : 1);
+	kiln_error_free(err);
+}
+
+/* A batch of staged files over many fan-out directories: one syncfs, all
+ * placed, linked and intact. */
+static void test_batch_commit(void)
+{
+	enum { NB = 40 };
+	struct reg_staged v[NB];
+	char digests[NB][KILN_DIGEST_MAX];
+	kiln_error *err = NULL;
+
+	for (int i = 0; i < NB; i++) {
+		char bytes[64];
+		snprintf(bytes, sizeof(bytes), "batch blob %d", i);
+		kiln_digest_buf(KILN_SHA256, bytes, strlen(bytes), digests[i]);
+		char *src = kiln_xasprintf("%s/staged.%d", store.uploads, i);
+		CHECK(kiln_write_atomic(src, bytes, strlen(bytes), 0600, &err) == 0);
+		v[i] = (struct reg_staged){ digests[i], src, (int64_t)strlen(bytes) };
+	}
+	CHECK(store.ops->blob_commit_batch != NULL);
+	CHECK_INT(store.ops->blob_commit_batch(&store, db, "g/four", v, NB, &err), 0);
+	if (err)
+		printf("# %s\n", kiln_error_message(err));
+	for (int i = 0; i < NB; i++) {
+		CHECK(linked_intact("g/four", digests[i]));
+		CHECK(access(v[i].src, F_OK) < 0); /* renamed into the store */
+		free((char *)v[i].src);
+	}
+	kiln_error_free(err);
+}
+
 int main(void)
 {
 	kiln_error *err = NULL;
@@ -161,6 +241,8 @@ int main(void)
 	reg_uploads_init(&uploads, &store);
 	RUN(test_uploads_grouped);
 	RUN(test_failure_alone);
+	RUN(test_set_together);
+	RUN(test_batch_commit);
 	reg_uploads_destroy(&uploads);
 	reg_db_close(db);
 	reg_store_close(&store);

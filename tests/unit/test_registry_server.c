@@ -1,6 +1,7 @@
 /* test_registry_server.c — the server in-process under ASan/UBSan: a real
  * reg_server on an ephemeral 127.0.0.1 port driven with libcurl through
- * uploads (monolithic, chunked, interrupted), manifests, referrers and tags. */
+ * uploads (monolithic, chunked, interrupted, batches), manifests, referrers and tags. */
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -226,6 +227,132 @@ static void test_errors(void)
 	free(huge);
 }
 
+/* A batch body of the given blobs ("DIGEST SIZE\n" + bytes each); corrupt >= 0
+ * sends that blob's bytes altered. */
+static void batch_of(kiln_buf *b, const char *const *blobs, size_t n, int corrupt, char digests[][KILN_DIGEST_MAX])
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strlen(blobs[i]);
+		kiln_digest_buf(KILN_SHA256, blobs[i], len, digests[i]);
+		kiln_buf_addf(b, "%s %zu\n", digests[i], len);
+		kiln_buf_add(b, blobs[i], len);
+		if ((int)i == corrupt && len)
+			b->buf[b->len - 1] ^= 1;
+	}
+}
+
+static int blob_status(const char *repo, const char *digest)
+{
+	struct resp r;
+	char *path = kiln_xasprintf("/v2/%s/blobs/%s", repo, digest);
+	long st;
+
+	http("HEAD", path, NULL, 0, NULL, &r);
+	st = r.status;
+	resp_free(&r);
+	free(path);
+	return (int)st;
+}
+
+/* Nothing of a refused batch is left in uploads/. */
+static size_t staged(void)
+{
+	char *dir = kiln_path_join(getenv("KILN_TEST_REG_DATA"), "uploads");
+	DIR *d = opendir(dir);
+	size_t n = 0;
+
+	for (struct dirent *de; d && (de = readdir(d)) != NULL;)
+		n += de->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	free(dir);
+	return n;
+}
+
+static void test_batch_upload(void)
+{
+	const char *good[] = { "first blob", "", "third blob, longer than the others" };
+	const char *bad[] = { "fourth", "fifth", "sixth" };
+	char dg[3][KILN_DIGEST_MAX], db[3][KILN_DIGEST_MAX];
+	kiln_buf b = KILN_BUF_INIT;
+	struct resp r;
+
+	/* the batch query offers it */
+	http("POST", "/v2/bt/blobs/_exists", "{\"digests\":[]}", 14, NULL, &r);
+	CHECK_INT(r.status, 200);
+	CHECK(strstr(r.body.buf, "\"batch_upload\":{\"max_blobs\":1000") != NULL);
+	resp_free(&r);
+	batch_of(&b, good, 3, -1, dg);
+	http("POST", "/v2/bt/blobs/_batch", b.buf, b.len, NULL, &r);
+	CHECK_INT(r.status, 201);
+	CHECK(strstr(r.body.buf, dg[2]) != NULL);
+	resp_free(&r);
+	for (int i = 0; i < 3; i++)
+		CHECK_INT(blob_status("bt", dg[i]), 200);
+	/* a wrong digest in the middle: 400 naming it, nothing of the batch stored */
+	kiln_buf_reset(&b);
+	batch_of(&b, bad, 3, 1, db);
+	http("POST", "/v2/bt/blobs/_batch", b.buf, b.len, NULL, &r);
+	CHECK_INT(r.status, 400);
+	CHECK(has_error(&r, "DIGEST_INVALID"));
+	CHECK(strstr(r.body.buf, "blobs[1]") != NULL && strstr(r.body.buf, db[1]) != NULL);
+	resp_free(&r);
+	CHECK_INT(blob_status("bt", db[0]), 404);
+	CHECK_INT(staged(), 0);
+	/* cut short: inside a blob, inside a header */
+	kiln_buf_reset(&b);
+	batch_of(&b, bad, 3, -1, db);
+	http("POST", "/v2/bt/blobs/_batch", b.buf, b.len - 2, NULL, &r);
+	CHECK_INT(r.status, 400);
+	CHECK(has_error(&r, "BODY_INVALID") && strstr(r.body.buf, "ends inside blobs[2]") != NULL);
+	resp_free(&r);
+	http("POST", "/v2/bt/blobs/_batch", "sha256:ab", 9, NULL, &r);
+	CHECK_INT(r.status, 400);
+	CHECK(has_error(&r, "BODY_INVALID"));
+	resp_free(&r);
+	CHECK_INT(blob_status("bt", db[0]), 404);
+	CHECK_INT(staged(), 0);
+	/* malformed headers */
+	static const struct {
+		const char *body, *code;
+	} cases[] = {
+		{ "no-space-here\n", "BODY_INVALID" },
+		{ "sha256:zz 3\nabc", "DIGEST_INVALID" },
+		{ "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 -1\n", "BODY_INVALID" },
+		{ "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 1x\n", "BODY_INVALID" },
+		{ "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 99999999999\n", "SIZE_INVALID" },
+		{ "", "BODY_INVALID" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		http("POST", "/v2/bt/blobs/_batch", cases[i].body, strlen(cases[i].body), NULL, &r);
+		CHECK_INT(r.status, strcmp(cases[i].code, "SIZE_INVALID") == 0 ? 413 : 400);
+		CHECK(has_error(&r, cases[i].code));
+		if (!has_error(&r, cases[i].code))
+			printf("#   case %zu: %s\n", i, r.body.buf ? r.body.buf : "");
+		resp_free(&r);
+	}
+	/* a header line without its end */
+	char longline[400];
+	memset(longline, 'a', sizeof(longline));
+	http("POST", "/v2/bt/blobs/_batch", longline, sizeof(longline), NULL, &r);
+	CHECK_INT(r.status, 400);
+	CHECK(has_error(&r, "BODY_INVALID") && strstr(r.body.buf, "longer than") != NULL);
+	resp_free(&r);
+	/* more blobs than a batch may carry (empty ones) */
+	kiln_buf_reset(&b);
+	for (int i = 0; i < 1001; i++)
+		kiln_buf_adds(&b, "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 0\n");
+	http("POST", "/v2/bt/blobs/_batch", b.buf, b.len, NULL, &r);
+	CHECK_INT(r.status, 400);
+	CHECK(has_error(&r, "TOO_MANY_BLOBS"));
+	resp_free(&r);
+	http("GET", "/v2/bt/blobs/_batch", NULL, 0, NULL, &r);
+	CHECK_INT(r.status, 405);
+	resp_free(&r);
+	CHECK_INT(staged(), 0);
+	kiln_buf_free(&b);
+}
+
 int main(void)
 {
 	struct reg_config cfg;
@@ -243,9 +370,11 @@ int main(void)
 		return 1;
 	}
 	snprintf(base, sizeof(base), "http://127.0.0.1:%u", reg_server_port(srv));
+	setenv("KILN_TEST_REG_DATA", cfg.data_dir, 1);
 	RUN(test_chunked_upload);
 	RUN(test_manifest_and_referrers);
 	RUN(test_errors);
+	RUN(test_batch_upload);
 	reg_server_stop(srv);
 	reg_config_free(&cfg);
 	kiln_rm_rf(dir, &err);
