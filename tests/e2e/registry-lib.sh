@@ -23,6 +23,20 @@ reg_start() {
 	U="http://$REG"
 }
 
+# reg_start_teams CONFIG-JSON : a server with auth on $T_TMP/data (D), from
+# the current directory's auth.json, and three tokens: A (team-a pull,push),
+# PULLA (team-a pull), BT (team-b pull,push).  H TOKEN prints its header.
+reg_tok() { "$KILN" token create --data "$D" "$@"; }
+H() { echo "Authorization: Bearer $1"; }
+reg_start_teams() {
+	D="$T_TMP/data"
+	echo "$1" >auth.json
+	A=$(reg_tok --scope team-a:pull,push a)
+	PULLA=$(reg_tok --scope team-a:pull pull-a)
+	BT=$(reg_tok --scope team-b:pull,push b)
+	reg_start "$D" --config auth.json
+}
+
 # reg_stop [SIGNAL]
 reg_stop() {
 	[ -n "${REG_PID:-}" ] || return 0

@@ -9,15 +9,8 @@
 . tests/e2e/registry-lib.sh
 
 trap 'reg_stop KILL; rm -rf "$T_TMP"' EXIT
-D="$T_TMP/data"
 cd "$T_TMP"
-echo '{"auth": true}' >auth.json
-tok() { "$KILN" token create --data "$D" "$@"; }
-A=$(tok --scope team-a:pull,push a)
-BT=$(tok --scope team-b:pull,push b)
-PULLA=$(tok --scope team-a:pull pull-a)
-reg_start "$D" --config auth.json || { not_ok "kiln serve starts"; exit 1; }
-H() { echo "Authorization: Bearer $1"; }
+reg_start_teams '{"auth": true}' || { not_ok "kiln serve starts"; exit 1; }
 printf 'blob one' >b1; D1=$(sha256_of b1)
 printf 'blob two' >b2; D2=$(sha256_of b2)
 printf 'not pushed' >b3; D3=$(sha256_of b3)

@@ -9,15 +9,8 @@
 . tests/e2e/registry-lib.sh
 
 trap 'reg_stop KILL; rm -rf "$T_TMP"' EXIT
-D="$T_TMP/data"
 cd "$T_TMP"
-echo '{"auth": true, "blob_max": "80M"}' >auth.json
-tok() { "$KILN" token create --data "$D" "$@"; }
-A=$(tok --scope team-a:pull,push a)
-PULLA=$(tok --scope team-a:pull pull-a)
-BT=$(tok --scope team-b:pull,push b)
-reg_start "$D" --config auth.json || { not_ok "kiln serve starts"; exit 1; }
-H() { echo "Authorization: Bearer $1"; }
+reg_start_teams '{"auth": true, "blob_max": "80M"}' || { not_ok "kiln serve starts"; exit 1; }
 
 # mkbatch OUT CORRUPT BLOB... : a batch body of the files (CORRUPT: index whose bytes are altered, -1 none)
 mkbatch() {

@@ -136,13 +136,25 @@ static pid_t in_cgroup(const struct vm_jail *j, void (*fn)(int wfd), int *rfd)
 	return pid;
 }
 
+/* The parent's side of a child that answers on the pipe p: what it wrote
+ * (at most len - 1 bytes, "" if nothing or it never ran), once it has exited. */
+static void child_answer(pid_t pid, int p[2], char *buf, size_t len)
+{
+	close(p[1]);
+	ssize_t n = pid > 0 ? read(p[0], buf, len - 1) : -1;
+	buf[n > 0 ? n : 0] = '\0';
+	close(p[0]);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+}
+
 /* What a child cloned with the jail's namespace flags into j's cgroup
  * reads first, before it runs anything else: its /proc/self/cgroup. */
 static char *born_with_namespaces(const struct vm_jail *j, int *how)
 {
 	struct vm_jail_joined cg;
 	char buf[256] = "";
-	int p[2], status;
+	int p[2];
 	struct vm_jail ns = *j;
 
 	ns.netns = true;
@@ -155,12 +167,7 @@ static char *born_with_namespaces(const struct vm_jail *j, int *how)
 		dprintf(p[1], "%d %s", cg.failed ? 0 : (int)cg.how, own);
 		_exit(0);
 	}
-	close(p[1]);
-	ssize_t n = pid > 0 ? read(p[0], buf, sizeof(buf) - 1) : -1;
-	buf[n > 0 ? n : 0] = '\0';
-	close(p[0]);
-	if (pid > 0)
-		waitpid(pid, &status, 0);
+	child_answer(pid, p, buf, sizeof(buf));
 	char *sp = strchr(buf, ' ');
 	if (pid < 0 || !sp)
 		return kiln_xasprintf("vm_jail_fork: %s", pid < 0 ? strerror(errno) : "no answer");
@@ -243,7 +250,7 @@ static char *without_pids(void)
 {
 	static const char *const top = "/sys/fs/cgroup/probe-nopids", *const fake = "/sys/fs/cgroup/probe-nopids/root";
 	char buf[1024] = "";
-	int p[2], status;
+	int p[2];
 
 	if (mkdir(top, 0755) < 0 || cg_write(top, "cgroup.subtree_control", "+cpu +memory") < 0 || mkdir(fake, 0755) < 0 ||
 	    pipe(p) < 0)
@@ -263,12 +270,7 @@ static char *without_pids(void)
 			dprintf(p[1], "%s", kiln_error_message(e));
 		_exit(0);
 	}
-	close(p[1]);
-	ssize_t n = pid > 0 ? read(p[0], buf, sizeof(buf) - 1) : -1;
-	buf[n > 0 ? n : 0] = '\0';
-	close(p[0]);
-	if (pid > 0)
-		waitpid(pid, &status, 0);
+	child_answer(pid, p, buf, sizeof(buf));
 	/* what kiln made under the fake root, then the fake root */
 	char path[256];
 	for (unsigned s = 0; s < 2; s++) {
