@@ -280,15 +280,17 @@ out:
 /* How long until a sandbox's timeout: "4m59s", "12s", "expired", "-". */
 static void print_expiry(const json_t *it)
 {
-	json_int_t at = kiln_json_int(it, "expires_ms", 0), left;
+	json_int_t at = kiln_json_int(it, "expires_ms", 0), left_ms, left;
 	struct timespec now;
 	char buf[32];
 
 	clock_gettime(CLOCK_REALTIME, &now);
-	left = (at - ((json_int_t)now.tv_sec * 1000 + now.tv_nsec / 1000000)) / 1000;
+	left_ms = at - ((json_int_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+	/* "expired" only once it is, as gc decides ("0s" in its last second), not up to 1 s early */
+	left = left_ms / 1000;
 	if (at <= 0)
 		snprintf(buf, sizeof(buf), "-");
-	else if (left <= 0)
+	else if (left_ms <= 0)
 		snprintf(buf, sizeof(buf), "expired");
 	else if (left < 60)
 		snprintf(buf, sizeof(buf), "%llds", (long long)left);
