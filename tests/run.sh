@@ -13,14 +13,16 @@ set -u
 pass=0 fail=0 skip=0
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-run.XXXXXX")
 
-# leftovers MARK: "PID CMDLINE" of each live process whose environment holds KILN_TEST_MARK=MARK
+# leftovers MARK [prefix]: "PID CMDLINE" of each live process whose environment holds
+# KILN_TEST_MARK=MARK (with "prefix": a mark that begins with MARK, for all tests in one scan)
 leftovers() {
-	local env pid
+	local env pid match=(-qxF "KILN_TEST_MARK=$1")
+	[ "${2:-}" = prefix ] && match=(-qF "KILN_TEST_MARK=$1")
 	for env in /proc/[0-9]*/environ; do
 		pid=${env#/proc/}
 		pid=${pid%/environ}
 		[ "$pid" = "$$" ] && continue
-		if { tr '\0' '\n' <"$env"; } 2>/dev/null | grep -qxF "KILN_TEST_MARK=$1"; then
+		if { tr '\0' '\n' <"$env"; } 2>/dev/null | grep "${match[@]}"; then
 			echo "$pid $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-160)"
 		fi
 	done
@@ -94,11 +96,9 @@ if [ "${KILN_TEST_ALONGSIDE:-1}" != 0 ] && [ ${#tests[@]} -gt 1 ]; then
 fi
 # ^C or a kill: stop every test still running (by its mark), then go.
 on_signal() {
-	local t left
-	for t in "${tests[@]}"; do
-		left=$(leftovers "kiln-test-$$-$(basename "$t")")
-		[ -n "$left" ] && kill -TERM $(echo "$left" | cut -d' ' -f1) 2>/dev/null
-	done
+	local left
+	left=$(leftovers "kiln-test-$$-" prefix)
+	[ -n "$left" ] && kill -TERM $(echo "$left" | cut -d' ' -f1) 2>/dev/null
 	wait
 	rm -rf "$work"
 	exit 130
