@@ -37,6 +37,16 @@ reg_start_teams() {
 	reg_start "$D" --config auth.json
 }
 
+# reg_demo_image TOKEN : a one-file image demo:1 built in $T_TMP/home (KILN_HOME), and
+# `kiln login` to $REG with TOKEN, for the tests that push it.
+reg_demo_image() {
+	export KILN_HOME=$T_TMP/home SOURCE_DATE_EPOCH=1700000000
+	mkdir -p "$T_TMP/ctx" && printf 'one\n' >"$T_TMP/ctx/f.txt" &&
+		printf 'FROM scratch\nCOPY f.txt /f.txt\n' >"$T_TMP/ctx/Dockerfile"
+	"$KILN" build -t demo:1 "$T_TMP/ctx" >/dev/null 2>&1 || not_ok "test image builds"
+	printf '%s\n' "$1" | "$KILN" login -u ci --password-stdin "$REG" >/dev/null 2>&1
+}
+
 # reg_stop [SIGNAL]
 reg_stop() {
 	[ -n "${REG_PID:-}" ] || return 0

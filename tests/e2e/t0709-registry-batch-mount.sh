@@ -69,10 +69,7 @@ req POST "/v2/team-b/y/blobs/uploads/?mount=$D1&from=team-a/z" -H "$(H "$BT")"
 expect_code "mount with from= a private repository still refused" 202
 
 # ---- kiln push uses the query (no HEAD per blob)
-export KILN_HOME=$T_TMP/home SOURCE_DATE_EPOCH=1700000000
-mkdir -p ctx && printf 'one\n' >ctx/f.txt && printf 'FROM scratch\nCOPY f.txt /f.txt\n' >ctx/Dockerfile
-"$KILN" build -t demo:1 ctx >/dev/null 2>&1 || not_ok "test image builds"
-printf '%s\n' "$A" | "$KILN" login -u ci --password-stdin "$REG" >/dev/null 2>&1
+reg_demo_image "$A"
 expect_exit 0 "kiln push to kiln serve" env KILN_LOG=debug "$KILN" push demo:1 "$REG/team-a/app:v1"
 expect_grep "  ... asked with one batch query" 'batch blob query: 0 of [0-9]+ blobs present' err
 expect_exit 0 "kiln push again" env KILN_LOG=debug "$KILN" push demo:1 "$REG/team-a/app:v1"

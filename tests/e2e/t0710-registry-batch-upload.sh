@@ -97,10 +97,7 @@ req POST /v2/team-a/x/blobs/_batch -H "$(H "$BT")" --data-binary @good
 expect_error "another team's token: 403" 403 DENIED
 
 # ---- kiln push uses it
-export KILN_HOME=$T_TMP/home SOURCE_DATE_EPOCH=1700000000
-mkdir -p ctx && printf 'one\n' >ctx/f.txt && printf 'FROM scratch\nCOPY f.txt /f.txt\n' >ctx/Dockerfile
-"$KILN" build -t demo:1 ctx >/dev/null 2>&1 || not_ok "test image builds"
-printf '%s\n' "$A" | "$KILN" login -u ci --password-stdin "$REG" >/dev/null 2>&1
+reg_demo_image "$A"
 expect_exit 0 "kiln push to kiln serve" env KILN_LOG=debug "$KILN" push demo:1 "$REG/team-a/app:v1"
 expect_grep "  ... in batch uploads" 'registry [^ ]*: [0-9]+ batch uploads' err
 expect_exit 0 "  ... and it pulls back" "$KILN" pull "$REG/team-a/app:v1"
