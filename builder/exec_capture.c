@@ -37,15 +37,8 @@ static bool runtime_file(const char *path)
 /* The dump's attributes of path (the list is sorted by path). */
 static void xattrs_of(const struct guest_xattr_list *xl, const char *path, size_t *begin, size_t *end)
 {
-	size_t lo = 0, hi = xl->n;
+	size_t lo = kiln_lower_bound(xl->v, xl->n, sizeof(xl->v[0]), offsetof(struct guest_path_xattr, path), path);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (strcmp(xl->v[mid].path, path) < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
 	*begin = lo;
 	while (lo < xl->n && strcmp(xl->v[lo].path, path) == 0)
 		lo++;
@@ -157,16 +150,7 @@ static int cmp_dest(const void *key, const void *item)
 /* The first item at or after key (the list is sorted by dest). */
 static size_t lower_bound(const struct build_changes *ch, const char *key)
 {
-	size_t lo = 0, hi = ch->n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (strcmp(ch->v[mid].dest, key) < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return kiln_lower_bound(ch->v, ch->n, sizeof(ch->v[0]), offsetof(struct build_item, dest), key);
 }
 
 /* Hard links (after sorting): each group's content goes to its smallest

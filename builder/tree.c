@@ -169,16 +169,7 @@ const struct build_entry *build_tree_entry(const build_tree *t, size_t i)
 /* First index whose path is >= key. */
 static size_t lower_bound(const build_tree *t, const char *key)
 {
-	size_t lo = 0, hi = t->n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (strcmp(t->v[mid].path, key) < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return kiln_lower_bound(t->v, t->n, sizeof(t->v[0]), offsetof(struct build_entry, path), key);
 }
 
 const struct build_entry *build_tree_find(const build_tree *t, const char *path)

@@ -171,3 +171,18 @@ void kiln_strv_free(kiln_strv *sv)
 	sv->v = NULL;
 	sv->n = sv->cap = 0;
 }
+
+size_t kiln_lower_bound(const void *base, size_t n, size_t size, size_t key_off, const char *key)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const char *s = *(const char *const *)((const char *)base + mid * size + key_off);
+		if (strcmp(s, key) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}

@@ -131,6 +131,11 @@ void kiln_strv_push(kiln_strv *sv, const char *s);
 void kiln_strv_push_owned(kiln_strv *sv, char *s);
 void kiln_strv_free(kiln_strv *sv);
 
+/* In an array of n elements of size bytes sorted by the string each holds at
+ * key_off (a char *, e.g. offsetof(struct x, path)): the first index whose
+ * string is >= key (n if none). */
+size_t kiln_lower_bound(const void *base, size_t n, size_t size, size_t key_off, const char *key);
+
 /* ---------------------------------------------------------------------------
  * Digests, in OCI form "ALGO:HEX" (sha256 and sha512), via openssl EVP.
  * ------------------------------------------------------------------------- */
