@@ -2,6 +2,7 @@
  * ROOT/ALGO/[XX/]HEX, written through a temp file on the same filesystem and
  * made visible by a rename only once whole and verified, with the durability a
  * store declares (fsync'd file and directory, or a cache whose reads verify). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -404,4 +405,64 @@ fail:
 	close(fd);
 	kiln_cas_abort(w);
 	return -1;
+}
+
+/* Open a directory of the walk: 1, or 0 when it is gone or is no directory
+ * (a stray file at the XX level is no blob's), or -1. */
+static int open_level(const char *dir, DIR **d, kiln_error **err)
+{
+	if ((*d = opendir(dir)) != NULL)
+		return 1;
+	if (errno == ENOENT || errno == ENOTDIR)
+		return 0;
+	return kiln_err_errno(err, errno, "content store: read %s", dir);
+}
+
+static bool hex_name(const char *name, size_t want)
+{
+	return strlen(name) == want && strspn(name, "0123456789abcdef") == want;
+}
+
+static int each_in(const char *sub, size_t hexlen, kiln_cas_each_fn fn, void *ctx, kiln_error **err)
+{
+	struct dirent *f;
+	DIR *d;
+	int rc = open_level(sub, &d, err);
+
+	if (rc <= 0)
+		return rc;
+	rc = 0;
+	while (rc == 0 && (f = readdir(d)) != NULL) {
+		struct stat sb;
+		if (!hex_name(f->d_name, hexlen))
+			continue;
+		char *p = kiln_path_join(sub, f->d_name);
+		/* lstat: a blob is a file of its own; one gone meanwhile is no blob */
+		if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) && fn(p, f->d_name, &sb, ctx, err) < 0)
+			rc = -1;
+		free(p);
+	}
+	closedir(d);
+	return rc;
+}
+
+int kiln_cas_each(const char *dir, enum kiln_digest_algo algo, kiln_cas_each_fn fn, void *ctx, kiln_error **err)
+{
+	const size_t hexlen = algo == KILN_SHA512 ? 128 : 64;
+	struct dirent *de;
+	DIR *d;
+	int rc = open_level(dir, &d, err);
+
+	if (rc <= 0)
+		return rc;
+	rc = 0;
+	while (rc == 0 && (de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		char *sub = kiln_path_join(dir, de->d_name);
+		rc = each_in(sub, hexlen, fn, ctx, err);
+		free(sub);
+	}
+	closedir(d);
+	return rc;
 }

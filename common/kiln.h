@@ -350,6 +350,17 @@ int kiln_cas_adopt(kiln_cas *c, const char *path, const char *expect, unsigned f
 int kiln_cas_import(kiln_cas *c, const char *path, const char *expect, bool sparse, char digest[KILN_DIGEST_MAX],
 		    int64_t *size, kiln_error **err);
 
+/* Each blob of a fanout tree DIR/XX/HEX — a store's ROOT/ALGO (fanout layout)
+ * or a tree of that shape — in directory order: fn gets its path, its HEX name
+ * and its lstat.  Only regular files named by a digest's hex of algo count:
+ * another name there (a download's .part, a ".tmp-" copy) is work in
+ * progress, left to its writer.  A missing DIR or XX is an empty one (a prune
+ * races the writers and other prunes).  fn < 0 stops the walk with its error. */
+struct stat;
+typedef int (*kiln_cas_each_fn)(const char *path, const char *hex, const struct stat *sb, void *ctx,
+				kiln_error **err);
+int kiln_cas_each(const char *dir, enum kiln_digest_algo algo, kiln_cas_each_fn fn, void *ctx, kiln_error **err);
+
 /* Parse sizes like "512", "64K", "10M", "2G", "1T" (powers of 1024). */
 int kiln_parse_size(const char *s, uint64_t *out, kiln_error **err);
 

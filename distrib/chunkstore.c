@@ -244,75 +244,67 @@ static int cmp_age(const void *a, const void *b)
 	return strcmp(x->hex, y->hex);
 }
 
+struct chunk_list {
+	struct chunk_file *v;
+	size_t n, cap;
+	struct dist_chunks_stats s;
+};
+
+/* Each chunk noted for the eviction (a download's .part is no chunk: it is
+ * kept for its resume). */
+static int note_chunk(const char *path, const char *hex, const struct stat *sb, void *ctx, kiln_error **err)
+{
+	struct chunk_list *l = ctx;
+	struct chunk_file *f;
+
+	if (l->n == l->cap)
+		l->v = kiln_xrealloc(l->v, (l->cap = l->cap ? l->cap * 2 : 256) * sizeof(*l->v));
+	f = &l->v[l->n++];
+	f->path = kiln_xstrdup(path);
+	f->hex = strrchr(f->path, '/') + 1;
+	f->bytes = (uint64_t)sb->st_blocks * 512;
+	f->mtime = sb->st_mtim;
+	l->s.chunks++;
+	l->s.bytes += f->bytes;
+	return 0;
+}
+
 int dist_chunks_evict(dist_chunks *cs, uint64_t max_bytes, struct dist_chunks_stats *st, kiln_error **err)
 {
 	kiln_strv pins = KILN_STRV_INIT;
-	struct chunk_file *files = NULL;
-	size_t n = 0, cap = 0;
-	struct dist_chunks_stats s = { 0 };
+	struct chunk_list l = { 0 };
 	char *root = kiln_path_join(cs->dir, "sha256");
 	int lock = store_lock(cs, LOCK_EX, err), rc = -1;
 
 	if (lock < 0)
 		goto out;
 	live_pins(cs, &pins);
-	DIR *d = opendir(root);
-	struct dirent *de;
-	while (d && (de = readdir(d)) != NULL) {
-		if (de->d_name[0] == '.')
-			continue;
-		char *sub = kiln_path_join(root, de->d_name);
-		DIR *d2 = opendir(sub);
-		struct dirent *f;
-		while (d2 && (f = readdir(d2)) != NULL) {
-			struct stat sb;
-			if (strchr(f->d_name, '.'))
-				continue; /* a download's .part: kept for its resume */
-			char *p = kiln_path_join(sub, f->d_name);
-			if (stat(p, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-				free(p);
-				continue;
-			}
-			if (n == cap)
-				files = kiln_xrealloc(files, (cap = cap ? cap * 2 : 256) * sizeof(*files));
-			files[n].path = p;
-			files[n].hex = strrchr(p, '/') + 1;
-			files[n].bytes = (uint64_t)sb.st_blocks * 512;
-			files[n].mtime = sb.st_mtim;
-			s.chunks++;
-			s.bytes += files[n].bytes;
-			n++;
-		}
-		if (d2)
-			closedir(d2);
-		free(sub);
-	}
-	if (d)
-		closedir(d);
-	if (n)
-		qsort(files, n, sizeof(*files), cmp_age);
-	for (size_t i = 0; i < n && s.bytes > max_bytes; i++) {
-		const char *key = files[i].hex;
+	if (kiln_cas_each(root, KILN_SHA256, note_chunk, &l, err) < 0)
+		goto out;
+	if (l.n)
+		qsort(l.v, l.n, sizeof(*l.v), cmp_age);
+	for (size_t i = 0; i < l.n && l.s.bytes > max_bytes; i++) {
+		const char *key = l.v[i].hex;
 		if (pins.n && bsearch(&key, pins.v, pins.n, sizeof(char *), cmp_str)) {
-			s.pinned++;
+			l.s.pinned++;
 			continue;
 		}
-		if (unlink(files[i].path) < 0 && errno != ENOENT) {
-			kiln_err_errno(err, errno, "evict %s", files[i].path);
+		if (unlink(l.v[i].path) < 0 && errno != ENOENT) {
+			kiln_err_errno(err, errno, "evict %s", l.v[i].path);
 			goto out;
 		}
-		s.bytes -= files[i].bytes;
-		s.chunks--;
-		s.evicted++;
-		s.evicted_bytes += files[i].bytes;
+		l.s.bytes -= l.v[i].bytes;
+		l.s.chunks--;
+		l.s.evicted++;
+		l.s.evicted_bytes += l.v[i].bytes;
 	}
 	rc = 0;
 out:
 	if (st)
-		*st = s;
-	for (size_t i = 0; i < n; i++)
-		free(files[i].path);
-	free(files);
+		*st = l.s;
+	for (size_t i = 0; i < l.n; i++)
+		free(l.v[i].path);
+	free(l.v);
 	kiln_strv_free(&pins);
 	free(root);
 	if (lock >= 0)

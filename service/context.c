@@ -5,7 +5,6 @@
  * each blob per mode (never to the blob: a file's mode must not touch it). */
 #include <archive.h>
 #include <archive_entry.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -413,39 +412,23 @@ static struct used *used_of(struct usage *g, const char *hex)
 	return &g->v[g->n++];
 }
 
-/* Each file of dir/SUB/HEX (one level of subdirectories) noted under HEX. */
-static void scan(struct usage *g, const char *dir, bool linked)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
+struct scan {
+	struct usage *g;
+	bool linked;           /* the tree of linked copies: a second link is a build's */
+};
 
-	while (d && (e = readdir(d)) != NULL) {
-		if (e->d_name[0] == '.')
-			continue;
-		char *sub = kiln_path_join(dir, e->d_name);
-		DIR *d2 = opendir(sub);
-		struct dirent *f;
-		while (d2 && (f = readdir(d2)) != NULL) {
-			struct stat sb;
-			char *p = kiln_path_join(sub, f->d_name);
-			/* names are hex digests; a ".tmp-" one is a copy being made */
-			if (strlen(f->d_name) == 64 && strspn(f->d_name, "0123456789abcdef") == 64 && lstat(p, &sb) == 0 &&
-			    S_ISREG(sb.st_mode)) {
-				struct used *u = used_of(g, f->d_name);
-				if (sb.st_ctime > u->last)
-					u->last = sb.st_ctime;
-				u->bytes += (uint64_t)sb.st_blocks * 512;
-				u->busy = u->busy || (linked && sb.st_nlink > 1);
-				kiln_strv_push(&u->paths, p);
-			}
-			free(p);
-		}
-		if (d2)
-			closedir(d2);
-		free(sub);
-	}
-	if (d)
-		closedir(d);
+/* One file of the store or of the linked copies, noted under its digest. */
+static int note_file(const char *path, const char *hex, const struct stat *sb, void *ctx, kiln_error **err)
+{
+	struct scan *sc = ctx;
+	struct used *u = used_of(sc->g, hex);
+
+	if (sb->st_ctime > u->last)
+		u->last = sb->st_ctime;
+	u->bytes += (uint64_t)sb->st_blocks * 512;
+	u->busy = u->busy || (sc->linked && sb->st_nlink > 1);
+	kiln_strv_push(&u->paths, path);
+	return 0;
 }
 
 /* The digests the team's queued and running builds name. */
@@ -490,9 +473,10 @@ int svc_context_prune(svc *s, const char *team, uint64_t budget, int64_t older_t
 	int ret = -1;
 
 	*removed = 0;
-	scan(&g, blobs, false);
-	scan(&g, linked, true);
-	if (keep_queued(s, team, &g, err) < 0)
+	/* STORE/sha256/XX/HEX and LINKED/MODE/HEX: a ".tmp-" copy being made is skipped */
+	if (kiln_cas_each(blobs, KILN_SHA256, note_file, &(struct scan){ &g, false }, err) < 0 ||
+	    kiln_cas_each(linked, KILN_SHA256, note_file, &(struct scan){ &g, true }, err) < 0 ||
+	    keep_queued(s, team, &g, err) < 0)
 		goto out;
 	order = kiln_xcalloc(g.n + 1, sizeof(*order));
 	for (size_t i = 0; i < g.n; i++) {

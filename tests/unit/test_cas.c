@@ -252,6 +252,90 @@ static void test_template_store_syncs_dir(void)
 	kiln_error_free(err);
 }
 
+struct seen {
+	kiln_strv hex;
+	int stop_after;        /* > 0: fail the walk at that call */
+};
+
+static int see(const char *path, const char *hex, const struct stat *sb, void *ctx, kiln_error **err)
+{
+	struct seen *s = ctx;
+
+	CHECK(S_ISREG(sb->st_mode));
+	CHECK_STR(strrchr(path, '/') + 1, hex);
+	kiln_strv_push(&s->hex, hex);
+	if (s->stop_after > 0 && (int)s->hex.n == s->stop_after)
+		return kiln_err(err, KILN_E_INVALID, "stop here");
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The one walk over a fanout tree (both prunes use it): blobs only, work in
+ * progress and strays skipped, a missing tree empty, a callback's error stops. */
+static void test_each(void)
+{
+	kiln_cas *fan = open_cas("each", true, KILN_CAS_SYNC_NONE);
+	char d1[KILN_DIGEST_MAX], d2[KILN_DIGEST_MAX], *dir = kiln_path_join(tmp, "each/sha256"), *p;
+	struct seen s = { KILN_STRV_INIT, 0 };
+	kiln_error *err = NULL;
+
+	CHECK_INT(kiln_cas_put(fan, "one", 3, d1, &err), 0);
+	CHECK_INT(kiln_cas_put(fan, "two", 3, d2, &err), 0);
+	/* beside them: a download's .part, a copy being made, a symlink named
+	 * like a blob, a directory named like one, a stray file at the XX level */
+	char *b1 = kiln_cas_path(fan, d1), *b2 = kiln_cas_path(fan, d2);
+	p = kiln_xasprintf("%s.part", b1);
+	CHECK_INT(kiln_write_atomic(p, "o", 1, 0644, &err), 0);
+	free(p);
+	p = kiln_xasprintf("%s.tmp-1-2", b2);
+	CHECK_INT(kiln_write_atomic(p, "t", 1, 0644, &err), 0);
+	free(p);
+	p = kiln_xasprintf("%s/%.2s/%064d", dir, kiln_digest_hex(d2), 0);
+	CHECK_INT(symlink(b2, p), 0);
+	free(p);
+	p = kiln_xasprintf("%s/%.2s/%064d", dir, kiln_digest_hex(d1), 1);
+	CHECK_INT(mkdir(p, 0755), 0);
+	free(p);
+	p = kiln_path_join(dir, "stray");
+	CHECK_INT(kiln_write_atomic(p, "s", 1, 0644, &err), 0);
+	free(p);
+	free(b1);
+	free(b2);
+
+	CHECK_INT(kiln_cas_each(dir, KILN_SHA256, see, &s, &err), 0);
+	CHECK_INT((int)s.hex.n, 2);
+	if (s.hex.n == 2) {
+		const char *want[2] = { kiln_digest_hex(d1), kiln_digest_hex(d2) };
+		qsort(want, 2, sizeof(*want), cmp_str);
+		qsort(s.hex.v, 2, sizeof(char *), cmp_str);
+		CHECK_STR(s.hex.v[0], want[0]);
+		CHECK_STR(s.hex.v[1], want[1]);
+	}
+	kiln_strv_free(&s.hex);
+	/* sha512 names are 128 hex: none here */
+	CHECK_INT(kiln_cas_each(dir, KILN_SHA512, see, &s, &err), 0);
+	CHECK_INT((int)s.hex.n, 0);
+	/* the callback's error ends the walk, and is the walk's */
+	s.stop_after = 1;
+	CHECK_INT(kiln_cas_each(dir, KILN_SHA256, see, &s, &err), -1);
+	CHECK_INT((int)s.hex.n, 1);
+	CHECK(err && strstr(kiln_error_message(err), "stop here"));
+	kiln_error_clear(&err);
+	kiln_strv_free(&s.hex);
+	/* a tree not made yet is empty */
+	p = kiln_path_join(tmp, "each/nothing");
+	CHECK_INT(kiln_cas_each(p, KILN_SHA256, see, &s, &err), 0);
+	CHECK_INT((int)s.hex.n, 0);
+	free(p);
+	kiln_error_free(err);
+	free(dir);
+	kiln_cas_close(fan);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "--child") == 0)
@@ -264,6 +348,7 @@ int main(int argc, char **argv)
 	RUN(test_writer);
 	RUN(test_read_verifies);
 	RUN(test_adopt);
+	RUN(test_each);
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	self[n > 0 ? n : 0] = '\0';
 	if (access("/usr/bin/strace", X_OK) == 0)
