@@ -89,6 +89,25 @@ ssize_t kiln_pread_full(int fd, void *buf, size_t len, off_t off)
 	return (ssize_t)got;
 }
 
+ssize_t kiln_read_all(int fd, kiln_buf *b, size_t keep)
+{
+	char chunk[4096];
+	size_t got = 0;
+
+	for (;;) {
+		ssize_t n = read(fd, chunk, sizeof(chunk));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			return (ssize_t)got;
+		if (keep == 0 || got < keep)
+			kiln_buf_add(b, chunk, keep == 0 || keep - got >= (size_t)n ? (size_t)n : keep - got);
+		got += (size_t)n;
+	}
+}
+
 pid_t kiln_waitpid(pid_t pid, int *status, int flags)
 {
 	pid_t r;

@@ -284,6 +284,11 @@ int kiln_write_full(int fd, const void *data, size_t len);
 int kiln_pwrite_full(int fd, const void *data, size_t len, off_t off);
 ssize_t kiln_read_full(int fd, void *buf, size_t len);
 ssize_t kiln_pread_full(int fd, void *buf, size_t len, off_t off);
+/* Read fd to its end (EINTR retried), appending the first keep bytes to b
+ * (keep = 0: all) and reading past the rest, so a child that writes more
+ * than the caller keeps is never blocked on a full pipe.  The bytes read, or
+ * -1 (errno set). */
+ssize_t kiln_read_all(int fd, kiln_buf *b, size_t keep);
 /* waitpid retrying EINTR. */
 pid_t kiln_waitpid(pid_t pid, int *status, int flags);
 /* Milliseconds on CLOCK_MONOTONIC (fractions kept): the one clock for

@@ -250,17 +250,14 @@ pid_t vm_jail_copy_start(const struct vm_jail *j, int *done_fd, kiln_error **err
 int vm_jail_copy_wait(pid_t pid, int done_fd, kiln_error **err)
 {
 	char why[512];
-	size_t got = 0;
-	ssize_t n;
+	/* the copier's report of what failed, or EOF when it is done */
+	ssize_t n = kiln_read_full(done_fd, why, sizeof(why) - 1);
+	size_t got = n > 0 ? (size_t)n : 0;
 	int status = 0;
 
-	while (got < sizeof(why) - 1 && ((n = read(done_fd, why + got, sizeof(why) - 1 - got)) > 0 ||
-					 (n < 0 && errno == EINTR)))
-		got += n > 0 ? (size_t)n : 0;
 	why[got] = '\0';
 	close(done_fd);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
+	kiln_waitpid(pid, &status, 0);
 	if (got > 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		return kiln_err(err, KILN_E_GENERIC, "the RAM copy failed: %s", got ? why : "killed");
 	return 0;

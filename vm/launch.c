@@ -324,33 +324,138 @@ static void files_init(vm_instance *v, const char *dir)
 		v->files.paths[F_MEM] = kiln_path_join(dir, "guest.mem");
 }
 
+/* The config's limits, and its rootfs resolved to a disk image file or a
+ * block device (*base: its real path, the overlay's backing). */
+static int check_config(const struct vm_config *c, char **base, kiln_error **err)
+{
+	struct stat st;
+
+	if (c->rootfs == NULL)
+		return kiln_err(err, KILN_E_USAGE, "vm: no rootfs image given");
+	if (c->cpus < 1 || c->cpus > 64 || c->memory_mib < 64 || c->memory_mib > 1024 * 1024)
+		return kiln_err(err, KILN_E_USAGE, "vm: want 1-64 vCPUs and at least 64 MiB of memory (got %u, %u MiB)",
+				c->cpus, c->memory_mib);
+	if ((*base = realpath(c->rootfs, NULL)) == NULL)
+		return kiln_err_errno(err, errno, "vm: rootfs %s", c->rootfs);
+	if (stat(*base, &st) < 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)))
+		return kiln_err(err, KILN_E_INVALID, "vm: rootfs %s is not a disk image file", c->rootfs);
+	return 0;
+}
+
+/* KVM when usable (unless the config names one), else TCG with the host's
+ * TSC rate: a property of the host, measured once per host boot. */
+static int choose_accel(const struct vm_config *c, vm_instance *v, kiln_error **err)
+{
+	v->accel = c->accel;
+	if (v->accel == VM_ACCEL_AUTO)
+		v->accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG;
+	if (v->accel == VM_ACCEL_TCG) {
+		v->tsc_khz = c->tsc_khz;
+		if (v->tsc_khz == 0 && vm_host_tsc_khz_cached(&v->tsc_khz, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Jailed: what QEMU opens besides its directory — the guest RAM file (made
+ * here, owned by the VM's uid), the kernel, and the base rootfs (the
+ * overlay's backing, read-only) and spare disk, opened for fd sets. */
+static int jail_files(const struct vm_config *c, vm_instance *v, const char *kernel, const char *base, int *base_fd,
+		      int *spare_fd, kiln_error **err)
+{
+	int fd = open(v->files.paths[F_MEM], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return kiln_err_errno(err, errno, "vm: %s", v->files.paths[F_MEM]);
+	close(fd);
+	if (vm_jail_own(&v->jail, v->files.paths[F_MEM], err) < 0)
+		return -1;
+	v->files.subdirs[0] = kiln_xstrdup(v->jail.root);
+	vm_jail_add(&v->jail, v->files.paths[F_MEM], true);
+	vm_jail_add(&v->jail, kernel, false);
+	if ((*base_fd = open(base, O_RDONLY | O_CLOEXEC)) < 0)
+		return kiln_err_errno(err, errno, "vm: rootfs %s", base);
+	if (c->spare_disk && (*spare_fd = open(c->spare_disk, O_RDONLY | O_CLOEXEC)) < 0)
+		return kiln_err_errno(err, errno, "vm: spare disk %s", c->spare_disk);
+	return 0;
+}
+
+/* The files the guest boots from: the initramfs (with the agent, if any),
+ * the rootfs overlay over base and the scratch disk, owned by the VM's uid. */
+static int boot_files(const struct vm_config *c, vm_instance *v, const struct vm_kernel *k, const char *agent,
+		      const char *base, kiln_error **err)
+{
+	struct vm_initramfs_opts io = { .kernel = k, .busybox = c->busybox, .agent = agent,
+					.modules = vm_default_modules(c->net) };
+	char *const img[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", (char *)base,
+			      v->files.paths[F_OVERLAY], NULL };
+
+	if (vm_initramfs_write(&io, v->files.paths[F_INITRD], err) < 0)
+		return -1;
+	if (vm_run_tool(img, err) < 0)
+		return kiln_error_wrap(err, "vm: creating the rootfs overlay");
+	if (use_scratch(c)) {
+		char *size = kiln_xasprintf("%uM", c->scratch_mib);
+		char *const mkfs[] = { "mke2fs", "-q", "-F", "-t", "ext4", "-m", "0", "-L", "kiln-scratch",
+				       v->files.paths[F_SCRATCH], size, NULL };
+		int r = vm_run_tool(mkfs, err);
+		free(size);
+		if (r < 0)
+			return kiln_error_wrap(err, "vm: creating the scratch disk");
+	}
+	if (vm_jail_own(&v->jail, v->files.paths[F_OVERLAY], err) < 0 ||
+	    (use_scratch(c) && vm_jail_own(&v->jail, v->files.paths[F_SCRATCH], err) < 0))
+		return -1;
+	return 0;
+}
+
+/* A started QEMU's guest up: QMP (checked to be QEMU's), init's ready
+ * marker, then the agent; boot_ms and agent_ms count from t0. */
+static int wait_guest(const struct vm_config *c, vm_instance *v, double t0, kiln_error **err)
+{
+	int timeout = c->boot_timeout_ms > 0 ? c->boot_timeout_ms : v->accel == VM_ACCEL_KVM ? 30000 : 120000;
+
+	v->qmp = vm_qmp_connect(v->files.paths[F_QMP], timeout < 20000 ? timeout : 20000, err);
+	if (v->qmp == NULL) {
+		/* Most often QEMU refused its arguments: say why, from its log. */
+		for (int i = 0; i < 100 && !vm_qemu_gone(v, WNOHANG); i++)
+			kiln_sleep_ms(10);
+		if (vm_qemu_gone(v, WNOHANG)) {
+			kiln_error_clear(err);
+			qemu_died(v, "at start", err);
+		}
+		return -1;
+	}
+	if (vm_qmp_peer_check(v->qmp, vm_jail_uid(v), err) < 0 || wait_ready(v, timeout, err) < 0)
+		return -1;
+	v->boot_ms = kiln_now_ms() - t0;
+	if (!v->agent)
+		return 0;
+	int left = timeout - (int)v->boot_ms;
+	v->conn = guest_connect(v->files.paths[F_AGENT], left > 5000 ? left : 5000, err);
+	if (v->conn && vm_socket_peer_check(guest_conn_fd(v->conn), vm_jail_uid(v), "the agent's socket", err) < 0) {
+		guest_close(v->conn);
+		v->conn = NULL;
+	}
+	if (v->conn == NULL) {
+		char *tail = console_tail(v, 1500);
+		kiln_error_wrap(err, "the guest agent did not answer; console:\n%s\n", tail);
+		free(tail);
+		return -1;
+	}
+	v->agent_ms = kiln_now_ms() - t0;
+	return 0;
+}
+
 vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 {
 	struct vm_kernel k = { 0 };
 	vm_instance *v = kiln_xcalloc(1, sizeof(*v));
 	char *dir = NULL, *agent = NULL, *base = NULL;
+	int base_fd = -1, spare_fd = -1;
 	double t0;
-	int timeout, base_fd = -1, spare_fd = -1;
 
-	if (c->rootfs == NULL) {
-		kiln_err(err, KILN_E_USAGE, "vm: no rootfs image given");
-		goto fail;
-	}
-	if (c->cpus < 1 || c->cpus > 64 || c->memory_mib < 64 || c->memory_mib > 1024 * 1024) {
-		kiln_err(err, KILN_E_USAGE, "vm: want 1-64 vCPUs and at least 64 MiB of memory (got %u, %u MiB)",
-			 c->cpus, c->memory_mib);
-		goto fail;
-	}
-	if ((base = realpath(c->rootfs, NULL)) == NULL) {
-		kiln_err_errno(err, errno, "vm: rootfs %s", c->rootfs);
-		goto fail;
-	}
-	struct stat st;
-	if (stat(base, &st) < 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
-		kiln_err(err, KILN_E_INVALID, "vm: rootfs %s is not a disk image file", c->rootfs);
-		goto fail;
-	}
-	if (vm_kernel_open(c->kernel_dir, &k, err) < 0)
+	if (check_config(c, &base, err) < 0 || vm_kernel_open(c->kernel_dir, &k, err) < 0)
 		goto fail;
 	agent = find_agent(c, err);
 	if (agent == (char *)-1) {
@@ -358,69 +463,14 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 		goto fail;
 	}
 	v->agent = agent != NULL;
-	v->accel = c->accel;
-	if (v->accel == VM_ACCEL_AUTO)
-		v->accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG;
-	if (v->accel == VM_ACCEL_TCG) {
-		/* The rate is a property of the host: measured once per host boot. */
-		v->tsc_khz = c->tsc_khz;
-		if (v->tsc_khz == 0 && vm_host_tsc_khz_cached(&v->tsc_khz, err) < 0)
-			goto fail;
-	}
-	if ((dir = kiln_mkdtemp("kiln-vm", err)) == NULL)
+	if (choose_accel(c, v, err) < 0 || (dir = kiln_mkdtemp("kiln-vm", err)) == NULL)
 		goto fail;
 	files_init(v, dir);
 	vm_registry_add(&v->files);
 	if (vm_jail_setup(&v->jail, dir, dir, c->cpus, c->memory_mib, c->net && !c->net_isolated, NULL, v->accel,
-			  err) < 0)
-		goto fail;
-	if (v->jail.on) {
-		/* what QEMU opens besides its directory: the base (read-only, the
-		 * overlay's backing), the kernel, and the guest RAM file */
-		int fd = open(v->files.paths[F_MEM], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (fd < 0) {
-			kiln_err_errno(err, errno, "vm: %s", v->files.paths[F_MEM]);
-			goto fail;
-		}
-		close(fd);
-		if (vm_jail_own(&v->jail, v->files.paths[F_MEM], err) < 0)
-			goto fail;
-		v->files.subdirs[0] = kiln_xstrdup(v->jail.root);
-		vm_jail_add(&v->jail, v->files.paths[F_MEM], true);
-		vm_jail_add(&v->jail, k.image, false);
-		if ((base_fd = open(base, O_RDONLY | O_CLOEXEC)) < 0) {
-			kiln_err_errno(err, errno, "vm: rootfs %s", base);
-			goto fail;
-		}
-		if (c->spare_disk && (spare_fd = open(c->spare_disk, O_RDONLY | O_CLOEXEC)) < 0) {
-			kiln_err_errno(err, errno, "vm: spare disk %s", c->spare_disk);
-			goto fail;
-		}
-	}
-
-	struct vm_initramfs_opts io = { .kernel = &k, .busybox = c->busybox, .agent = agent,
-					.modules = vm_default_modules(c->net) };
-	if (vm_initramfs_write(&io, v->files.paths[F_INITRD], err) < 0)
-		goto fail;
-	char *const img[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", base,
-			      v->files.paths[F_OVERLAY], NULL };
-	if (vm_run_tool(img, err) < 0) {
-		kiln_error_wrap(err, "vm: creating the rootfs overlay");
-		goto fail;
-	}
-	if (use_scratch(c)) {
-		char *size = kiln_xasprintf("%uM", c->scratch_mib);
-		char *const mkfs[] = { "mke2fs", "-q", "-F", "-t", "ext4", "-m", "0", "-L", "kiln-scratch",
-				       v->files.paths[F_SCRATCH], size, NULL };
-		int r = vm_run_tool(mkfs, err);
-		free(size);
-		if (r < 0) {
-			kiln_error_wrap(err, "vm: creating the scratch disk");
-			goto fail;
-		}
-	}
-	if (vm_jail_own(&v->jail, v->files.paths[F_OVERLAY], err) < 0 ||
-	    (use_scratch(c) && vm_jail_own(&v->jail, v->files.paths[F_SCRATCH], err) < 0))
+			  err) < 0 ||
+	    (v->jail.on && jail_files(c, v, k.image, base, &base_fd, &spare_fd, err) < 0) ||
+	    boot_files(c, v, &k, agent, base, err) < 0)
 		goto fail;
 	t0 = kiln_now_ms();
 	if (start_qemu(c, v, k.image, base_fd, spare_fd, err) < 0)
@@ -435,36 +485,8 @@ vm_instance *vm_boot(const struct vm_config *c, kiln_error **err)
 		close(v->jail.slot_fd);
 		v->jail.slot_fd = -1;
 	}
-	timeout = c->boot_timeout_ms > 0 ? c->boot_timeout_ms : v->accel == VM_ACCEL_KVM ? 30000 : 120000;
-	v->qmp = vm_qmp_connect(v->files.paths[F_QMP], timeout < 20000 ? timeout : 20000, err);
-	if (v->qmp == NULL) {
-		/* Most often QEMU refused its arguments: say why, from its log. */
-		for (int i = 0; i < 100 && !vm_qemu_gone(v, WNOHANG); i++)
-			kiln_sleep_ms(10);
-		if (vm_qemu_gone(v, WNOHANG)) {
-			kiln_error_clear(err);
-			qemu_died(v, "at start", err);
-		}
+	if (wait_guest(c, v, t0, err) < 0)
 		goto fail;
-	}
-	if (vm_qmp_peer_check(v->qmp, vm_jail_uid(v), err) < 0 || wait_ready(v, timeout, err) < 0)
-		goto fail;
-	v->boot_ms = kiln_now_ms() - t0;
-	if (v->agent) {
-		int left = timeout - (int)v->boot_ms;
-		v->conn = guest_connect(v->files.paths[F_AGENT], left > 5000 ? left : 5000, err);
-		if (v->conn && vm_socket_peer_check(guest_conn_fd(v->conn), vm_jail_uid(v), "the agent's socket", err) < 0) {
-			guest_close(v->conn);
-			v->conn = NULL;
-		}
-		if (v->conn == NULL) {
-			char *tail = console_tail(v, 1500);
-			kiln_error_wrap(err, "the guest agent did not answer; console:\n%s\n", tail);
-			free(tail);
-			goto fail;
-		}
-		v->agent_ms = kiln_now_ms() - t0;
-	}
 	kiln_info("vm: %s booted in %.0f ms (%s%s)", v->files.dir, v->boot_ms, v->accel == VM_ACCEL_KVM ? "kvm" : "tcg",
 		  v->agent ? ", agent" : "");
 	vm_kernel_free(&k);

@@ -65,7 +65,7 @@ static void on_signal(int sig)
 			continue;
 		if (f->pid > 0) {
 			kill(f->pid, SIGKILL);
-			waitpid(f->pid, NULL, 0);
+			kiln_waitpid(f->pid, NULL, 0);
 		}
 		for (int j = 0; j < VM_MAX_FILES && f->paths[j]; j++)
 			unlink(f->paths[j]);
@@ -220,9 +220,7 @@ pid_t vm_spawn(char *const argv[], const struct vm_spawn_opts *o, kiln_error **e
 		g = pid;
 	}
 	/* EOF: QEMU was exec'd (the pipe is close-on-exec) */
-	do
-		n = read(efd[0], why, sizeof(why) - 1);
-	while (n < 0 && errno == EINTR);
+	n = kiln_read_full(efd[0], why, sizeof(why) - 1);
 	/* the jail's own work (namespaces, cgroup, mounts, privileges) is in here */
 	kiln_debug("vm: %s exec'd %.1f ms after the fork (%s)", argv[0], kiln_now_ms() - t0,
 		   jailed(o) ? "jailed" : "unconfined");
@@ -230,7 +228,7 @@ pid_t vm_spawn(char *const argv[], const struct vm_spawn_opts *o, kiln_error **e
 		why[n > 0 ? n : 0] = '\0';
 		kiln_err(err, KILN_E_GENERIC, "could not start %s%s%s", argv[0], n > 0 ? ": " : "", why);
 		if (g > 0 && !o->detached)
-			waitpid(g, &status, 0);
+			kiln_waitpid(g, &status, 0);
 		g = -1;
 	}
 out:
@@ -303,16 +301,8 @@ int vm_run_tool(char *const argv[], kiln_error **err)
 		_exit(127);
 	}
 	close(pipefd[1]);
-	for (;;) {
-		char chunk[4096];
-		ssize_t n = read(pipefd[0], chunk, sizeof(chunk));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		if (out.len < 8192)
-			kiln_buf_add(&out, chunk, (size_t)n);
-	}
+	/* the head of its output is enough for the error; a read error ends it early */
+	kiln_read_all(pipefd[0], &out, 8192);
 	close(pipefd[0]);
 	kiln_waitpid(pid, &status, 0);
 	while (out.len > 0 && (out.buf[out.len - 1] == '\n' || out.buf[out.len - 1] == '\r'))

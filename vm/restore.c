@@ -113,17 +113,132 @@ out:
 	return rc;
 }
 
+/* Jailed: the guest RAM QEMU maps, reachable inside the jail — the blob
+ * itself (memory_direct), a private copy made while QEMU starts, or the
+ * caller's own shared copy; *mem and *shared become what QEMU maps. */
+static int jail_memory(vm_instance *v, const struct vm_restore_config *c, const char **mem, bool *shared,
+		       kiln_error **err)
+{
+	if (!*shared && c->memory_direct) {
+		/* QEMU opens it read-write (7.2), but its server refuses
+		 * writes: the private mapping is all the guest gets, and the
+		 * page cache stays shared by every sandbox of the template */
+		vm_jail_add(&v->jail, *mem, true);
+		return 0;
+	}
+	if (!*shared) {
+		char *link = kiln_path_join(c->dir, "ram");
+		v->files.paths[R_MEM] = ram_copy_path(c->dir);
+		v->files.paths[R_RAM_LINK] = link;
+		unlink(link);
+		if (symlink(v->files.paths[R_MEM], link) < 0)
+			return kiln_err_errno(err, errno, "vm: symlink %s", link);
+		unlink(v->files.paths[R_MEM]);
+		v->jail.copy_from = c->memory_file;
+		v->jail.copy_to = v->files.paths[R_MEM];
+		*mem = v->files.paths[R_MEM];
+		*shared = true;
+		/* the copy is created inside, before the bind: a mount point */
+		int fd = open(*mem, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0)
+			return kiln_err_errno(err, errno, "vm: %s", *mem);
+		close(fd);
+	} else {
+		/* the caller's own copy */
+		v->files.paths[R_MEM] = kiln_xstrdup(c->memory_file);
+	}
+	if (vm_jail_own(&v->jail, *mem, err) < 0)
+		return -1;
+	vm_jail_add(&v->jail, *mem, true);
+	return 0;
+}
+
+/* Jailed: the disk, its backing and the spare disk, opened read-only for
+ * QEMU's fd sets (restore_argv). */
+static int open_disks(const struct vm_restore_config *c, int fds[3], kiln_error **err)
+{
+	if (!c->disk_backing)
+		return kiln_err(err, KILN_E_USAGE, "vm: a jailed restore needs the disk's backing file named");
+	if ((fds[0] = open(c->disk, O_RDONLY | O_CLOEXEC)) < 0 ||
+	    (fds[1] = open(c->disk_backing, O_RDONLY | O_CLOEXEC)) < 0)
+		return kiln_err_errno(err, errno, "vm: %s", fds[0] < 0 ? c->disk : c->disk_backing);
+	if (c->spare_disk && (fds[2] = open(c->spare_disk, O_RDONLY | O_CLOEXEC)) < 0)
+		return kiln_err_errno(err, errno, "vm: spare disk %s", c->spare_disk);
+	return 0;
+}
+
+/* QEMU started and waiting for the device state (-incoming defer), its QMP
+ * connected and checked, the RAM copy (made beside QEMU's start) done; the
+ * fds are QEMU's then, closed here.  s->spawn_ms is this part. */
+static int start_incoming(vm_instance *v, const struct vm_restore_config *c, const char *mem, bool shared,
+			  int fds[3], struct vm_restore_stats *s, kiln_error **err)
+{
+	kiln_strv av = KILN_STRV_INIT;
+	char *qmp = NULL;
+	int copy_fd = -1, rc = -1;
+	pid_t copier = -1;
+
+	restore_argv(c, v->files.subdirs[0], mem, shared, v->jail.on, fds, &av);
+	struct vm_spawn_opts so = { .log_path = v->files.paths[R_QEMU_LOG], .tmpdir = v->files.subdirs[0],
+				    .detached = c->detached, .jail = &v->jail, .keep_fd = { fds[0], fds[1], fds[2] } };
+	double t0 = kiln_now_ms();
+	/* the RAM copy and QEMU's start (exec, machine init) side by side */
+	if (v->jail.copy_from && (copier = vm_jail_copy_start(&v->jail, &copy_fd, err)) < 0)
+		goto out;
+	if ((v->files.pid = vm_spawn(av.v, &so, err)) < 0) {
+		v->files.pid = 0;
+		goto out;
+	}
+	if (v->jail.on) {
+		close(v->jail.slot_fd); /* QEMU holds the slot now */
+		v->jail.slot_fd = -1;
+	}
+	for (int i = 0; i < 3; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	fds[0] = fds[1] = fds[2] = -1;
+	if (c->detached)
+		v->start_time = vm_proc_start_time(v->files.pid);
+	if (c->on_spawn && c->on_spawn(c->ud, v->files.pid, err) < 0)
+		goto out;
+	qmp = kiln_path_join(v->files.subdirs[0], "qmp.sock");
+	if ((v->qmp = vm_qmp_connect(qmp, c->qmp_timeout_ms > 0 ? c->qmp_timeout_ms : 10000, err)) == NULL) {
+		if (vm_qemu_gone(v, WNOHANG))
+			wrap_died(v, err);
+		goto out;
+	}
+	if (vm_qmp_peer_check(v->qmp, vm_jail_uid(v), err) < 0)
+		goto out;
+	/* loading the device state reads guest RAM (virtqueues) */
+	if (copier > 0) {
+		int r = vm_jail_copy_wait(copier, copy_fd, err);
+		copier = copy_fd = -1;
+		if (r < 0)
+			goto out;
+	}
+	s->spawn_ms = kiln_now_ms() - t0;
+	rc = 0;
+out:
+	if (copier > 0) {
+		kill(copier, SIGKILL);
+		kiln_error *e = NULL;
+		vm_jail_copy_wait(copier, copy_fd, &e);
+		kiln_error_free(e);
+	}
+	kiln_strv_free(&av);
+	free(qmp);
+	return rc;
+}
+
 vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_stats *stats, kiln_error **err)
 {
 	struct vm_restore_stats dummy;
 	struct vm_restore_stats *s = stats ? stats : &dummy;
 	vm_instance *v = kiln_xcalloc(1, sizeof(*v));
-	kiln_strv av = KILN_STRV_INIT;
-	char *version = NULL, *qmp = NULL;
+	char *version = NULL;
 	const char *mem = c->memory_file;
 	bool shared = c->memory_shared;
-	int fds[3] = { -1, -1, -1 }, copy_fd = -1;
-	pid_t copier = -1;
+	int fds[3] = { -1, -1, -1 };
 	double t0;
 
 	memset(s, 0, sizeof(*s));
@@ -140,122 +255,31 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 		goto fail;
 	if (v->jail.on) {
 		v->files.subdirs[1] = kiln_xstrdup(v->jail.root);
-		if (!shared && c->memory_direct) {
-			/* QEMU opens it read-write (7.2), but its server refuses
-			 * writes: the private mapping is all the guest gets, and the
-			 * page cache stays shared by every sandbox of the template */
-			vm_jail_add(&v->jail, mem, true);
-		} else if (!shared) {
-			char *link = kiln_path_join(c->dir, "ram");
-			v->files.paths[R_MEM] = ram_copy_path(c->dir);
-			v->files.paths[R_RAM_LINK] = link;
-			unlink(link);
-			if (symlink(v->files.paths[R_MEM], link) < 0) {
-				kiln_err_errno(err, errno, "vm: symlink %s", link);
-				goto fail;
-			}
-			unlink(v->files.paths[R_MEM]);
-			v->jail.copy_from = c->memory_file;
-			v->jail.copy_to = v->files.paths[R_MEM];
-			mem = v->files.paths[R_MEM];
-			shared = true;
-			/* the copy is created inside, before the bind: a mount point */
-			int fd = open(mem, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-			if (fd < 0) {
-				kiln_err_errno(err, errno, "vm: %s", mem);
-				goto fail;
-			}
-			close(fd);
-		} else {
-			/* the caller's own copy */
-			v->files.paths[R_MEM] = kiln_xstrdup(c->memory_file);
-		}
-		if (!(c->memory_direct && !c->memory_shared)) {
-			if (vm_jail_own(&v->jail, mem, err) < 0)
-				goto fail;
-			vm_jail_add(&v->jail, mem, true);
-		}
-		if (!c->disk_backing) {
-			kiln_err(err, KILN_E_USAGE, "vm: a jailed restore needs the disk's backing file named");
+		if (jail_memory(v, c, &mem, &shared, err) < 0 || open_disks(c, fds, err) < 0)
 			goto fail;
-		}
-		if ((fds[0] = open(c->disk, O_RDONLY | O_CLOEXEC)) < 0 ||
-		    (fds[1] = open(c->disk_backing, O_RDONLY | O_CLOEXEC)) < 0) {
-			kiln_err_errno(err, errno, "vm: %s", fds[0] < 0 ? c->disk : c->disk_backing);
-			goto fail;
-		}
-		if (c->spare_disk && (fds[2] = open(c->spare_disk, O_RDONLY | O_CLOEXEC)) < 0) {
-			kiln_err_errno(err, errno, "vm: spare disk %s", c->spare_disk);
-			goto fail;
-		}
 	} else if (shared) {
 		/* a shared RAM file is the VM's own copy: removed with it */
 		v->files.paths[R_MEM] = kiln_xstrdup(c->memory_file);
 	}
-
-	restore_argv(c, v->files.subdirs[0], mem, shared, v->jail.on, fds, &av);
-	struct vm_spawn_opts so = { .log_path = v->files.paths[R_QEMU_LOG], .tmpdir = v->files.subdirs[0],
-				    .detached = c->detached, .jail = &v->jail, .keep_fd = { fds[0], fds[1], fds[2] } };
-	t0 = kiln_now_ms();
-	/* the RAM copy and QEMU's start (exec, machine init) side by side */
-	if (v->jail.copy_from && (copier = vm_jail_copy_start(&v->jail, &copy_fd, err)) < 0)
+	if (start_incoming(v, c, mem, shared, fds, s, err) < 0)
 		goto fail;
-	if ((v->files.pid = vm_spawn(av.v, &so, err)) < 0) {
-		v->files.pid = 0;
-		goto fail;
-	}
-	if (v->jail.on) {
-		close(v->jail.slot_fd); /* QEMU holds the slot now */
-		v->jail.slot_fd = -1;
-	}
-	for (int i = 0; i < 3; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
-	fds[0] = fds[1] = fds[2] = -1;
-	if (c->detached)
-		v->start_time = vm_proc_start_time(v->files.pid);
-	if (c->on_spawn && c->on_spawn(c->ud, v->files.pid, err) < 0)
-		goto fail;
-	qmp = kiln_path_join(v->files.subdirs[0], "qmp.sock");
-	if ((v->qmp = vm_qmp_connect(qmp, c->qmp_timeout_ms > 0 ? c->qmp_timeout_ms : 10000, err)) == NULL)
-		goto died;
-	if (vm_qmp_peer_check(v->qmp, vm_jail_uid(v), err) < 0)
-		goto fail;
-	/* loading the device state reads guest RAM (virtqueues) */
-	if (copier > 0) {
-		int r = vm_jail_copy_wait(copier, copy_fd, err);
-		copier = copy_fd = -1;
-		if (r < 0)
-			goto fail;
-	}
-	s->spawn_ms = kiln_now_ms() - t0;
 	version = vm_qmp_version_string(v->qmp);
 	if (c->on_version && c->on_version(c->ud, version, err) < 0)
 		goto fail;
 	t0 = kiln_now_ms();
-	if (vm_snapshot_load(v->qmp, c->state, 30000, err) < 0)
-		goto died;
+	if (vm_snapshot_load(v->qmp, c->state, 30000, err) < 0) {
+		if (vm_qemu_gone(v, WNOHANG))
+			wrap_died(v, err);
+		goto fail;
+	}
 	s->load_ms = kiln_now_ms() - t0;
-	kiln_strv_free(&av);
 	free(version);
-	free(qmp);
 	return v;
-died:
-	if (vm_qemu_gone(v, WNOHANG))
-		wrap_died(v, err);
 fail:
 	for (int i = 0; i < 3; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	if (copier > 0) {
-		kill(copier, SIGKILL);
-		kiln_error *e = NULL;
-		vm_jail_copy_wait(copier, copy_fd, &e);
-		kiln_error_free(e);
-	}
-	kiln_strv_free(&av);
 	free(version);
-	free(qmp);
 	/* detached: QEMU is killed, dir (and the RAM copy it names, see
 	 * vm_dir_cleanup) stays for the caller to remove */
 	vm_destroy(v);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kiln.h"
@@ -200,6 +201,35 @@ static void references(void)
 	kiln_error_clear(&err);
 }
 
+/* kiln_read_all keeps the head and reads the rest, so a child writing more
+ * than is kept exits instead of blocking on a full pipe (vm_run_tool). */
+static void read_all_drains(void)
+{
+	enum { TOTAL = 200 * 1024 };
+	for (int keep = 0; keep <= 8192; keep += 8192) {
+		int p[2];
+		CHECK_INT(pipe(p), 0);
+		pid_t pid = fork();
+		if (pid == 0) {
+			static char block[TOTAL];
+			close(p[0]);
+			for (size_t i = 0; i < sizeof(block); i++)
+				block[i] = (char)('a' + i % 26);
+			_exit(kiln_write_full(p[1], block, sizeof(block)) == 0 ? 0 : 1);
+		}
+		close(p[1]);
+		kiln_buf b = KILN_BUF_INIT;
+		int status = -1;
+		CHECK_INT((int)kiln_read_all(p[0], &b, (size_t)keep), TOTAL);
+		close(p[0]);
+		CHECK_INT((int)b.len, keep ? keep : TOTAL);
+		CHECK(b.len > 27 && b.buf[0] == 'a' && b.buf[26] == 'a' && b.buf[b.len - 1] == (char)('a' + (b.len - 1) % 26));
+		CHECK(kiln_waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		kiln_buf_free(&b);
+	}
+	CHECK_INT((int)kiln_read_all(-1, &(kiln_buf)KILN_BUF_INIT, 0), -1);
+}
+
 int main(void)
 {
 	RUN(error_chain);
@@ -209,5 +239,6 @@ int main(void)
 	RUN(json_helpers);
 	RUN(sizes);
 	RUN(references);
+	RUN(read_all_drains);
 	return test_done();
 }
