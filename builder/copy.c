@@ -506,7 +506,10 @@ static bool is_url(const char *s)
 
 static int add_url(struct ctx *c, const char *url, bool dest_dir, const char *dest, kiln_error **err)
 {
-	char *path = kiln_xasprintf("%s/url-%zu", c->o->scratch, c->out->n);
+	/* a directory of the step's scratch (removed with its changes), so two
+	 * ADD URL steps of one build never meet in one name */
+	char *dir = kiln_xasprintf("%s/url-%zu", c->o->scratch, c->out->tmpdirs.n);
+	char *path = kiln_path_join(dir, "download");
 	const char *q = strpbrk(url + 8, "?#");
 	char *noq = q ? kiln_xstrndup(url, (size_t)(q - url)) : kiln_xstrdup(url);
 	const char *base = strrchr(noq + 8, '/');
@@ -520,7 +523,8 @@ static int add_url(struct ctx *c, const char *url, bool dest_dir, const char *de
 			 url);
 		goto out;
 	}
-	if (build_fetch_url(url, path, c->o->checksum, err) < 0)
+	kiln_strv_push(&c->out->tmpdirs, dir);
+	if (kiln_mkdir_p(dir, 0700, err) < 0 || build_fetch_url(url, path, c->o->checksum, err) < 0)
 		goto out;
 	if (stat(path, &st) < 0) {
 		kiln_err_errno(err, errno, "ADD %s", url);
@@ -544,6 +548,7 @@ static int add_url(struct ctx *c, const char *url, bool dest_dir, const char *de
 out:
 	free(target);
 	free(path);
+	free(dir);
 	free(noq);
 	return rc;
 }

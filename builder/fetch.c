@@ -1,82 +1,86 @@
-/* fetch.c — ADD URL: download with libcurl to a scratch file, hashing as it
- * arrives so --checksum is verified without a second read.  Bounded by
- * timeouts; redirects followed (at most 10), HTTP errors reported. */
-#include <curl/curl.h>
+/* fetch.c — ADD URL: a download over kiln's one HTTP transport (regclient's
+ * rc_http: redirects, timeouts, retries with backoff on transient errors)
+ * into a scratch file, hashed as it arrives so --checksum is verified
+ * without a second read; an attempt cut short starts the file over. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "builder/builder.h"
+#include "regclient/regclient.h"
 
 struct sink {
-	FILE *f;
+	int fd;
+	const char *path;
+	enum kiln_digest_algo algo;
 	kiln_hasher *h;
-	int failed;
+	unsigned attempt;   /* the transport's attempt the file holds */
+	int64_t len;
+	kiln_error **err;   /* the caller's: the transport adds nothing when the sink refuses */
 };
 
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
+/* The file and the hash hold the body of the transport's current attempt
+ * (a retry sends the body from its start again). */
+static int sink_attempt(struct sink *s, const struct rc_http *r)
+{
+	if (s->attempt == r->attempts)
+		return 0;
+	s->attempt = r->attempts;
+	if (s->len > 0 && ftruncate(s->fd, 0) < 0)
+		return kiln_err_errno(s->err, errno, "truncate %s", s->path);
+	kiln_hasher_free(s->h);
+	s->h = kiln_hasher_new(s->algo);
+	s->len = 0;
+	return 0;
+}
+
+static int on_data(void *ud, struct rc_http *r, const char *p, size_t n)
 {
 	struct sink *s = ud;
-	size_t len = size * n;
 
-	kiln_hasher_update(s->h, p, len);
-	if (fwrite(p, 1, len, s->f) != len) {
-		s->failed = errno ? errno : EIO;
-		return 0;
-	}
-	return len;
+	if (sink_attempt(s, r) < 0)
+		return -1;
+	if (kiln_pwrite_full(s->fd, p, n, (off_t)s->len) < 0)
+		return kiln_err_errno(s->err, errno, "write %s", s->path);
+	kiln_hasher_update(s->h, p, n);
+	s->len += (int64_t)n;
+	return 0;
 }
 
 int build_fetch_url(const char *url, const char *path, const char *checksum, kiln_error **err)
 {
-	struct sink s = { 0 };
-	CURL *curl = NULL;
-	char errbuf[CURL_ERROR_SIZE] = "";
+	struct sink s = { .fd = -1, .path = path, .algo = KILN_SHA256, .err = err };
+	struct rc_http r;
+	rc_client *c = NULL;
 	char got[KILN_DIGEST_MAX];
-	enum kiln_digest_algo algo = KILN_SHA256;
-	long status = 0;
 	int rc = -1;
-	CURLcode cr;
 
-	if (checksum && kiln_digest_parse(checksum, &algo, err) < 0)
+	if (checksum && kiln_digest_parse(checksum, &s.algo, err) < 0)
 		return kiln_error_wrap(err, "ADD --checksum");
-	s.f = fopen(path, "wbx");
-	if (!s.f)
-		return kiln_err_errno(err, errno, "ADD %s: create %s", url, path);
-	s.h = kiln_hasher_new(algo);
-	curl = curl_easy_init();
-	if (!curl) {
-		kiln_err(err, KILN_E_GENERIC, "ADD %s: curl init failed", url);
+	if ((c = rc_client_for_url(url, err)) == NULL)
+		return kiln_error_wrap(err, "ADD %s", url);
+	rc_http_init(&r, c, "GET", kiln_xstrdup(url), NULL);
+	s.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (s.fd < 0) {
+		kiln_err_errno(err, errno, "ADD %s: create %s", url, path);
 		goto out;
 	}
-	curl_easy_setopt(curl, CURLOPT_URL, url);
-	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(curl, CURLOPT_WRITEDATA, &s);
-	curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
-	curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
-	curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 30L);
-	curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 60L);
-	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-	cr = curl_easy_perform(curl);
-	if (s.failed) {
-		kiln_err_errno(err, s.failed, "ADD %s: write %s", url, path);
+	s.h = kiln_hasher_new(s.algo);
+	r.sink = on_data;
+	r.sink_ud = &s;
+	/* after it, sink_attempt: an empty body after a cut one keeps nothing of that one */
+	if (rc_http_do(&r, err) < 0 || sink_attempt(&s, &r) < 0) {
+		kiln_error_wrap(err, "ADD %s", url);
 		goto out;
 	}
-	if (cr != CURLE_OK) {
-		kiln_err(err, KILN_E_IO, "ADD %s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(cr));
+	if (r.status >= 400) {
+		kiln_err(err, KILN_E_NOTFOUND, "ADD %s: HTTP status %ld", url, r.status);
 		goto out;
 	}
-	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-	if (status >= 400) {
-		kiln_err(err, KILN_E_NOTFOUND, "ADD %s: HTTP status %ld", url, status);
-		goto out;
-	}
-	if (fflush(s.f) != 0) {
-		kiln_err_errno(err, errno, "ADD %s: write %s", url, path);
+	if (r.status < 200 || r.status >= 300) {
+		kiln_err(err, KILN_E_IO, "ADD %s: HTTP status %ld", url, r.status);
 		goto out;
 	}
 	kiln_hasher_final(s.h, got);
@@ -89,8 +93,9 @@ int build_fetch_url(const char *url, const char *path, const char *checksum, kil
 out:
 	if (s.h)
 		kiln_hasher_free(s.h);
-	if (curl)
-		curl_easy_cleanup(curl);
-	fclose(s.f);
+	if (s.fd >= 0)
+		close(s.fd);
+	rc_http_free(&r);
+	rc_client_free(c);
 	return rc;
 }

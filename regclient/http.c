@@ -46,13 +46,14 @@ rc_client *rc_client_new(const char *host, const struct rc_client_opts *o, kiln_
 	c->retries = o->retries ? o->retries : env && *env ? (unsigned)atoi(env) : 4;
 	c->timeout_s = o->timeout_s ? o->timeout_s : 30;
 	c->max_rate = o->max_rate;
+	c->plain = o->plain;
 	const char *ca = getenv("KILN_REGISTRY_CA_FILE");
 	if (ca && *ca)
 		c->ca_file = kiln_xstrdup(ca);
 	if (o->user) {
 		c->user = kiln_xstrdup(o->user);
 		c->pass = kiln_xstrdup(o->pass ? o->pass : "");
-	} else if (!o->anonymous && rc_auth_lookup(host, &c->user, &c->pass, err) < 0) {
+	} else if (!o->anonymous && !o->plain && rc_auth_lookup(host, &c->user, &c->pass, err) < 0) {
 		rc_client_free(c);
 		return NULL;
 	}
@@ -65,6 +66,36 @@ rc_client *rc_client_new(const char *host, const struct rc_client_opts *o, kiln_
 	curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
 	curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
 	curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+	return c;
+}
+
+rc_client *rc_client_for_url(const char *url, kiln_error **err)
+{
+	CURLU *u = curl_url();
+	char *scheme = NULL, *host = NULL, *port = NULL, *hp = NULL, *base = NULL;
+	rc_client *c = NULL;
+
+	/* HOST[:PORT] alone: userinfo in the URL stays in the URL (curl sends
+	 * it), out of the client's name and so out of every error message */
+	if (!u || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
+	    (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)) {
+		kiln_err(err, KILN_E_INVALID, "not an http:// or https:// URL");
+		goto out;
+	}
+	curl_url_get(u, CURLUPART_PORT, &port, 0);
+	hp = port ? kiln_xasprintf("%s:%s", host, port) : kiln_xstrdup(host);
+	base = kiln_xasprintf("%s://%s", scheme, hp);
+	const struct rc_client_opts o = { .plain = 1, .base = base };
+	c = rc_client_new(hp, &o, err);
+out:
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(port);
+	curl_url_cleanup(u);
+	free(hp);
+	free(base);
 	return c;
 }
 
@@ -480,7 +511,7 @@ int rc_http_do(struct rc_http *r, kiln_error **err)
 		rc_http_setup(r, r->c->easy);
 		r->cr = curl_easy_perform(r->c->easy);
 		rc_http_done(r);
-		if (r->cr == CURLE_OK && r->status == 401 && !r->token_request && auths < 2) {
+		if (r->cr == CURLE_OK && r->status == 401 && !r->token_request && !r->c->plain && auths < 2) {
 			auths++;
 			if (rc_http_authorize(r, err) < 0)
 				return -1;
@@ -502,8 +533,8 @@ int rc_http_do(struct rc_http *r, kiln_error **err)
 		char more[48] = "";
 		if (attempt)
 			snprintf(more, sizeof(more), " (after %u retries)", attempt);
-		return kiln_err(err, KILN_E_IO, "registry %s: %s%s%s", r->c->host, transport_error(r), more,
-				tls_hint(r));
+		return kiln_err(err, KILN_E_IO, "%s%s: %s%s%s", r->c->plain ? "" : "registry ", r->c->host,
+				transport_error(r), more, r->c->plain ? "" : tls_hint(r));
 	}
 	return r->sink_failed ? -1 : 0;
 }

@@ -17,6 +17,7 @@ struct rc_client {
 	char *base; /* "http://HOST" or "https://HOST" */
 	char *user, *pass;
 	int basic;  /* the registry challenged with Basic: send it up front */
+	int plain;  /* not a registry: rc_client_opts.plain */
 	struct rc_token *tokens;
 	size_t ntokens;
 	CURLSH *share; /* connections and DNS shared by every handle */

@@ -1,7 +1,7 @@
 /* regclient.h — the contract of kiln's registry client: OCI Distribution
  * over libcurl (credentials, manifests, parallel blob transfers with resume)
  * and the HTTP transport under it, which every outbound request of kiln
- * uses (the S3 storage backend of the server rides on it too). */
+ * uses (the S3 storage backend of the server and ADD <url> ride on it too). */
 #ifndef KILN_REGCLIENT_H
 #define KILN_REGCLIENT_H
 
@@ -42,6 +42,8 @@ struct rc_client_opts {
 	unsigned timeout_s;      /* connect timeout and stall limit; 0: 30 */
 	uint64_t max_rate;       /* bytes/s per transfer, each way; 0: unlimited */
 	const char *base;        /* "SCHEME://HOST[:PORT]" to use as is (S3 endpoints); NULL: derived */
+	int plain;               /* a web server, not a registry (rc_client_for_url): no credentials, no
+				  * challenge flow (a 401 is the caller's answer), errors name HOST alone */
 };
 
 struct rc_client_stats {
@@ -55,6 +57,10 @@ struct rc_client_stats {
 rc_client *rc_client_new(const char *host, const struct rc_client_opts *o, kiln_error **err);
 void rc_client_free(rc_client *c);
 const struct rc_client_stats *rc_client_stats(const rc_client *c);
+/* A plain client for the server of an http:// or https:// URL (ADD <url>):
+ * the transport's connections, redirects, timeouts and retries, and no
+ * registry credentials, which must never go to an arbitrary web server. */
+rc_client *rc_client_for_url(const char *url, kiln_error **err);
 /* GET /v2/, authenticating if challenged: checks that the registry answers
  * and that the credentials (if any) are accepted. */
 int rc_client_ping(rc_client *c, kiln_error **err);

@@ -157,6 +157,31 @@ expect_exit 1 "ADD URL with a wrong checksum fails" "$KILN" build -f "$T_TMP/Doc
 expect_grep "checksum mismatch named" 'checksum mismatch' "$T_TMP/err"
 kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null
 
+# ADD URL rides the one HTTP transport: a 503 and a body cut short are retried
+# (the file starts over), a 404 is not, and its error names the line and the URL
+F=$T_TMP/flaky
+mkdir -p "$F"
+head -c 300000 /dev/urandom >"$F/big.bin"
+FSUM=sha256:$(sha256sum "$F/big.bin" | cut -d' ' -f1)
+python3 tests/flaky_http.py "$T_TMP/flaky.port" "$F" 60 &
+FLAKY=$!
+for _ in $(seq 50); do [ -s "$T_TMP/flaky.port" ] && break; sleep 0.1; done
+FURL=http://127.0.0.1:$(cat "$T_TMP/flaky.port")
+printf 'FROM scratch\nADD --checksum=%s %s/503-big.bin /dl/a.bin\nADD --checksum=%s %s/cut-big.bin /dl/b.bin\n' \
+	"$FSUM" "$FURL" "$FSUM" "$FURL" >"$T_TMP/Dockerfile.flaky"
+expect_exit 0 "ADD URL: a 503 and a cut body are retried" "$KILN" build -f "$T_TMP/Dockerfile.flaky" --oci-out "$T_TMP/oci-flaky" "$C"
+expect_eq "each asked for twice" "$(sort "$F/requests" | uniq -c | awk '{print $1, $2}' | tr '\n' ';')" "2 /503-big.bin;2 /cut-big.bin;"
+umoci unpack --image "$T_TMP/oci-flaky:latest" "$T_TMP/bflaky" >/dev/null 2>&1
+if cmp -s "$F/big.bin" "$T_TMP/bflaky/rootfs/dl/a.bin" && cmp -s "$F/big.bin" "$T_TMP/bflaky/rootfs/dl/b.bin"; then
+	ok "both downloads whole, nothing of the cut answer kept"
+else not_ok "both downloads whole, nothing of the cut answer kept"; fi
+: >"$F/requests"
+printf 'FROM scratch\nCOPY a.txt /a\nADD %s/404-big.bin /dl/\n' "$FURL" >"$T_TMP/Dockerfile.404"
+expect_exit 1 "ADD URL of a 404 fails" "$KILN" build -f "$T_TMP/Dockerfile.404" "$C"
+expect_grep "naming the line and the URL" ":3.*ADD $FURL/404-big.bin: HTTP status 404" "$T_TMP/err"
+expect_eq "a 404 is not retried" "$(cat "$F/requests")" "/404-big.bin"
+kill "$FLAKY" 2>/dev/null; wait "$FLAKY" 2>/dev/null
+
 # two builds at once on one store, then prune
 "$KILN" build --no-cache -t c1 "$C" >/dev/null 2>"$T_TMP/e1" & P1=$!
 "$KILN" build --no-cache -f "$C/Dockerfile.bb" -t c2 "$C" >/dev/null 2>"$T_TMP/e2" & P2=$!

@@ -119,6 +119,22 @@ static void test_credentials(void)
 	CHECK_STR(p, "pa:ss");
 	free(u);
 	free(p);
+	/* ADD <url>'s client: a web server gets no registry credentials, and
+	 * userinfo in the URL stays out of the client's name (its errors) */
+	rc_client *w = rc_client_for_url("http://me:pw@reg.io:5000/f?x=1", &err);
+	CHECK(w && !w->user && w->plain);
+	if (w) {
+		CHECK_STR(w->host, "reg.io:5000");
+		CHECK_STR(w->base, "http://reg.io:5000");
+	}
+	rc_client_free(w);
+	w = rc_client_for_url("https://[::1]:8443/a", &err);
+	CHECK(w && strcmp(w->host, "[::1]:8443") == 0 && strcmp(w->base, "https://[::1]:8443") == 0);
+	rc_client_free(w);
+	CHECK(rc_client_for_url("ftp://reg.io/x", &err) == NULL && strstr(kiln_error_message(err), "http://"));
+	kiln_error_clear(&err);
+	CHECK(rc_client_for_url("not a url", &err) == NULL);
+	kiln_error_clear(&err);
 	CHECK(rc_auth_store("bad", "a:b", "x", &err) < 0);
 	kiln_error_clear(&err);
 	/* docker's file as a fallback, Docker Hub under its legacy key */
