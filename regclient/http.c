@@ -28,6 +28,11 @@ static void global_init(void)
 	pthread_once(&once, curl_init_once);
 }
 
+void rc_global_init(void)
+{
+	global_init();
+}
+
 rc_client *rc_client_new(const char *host, const struct rc_client_opts *o, kiln_error **err)
 {
 	static const struct rc_client_opts none = { 0 };

@@ -55,6 +55,9 @@ struct rc_client_stats {
 /* A client for one registry host (HOST[:PORT] as in struct oci_imgref);
  * used by one thread at a time (its parallelism is curl multi, not threads). */
 rc_client *rc_client_new(const char *host, const struct rc_client_opts *o, kiln_error **err);
+/* The transport's one-time set-up (libcurl, OpenSSL and its configuration),
+ * which the first rc_client_new does: for a process started ahead of its work. */
+void rc_global_init(void);
 void rc_client_free(rc_client *c);
 const struct rc_client_stats *rc_client_stats(const rc_client *c);
 /* A plain client for the server of an http:// or https:// URL (ADD <url>):

@@ -270,39 +270,23 @@ static void end(void *ud, reg_req *r)
 		if ((j = body_json(r, q)) == NULL)
 			return;
 		/* ?missing=1: the files' blobs the team lacks come back (409) instead
-		 * of an error, so a client submits without asking first */
+		 * of an error, so a client submits without asking first; they are
+		 * looked for as the request is checked (one look at each file) */
 		const char *mq = reg_query(r, "missing");
-		if (mq && strcmp(mq, "0") != 0) {
-			kiln_strv want = KILN_STRV_INIT, missing = KILN_STRV_INIT;
-			json_t *f;
-			size_t i;
-			json_array_foreach(json_object_get(j, "files"), i, f) {
-				const char *d = json_string_value(json_object_get(f, "digest"));
-				if (d)
-					kiln_strv_push(&want, d);
-			}
-			int mrc = svc_blobs_missing(s, q->team, (const char *const *)want.v, want.n, &missing, &err);
-			size_t nmiss = missing.n;
-			if (mrc == 0 && nmiss) {
-				json_t *a = json_array();
-				for (size_t k = 0; k < missing.n; k++)
-					json_array_append_new(a, json_string(missing.v[k]));
-				answer(r, 409, json_pack("{s:s,s:i,s:o}", "error", "the context has files the server lacks",
-							 "status", 409, "missing", a));
-			}
-			kiln_strv_free(&want);
-			kiln_strv_free(&missing);
-			if (mrc < 0)
-				fail_err(r, err);
-			if (mrc < 0 || nmiss) {
-				json_decref(j);
-				return;
-			}
-		}
-		if (svc_submit_json(s, q->team, j, id, &err) < 0)
+		kiln_strv missing = KILN_STRV_INIT;
+		int src = svc_submit_json(s, q->team, j, id, mq && strcmp(mq, "0") != 0 ? &missing : NULL, &err);
+		if (src < 0) {
 			fail_err(r, err);
-		else
+		} else if (src == 1) {
+			json_t *a = json_array();
+			for (size_t k = 0; k < missing.n; k++)
+				json_array_append_new(a, json_string(missing.v[k]));
+			answer(r, 409, json_pack("{s:s,s:i,s:o}", "error", "the context has files the server lacks", "status",
+						 409, "missing", a));
+		} else {
 			answer(r, 202, json_pack("{s:s,s:s,s:s}", "id", id, "team", q->team, "state", "queued"));
+		}
+		kiln_strv_free(&missing);
 		break;
 	}
 	case K_STATUS: {

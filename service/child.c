@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "regclient/regclient.h"
 #include "service/internal.h"
 
 /* An unnamed file for a child's stderr in the service's state directory. */
@@ -226,6 +227,9 @@ int svc_child_wait(int fd, kiln_strv *argv, kiln_error **err)
 	size_t i;
 	int ret = -1;
 
+	/* what every build does first, done while there is none: the HTTP
+	 * transport's set-up (libcurl, OpenSSL's configuration) */
+	rc_global_init();
 	while ((n = read(fd, buf, sizeof(buf))) != 0) {
 		if (n < 0 && errno == EINTR)
 			continue;

@@ -6,6 +6,8 @@
  * out — resuming at the cursor when the connection drops.  Every request
  * goes over the registry client's HTTP transport (regclient/http.c). */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -164,6 +166,61 @@ out:
 	return ret;
 }
 
+/* The context's regular files hashed by a few threads (this one too): on
+ * the client, a cached build waits for nothing else. */
+struct hashing {
+	char **paths;
+	char (*digests)[KILN_DIGEST_MAX];
+	size_t n;
+	atomic_size_t next;
+	pthread_mutex_t lock;
+	kiln_error *err; /* the first failure */
+};
+
+static void *hash_some(void *ud)
+{
+	struct hashing *h = ud;
+
+	for (size_t i; (i = atomic_fetch_add(&h->next, 1)) < h->n;) {
+		kiln_error *e = NULL;
+		if (kiln_digest_file(KILN_SHA256, h->paths[i], h->digests[i], &e) < 0) {
+			pthread_mutex_lock(&h->lock);
+			if (h->err == NULL)
+				h->err = e;
+			else
+				kiln_error_free(e);
+			pthread_mutex_unlock(&h->lock);
+			atomic_store(&h->next, h->n);
+		}
+	}
+	return NULL;
+}
+
+static int hash_files(struct hashing *h, kiln_error **err)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t extra = cpus > 1 ? (size_t)(cpus > 4 ? 3 : cpus - 1) : 0, started = 0;
+	pthread_t th[3];
+
+	if (extra > h->n / 16) /* a thread is worth it for 16 files or more */
+		extra = h->n / 16;
+	atomic_init(&h->next, 0);
+	pthread_mutex_init(&h->lock, NULL);
+	for (; started < extra; started++)
+		if (pthread_create(&th[started], NULL, hash_some, h) != 0)
+			break;
+	hash_some(h);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	pthread_mutex_destroy(&h->lock);
+	if (h->err) {
+		*err = h->err;
+		h->err = NULL;
+		return -1;
+	}
+	return 0;
+}
+
 /* List and hash the context: files gets the request's array, byd each
  * digest's path (the first with that content). */
 static int list_context(const char *dir, const char *dockerfile, json_t *files, json_t *byd,
@@ -172,6 +229,7 @@ static int list_context(const char *dir, const char *dockerfile, json_t *files, 
 	build_ignore *ig = NULL;
 	build_tree *t = NULL;
 	char *igpath = strcmp(dockerfile, "-") ? kiln_xasprintf("%s.dockerignore", dockerfile) : kiln_xstrdup("");
+	struct hashing h = { 0 };
 	int ret = -1;
 
 	if (!*igpath || access(igpath, F_OK) != 0) {
@@ -180,20 +238,22 @@ static int list_context(const char *dir, const char *dockerfile, json_t *files, 
 	}
 	if (build_ignore_load(igpath, &ig, err) < 0 || build_tree_open(dir, ig, &t, err) < 0)
 		goto out;
-	for (size_t i = 0; i < build_tree_count(t); i++) {
+	h.paths = kiln_xcalloc(build_tree_count(t) + 1, sizeof(*h.paths));
+	h.digests = kiln_xcalloc(build_tree_count(t) + 1, sizeof(*h.digests));
+	for (size_t i = 0; i < build_tree_count(t); i++)
+		if (S_ISREG(build_tree_entry(t, i)->st.st_mode))
+			h.paths[h.n++] = kiln_path_join(dir, build_tree_entry(t, i)->path);
+	if (hash_files(&h, err) < 0)
+		goto out;
+	for (size_t i = 0, k = 0; i < build_tree_count(t); i++) {
 		const struct build_entry *e = build_tree_entry(t, i);
 		json_t *f = json_pack("{s:s,s:I}", "path", e->path, "mode", (json_int_t)e->st.st_mode);
 		if (S_ISREG(e->st.st_mode)) {
-			char d[KILN_DIGEST_MAX], *full = kiln_path_join(dir, e->path);
-			if (kiln_digest_file(KILN_SHA256, full, d, err) < 0) {
-				free(full);
-				json_decref(f);
-				goto out;
-			}
+			const char *d = h.digests[k], *full = h.paths[k];
+			k++;
 			json_object_set_new(f, "digest", json_string(d));
 			if (!json_object_get(byd, d))
 				json_object_set_new(byd, d, json_string(full));
-			free(full);
 		} else if (S_ISLNK(e->st.st_mode)) {
 			json_object_set_new(f, "link", json_string(e->link));
 		} else if (!S_ISDIR(e->st.st_mode)) {
@@ -205,6 +265,10 @@ static int list_context(const char *dir, const char *dockerfile, json_t *files, 
 	res->files = json_array_size(files);
 	ret = 0;
 out:
+	for (size_t i = 0; i < h.n; i++)
+		free(h.paths[i]);
+	free(h.paths);
+	free(h.digests);
 	build_tree_free(t);
 	build_ignore_free(ig);
 	free(igpath);

@@ -5,11 +5,13 @@
  * each blob per mode (never to the blob: a file's mode must not touch it). */
 #include <archive.h>
 #include <archive_entry.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -337,11 +339,12 @@ static int parents(const char *dir, const char *path, kiln_error **err)
 	return ret;
 }
 
-/* The request's files (a JSON array) into dir. */
-int svc_context_make(svc *s, const char *team, const json_t *files, const char *dir, kiln_error **err)
+/* The request's files (a JSON array) into dir.  A file's directory is made
+ * once for a run of files in it (kiln_mkdir_p tries every component). */
+static int context_make(svc *s, const char *team, const json_t *files, const char *dir, kiln_error **err)
 {
 	kiln_cas *cas = NULL;
-	char *linked = svc_team_dir(s, team, "linked");
+	char *linked = svc_team_dir(s, team, "linked"), *made = NULL;
 	size_t i;
 	json_t *f;
 	int ret = -1;
@@ -354,7 +357,14 @@ int svc_context_make(svc *s, const char *team, const json_t *files, const char *
 		const char *link = json_string_value(json_object_get(f, "link"));
 		mode_t mode = (mode_t)json_integer_value(json_object_get(f, "mode"));
 		char *full = kiln_xasprintf("%s/%s", dir, path), *src = NULL;
-		int r = parents(dir, path, err);
+		const char *slash = path ? strrchr(path, '/') : NULL;
+		size_t plen = slash ? (size_t)(slash - path) : 0;
+		int r = 0;
+		if (plen && !(made && strlen(made) == plen && strncmp(made, path, plen) == 0)) {
+			r = parents(dir, path, err);
+			free(made);
+			made = r == 0 ? kiln_xstrndup(path, plen) : NULL;
+		}
 
 		if (r == 0 && json_is_true(json_object_get(f, "tar"))) {
 			src = kiln_cas_path(cas, digest);
@@ -377,8 +387,206 @@ int svc_context_make(svc *s, const char *team, const json_t *files, const char *
 	ret = 0;
 out:
 	kiln_cas_close(cas);
+	free(made);
 	free(linked);
 	return ret;
+}
+
+/* ---- one context directory per file list ---- */
+/* STATE/teams/TEAM/contexts/HEX is the context made for the file list
+ * whose key (list_key) is HEX, shared by every build of that list, so a rebuild
+ * links nothing: as with the linked copies, sharing is safe because a build
+ * only reads its context.  A build holds its directory under a shared flock
+ * while it runs; a prune or a server's start removes only a directory no
+ * build holds (LOCK_EX | LOCK_NB), renamed away first, so a build that had
+ * opened it checks, once it holds its lock, that the name still leads there.
+ * A directory is made under .tmp-* and renamed into place complete; one
+ * left by a crash, or torn by one, is removed at the next start. */
+
+static char *contexts_dir(svc *s, const char *team)
+{
+	return svc_team_dir(s, team, "contexts");
+}
+
+/* Opened and held shared, or -1 with errno ENOENT when it is not there (or
+ * was being removed). */
+static int hold(const char *dir)
+{
+	for (int i = 0; i < 3; i++) {
+		struct stat a, b;
+		int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			return -1;
+		if (flock(fd, LOCK_SH) == 0 && fstat(fd, &a) == 0 && stat(dir, &b) == 0 && a.st_ino == b.st_ino &&
+		    a.st_dev == b.st_dev) {
+			futimens(fd, NULL); /* its last use, for prune */
+			return fd;
+		}
+		close(fd);
+	}
+	errno = ENOENT;
+	return -1;
+}
+
+/* The list's name: the sha256 of what context_make reads of each entry,
+ * each field length-prefixed. */
+static void list_key(const json_t *files, char d[KILN_DIGEST_MAX])
+{
+	static const char *const keys[] = { "path", "digest", "link" };
+	kiln_hasher *h = kiln_hasher_new(KILN_SHA256);
+	const json_t *f;
+	size_t i;
+
+	json_array_foreach(files, i, f) {
+		char b[64];
+		for (size_t k = 0; k < 3; k++) {
+			const char *v = json_string_value(json_object_get(f, keys[k]));
+			int n = snprintf(b, sizeof(b), "%zu:", v ? strlen(v) : (size_t)0);
+			kiln_hasher_update(h, b, (size_t)n);
+			if (v)
+				kiln_hasher_update(h, v, strlen(v));
+		}
+		int n = snprintf(b, sizeof(b), "%lld %d\n", (long long)json_integer_value(json_object_get(f, "mode")),
+				 json_is_true(json_object_get(f, "tar")));
+		kiln_hasher_update(h, b, (size_t)n);
+	}
+	kiln_hasher_final(h, d);
+}
+
+int svc_context_use(svc *s, const char *team, const json_t *files, char **dir, int *lockfd, kiln_error **err)
+{
+	char d[KILN_DIGEST_MAX], *root = contexts_dir(s, team), *tmp = NULL;
+	int ret = -1;
+
+	*lockfd = -1;
+	list_key(files, d);
+	*dir = kiln_path_join(root, kiln_digest_hex(d));
+	for (int i = 0;; i++) {
+		if ((*lockfd = hold(*dir)) >= 0)
+			break;
+		if (errno != ENOENT) {
+			kiln_err_errno(err, errno, "open %s", *dir);
+			goto out;
+		}
+		if (i == 3) {
+			kiln_err(err, KILN_E_IO, "context %s: removed each time it was made", *dir);
+			goto out;
+		}
+		free(tmp);
+		tmp = kiln_xasprintf("%s/.tmp-%d-%d", root, (int)getpid(), (int)gettid());
+		if (kiln_rm_rf(tmp, err) < 0 || kiln_mkdir_p(root, 0700, err) < 0 || context_make(s, team, files, tmp, err) < 0) {
+			kiln_rm_rf(tmp, NULL);
+			goto out;
+		}
+		/* another build of the same list may have won: its directory serves */
+		if (rename(tmp, *dir) < 0 && errno != EEXIST && errno != ENOTEMPTY) {
+			kiln_err_errno(err, errno, "rename %s", tmp);
+			kiln_rm_rf(tmp, NULL);
+			goto out;
+		}
+		kiln_rm_rf(tmp, NULL);
+	}
+	ret = 0;
+out:
+	if (ret < 0) {
+		free(*dir);
+		*dir = NULL;
+	}
+	free(tmp);
+	free(root);
+	return ret;
+}
+
+/* Each regular file under fd: its inode's last use is at least when. */
+static void note_uses(int fd, int64_t when, json_t *uses)
+{
+	DIR *d = fdopendir(fd);
+	struct dirent *e;
+
+	if (d == NULL) {
+		close(fd);
+		return;
+	}
+	while ((e = readdir(d)) != NULL) {
+		struct stat sb;
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+		    fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISDIR(sb.st_mode)) {
+			int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0)
+				note_uses(sub, when, uses);
+		} else if (S_ISREG(sb.st_mode)) {
+			char key[48];
+			snprintf(key, sizeof(key), "%llu:%llu", (unsigned long long)sb.st_dev, (unsigned long long)sb.st_ino);
+			json_t *v = json_object_get(uses, key);
+			if (v == NULL || json_integer_value(v) < when)
+				json_object_set_new(uses, key, json_integer(when));
+		}
+	}
+	closedir(d);
+}
+
+/* The team's context directories no build holds, removed (a ".tmp-" one
+ * only when stale: older than an hour, or any at start).  uses, when not
+ * NULL, gets each of their files' inodes with the directory's last use. */
+static void contexts_clear(svc *s, const char *team, bool start, json_t *uses)
+{
+	char *root = contexts_dir(s, team);
+	DIR *d = opendir(root);
+	struct dirent *e;
+	int64_t now = svc_now();
+
+	while (d && (e = readdir(d)) != NULL) {
+		struct stat sb;
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		char *p = kiln_path_join(root, e->d_name), *gone = NULL;
+		bool hex = strlen(e->d_name) == 64 && strspn(e->d_name, "0123456789abcdef") == 64;
+		if (!hex) {
+			/* being made, or left by a crash or a cut removal */
+			if (lstat(p, &sb) == 0 && (start || strncmp(e->d_name, ".rm-", 4) == 0 || sb.st_mtime < now - 3600))
+				kiln_rm_rf(p, NULL);
+			free(p);
+			continue;
+		}
+		int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &sb) == 0) {
+			if (uses) {
+				int dup_fd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+				if (dup_fd >= 0)
+					note_uses(dup_fd, (int64_t)sb.st_mtime, uses);
+			}
+			gone = kiln_xasprintf("%s/.rm-%s-%d-%d", root, e->d_name, (int)getpid(), (int)gettid());
+			if (rename(p, gone) < 0) {
+				free(gone);
+				gone = NULL;
+			}
+		}
+		if (fd >= 0)
+			close(fd);
+		if (gone)
+			kiln_rm_rf(gone, NULL);
+		free(gone);
+		free(p);
+	}
+	if (d)
+		closedir(d);
+	free(root);
+}
+
+void svc_contexts_clear_all(svc *s)
+{
+	char *teams = kiln_path_join(s->state_dir, "teams");
+	DIR *d = opendir(teams);
+	struct dirent *e;
+
+	while (d && (e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			contexts_clear(s, e->d_name, true, NULL);
+	if (d)
+		closedir(d);
+	free(teams);
 }
 
 /* ---- prune: the team's uploaded files and their linked copies ---- */
@@ -467,6 +675,7 @@ int svc_context_prune(svc *s, const char *team, uint64_t budget, int64_t older_t
 	char *store = svc_team_dir(s, team, "context"), *linked = svc_team_dir(s, team, "linked");
 	char *blobs = kiln_path_join(store, "sha256");
 	struct usage g = { .index = json_object() };
+	json_t *uses = json_object();
 	struct used **order = NULL;
 	uint64_t total = 0;
 	int64_t now = svc_now();
@@ -475,8 +684,27 @@ int svc_context_prune(svc *s, const char *team, uint64_t budget, int64_t older_t
 	*removed = 0;
 	/* STORE/sha256/XX/HEX and LINKED/MODE/HEX: a ".tmp-" copy being made is skipped */
 	if (kiln_cas_each(blobs, KILN_SHA256, note_file, &(struct scan){ &g, false }, err) < 0 ||
-	    kiln_cas_each(linked, KILN_SHA256, note_file, &(struct scan){ &g, true }, err) < 0 ||
-	    keep_queued(s, team, &g, err) < 0)
+	    kiln_cas_each(linked, KILN_SHA256, note_file, &(struct scan){ &g, true }, err) < 0)
+		goto out;
+	/* the context directories no build holds go first; a file's last use
+	 * is also its directories' (a rebuild through one links nothing), and
+	 * it is busy only while linked elsewhere (a build holding one) */
+	contexts_clear(s, team, false, uses);
+	for (size_t i = 0; i < g.n; i++) {
+		g.v[i].busy = false;
+		for (size_t p = 0; p < g.v[i].paths.n; p++) {
+			struct stat sb;
+			char key[48];
+			if (strncmp(g.v[i].paths.v[p], linked, strlen(linked)) != 0 || lstat(g.v[i].paths.v[p], &sb) < 0)
+				continue;
+			g.v[i].busy = g.v[i].busy || sb.st_nlink > 1;
+			snprintf(key, sizeof(key), "%llu:%llu", (unsigned long long)sb.st_dev, (unsigned long long)sb.st_ino);
+			json_t *when = json_object_get(uses, key);
+			if (when && json_integer_value(when) > g.v[i].last)
+				g.v[i].last = json_integer_value(when);
+		}
+	}
+	if (keep_queued(s, team, &g, err) < 0)
 		goto out;
 	order = kiln_xcalloc(g.n + 1, sizeof(*order));
 	for (size_t i = 0; i < g.n; i++) {
@@ -504,6 +732,7 @@ out:
 	free(g.v);
 	free(order);
 	json_decref(g.index);
+	json_decref(uses);
 	free(blobs);
 	free(store);
 	free(linked);

@@ -134,11 +134,17 @@ int svc_proc_start(svc *s, struct svc_ready *rd, char *const *argv, const char *
 /* ---- requests (request.c), contexts (context.c), builds (worker.c), HTTP (api.c) ---- */
 /* The request as stored and as kiln's HTTP API takes it (docs/service.md). */
 json_t *svc_request_to_json(const struct svc_request *req);
-/* Check, render steps, queue. */
-int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], kiln_error **err);
-int svc_context_make(svc *s, const char *team, const json_t *files, const char *dir, kiln_error **err);
-/* The team's uploaded files and their linked copies: a file unused (not
- * linked into a context, nor named by a queued build) for older_than_s
+/* Check, render steps, queue.  missing (when not NULL): the files' digests
+ * the team's store lacks, and 1 with nothing queued when there are any. */
+int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], kiln_strv *missing, kiln_error **err);
+/* The context directory of this file list (made once, then shared by every
+ * build of the list), held for reading until *lockfd is closed. */
+int svc_context_use(svc *s, const char *team, const json_t *files, char **dir, int *lockfd, kiln_error **err);
+/* At start: every team's context directories no build holds, removed. */
+void svc_contexts_clear_all(svc *s);
+/* The team's uploaded files and their linked copies: the context
+ * directories no build holds are removed, then a file unused (not linked
+ * into a held context, nor named by a queued build) for older_than_s
  * goes, then the least recently used while they hold more than budget
  * bytes.  *removed: files unlinked; *bytes: what is left. */
 int svc_context_prune(svc *s, const char *team, uint64_t budget, int64_t older_than_s, uint64_t *removed,

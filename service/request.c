@@ -81,7 +81,7 @@ json_t *svc_request_to_json(const struct svc_request *q)
 int svc_submit(svc *s, const struct svc_request *req, char id[SVC_ID_MAX], kiln_error **err)
 {
 	json_t *j = svc_request_to_json(req);
-	int ret = svc_submit_json(s, req->team, j, id, err);
+	int ret = svc_submit_json(s, req->team, j, id, NULL, err);
 
 	json_decref(j);
 	return ret;
@@ -208,7 +208,10 @@ out:
 	return ret;
 }
 
-static int check_files(svc *s, const char *team, const json_t *files, kiln_error **err)
+/* Each file's path and mode checked and its blob looked at once: its size
+ * counts against context_max.  missing (when not NULL) gets the digests the
+ * store lacks, once each, instead of an error. */
+static int check_files(svc *s, const char *team, const json_t *files, kiln_strv *missing, kiln_error **err)
 {
 	kiln_cas *cas = NULL;
 	uint64_t total = 0;
@@ -242,16 +245,23 @@ static int check_files(svc *s, const char *team, const json_t *files, kiln_error
 		}
 		if (tar || S_ISREG(mode)) {
 			struct stat sb;
-			char *p;
-			if (digest == NULL || !svc_digest_ok(digest) || !kiln_cas_has(cas, digest)) {
+			char *p = digest && svc_digest_ok(digest) ? kiln_cas_path(cas, digest) : NULL;
+			int there = p && stat(p, &sb) == 0;
+			free(p);
+			if (p && !there && missing) {
+				size_t k = 0;
+				while (k < missing->n && strcmp(missing->v[k], digest) != 0)
+					k++;
+				if (k == missing->n)
+					kiln_strv_push(missing, digest);
+				continue;
+			}
+			if (!there) {
 				kiln_err(err, KILN_E_NOTFOUND, "files[%zu] %s: content %s was not uploaded", i, path,
 					 digest ? digest : "(none)");
 				goto out;
 			}
-			p = kiln_cas_path(cas, digest);
-			if (stat(p, &sb) == 0)
-				total += (uint64_t)sb.st_size;
-			free(p);
+			total += (uint64_t)sb.st_size;
 			if (total > s->cfg.context_max) {
 				kiln_err(err, KILN_E_LIMIT, "the context is larger than the limit of %llu bytes",
 					 (unsigned long long)s->cfg.context_max);
@@ -265,7 +275,7 @@ out:
 	return ret;
 }
 
-int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], kiln_error **err)
+int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], kiln_strv *missing, kiln_error **err)
 {
 	const char *name = json_string_value(json_object_get(req, "name"));
 	const char *file = json_string_value(json_object_get(req, "dockerfile_name"));
@@ -355,8 +365,12 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 	json_object_set_new(req, "dockerfile_name", json_string(file));
 	if (!json_object_get(req, "files"))
 		json_object_set_new(req, "files", json_array());
-	if (check_dockerfile(file, text, req, err) < 0 || check_files(s, team, json_object_get(req, "files"), err) < 0)
+	if (check_dockerfile(file, text, req, err) < 0 || check_files(s, team, json_object_get(req, "files"), missing, err) < 0)
 		goto out;
+	if (missing && missing->n) {
+		ret = 1; /* nothing queued: the client sends them, then the request again */
+		goto out;
+	}
 	if (sec) { /* their ids only: what the worker must be handed */
 		json_t *ids = json_array();
 		for (size_t i = 0; i < svc_secrets_count(sec); i++)

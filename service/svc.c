@@ -104,6 +104,7 @@ svc *svc_start(reg_server *srv, const struct svc_config *c, kiln_error **err)
 	s->cfg.db = NULL;
 	if (s->db == NULL || svc_q_recover(s, 60, err) < 0)
 		goto fail;
+	svc_contexts_clear_all(s); /* a crash may have torn one */
 	s->nworkers = c->host_builds ? c->host_builds : 1;
 	s->workers = kiln_xcalloc(s->nworkers, sizeof(*s->workers));
 	for (unsigned i = 0; i < s->nworkers; i++)

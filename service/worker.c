@@ -30,6 +30,7 @@ struct run {
 	int done_out, done_err;
 	char *reason, *location;       /* from the error event */
 	char *digest, *template_digest; /* from the done event */
+	kiln_strv pending;              /* the service's own events, stored with the next lines */
 };
 
 /* "FILE:LINE[:COL]" at the start of an error message, or NULL. */
@@ -89,17 +90,26 @@ static void on_lines(struct run *r, const kiln_strv *lines)
 		pr.total = (int)json_integer_value(json_object_get(step, "total"));
 		pr.instruction = json_string_value(json_object_get(step, "instruction"));
 	}
-	svc_log_append_lines(r->s, r->id, (const char *const *)lines->v, lines->n, step ? &pr : NULL, NULL);
+	for (size_t i = 0; i < lines->n; i++)
+		kiln_strv_push(&r->pending, lines->v[i]);
+	svc_log_append_lines(r->s, r->id, (const char *const *)r->pending.v, r->pending.n, step ? &pr : NULL, NULL);
+	kiln_strv_free(&r->pending);
 	json_decref(step);
 }
 
-static void log_event(svc *s, const char *id, json_t *j)
+/* One of the service's own events (status, published): stored with the
+ * build's next lines, or at its end (log_flush), one commit for them all. */
+static void log_event(struct run *r, json_t *j)
 {
-	char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-
-	svc_log_append(s, id, line, NULL);
-	free(line);
+	kiln_strv_push_owned(&r->pending, json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER));
 	json_decref(j);
+}
+
+static void log_flush(struct run *r)
+{
+	if (r->pending.n)
+		svc_log_append_lines(r->s, r->id, (const char *const *)r->pending.v, r->pending.n, NULL, NULL);
+	kiln_strv_free(&r->pending);
 }
 
 static void kill_group(pid_t pid)
@@ -139,7 +149,7 @@ static int run_child(struct run *r, char *const *argv, const char *home, const c
 {
 	kiln_buf acc = KILN_BUF_INIT;
 	int fd = -1, status = 0, cut = 0;
-	int64_t last_beat = 0;
+	int64_t last_beat = svc_now(); /* the claim's own is the first beat */
 	char *kh = kiln_xasprintf("KILN_HOME=%s", home), *sde = r->epoch ? kiln_xasprintf("SOURCE_DATE_EPOCH=%s", r->epoch)
 									    : kiln_xstrdup("SOURCE_DATE_EPOCH");
 	const char *env[] = { kh, sde, NULL };
@@ -366,7 +376,7 @@ static int publish(struct run *r, const char *home, const char *cwd, const char 
 			res->image = ref;
 			res->image_digest = digest;
 		}
-		log_event(r->s, r->id, json_pack("{s:s,s:s,s:s,s:s}", "event", "published", "kind",
+		log_event(r, json_pack("{s:s,s:s,s:s,s:s}", "event", "published", "kind",
 						 tmpl && k == 0 ? "template" : "image", "ref", dest + strlen(host) + 1,
 						 "digest", digest));
 	}
@@ -397,7 +407,7 @@ static int write_scratch(const char *path, const char *text, kiln_error **err)
 }
 
 /* WORK/digests.json: each context file's digest, its name in the team's
- * store its hard link was made from (svc_context_make), so the build takes
+ * store its hard link was made from (svc_context_use), so the build takes
  * it instead of hashing the file again (the client hashed it; the store
  * verified it on upload).  Files extracted from a tar are hashed. */
 static int write_digests(const char *work, const json_t *files, kiln_error **err)
@@ -433,14 +443,15 @@ static void result_free(struct svc_result *res)
 
 void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 {
-	struct run r = { .s = s, .id = id, .rd = rd };
+	struct run r = { .s = s, .id = id, .rd = rd, .pending = KILN_STRV_INIT };
 	struct svc_result res = { 0 };
 	struct svc_secrets *sec = NULL;
 	int *sec_fds = NULL;
 	size_t n_sec_fds = 0;
 	kiln_error *err = NULL;
 	char *team = NULL, *request = NULL, *home = NULL, *work = NULL, *ctx = NULL, *df = NULL;
-	char *ts = NULL, *name = NULL;
+	char *ts = NULL, *name = NULL, *cdir = NULL;
+	int ctx_lock = -1;
 	kiln_strv a = KILN_STRV_INIT;
 	json_t *req = NULL;
 	json_error_t je;
@@ -458,16 +469,22 @@ void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 		kiln_err(&err, KILN_E_INVALID, "stored request: %s", je.text);
 		goto fail;
 	}
-	log_event(s, id, json_pack("{s:s,s:s,s:s}", "event", "status", "state", "building", "host", s->host_id));
+	log_event(&r, json_pack("{s:s,s:s,s:s}", "event", "status", "state", "building", "host", s->host_id));
 	home = svc_team_dir(s, team, "home");
 	ts = kiln_xasprintf("work/%s", id);
 	work = kiln_path_join(s->state_dir, ts);
 	ctx = kiln_path_join(work, "context");
 	const char *dfname = json_string_value(json_object_get(req, "dockerfile_name"));
 	df = kiln_path_join(work, dfname ? dfname : "Dockerfile");
+	/* work/ID/context leads to the list's shared directory (a rebuild links nothing) */
 	if (kiln_mkdir_p(home, 0700, &err) < 0 || svc_team_auth(s, team, home, &err) < 0 ||
-	    svc_context_make(s, team, json_object_get(req, "files"), ctx, &err) < 0)
+	    kiln_mkdir_p(work, 0700, &err) < 0 ||
+	    svc_context_use(s, team, json_object_get(req, "files"), &cdir, &ctx_lock, &err) < 0)
 		goto fail;
+	if (symlink(cdir, ctx) < 0) {
+		kiln_err_errno(&err, errno, "symlink %s", ctx);
+		goto fail;
+	}
 	const char *text = json_string_value(json_object_get(req, "dockerfile"));
 	if (write_scratch(df, text, &err) < 0 || write_digests(work, json_object_get(req, "files"), &err) < 0)
 		goto fail;
@@ -531,6 +548,8 @@ void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 	int brc = run_child(&r, a.v, home, work, svc_now() + limit, on_lines, NULL, &err);
 	r.keep_fds = NULL;
 	r.n_keep_fds = 0;
+	close(ctx_lock); /* its build has read it */
+	ctx_lock = -1;
 	if (brc < 0) {
 		if (r.reason && err && err->kind == KILN_E_GENERIC && strstr(kiln_error_message(err), "exited with")) {
 			/* the build's own error event says it best */
@@ -559,7 +578,8 @@ void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 			json_object_set_new(j, "template_ref", json_string(res.template_ref));
 		if (res.template_digest)
 			json_object_set_new(j, "template_digest", json_string(res.template_digest));
-		log_event(s, id, j);
+		log_event(&r, j);
+		log_flush(&r);
 	}
 	if (svc_q_finish(s, id, SVC_DONE, NULL, NULL, &res, &err) < 0)
 		goto fail;
@@ -570,11 +590,12 @@ fail: {
 	char *loc = r.location ? kiln_xstrdup(r.location) : svc_error_location(msg);
 	kiln_error *e2 = NULL;
 	if (!r.reason || strcmp(r.reason, msg) != 0)
-		log_event(s, id, json_pack("{s:s,s:s}", "event", "error", "message", msg));
+		log_event(&r, json_pack("{s:s,s:s}", "event", "error", "message", msg));
 	json_t *j = json_pack("{s:s,s:s,s:s}", "event", "status", "state", cancelled ? "cancelled" : "failed", "reason", msg);
 	if (loc)
 		json_object_set_new(j, "location", json_string(loc));
-	log_event(s, id, j);
+	log_event(&r, j);
+	log_flush(&r);
 	if (svc_q_finish(s, id, cancelled ? SVC_CANCELLED : SVC_FAILED, msg, loc, NULL, &e2) < 0) {
 		kiln_warn("build %s: %s", id, kiln_error_message(e2));
 		kiln_error_free(e2);
@@ -582,6 +603,8 @@ fail: {
 	free(loc);
 }
 out:
+	if (ctx_lock >= 0)
+		close(ctx_lock);
 	reap_done(&r);
 	for (size_t k = 0; k < n_sec_fds; k++)
 		close(sec_fds[k]);
@@ -596,6 +619,7 @@ out:
 	result_free(&res);
 	kiln_strv_free(&a);
 	json_decref(req);
+	kiln_strv_free(&r.pending);
 	free(r.reason);
 	free(r.location);
 	free(r.digest);
@@ -605,6 +629,7 @@ out:
 	free(home);
 	free(work);
 	free(ctx);
+	free(cdir);
 	free(df);
 	free(ts);
 	free(name);

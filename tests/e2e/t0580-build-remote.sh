@@ -149,14 +149,32 @@ expect_eq "...is sent with it (a template)" "$(sqlite3 "$DATA/meta.db" "SELECT r
 expect_eq "a bad template_network is refused" "$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d '{"dockerfile":"FROM scratch\n","template_network":"all"}' | jq -r .error)" \
 	"template_network: network 'all': want none or outbound"
 
+# one context directory per file list, shared by its builds: a rebuild links nothing
+CD=$DATA/build/teams/team-a/contexts
+inodes() { find "$CD" -mindepth 1 -maxdepth 1 -name '[0-9a-f]*' -printf '%i\n' | sort | tr '\n' ' '; }
+I0=$(inodes)
+if [ -n "$I0" ]; then ok "a file list's context is a directory of the team's"; else not_ok "a file list's context is a directory of the team's"; fi
+expect_exit 0 "a rebuild of the same context" $KILN build --remote "$URL" -t app:v2 "$T_TMP/ctx"
+expect_eq "...builds in the directory its file list already had" "$(inodes)" "$I0"
+expect_eq "...and leaves nothing in work/" "$(find "$DATA/build/work" -mindepth 1 | wc -l)" 0
+# a prune removes the context directories no build holds (a build holds its own, shared)
+HELD=$(ls -t "$CD" | head -1)
+flock -s "$CD/$HELD" -c "echo \$\$ >'$T_TMP/held.tmp'; mv '$T_TMP/held.tmp' '$T_TMP/held'; exec sleep 30" &
+HOLD=$!
+for _ in $(seq 50); do [ -s "$T_TMP/held" ] && break; sleep 0.1; done
+
 # the team's cache on the server, pruned from the client: by age, then by size
 files_of() { find "$DATA/build/teams/$1/context/sha256" "$DATA/build/teams/$1/linked" -type f 2>/dev/null | grep -c '/[0-9a-f]\{64\}$'; }
 nb=$(files_of team-b)
 expect_exit 0 "kiln cache prune --remote, files used within a day" $KILN cache prune --remote "$URL" --older-than 1d
 expect_grep "...keeps team a's context files" '^removed 0 cache entries and 0 context files on ' "$T_TMP/out"
+expect_eq "...and removes the context directories no build holds, keeping the one held" "$(ls "$CD")" "$HELD"
+kill "$(cat "$T_TMP/held")" $HOLD 2>/dev/null
+wait $HOLD 2>/dev/null
 expect_exit 0 "kiln cache prune --remote" $KILN cache prune --remote "$URL" --older-than 0s
 expect_grep "it removed team a's entries and context files" '^removed [1-9][0-9]* cache entries and [1-9][0-9]* context files on ' "$T_TMP/out"
 expect_eq "team a's uploaded files and linked copies are gone" "$(files_of team-a)" 0
+expect_eq "...with its last context directory" "$(ls -A "$CD")" ""
 expect_eq "team b's are all there" "$(files_of team-b)" "$nb"
 expect_exit 0 "a rebuild after the prune" $KILN build --remote "$URL" -t app:v4 "$T_TMP/ctx"
 if grep -q 'cache hit' "$T_TMP/err"; then not_ok "misses the pruned cache"; else ok "misses the pruned cache"; fi
