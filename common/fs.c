@@ -272,24 +272,35 @@ static int rm_at(int parent, const char *name, const char *shown, kiln_error **e
 			return kiln_err_errno(err, errno, "remove %s", shown);
 		return 0;
 	}
+	/* Gone between the stat and the open: another remover of the same tree
+	 * got there first (a sandbox killed while its timeout removes it) —
+	 * what this call is for, so no error, as for every ENOENT below. */
 	fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
-		return kiln_err_errno(err, errno, "open %s", shown);
+		return errno == ENOENT ? 0 : kiln_err_errno(err, errno, "open %s", shown);
 	d = fdopendir(fd);
 	if (d == NULL) {
 		close(fd);
 		return kiln_err_errno(err, errno, "open %s", shown);
 	}
-	for (struct dirent *de; ret == 0 && (de = readdir(d)) != NULL;) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		char *sub = kiln_path_join(shown, de->d_name);
-		ret = rm_at(dirfd(d), de->d_name, sub, err);
-		free(sub);
+	/* A file made in it during the walk (a sandbox's lock file, opened by a
+	 * process that starts as the sandbox is removed) makes the rmdir fail:
+	 * walk again, a few times — a writer that keeps adding wins. */
+	for (int pass = 0; ret == 0; pass++) {
+		for (struct dirent *de; ret == 0 && (de = readdir(d)) != NULL;) {
+			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+				continue;
+			char *sub = kiln_path_join(shown, de->d_name);
+			ret = rm_at(dirfd(d), de->d_name, sub, err);
+			free(sub);
+		}
+		if (ret < 0 || unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+			break;
+		if (errno != ENOTEMPTY || pass == 3)
+			ret = kiln_err_errno(err, errno, "remove %s", shown);
+		rewinddir(d);
 	}
 	closedir(d);
-	if (ret == 0 && unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-		ret = kiln_err_errno(err, errno, "remove %s", shown);
 	return ret;
 }
 

@@ -213,7 +213,9 @@ int kiln_write_atomic(const char *path, const void *data, size_t len, mode_t mod
 /* Read a whole file (NUL-terminated; len excludes the NUL); max = 0 means no limit. */
 int kiln_read_file(const char *path, char **data, size_t *len, size_t max, kiln_error **err);
 int kiln_mkdir_p(const char *path, mode_t mode, kiln_error **err);
-/* Remove a tree without following symlinks; a missing path is not an error. */
+/* Remove a tree without following symlinks; a missing path is not an error,
+ * nor are parts another remover takes away meanwhile, and a file made in a
+ * directory during the walk is removed by walking it again (a few times). */
 int kiln_rm_rf(const char *path, kiln_error **err);
 char *kiln_path_join(const char *a, const char *b);
 /* kiln's state directory: $KILN_HOME, else /var/lib/kiln for root, else

@@ -115,7 +115,10 @@ static void watch(const char *id)
 	char *statep = kiln_path_join(dir, "state.json");
 	struct stat seen = { 0 }, now;
 	json_t *st = NULL;
-	int fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	/* no O_CREAT: snap_watch_start made it.  A watcher that runs late
+	 * (scheduled after its sandbox was killed) must not put a file back
+	 * into a directory being removed. */
+	int fd = open(lockp, O_RDWR | O_CLOEXEC);
 
 	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
 		goto out; /* another watcher has it, or the sandbox is gone */
@@ -162,8 +165,16 @@ out:
 
 void snap_watch_start(const char *id)
 {
-	pid_t p = fork();
+	char *dir = snap_sandbox_dir(id), *lockp = kiln_path_join(dir, "watch.lock");
+	int fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	pid_t p;
 
+	free(dir);
+	free(lockp);
+	if (fd < 0)
+		return; /* the sandbox is gone already */
+	close(fd);
+	p = fork();
 	if (p < 0) {
 		kiln_warn("sandbox %s: cannot start its timeout watcher: %s (kiln sandbox gc removes it when expired)",
 			  id, strerror(errno));

@@ -133,6 +133,18 @@ expect_exit 0 "gc" $KILN sandbox gc
 [ ! -d "$SB/$e" ] && ok "...removes the expired sandbox" || not_ok "...left $e"
 [ -d "$SB/$a" ] && [ -d "$SB/$b" ] && ok "...and keeps the others" || not_ok "...removed a live one"
 
+# A kill right after the create: the create's timeout watcher may start only
+# then (it made watch.lock inside the directory being removed: "Directory not
+# empty"); the watcher's lock is made before it is forked, and a late file is
+# removed too.
+fails=0
+for i in 1 2 3 4 5 6; do
+	id=$($KILN sandbox create --timeout 10m life:v1 2>>"$T_TMP/kill.err") || { fails=$((fails + 1)); continue; }
+	$KILN sandbox kill "$id" 2>>"$T_TMP/kill.err" || fails=$((fails + 1))
+	[ ! -e "$SB/$id" ] || fails=$((fails + 1))
+done
+expect_eq "create + kill at once, 6 times: every kill removes it all" "$fails $(cat "$T_TMP/kill.err")" "0 "
+
 # --- kiln run ---------------------------------------------------------------
 expect_exit 0 "kiln run -e -w" $KILN run -e A=run -w /tmp life:v1 -- sh -c 'echo $A $B $(pwd)'
 expect_eq "...env over the template's, workdir" "$(cat "$T_TMP/out")" "run tmpl /tmp"

@@ -1,6 +1,7 @@
 /* test_common.c — unit tests for common/: errors and their context chain,
  * string buffers, digests against known vectors, atomic writes, sizes. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -230,6 +231,101 @@ static void read_all_drains(void)
 	CHECK_INT((int)kiln_read_all(-1, &(kiln_buf)KILN_BUF_INIT, 0), -1);
 }
 
+/* Two removers of one tree (a sandbox killed while something else removes
+ * it): each sees parts vanish under it, and neither may fail for that.
+ * Directories of empty directories make the walks collide often: a
+ * directory stat'ed by one is gone before the other opens it. */
+static void rm_rf_concurrent(void)
+{
+	kiln_error *err = NULL;
+	char *dir = kiln_mkdtemp("kiln-test-rm", &err);
+	int failed = 0;
+
+	CHECK(dir != NULL);
+	for (int round = 0; dir && round < 10 && failed == 0; round++) {
+		char *root = kiln_xasprintf("%s/t%d", dir, round);
+		for (int i = 0; i < 40; i++)
+			for (int j = 0; j < 10; j++) {
+				char *p = kiln_xasprintf("%s/d%02d/e%02d", root, i, j);
+				CHECK_INT(kiln_mkdir_p(p, 0755, &err), 0);
+				free(p);
+			}
+		pid_t kids[3];
+		for (int k = 0; k < 3; k++)
+			if ((kids[k] = fork()) == 0) {
+				kiln_error *e = NULL;
+				int r = kiln_rm_rf(root, &e);
+				if (r < 0)
+					fprintf(stderr, "# rm_rf_concurrent: %s\n", kiln_error_message(e));
+				_exit(r < 0 ? 1 : 0);
+			}
+		for (int k = 0; k < 3; k++) {
+			int status = -1;
+			if (kids[k] > 0 && kiln_waitpid(kids[k], &status, 0) == kids[k] && !(WIFEXITED(status) &&
+											     WEXITSTATUS(status) == 0))
+				failed++;
+		}
+		CHECK(access(root, F_OK) < 0 && errno == ENOENT);
+		free(root);
+	}
+	CHECK_INT(failed, 0);
+	if (dir)
+		kiln_rm_rf(dir, NULL);
+	free(dir);
+	kiln_error_free(err);
+}
+
+/* A file made in a tree while it is removed (a sandbox's late lock file:
+ * its timeout watcher starting as the sandbox is killed) is removed too. */
+static void rm_rf_late_file(void)
+{
+	kiln_error *err = NULL;
+	char *dir = kiln_mkdtemp("kiln-test-rm", &err);
+	int failed = 0;
+
+	CHECK(dir != NULL);
+	for (int round = 0; dir && round < 10; round++) {
+		char *root = kiln_xasprintf("%s/t%d", dir, round), *late = kiln_path_join(root, "watch.lock");
+		for (int i = 0; i < 40; i++)
+			for (int j = 0; j < 10; j++) {
+				char *p = kiln_xasprintf("%s/d%02d/e%02d", root, i, j);
+				CHECK_INT(kiln_mkdir_p(p, 0755, &err), 0);
+				free(p);
+			}
+		int go[2];
+		CHECK_INT(pipe(go), 0);
+		pid_t kid = fork();
+		if (kid == 0) {
+			char c;
+			close(go[1]);
+			(void)!read(go[0], &c, 1);
+			kiln_sleep_ms(1 + round % 3);
+			int fd = open(late, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+			_exit(fd >= 0 ? 0 : 1);
+		}
+		close(go[0]);
+		(void)!write(go[1], "x", 1);
+		close(go[1]);
+		if (kiln_rm_rf(root, &err) < 0) {
+			printf("# rm_rf_late_file: %s\n", kiln_error_message(err));
+			kiln_error_clear(&err);
+			failed++;
+		}
+		int status;
+		kiln_waitpid(kid, &status, 0);
+		/* made after the walk was over: nothing to remove it (what the test is not about) */
+		if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && access(root, F_OK) == 0)
+			kiln_rm_rf(root, NULL);
+		free(late);
+		free(root);
+	}
+	CHECK_INT(failed, 0);
+	if (dir)
+		kiln_rm_rf(dir, NULL);
+	free(dir);
+	kiln_error_free(err);
+}
+
 int main(void)
 {
 	RUN(error_chain);
@@ -240,5 +336,7 @@ int main(void)
 	RUN(sizes);
 	RUN(references);
 	RUN(read_all_drains);
+	RUN(rm_rf_concurrent);
+	RUN(rm_rf_late_file);
 	return test_done();
 }
