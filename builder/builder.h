@@ -450,6 +450,7 @@ struct build_template_opts {
 	const char *ready_cmd;   /* NULL: none */
 	unsigned cpus, memory_mib; /* 0: the snapshot stage's defaults */
 	enum vm_net_mode network;  /* the template's (its sandboxes' default) network */
+	int ready_timeout_ms;      /* how long the ready command may take; 0: the snapshot stage's (60 s) */
 };
 
 /* ENTRYPOINT + CMD of an image config as one /bin/sh -c string, or NULL. */

@@ -80,6 +80,7 @@ int build_template_make(build_store *s, const char *manifest, const struct build
 		.cpus = t->cpus,
 		.memory_mib = t->memory_mib,
 		.network = t->network,
+		.ready_timeout_ms = t->ready_timeout_ms,
 	};
 	tdigest = snap_finalize(&so, err);
 	if (!tdigest)

@@ -330,6 +330,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	kiln_error *err = NULL;
 	bool json = false;
 	const char *remote = getenv("KILN_BUILDER"), *tnet = NULL;
+	unsigned ready_secs = 0;
 	int i, rc;
 	const struct cli_option opts[] = {
 		CLI_STRING('f', "file", &o.dockerfile, "FILE", "the Dockerfile (- for standard input)"),
@@ -347,9 +348,11 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		CLI_STRING(0, "oci-out", &o.oci_out, "DIR", "also write an OCI image layout to DIR"),
 		CLI_STRING(0, "rootfs-out", &o.rootfs_out, "FILE", "also write the image's filesystem as ext4 (rootfs stage)"),
 		CLI_BOOL(0, "template", &want_template, "also make a template (rootfs, boot, start, ready, snapshot)\n"
-							"named after the first -t; implied by the four below"),
+							"named after the first -t; implied by the options below"),
 		CLI_STRING(0, "start-cmd", &tpl.start_cmd, "CMD", "the template's start command (default ENTRYPOINT + CMD)"),
 		CLI_STRING(0, "ready-cmd", &tpl.ready_cmd, "CMD", "polled until it succeeds before the snapshot"),
+		CLI_UINT(0, "ready-timeout", &ready_secs, "SECS", 1, 86400,
+			 "give up waiting for the ready command (default 60)"),
 		CLI_UINT(0, "cpus", &tpl.cpus, "N", 1, 64, "the template's vCPUs"),
 		CLI_UINT(0, "memory", &tpl.memory_mib, "MiB", 1, 1 << 20, "the template's memory"),
 		CLI_STRING(0, "template-network", &tnet, "none|outbound",
@@ -371,8 +374,9 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
 		goto out;
 	rc = KILN_EXIT_USAGE;
-	if (tpl.start_cmd || tpl.ready_cmd || tpl.cpus || tpl.memory_mib || tnet)
+	if (tpl.start_cmd || tpl.ready_cmd || tpl.cpus || tpl.memory_mib || tnet || ready_secs)
 		want_template = true;
+	tpl.ready_timeout_ms = (int)ready_secs * 1000;
 	if (tnet && vm_net_mode_parse(tnet, &tpl.network, &err) < 0) {
 		rc = cli_usage_error(cmd, "--template-network: %s", kiln_error_message(err));
 		kiln_error_clear(&err);
@@ -407,6 +411,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 					     "server, and relaying your ssh-agent there would let the server sign with "
 					     "your keys while the build runs; give the build a key or token of its own "
 					     "with --secret instead (docs/service.md)");
+			goto out;
+		}
+		if (ready_secs) {
+			/* not part of a build request yet: the server would wait its 60 s */
+			rc = cli_usage_error(cmd, "--ready-timeout is not sent to a remote build (yet): its server "
+					     "waits 60 s for the ready command");
 			goto out;
 		}
 		if ((o.oci_out || o.rootfs_out) && !tags.n) {

@@ -229,6 +229,16 @@ kept"
 printf 'FROM oci:%s:base\nENV MODE=tpl\nWORKDIR /srv\nCMD ["sh", "-c", "echo started $MODE > /tmp/s"]\n' "$B" >"$T_TMP/Dockerfile.tpl"
 expect_exit 0 "build --template" "$KILN" build -f "$T_TMP/Dockerfile.tpl" -t tpl:1 --ready-cmd 'cat /tmp/s' --memory 256 "$C"
 expect_eq "manifest and template digests printed" "$(grep -c '^sha256:' "$T_TMP/out")" 2
+t0=$(date +%s)
+expect_exit 1 "build --ready-timeout 2 with a ready command that never succeeds" "$KILN" build -f "$T_TMP/Dockerfile.tpl" \
+	-t never:1 --ready-cmd 'echo not yet; exit 3' --ready-timeout 2 --memory 256 "$C"
+t1=$(date +%s)
+expect_grep "...quotes the ready command's output" "ready command .* did not succeed.*exit 3.*not yet" "$T_TMP/err"
+[ $((t1 - t0)) -lt 50 ] && ok "...and gives up after its timeout, not the default 60 s ($((t1 - t0)) s)" ||
+	not_ok "...took $((t1 - t0)) s"
+expect_exit 2 "--ready-timeout is refused with --remote (not sent yet)" env KILN_BUILDER= "$KILN" build \
+	--remote http://127.0.0.1:9 --ready-timeout 5 -f "$T_TMP/Dockerfile.tpl" "$C"
+expect_grep "...saying so" 'ready-timeout is not sent to a remote build' "$T_TMP/err"
 expect_exit 0 "snapshot ls" "$KILN" snapshot ls
 expect_grep "the template is named after -t" '^tpl:1 ' "$T_TMP/out"
 expect_exit 0 "sandbox from the built template" "$KILN" sandbox create --json tpl:1
