@@ -43,7 +43,8 @@ struct rc_client_opts {
 	uint64_t max_rate;       /* bytes/s per transfer, each way; 0: unlimited */
 	const char *base;        /* "SCHEME://HOST[:PORT]" to use as is (S3 endpoints); NULL: derived */
 	int plain;               /* a web server, not a registry (rc_client_for_url): no credentials, no
-				  * challenge flow (a 401 is the caller's answer), errors name HOST alone */
+				  * challenge flow (a 401 is the caller's answer), the system's CAs (not
+				  * $KILN_REGISTRY_CA_FILE), errors name HOST alone */
 };
 
 struct rc_client_stats {

@@ -121,8 +121,15 @@ static void test_credentials(void)
 	free(p);
 	/* ADD <url>'s client: a web server gets no registry credentials, and
 	 * userinfo in the URL stays out of the client's name (its errors) */
+	char *ca_was = getenv("KILN_REGISTRY_CA_FILE") ? kiln_xstrdup(getenv("KILN_REGISTRY_CA_FILE")) : NULL;
+	setenv("KILN_REGISTRY_CA_FILE", "/nonexistent/ca.pem", 1);
 	rc_client *w = rc_client_for_url("http://me:pw@reg.io:5000/f?x=1", &err);
-	CHECK(w && !w->user && w->plain);
+	CHECK(w && !w->user && w->plain && !w->ca_file);
+	if (ca_was)
+		setenv("KILN_REGISTRY_CA_FILE", ca_was, 1);
+	else
+		unsetenv("KILN_REGISTRY_CA_FILE");
+	free(ca_was);
 	if (w) {
 		CHECK_STR(w->host, "reg.io:5000");
 		CHECK_STR(w->base, "http://reg.io:5000");
