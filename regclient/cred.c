@@ -136,7 +136,7 @@ static int helper_get(const char *name, const char *host, char **user, char **pa
 out:
 	if (pid > 0) {
 		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
+		kiln_waitpid(pid, NULL, 0);
 	}
 	for (int i = 0; i < 2; i++) {
 		if (in[i] >= 0)
