@@ -114,12 +114,18 @@ int build_add_layer(struct run *r, struct stage_state *ss, const struct build_la
 
 /* The path index is brought up to date only when a step asks it something:
  * reading a 100 MiB layer back just to index it costs more than the COPY's
- * cache hit, and the last layers of a stage are rarely asked about. */
+ * cache hit, and the last layers of a stage are rarely asked about; a
+ * layer read once is replayed from its record (layer-index/HEX). */
 int build_stage_index(struct run *r, struct stage_state *ss, kiln_error **err)
 {
 	for (; ss->n_indexed < ss->n_layers; ss->n_indexed++) {
-		char *p = build_store_blob_path(r->s, ss->layers[ss->n_indexed].digest);
-		int rc = build_fsindex_apply_layer(ss->idx, p, err);
+		const char *d = ss->layers[ss->n_indexed].digest;
+		char *p = build_store_blob_path(r->s, d);
+		/* a layer's entries are recorded once (a cached COPY on a large base
+		 * inflated all of its layers every time) */
+		char *rec = kiln_home_path(build_store_home(r->s), KILN_PATH_LAYER_INDEX, "%s", kiln_digest_hex(d));
+		int rc = build_fsindex_apply_layer_cached(ss->idx, p, rec, err);
+		free(rec);
 		free(p);
 		if (rc < 0)
 			return -1;

@@ -88,6 +88,10 @@ build_fsindex *build_fsindex_new(void);
 void build_fsindex_free(build_fsindex *x);
 /* Apply one layer blob (tar, gzip or zstd) on top. */
 int build_fsindex_apply_layer(build_fsindex *x, const char *blob, kiln_error **err);
+/* The same from the layer's record at record_path when there is a whole one
+ * (its entries' headers: no inflating), else from the blob, then recorded
+ * there (replace-by-rename; a failure to keep it is not an error). */
+int build_fsindex_apply_layer_cached(build_fsindex *x, const char *blob, const char *record_path, kiln_error **err);
 const struct build_fsnode *build_fsindex_get(const build_fsindex *x, const char *path);
 /* Resolve symlinks (scoped to the image root) in every component but the
  * last, and in the last too when follow_last.  Returns index form. */

@@ -370,6 +370,12 @@ int build_cache_prune(build_store *s, bool all, int64_t older_than, struct build
 	if (sweep_dir(dir, set, "sha256", st, err) < 0)
 		goto out;
 	free(dir);
+	/* the records of the layers that went with them (not counted: no blobs) */
+	dir = kiln_home_path(build_store_home(s), KILN_PATH_LAYER_INDEX, NULL);
+	struct build_prune_stats records = { 0 };
+	if (sweep_dir(dir, set, "sha256", &records, err) < 0)
+		goto out;
+	free(dir);
 	/* temp files: with the lock held exclusively no build is writing them */
 	dir = kiln_home_path(build_store_home(s), KILN_PATH_TMP, NULL);
 	if (sweep_dir(dir, set, NULL, st, err) < 0)

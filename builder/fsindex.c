@@ -165,21 +165,84 @@ char *build_layer_path(const char *name)
 	return r;
 }
 
-int build_fsindex_apply_layer(build_fsindex *x, const char *blob, kiln_error **err)
+/* ---- applying a layer: its tar headers, or their record ----
+ * A layer's entries are what the index needs of it: each path with its
+ * whiteout, mode, owner, hard link and symlink targets (and /etc/passwd's
+ * and /etc/group's bytes).  Applying them depends on what is below (a hard
+ * link takes its target's mode, a non-directory replaces a directory's
+ * tree), so the record keeps the entries, not their effect, and replaying
+ * it on any stack is applying the layer: no inflating of its bytes. */
+
+struct entry {
+	char op;                  /* 'O' opaque whiteout of path, 'W' whiteout of path, 'E' an entry */
+	const char *path, *hardlink, *symlink, *data;
+	size_t data_len;
+	mode_t mode;
+	uid_t uid;
+	gid_t gid;
+};
+
+static void apply_entry(build_fsindex *x, const struct entry *en)
+{
+	if (en->op == 'O' || en->op == 'W') {
+		remove_tree(x, en->path, en->op == 'W');
+		return;
+	}
+	mode_t mode = en->mode;
+	if (en->hardlink) {
+		const struct build_fsnode *t = build_fsindex_get(x, en->hardlink);
+		mode = t ? t->mode : (S_IFREG | 0644);
+	}
+	const struct build_fsnode *old = build_fsindex_get(x, en->path);
+	if (old && S_ISDIR(old->mode) && !S_ISDIR(mode))
+		remove_tree(x, en->path, false);
+	build_fsindex_put(x, en->path, mode, en->uid, en->gid, en->symlink);
+	if (en->data && S_ISREG(mode))
+		build_fsindex_set_file(x, en->path, en->data, en->data_len);
+}
+
+static void rec_str(kiln_buf *b, const char *s, size_t n)
+{
+	kiln_buf_addf(b, "%zu:", n);
+	kiln_buf_add(b, s, n);
+	kiln_buf_addc(b, '\n');
+}
+
+static void record(kiln_buf *b, const struct entry *en)
+{
+	if (en->op == 'E')
+		kiln_buf_addf(b, "E %o %u %u %d %d %d\n", (unsigned)en->mode, (unsigned)en->uid, (unsigned)en->gid,
+			      en->hardlink != NULL, en->symlink != NULL, en->data != NULL);
+	else
+		kiln_buf_addf(b, "%c\n", en->op);
+	rec_str(b, en->path, strlen(en->path));
+	if (en->op != 'E')
+		return;
+	if (en->hardlink)
+		rec_str(b, en->hardlink, strlen(en->hardlink));
+	if (en->symlink)
+		rec_str(b, en->symlink, strlen(en->symlink));
+	if (en->data)
+		rec_str(b, en->data, en->data_len);
+}
+
+static int from_tar(build_fsindex *x, const char *blob, kiln_buf *rec, kiln_error **err)
 {
 	struct archive *a = kiln_tar_reader_new();
 	struct archive_entry *e;
 	int r, rc = -1;
+	size_t n = 0;
 
 	if (archive_read_open_filename(a, blob, 65536) != ARCHIVE_OK) {
 		kiln_err(err, KILN_E_INVALID, "layer %s: %s", blob, archive_error_string(a));
 		goto out;
 	}
 	while ((r = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
-		char *path = build_layer_path(archive_entry_pathname(e));
+		char *path = build_layer_path(archive_entry_pathname(e)), *own = NULL, *target = NULL, *buf = NULL;
 		char *slash = strrchr(path, '/');
 		const char *base = slash ? slash + 1 : path, *name = NULL;
 		enum rootfs_whiteout wh = rootfs_whiteout_kind(base, &name);
+		struct entry en = { .op = 'E', .path = path };
 
 		if (wh == ROOTFS_WH_INVALID) {
 			kiln_err(err, KILN_E_INVALID, "layer %s: entry '%s': invalid whiteout name '%s'", blob, path,
@@ -187,55 +250,170 @@ int build_fsindex_apply_layer(build_fsindex *x, const char *blob, kiln_error **e
 			free(path);
 			goto out;
 		}
-		if (wh != ROOTFS_WH_NONE) {
-			char *dir = slash ? kiln_xstrndup(path, (size_t)(slash - path)) : kiln_xstrdup("");
-			if (wh == ROOTFS_WH_OPAQUE) {
-				remove_tree(x, dir, false);
-			} else if (wh == ROOTFS_WH_FILE) {
-				char *victim = dir[0] ? kiln_xasprintf("%s/%s", dir, name) : kiln_xstrdup(name);
-				remove_tree(x, victim, true);
-				free(victim);
+		if (wh == ROOTFS_WH_OPAQUE || wh == ROOTFS_WH_FILE) {
+			own = slash ? kiln_xstrndup(path, (size_t)(slash - path)) : kiln_xstrdup("");
+			if (wh == ROOTFS_WH_FILE) {
+				char *victim = own[0] ? kiln_xasprintf("%s/%s", own, name) : kiln_xstrdup(name);
+				free(own);
+				own = victim;
 			}
-			free(dir);
+			en.op = wh == ROOTFS_WH_OPAQUE ? 'O' : 'W';
+			en.path = own;
+		} else if (wh != ROOTFS_WH_NONE || path[0] == '\0') {
 			free(path);
 			continue;
-		}
-		if (path[0] == '\0') {
-			free(path);
-			continue;
-		}
-		const char *hl = archive_entry_hardlink(e);
-		mode_t mode = archive_entry_mode(e);
-		if (hl) {
-			char *target = build_layer_path(hl);
-			const struct build_fsnode *t = build_fsindex_get(x, target);
-			mode = t ? t->mode : (S_IFREG | 0644);
-			free(target);
-		}
-		const struct build_fsnode *old = build_fsindex_get(x, path);
-		if (old && S_ISDIR(old->mode) && !S_ISDIR(mode))
-			remove_tree(x, path, false);
-		build_fsindex_put(x, path, mode, (uid_t)archive_entry_uid(e), (gid_t)archive_entry_gid(e),
-				  archive_entry_symlink(e));
-		if ((strcmp(path, "etc/passwd") == 0 || strcmp(path, "etc/group") == 0) && S_ISREG(mode)) {
+		} else {
+			const char *hl = archive_entry_hardlink(e);
+			en.mode = archive_entry_mode(e);
+			en.uid = (uid_t)archive_entry_uid(e);
+			en.gid = (gid_t)archive_entry_gid(e);
+			en.symlink = archive_entry_symlink(e);
+			if (hl)
+				en.hardlink = target = build_layer_path(hl);
 			la_int64_t size = archive_entry_size(e);
-			if (size >= 0 && size < (1 << 20)) {
-				char *buf = kiln_xmalloc((size_t)size + 1);
-				la_ssize_t n = archive_read_data(a, buf, (size_t)size);
-				build_fsindex_set_file(x, path, buf, n > 0 ? (size_t)n : 0);
-				free(buf);
+			if ((strcmp(path, "etc/passwd") == 0 || strcmp(path, "etc/group") == 0) && size >= 0 &&
+			    size < (1 << 20) && (hl || S_ISREG(en.mode))) {
+				buf = kiln_xmalloc((size_t)size + 1);
+				la_ssize_t got = archive_read_data(a, buf, (size_t)size);
+				en.data = buf;
+				en.data_len = got > 0 ? (size_t)got : 0;
 			}
 		}
+		apply_entry(x, &en);
+		if (rec)
+			record(rec, &en);
+		n++;
+		free(buf);
+		free(target);
+		free(own);
 		free(path);
 	}
 	if (r != ARCHIVE_EOF) {
 		kiln_err(err, KILN_E_INVALID, "layer %s: %s", blob, archive_error_string(a));
 		goto out;
 	}
+	if (rec)
+		kiln_buf_addf(rec, "end %zu\n", n);
 	rc = 0;
 out:
 	archive_read_free(a);
 	return rc;
+}
+
+static const char rec_magic[] = "kiln-layer-index/1\n";
+
+/* A length-prefixed string at *p ("N:BYTES\n"); false when the record is cut or bad. */
+static bool take_str(const char **p, const char *end, const char **s, size_t *n)
+{
+	char *colon;
+	unsigned long long v = strtoull(*p, &colon, 10);
+
+	if (colon == *p || colon >= end || *colon != ':' || v > (unsigned long long)(end - colon - 1) ||
+	    colon[1 + v] != '\n')
+		return false;
+	*s = colon + 1;
+	*n = (size_t)v;
+	*p = colon + 2 + v;
+	return true;
+}
+
+/* Replay a record; false (the index untouched) when it is not a whole one. */
+static bool from_record(build_fsindex *x, const char *data, size_t len)
+{
+	const char *p = data + strlen(rec_magic), *end = data + len;
+	struct entry *v = NULL;
+	kiln_strv strs = KILN_STRV_INIT;
+	size_t n = 0, cap = 0;
+	bool ok = false;
+
+	if (len < strlen(rec_magic) || memcmp(data, rec_magic, strlen(rec_magic)) != 0 || data[len - 1] != '\n')
+		return false;
+	/* parsed whole first: a cut record changes nothing */
+	while (p < end) {
+		struct entry en = { 0 };
+		const char *s;
+		size_t sl;
+		unsigned mode = 0, uid = 0, gid = 0;
+		int hl = 0, ln = 0, dt = 0, used = 0;
+		if (strncmp(p, "end ", 4) == 0) {
+			ok = strtoull(p + 4, NULL, 10) == n && memchr(p, '\n', (size_t)(end - p)) == end - 1;
+			break;
+		}
+		en.op = *p;
+		if (en.op == 'E' && sscanf(p, "E %o %u %u %d %d %d\n%n", &mode, &uid, &gid, &hl, &ln, &dt, &used) == 6 &&
+		    used > 0)
+			p += used;
+		else if ((en.op == 'O' || en.op == 'W') && p + 1 < end && p[1] == '\n')
+			p += 2;
+		else
+			break;
+		const char **fields[4] = { &en.path, hl ? &en.hardlink : NULL, ln ? &en.symlink : NULL, dt ? &en.data : NULL };
+		bool bad = false;
+		for (int k = 0; k < 4 && !bad; k++) {
+			if (!fields[k])
+				continue;
+			if (!take_str(&p, end, &s, &sl)) {
+				bad = true;
+				break;
+			}
+			kiln_strv_push_owned(&strs, kiln_xstrndup(s, sl));
+			*fields[k] = strs.v[strs.n - 1];
+			if (k == 3)
+				en.data_len = sl;
+		}
+		if (bad)
+			break;
+		en.mode = (mode_t)mode;
+		en.uid = (uid_t)uid;
+		en.gid = (gid_t)gid;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 64;
+			v = kiln_xrealloc(v, cap * sizeof(*v));
+		}
+		v[n++] = en;
+	}
+	if (ok)
+		for (size_t i = 0; i < n; i++)
+			apply_entry(x, &v[i]);
+	free(v);
+	kiln_strv_free(&strs);
+	return ok;
+}
+
+int build_fsindex_apply_layer_cached(build_fsindex *x, const char *blob, const char *record_path, kiln_error **err)
+{
+	char *data = NULL;
+	size_t len = 0;
+	kiln_error *e = NULL;
+	kiln_buf rec = KILN_BUF_INIT;
+	int rc;
+
+	if (record_path && kiln_read_file(record_path, &data, &len, 256u << 20, &e) == 0 && from_record(x, data, len)) {
+		free(data);
+		return 0;
+	}
+	kiln_error_free(e);
+	e = NULL;
+	free(data);
+	if (record_path)
+		kiln_buf_add(&rec, rec_magic, strlen(rec_magic));
+	rc = from_tar(x, blob, record_path ? &rec : NULL, err);
+	if (rc == 0 && record_path) {
+		/* only a cache: a failure to keep it costs the next build the inflating */
+		char *dir = kiln_xstrdup(record_path), *slash = strrchr(dir, '/');
+		if (slash)
+			*slash = '\0';
+		if (kiln_mkdir_p(dir, 0755, &e) < 0 || kiln_write_atomic(record_path, rec.buf, rec.len, 0644, &e) < 0)
+			kiln_error_free(e);
+		free(dir);
+	}
+	kiln_buf_free(&rec);
+	return rc;
+}
+
+int build_fsindex_apply_layer(build_fsindex *x, const char *blob, kiln_error **err)
+{
+	return build_fsindex_apply_layer_cached(x, blob, NULL, err);
 }
 
 /* Resolve an image path following symlinks (scoped to the image root) in

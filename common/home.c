@@ -16,6 +16,7 @@ const struct kiln_path_entry kiln_path_table[KILN_PATH_N_] = {
 	[KILN_PATH_IMAGES_LOCK] = { "images.lock", NULL },
 	[KILN_PATH_LOCK] = { "lock", NULL },
 	[KILN_PATH_HASHES] = { "hashes", "hashes/" },
+	[KILN_PATH_LAYER_INDEX] = { "layer-index", "layer-index/HEX" },
 	[KILN_PATH_RUN_CACHE] = { "run-cache", "run-cache/HEX/data" },
 	[KILN_PATH_BUILDER_VM] = { "builder-vm", "builder-vm/KEY/" },
 	[KILN_PATH_SNAPSHOTS] = { "snapshots", NULL },

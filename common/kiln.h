@@ -234,6 +234,7 @@ enum kiln_path {
 	KILN_PATH_IMAGES_LOCK, /* images.lock */
 	KILN_PATH_LOCK,        /* lock: flock for builds and prune */
 	KILN_PATH_HASHES,      /* hashes: digests of large build inputs */
+	KILN_PATH_LAYER_INDEX, /* layer-index: each layer's entries, for a stage's path index */
 	KILN_PATH_RUN_CACHE,   /* run-cache: RUN --mount=type=cache */
 	KILN_PATH_BUILDER_VM,  /* builder-vm: the builder VM snapshots */
 	KILN_PATH_SNAPSHOTS,   /* snapshots: the template store (the four below) */
