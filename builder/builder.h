@@ -421,7 +421,7 @@ extern const struct build_executor_ops build_executor_none;
  * layer (docs/builder.md).  ctx: a struct build_vm_opts, or NULL for the
  * defaults. */
 struct build_vm_opts {
-	unsigned cpus, memory_mib;  /* 0: the VM defaults (memory: the booted VM; a restored one has 2 GiB) */
+	unsigned cpus, memory_mib;  /* 0: 1 vCPU, 2 GiB; a restored VM has its snapshot's 2 GiB */
 	unsigned scratch_mib;       /* the guest's disk for step changes; 0: 16 GiB (sparse) */
 	const char *kernel_dir;     /* NULL: vm_kernel_default_dir() */
 };

@@ -140,11 +140,11 @@ static int boot(const struct build_vm_opts *vo, const struct build_run_request *
 	c.root_mode = VM_ROOT_OVERLAY;
 	c.net = s->net = req->stage_network;
 	c.scratch_mib = vo && vo->scratch_mib ? vo->scratch_mib : DEFAULT_SCRATCH_MIB;
-	if (vo) {
+	c.memory_mib = vo && vo->memory_mib ? vo->memory_mib : BUILD_VM_MEMORY_MIB;
+	if (vo && vo->cpus)
 		c.cpus = vo->cpus;
-		c.memory_mib = vo->memory_mib;
+	if (vo)
 		c.kernel_dir = vo->kernel_dir;
-	}
 	t0 = kiln_now_ms();
 	s->vm = vm_boot(&c, err);
 	if (!s->vm) {

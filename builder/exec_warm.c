@@ -23,7 +23,6 @@
 #include "guest/guest.h"
 #include "vm/vm.h"
 
-#define WARM_MEMORY_MIB 2048u
 /* per-base snapshots kept per KEY (≈ 60 MiB of RAM file each, the newest
  * used kept) and bases remembered as seen once */
 #define MAX_BASE_SNAPSHOTS 4
@@ -108,7 +107,7 @@ static int warm_key(const struct build_vm_opts *vo, char key[KILN_DIGEST_MAX], k
 	char da[KILN_DIGEST_MAX], db[KILN_DIGEST_MAX];
 	char *agent = vm_agent_default_path(), *deps = NULL, *text = NULL;
 	json_t *d = vm_snapshot_depends(vo ? vo->kernel_dir : NULL, VM_ACCEL_AUTO, vo && vo->cpus ? vo->cpus : 1,
-					WARM_MEMORY_MIB, true, NULL, err);
+					BUILD_VM_MEMORY_MIB, true, NULL, err);
 	int rc = -1;
 
 	if (d == NULL || kiln_digest_file(KILN_SHA256, agent, da, err) < 0 ||
@@ -197,7 +196,7 @@ static int make_snapshot(build_store *s, const struct build_vm_opts *vo, const c
 	c.spare_disk = spare;
 	c.root_mode = VM_ROOT_OVERLAY;
 	c.net = true; /* --network=none steps get a namespace of their own */
-	c.memory_mib = WARM_MEMORY_MIB;
+	c.memory_mib = BUILD_VM_MEMORY_MIB;
 	c.cpus = vo && vo->cpus ? vo->cpus : 1;
 	c.kernel_dir = vo ? vo->kernel_dir : NULL;
 	if (!(v = vm_boot(&c, err)))
@@ -319,7 +318,7 @@ static int restore(struct build_warm_vm *w, const struct build_vm_opts *vo, cons
 	/* the disk's backing, given explicitly: the rootfs beside it (make_snapshot) */
 	backing = kiln_xasprintf("%.*s/rootfs.ext4", (int)(strrchr(disk, '/') - disk), disk);
 	struct vm_restore_config rc_ = { .accel = vm_kvm_usable() ? VM_ACCEL_KVM : VM_ACCEL_TCG,
-					 .cpus = vo && vo->cpus ? vo->cpus : 1, .memory_mib = WARM_MEMORY_MIB,
+					 .cpus = vo && vo->cpus ? vo->cpus : 1, .memory_mib = BUILD_VM_MEMORY_MIB,
 					 .net = true, .memory_file = shared ? own : mem, .memory_shared = shared,
 					 .disk = disk, .disk_backing = backing, .state = state, .spare_disk = spare,
 					 .dir = w->dir };

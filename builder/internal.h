@@ -106,6 +106,12 @@ void build_ssh_relay_stop(struct build_ssh_relay *r);
 /* End the stage's executor session (its VM), if any. */
 void build_stage_end(struct run *r, struct stage_state *ss);
 
+/* The builder VM's memory unless build_vm_opts says: the same whether it is
+ * restored (exec_warm.c: the snapshot is made with it) or booted from a big
+ * stage's ext4 (exec_vm.c), so a step's limits do not depend on the path.
+ * Guest RAM is a sparse file: what the guest never touches costs nothing. */
+#define BUILD_VM_MEMORY_MIB 2048u
+
 /* exec_warm.c: the builder VM restored from its snapshot (made on first use).
  * base: the digests of the stage's base layers (its FROM's), bottom first;
  * when a snapshot with them uploaded exists, the VM is restored from it and

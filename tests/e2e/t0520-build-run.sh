@@ -176,6 +176,15 @@ expect_exit 0 "KILN_BUILDER_WARM=0 boots the stage's ext4" env KILN_BUILDER_WARM
 expect_eq "one cold boot for the three RUNs" "$(grep -o '"restored":[a-z]*' "$T_TMP/out" | tr '\n' ' ')" '"restored":false '
 expect_exit 0 "umoci unpacks it" umoci unpack --image "$T_TMP/oci-wh2:latest" "$T_TMP/uwh2"
 expect_eq "same files either way" "$(cd "$T_TMP/uwh2/rootfs" && cat rc rc2 && ls)" "$(cd "$T_TMP/uwh/rootfs" && cat rc rc2 && ls)"
+# a step gets the same memory in a booted builder VM as in a restored one (2 GiB; booted, it had 256 MiB)
+printf 'FROM oci:%s:base\nRUN awk "/MemTotal/ { print \\$2 }" /proc/meminfo >/mem\n' "$B" >"$T_TMP/Dockerfile.mem"
+expect_exit 0 "a step reads its memory, restored" "$KILN" build --no-cache -f "$T_TMP/Dockerfile.mem" --oci-out "$T_TMP/oci-mem1" "$C"
+expect_exit 0 "...and booted" env KILN_BUILDER_WARM=0 "$KILN" build --no-cache -f "$T_TMP/Dockerfile.mem" --oci-out "$T_TMP/oci-mem2" "$C"
+umoci unpack --image "$T_TMP/oci-mem1:latest" "$T_TMP/umem1" >/dev/null 2>&1
+umoci unpack --image "$T_TMP/oci-mem2:latest" "$T_TMP/umem2" >/dev/null 2>&1
+m1=$(cat "$T_TMP/umem1/rootfs/mem" 2>/dev/null || echo 0) m2=$(cat "$T_TMP/umem2/rootfs/mem" 2>/dev/null || echo 0)
+[ "$m1" -gt 1800000 ] && [ "$m2" -gt 1800000 ] && ok "...about 2 GiB both ways ($m1 kB, $m2 kB)" ||
+	not_ok "...restored $m1 kB, booted $m2 kB"
 # the layer digests of an OCI layout's image
 pb_layers() { python3 -c 'import json,sys
 m=json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"].split(":")[1]
