@@ -455,6 +455,8 @@ struct build_template_opts {
 	unsigned cpus, memory_mib; /* 0: the snapshot stage's defaults */
 	enum vm_net_mode network;  /* the template's (its sandboxes' default) network */
 	int ready_timeout_ms;      /* how long the ready command may take; 0: the snapshot stage's (60 s) */
+	void (*on_rootfs)(void *ud, const char *rootfs); /* snap_finalize_opts' */
+	void *on_rootfs_ud;
 };
 
 /* ENTRYPOINT + CMD of an image config as one /bin/sh -c string, or NULL. */

@@ -81,6 +81,8 @@ int build_template_make(build_store *s, const char *manifest, const struct build
 		.memory_mib = t->memory_mib,
 		.network = t->network,
 		.ready_timeout_ms = t->ready_timeout_ms,
+		.on_rootfs = t->on_rootfs,
+		.on_rootfs_ud = t->on_rootfs_ud,
 	};
 	tdigest = snap_finalize(&so, err);
 	if (!tdigest)

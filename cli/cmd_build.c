@@ -9,6 +9,7 @@
 #include "builder/builder.h"
 #include "cli/build_flags.h"
 #include "cli/cli.h"
+#include "cli/xfer.h"
 #include "service/service.h"
 #include "vm/vm.h"
 
@@ -281,17 +282,24 @@ static int check_tags(const struct kiln_command *cmd, const kiln_strv *tags)
 
 /* The build here, in builder VMs: progress on stderr (or JSON events), the
  * image's digest (and the template's) on stdout. */
-static int run_local(struct build_options *o, const kiln_strv *tags, bool json)
+static int run_local(struct build_options *o, struct build_template_opts *tpl, const kiln_strv *tags, bool json)
 {
 	struct build_result res;
 	kiln_error *err = NULL;
+	dist_prechunk *pc = NULL;
+
+	/* the template is chunked for kiln push beside the build */
+	tpl->on_rootfs = cli_prechunk_hook;
+	tpl->on_rootfs_ud = &pc;
 
 	o->on_event = on_event;
 	o->executor = &build_executor_vm;
 	/* ^C stops the builder VMs and removes their files */
 	vm_cleanup_on_signals();
 	o->event_ud = &json;
-	if (build_run(o, &res, &err) < 0) {
+	int brc = build_run(o, &res, &err);
+	cli_prechunk_end(&pc, brc < 0 ? NULL : res.template_digest);
+	if (brc < 0) {
 		if (json) {
 			json_t *j = json_pack("{s:s,s:s}", "event", "error", "message", kiln_error_message(err));
 			char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -428,7 +436,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		rc = run_remote(remote, &o, &tpl, json);
 		goto out;
 	}
-	rc = run_local(&o, &tags, json);
+	rc = run_local(&o, &tpl, &tags, json);
 out:
 	kiln_strv_free(&tags);
 	cli_build_flags_free(&bf);

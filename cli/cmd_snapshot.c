@@ -10,6 +10,7 @@
 
 #include "builder/builder.h"
 #include "cli/cli.h"
+#include "cli/xfer.h"
 #include "snapshots/snapshots.h"
 
 static const struct kiln_command snap_ls_cmd, snap_verify_cmd;
@@ -106,7 +107,11 @@ static int run_make(const struct kiln_command *cmd, int argc, char **argv)
 		o.rootfs = image;
 	}
 	o.env = env.n ? (const char *const *)env.v : NULL;
+	dist_prechunk *pc = NULL; /* chunked for kiln push beside the snapshot */
+	o.on_rootfs = cli_prechunk_hook;
+	o.on_rootfs_ud = &pc;
 	digest = snap_finalize(&o, &err);
+	cli_prechunk_end(&pc, digest);
 	if (digest == NULL) {
 		rc = cli_fail(err);
 		goto out;

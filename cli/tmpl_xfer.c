@@ -11,6 +11,29 @@
 #include "cli/xfer.h"
 #include "snapshots/snapshots.h"
 
+void cli_prechunk_hook(void *ud, const char *rootfs)
+{
+	dist_prechunk **pc = ud;
+
+	if (*pc == NULL)
+		*pc = dist_prechunk_start(rootfs);
+}
+
+void cli_prechunk_end(dist_prechunk **pc, const char *template_digest)
+{
+	kiln_error *err = NULL;
+
+	if (*pc == NULL)
+		return;
+	if (template_digest == NULL || !template_digest[0]) {
+		dist_prechunk_abort(*pc);
+	} else if (dist_prechunk_finish(*pc, template_digest, &err) < 0) {
+		kiln_warn("%s (kiln push chunks it)", kiln_error_message(err));
+		kiln_error_free(err);
+	}
+	*pc = NULL;
+}
+
 static void human(char *out, size_t n, double bytes)
 {
 	const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };

@@ -47,6 +47,13 @@ void cli_xfer_event(json_t *j);
 /* An image moved: its digest on stdout, or the "done" event. Exit code. */
 int cli_xfer_done_image(struct cli_xfer *x, const char *digest, const char *ref);
 
+/* Chunking a template for kiln push while kiln build / kiln snapshot makes it
+ * (distrib/prechunk.c): the hook of snap_finalize_opts.on_rootfs (ud: a
+ * dist_prechunk * set to NULL), then the end: template_digest NULL (the build
+ * failed) stops it; otherwise it keeps the artifact, warning if it cannot. */
+void cli_prechunk_hook(void *ud, const char *rootfs);
+void cli_prechunk_end(dist_prechunk **pc, const char *template_digest);
+
 /* Whether ref names a local template. */
 bool cli_is_template(const char *ref);
 /* Push template ref to dest ([REGISTRY/]REPO[:TAG]); returns an exit code. */

@@ -10,11 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <zstd.h>
-
 #include "distrib/distrib.h"
-
-#define ZSTD_LEVEL 3
 
 uint64_t dist_tmpl_chunk_min(const char *role)
 {
@@ -32,92 +28,6 @@ uint64_t dist_tmpl_chunk_size(uint64_t file_size, uint64_t min)
 	while ((file_size + c - 1) / c > DIST_TMPL_MAX_CHUNKS)
 		c *= 2;
 	return c;
-}
-
-static bool all_zero(const unsigned char *p, size_t n)
-{
-	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
-}
-
-static int read_full(int fd, void *buf, size_t len, off_t off, const char *path, kiln_error **err)
-{
-	ssize_t n = kiln_pread_full(fd, buf, len, off);
-
-	if (n < 0)
-		return kiln_err_errno(err, errno, "read %s", path);
-	if ((size_t)n < len)
-		return kiln_err(err, KILN_E_IO, "read %s: file shrank while being chunked", path);
-	return 0;
-}
-
-int dist_tmpl_chunk_file(dist_chunks *cs, const char *path, const char *role, struct dist_tmpl_part *part,
-			kiln_error **err)
-{
-	kiln_hasher *h = kiln_hasher_new(KILN_SHA256);
-	ZSTD_CCtx *z = ZSTD_createCCtx();
-	unsigned char *raw = NULL, *comp = NULL;
-	int fd = -1, rc = -1;
-	off_t end;
-
-	memset(part, 0, sizeof(*part));
-	part->role = kiln_xstrdup(role);
-	if (z == NULL) {
-		kiln_err(err, KILN_E_GENERIC, "zstd: cannot make a compression context");
-		goto out;
-	}
-	ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel, ZSTD_LEVEL);
-	ZSTD_CCtx_setParameter(z, ZSTD_c_checksumFlag, 1);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || (end = lseek(fd, 0, SEEK_END)) < 0) {
-		kiln_err_errno(err, errno, "open %s", path);
-		goto out;
-	}
-	part->size = (uint64_t)end;
-	part->chunk_size = dist_tmpl_chunk_size(part->size, dist_tmpl_chunk_min(role));
-	part->nchunks = (size_t)((part->size + part->chunk_size - 1) / part->chunk_size);
-	part->chunks = kiln_xcalloc(part->nchunks ? part->nchunks : 1, sizeof(char *));
-	raw = kiln_xmalloc(part->chunk_size);
-	size_t bound = ZSTD_compressBound(part->chunk_size);
-	comp = kiln_xmalloc(bound);
-	for (size_t i = 0; i < part->nchunks; i++) {
-		off_t off = (off_t)(i * part->chunk_size);
-		size_t len = (size_t)(part->size - (uint64_t)off < part->chunk_size ? part->size - (uint64_t)off
-										 : part->chunk_size);
-		/* Holes are zeros without reading them (memory images are mostly holes). */
-		off_t data = lseek(fd, off, SEEK_DATA);
-		if (data < 0 || data >= off + (off_t)len) {
-			memset(raw, 0, len);
-			kiln_hasher_update(h, raw, len);
-			continue;
-		}
-		if (read_full(fd, raw, len, off, path, err) < 0)
-			goto out;
-		kiln_hasher_update(h, raw, len);
-		if (all_zero(raw, len))
-			continue;
-		size_t n = ZSTD_compress2(z, comp, bound, raw, len);
-		if (ZSTD_isError(n)) {
-			kiln_err(err, KILN_E_GENERIC, "zstd: %s", ZSTD_getErrorName(n));
-			goto out;
-		}
-		char d[KILN_DIGEST_MAX];
-		if (dist_chunks_put(cs, comp, n, d, err) < 0)
-			goto out;
-		part->chunks[i] = kiln_xstrdup(d);
-	}
-	kiln_hasher_final(h, part->digest);
-	h = NULL;
-	rc = 0;
-out:
-	if (rc < 0)
-		kiln_error_wrap(err, "chunking the %s (%s)", role, path);
-	if (h)
-		kiln_hasher_final(h, (char[KILN_DIGEST_MAX]){ 0 });
-	if (fd >= 0)
-		close(fd);
-	ZSTD_freeCCtx(z);
-	free(raw);
-	free(comp);
-	return rc;
 }
 
 static json_t *descriptor(const char *media, const char *digest, uint64_t size)
@@ -206,15 +116,20 @@ out:
 	return rc;
 }
 
+void dist_tmpl_part_free(struct dist_tmpl_part *p)
+{
+	for (size_t i = 0; p->chunks && i < p->nchunks; i++)
+		free(p->chunks[i]);
+	free(p->chunks);
+	free(p->first);
+	free(p->role);
+	memset(p, 0, sizeof(*p));
+}
+
 void dist_tmpl_free(struct dist_tmpl *t)
 {
-	for (size_t p = 0; p < t->nparts; p++) {
-		for (size_t i = 0; i < t->parts[p].nchunks; i++)
-			free(t->parts[p].chunks[i]);
-		free(t->parts[p].chunks);
-		free(t->parts[p].first);
-		free(t->parts[p].role);
-	}
+	for (size_t p = 0; p < t->nparts; p++)
+		dist_tmpl_part_free(&t->parts[p]);
 	free(t->parts);
 	free(t->blobs);
 	free(t->config);

@@ -111,7 +111,7 @@ int dist_chunks_put(dist_chunks *cs, const void *data, size_t len, char digest[K
 	kiln_digest_buf(KILN_SHA256, data, len, digest);
 	if (dist_chunks_has(cs, digest))
 		return 0;
-	return kiln_cas_put(cs->cas, data, len, digest, err);
+	return kiln_cas_put_as(cs->cas, digest, data, len, err); /* hashed again as written: verified */
 }
 
 int dist_chunks_get(dist_chunks *cs, const char *digest, char **data, size_t *len, kiln_error **err)

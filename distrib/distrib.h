@@ -120,6 +120,11 @@ uint64_t dist_tmpl_chunk_size(uint64_t file_size, uint64_t min);
 /* Chunk a file into the store (zero chunks skipped) and describe it. */
 int dist_tmpl_chunk_file(dist_chunks *cs, const char *path, const char *role, struct dist_tmpl_part *part,
 			kiln_error **err);
+/* The same without the whole-file digest (part->digest left empty): for the
+ * files of a template being built, which the snapshot store hashes as it
+ * stores them (prechunk.c). */
+int dist_tmpl_chunk_file_unhashed(dist_chunks *cs, const char *path, const char *role, struct dist_tmpl_part *part,
+				  kiln_error **err);
 /* Build the index and the manifest from config + parts (fills blobs too). */
 int dist_tmpl_seal(struct dist_tmpl *t, dist_chunks *cs, kiln_error **err);
 /* Parse and cross-check a pulled artifact: every chunk the index names must
@@ -130,8 +135,31 @@ int dist_tmpl_parse_index(struct dist_tmpl *t, const char *index, size_t len, ki
  * against its manifest already (the file server's record of a lazy pull). */
 int dist_tmpl_parse_index_only(struct dist_tmpl *t, const char *index, size_t len, kiln_error **err);
 void dist_tmpl_free(struct dist_tmpl *t);
-/* A local template (snapshots/ store) as an artifact, its chunks in cs. */
+/* A local template (snapshots/ store) as an artifact, its chunks in cs; kept
+ * (chunks/made) for the next push. */
 int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *t, kiln_error **err);
+/* The same with some files chunked already (pre[0..npre), by role; taken
+ * over and cleared): each must still hash to the digest the config names. */
+int dist_tmpl_make_from(dist_chunks *cs, const char *template_ref, struct dist_tmpl_part *pre, size_t npre,
+			struct dist_tmpl *t, kiln_error **err);
+/* Free one part's fields (and clear it). */
+void dist_tmpl_part_free(struct dist_tmpl_part *p);
+
+/* ---------------------------------------------------------------------------
+ * Chunking at build time (prechunk.c; docs/distribution.md "Chunked while the
+ * build runs"): the rootfs is chunked by a child process (nice 10) as soon as
+ * it is written, while the template's VM boots, starts and is snapshotted on
+ * the build's core; dist_prechunk_finish adds the other files and keeps the
+ * artifact, so the next kiln push only uploads.
+ * ------------------------------------------------------------------------- */
+typedef struct dist_prechunk dist_prechunk;
+/* Start chunking rootfs into $KILN_HOME/chunks; NULL if it cannot (the push
+ * chunks then), or $KILN_PRECHUNK=0. */
+dist_prechunk *dist_prechunk_start(const char *rootfs);
+/* Wait for it, chunk the template's other files, keep the artifact. */
+int dist_prechunk_finish(dist_prechunk *pc, const char *template_ref, kiln_error **err);
+/* Stop it (the build failed) and remove what it left half-written. */
+void dist_prechunk_abort(dist_prechunk *pc);
 /* Assemble a parsed artifact whose chunks are all in cs and import it as a
  * template tagged name; returns the local template digest. */
 char *dist_tmpl_assemble(dist_chunks *cs, const struct dist_tmpl *t, const char *name, kiln_error **err);

@@ -114,7 +114,25 @@ static void made_save(const char *path, const struct dist_tmpl *t)
 	json_decref(j);
 }
 
+/* Take part role from pre (chunked at build time: prechunk.c), if it has it. */
+static bool take_part(struct dist_tmpl_part *pre, size_t npre, const char *role, struct dist_tmpl_part *out)
+{
+	for (size_t i = 0; i < npre; i++)
+		if (pre[i].role && strcmp(pre[i].role, role) == 0) {
+			*out = pre[i];
+			memset(&pre[i], 0, sizeof(pre[i]));
+			return true;
+		}
+	return false;
+}
+
 int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *t, kiln_error **err)
+{
+	return dist_tmpl_make_from(cs, template_ref, NULL, 0, t, err);
+}
+
+int dist_tmpl_make_from(dist_chunks *cs, const char *template_ref, struct dist_tmpl_part *pre, size_t npre,
+			struct dist_tmpl *t, kiln_error **err)
 {
 	snap_template *st = NULL;
 	char *path = NULL, *made = NULL;
@@ -140,7 +158,8 @@ int dist_tmpl_make(dist_chunks *cs, const char *template_ref, struct dist_tmpl *
 		if ((path = snap_template_blob(st, ROLES[i], err)) == NULL)
 			goto out;
 		t->nparts++;
-		if (dist_tmpl_chunk_file(cs, path, ROLES[i], &t->parts[i], err) < 0)
+		if (!take_part(pre, npre, ROLES[i], &t->parts[i]) &&
+		    dist_tmpl_chunk_file(cs, path, ROLES[i], &t->parts[i], err) < 0)
 			goto out;
 		const struct snap_config_blob *b = snap_config_blob(snap_template_config(st), ROLES[i]);
 		const char *want = b ? b->digest : NULL;

@@ -234,6 +234,8 @@ char *snap_finalize(const struct snap_finalize_opts *o, kiln_error **err)
 	    NULL)
 		goto out;
 	vc.tsc_khz = (uint32_t)kiln_json_int(depends, "tsc_khz", 0);
+	if (o->on_rootfs)
+		o->on_rootfs(o->on_rootfs_ud, o->rootfs);
 	/* The rootfs goes into the store first: the disk overlay will point at it. */
 	if (snap_blob_put_file(o->rootfs, true, root->digest, &root->size, err) < 0)
 		goto out;

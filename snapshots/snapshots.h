@@ -34,6 +34,11 @@ struct snap_finalize_opts {
 	 * its config); the start command runs with it too.  Every template
 	 * has the NIC, so a sandbox may ask for either. */
 	enum vm_net_mode network;      /* default VM_NET_NONE */
+	/* Called with the rootfs before it is stored and the VM boots, for work
+	 * that can go on beside them (kiln build chunks it for a push:
+	 * distrib/prechunk.c).  NULL: none. */
+	void (*on_rootfs)(void *ud, const char *rootfs);
+	void *on_rootfs_ud;
 };
 
 /* Boot, start, wait until ready, snapshot, store.  Returns the template's

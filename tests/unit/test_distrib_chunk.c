@@ -306,6 +306,128 @@ out:
 	free(c);
 }
 
+/* The chunker's threads change nothing: one or four, the same chunks, and the
+ * whole-file digest (holes included) is the file's. */
+static void test_threads(void)
+{
+	char *dir = kiln_path_join(root, "threads"), *f = kiln_path_join(dir, "data");
+	struct dist_tmpl_part p1 = { 0 }, p4 = { 0 };
+	kiln_error *err = NULL;
+	unsigned char *buf = kiln_xmalloc(64 << 10);
+	char want[KILN_DIGEST_MAX];
+
+	CHECK_INT(kiln_mkdir_p(dir, 0755, &err), 0);
+	setenv("KILN_HOME", dir, 1);
+	uint32_t x = 12345;
+	for (size_t i = 0; i < (64u << 10); i++) {
+		x = x * 1103515245u + 12345u;
+		buf[i] = (unsigned char)(x >> 24) & 0x0f; /* compressible, not zero */
+	}
+	/* 40 chunks of 256 KiB and a short last one: data, holes, an all-zero written chunk */
+	off_t size = (off_t)(40 << 18) + 3;
+	for (off_t off = 0; off < size - (64 << 10); off += 64 << 10)
+		if ((off >> 18) % 3 != 1)
+			write_at(f, size, off, buf, 64 << 10);
+	memset(buf, 0, 64 << 10);
+	for (off_t off = 7 << 18; off < 8 << 18; off += 64 << 10)
+		write_at(f, size, off, buf, 64 << 10);
+	write_at(f, size, size - 3, "end", 3);
+	dist_chunks *cs = dist_chunks_open(NULL, &err);
+	CHECK(cs != NULL);
+	setenv("KILN_CHUNK_THREADS", "1", 1);
+	CHECK_INT(dist_tmpl_chunk_file(cs, f, "rootfs", &p1, &err), 0);
+	setenv("KILN_CHUNK_THREADS", "4", 1);
+	CHECK_INT(dist_tmpl_chunk_file(cs, f, "rootfs", &p4, &err), 0);
+	unsetenv("KILN_CHUNK_THREADS");
+	CHECK_INT(kiln_digest_file(KILN_SHA256, f, want, &err), 0);
+	CHECK_STR(p1.digest, want);
+	CHECK_STR(p4.digest, want);
+	CHECK_INT(p1.nchunks, 41);
+	CHECK_INT(p4.nchunks, 41);
+	CHECK(p1.chunks[1] == NULL && p1.chunks[7] == NULL && p1.chunks[0] != NULL && p1.chunks[40] != NULL);
+	for (size_t i = 0; i < p1.nchunks && i < p4.nchunks; i++)
+		CHECK(p1.chunks[i] == NULL ? p4.chunks[i] == NULL
+					   : p4.chunks[i] != NULL && strcmp(p1.chunks[i], p4.chunks[i]) == 0);
+	dist_tmpl_part_free(&p1), dist_tmpl_part_free(&p4);
+	/* a file that cannot be read: an error */
+	CHECK_INT(dist_tmpl_chunk_file(cs, "/nonexistent/rootfs", "rootfs", &p1, &err), -1);
+	CHECK(err != NULL && strstr(kiln_error_message(err), "/nonexistent/rootfs") != NULL);
+	kiln_error_clear(&err);
+	dist_tmpl_part_free(&p1);
+	dist_chunks_close(cs);
+	free(buf), free(f), free(dir);
+}
+
+/* Chunked while the build runs (prechunk.c): the rootfs in a child process,
+ * the rest at the end; the artifact is kept, and is the one a push makes.  A
+ * rootfs that is not the template's is refused; a stopped one leaves nothing. */
+static void test_prechunk(void)
+{
+	char *e = kiln_path_join(root, "e");
+	struct dist_tmpl t = { 0 }, u = { 0 };
+	kiln_error *err = NULL;
+
+	setenv("KILN_HOME", e, 1);
+	char *d1 = make_template(e, "app", 7);
+	char *other = kiln_path_join(e, "other");
+	write_at(other, 8 << 20, 0, "not the rootfs", 14);
+	snap_template *st = snap_template_open("app", &err);
+	CHECK(st != NULL);
+	char *rootfs = st ? snap_template_blob(st, "rootfs", &err) : NULL;
+	snap_template_free(st);
+
+	dist_prechunk *pc = dist_prechunk_start(rootfs);
+	CHECK(pc != NULL);
+	CHECK_INT(dist_prechunk_finish(pc, "app", &err), 0);
+	if (err)
+		printf("#   %s\n", kiln_error_message(err));
+	kiln_error_clear(&err);
+	dist_chunks *cs = dist_chunks_open(NULL, &err);
+	CHECK(cs != NULL);
+	CHECK_INT(dist_tmpl_make(cs, "app", &t, &err), 0); /* the kept one */
+	char *made = kiln_path_join(dist_chunks_dir(cs), "made"), *cmd = kiln_xasprintf("rm -rf '%s'", made);
+	CHECK_INT(system(cmd), 0);
+	CHECK_INT(dist_tmpl_make(cs, "app", &u, &err), 0); /* made afresh */
+	CHECK_STR(t.manifest_digest, u.manifest_digest);
+	CHECK_STR(t.index_digest, u.index_digest);
+
+	/* the rootfs written to while it is chunked (the store may have hashed
+	 * other bytes), or not the template's size: refused, nothing kept */
+	CHECK_INT(system(cmd), 0);
+	char *copy = kiln_path_join(e, "copy"), *cp = kiln_xasprintf("cp --sparse=always '%s' '%s'", rootfs, copy);
+	CHECK_INT(system(cp), 0);
+	pc = dist_prechunk_start(copy);
+	CHECK(pc != NULL);
+	usleep(20000);
+	write_at(copy, 16 << 20, 5 << 20, "x", 1);
+	CHECK_INT(dist_prechunk_finish(pc, "app", &err), -1);
+	CHECK(err != NULL && strstr(kiln_error_message(err), "changed while it was chunked") != NULL);
+	kiln_error_clear(&err);
+	CHECK(access(made, F_OK) != 0);
+	pc = dist_prechunk_start(other);
+	CHECK(pc != NULL);
+	CHECK_INT(dist_prechunk_finish(pc, "app", &err), -1);
+	CHECK(err != NULL && strstr(kiln_error_message(err), "the template's") != NULL);
+	kiln_error_clear(&err);
+	CHECK(access(made, F_OK) != 0);
+	free(copy), free(cp);
+
+	/* stopped: no temp file left behind */
+	pc = dist_prechunk_start(rootfs);
+	CHECK(pc != NULL);
+	dist_prechunk_abort(pc);
+	char *tmp = kiln_path_join(dist_chunks_dir(cs), "tmp"), *ls = kiln_xasprintf("test -z \"$(ls -A '%s')\"", tmp);
+	CHECK_INT(system(ls), 0);
+	/* switched off */
+	setenv("KILN_PRECHUNK", "0", 1);
+	CHECK(dist_prechunk_start(rootfs) == NULL);
+	unsetenv("KILN_PRECHUNK");
+
+	dist_tmpl_free(&t), dist_tmpl_free(&u);
+	dist_chunks_close(cs);
+	free(tmp), free(ls), free(made), free(cmd), free(rootfs), free(other), free(d1), free(e);
+}
+
 static void test_malformed(void)
 {
 	struct dist_tmpl t = { 0 };
@@ -423,6 +545,8 @@ int main(void)
 		return 1;
 	RUN(test_round_trip);
 	RUN(test_made_kept);
+	RUN(test_threads);
+	RUN(test_prechunk);
 	RUN(test_malformed);
 	RUN(test_eviction);
 	kiln_rm_rf(root, &err);
