@@ -393,8 +393,10 @@ out:
 }
 
 /* ---- one context directory per file list ---- */
-/* STATE/teams/TEAM/contexts/HEX is the context made for the file list
- * whose key (list_key) is HEX, shared by every build of that list, so a rebuild
+/* STATE/teams/TEAM/contexts/HEX/context is the context made for the file
+ * list whose key (list_key) is HEX, beside it digests.json (its files'
+ * digests, for the build's --context-digests), shared by every build of
+ * that list, so a rebuild
  * links nothing: as with the linked copies, sharing is safe because a build
  * only reads its context.  A build holds its directory under a shared flock
  * while it runs; a prune or a server's start removes only a directory no
@@ -426,6 +428,32 @@ static int hold(const char *dir)
 	}
 	errno = ENOENT;
 	return -1;
+}
+
+/* DIR/digests.json: each context file's digest, its name in the team's
+ * store its hard link was made from, so the build takes it instead of
+ * hashing the file again (the client hashed it; the store verified it on
+ * upload).  Files extracted from a tar are hashed. */
+static int write_digests(const char *dir, const json_t *files, kiln_error **err)
+{
+	json_t *map = json_object(), *f;
+	char *path = kiln_path_join(dir, "digests.json"), *text;
+	size_t i;
+	int ret;
+
+	json_array_foreach(files, i, f) {
+		const char *p = json_string_value(json_object_get(f, "path"));
+		const char *d = json_string_value(json_object_get(f, "digest"));
+		mode_t mode = (mode_t)json_integer_value(json_object_get(f, "mode"));
+		if (p && d && S_ISREG(mode) && !json_is_true(json_object_get(f, "tar")))
+			json_object_set_new(map, p, json_string(d));
+	}
+	text = json_dumps(map, JSON_COMPACT);
+	ret = svc_write_scratch(path, text, err);
+	free(text);
+	free(path);
+	json_decref(map);
+	return ret;
 }
 
 /* The list's name: the sha256 of what context_make reads of each entry,
@@ -474,7 +502,11 @@ int svc_context_use(svc *s, const char *team, const json_t *files, char **dir, i
 		}
 		free(tmp);
 		tmp = kiln_xasprintf("%s/.tmp-%d-%d", root, (int)getpid(), (int)gettid());
-		if (kiln_rm_rf(tmp, err) < 0 || kiln_mkdir_p(root, 0700, err) < 0 || context_make(s, team, files, tmp, err) < 0) {
+		char *ctx = kiln_path_join(tmp, "context");
+		int mrc = kiln_rm_rf(tmp, err) < 0 || kiln_mkdir_p(root, 0700, err) < 0 || context_make(s, team, files, ctx, err) < 0 ||
+			  write_digests(tmp, files, err) < 0 ? -1 : 0;
+		free(ctx);
+		if (mrc < 0) {
 			kiln_rm_rf(tmp, NULL);
 			goto out;
 		}

@@ -49,6 +49,8 @@ struct svc {
 	unsigned running;
 	kiln_strv teams_authed; /* teams whose build token this process made (svc_team_auth) */
 	struct svc_secrets *secrets; /* queued builds' secrets, in memory only (secrets.c) */
+	struct { char id[SVC_ID_MAX]; json_t *req; } fresh[16]; /* the last requests queued here, as */
+	size_t nfresh;               /* stored (parsed): a worker of this host takes its own (svc_fresh_take) */
 };
 
 /* ---- a build's secrets (secrets.c): sent with the request, held in this
@@ -150,6 +152,13 @@ void svc_contexts_clear_all(svc *s);
 int svc_context_prune(svc *s, const char *team, uint64_t budget, int64_t older_than_s, uint64_t *removed,
 		      uint64_t *bytes, kiln_error **err);
 void svc_run_build(svc *s, const char *id, struct svc_ready *rd);
+/* The request of a build queued by this process, as it was stored, or NULL
+ * (then it is read from the queue); svc_fresh_keep under s->lock, before
+ * the row is inserted (a worker may claim it at once). */
+json_t *svc_fresh_take(svc *s, const char *id);
+void svc_fresh_keep(svc *s, const char *id, json_t *req);
+/* A new file with text, not synced (scratch: see worker.c). */
+int svc_write_scratch(const char *path, const char *text, kiln_error **err);
 /* Run a kiln command (argv[0] = s->exe) with KILN_HOME=home; its output discarded. */
 int svc_exec_quiet(svc *s, char *const *argv, const char *home, kiln_error **err);
 void svc_api_mount(svc *s);

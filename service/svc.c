@@ -147,6 +147,8 @@ void svc_free(svc *s)
 	svc_stop(s);
 	svc_db_close(s->db);
 	svc_secrets_free_all(s);
+	for (size_t i = 0; i < s->nfresh; i++)
+		json_decref(s->fresh[i].req);
 	pthread_mutex_destroy(&s->lock);
 	pthread_cond_destroy(&s->wake);
 	pthread_cond_destroy(&s->logged);

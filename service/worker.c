@@ -390,9 +390,11 @@ out:
 	return ret;
 }
 
-/* A file of the build's scratch directory: removed after the build, so not
- * worth kiln_write_atomic's fsyncs. */
-static int write_scratch(const char *path, const char *text, kiln_error **err)
+/* A file of a build's scratch directory or of a context directory being
+ * made: removed after the build, or renamed into place with its directory
+ * (which a start after a crash removes), so not worth kiln_write_atomic's
+ * fsyncs. */
+int svc_write_scratch(const char *path, const char *text, kiln_error **err)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 
@@ -404,32 +406,6 @@ static int write_scratch(const char *path, const char *text, kiln_error **err)
 		return -1;
 	}
 	return close(fd) < 0 ? kiln_err_errno(err, errno, "write %s", path) : 0;
-}
-
-/* WORK/digests.json: each context file's digest, its name in the team's
- * store its hard link was made from (svc_context_use), so the build takes
- * it instead of hashing the file again (the client hashed it; the store
- * verified it on upload).  Files extracted from a tar are hashed. */
-static int write_digests(const char *work, const json_t *files, kiln_error **err)
-{
-	json_t *map = json_object(), *f;
-	char *path = kiln_path_join(work, "digests.json"), *text;
-	size_t i;
-	int ret;
-
-	json_array_foreach(files, i, f) {
-		const char *p = json_string_value(json_object_get(f, "path"));
-		const char *d = json_string_value(json_object_get(f, "digest"));
-		mode_t mode = (mode_t)json_integer_value(json_object_get(f, "mode"));
-		if (p && d && S_ISREG(mode) && !json_is_true(json_object_get(f, "tar")))
-			json_object_set_new(map, p, json_string(d));
-	}
-	text = json_dumps(map, JSON_COMPACT);
-	ret = write_scratch(path, text, err);
-	free(text);
-	free(path);
-	json_decref(map);
-	return ret;
 }
 
 static void result_free(struct svc_result *res)
@@ -464,7 +440,8 @@ void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 	if (svc_q_job(s, id, &team, &request, &limit, &err) < 0)
 		goto fail;
 	r.team = team;
-	req = json_loads(request, 0, &je);
+	if ((req = svc_fresh_take(s, id)) == NULL)
+		req = json_loads(request, 0, &je);
 	if (req == NULL) {
 		kiln_err(&err, KILN_E_INVALID, "stored request: %s", je.text);
 		goto fail;
@@ -476,17 +453,20 @@ void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 	ctx = kiln_path_join(work, "context");
 	const char *dfname = json_string_value(json_object_get(req, "dockerfile_name"));
 	df = kiln_path_join(work, dfname ? dfname : "Dockerfile");
-	/* work/ID/context leads to the list's shared directory (a rebuild links nothing) */
+	/* work/ID/context leads to the list's shared context (a rebuild links nothing) */
 	if (kiln_mkdir_p(home, 0700, &err) < 0 || svc_team_auth(s, team, home, &err) < 0 ||
 	    kiln_mkdir_p(work, 0700, &err) < 0 ||
 	    svc_context_use(s, team, json_object_get(req, "files"), &cdir, &ctx_lock, &err) < 0)
 		goto fail;
-	if (symlink(cdir, ctx) < 0) {
+	char *cctx = kiln_path_join(cdir, "context");
+	int slrc = symlink(cctx, ctx);
+	free(cctx);
+	if (slrc < 0) {
 		kiln_err_errno(&err, errno, "symlink %s", ctx);
 		goto fail;
 	}
 	const char *text = json_string_value(json_object_get(req, "dockerfile"));
-	if (write_scratch(df, text, &err) < 0 || write_digests(work, json_object_get(req, "files"), &err) < 0)
+	if (svc_write_scratch(df, text, &err) < 0)
 		goto fail;
 	name = json_string_value(json_object_get(req, "name")) ? kiln_xstrdup(json_string_value(json_object_get(req, "name")))
 							       : NULL;
@@ -497,8 +477,8 @@ void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 	argv_add(&a, "--json");
 	argv_add(&a, "-f");
 	argv_add(&a, dfname ? dfname : "Dockerfile"); /* relative: errors name it as the client does */
-	argv_add(&a, "--context-digests");
-	argv_add(&a, "digests.json");
+	argv_add(&a, "--context-digests"); /* made with the context (svc_context_use) */
+	kiln_strv_push_owned(&a, kiln_path_join(cdir, "digests.json"));
 	if (name) {
 		argv_add(&a, "-t");
 		argv_add(&a, name);
