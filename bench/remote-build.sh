@@ -12,7 +12,8 @@
 # Cached builds: ROUNDS (9) rounds, local and remote interleaved in each round
 # (remote: a fresh client every time), medians.  KILN_BEFORE=/path/to/kiln adds
 # an A/B: a second server and client from that binary, its cached remote build
-# timed in the same rounds.
+# and its local cached build (a home of its own) timed in the same rounds, so
+# each binary's remote overhead (remote - local) is measured too.
 set -u
 cd "$(dirname "$0")/.."
 export KILN_KERNEL_DIR=${KILN_KERNEL_DIR:-$PWD/build/kernel}
@@ -79,7 +80,8 @@ run_before() { # LABEL HOME ARGS... with the before binary and its server's Dock
 	secs "$t0" "$t1"
 }
 [ -n "$BEFORE" ] && run_before "remote first (before)" "$work/client-before" --remote "http://$bhost" -t app:1 >/dev/null
-: >"$work/lc"; : >"$work/rc"; : >"$work/rcb"
+[ -n "$BEFORE" ] && run_before "local first (before)" "$work/local-before" -t app:1 >/dev/null
+: >"$work/lc"; : >"$work/rc"; : >"$work/rcb"; : >"$work/lcb"
 for i in $(seq "$ROUNDS"); do
 	run "local cached" "$work/local" -t app:1 >>"$work/lc"
 	rm -rf "$work/client2"
@@ -88,6 +90,7 @@ for i in $(seq "$ROUNDS"); do
 	if [ -n "$BEFORE" ]; then
 		rm -rf "$work/client-b2"
 		run_before "remote cached (before)" "$work/client-b2" --remote "http://$bhost" -t app:1 >>"$work/rcb"
+		run_before "local cached (before)" "$work/local-before" -t app:1 >>"$work/lcb"
 	fi
 done
 echo "load after the cached rounds: $(uptime)"
@@ -96,7 +99,15 @@ r1=$(run "remote one-file change" "$work/client2" --remote "$url" -t app:2)
 up_one=$(grep -o 'context: .*' "$work/err")
 echo "local first $lf s; cached, median of $ROUNDS: $(median <"$work/lc")"
 echo "remote first $rf s ($up_first); cached (fresh client), median: $(median <"$work/rc")"
-[ -n "$BEFORE" ] && echo "remote cached with $BEFORE (server and client), median: $(median <"$work/rcb")"
+if [ -n "$BEFORE" ]; then
+	echo "remote cached with $BEFORE (server and client), median: $(median <"$work/rcb")"
+	echo "local cached with $BEFORE, median: $(median <"$work/lcb")"
+	# each binary's own overhead: the medians of remote and of local, subtracted
+	med() { sort -n "$1" | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+	printf 'remote - local, medians: %.1f ms after, %.1f ms with %s\n' \
+		"$(echo "($(med "$work/rc") - $(med "$work/lc")) * 1000" | bc)" \
+		"$(echo "($(med "$work/rcb") - $(med "$work/lcb")) * 1000" | bc)" "$BEFORE"
+fi
 echo "remote after a one-file change (4096 bytes): $r1 s; $up_one"
 
 # 8 builds at once, each its own context (a different file, so none is a cache hit of another)
