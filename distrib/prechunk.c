@@ -222,7 +222,7 @@ static bool same_file(const struct stat *a, const struct stat *b)
 /* The chunked rootfs is the one the template's config names: the file the
  * store hashed while the child read it, its contents unchanged from start to
  * end (size and mtime of the open file: a write sets the mtime; not the
- * ctime, which the VM's jail changes with a chown of the file). */
+ * ctime, which the build's removal of its scratch copy changes: nlink 0). */
 static int rootfs_digest(dist_prechunk *pc, const char *template_ref, struct dist_tmpl_part *p, kiln_error **err)
 {
 	snap_template *st = snap_template_open(template_ref, err);
