@@ -18,6 +18,8 @@ struct svc_db {
 	PGconn *pg;
 	char *conninfo;
 	int relaxed;           /* sqlite: this transaction runs with synchronous=NORMAL */
+	struct { char *sql; sqlite3_stmt *st; } stmts[48]; /* sqlite: each statement prepared once */
+	size_t nstmts;
 };
 
 static const char *const schema[] = {
@@ -112,13 +114,36 @@ int64_t svc_row_int(const struct svc_rows *r, size_t row, size_t col)
 	return s ? strtoll(s, NULL, 10) : 0;
 }
 
+/* The statement for sql, prepared the first time (a cached build runs some
+ * thirty, each parsed again before); *kept when it stays for the next. */
+static sqlite3_stmt *lite_stmt(svc_db *db, const char *sql, bool *kept)
+{
+	sqlite3_stmt *st = NULL;
+	size_t cap = sizeof(db->stmts) / sizeof(*db->stmts);
+
+	for (size_t i = 0; i < db->nstmts; i++)
+		if (strcmp(db->stmts[i].sql, sql) == 0) {
+			*kept = true;
+			return db->stmts[i].st;
+		}
+	*kept = db->nstmts < cap;
+	if (sqlite3_prepare_v3(db->lite, sql, -1, *kept ? SQLITE_PREPARE_PERSISTENT : 0, &st, NULL) != SQLITE_OK)
+		return NULL;
+	if (*kept && st) {
+		db->stmts[db->nstmts].sql = kiln_xstrdup(sql);
+		db->stmts[db->nstmts++].st = st;
+	}
+	return st;
+}
+
 static int lite_q(svc_db *db, struct svc_rows *out, const char *sql, const char *const *p, size_t n, kiln_error **err)
 {
 	sqlite3_stmt *st = NULL;
 	int rc, ret = -1;
 	size_t cap = 0;
+	bool kept = false;
 
-	if (sqlite3_prepare_v2(db->lite, sql, -1, &st, NULL) != SQLITE_OK)
+	if ((st = lite_stmt(db, sql, &kept)) == NULL)
 		return kiln_err(err, KILN_E_IO, "queue db: %s", sqlite3_errmsg(db->lite));
 	for (size_t i = 0; i < n; i++) {
 		char name[32];
@@ -151,7 +176,12 @@ static int lite_q(svc_db *db, struct svc_rows *out, const char *sql, const char 
 	}
 	ret = sqlite3_changes(db->lite);
 out:
-	sqlite3_finalize(st);
+	if (kept) {
+		sqlite3_reset(st);
+		sqlite3_clear_bindings(st);
+	} else {
+		sqlite3_finalize(st);
+	}
 	return ret;
 }
 
@@ -330,6 +360,10 @@ void svc_db_close(svc_db *db)
 		return;
 	if (db->pg)
 		PQfinish(db->pg);
+	for (size_t i = 0; i < db->nstmts; i++) {
+		sqlite3_finalize(db->stmts[i].st);
+		free(db->stmts[i].sql);
+	}
 	if (db->lite)
 		sqlite3_close(db->lite);
 	pthread_mutex_destroy(&db->lock);
