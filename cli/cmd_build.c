@@ -215,6 +215,7 @@ static int run_remote(const char *url, const struct build_options *o, const stru
 		req.ready_cmd = tpl->ready_cmd;
 		req.cpus = tpl->cpus;
 		req.memory_mib = tpl->memory_mib;
+		req.ready_timeout_s = (unsigned)(tpl->ready_timeout_ms / 1000);
 		if (tpl->network != VM_NET_NONE)
 			req.template_network = vm_net_mode_name(tpl->network);
 	}
@@ -421,12 +422,6 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 					     "with --secret instead (docs/service.md)");
 			goto out;
 		}
-		if (ready_secs) {
-			/* not part of a build request yet: the server would wait its 60 s */
-			rc = cli_usage_error(cmd, "--ready-timeout is not sent to a remote build (yet): its server "
-					     "waits 60 s for the ready command");
-			goto out;
-		}
 		if ((o.oci_out || o.rootfs_out) && !tags.n) {
 			rc = cli_usage_error(cmd, "--oci-out and --rootfs-out with --remote download the published result: "
 					     "give it a name with -t NAME[:TAG]");
@@ -449,8 +444,8 @@ const struct kiln_command kiln_cmd_build = {
 	.usage = "Usage: kiln build [-f Dockerfile] [-t NAME[:TAG]]... [--build-arg K=V]... [--target STAGE]\n"
 		 "                  [--no-cache] [--oci-out DIR] [--rootfs-out FILE] [--compression gzip|zstd|none]\n"
 		 "                  [--secret id=ID[,src=FILE|,env=VAR]]... [--ssh default|ID[=SOCKET]]...\n"
-		 "                  [--template] [--start-cmd CMD] [--ready-cmd CMD] [--cpus N] [--memory MiB]\n"
-		 "                  [--template-network none|outbound]\n"
+		 "                  [--template] [--start-cmd CMD] [--ready-cmd CMD] [--ready-timeout SECS]\n"
+		 "                  [--cpus N] [--memory MiB] [--template-network none|outbound]\n"
 		 "                  [--json] CONTEXT\n\n"
 		 "Build the Dockerfile (default CONTEXT/Dockerfile) with CONTEXT as the build\n"
 		 "context (.dockerignore honoured).  Bases: scratch, oci:DIR[:TAG],\n"

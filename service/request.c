@@ -63,12 +63,15 @@ json_t *svc_request_to_json(const struct svc_request *q)
 	for (size_t i = 0; i < q->nbuild_args; i++)
 		json_array_append_new(a, json_pack("[s,s]", q->build_args[i].key, q->build_args[i].value ? q->build_args[i].value : ""));
 	json_object_set_new(j, "build_args", a);
-	if (q->template_ || q->start_cmd || q->ready_cmd || q->cpus || q->memory_mib || q->template_network)
+	if (q->template_ || q->start_cmd || q->ready_cmd || q->cpus || q->memory_mib || q->template_network ||
+	    q->ready_timeout_s)
 		json_object_set_new(j, "template", json_true());
 	if (q->cpus)
 		json_object_set_new(j, "cpus", json_integer(q->cpus));
 	if (q->memory_mib)
 		json_object_set_new(j, "memory_mib", json_integer(q->memory_mib));
+	if (q->ready_timeout_s)
+		json_object_set_new(j, "ready_timeout_s", json_integer(q->ready_timeout_s));
 	if (q->no_cache)
 		json_object_set_new(j, "no_cache", json_true());
 	if ((unsigned)q->compression < 3 && q->compression != SVC_GZIP)
@@ -370,6 +373,13 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 		goto out;
 	}
 	if (tnet)
+		json_object_set_new(req, "template", json_true());
+	const json_t *rt = json_object_get(req, "ready_timeout_s");
+	if (rt && (!json_is_integer(rt) || json_integer_value(rt) < 1 || json_integer_value(rt) > 86400)) {
+		kiln_err(err, KILN_E_INVALID, "ready_timeout_s: want seconds from 1 to 86400");
+		goto out;
+	}
+	if (rt)
 		json_object_set_new(req, "template", json_true());
 	if (tl && (!json_is_integer(tl) || json_integer_value(tl) < 1)) {
 		kiln_err(err, KILN_E_INVALID, "time_limit_s: want a positive number");

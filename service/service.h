@@ -102,6 +102,7 @@ struct svc_request {
 	bool template_;             /* also make a template (implied by start/ready/cpus/memory) */
 	const char *start_cmd, *ready_cmd;
 	unsigned cpus, memory_mib;
+	unsigned ready_timeout_s;   /* the template's wait for its ready command; 0: 60 s */
 	const char *template_network; /* the template's network: "none", "outbound" or NULL (none) */
 	bool no_cache;
 	enum { SVC_GZIP, SVC_ZSTD, SVC_NONE } compression;

@@ -500,8 +500,9 @@ void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 			argv_add(&a, v);
 		}
 	}
-	static const char *const nums[][2] = { { "cpus", "--cpus" }, { "memory_mib", "--memory" } };
-	for (size_t k = 0; k < 2; k++) {
+	static const char *const nums[][2] = { { "cpus", "--cpus" }, { "memory_mib", "--memory" },
+					       { "ready_timeout_s", "--ready-timeout" } };
+	for (size_t k = 0; k < 3; k++) {
 		json_int_t v = json_integer_value(json_object_get(req, nums[k][0]));
 		if (v > 0) {
 			argv_add(&a, nums[k][1]);

@@ -245,9 +245,6 @@ t1=$(date +%s)
 expect_grep "...quotes the ready command's output" "ready command .* did not succeed.*exit 3.*not yet" "$T_TMP/err"
 [ $((t1 - t0)) -lt 50 ] && ok "...and gives up after its timeout, not the default 60 s ($((t1 - t0)) s)" ||
 	not_ok "...took $((t1 - t0)) s"
-expect_exit 2 "--ready-timeout is refused with --remote (not sent yet)" env KILN_BUILDER= "$KILN" build \
-	--remote http://127.0.0.1:9 --ready-timeout 5 -f "$T_TMP/Dockerfile.tpl" "$C"
-expect_grep "...saying so" 'ready-timeout is not sent to a remote build' "$T_TMP/err"
 expect_exit 0 "snapshot ls" "$KILN" snapshot ls
 expect_grep "the template is named after -t" '^tpl:1 ' "$T_TMP/out"
 expect_exit 0 "sandbox from the built template" "$KILN" sandbox create --json tpl:1

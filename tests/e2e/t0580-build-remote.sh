@@ -144,8 +144,10 @@ wait $SLOW 2>/dev/null
 
 # --template-network goes with the request (refused if not none or outbound)
 printf 'FROM scratch\nCOPY missing /x\n' >"$T_TMP/Dockerfile.tnet"
-expect_exit 1 "a remote template build with --template-network outbound" $KILN build --remote "$URL" -f "$T_TMP/Dockerfile.tnet" --template-network outbound "$T_TMP/ctx"
-expect_eq "...is sent with it (a template)" "$(sqlite3 "$DATA/meta.db" "SELECT request FROM svc_builds ORDER BY qms DESC LIMIT 1" | jq -c '[.template_network, .template]')" '["outbound",true]'
+expect_exit 1 "a remote template build with --template-network outbound --ready-timeout 7" $KILN build --remote "$URL" -f "$T_TMP/Dockerfile.tnet" --template-network outbound --ready-timeout 7 "$T_TMP/ctx"
+expect_eq "...both sent with it (a template)" "$(sqlite3 "$DATA/meta.db" "SELECT request FROM svc_builds ORDER BY qms DESC LIMIT 1" | jq -c '[.template_network, .template, .ready_timeout_s]')" '["outbound",true,7]'
+expect_eq "a bad ready_timeout_s is refused" "$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d '{"dockerfile":"FROM scratch\n","ready_timeout_s":0}' | jq -r .error)" \
+	"ready_timeout_s: want seconds from 1 to 86400"
 expect_eq "a bad template_network is refused" "$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d '{"dockerfile":"FROM scratch\n","template_network":"all"}' | jq -r .error)" \
 	"template_network: network 'all': want none or outbound"
 
@@ -156,6 +158,8 @@ I0=$(inodes)
 if [ -n "$I0" ]; then ok "a file list's context is a directory of the team's"; else not_ok "a file list's context is a directory of the team's"; fi
 expect_exit 0 "a rebuild of the same context" $KILN build --remote "$URL" -t app:v2 "$T_TMP/ctx"
 expect_eq "...builds in the directory its file list already had" "$(inodes)" "$I0"
+# the worker removes its work directory after the result went out: give it 10 s
+for _ in $(seq 100); do [ -z "$(find "$DATA/build/work" -mindepth 1 | head -1)" ] && break; sleep 0.1; done
 expect_eq "...and leaves nothing in work/" "$(find "$DATA/build/work" -mindepth 1 | wc -l)" 0
 # a prune removes the context directories no build holds (a build holds its own, shared)
 HELD=$(ls -t "$CD" | head -1)

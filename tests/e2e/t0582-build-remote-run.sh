@@ -45,6 +45,16 @@ expect_grep "the template published" '^published team-a/web:1 sha256:' "$T_TMP/e
 expect_grep "its image beside it" '^published team-a/web:1-image sha256:' "$T_TMP/err"
 expect_eq "two digests on stdout (image, template)" "$(grep -c '^sha256:' "$T_TMP/out")" 2
 
+# --ready-timeout reaches the server's build: a ready command that never
+# succeeds fails the build after it, not after the default 60 s
+t0=$(date +%s)
+expect_exit 1 "a remote template build whose ready command never succeeds, --ready-timeout 2" $KILN build --remote "$URL" \
+	-t never:1 --ready-cmd 'echo not yet; exit 3' --ready-timeout 2 "$C"
+t1=$(date +%s)
+expect_grep "...quotes the ready command's output" "ready command .* did not succeed.*exit 3.*not yet" "$T_TMP/err"
+[ $((t1 - t0)) -lt 50 ] && ok "...and gives up after its timeout, not the default 60 s ($((t1 - t0)) s)" ||
+	not_ok "...took $((t1 - t0)) s"
+
 KILN_HOME=$T_TMP/ci expect_exit 0 "a fresh client rebuilds" $KILN build --remote "$URL" -t web:2 "$C"
 expect_eq "its RUN comes from the team's cache on the server" "$(grep -c '^  cache hit' "$T_TMP/err")" 2
 
