@@ -6,16 +6,13 @@
 #   /404-NAME   always a 404
 # (ADD <url> over the transport's retries, t0500).  Each request is logged to DIR/requests as its path.
 # Writes its port to PORTFILE; stops after LISTEN_S seconds without a connection.
-import os, socket, sys, threading
+import os, sys, threading
+
+from loopback_http import listen, serve_until_idle
 
 portfile, root, listen_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
 seen, lock = set(), threading.Lock()
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-s.listen(16)
-open(portfile + ".tmp", "w").write(str(s.getsockname()[1]))
-os.rename(portfile + ".tmp", portfile)
-s.settimeout(listen_s)
+s = listen(portfile, listen_s)
 
 
 def answer(c, status, body, send=None):
@@ -49,9 +46,4 @@ def serve(c):
         c.close()
 
 
-try:
-    while True:
-        c, _ = s.accept()
-        threading.Thread(target=serve, args=(c,), daemon=True).start()
-except Exception:
-    pass
+serve_until_idle(s, serve)

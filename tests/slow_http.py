@@ -3,14 +3,12 @@
 # with a 1,000,000-byte body of which it sends one byte, then holds the connection HOLD_S seconds:
 # a download that never finishes (the build service's cancel, time-limit and restart tests).
 # Writes its port to PORTFILE; stops accepting after LISTEN_S seconds without a connection.
-import socket, sys, threading, time
+import sys, time
+
+from loopback_http import listen, serve_until_idle
 
 portfile, listen_s, hold_s = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-s.listen(8)
-open(portfile, "w").write(str(s.getsockname()[1]))
-s.settimeout(listen_s)
+s = listen(portfile, listen_s, 8)
 
 
 def serve(c):
@@ -20,9 +18,4 @@ def serve(c):
     c.close()
 
 
-try:
-    while True:
-        c, _ = s.accept()
-        threading.Thread(target=serve, args=(c,), daemon=True).start()
-except Exception:
-    pass
+serve_until_idle(s, serve)

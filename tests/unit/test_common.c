@@ -231,6 +231,17 @@ static void read_all_drains(void)
 	CHECK_INT((int)kiln_read_all(-1, &(kiln_buf)KILN_BUF_INIT, 0), -1);
 }
 
+/* 40 directories of 10 under ROOT: enough entries for two removers to meet. */
+static void rm_rf_tree(const char *root, kiln_error **err)
+{
+	for (int i = 0; i < 40; i++)
+		for (int j = 0; j < 10; j++) {
+			char *p = kiln_xasprintf("%s/d%02d/e%02d", root, i, j);
+			CHECK_INT(kiln_mkdir_p(p, 0755, err), 0);
+			free(p);
+		}
+}
+
 /* Two removers of one tree (a sandbox killed while something else removes
  * it): each sees parts vanish under it, and neither may fail for that.
  * Directories of empty directories make the walks collide often: a
@@ -244,12 +255,7 @@ static void rm_rf_concurrent(void)
 	CHECK(dir != NULL);
 	for (int round = 0; dir && round < 10 && failed == 0; round++) {
 		char *root = kiln_xasprintf("%s/t%d", dir, round);
-		for (int i = 0; i < 40; i++)
-			for (int j = 0; j < 10; j++) {
-				char *p = kiln_xasprintf("%s/d%02d/e%02d", root, i, j);
-				CHECK_INT(kiln_mkdir_p(p, 0755, &err), 0);
-				free(p);
-			}
+		rm_rf_tree(root, &err);
 		pid_t kids[3];
 		for (int k = 0; k < 3; k++)
 			if ((kids[k] = fork()) == 0) {
@@ -286,12 +292,7 @@ static void rm_rf_late_file(void)
 	CHECK(dir != NULL);
 	for (int round = 0; dir && round < 10; round++) {
 		char *root = kiln_xasprintf("%s/t%d", dir, round), *late = kiln_path_join(root, "watch.lock");
-		for (int i = 0; i < 40; i++)
-			for (int j = 0; j < 10; j++) {
-				char *p = kiln_xasprintf("%s/d%02d/e%02d", root, i, j);
-				CHECK_INT(kiln_mkdir_p(p, 0755, &err), 0);
-				free(p);
-			}
+		rm_rf_tree(root, &err);
 		int go[2];
 		CHECK_INT(pipe(go), 0);
 		pid_t kid = fork();
