@@ -88,7 +88,7 @@ int dist_chunkfs_ensure(kiln_error **err)
 		execl("/proc/self/exe", "kiln", "chunkfs", "serve", (char *)NULL);
 		_exit(127);
 	}
-	waitpid(pid, NULL, 0);
+	kiln_waitpid(pid, NULL, 0); /* the first child, which exits once the daemon is forked */
 	for (int i = 0; i < 1000; i++) {
 		if (dist_cfs_is_mounted(mnt, &stale) && !stale) {
 			rc = 0;
