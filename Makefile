@@ -7,10 +7,13 @@ CC      ?= cc
 CLANG   ?= clang
 PKGS    := libarchive ext2fs libcurl openssl libzstd sqlite3 jansson libmicrohttpd libpq fuse3
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
-BASEFLAGS := -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -I. -Icommon -Ibuild/gen $(WARN) \
-	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+# The packages' flags are read when first used, not when make starts: in
+# `make deps all` the packages are only there once deps has run.
+PKG_CFLAGS = $(eval PKG_CFLAGS := $$(shell pkg-config --cflags $(PKGS) 2>/dev/null))$(PKG_CFLAGS)
+PKG_LIBS = $(eval PKG_LIBS := $$(shell pkg-config --libs $(PKGS) 2>/dev/null))$(PKG_LIBS)
+BASEFLAGS = -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -I. -Icommon -Ibuild/gen $(WARN) $(PKG_CFLAGS)
 CFLAGS  ?= -O2 -g
-LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
+LDLIBS  = $(PKG_LIBS) -lpthread -lm
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 STAGES   := common oci dockerfile-parser rootfs builder vm guest snapshots regclient registry distrib service

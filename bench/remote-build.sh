@@ -10,7 +10,10 @@
 # The context: a busybox base published on the server, 200 files of 4 KiB and
 # one of 1 MiB, a COPY and a RUN (in the builder microVM).
 # Cached builds: ROUNDS (9) rounds, local and remote interleaved in each round
-# (remote: a fresh client every time), medians.  KILN_BEFORE=/path/to/kiln adds
+# (remote: a fresh client every time), medians; remote twice a round: the
+# same request again (the server answers it from the first build's record,
+# nothing run: service/replay.c) and a new one (an unused build arg: a
+# build process runs, every step from the cache).  KILN_BEFORE=/path/to/kiln adds
 # an A/B: a second server and client from that binary, its cached remote build
 # and its local cached build (a home of its own) timed in the same rounds, so
 # each binary's remote overhead (remote - local) is measured too.
@@ -81,12 +84,20 @@ run_before() { # LABEL HOME ARGS... with the before binary and its server's Dock
 }
 [ -n "$BEFORE" ] && run_before "remote first (before)" "$work/client-before" --remote "http://$bhost" -t app:1 >/dev/null
 [ -n "$BEFORE" ] && run_before "local first (before)" "$work/local-before" -t app:1 >/dev/null
-: >"$work/lc"; : >"$work/rc"; : >"$work/rcb"; : >"$work/lcb"
+: >"$work/lc"; : >"$work/rc"; : >"$work/rn"; : >"$work/rcb"; : >"$work/lcb"
+replayed() { grep -q '^same inputs as build' "$work/err"; }
 for i in $(seq "$ROUNDS"); do
 	run "local cached" "$work/local" -t app:1 >>"$work/lc"
+	# the same request again: answered from the first build's record
 	rm -rf "$work/client2"
 	run "remote cached" "$work/client2" --remote "$url" -t app:1 >>"$work/rc"
 	grep -q "cache hit" "$work/err" || { echo "remote cached: not from the cache"; tail -5 "$work/err"; exit 1; }
+	replayed || { echo "remote cached: a repeated request ran"; tail -5 "$work/err"; exit 1; }
+	# a new request each round (an unused build arg): a build process runs,
+	# every step from the cache
+	rm -rf "$work/client3"
+	run "remote cached, new request" "$work/client3" --remote "$url" --build-arg "BENCH_ROUND=$i" -t app:1 >>"$work/rn"
+	if replayed || grep -q "cache miss" "$work/err"; then echo "remote new request: not a build from the cache"; tail -5 "$work/err"; exit 1; fi
 	if [ -n "$BEFORE" ]; then
 		rm -rf "$work/client-b2"
 		run_before "remote cached (before)" "$work/client-b2" --remote "http://$bhost" -t app:1 >>"$work/rcb"
@@ -98,7 +109,9 @@ head -c 4096 /dev/urandom >"$c/app/f7"
 r1=$(run "remote one-file change" "$work/client2" --remote "$url" -t app:2)
 up_one=$(grep -o 'context: .*' "$work/err")
 echo "local first $lf s; cached, median of $ROUNDS: $(median <"$work/lc")"
-echo "remote first $rf s ($up_first); cached (fresh client), median: $(median <"$work/rc")"
+echo "remote first $rf s ($up_first)"
+echo "remote cached (fresh client), the same request again (answered from the first build's record), median: $(median <"$work/rc")"
+echo "remote cached (fresh client), a new request each time (runs, every step from the cache), median: $(median <"$work/rn")"
 if [ -n "$BEFORE" ]; then
 	echo "remote cached with $BEFORE (server and client), median: $(median <"$work/rcb")"
 	echo "local cached with $BEFORE, median: $(median <"$work/lcb")"

@@ -99,6 +99,9 @@ static void on_other(void *ud, const json_t *ev)
 	} else if (kind && strcmp(kind, "published") == 0) {
 		fprintf(stderr, "published %s %s\n", json_string_value(json_object_get(ev, "ref")),
 			json_string_value(json_object_get(ev, "digest")));
+	} else if (kind && strcmp(kind, "status") == 0 && json_string_value(json_object_get(ev, "replay_of"))) {
+		fprintf(stderr, "same inputs as build %s: its result, every step from the cache, nothing run\n",
+			json_string_value(json_object_get(ev, "replay_of")));
 	}
 }
 

@@ -38,6 +38,20 @@ out:
 	free(mt);
 }
 
+int reg_server_resolve(reg_server *s, const char *repo, const char *ref, char digest[KILN_DIGEST_MAX], kiln_error **err)
+{
+	kiln_buf data = KILN_BUF_INIT;
+	char *mt = NULL;
+	int found;
+
+	if (!oci_name_valid(repo))
+		return kiln_err(err, KILN_E_INVALID, "invalid repository name '%s'", repo);
+	found = s->store.ops->manifest_get(&s->store, s->db, repo, ref, digest, &mt, &data, err);
+	kiln_buf_free(&data);
+	free(mt);
+	return found;
+}
+
 static void del(reg_req *r)
 {
 	kiln_error *err = NULL;

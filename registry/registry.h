@@ -65,6 +65,10 @@ reg_server *reg_server_start(const struct reg_config *c, kiln_error **err);
 uint16_t reg_server_port(const reg_server *s);
 const struct reg_config *reg_server_config(const reg_server *s);
 void reg_server_stop(reg_server *s);
+/* What repo's ref (a tag or a digest) names in this server's store now:
+ * 1 found (digest set), 0 not, -1 error.  No HTTP and no database opened
+ * (the build service's look at a tag, service/replay.c). */
+int reg_server_resolve(reg_server *s, const char *repo, const char *ref, char digest[KILN_DIGEST_MAX], kiln_error **err);
 
 /* ---------------------------------------------------------------------------
  * Extra routes: another module (the build service, service/) serves its

@@ -284,7 +284,8 @@ static void end(void *ud, reg_req *r)
 			answer(r, 409, json_pack("{s:s,s:i,s:o}", "error", "the context has files the server lacks", "status",
 						 409, "missing", a));
 		} else {
-			answer(r, 202, json_pack("{s:s,s:s,s:s}", "id", id, "team", q->team, "state", "queued"));
+			answer(r, 202, json_pack("{s:s,s:s,s:s}", "id", id, "team", q->team, "state",
+						 src == 2 ? "done" : "queued"));
 		}
 		kiln_strv_free(&missing);
 		break;

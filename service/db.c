@@ -49,6 +49,9 @@ static const char *const *const migrations[] = {
 	/* 3: the client's key for a request, so a retried submit queues nothing twice */
 	(const char *const[]){ "ALTER TABLE svc_builds ADD COLUMN client_key TEXT",
 			       "CREATE UNIQUE INDEX svc_builds_client_key ON svc_builds(team, client_key)", NULL },
+	/* 4: the replay key of a build that ran with every step from the cache (replay.c) */
+	(const char *const[]){ "ALTER TABLE svc_builds ADD COLUMN replay TEXT",
+			       "CREATE INDEX svc_builds_replay ON svc_builds(team, replay)", NULL },
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])) - 1)
 

@@ -74,11 +74,14 @@ void svc_secrets_free_all(svc *s);
 
 struct svc_result {
 	char *image, *image_digest, *template_ref, *template_digest;
+	const char *replay;     /* the request's replay key (replay.c), or NULL */
 };
 
 int64_t svc_now(void);
 void svc_i64(char buf[24], int64_t v);
 void svc_new_id(char id[SVC_ID_MAX]);
+/* The registry host builds push to and pull from: this server ("HOST:PORT"). */
+char *svc_registry_host(svc *s);
 /* STATE/teams/TEAM/SUB */
 char *svc_team_dir(svc *s, const char *team, const char *sub);
 int svc_team_cas(svc *s, const char *team, kiln_cas **out, kiln_error **err);
@@ -137,7 +140,8 @@ int svc_proc_start(svc *s, struct svc_ready *rd, char *const *argv, const char *
 /* The request as stored and as kiln's HTTP API takes it (docs/service.md). */
 json_t *svc_request_to_json(const struct svc_request *req);
 /* Check, render steps, queue.  missing (when not NULL): the files' digests
- * the team's store lacks, and 1 with nothing queued when there are any. */
+ * the team's store lacks, and 1 with nothing queued when there are any;
+ * 2: answered at once, the build already done (a replay). */
 int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], kiln_strv *missing, kiln_error **err);
 /* The context directory of this file list (made once, then shared by every
  * build of the list), held for reading until *lockfd is closed. */
@@ -162,6 +166,23 @@ int svc_write_scratch(const char *path, const char *text, kiln_error **err);
 /* Run a kiln command (argv[0] = s->exe) with KILN_HOME=home; its output discarded. */
 int svc_exec_quiet(svc *s, char *const *argv, const char *home, kiln_error **err);
 void svc_api_mount(svc *s);
+
+/* ---- replays (replay.c): a request whose inputs match an earlier build's
+ * is answered from that build's record, as a rebuild from the cache ---- */
+struct df_plan;
+/* The request's replay key and its bases' digests now, as {"key", "bases"}
+ * (stored with the request); 0 and *out NULL when it cannot be replayed
+ * (no name, no_cache, secrets, a base outside the team's namespace of this
+ * registry, ADD of a URL, COPY/mount from an image). */
+int svc_replay_key(svc *s, const char *team, const json_t *req, const struct df_plan *plan, json_t **out,
+		   kiln_error **err);
+/* Whether the FROM digests a build printed are the key's bases. */
+bool svc_replay_bases_match(const json_t *replay, const kiln_strv *from);
+/* 1: recorded as build id (done, the matching build's results, its log
+ * as a rebuild from the cache prints it, its tags checked); 0: no such
+ * build, or a tag moved since. */
+int svc_replay_answer(svc *s, const char *team, const char *key, const char *request, int64_t limit,
+		      const char *client_key, char id[SVC_ID_MAX], kiln_error **err);
 json_t *svc_status_json(const struct svc_status *st);
 
 #endif

@@ -434,13 +434,14 @@ int svc_q_finish(svc *s, const char *id, enum svc_state state, const char *reaso
 	char now[24];
 	const char *p[] = { id, svc_state_name(state), reason, location, now,
 			    res ? res->image : NULL, res ? res->image_digest : NULL,
-			    res ? res->template_ref : NULL, res ? res->template_digest : NULL };
+			    res ? res->template_ref : NULL, res ? res->template_digest : NULL, res ? res->replay : NULL };
 
 	svc_i64(now, svc_now());
 	int ret = svc_db_q(s->db, NULL,
 			   "UPDATE svc_builds SET state = $2, reason = $3, location = $4, ended = $5, image = $6,"
-			   " image_digest = $7, template_ref = $8, template_digest = $9 WHERE id = $1 AND state = 'building'",
-			   p, 9, err) < 0 ? -1 : 0;
+			   " image_digest = $7, template_ref = $8, template_digest = $9, replay = $10"
+			   " WHERE id = $1 AND state = 'building'",
+			   p, 10, err) < 0 ? -1 : 0;
 	svc_logged(s); /* a stream waiting for the end */
 	return ret;
 }

@@ -87,7 +87,7 @@ int svc_submit(svc *s, const struct svc_request *req, char id[SVC_ID_MAX], kiln_
 	int ret = svc_submit_json(s, req->team, j, id, NULL, err);
 
 	json_decref(j);
-	return ret;
+	return ret < 0 ? -1 : 0;
 }
 
 static void quote_json(kiln_buf *b, const char *s)
@@ -172,7 +172,8 @@ static int base_ok(const char *file, const struct df_node *n, const char *base, 
 }
 
 /* Parse and plan: the place of any error first; no server-side bases. */
-static int check_dockerfile(const char *file, const char *text, const json_t *req, kiln_error **err)
+static int check_dockerfile(const char *file, const char *text, const json_t *req, struct df_plan **keep,
+			    kiln_error **err)
 {
 	struct df_ast *ast = NULL;
 	struct df_plan *plan = NULL;
@@ -205,6 +206,10 @@ static int check_dockerfile(const char *file, const char *text, const json_t *re
 	}
 	ret = 0;
 out:
+	if (ret == 0 && keep) {
+		*keep = plan;
+		plan = NULL;
+	}
 	df_plan_free(plan);
 	df_ast_free(ast);
 	free(kvs);
@@ -318,6 +323,7 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 	json_t *tl = json_object_get(req, "time_limit_s");
 	int64_t limit = s->cfg.time_limit_s;
 	kiln_buf df = KILN_BUF_INIT;
+	struct df_plan *plan = NULL;
 	char *text = NULL;
 	int ret = -1;
 
@@ -339,6 +345,7 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 	if (k)
 		snprintf(key, sizeof(key), "%s", k);
 	json_object_del(req, "client_key");
+	json_object_del(req, "replay"); /* the server's own (svc_replay_key) */
 	int had = *key ? svc_q_by_key(s, team, key, id, err) : 0;
 	if (had != 0) {
 		svc_secrets_free(sec);
@@ -407,11 +414,32 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 	json_object_set_new(req, "dockerfile_name", json_string(file));
 	if (!json_object_get(req, "files"))
 		json_object_set_new(req, "files", json_array());
-	if (check_dockerfile(file, text, req, err) < 0 || check_files(s, team, json_object_get(req, "files"), missing, err) < 0)
+	if (check_dockerfile(file, text, req, &plan, err) < 0 ||
+	    check_files(s, team, json_object_get(req, "files"), missing, err) < 0)
 		goto out;
 	if (missing && missing->n) {
 		ret = 1; /* nothing queued: the client sends them, then the request again */
 		goto out;
+	}
+	if (sec == NULL) {
+		json_t *rp = NULL;
+		kiln_error *re = NULL;
+		int rk = svc_replay_key(s, team, req, plan, &rp, &re);
+		if (rk == 1) {
+			char *stored = json_dumps(req, JSON_COMPACT);
+			rk = svc_replay_answer(s, team, json_string_value(json_object_get(rp, "key")), stored, limit,
+					       *key ? key : NULL, id, &re);
+			free(stored);
+			json_object_set_new(req, "replay", rp); /* for the worker: its result may be replayed */
+		}
+		if (rk == 1) {
+			ret = 2;
+			goto out;
+		}
+		if (rk < 0) { /* the build runs: a replay only saves time */
+			kiln_warn("build replay: %s", kiln_error_message(re));
+			kiln_error_free(re);
+		}
 	}
 	if (sec) { /* their ids only: what the worker must be handed */
 		json_t *ids = json_array();
@@ -449,6 +477,7 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 		pthread_mutex_unlock(&s->lock);
 	}
 out:
+	df_plan_free(plan);
 	svc_secrets_free(sec);
 	kiln_buf_free(&df);
 	free(text);

@@ -256,6 +256,14 @@ static uint64_t du(const char *dir)
 	return total;
 }
 
+char *svc_registry_host(svc *s)
+{
+	const struct reg_config *c = reg_server_config(s->srv);
+	const char *h = strcmp(c->host, "0.0.0.0") == 0 || strcmp(c->host, "::") == 0 ? "127.0.0.1" : c->host;
+
+	return kiln_xasprintf(strchr(h, ':') ? "[%s]:%u" : "%s:%u", h, reg_server_port(s->srv));
+}
+
 /* The team's step cache (its KILN_HOME): entries unused for older_than_s go,
  * then the least recently used until the store fits max_bytes; blobs no
  * image or remaining entry references go with them (`kiln cache prune`). */
@@ -317,6 +325,14 @@ int svc_cache_prune(svc *s, const char *team, uint64_t max_bytes, int64_t older_
 			st->entries_removed++;
 			total = total > v[i].size ? total - v[i].size : 0;
 		}
+	}
+	/* a pruned step runs again: no build of the team is answered from an
+	 * earlier one's record any more (replay.c) */
+	if (st->entries_removed) {
+		const char *p[] = { team };
+		if (svc_db_q(s->db, NULL, "UPDATE svc_builds SET replay = NULL WHERE team = $1 AND replay IS NOT NULL",
+			     p, 1, err) < 0)
+			goto out;
 	}
 	/* the blobs of removed entries: kiln's own prune of the team's store */
 	if (st->entries_removed) {

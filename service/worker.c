@@ -31,6 +31,7 @@ struct run {
 	char *reason, *location;       /* from the error event */
 	char *digest, *template_digest; /* from the done event */
 	kiln_strv pending;              /* the service's own events, stored with the next lines */
+	kiln_strv from;                 /* the bases' digests its FROM steps printed */
 };
 
 /* "FILE:LINE[:COL]" at the start of an error message, or NULL. */
@@ -70,6 +71,10 @@ static void on_lines(struct run *r, const kiln_strv *lines)
 		if (ev && strcmp(ev, "step") == 0) {
 			json_decref(step);
 			step = json_incref(j);
+		} else if (ev && strcmp(ev, "step_done") == 0) {
+			const char *ins = json_string_value(json_object_get(j, "instruction"));
+			if (ins && strncmp(ins, "FROM ", 5) == 0 && strchr(ins, '@'))
+				kiln_strv_push(&r->from, strrchr(ins, '@') + 1);
 		} else if (ev && strcmp(ev, "error") == 0 && json_string_value(json_object_get(j, "message"))) {
 			free(r->reason);
 			r->reason = kiln_xstrdup(json_string_value(json_object_get(j, "message")));
@@ -282,34 +287,16 @@ static void argv_add(kiln_strv *a, const char *s)
 	kiln_strv_push(a, s);
 }
 
-/* The registry host builds push to and pull from: this server. */
-static char *registry_host(svc *s)
-{
-	const struct reg_config *c = reg_server_config(s->srv);
-	const char *h = strcmp(c->host, "0.0.0.0") == 0 || strcmp(c->host, "::") == 0 ? "127.0.0.1" : c->host;
-
-	return kiln_xasprintf(strchr(h, ':') ? "[%s]:%u" : "%s:%u", h, reg_server_port(s->srv));
-}
-
-/* Whether REPO:TAG points at digest now: the last change in its history. */
+/* Whether REPO:TAG points at digest now. */
 static bool tag_holds(svc *s, const char *ref, const char *digest)
 {
-	char *repo = kiln_xstrdup(ref), *colon = strrchr(repo, ':');
-	kiln_buf h = KILN_BUF_INIT;
+	char *repo = kiln_xstrdup(ref), *colon = strrchr(repo, ':'), d[KILN_DIGEST_MAX];
 	kiln_error *e = NULL;
-	bool yes = false;
+	bool yes;
 
 	*colon = '\0';
-	if (reg_tag_history(reg_server_config(s->srv), repo, colon + 1, &h, &e) == 0 && h.len) {
-		/* lines "TIME TAG DIGEST [NOTE]" oldest first */
-		h.buf[--h.len] = '\0';
-		char *last = strrchr(h.buf, '\n'), *f = last ? last + 1 : h.buf;
-		for (int i = 0; i < 2 && f; i++)
-			f = strchr(f, ' ') ? strchr(f, ' ') + 1 : NULL;
-		yes = f && strncmp(f, digest, strlen(digest)) == 0 && (f[strlen(digest)] == ' ' || !f[strlen(digest)]);
-	}
+	yes = reg_server_resolve(s->srv, repo, colon + 1, d, &e) == 1 && strcmp(d, digest) == 0;
 	kiln_error_free(e);
-	kiln_buf_free(&h);
 	free(repo);
 	return yes;
 }
@@ -317,7 +304,7 @@ static bool tag_holds(svc *s, const char *ref, const char *digest)
 static int publish(struct run *r, const char *home, const char *cwd, const char *name, bool tmpl,
 		   struct svc_result *res, kiln_error **err)
 {
-	char *host = registry_host(r->s), *repo_tag = kiln_xasprintf("%s/%s", r->team, name);
+	char *host = svc_registry_host(r->s), *repo_tag = kiln_xasprintf("%s/%s", r->team, name);
 	char *dest = NULL;
 	kiln_strv a = KILN_STRV_INIT;
 	kiln_buf out = KILN_BUF_INIT;
@@ -419,7 +406,7 @@ static void result_free(struct svc_result *res)
 
 void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 {
-	struct run r = { .s = s, .id = id, .rd = rd, .pending = KILN_STRV_INIT };
+	struct run r = { .s = s, .id = id, .rd = rd, .pending = KILN_STRV_INIT, .from = KILN_STRV_INIT };
 	struct svc_result res = { 0 };
 	struct svc_secrets *sec = NULL;
 	int *sec_fds = NULL;
@@ -562,6 +549,12 @@ void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 		log_event(&r, j);
 		log_flush(&r);
 	}
+	{ /* built on the bases its key was made with: the next request with
+	   * that key is answered from this build (replay.c) */
+		const json_t *rp = json_object_get(req, "replay");
+		if (rp && name && svc_replay_bases_match(rp, &r.from))
+			res.replay = json_string_value(json_object_get(rp, "key"));
+	}
 	if (svc_q_finish(s, id, SVC_DONE, NULL, NULL, &res, &err) < 0)
 		goto fail;
 	goto out;
@@ -601,6 +594,7 @@ out:
 	kiln_strv_free(&a);
 	json_decref(req);
 	kiln_strv_free(&r.pending);
+	kiln_strv_free(&r.from);
 	free(r.reason);
 	free(r.location);
 	free(r.digest);

@@ -64,6 +64,59 @@ KILN_HOME=$T_TMP/other $KILN login -u x --password-stdin "127.0.0.1:$PORT" <<<"$
 KILN_HOME=$T_TMP/other expect_exit 0 "the result pulls from the registry" $KILN pull "127.0.0.1:$PORT/team-a/app:v1"
 expect_eq "pulled digest is the built one" "$(head -1 "$T_TMP/out")" "$D1"
 
+# replays: a rebuild with the inputs of an earlier build is answered from
+# its record (nothing run) as a rebuild from the cache; anything that
+# changes what a build would do runs it
+replayed() { grep -q 'same inputs as build' "$T_TMP/err"; }
+build_id() { sed -n 's/^built .* as build \(b-[0-9a-f]*\)$/\1/p' "$T_TMP/err"; }
+mkdir -p "$T_TMP/rb"
+echo base >"$T_TMP/rb/b.txt"
+printf 'FROM scratch\nCOPY b.txt /b.txt\n' >"$T_TMP/rb/Dockerfile.base"
+expect_exit 0 "a base in the team's namespace" $KILN build --remote "$URL" -f "$T_TMP/rb/Dockerfile.base" -t rbase:1 "$T_TMP/rb"
+printf 'FROM 127.0.0.1:%s/team-a/rbase:1\nCOPY b.txt /c.txt\n' "$PORT" >"$T_TMP/rb/Dockerfile"
+expect_exit 0 "a build on it" $KILN build --remote "$URL" -t rapp:1 "$T_TMP/rb"
+expect_grep "...runs its steps" '^  cache miss' "$T_TMP/err"
+if replayed; then not_ok "...(no build before it)"; else ok "...(no build before it)"; fi
+R1=$(head -1 "$T_TMP/out")
+B1=$(build_id)
+expect_exit 0 "its rebuild" $KILN build --remote "$URL" -t rapp:1 "$T_TMP/rb"
+expect_grep "...is answered from that build's record" "^same inputs as build $B1: its result, every step from the cache, nothing run" "$T_TMP/err"
+expect_grep "...with the step lines of a rebuild from the cache" '^\[2/2\] COPY b.txt /c.txt' "$T_TMP/err"
+expect_eq "...every layer step a hit" "$(grep -c '^  cache hit' "$T_TMP/err") $(grep -c '^  cache miss' "$T_TMP/err")" "1 0"
+expect_grep "...and what it published" "^published team-a/rapp:1 $R1" "$T_TMP/err"
+expect_eq "...its result" "$(head -1 "$T_TMP/out")" "$R1"
+B2=$(build_id)
+expect_eq "...a build of its own, done, with the image" \
+	"$(curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$B2" | jq -r '[.id != "'"$B1"'", .state, .image, .image_digest, .step, .total] | join(" ")')" \
+	"true done team-a/rapp:1 $R1 2 2"
+curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$B2/logs" >"$T_TMP/rlog"
+expect_eq "...its log: a status naming the build, then that build's lines" \
+	"$(jq -r 'select(.event == "status") | .state + " " + (.replay_of // "-")' "$T_TMP/rlog" | tr '\n' ' ')" "building $B1 done - "
+expect_exit 0 "...the tag's history unchanged" $KILN registry history --data "$DATA" team-a/rapp:1
+expect_eq "...(one change, by the build that made it)" "$(grep -c sha256: "$T_TMP/out")" 1
+expect_exit 0 "--json: the same events" $KILN build --json --remote "$URL" -t rapp:1 "$T_TMP/rb"
+expect_eq "...the status names the build it came from" "$(jq -r 'select(.replay_of) | .replay_of' "$T_TMP/out")" "$B1"
+for i in 1 2; do $KILN build --remote "$URL" -f "$T_TMP/rb/Dockerfile.base" -t rsolo:1 "$T_TMP/rb" 2>"$T_TMP/err" >/dev/null; done
+if replayed; then ok "a request on scratch is answered too"; else not_ok "a request on scratch is answered too"; fi
+expect_exit 0 "--no-cache" $KILN build --remote "$URL" --no-cache -t rapp:1 "$T_TMP/rb"
+if replayed; then not_ok "...runs"; else ok "...runs"; fi
+expect_exit 0 "a build arg the Dockerfile does not use" $KILN build --remote "$URL" --build-arg X=1 -t rapp:1 "$T_TMP/rb"
+if replayed; then not_ok "...is a new request: it runs"; else ok "...is a new request: it runs"; fi
+# another build moves the tag: the next runs (and publishes again)
+expect_exit 0 "another build tagged rapp:1" $KILN build --remote "$URL" -f "$T_TMP/rb/Dockerfile.base" -t rapp:1 "$T_TMP/rb"
+expect_exit 0 "the rebuild after it" $KILN build --remote "$URL" -t rapp:1 "$T_TMP/rb"
+if replayed; then not_ok "...runs (its tag moved)"; else ok "...runs (its tag moved)"; fi
+expect_grep "...and tags its result again" "^published team-a/rapp:1 $R1" "$T_TMP/err"
+expect_exit 0 "then is answered again" $KILN build --remote "$URL" -t rapp:1 "$T_TMP/rb"
+if replayed; then ok "...(the tag holds its result)"; else not_ok "...(the tag holds its result)"; fi
+# the base moves: the build runs on the new one
+echo base2 >"$T_TMP/rb/b.txt"
+expect_exit 0 "the base rebuilt with other content" $KILN build --remote "$URL" -f "$T_TMP/rb/Dockerfile.base" -t rbase:1 "$T_TMP/rb"
+echo base >"$T_TMP/rb/b.txt"
+expect_exit 0 "the build on it" $KILN build --remote "$URL" -t rapp:1 "$T_TMP/rb"
+if replayed; then not_ok "...runs (its base moved)"; else ok "...runs (its base moved)"; fi
+if [ "$(head -1 "$T_TMP/out")" != "$R1" ]; then ok "...giving another image"; else not_ok "...giving another image"; fi
+
 # bad input
 printf 'FROM scratch\nCOPY --nope a.txt /\n' >"$T_TMP/ctx/Dockerfile.bad"
 expect_exit 1 "a Dockerfile error fails" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.bad" "$T_TMP/ctx"
@@ -98,6 +151,8 @@ expect_eq "no credential: 401" "$(curl -s -o /dev/null -w '%{http_code}' "$URL/b
 KILN_TOKEN=$B expect_exit 0 "team b builds the same context" $KILN build --remote "$URL" -t app:v1 "$T_TMP/ctx"
 expect_grep "uploading it all itself" 'context: [0-9]+ entries, [1-9][0-9]* files uploaded' "$T_TMP/err"
 if grep -q 'cache hit' "$T_TMP/err"; then not_ok "team b does not get team a's cache"; else ok "team b does not get team a's cache"; fi
+KILN_TOKEN=$B expect_exit 0 "team b sends a request team a's builds would answer" $KILN build --remote "$URL" -f "$T_TMP/rb/Dockerfile.base" -t rsolo:1 "$T_TMP/rb"
+if replayed || grep -q 'cache hit' "$T_TMP/err"; then not_ok "...it runs, on team b's own cache"; else ok "...it runs, on team b's own cache"; fi
 KILN_HOME=$T_TMP/other expect_exit 1 "team a's token cannot pull team b's result" $KILN pull "127.0.0.1:$PORT/team-b/app:v1"
 
 # a client that goes away mid-upload: nothing stored, nothing left behind

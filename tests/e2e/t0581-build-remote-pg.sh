@@ -107,6 +107,12 @@ ID=$(curl -s -H "X-API-Key: $A" "$URL1/build/v1/builds" | jq -r '.builds[0].id')
 expect_eq "its status reads the same on both hosts" "$(curl -s -H "X-API-Key: $A" "$URL1/build/v1/builds/$ID" | jq -c '[.state,.host]')" \
 	"$(curl -s -H "X-API-Key: $A" "$URL2/build/v1/builds/$ID" | jq -c '[.state,.host]')"
 
+# replays through the shared queue: b's build answers its rebuild sent to the other host
+DB0=$(head -1 "$T_TMP/outb")
+KILN_TOKEN=$B $KILN build --remote "$URL2" -t b:1 "$T_TMP/cb" >"$T_TMP/outb" 2>"$T_TMP/errb"
+expect_grep "a rebuild is answered from an earlier build's record in PostgreSQL" '^same inputs as build b-[0-9a-f]*: its result' "$T_TMP/errb"
+expect_eq "...its image that of b's first build" "$(head -1 "$T_TMP/outb")" "$DB0"
+
 # a host that dies while building: its build ends failed, queued ones stay queued
 $PSQL -c "update svc_builds set state = 'building', host = 'gone:1', heartbeat = 1 where id = '$ID'" >/dev/null
 $PSQL -c "insert into svc_builds(id, team, state, request, created, time_limit) values('b-queued', 'team-a', 'queued', '{\"dockerfile\":\"FROM scratch\\nENV A=1\\n\",\"files\":[]}', 1, 60)" >/dev/null

@@ -172,7 +172,7 @@ if grep -rlaF "$B64" "$DATA" >"$T_TMP/found"; then
 else ok "nor its base64"; fi
 
 # the schema version of the svc_ tables
-expect_eq "the svc_ tables record their schema version" "$(sqlite3 "$DATA/meta.db" "SELECT v FROM svc_meta WHERE k = 'schema'")" 3
+expect_eq "the svc_ tables record their schema version" "$(sqlite3 "$DATA/meta.db" "SELECT v FROM svc_meta WHERE k = 'schema'")" 4
 stop_server
 OLD=$T_TMP/old
 mkdir -p "$OLD"
@@ -187,9 +187,9 @@ INSERT INTO svc_builds(id, team, state, request, created, time_limit) VALUES('b-
 DATA=$OLD
 echo '{"build": {"host_builds": 1}}' >"$T_TMP/serve.json"
 start_server
-expect_eq "a first-version database is migrated (pin and client_key columns added)" \
-	"$(sqlite3 "$OLD/meta.db" "SELECT v FROM svc_meta WHERE k = 'schema'; SELECT count(*) FROM pragma_table_info('svc_builds') WHERE name IN ('pin', 'client_key')")" "3
-2"
+expect_eq "a first-version database is migrated (pin, client_key and replay columns added)" \
+	"$(sqlite3 "$OLD/meta.db" "SELECT v FROM svc_meta WHERE k = 'schema'; SELECT count(*) FROM pragma_table_info('svc_builds') WHERE name IN ('pin', 'client_key', 'replay')")" "4
+3"
 expect_eq "keeping its builds" "$(curl -s "$URL/build/v1/builds/b-old" | jq -r .state)" done
 stop_server
 sqlite3 "$OLD/meta.db" "UPDATE svc_meta SET v = '99' WHERE k = 'schema'"
