@@ -82,6 +82,9 @@ void svc_i64(char buf[24], int64_t v);
 void svc_new_id(char id[SVC_ID_MAX]);
 /* The registry host builds push to and pull from: this server ("HOST:PORT"). */
 char *svc_registry_host(svc *s);
+/* Whether ref ("TEAM/NAME:TAG") is tagged digest in this registry now: 1 yes, 0 no (or not a
+ * NAME:TAG), -1 error. */
+int svc_tag_holds(svc *s, const char *ref, const char *digest, kiln_error **err);
 /* STATE/teams/TEAM/SUB */
 char *svc_team_dir(svc *s, const char *team, const char *sub);
 int svc_team_cas(svc *s, const char *team, kiln_cas **out, kiln_error **err);

@@ -126,26 +126,6 @@ bool svc_replay_bases_match(const json_t *replay, const kiln_strv *from)
 	return same;
 }
 
-/* Whether ref ("TEAM/NAME:TAG") is tagged digest now. */
-static int still_tagged(svc *s, const char *ref, const char *digest, kiln_error **err)
-{
-	char *repo, *colon, d[KILN_DIGEST_MAX];
-	int rc;
-
-	if (ref == NULL || digest == NULL)
-		return ref == NULL;
-	repo = kiln_xstrdup(ref);
-	colon = strrchr(repo, ':');
-	if (colon == NULL) {
-		free(repo);
-		return 0;
-	}
-	*colon = '\0';
-	rc = reg_server_resolve(s->srv, repo, colon + 1, d, err);
-	free(repo);
-	return rc <= 0 ? rc : strcmp(d, digest) == 0;
-}
-
 /* A line of the first build's log as its rebuild from the cache prints it:
  * a layer step a hit taking no time, no builder VM, no output; its own
  * status line replaces the first build's. */
@@ -187,8 +167,8 @@ int svc_replay_answer(svc *s, const char *team, const char *key, const char *req
 		goto out;
 	}
 	const char *from = svc_row(&src, 0, 0);
-	int a = still_tagged(s, svc_row(&src, 0, 2), svc_row(&src, 0, 3), err);
-	int b = a > 0 ? still_tagged(s, svc_row(&src, 0, 4), svc_row(&src, 0, 5), err) : a;
+	int a = svc_tag_holds(s, svc_row(&src, 0, 2), svc_row(&src, 0, 3), err);
+	int b = a > 0 && svc_row(&src, 0, 4) ? svc_tag_holds(s, svc_row(&src, 0, 4), svc_row(&src, 0, 5), err) : a;
 	if (b <= 0) { /* another build moved a tag since: this one runs */
 		ret = b;
 		goto out;

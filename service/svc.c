@@ -264,6 +264,19 @@ char *svc_registry_host(svc *s)
 	return kiln_xasprintf(strchr(h, ':') ? "[%s]:%u" : "%s:%u", h, reg_server_port(s->srv));
 }
 
+int svc_tag_holds(svc *s, const char *ref, const char *digest, kiln_error **err)
+{
+	char *repo, *colon, d[KILN_DIGEST_MAX];
+	int rc;
+
+	if (ref == NULL || digest == NULL || (colon = strrchr(ref, ':')) == NULL || strchr(colon, '/'))
+		return 0;
+	repo = kiln_xstrndup(ref, (size_t)(colon - ref));
+	rc = reg_server_resolve(s->srv, repo, colon + 1, d, err);
+	free(repo);
+	return rc <= 0 ? rc : strcmp(d, digest) == 0;
+}
+
 /* The team's step cache (its KILN_HOME): entries unused for older_than_s go,
  * then the least recently used until the store fits max_bytes; blobs no
  * image or remaining entry references go with them (`kiln cache prune`). */

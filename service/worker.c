@@ -287,20 +287,6 @@ static void argv_add(kiln_strv *a, const char *s)
 	kiln_strv_push(a, s);
 }
 
-/* Whether REPO:TAG points at digest now. */
-static bool tag_holds(svc *s, const char *ref, const char *digest)
-{
-	char *repo = kiln_xstrdup(ref), *colon = strrchr(repo, ':'), d[KILN_DIGEST_MAX];
-	kiln_error *e = NULL;
-	bool yes;
-
-	*colon = '\0';
-	yes = reg_server_resolve(s->srv, repo, colon + 1, d, &e) == 1 && strcmp(d, digest) == 0;
-	kiln_error_free(e);
-	free(repo);
-	return yes;
-}
-
 static int publish(struct run *r, const char *home, const char *cwd, const char *name, bool tmpl,
 		   struct svc_result *res, kiln_error **err)
 {
@@ -331,8 +317,10 @@ static int publish(struct run *r, const char *home, const char *cwd, const char 
 		/* an image push sends the same manifest bytes (same digest): a tag
 		 * already there (a rebuild all from the cache) needs no push, and
 		 * its history keeps the build that made that change */
+		kiln_error *te = NULL;
 		bool unchanged = strcmp(kinds[k], "--image") == 0 && r->digest &&
-				 tag_holds(r->s, dest + strlen(host) + 1, r->digest);
+				 svc_tag_holds(r->s, dest + strlen(host) + 1, r->digest, &te) == 1;
+		kiln_error_free(te); /* then it is pushed */
 		if (unchanged)
 			digest = kiln_xstrdup(r->digest);
 		if (digest == NULL && run_child(r, a.v, home, cwd, 0, NULL, &out, err) < 0) {
