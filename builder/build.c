@@ -4,6 +4,7 @@
  * edits the image config; every layer step is cached by content. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -587,7 +588,7 @@ static void sweep_stale(struct run *r)
 		char *dir = kiln_path_join(tmp, de->d_name), *pidf = kiln_path_join(dir, "pid"), *data = NULL;
 		size_t len = 0;
 		kiln_error *e = NULL;
-		if (kiln_read_file(pidf, &data, &len, 64, &e) == 0) {
+		if (kiln_read_file(pidf, &data, &len, 64, &e) == 0 && len && data[len - 1] == '\n') {
 			long pid = strtol(data, NULL, 10);
 			if (pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH && kiln_rm_rf(dir, &e) == 0)
 				kiln_debug("build: removed %s, left by a killed build", dir);
@@ -639,12 +640,20 @@ int build_run(const struct build_options *o, struct build_result *res, kiln_erro
 		r.scratch = NULL;
 		goto out;
 	}
+	/* not synced: after a crash its build is gone either way, and a reader
+	 * takes only a whole line (sweep_stale) */
 	char *pidf = kiln_path_join(r.scratch, "pid"), pid[32];
 	snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-	int prc = kiln_write_atomic(pidf, pid, strlen(pid), 0644, err);
-	free(pidf);
-	if (prc < 0)
+	int pfd = open(pidf, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (pfd < 0 || kiln_write_full(pfd, pid, strlen(pid)) < 0) {
+		kiln_err_errno(err, errno, "write %s", pidf);
+		if (pfd >= 0)
+			close(pfd);
+		free(pidf);
 		goto out;
+	}
+	close(pfd);
+	free(pidf);
 	sweep_stale(&r);
 	if (o->context_digests) {
 		json_t *known = kiln_json_load_file(o->context_digests, err);

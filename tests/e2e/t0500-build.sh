@@ -241,4 +241,12 @@ bad=$(misnamed_blobs "$KILN_HOME"/blobs/sha256/*)
 expect_eq "every visible blob matches its digest" "$bad" 0
 expect_exit 0 "prune after a killed build" "$KILN" cache prune
 expect_eq "temp files gone" "$(ls -A "$KILN_HOME/tmp" | wc -l)" 0
+# the next build removes the scratch directory a killed one left (its pid file names a dead process)
+"$KILN" build --no-cache -f "$T_TMP/Dockerfile.big" "$C" >/dev/null 2>&1 & PB=$!
+for _ in $(seq 100); do grep -qs . "$KILN_HOME"/tmp/build-*/pid && break; sleep 0.05; done
+kill -9 $PB 2>/dev/null; wait $PB 2>/dev/null
+expect_eq "a killed build leaves its scratch directory" "$(ls -d "$KILN_HOME"/tmp/build-* 2>/dev/null | wc -l)" 1
+printf 'FROM scratch\nCOPY a.txt /a\n' >"$T_TMP/Dockerfile.small"
+expect_exit 0 "a build after it" "$KILN" build -f "$T_TMP/Dockerfile.small" "$C"
+expect_eq "...removes it" "$(ls -d "$KILN_HOME"/tmp/build-* 2>/dev/null | wc -l)" 0
 rm -f "$C/big.bin"
