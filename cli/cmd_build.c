@@ -108,8 +108,9 @@ static void on_other(void *ud, const json_t *ev)
 static void on_uploaded(void *ud, const struct svc_remote_result *r)
 {
 	if (!*(bool *)ud)
-		fprintf(stderr, "context: %zu entries, %zu files uploaded (%llu bytes), %llu bytes of requests\n",
-			r->files, r->uploaded, (unsigned long long)r->bytes_sent, (unsigned long long)r->bytes_request);
+		fprintf(stderr, "context: %zu entries, %zu files uploaded (%llu bytes in %.3f s), %llu bytes of requests\n",
+			r->files, r->uploaded, (unsigned long long)r->bytes_sent, r->upload_s,
+			(unsigned long long)r->bytes_request);
 }
 
 /* The secrets' bytes, read as a local build reads them (a file or a

@@ -541,7 +541,10 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
 			goto out;
 		if (h.status != 409 || round == 2)
 			break;
-		if (send_missing(&c, &h, byd, res, err) < 0)
+		double t0 = kiln_now_ms();
+		int smrc = send_missing(&c, &h, byd, res, err);
+		res->upload_s += (kiln_now_ms() - t0) / 1e3;
+		if (smrc < 0)
 			goto out;
 		kiln_buf_free(&h.body);
 	}

@@ -213,6 +213,7 @@ struct svc_remote_result {
 	size_t files, uploaded;     /* context entries; blobs the server lacked */
 	uint64_t bytes_sent;        /* compressed bytes of those */
 	uint64_t bytes_request;     /* JSON sent besides: the request (file list), twice when files were missing */
+	double upload_s;            /* spent sending the blobs the server lacked */
 	size_t steps, cached;
 	char digest[KILN_DIGEST_MAX], template_digest[KILN_DIGEST_MAX];
 	char image[512], template_ref[512]; /* TEAM/NAME:TAG published on the server's registry */

@@ -52,7 +52,7 @@ expect_eq "remote digest equals the local one" "$D1" "$(head -1 "$T_TMP/out")"
 
 echo changed >"$T_TMP/ctx/sub/b.txt"
 expect_exit 0 "rebuild after a one-file change" $KILN build --remote "$URL" -t app:v2 "$T_TMP/ctx"
-expect_grep "only the changed file is uploaded" 'context: [0-9]+ entries, 1 files uploaded \([0-9]+ bytes\)' "$T_TMP/err"
+expect_grep "only the changed file is uploaded" 'context: [0-9]+ entries, 1 files uploaded \([0-9]+ bytes in [0-9.]+ s\)' "$T_TMP/err"
 expect_grep "the unchanged step is a cache hit" '^  cache hit' "$T_TMP/err"
 
 expect_exit 0 "--json events from a remote build" $KILN build --json --remote "$URL" "$T_TMP/ctx"
