@@ -177,7 +177,7 @@ struct df_plan;
  * (stored with the request); 0 and *out NULL when it cannot be replayed
  * (no name, no_cache, secrets, a base outside the team's namespace of this
  * registry, ADD of a URL, COPY/mount from an image). */
-int svc_replay_key(svc *s, const char *team, const json_t *req, const struct df_plan *plan, json_t **out,
+int svc_replay_key(svc *s, const char *team, json_t *req, const struct df_plan *plan, json_t **out,
 		   kiln_error **err);
 /* Whether the FROM digests a build printed are the key's bases. */
 bool svc_replay_bases_match(const json_t *replay, const kiln_strv *from);

@@ -46,7 +46,7 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int svc_replay_key(svc *s, const char *team, const json_t *req, const struct df_plan *plan, json_t **out,
+int svc_replay_key(svc *s, const char *team, json_t *req, const struct df_plan *plan, json_t **out,
 		   kiln_error **err)
 {
 	json_t *bases = json_array(), *in = NULL;
@@ -83,10 +83,8 @@ int svc_replay_key(svc *s, const char *team, const json_t *req, const struct df_
 					goto out;
 		}
 	}
-	json_t *r = json_deep_copy(req);
-	json_object_del(r, "client_key");
-	json_object_del(r, "replay");
-	in = json_pack("{s:s,s:s,s:o,s:O}", "kiln", KILN_VERSION, "team", team, "request", r, "bases", bases);
+	/* the request as it is stored, without the client's key (the submit took it out) */
+	in = json_pack("{s:s,s:s,s:O,s:O}", "kiln", KILN_VERSION, "team", team, "request", req, "bases", bases);
 	/* a kiln binary replaced (an upgrade) builds afresh */
 	json_object_set_new(in, "exe", json_sprintf("%llu:%llu:%lld:%lld.%09ld", (unsigned long long)exe.st_dev,
 						    (unsigned long long)exe.st_ino, (long long)exe.st_size,

@@ -315,132 +315,100 @@ json_t *svc_fresh_take(svc *s, const char *id)
 	return req;
 }
 
-int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], kiln_strv *missing, kiln_error **err)
+/* The request's options checked (name, compression, template network and
+ * ready timeout, time limit, SOURCE_DATE_EPOCH); *limit the build's time limit. */
+static int check_options(svc *s, const char *team, json_t *req, int64_t *limit, kiln_error **err)
 {
 	const char *name = json_string_value(json_object_get(req, "name"));
-	const char *file = json_string_value(json_object_get(req, "dockerfile_name"));
 	const char *comp = json_string_value(json_object_get(req, "compression"));
-	json_t *tl = json_object_get(req, "time_limit_s");
-	int64_t limit = s->cfg.time_limit_s;
-	kiln_buf df = KILN_BUF_INIT;
-	struct df_plan *plan = NULL;
-	char *text = NULL;
-	int ret = -1;
+	const char *tnet = json_string_value(json_object_get(req, "template_network"));
+	const char *epoch = json_string_value(json_object_get(req, "source_date_epoch"));
+	const json_t *tl = json_object_get(req, "time_limit_s"), *rt = json_object_get(req, "ready_timeout_s");
+	enum vm_net_mode nm;
 
-	struct svc_secrets *sec = NULL;
-
-	if (!json_is_object(req))
-		return kiln_err(err, KILN_E_INVALID, "a build request is a JSON object");
-	if (svc_secrets_take_json(req, &sec, err) < 0)
-		return -1;
-	/* a client's key for this request: a retried submit answers with the
-	 * build the first one queued (the transport retries after errors that
-	 * may come after the server took it) */
-	char key[65] = "";
-	const char *k = json_string_value(json_object_get(req, "client_key"));
-	if (k && (!*k || strlen(k) >= sizeof(key) || strspn(k, "0123456789abcdefABCDEF-") != strlen(k))) {
-		svc_secrets_free(sec);
-		return kiln_err(err, KILN_E_INVALID, "client_key: want up to 64 hex digits or '-'");
-	}
-	if (k)
-		snprintf(key, sizeof(key), "%s", k);
-	json_object_del(req, "client_key");
-	json_object_del(req, "replay"); /* the server's own (svc_replay_key) */
-	int had = *key ? svc_q_by_key(s, team, key, id, err) : 0;
-	if (had != 0) {
-		svc_secrets_free(sec);
-		return had < 0 ? -1 : 0;
-	}
-	if (file == NULL || !*file || strchr(file, '/') || strchr(file, ':'))
-		file = "Dockerfile";
-	char *fname = kiln_xstrdup(file);
-	file = fname; /* the object's own string is replaced below */
 	if (name) {
 		struct kiln_ref r;
-		if (kiln_ref_parse(name, &r, err) < 0 || r.digest || kiln_ref_has_host(name)) {
+		int bad = kiln_ref_parse(name, &r, err) < 0 || r.digest || kiln_ref_has_host(name);
+		kiln_ref_free(&r);
+		if (bad) {
 			if (*err == NULL)
 				kiln_err(err, KILN_E_INVALID, "name '%s': want NAME[:TAG] (published as %s/NAME:TAG)", name, team);
-			kiln_ref_free(&r);
-			free(fname);
-			svc_secrets_free(sec);
 			return -1;
 		}
-		kiln_ref_free(&r);
 	}
-	if (comp && strcmp(comp, "gzip") && strcmp(comp, "zstd") && strcmp(comp, "none")) {
-		kiln_err(err, KILN_E_INVALID, "compression '%s': want gzip, zstd or none", comp);
-		goto out;
-	}
-	const char *tnet = json_string_value(json_object_get(req, "template_network"));
-	enum vm_net_mode nm;
+	if (comp && strcmp(comp, "gzip") && strcmp(comp, "zstd") && strcmp(comp, "none"))
+		return kiln_err(err, KILN_E_INVALID, "compression '%s': want gzip, zstd or none", comp);
 	if (json_object_get(req, "template_network") && (tnet == NULL || vm_net_mode_parse(tnet, &nm, err) < 0)) {
 		if (*err == NULL)
 			kiln_err(err, KILN_E_INVALID, "template_network: want a string");
-		kiln_error_wrap(err, "template_network");
-		goto out;
+		return kiln_error_wrap(err, "template_network");
 	}
-	if (tnet)
+	if (rt && (!json_is_integer(rt) || json_integer_value(rt) < 1 || json_integer_value(rt) > 86400))
+		return kiln_err(err, KILN_E_INVALID, "ready_timeout_s: want seconds from 1 to 86400");
+	if (tnet || rt)
 		json_object_set_new(req, "template", json_true());
-	const json_t *rt = json_object_get(req, "ready_timeout_s");
-	if (rt && (!json_is_integer(rt) || json_integer_value(rt) < 1 || json_integer_value(rt) > 86400)) {
-		kiln_err(err, KILN_E_INVALID, "ready_timeout_s: want seconds from 1 to 86400");
-		goto out;
-	}
-	if (rt)
-		json_object_set_new(req, "template", json_true());
-	if (tl && (!json_is_integer(tl) || json_integer_value(tl) < 1)) {
-		kiln_err(err, KILN_E_INVALID, "time_limit_s: want a positive number");
-		goto out;
-	}
-	const char *epoch = json_string_value(json_object_get(req, "source_date_epoch"));
+	if (tl && (!json_is_integer(tl) || json_integer_value(tl) < 1))
+		return kiln_err(err, KILN_E_INVALID, "time_limit_s: want a positive number");
 	if (json_object_get(req, "source_date_epoch") &&
-	    (epoch == NULL || !*epoch || strlen(epoch) > 19 || strspn(epoch, "0123456789") != strlen(epoch))) {
-		kiln_err(err, KILN_E_INVALID, "source_date_epoch: want the seconds as a string of digits");
-		goto out;
-	}
-	if (tl && json_integer_value(tl) < limit)
-		limit = json_integer_value(tl);
-	if (json_string_value(json_object_get(req, "dockerfile"))) {
-		text = kiln_xstrdup(json_string_value(json_object_get(req, "dockerfile")));
-	} else if (json_is_array(json_object_get(req, "steps"))) {
-		if (render_steps(req, &df, err) < 0)
-			goto out;
-		text = kiln_buf_detach(&df);
-		json_object_set_new(req, "dockerfile", json_string(text));
-	} else {
+	    (epoch == NULL || !*epoch || strlen(epoch) > 19 || strspn(epoch, "0123456789") != strlen(epoch)))
+		return kiln_err(err, KILN_E_INVALID, "source_date_epoch: want the seconds as a string of digits");
+	*limit = s->cfg.time_limit_s;
+	if (tl && json_integer_value(tl) < *limit)
+		*limit = json_integer_value(tl);
+	return 0;
+}
+
+/* The Dockerfile's text: given, or the step list rendered (and stored as the request's). */
+static char *request_text(json_t *req, kiln_error **err)
+{
+	kiln_buf df = KILN_BUF_INIT;
+	char *text;
+
+	if (json_string_value(json_object_get(req, "dockerfile")))
+		return kiln_xstrdup(json_string_value(json_object_get(req, "dockerfile")));
+	if (!json_is_array(json_object_get(req, "steps"))) {
 		kiln_err(err, KILN_E_INVALID, "a build request needs a dockerfile or steps");
-		goto out;
+		return NULL;
 	}
-	json_object_set_new(req, "dockerfile_name", json_string(file));
-	if (!json_object_get(req, "files"))
-		json_object_set_new(req, "files", json_array());
-	if (check_dockerfile(file, text, req, &plan, err) < 0 ||
-	    check_files(s, team, json_object_get(req, "files"), missing, err) < 0)
-		goto out;
-	if (missing && missing->n) {
-		ret = 1; /* nothing queued: the client sends them, then the request again */
-		goto out;
+	if (render_steps(req, &df, err) < 0) {
+		kiln_buf_free(&df);
+		return NULL;
 	}
-	if (sec == NULL) {
-		json_t *rp = NULL;
-		kiln_error *re = NULL;
-		int rk = svc_replay_key(s, team, req, plan, &rp, &re);
-		if (rk == 1) {
-			char *stored = json_dumps(req, JSON_COMPACT);
-			rk = svc_replay_answer(s, team, json_string_value(json_object_get(rp, "key")), stored, limit,
-					       *key ? key : NULL, id, &re);
-			free(stored);
-			json_object_set_new(req, "replay", rp); /* for the worker: its result may be replayed */
-		}
-		if (rk == 1) {
-			ret = 2;
-			goto out;
-		}
-		if (rk < 0) { /* the build runs: a replay only saves time */
-			kiln_warn("build replay: %s", kiln_error_message(re));
-			kiln_error_free(re);
-		}
+	text = kiln_buf_detach(&df);
+	json_object_set_new(req, "dockerfile", json_string(text));
+	return text;
+}
+
+/* 1: answered from an earlier build's record (id set).  0: it runs; the
+ * request then carries its replay key for the worker.  Errors only warn: a
+ * replay saves time, the build runs without it. */
+static int try_replay(svc *s, const char *team, json_t *req, const struct df_plan *plan, int64_t limit,
+		      const char *key, char id[SVC_ID_MAX])
+{
+	json_t *rp = NULL;
+	kiln_error *e = NULL;
+	int rk = svc_replay_key(s, team, req, plan, &rp, &e);
+
+	if (rk == 1) {
+		char *stored = json_dumps(req, JSON_COMPACT);
+		rk = svc_replay_answer(s, team, json_string_value(json_object_get(rp, "key")), stored, limit, key, id, &e);
+		free(stored);
+		json_object_set_new(req, "replay", rp);
 	}
+	if (rk < 0) {
+		kiln_warn("build replay: %s", kiln_error_message(e));
+		kiln_error_free(e);
+	}
+	return rk == 1;
+}
+
+/* The checked request into the queue, its secrets kept here (sec is taken). */
+static int enqueue(svc *s, const char *team, json_t *req, struct svc_secrets *sec, int64_t limit, const char *key,
+		   char id[SVC_ID_MAX], kiln_error **err)
+{
+	const char *name = json_string_value(json_object_get(req, "name"));
+	int ret;
+
 	if (sec) { /* their ids only: what the worker must be handed */
 		json_t *ids = json_array();
 		for (size_t i = 0; i < svc_secrets_count(sec); i++)
@@ -456,14 +424,13 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 	pthread_mutex_lock(&s->lock);
 	svc_fresh_keep(s, id, req); /* likewise */
 	pthread_mutex_unlock(&s->lock);
-	ret = svc_q_insert(s, id, team, name, stored, limit, sec ? s->host_id : NULL, *key ? key : NULL, err);
+	ret = svc_q_insert(s, id, team, name, stored, limit, sec ? s->host_id : NULL, key, err);
 	free(stored);
 	if (ret < 0 && sec)
 		svc_secrets_free(svc_secrets_claim(s, id));
 	if (ret < 0)
 		json_decref(svc_fresh_take(s, id));
-	sec = NULL;
-	if (ret < 0 && *key) { /* the same key queued meanwhile (its unique index): that build */
+	if (ret < 0 && key) { /* the same key queued meanwhile (its unique index): that build */
 		kiln_error *e2 = NULL;
 		if (svc_q_by_key(s, team, key, id, &e2) == 1) {
 			kiln_error_clear(err);
@@ -476,10 +443,62 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 		pthread_cond_broadcast(&s->wake);
 		pthread_mutex_unlock(&s->lock);
 	}
+	return ret;
+}
+
+int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], kiln_strv *missing, kiln_error **err)
+{
+	const char *file = json_string_value(json_object_get(req, "dockerfile_name"));
+	struct svc_secrets *sec = NULL;
+	struct df_plan *plan = NULL;
+	char *text = NULL, *fname = NULL, key[65] = "";
+	int64_t limit = 0;
+	int ret = -1;
+
+	if (!json_is_object(req))
+		return kiln_err(err, KILN_E_INVALID, "a build request is a JSON object");
+	if (svc_secrets_take_json(req, &sec, err) < 0)
+		return -1;
+	/* a client's key for this request: a retried submit answers with the
+	 * build the first one queued (the transport retries after errors that
+	 * may come after the server took it) */
+	const char *k = json_string_value(json_object_get(req, "client_key"));
+	if (k && (!*k || strlen(k) >= sizeof(key) || strspn(k, "0123456789abcdefABCDEF-") != strlen(k))) {
+		kiln_err(err, KILN_E_INVALID, "client_key: want up to 64 hex digits or '-'");
+		goto out;
+	}
+	if (k)
+		snprintf(key, sizeof(key), "%s", k);
+	json_object_del(req, "client_key");
+	json_object_del(req, "replay"); /* the server's own (svc_replay_key) */
+	int had = *key ? svc_q_by_key(s, team, key, id, err) : 0;
+	if (had != 0) {
+		ret = had < 0 ? -1 : 0;
+		goto out;
+	}
+	/* copied: the object's own string is replaced below */
+	fname = kiln_xstrdup(file && *file && !strchr(file, '/') && !strchr(file, ':') ? file : "Dockerfile");
+	if (check_options(s, team, req, &limit, err) < 0 || (text = request_text(req, err)) == NULL)
+		goto out;
+	json_object_set_new(req, "dockerfile_name", json_string(fname));
+	if (!json_object_get(req, "files"))
+		json_object_set_new(req, "files", json_array());
+	if (check_dockerfile(fname, text, req, &plan, err) < 0 ||
+	    check_files(s, team, json_object_get(req, "files"), missing, err) < 0)
+		goto out;
+	if (missing && missing->n) {
+		ret = 1; /* nothing queued: the client sends them, then the request again */
+		goto out;
+	}
+	if (sec == NULL && try_replay(s, team, req, plan, limit, *key ? key : NULL, id)) {
+		ret = 2;
+		goto out;
+	}
+	ret = enqueue(s, team, req, sec, limit, *key ? key : NULL, id, err);
+	sec = NULL;
 out:
 	df_plan_free(plan);
 	svc_secrets_free(sec);
-	kiln_buf_free(&df);
 	free(text);
 	free(fname);
 	return ret;

@@ -50,7 +50,7 @@ expect_grep "naming <stdin>:LINE:COL as a local build does" '<stdin>:2:1: unknow
 waiting() { ps -o pid=,args= --ppid "$SRV" | awk '$3 == "--wait-job" {print $1}' | sort | tr '\n' ' '; }
 W1=$(waiting)
 expect_eq "the server keeps one child started ahead per worker" "$(echo $W1 | wc -w)" 1
-expect_exit 0 "a remote build" $KILN build --remote "$URL" -f - -t app:1 "$C" <"$T_TMP/Dockerfile.in"
+expect_exit 0 "a remote build (a new request: not answered from a record)" $KILN build --remote "$URL" -f - -t app:waitjob "$C" <"$T_TMP/Dockerfile.in"
 for _ in $(seq 50); do W2=$(waiting); [ -n "$W2" ] && [ "$W2" != "$W1" ] && break; sleep 0.1; done
 if [ -n "$W1" ] && ! kill -0 $W1 2>/dev/null && [ -n "$W2" ] && [ "$W2" != "$W1" ]; then
 	ok "...ran in it (gone after the build), and another waits"
