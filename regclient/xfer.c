@@ -1,9 +1,9 @@
 /* xfer.c — blob transfers, several at once over one curl multi
  * handle.  Each blob is a small state machine of requests (push: HEAD,
- * mount, POST, PATCH chunks / PUT; pull: GET with Range into PATH.part);
- * transient failures are retried with backoff from where the registry (or
- * the .part file) says the bytes end, and every pulled blob is verified
- * against its digest before it is renamed into place. */
+ * mount, POST, PATCH chunks / PUT; pull: GET with Range into PATH.part;
+ * xfer_request.c builds them); transient failures are retried with backoff
+ * from where the registry (or the .part file) says the bytes end, and every
+ * pulled blob is verified against its digest before it is renamed into place. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -96,7 +96,7 @@ static int fsync_dir_of(const char *path)
 
 /* ---- pull ---------------------------------------------------------------- */
 
-static int pull_sink(void *ud, struct rc_http *r, const char *p, size_t n)
+int rc_xfer_pull_sink(void *ud, struct rc_http *r, const char *p, size_t n)
 {
 	struct job *j = ud;
 
@@ -214,105 +214,6 @@ static int pull_finish(struct xfer *x, struct job *j, kiln_error **err)
 
 /* ---- requests ------------------------------------------------------------ */
 
-static char *with_digest(const char *url, const char *digest)
-{
-	return kiln_xasprintf("%s%cdigest=%s", url, strchr(url, '?') ? '&' : '?', digest);
-}
-
-/* Build the request of j's current step. */
-static void build_request(struct xfer *x, struct job *j)
-{
-	rc_client *c = x->c;
-	const struct rc_blob *b = j->b;
-	const char *scope = x->scope;
-	char *url = NULL;
-	struct curl_slist *hd = NULL;
-
-	rc_http_free(&j->rq);
-	switch (j->st) {
-	case S_HEAD:
-		url = rc_url(c, "/v2/%s/blobs/%s", x->repo, b->digest);
-		break;
-	case S_MOUNT:
-		url = rc_url(c, "/v2/%s/blobs/uploads/?mount=%s&from=%s", x->repo, b->digest, b->mount_from);
-		break;
-	case S_POST:
-		url = rc_url(c, "/v2/%s/blobs/uploads/", x->repo);
-		break;
-	case S_MONO:
-		url = rc_url(c, "/v2/%s/blobs/uploads/?digest=%s", x->repo, b->digest);
-		break;
-	case S_STATUS:
-		url = kiln_xstrdup(j->upload);
-		break;
-	case S_PATCH:
-	case S_PUT:
-		url = j->st == S_PUT ? with_digest(j->upload, b->digest) : kiln_xstrdup(j->upload);
-		break;
-	case S_GET:
-		url = rc_url(c, "/v2/%s/blobs/%s", x->repo, b->digest);
-		break;
-	case S_BATCH:
-		url = rc_url(c, "/v2/%s/blobs/_batch", x->repo);
-		break;
-	default:
-		break;
-	}
-	static const char *const method[] = { [S_HEAD] = "HEAD", [S_MOUNT] = "POST", [S_POST] = "POST",
-					      [S_STATUS] = "GET", [S_PATCH] = "PATCH", [S_PUT] = "PUT",
-					      [S_GET] = "GET", [S_MONO] = "POST", [S_BATCH] = "POST" };
-	rc_http_init(&j->rq, c, method[j->st], url, scope);
-	free(j->mscope);
-	j->mscope = NULL;
-	if (j->st == S_MOUNT) {
-		/* the token must also allow pulling from the source repository */
-		j->mscope = kiln_xasprintf("%s repository:%s:pull", x->scope, b->mount_from);
-		j->rq.scope = j->mscope;
-	}
-	if (j->st == S_MONO)
-		j->off = 0;
-	if (j->st == S_PATCH || j->st == S_PUT || j->st == S_MONO) {
-		uint64_t end = j->st == S_PATCH ? (j->off + x->chunk < j->size ? j->off + x->chunk : j->size) : j->size;
-		if (j->st == S_PUT && j->chunked)
-			end = j->off; /* the chunks are all in: an empty closing PUT */
-		j->rq.has_body = 1;
-		j->rq.body_fd = j->fd;
-		j->rq.body_mem = b->path ? NULL : b->data;
-		j->rq.body_off = j->off;
-		j->rq.body_len = end - j->off;
-		j->sent = end - j->off;
-		hd = curl_slist_append(hd, "Content-Type: application/octet-stream");
-		if (j->st == S_PATCH) {
-			char cr[80];
-			snprintf(cr, sizeof(cr), "Content-Range: %llu-%llu", (unsigned long long)j->off,
-				 (unsigned long long)(end - 1));
-			hd = curl_slist_append(hd, cr);
-		}
-	}
-	if (j->st == S_BATCH) {
-		rc_batch_body_free(&j->body); /* what a cut attempt left open */
-		j->rq.has_body = 1;
-		j->rq.body_len = rc_batch_body_init(&j->body, j->mblobs, j->msizes, j->nmembers);
-		j->rq.body_read = rc_batch_body_read;
-		j->rq.body_rewind = rc_batch_body_rewind;
-		j->rq.body_ud = &j->body;
-		j->rq.out_max = (KILN_DIGEST_MAX + 4u) * j->nmembers + 4096; /* every digest, quoted */
-		hd = curl_slist_append(hd, "Content-Type: application/vnd.kiln.blob-batch.v1");
-	}
-	if (j->st == S_GET) {
-		j->range_checked = 0;
-		j->sent = j->off;
-		j->rq.sink = pull_sink;
-		j->rq.sink_ud = j;
-		if (j->off > 0) {
-			char rg[64];
-			snprintf(rg, sizeof(rg), "Range: bytes=%llu-", (unsigned long long)j->off);
-			hd = curl_slist_append(hd, rg);
-		}
-	}
-	j->rq.headers = hd;
-}
-
 static int start(struct xfer *x, struct job *j, unsigned slot, kiln_error **err)
 {
 	/* a push opens a blob's file only for the request that sends it */
@@ -321,7 +222,7 @@ static int start(struct xfer *x, struct job *j, unsigned slot, kiln_error **err)
 		if (j->fd < 0)
 			return kiln_err_errno(err, errno, "open %s", j->b->path);
 	}
-	build_request(x, j);
+	rc_xfer_build_request(x, j);
 	j->easy = x->handles[slot];
 	x->busy[slot] = 1;
 	rc_http_setup(&j->rq, j->easy);
@@ -391,12 +292,10 @@ static int take_location(struct xfer *x, struct job *j, kiln_error **err)
 	return 0;
 }
 
-/* A request of j ended: decide the next step. */
-static int advance(struct xfer *x, struct job *j, kiln_error **err)
+/* The job's own error (the sink's, or the batch body's when a file could
+ * not be read): no retry helps. */
+static int job_error(struct xfer *x, struct job *j, kiln_error **err)
 {
-	struct rc_http *r = &j->rq;
-	long st = r->status;
-
 	if (j->err) {
 		*err = j->err;
 		j->err = NULL;
@@ -405,29 +304,58 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 			close(j->fd);
 			j->fd = -1;
 		}
-		return kiln_error_wrap(err, "%s@%s", x->repo, rc_xfer_job_name(j));
-	}
-	if (j->st == S_BATCH && j->body.err) { /* a file could not be read: no retry helps */
+	} else {
 		*err = j->body.err;
 		j->body.err = NULL;
-		return kiln_error_wrap(err, "%s@%s", x->repo, rc_xfer_job_name(j));
 	}
-	if (r->cr == CURLE_OK && st == 401 && j->auths < 3) {
-		j->auths++;
-		if (rc_http_authorize(r, err) < 0)
-			return -1;
-		return 0; /* same step again, now with a token */
+	return kiln_error_wrap(err, "%s@%s", x->repo, rc_xfer_job_name(j));
+}
+
+/* Where a transient failure starts again: a cut chunk or closing PUT asks
+ * the session how much it holds; a monolithic PUT needs a new session. */
+static enum step retry_step(const struct job *j)
+{
+	if (j->st == S_PATCH || (j->st == S_PUT && j->chunked))
+		return S_STATUS;
+	if (j->st == S_PUT)
+		return S_POST;
+	return j->st;
+}
+
+/* Asked after a cut chunk or closing PUT: how much the session holds. */
+static int after_status(struct xfer *x, struct job *j, kiln_error **err)
+{
+	struct rc_http *r = &j->rq;
+	long st = r->status;
+
+	if (st == 404) {
+		j->off = 0;
+		j->st = S_POST;
+		return 0;
 	}
-	if (j->st == S_GET && j->off > j->sent)
-		j->attempts = 0; /* it made progress: only stalls in a row count */
-	if (rc_http_transient(r)) {
-		enum step again = j->st;
-		if (j->st == S_PATCH || (j->st == S_PUT && j->chunked))
-			again = S_STATUS;
-		else if (j->st == S_PUT)
-			again = S_POST;
-		return retry(x, j, again, err);
+	if (st != 204 && st != 200)
+		return rc_xfer_fail(x, j, "upload status", err);
+	if (r->location && take_location(x, j, err) < 0)
+		return -1;
+	j->off = range_end(r->range);
+	if (j->off > j->size)
+		return kiln_err(err, KILN_E_INVALID, "%s@%s: upload session holds more than the blob", x->repo,
+				j->b->digest);
+	if (!j->chunked && j->off) {
+		j->st = S_POST; /* a monolithic upload restarts whole */
+		j->off = 0;
+	} else {
+		next_upload(x, j);
 	}
+	return 0;
+}
+
+/* A push's request (not a batch's) ended. */
+static int after_push(struct xfer *x, struct job *j, kiln_error **err)
+{
+	struct rc_http *r = &j->rq;
+	long st = r->status;
+
 	switch (j->st) {
 	case S_HEAD:
 		if (st == 200)
@@ -458,26 +386,7 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 		next_upload(x, j);
 		break;
 	case S_STATUS:
-		if (st == 404) {
-			j->off = 0;
-			j->st = S_POST;
-		} else if (st == 204 || st == 200) {
-			if (r->location && take_location(x, j, err) < 0)
-				return -1;
-			j->off = range_end(r->range);
-			if (j->off > j->size)
-				return kiln_err(err, KILN_E_INVALID, "%s@%s: upload session holds more than the blob",
-						x->repo, j->b->digest);
-			if (!j->chunked && j->off) {
-				j->st = S_POST; /* a monolithic upload restarts whole */
-				j->off = 0;
-			} else {
-				next_upload(x, j);
-			}
-		} else {
-			return rc_xfer_fail(x, j, "upload status", err);
-		}
-		break;
+		return after_status(x, j, err);
 	case S_PATCH:
 		if (st == 416) {
 			j->st = S_STATUS;
@@ -497,32 +406,63 @@ static int advance(struct xfer *x, struct job *j, kiln_error **err)
 		j->off = j->size;
 		rc_xfer_finish(x, j, 0);
 		break;
-	case S_BATCH:
-		return rc_xfer_batch_done(x, j, err);
 	case S_PUT:
 		if (st != 201 && st != 204)
 			return rc_xfer_fail(x, j, "finish upload", err);
 		j->off = j->size;
 		rc_xfer_finish(x, j, 0);
 		break;
-	case S_GET:
-		if (st == 416 && j->off > 0) {
-			/* the .part is not a prefix of this blob: start over */
-			if (ftruncate(j->fd, 0) < 0)
-				return kiln_err_errno(err, errno, "truncate %s", j->part);
-			kiln_hasher_free(j->h);
-			j->h = kiln_hasher_new(j->algo);
-			j->off = 0;
-			return retry(x, j, S_GET, err);
-		}
-		if (st != 200 && st != 206)
-			return rc_xfer_fail(x, j, "blob", err);
-		if (j->size_known && j->off < j->size)
-			return retry(x, j, S_GET, err); /* cut short: resume */
-		return pull_finish(x, j, err);
 	default:
 		break;
 	}
+	return 0;
+}
+
+/* A pull's GET ended: the blob is whole, cut short, or the .part was not
+ * a prefix of it. */
+static int after_get(struct xfer *x, struct job *j, kiln_error **err)
+{
+	long st = j->rq.status;
+
+	if (st == 416 && j->off > 0) {
+		/* the .part is not a prefix of this blob: start over */
+		if (ftruncate(j->fd, 0) < 0)
+			return kiln_err_errno(err, errno, "truncate %s", j->part);
+		kiln_hasher_free(j->h);
+		j->h = kiln_hasher_new(j->algo);
+		j->off = 0;
+		return retry(x, j, S_GET, err);
+	}
+	if (st != 200 && st != 206)
+		return rc_xfer_fail(x, j, "blob", err);
+	if (j->size_known && j->off < j->size)
+		return retry(x, j, S_GET, err); /* cut short: resume */
+	return pull_finish(x, j, err);
+}
+
+/* A request of j ended: decide the next step. */
+static int advance(struct xfer *x, struct job *j, kiln_error **err)
+{
+	struct rc_http *r = &j->rq;
+
+	if (j->err || (j->st == S_BATCH && j->body.err))
+		return job_error(x, j, err);
+	if (r->cr == CURLE_OK && r->status == 401 && j->auths < 3) {
+		j->auths++;
+		if (rc_http_authorize(r, err) < 0)
+			return -1;
+		return 0; /* same step again, now with a token */
+	}
+	if (j->st == S_GET && j->off > j->sent)
+		j->attempts = 0; /* it made progress: only stalls in a row count */
+	if (rc_http_transient(r))
+		return retry(x, j, retry_step(j), err);
+	if (j->st == S_BATCH)
+		return rc_xfer_batch_done(x, j, err);
+	if (j->st == S_GET)
+		return after_get(x, j, err);
+	if (after_push(x, j, err) < 0)
+		return -1;
 	if (j->st != S_DONE && j->st != S_STATUS)
 		j->attempts = j->st == S_PATCH ? j->attempts : 0;
 	return 0;
@@ -581,121 +521,142 @@ static unsigned free_slot(const struct xfer *x)
 	return x->nh;
 }
 
-static int run(rc_client *c, const char *repo, int push, const struct rc_blob *blobs, size_t n,
-	       const struct rc_xfer_opts *o, kiln_error **err)
+static void setup(struct xfer *x, rc_client *c, const char *repo, int push, const struct rc_blob *blobs, size_t n,
+		  const struct rc_xfer_opts *o)
 {
 	static const struct rc_xfer_opts defaults = { 0 };
-	struct xfer x = { .c = c, .repo = repo, .push = push, .n = n };
-	int rc = -1;
 
-	x.o = o ? o : &defaults;
-	x.chunk = x.o->chunk_size ? x.o->chunk_size : CHUNK_DEFAULT;
-	x.nh = x.o->parallel ? x.o->parallel : 4;
-	if (x.nh > n)
-		x.nh = n ? (unsigned)n : 1;
-	x.scope = kiln_xasprintf("repository:%s:%s", repo, push ? "pull,push" : "pull");
-	x.jobs = kiln_xcalloc(n ? n : 1, sizeof(*x.jobs));
-	x.handles = kiln_xcalloc(x.nh, sizeof(*x.handles));
-	x.busy = kiln_xcalloc(x.nh, sizeof(*x.busy));
-	x.multi = curl_multi_init();
-	x.moved0 = push ? c->stats.bytes_up : c->stats.bytes_down;
-	x.p.blobs_total = n;
-	for (unsigned i = 0; i < x.nh; i++)
-		x.handles[i] = curl_easy_init();
+	*x = (struct xfer){ .c = c, .repo = repo, .push = push, .n = n };
+	x->o = o ? o : &defaults;
+	x->chunk = x->o->chunk_size ? x->o->chunk_size : CHUNK_DEFAULT;
+	x->nh = x->o->parallel ? x->o->parallel : 4;
+	if (x->nh > n)
+		x->nh = n ? (unsigned)n : 1;
+	x->scope = kiln_xasprintf("repository:%s:%s", repo, push ? "pull,push" : "pull");
+	x->jobs = kiln_xcalloc(n ? n : 1, sizeof(*x->jobs));
+	x->handles = kiln_xcalloc(x->nh, sizeof(*x->handles));
+	x->busy = kiln_xcalloc(x->nh, sizeof(*x->busy));
+	x->multi = curl_multi_init();
+	x->moved0 = push ? c->stats.bytes_up : c->stats.bytes_down;
+	x->p.blobs_total = n;
+	for (unsigned i = 0; i < x->nh; i++)
+		x->handles[i] = curl_easy_init();
 	for (size_t i = 0; i < n; i++) {
-		struct job *j = &x.jobs[i];
-		j->x = &x;
+		struct job *j = &x->jobs[i];
+		j->x = x;
 		j->b = &blobs[i];
 		j->fd = -1;
 		j->size_known = push || blobs[i].size >= 0;
 		j->size = j->size_known && !push ? (uint64_t)blobs[i].size : 0;
 		rc_http_init(&j->rq, c, "GET", NULL, NULL);
 	}
-	for (size_t i = 0; i < n; i++) {
+}
+
+/* The totals, before the first request of a blob; a push also learns here
+ * what the registry has and what goes in batch uploads. */
+static int prepare(struct xfer *x, kiln_error **err)
+{
+	for (size_t i = 0; i < x->n; i++) {
 		/* pulls begin in the loop: their sizes are known already */
-		if (push && begin(&x, &x.jobs[i], err) < 0)
-			goto out;
-		x.p.bytes_total += x.jobs[i].size;
+		if (x->push && begin(x, &x->jobs[i], err) < 0)
+			return -1;
+		x->p.bytes_total += x->jobs[i].size;
 	}
-	if (push && n > 0 && rc_xfer_batch_skip(&x, err) < 0)
-		goto out;
-	if (push && x.mono)
-		rc_xfer_make_batches(&x);
-	x.moved0 = c->stats.bytes_up; /* progress counts blob bytes, not the query's */
-	x.started = 1;
-	report(&x, NULL, 1);
-	while (x.p.blobs_done < n) {
-		int64_t now = (int64_t)kiln_now_ms(), wait = 200;
-		for (size_t i = 0; i < x.nbatches; i++) {
-			struct job *j = &x.batches[i];
-			unsigned slot;
-			if (j->st == S_DONE || j->running)
-				continue;
-			if (j->wake_ms > now) {
-				if (j->wake_ms - now < wait)
-					wait = j->wake_ms - now;
-				continue;
-			}
-			if ((slot = free_slot(&x)) == x.nh)
-				break;
-			if (start(&x, j, slot, err) < 0)
-				goto out;
-			wait = 0;
+	if (x->push && x->n > 0 && rc_xfer_batch_skip(x, err) < 0)
+		return -1;
+	if (x->push && x->mono)
+		rc_xfer_make_batches(x);
+	x->moved0 = x->c->stats.bytes_up; /* progress counts blob bytes, not the query's */
+	x->started = 1;
+	report(x, NULL, 1);
+	return 0;
+}
+
+/* Batch uploads due now, while handles are free; *wait shrinks to the next
+ * one asleep. */
+static int start_batches(struct xfer *x, int64_t now, int64_t *wait, kiln_error **err)
+{
+	for (size_t i = 0; i < x->nbatches; i++) {
+		struct job *j = &x->batches[i];
+		unsigned slot;
+		if (j->st == S_DONE || j->running)
+			continue;
+		if (j->wake_ms > now) {
+			if (j->wake_ms - now < *wait)
+				*wait = j->wake_ms - now;
+			continue;
 		}
-		while (x.first < n && (x.jobs[x.first].st == S_DONE || x.jobs[x.first].st == S_BATCHED))
-			x.first++;
-		for (size_t i = x.first; i < n; i++) {
-			struct job *j = &x.jobs[i];
-			if (j->st == S_DONE || j->st == S_BATCHED || j->running)
-				continue;
-			if (j->wake_ms > now) {
-				if (j->wake_ms - now < wait)
-					wait = j->wake_ms - now;
-				continue;
-			}
-			unsigned slot = free_slot(&x);
-			if (slot == x.nh)
-				break; /* all handles busy */
-			if (j->st == S_START) {
-				if (begin(&x, j, err) < 0)
-					goto out;
-				if (j->st == S_START || j->st == S_DONE) {
-					if (j->st == S_START && j->wake_ms - now < wait)
-						wait = j->wake_ms - now;
-					continue;
-				}
-			}
-			if (start(&x, j, slot, err) < 0)
-				goto out;
-			wait = 0;
-		}
-		int still = 0;
-		curl_multi_perform(x.multi, &still);
-		CURLMsg *m;
-		int left;
-		while ((m = curl_multi_info_read(x.multi, &left))) {
-			struct job *j = NULL;
-			if (m->msg != CURLMSG_DONE)
-				continue;
-			curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&j);
-			j->rq.cr = m->data.result;
-			rc_http_done(&j->rq);
-			release_slot(&x, j);
-			if (advance(&x, j, err) < 0)
-				goto out;
-			wait = 0;
-		}
-		report(&x, NULL, 0);
-		if (x.p.blobs_done < n && wait > 0)
-			curl_multi_poll(x.multi, NULL, 0, (int)wait, NULL);
+		if ((slot = free_slot(x)) == x->nh)
+			break;
+		if (start(x, j, slot, err) < 0)
+			return -1;
+		*wait = 0;
 	}
-	report(&x, NULL, 1);
-	rc = 0;
-out:
-	for (size_t i = 0; i < n; i++) {
-		struct job *j = &x.jobs[i];
+	return 0;
+}
+
+/* The same for the blobs' own requests (a pull's blob begins here). */
+static int start_blobs(struct xfer *x, int64_t now, int64_t *wait, kiln_error **err)
+{
+	while (x->first < x->n && (x->jobs[x->first].st == S_DONE || x->jobs[x->first].st == S_BATCHED))
+		x->first++;
+	for (size_t i = x->first; i < x->n; i++) {
+		struct job *j = &x->jobs[i];
+		if (j->st == S_DONE || j->st == S_BATCHED || j->running)
+			continue;
+		if (j->wake_ms > now) {
+			if (j->wake_ms - now < *wait)
+				*wait = j->wake_ms - now;
+			continue;
+		}
+		unsigned slot = free_slot(x);
+		if (slot == x->nh)
+			break; /* all handles busy */
+		if (j->st == S_START) {
+			if (begin(x, j, err) < 0)
+				return -1;
+			if (j->st == S_START || j->st == S_DONE) {
+				if (j->st == S_START && j->wake_ms - now < *wait)
+					*wait = j->wake_ms - now;
+				continue;
+			}
+		}
+		if (start(x, j, slot, err) < 0)
+			return -1;
+		*wait = 0;
+	}
+	return 0;
+}
+
+/* Move the bytes, then take each request that ended to its job's next step. */
+static int collect(struct xfer *x, int64_t *wait, kiln_error **err)
+{
+	int still = 0, left;
+	CURLMsg *m;
+
+	curl_multi_perform(x->multi, &still);
+	while ((m = curl_multi_info_read(x->multi, &left))) {
+		struct job *j = NULL;
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&j);
+		j->rq.cr = m->data.result;
+		rc_http_done(&j->rq);
+		release_slot(x, j);
+		if (advance(x, j, err) < 0)
+			return -1;
+		*wait = 0;
+	}
+	return 0;
+}
+
+/* The one cleanup path of a transfer, whether it ended or failed midway. */
+static void teardown(struct xfer *x)
+{
+	for (size_t i = 0; i < x->n; i++) {
+		struct job *j = &x->jobs[i];
 		if (j->running)
-			release_slot(&x, j);
+			release_slot(x, j);
 		job_release(j);
 		rc_http_free(&j->rq);
 		kiln_error_free(j->err);
@@ -703,24 +664,48 @@ out:
 		free(j->part);
 		free(j->mscope);
 	}
-	for (size_t i = 0; i < x.nbatches; i++) {
-		struct job *j = &x.batches[i];
+	for (size_t i = 0; i < x->nbatches; i++) {
+		struct job *j = &x->batches[i];
 		if (j->running)
-			release_slot(&x, j);
+			release_slot(x, j);
 		rc_http_free(&j->rq);
 		rc_batch_body_free(&j->body);
 		free(j->members);
 		free(j->mblobs);
 		free(j->msizes);
 	}
-	free(x.batches);
-	for (unsigned i = 0; i < x.nh; i++)
-		curl_easy_cleanup(x.handles[i]);
-	curl_multi_cleanup(x.multi);
-	free(x.handles);
-	free(x.busy);
-	free(x.jobs);
-	free(x.scope);
+	free(x->batches);
+	for (unsigned i = 0; i < x->nh; i++)
+		curl_easy_cleanup(x->handles[i]);
+	curl_multi_cleanup(x->multi);
+	free(x->handles);
+	free(x->busy);
+	free(x->jobs);
+	free(x->scope);
+}
+
+static int run(rc_client *c, const char *repo, int push, const struct rc_blob *blobs, size_t n,
+	       const struct rc_xfer_opts *o, kiln_error **err)
+{
+	struct xfer x;
+	int rc = -1;
+
+	setup(&x, c, repo, push, blobs, n, o);
+	if (prepare(&x, err) < 0)
+		goto out;
+	while (x.p.blobs_done < n) {
+		int64_t now = (int64_t)kiln_now_ms(), wait = 200;
+		if (start_batches(&x, now, &wait, err) < 0 || start_blobs(&x, now, &wait, err) < 0 ||
+		    collect(&x, &wait, err) < 0)
+			goto out;
+		report(&x, NULL, 0);
+		if (x.p.blobs_done < n && wait > 0)
+			curl_multi_poll(x.multi, NULL, 0, (int)wait, NULL);
+	}
+	report(&x, NULL, 1);
+	rc = 0;
+out:
+	teardown(&x);
 	return rc;
 }
 

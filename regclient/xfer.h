@@ -1,6 +1,7 @@
 /* xfer.h — what the blob transfers (xfer.c) share with their batch side
- * (xfer_batch.c) and nothing else sees: a transfer, its jobs (one per blob,
- * or one per batch upload) and the steps they go through. */
+ * (xfer_batch.c) and their requests (xfer_request.c) and nothing else sees:
+ * a transfer, its jobs (one per blob, or one per batch upload) and the steps
+ * they go through. */
 #ifndef KILN_REGCLIENT_XFER_H
 #define KILN_REGCLIENT_XFER_H
 
@@ -70,6 +71,10 @@ const char *rc_xfer_job_name(const struct job *j);
 void rc_xfer_finish(struct xfer *x, struct job *j, int skipped);
 /* j's request got an answer it cannot go on from: the error, wrapped. */
 int rc_xfer_fail(struct xfer *x, struct job *j, const char *what, kiln_error **err);
+/* The request of j's current step, into j->rq (xfer_request.c). */
+void rc_xfer_build_request(struct xfer *x, struct job *j);
+/* rc_http's sink for a pull's GET: the bytes go into j's .part, hashed. */
+int rc_xfer_pull_sink(void *ud, struct rc_http *r, const char *p, size_t n);
 /* Push: the batch query; the blobs the registry lacks go straight to their upload. */
 int rc_xfer_batch_skip(struct xfer *x, kiln_error **err);
 /* Push to kiln serve: the small blobs to upload go in batch uploads. */
