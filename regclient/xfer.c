@@ -566,7 +566,7 @@ static int prepare(struct xfer *x, kiln_error **err)
 		return -1;
 	if (x->push && x->mono)
 		rc_xfer_make_batches(x);
-	x->moved0 = x->c->stats.bytes_up; /* progress counts blob bytes, not the query's */
+	x->moved0 = x->push ? x->c->stats.bytes_up : x->c->stats.bytes_down; /* blob bytes, not the query's */
 	x->started = 1;
 	report(x, NULL, 1);
 	return 0;

@@ -99,6 +99,8 @@ expect_exit 0 "skopeo pushes an image" skopeo copy --dest-creds "ci:$SECRET" --d
 expect_exit 0 "kiln pulls what skopeo pushed" "$KILN" pull --json "$REG/team/sk:v1"
 expect_eq "  ... same digest" "$(tail -1 "$T_TMP/out" | jq -r .digest)" \
 	"$(skopeo inspect "${CR[@]}" "docker://$REG/team/sk:v1" | jq -r .Digest)"
+expect_eq "  ... its progress counts the blob bytes it fetched, no more" \
+	"$(grep '"progress"' "$T_TMP/out" | tail -1 | jq '.bytes_moved == .bytes_total and .bytes_total > 0')" true
 
 # ---- FROM a registry, pinned by digest
 C="$T_TMP/ctx-from"; mkdir -p "$C"; echo x >"$C/x"
