@@ -392,120 +392,213 @@ static void result_free(struct svc_result *res)
 	memset(res, 0, sizeof(*res));
 }
 
+/* `kiln build --json` for the stored request, in the work directory: its
+ * Dockerfile by name (errors name it as the client does), the context's
+ * digests, tags, build args and options. */
+static void build_argv(svc *s, const json_t *req, const char *dfname, const char *cdir, kiln_strv *a)
+{
+	static const char *const strs[][2] = { { "target", "--target" }, { "start_cmd", "--start-cmd" },
+					       { "ready_cmd", "--ready-cmd" }, { "compression", "--compression" },
+					       { "template_network", "--template-network" } };
+	static const char *const nums[][2] = { { "cpus", "--cpus" }, { "memory_mib", "--memory" },
+					       { "ready_timeout_s", "--ready-timeout" } };
+	const char *name = json_string_value(json_object_get(req, "name"));
+	json_t *kv;
+	size_t i;
+
+	argv_add(a, s->exe);
+	argv_add(a, "build");
+	argv_add(a, "--json");
+	argv_add(a, "-f");
+	argv_add(a, dfname);
+	argv_add(a, "--context-digests"); /* made with the context (svc_context_use) */
+	kiln_strv_push_owned(a, kiln_path_join(cdir, "digests.json"));
+	if (name) {
+		argv_add(a, "-t");
+		argv_add(a, name);
+	}
+	json_array_foreach(json_object_get(req, "build_args"), i, kv) {
+		argv_add(a, "--build-arg");
+		kiln_strv_push_owned(a, kiln_xasprintf("%s=%s", json_string_value(json_array_get(kv, 0)),
+						       json_string_value(json_array_get(kv, 1))));
+	}
+	for (size_t k = 0; k < sizeof(strs) / sizeof(*strs); k++) {
+		const char *v = json_string_value(json_object_get(req, strs[k][0]));
+		if (v) {
+			argv_add(a, strs[k][1]);
+			argv_add(a, v);
+		}
+	}
+	for (size_t k = 0; k < sizeof(nums) / sizeof(*nums); k++) {
+		json_int_t v = json_integer_value(json_object_get(req, nums[k][0]));
+		if (v > 0) {
+			argv_add(a, nums[k][1]);
+			kiln_strv_push_owned(a, kiln_xasprintf("%lld", (long long)v));
+		}
+	}
+	if (json_is_true(json_object_get(req, "template")))
+		argv_add(a, "--template");
+	if (json_is_true(json_object_get(req, "no_cache")))
+		argv_add(a, "--no-cache");
+}
+
+/* What a build's run holds, released once at its end (job_free). */
+struct job {
+	char *team, *request, *home, *work, *cdir;
+	int ctx_lock;
+	json_t *req;
+	struct svc_secrets *sec;
+	int *sec_fds;
+	size_t n_sec_fds;
+	kiln_strv argv;
+};
+
+/* The team's home, the work directory with its context (a symlink to the
+ * file list's shared one, held) and Dockerfile, the argv, the secrets. */
+static int job_prepare(svc *s, const char *id, struct run *r, struct job *j, kiln_error **err)
+{
+	const char *dfname = json_string_value(json_object_get(j->req, "dockerfile_name")) ?: "Dockerfile";
+	char *ts = kiln_xasprintf("work/%s", id), *ctx = NULL, *cctx = NULL, *df = NULL;
+	int ret = -1;
+
+	j->home = svc_team_dir(s, j->team, "home");
+	j->work = kiln_path_join(s->state_dir, ts);
+	ctx = kiln_path_join(j->work, "context");
+	df = kiln_path_join(j->work, dfname);
+	/* work/ID/context leads to the list's shared context (a rebuild links nothing) */
+	if (kiln_mkdir_p(j->home, 0700, err) < 0 || svc_team_auth(s, j->team, j->home, err) < 0 ||
+	    kiln_mkdir_p(j->work, 0700, err) < 0 ||
+	    svc_context_use(s, j->team, json_object_get(j->req, "files"), &j->cdir, &j->ctx_lock, err) < 0)
+		goto out;
+	cctx = kiln_path_join(j->cdir, "context");
+	if (symlink(cctx, ctx) < 0) {
+		kiln_err_errno(err, errno, "symlink %s", ctx);
+		goto out;
+	}
+	if (svc_write_scratch(df, json_string_value(json_object_get(j->req, "dockerfile")), err) < 0)
+		goto out;
+	build_argv(s, j->req, dfname, j->cdir, &j->argv);
+	if (json_array_size(json_object_get(j->req, "secret_ids"))) {
+		/* in this process's memory since the request came (the build is pinned here) */
+		if ((j->sec = svc_secrets_claim(s, id)) == NULL) {
+			kiln_err(err, KILN_E_NOTFOUND, "the build's secrets are gone (they are kept in memory only, "
+				 "by the server that took the request): submit it again");
+			goto out;
+		}
+		if (svc_secrets_args(j->sec, &j->argv, &j->sec_fds, &j->n_sec_fds, err) < 0)
+			goto out;
+		r->keep_fds = j->sec_fds;
+		r->n_keep_fds = j->n_sec_fds;
+	}
+	argv_add(&j->argv, "context");
+	ret = 0;
+out:
+	free(ts);
+	free(ctx);
+	free(cctx);
+	free(df);
+	return ret;
+}
+
+static void job_free(struct job *j)
+{
+	if (j->ctx_lock >= 0)
+		close(j->ctx_lock);
+	for (size_t k = 0; k < j->n_sec_fds; k++)
+		close(j->sec_fds[k]);
+	free(j->sec_fds);
+	svc_secrets_free(j->sec);
+	if (j->work) {
+		kiln_error *e = NULL;
+		if (kiln_rm_rf(j->work, &e) < 0)
+			kiln_error_free(e);
+	}
+	kiln_strv_free(&j->argv);
+	json_decref(j->req);
+	free(j->team);
+	free(j->request);
+	free(j->home);
+	free(j->work);
+	free(j->cdir);
+}
+
+/* A build that succeeded: its final status (with what it published) logged
+ * with the lines still pending, its replay key kept (replay.c), done. */
+static int job_done(svc *s, const char *id, struct run *r, const struct job *j, struct svc_result *res,
+		    kiln_error **err)
+{
+	json_t *st = json_pack("{s:s,s:s}", "event", "status", "state", "done");
+	const json_t *rp = json_object_get(j->req, "replay");
+
+	if (res->image)
+		json_object_set_new(st, "image", json_string(res->image));
+	if (res->image_digest)
+		json_object_set_new(st, "image_digest", json_string(res->image_digest));
+	if (res->template_ref)
+		json_object_set_new(st, "template_ref", json_string(res->template_ref));
+	if (res->template_digest)
+		json_object_set_new(st, "template_digest", json_string(res->template_digest));
+	log_event(r, st);
+	log_flush(r);
+	/* built on the bases its key was made with: the next request with that
+	 * key is answered from this build */
+	if (rp && json_string_value(json_object_get(j->req, "name")) && svc_replay_bases_match(rp, &r->from))
+		res->replay = json_string_value(json_object_get(rp, "key"));
+	return svc_q_finish(s, id, SVC_DONE, NULL, NULL, res, err);
+}
+
+/* A build that failed or was cancelled: the reason (with its place) logged
+ * unless the build's own error event said it, and recorded. */
+static void job_failed(svc *s, const char *id, struct run *r, kiln_error *err)
+{
+	const char *msg = err ? kiln_error_message(err) : "unknown error";
+	bool cancelled = err && strcmp(msg, "cancelled") == 0;
+	char *loc = r->location ? kiln_xstrdup(r->location) : svc_error_location(msg);
+	kiln_error *e2 = NULL;
+
+	if (!r->reason || strcmp(r->reason, msg) != 0)
+		log_event(r, json_pack("{s:s,s:s}", "event", "error", "message", msg));
+	json_t *j = json_pack("{s:s,s:s,s:s}", "event", "status", "state", cancelled ? "cancelled" : "failed", "reason", msg);
+	if (loc)
+		json_object_set_new(j, "location", json_string(loc));
+	log_event(r, j);
+	log_flush(r);
+	if (svc_q_finish(s, id, cancelled ? SVC_CANCELLED : SVC_FAILED, msg, loc, NULL, &e2) < 0) {
+		kiln_warn("build %s: %s", id, kiln_error_message(e2));
+		kiln_error_free(e2);
+	}
+	free(loc);
+}
+
 void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 {
 	struct run r = { .s = s, .id = id, .rd = rd, .pending = KILN_STRV_INIT, .from = KILN_STRV_INIT };
+	struct job j = { .ctx_lock = -1, .argv = KILN_STRV_INIT };
 	struct svc_result res = { 0 };
-	struct svc_secrets *sec = NULL;
-	int *sec_fds = NULL;
-	size_t n_sec_fds = 0;
 	kiln_error *err = NULL;
-	char *team = NULL, *request = NULL, *home = NULL, *work = NULL, *ctx = NULL, *df = NULL;
-	char *ts = NULL, *name = NULL, *cdir = NULL;
-	int ctx_lock = -1;
-	kiln_strv a = KILN_STRV_INIT;
-	json_t *req = NULL;
 	json_error_t je;
 	int64_t limit = 0;
-	bool tmpl;
 
 	pthread_mutex_lock(&s->lock);
 	s->running++;
 	pthread_mutex_unlock(&s->lock);
-	if (svc_q_job(s, id, &team, &request, &limit, &err) < 0)
+	if (svc_q_job(s, id, &j.team, &j.request, &limit, &err) < 0)
 		goto fail;
-	r.team = team;
-	if ((req = svc_fresh_take(s, id)) == NULL)
-		req = json_loads(request, 0, &je);
-	if (req == NULL) {
+	r.team = j.team;
+	if ((j.req = svc_fresh_take(s, id)) == NULL && (j.req = json_loads(j.request, 0, &je)) == NULL) {
 		kiln_err(&err, KILN_E_INVALID, "stored request: %s", je.text);
 		goto fail;
 	}
 	log_event(&r, json_pack("{s:s,s:s,s:s}", "event", "status", "state", "building", "host", s->host_id));
-	home = svc_team_dir(s, team, "home");
-	ts = kiln_xasprintf("work/%s", id);
-	work = kiln_path_join(s->state_dir, ts);
-	ctx = kiln_path_join(work, "context");
-	const char *dfname = json_string_value(json_object_get(req, "dockerfile_name"));
-	df = kiln_path_join(work, dfname ? dfname : "Dockerfile");
-	/* work/ID/context leads to the list's shared context (a rebuild links nothing) */
-	if (kiln_mkdir_p(home, 0700, &err) < 0 || svc_team_auth(s, team, home, &err) < 0 ||
-	    kiln_mkdir_p(work, 0700, &err) < 0 ||
-	    svc_context_use(s, team, json_object_get(req, "files"), &cdir, &ctx_lock, &err) < 0)
+	if (job_prepare(s, id, &r, &j, &err) < 0)
 		goto fail;
-	char *cctx = kiln_path_join(cdir, "context");
-	int slrc = symlink(cctx, ctx);
-	free(cctx);
-	if (slrc < 0) {
-		kiln_err_errno(&err, errno, "symlink %s", ctx);
-		goto fail;
-	}
-	const char *text = json_string_value(json_object_get(req, "dockerfile"));
-	if (svc_write_scratch(df, text, &err) < 0)
-		goto fail;
-	name = json_string_value(json_object_get(req, "name")) ? kiln_xstrdup(json_string_value(json_object_get(req, "name")))
-							       : NULL;
-	tmpl = json_is_true(json_object_get(req, "template"));
-	r.epoch = json_string_value(json_object_get(req, "source_date_epoch"));
-	argv_add(&a, s->exe);
-	argv_add(&a, "build");
-	argv_add(&a, "--json");
-	argv_add(&a, "-f");
-	argv_add(&a, dfname ? dfname : "Dockerfile"); /* relative: errors name it as the client does */
-	argv_add(&a, "--context-digests"); /* made with the context (svc_context_use) */
-	kiln_strv_push_owned(&a, kiln_path_join(cdir, "digests.json"));
-	if (name) {
-		argv_add(&a, "-t");
-		argv_add(&a, name);
-	}
-	json_t *kv;
-	size_t i;
-	json_array_foreach(json_object_get(req, "build_args"), i, kv) {
-		char *s2 = kiln_xasprintf("%s=%s", json_string_value(json_array_get(kv, 0)), json_string_value(json_array_get(kv, 1)));
-		argv_add(&a, "--build-arg");
-		kiln_strv_push_owned(&a, s2);
-	}
-	static const char *const strs[][2] = { { "target", "--target" }, { "start_cmd", "--start-cmd" },
-					       { "ready_cmd", "--ready-cmd" }, { "compression", "--compression" },
-					       { "template_network", "--template-network" } };
-	for (size_t k = 0; k < 5; k++) {
-		const char *v = json_string_value(json_object_get(req, strs[k][0]));
-		if (v) {
-			argv_add(&a, strs[k][1]);
-			argv_add(&a, v);
-		}
-	}
-	static const char *const nums[][2] = { { "cpus", "--cpus" }, { "memory_mib", "--memory" },
-					       { "ready_timeout_s", "--ready-timeout" } };
-	for (size_t k = 0; k < 3; k++) {
-		json_int_t v = json_integer_value(json_object_get(req, nums[k][0]));
-		if (v > 0) {
-			argv_add(&a, nums[k][1]);
-			kiln_strv_push_owned(&a, kiln_xasprintf("%lld", (long long)v));
-		}
-	}
-	if (tmpl)
-		argv_add(&a, "--template");
-	if (json_is_true(json_object_get(req, "no_cache")))
-		argv_add(&a, "--no-cache");
-	if (json_array_size(json_object_get(req, "secret_ids"))) {
-		/* in this process's memory since the request came (the build is pinned here) */
-		if ((sec = svc_secrets_claim(s, id)) == NULL) {
-			kiln_err(&err, KILN_E_NOTFOUND, "the build's secrets are gone (they are kept in memory only, "
-				 "by the server that took the request): submit it again");
-			goto fail;
-		}
-		if (svc_secrets_args(sec, &a, &sec_fds, &n_sec_fds, &err) < 0)
-			goto fail;
-		r.keep_fds = sec_fds;
-		r.n_keep_fds = n_sec_fds;
-	}
-	argv_add(&a, "context");
-	int brc = run_child(&r, a.v, home, work, svc_now() + limit, on_lines, NULL, &err);
+	const char *name = json_string_value(json_object_get(j.req, "name"));
+	r.epoch = json_string_value(json_object_get(j.req, "source_date_epoch"));
+	int brc = run_child(&r, j.argv.v, j.home, j.work, svc_now() + limit, on_lines, NULL, &err);
 	r.keep_fds = NULL;
 	r.n_keep_fds = 0;
-	close(ctx_lock); /* its build has read it */
-	ctx_lock = -1;
+	close(j.ctx_lock); /* its build has read it */
+	j.ctx_lock = -1;
 	if (brc < 0) {
 		if (r.reason && err && err->kind == KILN_E_GENERIC && strstr(kiln_error_message(err), "exited with")) {
 			/* the build's own error event says it best */
@@ -517,85 +610,28 @@ void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 		}
 		goto fail;
 	}
-	if (name && publish(&r, home, work, name, tmpl, &res, &err) < 0)
+	if (name && publish(&r, j.home, j.work, name, json_is_true(json_object_get(j.req, "template")), &res, &err) < 0)
 		goto fail;
 	if (!name) {
 		res.image_digest = kiln_xstrdup(r.digest ? r.digest : "");
 		if (r.template_digest)
 			res.template_digest = kiln_xstrdup(r.template_digest);
 	}
-	{
-		json_t *j = json_pack("{s:s,s:s}", "event", "status", "state", "done");
-		if (res.image)
-			json_object_set_new(j, "image", json_string(res.image));
-		if (res.image_digest)
-			json_object_set_new(j, "image_digest", json_string(res.image_digest));
-		if (res.template_ref)
-			json_object_set_new(j, "template_ref", json_string(res.template_ref));
-		if (res.template_digest)
-			json_object_set_new(j, "template_digest", json_string(res.template_digest));
-		log_event(&r, j);
-		log_flush(&r);
-	}
-	{ /* built on the bases its key was made with: the next request with
-	   * that key is answered from this build (replay.c) */
-		const json_t *rp = json_object_get(req, "replay");
-		if (rp && name && svc_replay_bases_match(rp, &r.from))
-			res.replay = json_string_value(json_object_get(rp, "key"));
-	}
-	if (svc_q_finish(s, id, SVC_DONE, NULL, NULL, &res, &err) < 0)
-		goto fail;
-	goto out;
-fail: {
-	const char *msg = err ? kiln_error_message(err) : "unknown error";
-	bool cancelled = err && strcmp(msg, "cancelled") == 0;
-	char *loc = r.location ? kiln_xstrdup(r.location) : svc_error_location(msg);
-	kiln_error *e2 = NULL;
-	if (!r.reason || strcmp(r.reason, msg) != 0)
-		log_event(&r, json_pack("{s:s,s:s}", "event", "error", "message", msg));
-	json_t *j = json_pack("{s:s,s:s,s:s}", "event", "status", "state", cancelled ? "cancelled" : "failed", "reason", msg);
-	if (loc)
-		json_object_set_new(j, "location", json_string(loc));
-	log_event(&r, j);
-	log_flush(&r);
-	if (svc_q_finish(s, id, cancelled ? SVC_CANCELLED : SVC_FAILED, msg, loc, NULL, &e2) < 0) {
-		kiln_warn("build %s: %s", id, kiln_error_message(e2));
-		kiln_error_free(e2);
-	}
-	free(loc);
-}
+	if (job_done(s, id, &r, &j, &res, &err) == 0)
+		goto out;
+fail:
+	job_failed(s, id, &r, err);
 out:
-	if (ctx_lock >= 0)
-		close(ctx_lock);
 	reap_done(&r);
-	for (size_t k = 0; k < n_sec_fds; k++)
-		close(sec_fds[k]);
-	free(sec_fds);
-	svc_secrets_free(sec);
-	if (work) {
-		kiln_error *e3 = NULL;
-		if (kiln_rm_rf(work, &e3) < 0)
-			kiln_error_free(e3);
-	}
+	job_free(&j);
 	kiln_error_free(err);
 	result_free(&res);
-	kiln_strv_free(&a);
-	json_decref(req);
 	kiln_strv_free(&r.pending);
 	kiln_strv_free(&r.from);
 	free(r.reason);
 	free(r.location);
 	free(r.digest);
 	free(r.template_digest);
-	free(team);
-	free(request);
-	free(home);
-	free(work);
-	free(ctx);
-	free(cdir);
-	free(df);
-	free(ts);
-	free(name);
 	pthread_mutex_lock(&s->lock);
 	s->running--;
 	pthread_mutex_unlock(&s->lock);
