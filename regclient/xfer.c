@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "regclient/xfer.h"
@@ -96,20 +95,26 @@ static int fsync_dir_of(const char *path)
 
 /* ---- pull ---------------------------------------------------------------- */
 
+/* The .part emptied and its hash begun again: the blob comes from its start. */
+static int pull_restart(struct job *j, kiln_error **err)
+{
+	if (ftruncate(j->fd, 0) < 0)
+		return kiln_err_errno(err, errno, "truncate %s", j->part);
+	kiln_hasher_free(j->h);
+	j->h = kiln_hasher_new(j->algo);
+	j->off = 0;
+	return 0;
+}
+
 int rc_xfer_pull_sink(void *ud, struct rc_http *r, const char *p, size_t n)
 {
 	struct job *j = ud;
 
 	if (!j->range_checked) {
 		j->range_checked = 1;
-		if (r->status == 200 && j->off > 0) {
-			/* the registry ignored Range: start over */
-			if (ftruncate(j->fd, 0) < 0)
-				return kiln_err_errno(&j->err, errno, "truncate %s", j->part);
-			kiln_hasher_free(j->h);
-			j->h = kiln_hasher_new(j->algo);
-			j->off = 0;
-		}
+		/* the registry ignored Range: start over */
+		if (r->status == 200 && j->off > 0 && pull_restart(j, &j->err) < 0)
+			return -1;
 	}
 	if (j->size_known && j->off + n > j->size)
 		return kiln_err(&j->err, KILN_E_INVALID, "registry %s sent more than the %llu bytes expected",
@@ -269,10 +274,9 @@ int rc_xfer_fail(struct xfer *x, struct job *j, const char *what, kiln_error **e
 }
 
 /* The next upload request once the registry holds j->off bytes. */
-static void next_upload(struct xfer *x, struct job *j)
+static void next_upload(struct job *j)
 {
 	j->st = j->chunked && j->off < j->size ? S_PATCH : S_PUT;
-	(void)x;
 }
 
 /* "0-N" (Range of an upload session) → N+1 bytes held. */
@@ -345,7 +349,7 @@ static int after_status(struct xfer *x, struct job *j, kiln_error **err)
 		j->st = S_POST; /* a monolithic upload restarts whole */
 		j->off = 0;
 	} else {
-		next_upload(x, j);
+		next_upload(j);
 	}
 	return 0;
 }
@@ -372,7 +376,7 @@ static int after_push(struct xfer *x, struct job *j, kiln_error **err)
 			if (take_location(x, j, err) < 0)
 				return -1;
 			j->off = 0;
-			next_upload(x, j);
+			next_upload(j);
 		} else {
 			j->st = S_POST;
 		}
@@ -383,7 +387,7 @@ static int after_push(struct xfer *x, struct job *j, kiln_error **err)
 		if (take_location(x, j, err) < 0)
 			return -1;
 		j->off = 0;
-		next_upload(x, j);
+		next_upload(j);
 		break;
 	case S_STATUS:
 		return after_status(x, j, err);
@@ -398,7 +402,7 @@ static int after_push(struct xfer *x, struct job *j, kiln_error **err)
 			return -1;
 		j->off = r->range ? range_end(r->range) : j->off + j->sent;
 		j->attempts = 0;
-		next_upload(x, j);
+		next_upload(j);
 		break;
 	case S_MONO:
 		if (st != 201)
@@ -424,15 +428,8 @@ static int after_get(struct xfer *x, struct job *j, kiln_error **err)
 {
 	long st = j->rq.status;
 
-	if (st == 416 && j->off > 0) {
-		/* the .part is not a prefix of this blob: start over */
-		if (ftruncate(j->fd, 0) < 0)
-			return kiln_err_errno(err, errno, "truncate %s", j->part);
-		kiln_hasher_free(j->h);
-		j->h = kiln_hasher_new(j->algo);
-		j->off = 0;
-		return retry(x, j, S_GET, err);
-	}
+	if (st == 416 && j->off > 0) /* the .part is not a prefix of this blob: start over */
+		return pull_restart(j, err) < 0 ? -1 : retry(x, j, S_GET, err);
 	if (st != 200 && st != 206)
 		return rc_xfer_fail(x, j, "blob", err);
 	if (j->size_known && j->off < j->size)
