@@ -238,6 +238,9 @@ expect_eq "team b's are all there" "$(files_of team-b)" "$nb"
 expect_exit 0 "a rebuild after the prune" $KILN build --remote "$URL" -t app:v4 "$T_TMP/ctx"
 if grep -q 'cache hit' "$T_TMP/err"; then not_ok "misses the pruned cache"; else ok "misses the pruned cache"; fi
 expect_grep "...uploading its files again" '^context: [0-9]* entries, [1-9][0-9]* files uploaded' "$T_TMP/err"
+expect_exit 0 "after the prune, a request an earlier build would have answered" $KILN build --remote "$URL" -t rapp:1 "$T_TMP/rb"
+if replayed; then not_ok "...runs (a prune that removed entries clears the team's replays)"; else ok "...runs (a prune that removed entries clears the team's replays)"; fi
+expect_grep "...its steps again" '^  cache miss' "$T_TMP/err"
 expect_exit 0 "kiln cache prune --remote --max-size 1" $KILN cache prune --remote "$URL" --older-than 1d --max-size 1
 expect_grep "...removes files used within a day, the store being over its size" ' and [1-9][0-9]* context files on ' "$T_TMP/out"
 expect_eq "...all of team a's" "$(files_of team-a)" 0
