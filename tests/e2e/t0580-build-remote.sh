@@ -102,6 +102,10 @@ expect_exit 0 "--no-cache" $KILN build --remote "$URL" --no-cache -t rapp:1 "$T_
 if replayed; then not_ok "...runs"; else ok "...runs"; fi
 expect_exit 0 "a build arg the Dockerfile does not use" $KILN build --remote "$URL" --build-arg X=1 -t rapp:1 "$T_TMP/rb"
 if replayed; then not_ok "...is a new request: it runs"; else ok "...is a new request: it runs"; fi
+printf 'FROM scratch\nCOPY --from=127.0.0.1:%s/team-a/rbase:1 /b.txt /x\n' "$PORT" >"$T_TMP/rb/Dockerfile.from"
+$KILN build --remote "$URL" -f "$T_TMP/rb/Dockerfile.from" -t rfrom:1 "$T_TMP/rb" >/dev/null 2>&1
+expect_exit 0 "a build with COPY --from an image, again" $KILN build --remote "$URL" -f "$T_TMP/rb/Dockerfile.from" -t rfrom:1 "$T_TMP/rb"
+if replayed; then not_ok "...runs (every time)"; else ok "...runs (every time)"; fi
 # another build moves the tag: the next runs (and publishes again)
 expect_exit 0 "another build tagged rapp:1" $KILN build --remote "$URL" -f "$T_TMP/rb/Dockerfile.base" -t rapp:1 "$T_TMP/rb"
 expect_exit 0 "the rebuild after it" $KILN build --remote "$URL" -t rapp:1 "$T_TMP/rb"
