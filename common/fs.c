@@ -232,9 +232,22 @@ out:
 
 int kiln_mkdir_p(const char *path, mode_t mode, kiln_error **err)
 {
-	char *p = kiln_xstrdup(path);
+	struct stat st;
+	char *p;
 	int ret = 0;
 
+	if (*path == '\0')
+		return kiln_err(err, KILN_E_INVALID, "mkdir: empty path");
+	/* most calls find it there, or only it missing: one mkdir, not one per component */
+	if (mkdir(path, mode) == 0)
+		return 0;
+	if (errno == EEXIST)
+		goto check;
+	if (errno != ENOENT) { /* EACCES, EROFS...: fine if it is there */
+		int e = errno;
+		return stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : kiln_err_errno(err, e, "mkdir %s", path);
+	}
+	p = kiln_xstrdup(path);
 	for (char *s = p + 1;; s++) {
 		if (*s != '/' && *s != '\0')
 			continue;
@@ -248,15 +261,15 @@ int kiln_mkdir_p(const char *path, mode_t mode, kiln_error **err)
 		if (saved == '\0')
 			break;
 	}
-	if (ret == 0) {
-		struct stat st;
-		if (stat(path, &st) < 0)
-			ret = kiln_err_errno(err, errno, "stat %s", path);
-		else if (!S_ISDIR(st.st_mode))
-			ret = kiln_err(err, KILN_E_EXISTS, "%s exists and is not a directory", path);
-	}
 	free(p);
-	return ret;
+	if (ret < 0)
+		return ret;
+check:
+	if (stat(path, &st) < 0)
+		return kiln_err_errno(err, errno, "stat %s", path);
+	if (!S_ISDIR(st.st_mode))
+		return kiln_err(err, KILN_E_EXISTS, "%s exists and is not a directory", path);
+	return 0;
 }
 
 static int rm_at(int parent, const char *name, const char *shown, kiln_error **err)

@@ -97,8 +97,24 @@ static void atomic_write_and_read(void)
 	sub = kiln_path_join(dir, "a/b/c");
 	CHECK(kiln_mkdir_p(sub, 0755, &err) == 0);
 	CHECK(kiln_mkdir_p(sub, 0755, &err) == 0);
+	CHECK(stat(sub, &st) == 0 && S_ISDIR(st.st_mode));
 	CHECK(symlink("/", path) < 0); /* exists: not replaced */
 	free(sub);
+	/* a file where a directory should be, as the last part or on the way */
+	CHECK(kiln_mkdir_p(path, 0755, &err) < 0);
+	CHECK(err != NULL && err->kind == KILN_E_EXISTS && strstr(kiln_error_message(err), "not a directory"));
+	kiln_error_clear(&err);
+	sub = kiln_path_join(path, "x/y");
+	CHECK(kiln_mkdir_p(sub, 0755, &err) < 0);
+	CHECK(err != NULL && strstr(kiln_error_message(err), "mkdir "));
+	kiln_error_clear(&err);
+	free(sub);
+	CHECK(kiln_mkdir_p("", 0755, &err) < 0);
+	kiln_error_clear(&err);
+	CHECK(kiln_mkdir_p("/proc/kiln-test/x", 0755, &err) < 0); /* refused, even to root */
+	CHECK(err != NULL && strstr(kiln_error_message(err), "mkdir /proc/kiln-test"));
+	kiln_error_clear(&err);
+	CHECK(kiln_mkdir_p("/tmp", 0755, &err) == 0); /* there: fine even where mkdir is refused */
 	sub = kiln_path_join(dir, "a/link");
 	CHECK(symlink("/etc", sub) == 0);
 	CHECK(kiln_rm_rf(dir, &err) == 0);
