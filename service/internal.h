@@ -146,6 +146,10 @@ json_t *svc_request_to_json(const struct svc_request *req);
  * the team's store lacks, and 1 with nothing queued when there are any;
  * 2: answered at once, the build already done (a replay). */
 int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], kiln_strv *missing, kiln_error **err);
+/* The request's files (a JSON array, checked by svc_submit_json) made into
+ * dir (context_make.c): links to the team's blobs, directories, symlinks,
+ * tars extracted; nothing is made through a symlink. */
+int svc_context_make(svc *s, const char *team, const json_t *files, const char *dir, kiln_error **err);
 /* The context directory of this file list (made once, then shared by every
  * build of the list), held for reading until *lockfd is closed. */
 int svc_context_use(svc *s, const char *team, const json_t *files, char **dir, int *lockfd, kiln_error **err);

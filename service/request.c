@@ -229,8 +229,16 @@ static int check_files(svc *s, const char *team, const json_t *files, kiln_strv 
 
 	if (!json_is_array(files))
 		return kiln_err(err, KILN_E_INVALID, "files: want an array");
-	if (svc_team_cas(s, team, &cas, err) < 0)
+	json_t *links = json_object(); /* the symlinks the list makes: nothing may be under one */
+	json_array_foreach(files, i, f) {
+		const char *path = json_string_value(json_object_get(f, "path"));
+		if (path && S_ISLNK((mode_t)json_integer_value(json_object_get(f, "mode"))))
+			json_object_set_new(links, path, json_true());
+	}
+	if (svc_team_cas(s, team, &cas, err) < 0) {
+		json_decref(links);
 		return -1;
+	}
 	json_array_foreach(files, i, f) {
 		const char *path = json_string_value(json_object_get(f, "path"));
 		const char *digest = json_string_value(json_object_get(f, "digest"));
@@ -243,6 +251,12 @@ static int check_files(svc *s, const char *team, const json_t *files, kiln_strv 
 				 path ? path : "");
 			goto out;
 		}
+		for (const char *sl = strchr(path, '/'); sl && json_object_size(links); sl = strchr(sl + 1, '/'))
+			if (json_object_getn(links, path, (size_t)(sl - path))) {
+				kiln_err(err, KILN_E_INVALID, "files[%zu] %s: inside %.*s, which the list makes a symlink", i,
+					 path, (int)(sl - path), path);
+				goto out;
+			}
 		if (!json_is_integer(m) || (!tar && !S_ISREG(mode) && !S_ISDIR(mode) && !S_ISLNK(mode))) {
 			kiln_err(err, KILN_E_INVALID, "files[%zu] %s: mode must be a regular file, directory or symlink", i, path);
 			goto out;
@@ -279,6 +293,7 @@ static int check_files(svc *s, const char *team, const json_t *files, kiln_strv 
 	}
 	ret = 0;
 out:
+	json_decref(links);
 	kiln_cas_close(cas);
 	return ret;
 }

@@ -144,6 +144,32 @@ expect_grep "saying so" 'larger than the limit' "$T_TMP/err"
 H=sha256:$(sha256sum "$T_TMP/big/f" | cut -d' ' -f1)
 expect_eq "nothing of it is stored" "$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/missing" -d "{\"digests\":[\"$H\"]}" | jq -r '.missing[0]')" "$H"
 
+# a hostile file list: nothing is made through a symlink, wherever it points
+ESC=$T_TMP/escape
+mkdir -p "$ESC"
+echo evil >"$T_TMP/evil"
+HE=sha256:$(sha256sum "$T_TMP/evil" | cut -d' ' -f1)
+curl -s -o /dev/null -H "X-API-Key: $A" -T "$T_TMP/evil" "$URL/build/v1/blobs/$HE"
+LNK=$(( 0120000 + 0777 )) REG=$(( 0100000 + 0644 ))
+REQ=$(jq -nc --arg d "$HE" --arg esc "$ESC" --argjson l $LNK --argjson r $REG \
+	'{dockerfile:"FROM scratch\nCOPY a/x /x\n", files:[{path:"a",mode:$l,link:$esc},{path:"a/x",mode:$r,digest:$d}]}')
+curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d "$REQ" >"$T_TMP/esc.json"
+expect_eq "a file listed under a symlink the list makes is refused" "$(jq -r .error "$T_TMP/esc.json")" \
+	"files[1] a/x: inside a, which the list makes a symlink"
+python3 -c 'import sys, tarfile
+t = tarfile.open(sys.argv[1], "w"); i = tarfile.TarInfo("l"); i.type = tarfile.SYMTYPE; i.linkname = sys.argv[2]; t.addfile(i); t.close()' \
+	"$T_TMP/sym.tar" "$ESC"
+HT=sha256:$(sha256sum "$T_TMP/sym.tar" | cut -d' ' -f1)
+curl -s -o /dev/null -H "X-API-Key: $A" -T "$T_TMP/sym.tar" "$URL/build/v1/blobs/$HT"
+REQ=$(jq -nc --arg d "$HE" --arg t "$HT" --argjson r $REG \
+	'{dockerfile:"FROM scratch\nCOPY t/l/x /x\n", files:[{path:"t",mode:16877,tar:true,digest:$t},{path:"t/l/x",mode:$r,digest:$d}]}')
+EID=$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d "$REQ" | jq -r .id)
+for _ in $(seq 100); do case $(curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$EID" | jq -r .state) in failed|done) break ;; esac; sleep 0.1; done
+expect_eq "a file under a symlink a listed tar made fails the build, saying so" \
+	"$(curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$EID" | jq -r '.state + ": " + .reason')" \
+	"failed: context file t/l/x: t/l is a symlink, not a directory: nothing is made through it"
+expect_eq "...and nothing was written where the symlinks point" "$(ls -A "$ESC" | wc -l)" 0
+
 # teams
 HA=sha256:$(sha256sum "$T_TMP/ctx/a.txt" | cut -d' ' -f1)
 expect_eq "team b does not see team a's context blobs" "$(curl -s -H "X-API-Key: $B" -XPOST "$URL/build/v1/missing" -d "{\"digests\":[\"$HA\"]}" | jq -r '.missing[0]')" "$HA"
