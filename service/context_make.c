@@ -6,6 +6,8 @@
 #include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -213,16 +215,88 @@ static int real_dirs(const char *dir, const char *rel, size_t len, kiln_error **
 	return ret;
 }
 
+/* The regular files of a list, linked by a few threads once their
+ * directories are there: a first build's copies each wait for an fsync,
+ * and concurrent ones share the journal's commits (200 files of 4 KiB: 64
+ * ms one at a time, 45 ms on four threads, here). */
+struct links {
+	const char *linked;
+	kiln_cas *cas;
+	const json_t *files;
+	const char *dir;
+	size_t *todo, n;
+	atomic_size_t next;
+	pthread_mutex_t lock;
+	kiln_error *err; /* the first failure */
+};
+
+static void *link_some(void *ud)
+{
+	struct links *l = ud;
+
+	for (size_t k; (k = atomic_fetch_add(&l->next, 1)) < l->n;) {
+		const json_t *f = json_array_get(l->files, l->todo[k]);
+		const char *path = json_string_value(json_object_get(f, "path"));
+		const char *digest = json_string_value(json_object_get(f, "digest"));
+		char *full = kiln_xasprintf("%s/%s", l->dir, path), *src = kiln_cas_path(l->cas, digest);
+		kiln_error *e = NULL;
+		if (link_out(l->linked, src, digest, full, (mode_t)json_integer_value(json_object_get(f, "mode")), &e) < 0) {
+			kiln_error_wrap(&e, "context file %s", path);
+			pthread_mutex_lock(&l->lock);
+			if (l->err == NULL)
+				l->err = e;
+			else
+				kiln_error_free(e);
+			pthread_mutex_unlock(&l->lock);
+			atomic_store(&l->next, l->n);
+		}
+		free(src);
+		free(full);
+	}
+	return NULL;
+}
+
+static int link_all(struct links *l, kiln_error **err)
+{
+	/* for 16 files or more; four even on one core: a copy mostly waits for its fsync */
+	size_t extra = l->n < 16 ? 0 : 3, started = 0;
+	pthread_t th[3];
+
+	atomic_init(&l->next, 0);
+	pthread_mutex_init(&l->lock, NULL);
+	for (; started < extra; started++)
+		if (pthread_create(&th[started], NULL, link_some, l) != 0)
+			break;
+	link_some(l);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	pthread_mutex_destroy(&l->lock);
+	if (l->err) {
+		*err = l->err;
+		l->err = NULL;
+		return -1;
+	}
+	return 0;
+}
+
 int svc_context_make(svc *s, const char *team, const json_t *files, const char *dir, kiln_error **err)
 {
 	kiln_cas *cas = NULL;
 	char *linked = svc_team_dir(s, team, "linked"), *made = NULL;
+	struct links l = { .linked = linked, .files = files, .dir = dir };
+	bool tars = false;
 	size_t i;
 	json_t *f;
 	int ret = -1;
 
 	if (kiln_mkdir_p(dir, 0755, err) < 0 || svc_team_cas(s, team, &cas, err) < 0)
 		goto out;
+	l.cas = cas;
+	json_array_foreach(files, i, f)
+		tars |= json_is_true(json_object_get(f, "tar"));
+	/* with a tar in the list, in the list's order (a tar may make what a later entry lands in) */
+	if (!tars)
+		l.todo = kiln_xcalloc(json_array_size(files) + 1, sizeof(*l.todo));
 	json_array_foreach(files, i, f) {
 		const char *path = json_string_value(json_object_get(f, "path"));
 		const char *digest = json_string_value(json_object_get(f, "digest"));
@@ -249,6 +323,8 @@ int svc_context_make(svc *s, const char *team, const json_t *files, const char *
 			r = real_dirs(dir, path, strlen(path), err) < 0 ? -1 : chmod(full, mode & 07777) < 0 ? kiln_err_errno(err, errno, "chmod %s", path) : 0;
 		} else if (r == 0 && S_ISLNK(mode)) {
 			r = symlink(link, full) < 0 ? kiln_err_errno(err, errno, "symlink %s", path) : 0;
+		} else if (r == 0 && l.todo) {
+			l.todo[l.n++] = i; /* once every directory is there */
 		} else if (r == 0) {
 			src = kiln_cas_path(cas, digest);
 			r = link_out(linked, src, digest, full, mode, err);
@@ -260,8 +336,11 @@ int svc_context_make(svc *s, const char *team, const json_t *files, const char *
 			goto out;
 		}
 	}
+	if (l.n && link_all(&l, err) < 0)
+		goto out;
 	ret = 0;
 out:
+	free(l.todo);
 	kiln_cas_close(cas);
 	free(made);
 	free(linked);
