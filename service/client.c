@@ -276,26 +276,95 @@ out:
 }
 
 /* The blobs the server said it lacks (a 409 to a submit with ?missing=1). */
+/* The missing files sent by a few connections at once (this one too): a
+ * first build's 200 small files each wait for the server to make one
+ * durable, and those of concurrent uploads share its disk's commits. */
+struct sending {
+	struct cl *c;                 /* this thread's connection (main: the caller's) */
+	const char **paths, **digests;
+	size_t n;
+	atomic_size_t *next;
+	pthread_mutex_t *lock;
+	kiln_error **err;             /* the first failure, shared */
+	size_t done;
+};
+
+static void *send_some(void *ud)
+{
+	struct sending *t = ud;
+
+	for (size_t i; (i = atomic_fetch_add(t->next, 1)) < t->n;) {
+		kiln_error *e = NULL;
+		if (upload(t->c, t->paths[i], t->digests[i], &e) < 0) {
+			pthread_mutex_lock(t->lock);
+			if (*t->err == NULL)
+				*t->err = e;
+			else
+				kiln_error_free(e);
+			pthread_mutex_unlock(t->lock);
+			atomic_store(t->next, t->n);
+			break;
+		}
+		t->done++;
+	}
+	return NULL;
+}
+
 static int send_missing(struct cl *c, const struct http *h, const json_t *byd, struct svc_remote_result *res,
 			kiln_error **err)
 {
 	json_t *j = json_loadb(h->body.buf ? h->body.buf : "", h->body.len, 0, NULL), *d;
-	size_t i;
+	size_t i, n = json_array_size(json_object_get(j, "missing")), extra = n < 16 ? 0 : 3, started = 0;
+	const char **paths = kiln_xcalloc(n + 1, sizeof(*paths)), **digests = kiln_xcalloc(n + 1, sizeof(*digests));
+	struct sending t[4];
+	struct cl more[3];
+	pthread_t th[3];
+	atomic_size_t next;
+	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	kiln_error *first = NULL;
 	int ret = 0;
 
 	if (!json_is_array(json_object_get(j, "missing")))
 		ret = kiln_err(err, KILN_E_GENERIC, "build server %s: a 409 without the missing files", c->base);
 	json_array_foreach(json_object_get(j, "missing"), i, d) {
-		const char *path = json_string_value(json_object_get(byd, json_string_value(d) ?: ""));
-		if (path == NULL) {
+		paths[i] = json_string_value(json_object_get(byd, json_string_value(d) ?: ""));
+		digests[i] = json_string_value(d);
+		if (paths[i] == NULL) {
 			ret = kiln_err(err, KILN_E_GENERIC, "build server %s: asks for %s, not in the context", c->base,
 				       json_string_value(d) ?: "?");
 			break;
 		}
-		if ((ret = upload(c, path, json_string_value(d), err)) < 0)
-			break;
-		res->uploaded++;
 	}
+	atomic_init(&next, 0);
+	for (size_t k = 0; k < 4; k++)
+		t[k] = (struct sending){ .c = k ? &more[k - 1] : c, .paths = paths, .digests = digests, .n = n,
+					 .next = &next, .lock = &lock, .err = &first };
+	for (; ret == 0 && started < extra; started++) {
+		kiln_error *e = NULL;
+		more[started] = (struct cl){ .o = c->o };
+		if (client_init(&more[started], &e) < 0 || pthread_create(&th[started], NULL, send_some, &t[started + 1]) != 0) {
+			kiln_error_free(e); /* fewer connections, as many files */
+			client_free(&more[started]);
+			break;
+		}
+	}
+	if (ret == 0)
+		send_some(&t[0]);
+	for (size_t k = 0; k < started; k++) {
+		pthread_join(th[k], NULL);
+		c->sent += more[k].sent;
+		client_free(&more[k]);
+	}
+	for (size_t k = 0; k <= started; k++)
+		res->uploaded += t[k].done;
+	if (ret == 0 && first) {
+		*err = first;
+		ret = -1;
+	} else {
+		kiln_error_free(first);
+	}
+	free(paths);
+	free(digests);
 	json_decref(j);
 	res->bytes_sent = c->sent;
 	return ret;

@@ -121,6 +121,16 @@ expect_exit 0 "the build on it" $KILN build --remote "$URL" -t rapp:1 "$T_TMP/rb
 if replayed; then not_ok "...runs (its base moved)"; else ok "...runs (its base moved)"; fi
 if [ "$(head -1 "$T_TMP/out")" != "$R1" ]; then ok "...giving another image"; else not_ok "...giving another image"; fi
 
+# a context of many files goes up over several connections at once
+mkdir -p "$T_TMP/many/d"
+for i in $(seq 40); do echo "file $i" >"$T_TMP/many/d/f$i"; done
+printf 'FROM scratch\nCOPY d/ /d/\n' >"$T_TMP/many/Dockerfile"
+expect_exit 0 "a build of 41 files" $KILN build --remote "$URL" -t many:1 "$T_TMP/many"
+expect_grep "...uploads each file the server lacks" '^context: 42 entries, 41 files uploaded' "$T_TMP/err"
+MANY=$(head -1 "$T_TMP/out")
+KILN_HOME=$T_TMP/local expect_exit 0 "...the same image as a local build" $KILN build -t many:1 "$T_TMP/many"
+expect_eq "...(digest)" "$(head -1 "$T_TMP/out")" "$MANY"
+
 # bad input
 printf 'FROM scratch\nCOPY --nope a.txt /\n' >"$T_TMP/ctx/Dockerfile.bad"
 expect_exit 1 "a Dockerfile error fails" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.bad" "$T_TMP/ctx"
