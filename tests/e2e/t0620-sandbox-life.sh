@@ -54,7 +54,8 @@ expect_exit 0 "exec --detach prints a pid" $KILN sandbox exec --detach "$a" -- \
 	sh -c 'echo out-$B; echo err-1 >&2; sleep 1; echo out-2; exit 5'
 pid=$(cat "$T_TMP/out")
 expect_grep "...a number" '^[0-9]+$' "$T_TMP/out"
-for i in $(seq 50); do
+# up to 30 s: a TCG guest on a loaded host takes its time over the 1 s sleep
+for i in $(seq 150); do
 	$KILN sandbox logs "$a" "$pid" >"$T_TMP/lo" 2>"$T_TMP/le"
 	grep -q 'exit 5' "$T_TMP/le" && break
 	sleep 0.2
