@@ -200,9 +200,16 @@ static int check_dockerfile(const char *file, const char *text, const json_t *re
 		const struct df_stage *st = &plan->stages[plan->order[k]];
 		if (st->base_stage < 0 && strcmp(st->base, "scratch") != 0 && base_ok(file, st->node, st->base, err) < 0)
 			goto out;
-		for (size_t m = 0; m < st->n_steps; m++)
-			if (st->steps[m].from_image && base_ok(file, st->steps[m].node, st->steps[m].from_image, err) < 0)
+		for (size_t m = 0; m < st->n_steps; m++) {
+			const struct df_step *sp = &st->steps[m];
+			if (sp->from_image && base_ok(file, sp->node, sp->from_image, err) < 0)
 				goto out;
+			/* RUN --mount=...,from=IMAGE reads an image as COPY --from does */
+			for (size_t mi = 0; mi < sp->n_mounts; mi++)
+				if (sp->mounts[mi].from && sp->mounts[mi].from_stage < 0 &&
+				    base_ok(file, sp->node, sp->mounts[mi].from, err) < 0)
+					goto out;
+		}
 	}
 	ret = 0;
 out:
