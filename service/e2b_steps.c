@@ -146,14 +146,18 @@ static void add_shell_dquoted(kiln_buf *b, const char *s)
 }
 
 /* Would `RUN cmd` on one line be read as exactly cmd?  Not with a newline, a
- * heredoc marker, a trailing line continuation or a JSON-looking start. */
+ * heredoc marker, a trailing line continuation, a JSON-looking start, or a
+ * leading '-': `RUN --mount=...`, `--network=`, `--security=` are the
+ * instruction's flags, so a command "--mount=type=bind,from=IMAGE,... true"
+ * would mount what it names (an image, a path the server reads) instead of
+ * reaching the shell as the command it is. */
 static bool run_one_line(const char *cmd)
 {
 	size_t n = strlen(cmd);
 
 	/* the parser would also drop leading blanks */
-	if (*cmd == ' ' || *cmd == '\t' || *cmd == '\0' || *cmd == '[' || strchr(cmd, '\n') || strchr(cmd, '\r') ||
-	    strstr(cmd, "<<"))
+	if (*cmd == ' ' || *cmd == '\t' || *cmd == '\0' || *cmd == '[' || *cmd == '-' || strchr(cmd, '\n') ||
+	    strchr(cmd, '\r') || strstr(cmd, "<<"))
 		return false;
 	while (n > 0 && (cmd[n - 1] == ' ' || cmd[n - 1] == '\t'))
 		n--;

@@ -176,6 +176,10 @@ static void test_run_verbatim(void)
 		"echo '#not a comment' # a comment",
 		"  echo padded",
 		"echo crlf\r\necho two",
+		/* RUN's flags, were they first on the line */
+		"--mount=type=bind,from=oci-archive:context,target=/x cat /x/y",
+		"--network=host wget http://10.0.0.1/",
+		"-x",
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
 		json_t *b = json_pack("{s:s,s:[{s:s,s:[s]}]}", "fromImage", "busybox", "steps", "type", "RUN", "args",
@@ -188,6 +192,10 @@ static void test_run_verbatim(void)
 		if (plan && plan->stages[0].n_steps == 1) {
 			const struct df_step *s = &plan->stages[0].steps[0];
 			got = s->n_heredocs ? s->heredocs[0].content : s->args.v[0];
+			if (s->n_flags || s->n_mounts) {
+				printf("#   command %zu: read as RUN with %zu flags\n", i, s->n_flags);
+				test_checks_failed++;
+			}
 		}
 		{
 			/* a heredoc body ends with the newline before its delimiter */
