@@ -96,8 +96,10 @@ int e2b_db_tag_get(e2b_db *db, const char *template_id, const char *tag, char **
 int e2b_db_tag_delete(e2b_db *db, const char *template_id, const char *tag, kiln_error **err);
 json_t *e2b_db_tags(e2b_db *db, const char *template_id, kiln_error **err);
 /* Uploaded files: the team's files hash -> the digest of the tarball in the
- * service's context store. */
-int e2b_db_file_get(e2b_db *db, const char *team, const char *hash, char digest[KILN_DIGEST_MAX], kiln_error **err);
+ * service's context store, and size: the bytes of the files in it (rows from
+ * before it was counted: the tarball's).  size may be NULL. */
+int e2b_db_file_get(e2b_db *db, const char *team, const char *hash, char digest[KILN_DIGEST_MAX], int64_t *size,
+		    kiln_error **err);
 int e2b_db_file_put(e2b_db *db, const char *team, const char *hash, const char *digest, int64_t size,
 		    kiln_error **err);
 int e2b_db_file_forget(e2b_db *db, const char *team, const char *hash, kiln_error **err);
@@ -121,8 +123,11 @@ struct e2b_spool;
 int e2b_spool_open(const char *dir, uint64_t max, struct e2b_spool **out, kiln_error **err);
 int e2b_spool_write(struct e2b_spool *sp, const void *data, size_t len, kiln_error **err);
 /* Its sha256, after checking it is a tar a context may hold (KILN_E_INVALID,
- * KILN_E_LIMIT: a 400 / 413). */
-int e2b_spool_finish(struct e2b_spool *sp, char digest[KILN_DIGEST_MAX], kiln_error **err);
+ * KILN_E_LIMIT: a 400 / 413) with at most max_files bytes of files in it:
+ * what extracting it writes, which a compressed tarball may make thousands
+ * of times its own size.  *files gets that count. */
+int e2b_spool_finish(struct e2b_spool *sp, uint64_t max_files, char digest[KILN_DIGEST_MAX], uint64_t *files,
+		     kiln_error **err);
 int e2b_spool_replay(struct e2b_spool *sp, int (*fn)(void *ud, const void *data, size_t len, kiln_error **err),
 		     void *ud, kiln_error **err);
 uint64_t e2b_spool_size(const struct e2b_spool *sp);

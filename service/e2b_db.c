@@ -463,15 +463,33 @@ json_t *e2b_db_tags(e2b_db *db, const char *template_id, kiln_error **err)
 
 /* ---- uploaded files ---- */
 
-int e2b_db_file_get(e2b_db *db, const char *team, const char *hash, char digest[KILN_DIGEST_MAX], kiln_error **err)
+struct file_row {
+	char *digest;
+	int64_t size;
+};
+
+static void file_of(sqlite3_stmt *st, void *ud)
+{
+	struct file_row *f = ud;
+
+	f->digest = col_str(st, 0);
+	f->size = sqlite3_column_int64(st, 1);
+}
+
+int e2b_db_file_get(e2b_db *db, const char *team, const char *hash, char digest[KILN_DIGEST_MAX], int64_t *size,
+		    kiln_error **err)
 {
 	const char *v[] = { team, hash };
-	char *d = NULL;
-	int rc = query(db, "SELECT digest FROM files WHERE team = ?1 AND hash = ?2", v, 2, true, str_of, &d, err);
+	struct file_row f = { 0 };
+	int rc = query(db, "SELECT digest, size FROM files WHERE team = ?1 AND hash = ?2", v, 2, true, file_of, &f,
+		       err);
 
-	if (rc == 1)
-		snprintf(digest, KILN_DIGEST_MAX, "%s", d ? d : "");
-	free(d);
+	if (rc == 1) {
+		snprintf(digest, KILN_DIGEST_MAX, "%s", f.digest ? f.digest : "");
+		if (size)
+			*size = f.size;
+	}
+	free(f.digest);
 	return rc;
 }
 

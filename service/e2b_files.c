@@ -183,7 +183,7 @@ static bool under_link(json_t *links, const char *n)
 }
 
 /* Read the spooled tar (plain or compressed) through: what a context may hold. */
-static int check_tar(const char *path, uint64_t max_bytes, kiln_error **err)
+static int check_tar(const char *path, uint64_t max_bytes, uint64_t *files, kiln_error **err)
 {
 	struct archive *a = kiln_tar_reader_new();
 	struct archive_entry *e;
@@ -236,7 +236,7 @@ static int check_tar(const char *path, uint64_t max_bytes, kiln_error **err)
 		if (archive_entry_size_is_set(e) && t == AE_IFREG) {
 			total += (uint64_t)archive_entry_size(e);
 			if (total > max_bytes) {
-				kiln_err(err, KILN_E_LIMIT, "more than %llu bytes of files",
+				kiln_err(err, KILN_E_LIMIT, "more than %llu bytes of files (the build context's limit)",
 					 (unsigned long long)max_bytes);
 				goto out;
 			}
@@ -250,6 +250,7 @@ static int check_tar(const char *path, uint64_t max_bytes, kiln_error **err)
 		kiln_err(err, KILN_E_INVALID, "%s", archive_error_string(a));
 		goto out;
 	}
+	*files = total;
 	rc = 0;
 out:
 	json_decref(links);
@@ -257,13 +258,15 @@ out:
 	return rc;
 }
 
-int e2b_spool_finish(struct e2b_spool *sp, char digest[KILN_DIGEST_MAX], kiln_error **err)
+int e2b_spool_finish(struct e2b_spool *sp, uint64_t max_files, char digest[KILN_DIGEST_MAX], uint64_t *files,
+		     kiln_error **err)
 {
 	kiln_hasher_final(sp->h, digest);
 	sp->h = NULL;
 	if (fsync(sp->fd) < 0)
 		return kiln_err_errno(err, errno, "upload spool");
-	if (check_tar(sp->path, E2B_MAX_UPLOAD, err) < 0)
+	*files = 0;
+	if (check_tar(sp->path, max_files, files, err) < 0)
 		return kiln_error_wrap(err, "the uploaded files");
 	return 0;
 }

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "service/e2b.h"
+#include "service/internal.h"
 
 #define BODY_MAX (8u << 20)
 
@@ -372,7 +373,7 @@ static void h_file_link(e2b *e, reg_req *r, struct e2b_req *q)
 	if ((have = e2b_db_template_find(e->db, q->team, q->seg[1], &t, &err)) <= 0)
 		return have < 0 ? e2b_reply_err(r, err, "upload link")
 				: e2b_reply_error(r, 404, "template %s not found", q->seg[1]);
-	have = e2b_db_file_get(e->db, q->team, hash, digest, &err);
+	have = e2b_db_file_get(e->db, q->team, hash, digest, NULL, &err);
 	if (have == 1) {
 		/* the team's store may have been pruned since */
 		const char *d = digest;
@@ -411,10 +412,14 @@ static void h_file_put(e2b *e, reg_req *r, struct e2b_req *q)
 	char digest[KILN_DIGEST_MAX];
 	svc_blob_writer *w = NULL;
 	kiln_error *err = NULL;
+	/* the files a build's context may hold: a tarball of more could never
+	 * be built, and extracting it (a few KB of gzip can make GBs of zeros)
+	 * would fill the server's disk first */
+	uint64_t max = e->svc->cfg.context_max < E2B_MAX_UPLOAD ? e->svc->cfg.context_max : E2B_MAX_UPLOAD, files = 0;
 
 	if (q->body_err)
 		return e2b_reply_err(r, q->body_err, "upload"), (void)(q->body_err = NULL);
-	if (e2b_spool_finish(q->spool, digest, &err) < 0)
+	if (e2b_spool_finish(q->spool, max, digest, &files, &err) < 0)
 		return e2b_reply_err(r, err, "upload");
 	if (svc_blob_begin(e->svc, q->team, digest, SVC_ENC_IDENTITY, E2B_MAX_UPLOAD, &w, &err) < 0 ||
 	    e2b_spool_replay(q->spool, blob_write, w, &err) < 0) {
@@ -422,7 +427,7 @@ static void h_file_put(e2b *e, reg_req *r, struct e2b_req *q)
 		return e2b_reply_err(r, err, "upload");
 	}
 	if (svc_blob_commit(w, &err) < 0 ||
-	    e2b_db_file_put(e->db, q->team, q->seg[3], digest, (int64_t)e2b_spool_size(q->spool), &err) < 0)
+	    e2b_db_file_put(e->db, q->team, q->seg[3], digest, (int64_t)files, &err) < 0)
 		return e2b_reply_err(r, err, "upload");
 	reg_respond(r, 200, "", 0, NULL);
 }

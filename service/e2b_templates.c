@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "service/e2b.h"
+#include "service/internal.h"
 
 /* fromTemplate "NAME[:TAG]" of the team: the image its build published,
  * pinned by digest (HOST/TEAM/NAME@sha256:...). */
@@ -70,6 +71,7 @@ void h_trigger(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 	char *lines = NULL;
 	kiln_error *err = NULL;
 	bool claimed = false;
+	uint64_t total = 0;
 	json_t *lj;
 	int found;
 
@@ -101,10 +103,20 @@ void h_trigger(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 	files = kiln_xcalloc(p.hashes.n + 1, sizeof(*files));
 	digests = kiln_xcalloc(p.hashes.n + 1, sizeof(*digests));
 	for (size_t i = 0; i < p.hashes.n; i++) {
-		if ((found = e2b_db_file_get(e->db, q->team, p.hashes.v[i], digests[i], &err)) <= 0) {
+		int64_t size = 0;
+		if ((found = e2b_db_file_get(e->db, q->team, p.hashes.v[i], digests[i], &size, &err)) <= 0) {
 			if (found == 0)
 				kiln_err(&err, KILN_E_INVALID, "the files of hash %s were not uploaded (GET "
 					 "/templates/%s/files/%s, then PUT them)", p.hashes.v[i], t.id, p.hashes.v[i]);
+			goto fail;
+		}
+		/* what the context will hold once they are extracted, each within
+		 * the limit (checked at upload) but not all of them together (the
+		 * service counts a tarball by its own, compressed, size) */
+		total += size > 0 ? (uint64_t)size : 0;
+		if (total > e->svc->cfg.context_max) {
+			kiln_err(&err, KILN_E_LIMIT, "the files of the COPY steps are more than the context limit of "
+				 "%llu bytes", (unsigned long long)e->svc->cfg.context_max);
 			goto fail;
 		}
 		files[i] = (struct svc_file){ .path = p.hashes.v[i], .mode = S_IFDIR | 0755, .digest = digests[i],

@@ -32,6 +32,7 @@ static int spool_tar(const struct ent *v, size_t n, bool gz, kiln_error **err)
 	size_t used = 0;
 	struct e2b_spool *sp = NULL;
 	char digest[KILN_DIGEST_MAX];
+	uint64_t files = 0;
 	int rc;
 
 	if (gz)
@@ -64,7 +65,7 @@ static int spool_tar(const struct ent *v, size_t n, bool gz, kiln_error **err)
 	}
 	rc = e2b_spool_write(sp, buf, used, err);
 	if (rc == 0)
-		rc = e2b_spool_finish(sp, digest, err);
+		rc = e2b_spool_finish(sp, 1 << 20, digest, &files, err);
 	if (rc == 0) {
 		char want[KILN_DIGEST_MAX];
 		kiln_digest_buf(KILN_SHA256, buf, used, want);
@@ -115,9 +116,10 @@ static void test_tar_checks(void)
 		/* not a tar at all */
 		struct e2b_spool *sp = NULL;
 		char d[KILN_DIGEST_MAX];
+		uint64_t files = 0;
 		CHECK_INT(e2b_spool_open(dir, 64, &sp, &err), 0);
 		CHECK_INT(e2b_spool_write(sp, "garbage garbage", 15, &err), 0);
-		CHECK(e2b_spool_finish(sp, d, &err) < 0);
+		CHECK(e2b_spool_finish(sp, 1 << 20, d, &files, &err) < 0);
 		CHECK(err && strstr(kiln_error_message(err), "the uploaded files") != NULL);
 		kiln_error_clear(&err);
 		/* over the bound */
@@ -175,6 +177,7 @@ static void test_db(void)
 {
 	char *path = kiln_path_join(dir, "e2b.db"), *b1 = NULL, *b2 = NULL, *got = NULL;
 	char digest[KILN_DIGEST_MAX];
+	int64_t size = 0;
 	e2b_db *db = NULL;
 	kiln_error *err = NULL;
 	struct e2b_template t1, t2, t3;
@@ -224,11 +227,12 @@ static void test_db(void)
 	CHECK_INT(json_array_size(tags), 1);
 	json_decref(tags);
 	CHECK_INT(e2b_db_tag_delete(db, t1.id, "v1", &err), 1);
-	CHECK_INT(e2b_db_file_get(db, "team-a", "h1", digest, &err), 0);
+	CHECK_INT(e2b_db_file_get(db, "team-a", "h1", digest, NULL, &err), 0);
 	CHECK_INT(e2b_db_file_put(db, "team-a", "h1", "sha256:aa", 10, &err), 0);
-	CHECK_INT(e2b_db_file_get(db, "team-a", "h1", digest, &err), 1);
+	CHECK_INT(e2b_db_file_get(db, "team-a", "h1", digest, &size, &err), 1);
 	CHECK_STR(digest, "sha256:aa");
-	CHECK_INT(e2b_db_file_get(db, "team-b", "h1", digest, &err), 0);
+	CHECK_INT(size, 10);
+	CHECK_INT(e2b_db_file_get(db, "team-b", "h1", digest, NULL, &err), 0);
 	CHECK_INT(e2b_db_templates(db, "team-a", &tv, &n, &err), 0);
 	CHECK_INT(n, 1);
 	for (size_t i = 0; i < n; i++)

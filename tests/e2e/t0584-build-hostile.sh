@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# t0584-build-hostile.sh — requests made to hurt `kiln serve --build` (auth
+# off, a 1M context limit, no VM: nothing here runs a step): E2B uploads
+# whose tarballs extract to far more than they weigh (a few KB of gzip
+# making MBs of zeros on the server's disk), each within the limit but all
+# of one build's together over it; every one refused with a 413 naming the
+# limit before anything is extracted, and what was stored before kept.
+. tests/e2e/lib.sh
+
+DATA=$T_TMP/data
+cat >"$T_TMP/serve.json" <<JSON
+{"build": {"context_max": "1M", "host_builds": 1}}
+JSON
+: >"$T_TMP/serve.log"
+$KILN serve --addr 127.0.0.1:0 --data "$DATA" --config "$T_TMP/serve.json" 2>"$T_TMP/serve.log" &
+SRV=$!
+trap 'kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null; rm -rf "$T_TMP"' EXIT
+for _ in $(seq 100); do grep -q listening "$T_TMP/serve.log" && break; sleep 0.1; done
+URL=http://$(grep -o '127.0.0.1:[0-9]*' "$T_TMP/serve.log" | head -1)
+
+# req METHOD PATH [curl args]: the body in $T_TMP/body, the status in $CODE
+req() {
+	local m=$1 p=$2
+	shift 2
+	CODE=$(curl -s -o "$T_TMP/body" -w '%{http_code}' -X "$m" "$@" "$URL$p")
+}
+json() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$T_TMP/body" "$1"; }
+J=(-H 'Content-Type: application/json')
+# tgz NAME BYTES: a tarball of one file of BYTES zeros (gzip: ~1/1000 of that)
+tgz() {
+	mkdir -p "$T_TMP/z/$1" && truncate -s "$2" "$T_TMP/z/$1/f"
+	tar -czf "$T_TMP/$1.tar.gz" -C "$T_TMP/z/$1" f
+}
+# upload HASH FILE: through the upload link the API gives for HASH
+upload() {
+	req GET "/templates/$tid/files/$1"
+	local url
+	url=$(json 'd["url"]')
+	CODE=$(curl -s -o "$T_TMP/body" -w '%{http_code}' -X PUT --data-binary @"$2" "$url")
+}
+
+req POST /v3/templates "${J[@]}" -d '{"name":"bomb"}'
+expect_eq "a template" "$CODE" 202
+tid=$(json 'd["templateID"]')
+bid=$(json 'd["buildID"]')
+
+h1=$(printf 'a%.0s' $(seq 64))
+tgz big 8000000
+expect_eq "...an 8 MB tarball weighs a few KB" "$(($(stat -c %s "$T_TMP/big.tar.gz") < 65536))" 1
+upload "$h1" "$T_TMP/big.tar.gz"
+expect_eq "an upload extracting to more than the context limit: 413" "$CODE" 413
+expect_grep "...saying so" 'more than 1048576 bytes of files' "$T_TMP/body"
+req GET "/templates/$tid/files/$h1"
+expect_grep "...nothing stored for its hash" '"present":false' "$T_TMP/body"
+
+h2=$(printf 'b%.0s' $(seq 64))
+h3=$(printf 'c%.0s' $(seq 64))
+tgz p2 700000
+tgz p3 700000
+upload "$h2" "$T_TMP/p2.tar.gz"
+expect_eq "an upload within the limit" "$CODE" 200
+upload "$h3" "$T_TMP/p3.tar.gz"
+expect_eq "another one" "$CODE" 200
+steps() {
+	local s='' h
+	for h in "$@"; do
+		s+="${s:+,}{\"type\":\"COPY\",\"args\":[\"f\",\"/$h\"],\"filesHash\":\"$h\"}"
+	done
+	echo "{\"fromImage\":\"scratch\",\"steps\":[$s]}"
+}
+req POST "/v2/templates/$tid/builds/$bid" "${J[@]}" -d "$(steps "$h2" "$h3")"
+expect_eq "a build whose uploads together extract past the limit: 413" "$CODE" 413
+expect_grep "...saying so" 'files of the COPY steps are more than the context limit of 1048576 bytes' "$T_TMP/body"
+expect_eq "...nothing queued" "$(find "$DATA/build" -path '*/contexts/*' -name f | wc -l)" 0
+req GET "/templates/$tid/builds/$bid/status"
+expect_eq "...the build is failed, with the reason" "$(json 'd["status"] + " " + str("context limit" in d["reason"]["message"])')" "error True"
+
+# one of them alone fits: its COPY runs (FROM scratch: no VM for it; the
+# template made after it needs a shell this image lacks, so that part fails)
+req POST /v3/templates "${J[@]}" -d '{"name":"fits"}'
+tid=$(json 'd["templateID"]')
+bid=$(json 'd["buildID"]')
+req POST "/v2/templates/$tid/builds/$bid" "${J[@]}" -d "$(steps "$h2")"
+expect_eq "the same upload in a build of its own is taken" "$CODE" 202
+for _ in $(seq 100); do
+	req GET "/templates/$tid/builds/$bid/status"
+	case $(json 'd["status"]') in ready | error) break ;; esac
+	sleep 0.2
+done
+expect_grep "...and its COPY ran" '"\[2/2\] cache (hit|miss)' "$T_TMP/body"
+
