@@ -226,9 +226,11 @@ static void h_status(e2b *e, reg_req *r, struct e2b_req *q, bool logs_only)
 	}
 	if ((state = e2b_build_state(e, &b, &st, &err)) == NULL)
 		goto fail;
-	if (st.id[0] && svc_logs(e->svc, b.team, b.svc_id, 0, 0, &lines, &next, &ended, &err) < 0)
+	/* read from the offset: one read gives at most 1000 lines, so one from
+	 * the start would leave every line past the 1000th unreachable */
+	if (st.id[0] && svc_logs(e->svc, b.team, b.svc_id, offset, 0, &lines, &next, &ended, &err) < 0)
 		goto fail;
-	for (size_t i = (size_t)offset; i < lines.n && json_array_size(entries) < (size_t)limit; i++)
+	for (size_t i = 0; i < lines.n && json_array_size(entries) < (size_t)limit; i++)
 		json_array_append_new(entries, log_entry(lines.v[i], &b, (int64_t)time(NULL)));
 	if (logs_only) {
 		out = json_pack("{s:o}", "logs", entries);

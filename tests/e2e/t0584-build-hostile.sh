@@ -5,6 +5,7 @@
 # making MBs of zeros on the server's disk), each within the limit but all
 # of one build's together over it; every one refused with a 413 naming the
 # limit before anything is extracted, and what was stored before kept.
+# Then a log longer than one read, read to its end through logsOffset.
 . tests/e2e/lib.sh
 
 DATA=$T_TMP/data
@@ -89,3 +90,25 @@ for _ in $(seq 100); do
 done
 expect_grep "...and its COPY ran" '"\[2/2\] cache (hit|miss)' "$T_TMP/body"
 
+# a log of more than 1000 lines (one read's worth) reads to its end through
+# logsOffset: 512 COPY steps (E2B's most) log two lines each
+h4=$(printf 'd%.0s' $(seq 64))
+tgz small 1
+upload "$h4" "$T_TMP/small.tar.gz"
+expect_eq "a small upload" "$CODE" 200
+req POST /v3/templates "${J[@]}" -d '{"name":"long"}'
+tid=$(json 'd["templateID"]')
+bid=$(json 'd["buildID"]')
+req POST "/v2/templates/$tid/builds/$bid" "${J[@]}" -d "$(steps $(for _ in $(seq 512); do echo "$h4"; done))"
+expect_eq "a build of 512 steps" "$CODE" 202
+for _ in $(seq 300); do
+	req GET "/templates/$tid/builds/$bid/status"
+	case $(json 'd["status"]') in ready | error) break ;; esac
+	sleep 0.2
+done
+req GET "/templates/$tid/builds/$bid/status?logsOffset=0"
+expect_eq "...its first 1000 lines" "$(json 'len(d["logEntries"])')" 1000
+req GET "/templates/$tid/builds/$bid/status?logsOffset=1000"
+expect_grep "...and past them, its last step and its end" '"\[513/513\] cache (hit|miss).*"failed"' "$T_TMP/body"
+req GET "/templates/$tid/builds/$bid/logs?cursor=1020"
+expect_grep "...the logs call too" '"failed"' "$T_TMP/body"
