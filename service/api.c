@@ -3,6 +3,7 @@
  * (zstd), submit, status, list, the log as a chunked stream with a cursor,
  * cancel, cache prune.  Every call names its team (?team=, or the token's
  * only team) and needs a token with the build action on it. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -207,6 +208,24 @@ static int body(void *ud, reg_req *r, const char *data, size_t len)
 	return 0;
 }
 
+/* A query's whole number of at least 0 (absent or empty: dflt); -1 when it
+ * is not one.  strtoll alone reads "7d" as 7 and "abc" as 0: a prune given either
+ * would take every cache entry older than that many seconds — all of them. */
+static int64_t query_count(reg_req *r, const char *key, int64_t dflt)
+{
+	const char *v = reg_query(r, key);
+	char *end = NULL;
+	long long n;
+
+	if (v == NULL || *v == '\0')
+		return dflt;
+	if (*v < '0' || *v > '9')
+		return -1;
+	errno = 0;
+	n = strtoll(v, &end, 10);
+	return *end || errno ? -1 : (int64_t)n;
+}
+
 static json_t *body_json(reg_req *r, struct areq *q)
 {
 	json_error_t je;
@@ -316,7 +335,12 @@ static void end(void *ud, reg_req *r)
 	}
 	case K_LOGS: {
 		struct svc_status st;
-		const char *c = reg_query(r, "cursor"), *f = reg_query(r, "follow");
+		const char *f = reg_query(r, "follow");
+		int64_t cursor = query_count(r, "cursor", 0);
+		if (cursor < 0) {
+			fail(r, 400, "cursor: want the number of log lines already read");
+			break;
+		}
 		if (svc_status(s, q->team, q->id, &st, &err) < 0) {
 			fail_err(r, err);
 			break;
@@ -326,7 +350,7 @@ static void end(void *ud, reg_req *r)
 		ls->s = s;
 		ls->team = kiln_xstrdup(q->team);
 		ls->id = kiln_xstrdup(q->id);
-		ls->cursor = c ? strtoll(c, NULL, 10) : 0;
+		ls->cursor = cursor;
 		ls->follow = f && strcmp(f, "0") != 0;
 		ls->pending = (kiln_buf)KILN_BUF_INIT;
 		reg_respond_stream(r, 200, "application/x-ndjson", stream_read, ls, stream_free);
@@ -340,13 +364,18 @@ static void end(void *ud, reg_req *r)
 		break;
 	case K_PRUNE: {
 		struct svc_prune_stats ps;
-		const char *mb = reg_query(r, "max_bytes"), *age = reg_query(r, "older_than_s");
+		const char *mb = reg_query(r, "max_bytes");
+		int64_t age = query_count(r, "older_than_s", -2);
 		uint64_t max = 0;
 		if (mb && kiln_parse_size(mb, &max, &err) < 0) {
 			fail_err(r, err);
 			break;
 		}
-		if (svc_cache_prune(s, q->team, max, age ? strtoll(age, NULL, 10) : -1, &ps, &err) < 0)
+		if (age == -1) {
+			fail(r, 400, "older_than_s: want a number of seconds");
+			break;
+		}
+		if (svc_cache_prune(s, q->team, max, age < 0 ? -1 : age, &ps, &err) < 0)
 			fail_err(r, err);
 		else
 			answer(r, 200, json_pack("{s:I,s:I,s:I,s:I}", "entries_removed", (json_int_t)ps.entries_removed,

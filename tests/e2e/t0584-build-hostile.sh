@@ -5,7 +5,9 @@
 # making MBs of zeros on the server's disk), each within the limit but all
 # of one build's together over it; every one refused with a 413 naming the
 # limit before anything is extracted, and what was stored before kept.
-# Then a log longer than one read, read to its end through logsOffset.
+# Then a log longer than one read, read to its end through logsOffset, and
+# a cache prune or log cursor given a number it cannot read: a 400, the
+# cache kept.
 . tests/e2e/lib.sh
 
 DATA=$T_TMP/data
@@ -112,3 +114,20 @@ req GET "/templates/$tid/builds/$bid/status?logsOffset=1000"
 expect_grep "...and past them, its last step and its end" '"\[513/513\] cache (hit|miss).*"failed"' "$T_TMP/body"
 req GET "/templates/$tid/builds/$bid/logs?cursor=1020"
 expect_grep "...the logs call too" '"failed"' "$T_TMP/body"
+
+# a cache prune given an age it cannot read keeps the cache (strtoll read
+# "7d" as 7 seconds and "abc" as 0: every entry went)
+entries() { find "$DATA/build/teams/default/home/cache" -maxdepth 1 -name '*.json' | wc -l; }
+N=$(entries)
+expect_eq "the builds above left cache entries" "$((N > 0))" 1
+for age in 7d abc -5 1e9; do
+	req POST "/build/v1/cache/prune?older_than_s=$age"
+	expect_eq "prune older_than_s=$age: 400" "$CODE" 400
+done
+expect_grep "...saying what it wants" 'older_than_s: want a number of seconds' "$T_TMP/body"
+expect_eq "...every entry kept" "$(entries)" "$N"
+req POST "/build/v1/cache/prune?older_than_s=86400"
+expect_eq "a prune with an age in seconds" "$CODE" 200
+expect_eq "...removes none of these" "$(entries)" "$N"
+req GET "/build/v1/builds/b-0/logs?cursor=x"
+expect_eq "a log cursor that is no number: 400" "$CODE" 400
