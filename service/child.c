@@ -39,6 +39,26 @@ static int err_file(svc *s, kiln_error **err)
 	return fd;
 }
 
+/* A team's process must not find the server's own registry credentials:
+ * kiln's lookup (regclient/cred.c) falls back from $KILN_HOME's auth file to
+ * $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json and
+ * $HOME/.docker/config.json, which are the operator's, so a `FROM
+ * private.example/img` of any team pulled with whatever the operator logged
+ * in to.  HOME becomes the team's KILN_HOME (nothing of the operator's
+ * there); without one, it goes. */
+static void team_env(void)
+{
+	const char *kh = getenv("KILN_HOME");
+
+	unsetenv("REGISTRY_AUTH_FILE");
+	unsetenv("XDG_RUNTIME_DIR");
+	unsetenv("DOCKER_CONFIG");
+	if (kh && *kh)
+		setenv("HOME", kh, 1);
+	else
+		unsetenv("HOME");
+}
+
 /* fork + exec argv: stdin from in (or /dev/null), stdout to a new pipe
  * (*out), stderr to *errfd (made here); env: NAME=VALUE to set, NAME alone
  * to unset; keep: descriptors it inherits. */
@@ -86,6 +106,7 @@ static pid_t spawn(svc *s, char *const *argv, const char *const *env, const char
 				unsetenv(env[i]);
 			}
 		}
+		team_env();
 		if (cwd && chdir(cwd) < 0)
 			_exit(126);
 		execv(s->exe, argv);
@@ -259,6 +280,7 @@ int svc_child_wait(int fd, kiln_strv *argv, kiln_error **err)
 		else
 			unsetenv(k);
 	}
+	team_env(); /* its job's KILN_HOME is known only now */
 	if (chdir(cwd) < 0) {
 		kiln_err_errno(err, errno, "cd %s", cwd);
 		goto out;

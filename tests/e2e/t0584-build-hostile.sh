@@ -5,21 +5,46 @@
 # making MBs of zeros on the server's disk), each within the limit but all
 # of one build's together over it; every one refused with a 413 naming the
 # limit before anything is extracted, and what was stored before kept.
+# A team's build does not pull with the operator's registry credentials.
 # Then a log longer than one read, read to its end through logsOffset, and
 # a cache prune or log cursor given a number it cannot read: a 400, the
 # cache kept.
 . tests/e2e/lib.sh
 
+# serve DATA CONFIG LOG [kiln serve args]: started, its address in $ADDR
+serve() {
+	local data=$1 config=$2 log=$3
+	shift 3
+	: >"$log"
+	$KILN serve --addr 127.0.0.1:0 --data "$data" --config "$config" "$@" 2>"$log" &
+	PIDS+=("$!")
+	for _ in $(seq 100); do grep -q listening "$log" && break; sleep 0.1; done
+	ADDR=$(grep -o '127.0.0.1:[0-9]*' "$log" | head -1)
+}
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$T_TMP"' EXIT
+
+# a private registry the server's operator is logged in to ($HOME's Docker
+# config), with an image no team was given
+echo '{"auth": true}' >"$T_TMP/priv.json"
+OP=$($KILN token create --data "$T_TMP/priv" --scope private:pull,push op)
+serve "$T_TMP/priv" "$T_TMP/priv.json" "$T_TMP/priv.log"
+PRIV=$ADDR
+mkdir -p "$T_TMP/pctx" "$T_TMP/operator/.docker"
+echo private >"$T_TMP/pctx/p.txt"
+printf 'FROM scratch\nCOPY p.txt /p.txt\n' >"$T_TMP/pctx/Dockerfile"
+KILN_HOME=$T_TMP/local expect_exit 0 "an image built" $KILN build -t pimg:1 "$T_TMP/pctx"
+KILN_HOME=$T_TMP/local $KILN login -u x --password-stdin "$PRIV" <<<"$OP" >/dev/null 2>&1
+KILN_HOME=$T_TMP/local expect_exit 0 "...pushed to the private registry" $KILN push pimg:1 "$PRIV/private/pimg:1"
+printf '{"auths": {"%s": {"auth": "%s"}}}\n' "$PRIV" "$(printf 'x:%s' "$OP" | base64 -w0)" \
+	>"$T_TMP/operator/.docker/config.json"
+
 DATA=$T_TMP/data
 cat >"$T_TMP/serve.json" <<JSON
 {"build": {"context_max": "1M", "host_builds": 1}}
 JSON
-: >"$T_TMP/serve.log"
-$KILN serve --addr 127.0.0.1:0 --data "$DATA" --config "$T_TMP/serve.json" 2>"$T_TMP/serve.log" &
-SRV=$!
-trap 'kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null; rm -rf "$T_TMP"' EXIT
-for _ in $(seq 100); do grep -q listening "$T_TMP/serve.log" && break; sleep 0.1; done
-URL=http://$(grep -o '127.0.0.1:[0-9]*' "$T_TMP/serve.log" | head -1)
+HOME=$T_TMP/operator serve "$DATA" "$T_TMP/serve.json" "$T_TMP/serve.log"
+URL=http://$ADDR
 
 # req METHOD PATH [curl args]: the body in $T_TMP/body, the status in $CODE
 req() {
@@ -131,3 +156,16 @@ expect_eq "a prune with an age in seconds" "$CODE" 200
 expect_eq "...removes none of these" "$(entries)" "$N"
 req GET "/build/v1/builds/b-0/logs?cursor=x"
 expect_eq "a log cursor that is no number: 400" "$CODE" 400
+
+# the operator's credentials are not the team's: a FROM of the private
+# registry is refused there (its token was found in the server's $HOME)
+req POST /build/v1/builds "${J[@]}" -d "{\"dockerfile\":\"FROM $PRIV/private/pimg:1\\n\",\"files\":[]}"
+expect_eq "a build FROM the operator's private registry is taken" "$CODE" 202
+id=$(json 'd["id"]')
+for _ in $(seq 100); do
+	req GET "/build/v1/builds/$id"
+	case $(json 'd["state"]') in done | failed) break ;; esac
+	sleep 0.2
+done
+expect_eq "...and fails: the team has no credential there" "$(json 'd["state"]')" failed
+expect_grep "...as the registry says" 'unauthori[sz]ed|401|authentication required' "$T_TMP/body"
