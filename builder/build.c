@@ -27,6 +27,10 @@ static int load_image(struct run *r, const char *ref, struct img_slot **out, kil
 			return 0;
 		}
 	struct build_image *im;
+	if (r->o->registry_bases && (strncmp(ref, "oci:", 4) == 0 || strncmp(ref, "oci-archive:", 12) == 0 ||
+				     strncmp(ref, "docker-archive:", 15) == 0))
+		return kiln_err(err, KILN_E_INVALID, "%s names a path on the build host: this build takes registry "
+				"references and stages only", ref);
 	if (build_image_load(r->s, ref, &im, err) < 0)
 		return -1;
 	r->imgs = kiln_xrealloc(r->imgs, (r->n_imgs + 1) * sizeof(*r->imgs));

@@ -496,6 +496,9 @@ struct build_options {
 	const char *rootfs_out;            /* ext4 file of the result, or NULL */
 	const struct build_template_opts *template; /* also make a template, or NULL */
 	enum build_compression compression;
+	bool registry_bases;               /* FROM, COPY --from, RUN --mount from= (and ONBUILD triggers')
+					    * take registries and stages only, no oci:/archive path on
+					    * this host: what the build service runs for its teams */
 	const char *context_digests;       /* JSON file {"PATH": "sha256:…"}: digests of the context's
 					    * files, trusted (build_store_known_digests), or NULL */
 	const char *home;                  /* NULL = kiln_home() */

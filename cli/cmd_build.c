@@ -374,6 +374,10 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 			     "layer compression: gzip (default), zstd or none"),
 		CLI_BOOL(0, "json", &json, "one JSON event per line on stdout (step, step_done, output,\n"
 					   "vm, done, error)"),
+		CLI_BOOL(0, "registry-bases", &o.registry_bases,
+			 "bases (FROM, COPY --from, RUN --mount from=, ONBUILD's) from\n"
+			 "registries and stages only, never an oci:/archive path on this\n"
+			 "host (what the build service runs for its teams)"),
 		CLI_STRING(0, "context-digests", &o.context_digests, "FILE",
 			   "the context's file digests, JSON {\"PATH\": \"sha256:...\"}, taken as\n"
 			   "they are for cache keys (what the build service passes from its\n"

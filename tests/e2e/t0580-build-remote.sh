@@ -147,6 +147,12 @@ expect_grep "with where and why" 'Dockerfile.local:1:1: base .oci:/etc. names a 
 printf 'FROM scratch\nRUN --mount=type=bind,from=oci-archive:/etc/x.tar,target=/x true\n' >"$T_TMP/ctx/Dockerfile.mnt"
 expect_exit 1 "a RUN mounting an image on the server's disk is refused" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.mnt" "$T_TMP/ctx"
 expect_grep "...with where and why" 'Dockerfile.mnt:2:1: base .oci-archive:/etc/x.tar. names a path on the build server' "$T_TMP/err"
+# an ONBUILD trigger is only known when the build runs: the build refuses the path then
+printf 'FROM scratch\nONBUILD COPY --from=oci:context / /x\n' >"$T_TMP/ctx/Dockerfile.onb"
+expect_exit 0 "an image whose ONBUILD names a path" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.onb" -t onb:1 "$T_TMP/ctx"
+printf 'FROM 127.0.0.1:%s/team-a/onb:1\n' "$PORT" >"$T_TMP/ctx/Dockerfile.onb2"
+expect_exit 1 "a build on it fails" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.onb2" "$T_TMP/ctx"
+expect_grep "...the path refused, not opened" 'oci:context names a path on the build host: this build takes registry references and stages only' "$T_TMP/err"
 printf 'FROM 127.0.0.1:%s/team-b/base:1\n' "$PORT" >"$T_TMP/ctx/Dockerfile.other"
 expect_exit 1 "another team's base is not reachable" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.other" "$T_TMP/ctx"
 mkdir -p "$T_TMP/big"
