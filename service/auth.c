@@ -84,6 +84,7 @@ int svc_config_load(struct svc_config *c, const json_t *build, kiln_error **err)
 	c->team_builds = 2;
 	c->time_limit_s = 3600;
 	c->context_max = 1ull << 30;
+	c->context_files = 200000;
 	c->cache_max = 10ull << 30;
 	c->cache_age_s = 7 * 86400;
 	if (build == NULL || json_is_boolean(build))
@@ -99,6 +100,8 @@ int svc_config_load(struct svc_config *c, const json_t *build, kiln_error **err)
 			r = get_uint(v, key, &c->host_builds, err);
 		} else if (strcmp(key, "team_builds") == 0) {
 			r = get_uint(v, key, &c->team_builds, err);
+		} else if (strcmp(key, "context_files") == 0) {
+			r = get_uint(v, key, &c->context_files, err);
 		} else if (strcmp(key, "time_limit_s") == 0 || strcmp(key, "cache_age_s") == 0) {
 			if (!json_is_integer(v) || json_integer_value(v) < 1)
 				return kiln_err(err, KILN_E_INVALID, "build.%s: want a positive number of seconds", key);

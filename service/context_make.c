@@ -109,7 +109,15 @@ out:
 
 /* Extract a tar (any compression libarchive reads) under dir, refusing
  * entries that leave it (absolute, "..", through symlinks). */
-static int untar(const char *tarpath, const char *dir, kiln_error **err)
+/* What the tars of one context may still extract to: context_max and
+ * context_files hold for what they make too, not only for what was sent
+ * (a few KB of zstd can make GBs of zeros). */
+struct budget {
+	uint64_t bytes;
+	size_t entries;
+};
+
+static int untar(const char *tarpath, const char *dir, struct budget *left, kiln_error **err)
 {
 	struct archive *a = kiln_tar_reader_new(), *d = archive_write_disk_new();
 	struct archive_entry *e;
@@ -139,6 +147,15 @@ static int untar(const char *tarpath, const char *dir, kiln_error **err)
 			free(clean);
 			goto out;
 		}
+		la_int64_t size = archive_entry_size(e);
+		if (left->entries == 0 || (size > 0 && (uint64_t)size > left->bytes)) {
+			kiln_err(err, KILN_E_LIMIT, "tar entry '%s': the tar extracts to more than the context's limit "
+				 "(%s)", name, left->entries == 0 ? "its entries" : "its bytes");
+			free(clean);
+			goto out;
+		}
+		left->entries--;
+		left->bytes -= size > 0 ? (uint64_t)size : 0;
 		char *full = kiln_xasprintf("%s/%s", dir, clean);
 		archive_entry_set_pathname(e, full);
 		if (archive_entry_hardlink(e)) {
@@ -284,6 +301,7 @@ int svc_context_make(svc *s, const char *team, const json_t *files, const char *
 	kiln_cas *cas = NULL;
 	char *linked = svc_team_dir(s, team, "linked"), *made = NULL;
 	struct links l = { .linked = linked, .files = files, .dir = dir };
+	struct budget left = { s->cfg.context_max, s->cfg.context_files };
 	bool tars = false;
 	size_t i;
 	json_t *f;
@@ -316,7 +334,7 @@ int svc_context_make(svc *s, const char *team, const json_t *files, const char *
 
 		if (r == 0 && tar) {
 			src = kiln_cas_path(cas, digest);
-			r = real_dirs(dir, path, strlen(path), err) < 0 ? -1 : untar(src, full, err);
+			r = real_dirs(dir, path, strlen(path), err) < 0 ? -1 : untar(src, full, &left, err);
 			free(made); /* what it extracted is not known here */
 			made = NULL;
 		} else if (r == 0 && S_ISDIR(mode)) {

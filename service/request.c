@@ -236,6 +236,9 @@ static int check_files(svc *s, const char *team, const json_t *files, kiln_strv 
 
 	if (!json_is_array(files))
 		return kiln_err(err, KILN_E_INVALID, "files: want an array");
+	if (json_array_size(files) > s->cfg.context_files)
+		return kiln_err(err, KILN_E_LIMIT, "the context has %zu entries, more than the limit of %u",
+				json_array_size(files), s->cfg.context_files);
 	json_t *links = json_object(); /* the symlinks the list makes: nothing may be under one */
 	json_array_foreach(files, i, f) {
 		const char *path = json_string_value(json_object_get(f, "path"));

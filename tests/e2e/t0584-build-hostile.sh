@@ -8,7 +8,8 @@
 # A team's build does not pull with the operator's registry credentials.
 # Then a log longer than one read, read to its end through logsOffset, and
 # a cache prune or log cursor given a number it cannot read: a 400, the
-# cache kept.
+# cache kept.  kiln's own API: a context tar that extracts past
+# context_max fails its build, nothing left; a list over context_files: 413.
 . tests/e2e/lib.sh
 
 # serve DATA CONFIG LOG [kiln serve args]: started, its address in $ADDR
@@ -169,3 +170,24 @@ for _ in $(seq 100); do
 done
 expect_eq "...and fails: the team has no credential there" "$(json 'd["state"]')" failed
 expect_grep "...as the registry says" 'unauthori[sz]ed|401|authentication required' "$T_TMP/body"
+
+# kiln's own API: a context tar (`"tar": true`) is bounded by what it
+# extracts to, and a file list by its entries
+tgz zst 3000000 # 3 MB of zeros in a few KB of gzip; context_max is 1M
+ZH=sha256:$(sha256sum "$T_TMP/zst.tar.gz" | cut -d' ' -f1)
+req PUT "/build/v1/blobs/$ZH" --data-binary @"$T_TMP/zst.tar.gz"
+expect_eq "a small tarball of many zeros is stored (it weighs a few KB)" "$CODE" 201
+req POST /build/v1/builds "${J[@]}" -d "{\"dockerfile\":\"FROM scratch\\nCOPY t/f /f\\n\",\"name\":\"zst\",\"files\":[{\"path\":\"t\",\"mode\":16877,\"tar\":true,\"digest\":\"$ZH\"}]}"
+id=$(json 'd["id"]')
+for _ in $(seq 100); do
+	req GET "/build/v1/builds/$id"
+	case $(json 'd["state"]') in done | failed) break ;; esac
+	sleep 0.2
+done
+expect_eq "...a build of it fails: the tar extracts to more than context_max" "$(json 'd["state"] + ": " + d["reason"]')" \
+	"failed: context file t: tar entry 'f': the tar extracts to more than the context's limit (its bytes)"
+expect_eq "...nothing of it left on the server's disk" "$(find "$DATA/build/teams/default/contexts" -name f -size +1M | wc -l)" 0
+python3 -c 'import json, sys; print(json.dumps({"dockerfile": "FROM scratch\n", "files": [{"path": "d%d" % i, "mode": 16877} for i in range(200001)]}))' >"$T_TMP/many.json"
+req POST /build/v1/builds "${J[@]}" --data-binary @"$T_TMP/many.json"
+expect_eq "a list of 200,001 entries: 413" "$CODE" 413
+expect_eq "...saying why" "$(json 'd["error"]')" "the context has 200001 entries, more than the limit of 200000"
