@@ -310,7 +310,7 @@ static int copy_step(struct run *r, struct stage_state *ss, const struct df_step
 {
 	struct build_changes ch = { 0 };
 	struct build_copy_opts o = { .add = st->kind == DF_ADD, .workdir = st->workdir, .scratch = r->scratch,
-				     .unpack = -1 };
+				     .unpack = -1, .public_urls = r->o->public_urls };
 	kiln_strv excl = KILN_STRV_INIT, hn = KILN_STRV_INIT, hb = KILN_STRV_INIT;
 	const build_tree *tree = NULL;
 	build_tree *empty = NULL;

@@ -149,6 +149,7 @@ struct build_copy_opts {
 	const char *chown;         /* "USER[:GROUP]", names or ids; NULL = 0:0 (or kept) */
 	const char *chmod;         /* octal; NULL = kept */
 	const char *checksum;      /* ADD --checksum=sha256:... for URLs */
+	bool public_urls;          /* ADD URLs from public addresses only (build_options.public_urls) */
 	const char *const *excludes; /* --exclude patterns */
 	size_t n_excludes;
 	bool parents;              /* --parents */
@@ -174,8 +175,9 @@ int build_copy_resolve(const build_tree *tree, const char *const *srcs, size_t n
  * names looked up in passwd/group texts (either may be NULL). */
 int build_chown_parse(const char *spec, const char *passwd, const char *group, uid_t *uid, gid_t *gid,
 		      kiln_error **err);
-/* Fetch a URL (http/https) to a file, checking `checksum` ("sha256:...") if set. */
-int build_fetch_url(const char *url, const char *path, const char *checksum, kiln_error **err);
+/* Fetch a URL (http/https) to a file, checking `checksum` ("sha256:...") if
+ * set; public_only: from public addresses only (rc_client_opts.public_only). */
+int build_fetch_url(const char *url, const char *path, const char *checksum, bool public_only, kiln_error **err);
 
 /* ===========================================================================
  * The local store (store.c) under kiln_home(): blobs/sha256/HEX, written to
@@ -496,6 +498,8 @@ struct build_options {
 	const char *rootfs_out;            /* ext4 file of the result, or NULL */
 	const struct build_template_opts *template; /* also make a template, or NULL */
 	enum build_compression compression;
+	bool public_urls;                  /* ADD fetches from public addresses only: no loopback,
+					    * private or link-local one, whatever DNS or a redirect says */
 	bool registry_bases;               /* FROM, COPY --from, RUN --mount from= (and ONBUILD triggers')
 					    * take registries and stages only, no oci:/archive path on
 					    * this host: what the build service runs for its teams */

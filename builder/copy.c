@@ -524,7 +524,7 @@ static int add_url(struct ctx *c, const char *url, bool dest_dir, const char *de
 		goto out;
 	}
 	kiln_strv_push(&c->out->tmpdirs, dir);
-	if (kiln_mkdir_p(dir, 0700, err) < 0 || build_fetch_url(url, path, c->o->checksum, err) < 0)
+	if (kiln_mkdir_p(dir, 0700, err) < 0 || build_fetch_url(url, path, c->o->checksum, c->o->public_urls, err) < 0)
 		goto out;
 	if (stat(path, &st) < 0) {
 		kiln_err_errno(err, errno, "ADD %s", url);

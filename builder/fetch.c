@@ -49,7 +49,7 @@ static int on_data(void *ud, struct rc_http *r, const char *p, size_t n)
 	return 0;
 }
 
-int build_fetch_url(const char *url, const char *path, const char *checksum, kiln_error **err)
+int build_fetch_url(const char *url, const char *path, const char *checksum, bool public_only, kiln_error **err)
 {
 	struct sink s = { .fd = -1, .path = path, .algo = KILN_SHA256, .err = err };
 	struct rc_http r;
@@ -59,7 +59,7 @@ int build_fetch_url(const char *url, const char *path, const char *checksum, kil
 
 	if (checksum && kiln_digest_parse(checksum, &s.algo, err) < 0)
 		return kiln_error_wrap(err, "ADD --checksum");
-	if ((c = rc_client_for_url(url, err)) == NULL)
+	if ((c = rc_client_for_url(url, public_only, err)) == NULL)
 		return kiln_error_wrap(err, "ADD %s", url);
 	rc_http_init(&r, c, "GET", kiln_xstrdup(url), NULL);
 	s.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

@@ -374,6 +374,10 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 			     "layer compression: gzip (default), zstd or none"),
 		CLI_BOOL(0, "json", &json, "one JSON event per line on stdout (step, step_done, output,\n"
 					   "vm, done, error)"),
+		CLI_BOOL(0, "public-urls", &o.public_urls,
+			 "ADD fetches URLs from public addresses only: no loopback, private\n"
+			 "or link-local one, whatever DNS or a redirect says (what the build\n"
+			 "service runs for its teams unless its fetch_private is set)"),
 		CLI_BOOL(0, "registry-bases", &o.registry_bases,
 			 "bases (FROM, COPY --from, RUN --mount from=, ONBUILD's) from\n"
 			 "registries and stages only, never an oci:/archive path on this\n"

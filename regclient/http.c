@@ -2,8 +2,13 @@
  * and DNS for every handle), request setup (bodies from memory or a file
  * range, bounded answers, the headers the protocol needs), and the
  * synchronous request loop with backoff retries and the auth challenge. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -52,6 +57,7 @@ rc_client *rc_client_new(const char *host, const struct rc_client_opts *o, kiln_
 	c->timeout_s = o->timeout_s ? o->timeout_s : 30;
 	c->max_rate = o->max_rate;
 	c->plain = o->plain;
+	c->public_only = o->public_only;
 	/* the registries' CA bundle is not a web server's (ADD https://...:
 	 * the system's CAs, as before it rode this transport) */
 	const char *ca = getenv("KILN_REGISTRY_CA_FILE");
@@ -76,7 +82,7 @@ rc_client *rc_client_new(const char *host, const struct rc_client_opts *o, kiln_
 	return c;
 }
 
-rc_client *rc_client_for_url(const char *url, kiln_error **err)
+rc_client *rc_client_for_url(const char *url, int public_only, kiln_error **err)
 {
 	CURLU *u = curl_url();
 	char *scheme = NULL, *host = NULL, *port = NULL, *hp = NULL, *base = NULL;
@@ -94,7 +100,7 @@ rc_client *rc_client_for_url(const char *url, kiln_error **err)
 	curl_url_get(u, CURLUPART_PORT, &port, 0);
 	hp = port ? kiln_xasprintf("%s:%s", host, port) : kiln_xstrdup(host);
 	base = kiln_xasprintf("%s://%s", scheme, hp);
-	const struct rc_client_opts o = { .plain = 1, .base = base };
+	const struct rc_client_opts o = { .plain = 1, .base = base, .public_only = public_only };
 	c = rc_client_new(hp, &o, err);
 out:
 	curl_free(scheme);
@@ -210,6 +216,7 @@ void rc_http_reset(struct rc_http *r)
 	kiln_buf_reset(&r->errbody);
 	r->status = 0;
 	r->cr = CURLE_OK;
+	r->refused[0] = '\0';
 	r->errbuf[0] = 0;
 	r->clen = -1;
 	r->body_pos = 0;
@@ -358,6 +365,46 @@ static int on_seek(void *ud, curl_off_t off, int origin)
 	return CURL_SEEKFUNC_OK;
 }
 
+/* A public unicast address: none of loopback, "this network", private
+ * (RFC 1918, unique local), shared (CGN), link-local, benchmarking,
+ * documentation, multicast or reserved ranges; a v4-mapped v6 as its v4. */
+static bool v4_public(const unsigned char *a)
+{
+	return !(a[0] == 0 || a[0] == 10 || a[0] == 127 || a[0] >= 224 || (a[0] == 100 && (a[1] & 0xc0) == 64) ||
+		 (a[0] == 169 && a[1] == 254) || (a[0] == 172 && (a[1] & 0xf0) == 16) || (a[0] == 192 && a[1] == 168) ||
+		 (a[0] == 192 && a[1] == 0 && (a[2] == 0 || a[2] == 2)) || (a[0] == 198 && (a[1] & 0xfe) == 18) ||
+		 (a[0] == 198 && a[1] == 51 && a[2] == 100) || (a[0] == 203 && a[1] == 0 && a[2] == 113));
+}
+
+static bool addr_public(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return v4_public((const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr);
+	if (sa->sa_family != AF_INET6)
+		return false;
+	const unsigned char *a = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+	static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	if (memcmp(a, mapped, 12) == 0)
+		return v4_public(a + 12);
+	/* global unicast is 2000::/3; of it, not documentation (2001:db8::/32) nor NAT64 (64:ff9b::/96 is outside anyway) */
+	return (a[0] & 0xe0) == 0x20 && !(a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0d && a[3] == 0xb8);
+}
+
+static curl_socket_t public_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	struct rc_http *r = ud;
+
+	if (purpose == CURLSOCKTYPE_IPCXN && !addr_public(&a->addr)) {
+		char ip[INET6_ADDRSTRLEN] = "?";
+		const void *in = a->family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&a->addr)->sin6_addr
+						       : (const void *)&((struct sockaddr_in *)&a->addr)->sin_addr;
+		inet_ntop(a->family, in, ip, sizeof(ip));
+		snprintf(r->refused, sizeof(r->refused), "%s", ip);
+		return CURL_SOCKET_BAD;
+	}
+	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
 void rc_http_setup(struct rc_http *r, CURL *h)
 {
 	char *auth;
@@ -387,6 +434,10 @@ void rc_http_setup(struct rc_http *r, CURL *h)
 		curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 256L * 1024);
 	}
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "kiln/" KILN_VERSION);
+	if (r->c->public_only) {
+		curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, public_socket);
+		curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, r);
+	}
 	if (r->c->ca_file)
 		curl_easy_setopt(h, CURLOPT_CAINFO, r->c->ca_file);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->errbuf);
@@ -445,7 +496,7 @@ void rc_http_done(struct rc_http *r)
 
 int rc_http_transient(const struct rc_http *r)
 {
-	if (r->sink_failed)
+	if (r->sink_failed || r->refused[0])
 		return 0;
 	switch (r->cr) {
 	case CURLE_OK:
@@ -536,6 +587,9 @@ int rc_http_do(struct rc_http *r, kiln_error **err)
 			   r->cr != CURLE_OK ? transport_error(r) : "server error", attempt, ms);
 		kiln_sleep_ms(ms);
 	}
+	if (r->cr != CURLE_OK && r->refused[0])
+		return kiln_err(err, KILN_E_INVALID, "%s leads to %s, not a public address: this build fetches from public "
+				"addresses only", r->c->host, r->refused);
 	if (r->cr != CURLE_OK && !r->sink_failed) {
 		char more[48] = "";
 		if (attempt)

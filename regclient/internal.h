@@ -18,6 +18,7 @@ struct rc_client {
 	char *user, *pass;
 	int basic;  /* the registry challenged with Basic: send it up front */
 	int plain;  /* not a registry: rc_client_opts.plain */
+	int public_only; /* rc_client_opts.public_only */
 	struct rc_token *tokens;
 	size_t ntokens;
 	CURLSH *share; /* connections and DNS shared by every handle */

@@ -45,6 +45,10 @@ struct rc_client_opts {
 	int plain;               /* a web server, not a registry (rc_client_for_url): no credentials, no
 				  * challenge flow (a 401 is the caller's answer), the system's CAs (not
 				  * $KILN_REGISTRY_CA_FILE), errors name HOST alone */
+	int public_only;         /* connect to public addresses only — no loopback, private,
+				  * link-local, multicast or reserved one — checked at each connect, so
+				  * neither DNS nor a redirect leads elsewhere (a URL a build service
+				  * fetches for a team: its own host and network stay out of reach) */
 };
 
 struct rc_client_stats {
@@ -64,7 +68,7 @@ const struct rc_client_stats *rc_client_stats(const rc_client *c);
 /* A plain client for the server of an http:// or https:// URL (ADD <url>):
  * the transport's connections, redirects, timeouts and retries, and no
  * registry credentials, which must never go to an arbitrary web server. */
-rc_client *rc_client_for_url(const char *url, kiln_error **err);
+rc_client *rc_client_for_url(const char *url, int public_only, kiln_error **err);
 /* GET /v2/, authenticating if challenged: checks that the registry answers
  * and that the credentials (if any) are accepted. */
 int rc_client_ping(rc_client *c, kiln_error **err);
@@ -204,6 +208,7 @@ struct rc_http {
 	unsigned attempts;          /* attempts started (rc_http_setup): a sink sees each start over */
 	int64_t clen;
 	int sink_failed;            /* the sink refused (error already recorded by its owner) */
+	char refused[64];           /* public_only: the address a connect was refused to, or "" */
 	rc_client *c;
 };
 

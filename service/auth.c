@@ -100,6 +100,10 @@ int svc_config_load(struct svc_config *c, const json_t *build, kiln_error **err)
 			r = get_uint(v, key, &c->host_builds, err);
 		} else if (strcmp(key, "team_builds") == 0) {
 			r = get_uint(v, key, &c->team_builds, err);
+		} else if (strcmp(key, "fetch_private") == 0) {
+			if (!json_is_boolean(v))
+				return kiln_err(err, KILN_E_INVALID, "build.%s: want true or false", key);
+			c->fetch_private = json_is_true(v);
 		} else if (strcmp(key, "context_files") == 0) {
 			r = get_uint(v, key, &c->context_files, err);
 		} else if (strcmp(key, "time_limit_s") == 0 || strcmp(key, "cache_age_s") == 0) {

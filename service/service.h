@@ -31,13 +31,16 @@ struct svc_config {
 	int64_t time_limit_s;       /* default per build (3600); a request may ask for less */
 	uint64_t context_max;       /* bytes of one build's context (default 1 GiB), a tar's extracted too */
 	unsigned context_files;     /* entries of one build's context, a tar's too (default 200,000) */
+	bool fetch_private;         /* ADD may fetch from loopback, private and link-local addresses
+	                             * (default false: public ones only, so a team's build cannot
+	                             * reach the server's own host or network) */
 	uint64_t cache_max;         /* per team: step cache + image store bytes kept by prune (default 10 GiB) */
 	int64_t cache_age_s;        /* prune removes cache entries unused this long (default 7 days) */
 };
 
 /* Defaults, then the "build" value of the registry config (true or an object
  * with keys db, host_id, state_dir, host_builds, team_builds, time_limit_s,
- * context_max, context_files, cache_max, cache_age_s).  Strings point into `build`. */
+ * context_max, context_files, fetch_private, cache_max, cache_age_s).  Strings point into `build`. */
 int svc_config_load(struct svc_config *c, const json_t *build, kiln_error **err);
 
 /* Open the queue, fail builds this host left running (restart), start the

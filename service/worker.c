@@ -412,6 +412,8 @@ static void build_argv(svc *s, const json_t *req, const char *dfname, const char
 	argv_add(a, "-f");
 	argv_add(a, dfname);
 	argv_add(a, "--registry-bases"); /* whatever a trigger or mount names: no path on this host */
+	if (!s->cfg.fetch_private)
+		argv_add(a, "--public-urls"); /* nor its loopback or network through an ADD */
 	argv_add(a, "--context-digests"); /* made with the context (svc_context_use) */
 	kiln_strv_push_owned(a, kiln_path_join(cdir, "digests.json"));
 	if (name) {

@@ -8,11 +8,12 @@
 # blobs and cache; X-API-Key accepted; a restart keeps queued builds.
 . tests/e2e/lib.sh
 
+# fetch_private: the cancel and time-limit cases ADD from a server on 127.0.0.1
 # the client sends it with the request, so remote and local images are byte-identical
 export SOURCE_DATE_EPOCH=1700000000
 DATA=$T_TMP/data
 cat >"$T_TMP/serve.json" <<JSON
-{"auth": true, "build": {"context_max": "3M", "host_builds": 1}}
+{"auth": true, "build": {"context_max": "3M", "host_builds": 1, "fetch_private": true}}
 JSON
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
 B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)

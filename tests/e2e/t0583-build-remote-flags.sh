@@ -13,7 +13,7 @@
 
 export SOURCE_DATE_EPOCH=1700000000
 DATA=$T_TMP/data
-echo '{"auth": true, "build": {"host_builds": 1}}' >"$T_TMP/serve.json"
+echo '{"auth": true, "build": {"host_builds": 1, "fetch_private": true}}' >"$T_TMP/serve.json"
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
 SRV=
 start_server() {

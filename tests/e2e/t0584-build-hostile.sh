@@ -10,6 +10,7 @@
 # a cache prune or log cursor given a number it cannot read: a 400, the
 # cache kept.  kiln's own API: a context tar that extracts past
 # context_max fails its build, nothing left; a list over context_files: 413.
+# ADD of a URL on the server's loopback (by address or by name): refused.
 . tests/e2e/lib.sh
 
 # serve DATA CONFIG LOG [kiln serve args]: started, its address in $ADDR
@@ -191,3 +192,26 @@ python3 -c 'import json, sys; print(json.dumps({"dockerfile": "FROM scratch\n", 
 req POST /build/v1/builds "${J[@]}" --data-binary @"$T_TMP/many.json"
 expect_eq "a list of 200,001 entries: 413" "$CODE" 413
 expect_eq "...saying why" "$(json 'd["error"]')" "the context has 200001 entries, more than the limit of 200000"
+
+# ADD of a URL on the server's own host or network (fetch_private unset):
+# refused at connect, whatever the name resolves to; nothing reaches it
+python3 -c 'import sys; sys.path.insert(0, "tests"); import loopback_http as L
+s = L.listen(sys.argv[1], 20)
+def serve(c):
+    open(sys.argv[2], "a").write("hit\n"); c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"); c.close()
+L.serve_until_idle(s, serve)' "$T_TMP/inner.port" "$T_TMP/inner.hits" &
+PIDS+=("$!")
+for _ in $(seq 50); do [ -s "$T_TMP/inner.port" ] && break; sleep 0.1; done
+IP=$(cat "$T_TMP/inner.port")
+for u in "127.0.0.1:$IP" "localhost:$IP"; do
+	req POST /build/v1/builds "${J[@]}" -d "{\"dockerfile\":\"FROM scratch\\nADD http://$u/x /x\\n\",\"name\":\"ssrf\",\"files\":[]}"
+	id=$(json 'd["id"]')
+	for _ in $(seq 100); do
+		req GET "/build/v1/builds/$id"
+		case $(json 'd["state"]') in done | failed) break ;; esac
+		sleep 0.2
+	done
+	expect_eq "ADD http://$u/x fails" "$(json 'd["state"]')" failed
+	expect_grep "...the address refused" "leads to (127\.0\.0\.1|::1), not a public address: this build fetches from public addresses only" "$T_TMP/body"
+done
+expect_eq "...and nothing reached the server's loopback" "$(cat "$T_TMP/inner.hits" 2>/dev/null | wc -l)" 0

@@ -123,7 +123,7 @@ static void test_credentials(void)
 	 * userinfo in the URL stays out of the client's name (its errors) */
 	char *ca_was = getenv("KILN_REGISTRY_CA_FILE") ? kiln_xstrdup(getenv("KILN_REGISTRY_CA_FILE")) : NULL;
 	setenv("KILN_REGISTRY_CA_FILE", "/nonexistent/ca.pem", 1);
-	rc_client *w = rc_client_for_url("http://me:pw@reg.io:5000/f?x=1", &err);
+	rc_client *w = rc_client_for_url("http://me:pw@reg.io:5000/f?x=1", 0, &err);
 	CHECK(w && !w->user && w->plain && !w->ca_file);
 	if (ca_was)
 		setenv("KILN_REGISTRY_CA_FILE", ca_was, 1);
@@ -135,12 +135,12 @@ static void test_credentials(void)
 		CHECK_STR(w->base, "http://reg.io:5000");
 	}
 	rc_client_free(w);
-	w = rc_client_for_url("https://[::1]:8443/a", &err);
+	w = rc_client_for_url("https://[::1]:8443/a", 0, &err);
 	CHECK(w && strcmp(w->host, "[::1]:8443") == 0 && strcmp(w->base, "https://[::1]:8443") == 0);
 	rc_client_free(w);
-	CHECK(rc_client_for_url("ftp://reg.io/x", &err) == NULL && strstr(kiln_error_message(err), "http://"));
+	CHECK(rc_client_for_url("ftp://reg.io/x", 0, &err) == NULL && strstr(kiln_error_message(err), "http://"));
 	kiln_error_clear(&err);
-	CHECK(rc_client_for_url("not a url", &err) == NULL);
+	CHECK(rc_client_for_url("not a url", 0, &err) == NULL);
 	kiln_error_clear(&err);
 	CHECK(rc_auth_store("bad", "a:b", "x", &err) < 0);
 	kiln_error_clear(&err);
