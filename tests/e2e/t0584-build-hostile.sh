@@ -56,6 +56,22 @@ req() {
 }
 json() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$T_TMP/body" "$1"; }
 J=(-H 'Content-Type: application/json')
+# wait_template TID BID TRIES: an E2B build until ready or error (TRIES × 0.2 s), its status in $T_TMP/body
+wait_template() {
+	for _ in $(seq "$3"); do
+		req GET "/templates/$1/builds/$2/status"
+		case $(json 'd["status"]') in ready | error) return ;; esac
+		sleep 0.2
+	done
+}
+# wait_build ID: until it is done or failed (20 s), its status in $T_TMP/body
+wait_build() {
+	for _ in $(seq 100); do
+		req GET "/build/v1/builds/$1"
+		case $(json 'd["state"]') in done | failed) return ;; esac
+		sleep 0.2
+	done
+}
 # tgz NAME BYTES: a tarball of one file of BYTES zeros (gzip: ~1/1000 of that)
 tgz() {
 	mkdir -p "$T_TMP/z/$1" && truncate -s "$2" "$T_TMP/z/$1/f"
@@ -112,11 +128,7 @@ tid=$(json 'd["templateID"]')
 bid=$(json 'd["buildID"]')
 req POST "/v2/templates/$tid/builds/$bid" "${J[@]}" -d "$(steps "$h2")"
 expect_eq "the same upload in a build of its own is taken" "$CODE" 202
-for _ in $(seq 100); do
-	req GET "/templates/$tid/builds/$bid/status"
-	case $(json 'd["status"]') in ready | error) break ;; esac
-	sleep 0.2
-done
+wait_template "$tid" "$bid" 100
 expect_grep "...and its COPY ran" '"\[2/2\] cache (hit|miss)' "$T_TMP/body"
 
 # a log of more than 1000 lines (one read's worth) reads to its end through
@@ -130,11 +142,7 @@ tid=$(json 'd["templateID"]')
 bid=$(json 'd["buildID"]')
 req POST "/v2/templates/$tid/builds/$bid" "${J[@]}" -d "$(steps $(for _ in $(seq 512); do echo "$h4"; done))"
 expect_eq "a build of 512 steps" "$CODE" 202
-for _ in $(seq 300); do
-	req GET "/templates/$tid/builds/$bid/status"
-	case $(json 'd["status"]') in ready | error) break ;; esac
-	sleep 0.2
-done
+wait_template "$tid" "$bid" 300
 req GET "/templates/$tid/builds/$bid/status?logsOffset=0"
 expect_eq "...its first 1000 lines" "$(json 'len(d["logEntries"])')" 1000
 req GET "/templates/$tid/builds/$bid/status?logsOffset=1000"
@@ -164,11 +172,7 @@ expect_eq "a log cursor that is no number: 400" "$CODE" 400
 req POST /build/v1/builds "${J[@]}" -d "{\"dockerfile\":\"FROM $PRIV/private/pimg:1\\n\",\"files\":[]}"
 expect_eq "a build FROM the operator's private registry is taken" "$CODE" 202
 id=$(json 'd["id"]')
-for _ in $(seq 100); do
-	req GET "/build/v1/builds/$id"
-	case $(json 'd["state"]') in done | failed) break ;; esac
-	sleep 0.2
-done
+wait_build "$id"
 expect_eq "...and fails: the team has no credential there" "$(json 'd["state"]')" failed
 expect_grep "...as the registry says" 'unauthori[sz]ed|401|authentication required' "$T_TMP/body"
 
@@ -180,11 +184,7 @@ req PUT "/build/v1/blobs/$ZH" --data-binary @"$T_TMP/zst.tar.gz"
 expect_eq "a small tarball of many zeros is stored (it weighs a few KB)" "$CODE" 201
 req POST /build/v1/builds "${J[@]}" -d "{\"dockerfile\":\"FROM scratch\\nCOPY t/f /f\\n\",\"name\":\"zst\",\"files\":[{\"path\":\"t\",\"mode\":16877,\"tar\":true,\"digest\":\"$ZH\"}]}"
 id=$(json 'd["id"]')
-for _ in $(seq 100); do
-	req GET "/build/v1/builds/$id"
-	case $(json 'd["state"]') in done | failed) break ;; esac
-	sleep 0.2
-done
+wait_build "$id"
 expect_eq "...a build of it fails: the tar extracts to more than context_max" "$(json 'd["state"] + ": " + d["reason"]')" \
 	"failed: context file t: tar entry 'f': the tar extracts to more than the context's limit (its bytes)"
 expect_eq "...nothing of it left on the server's disk" "$(find "$DATA/build/teams/default/contexts" -name f -size +1M | wc -l)" 0
@@ -206,11 +206,7 @@ IP=$(cat "$T_TMP/inner.port")
 for u in "127.0.0.1:$IP" "localhost:$IP"; do
 	req POST /build/v1/builds "${J[@]}" -d "{\"dockerfile\":\"FROM scratch\\nADD http://$u/x /x\\n\",\"name\":\"ssrf\",\"files\":[]}"
 	id=$(json 'd["id"]')
-	for _ in $(seq 100); do
-		req GET "/build/v1/builds/$id"
-		case $(json 'd["state"]') in done | failed) break ;; esac
-		sleep 0.2
-	done
+	wait_build "$id"
 	expect_eq "ADD http://$u/x fails" "$(json 'd["state"]')" failed
 	expect_grep "...the address refused" "leads to (127\.0\.0\.1|::1), not a public address: this build fetches from public addresses only" "$T_TMP/body"
 done
