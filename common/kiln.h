@@ -304,6 +304,14 @@ void kiln_sleep_ms(long ms);
  * (-1 with the error when the directory cannot be opened or synced). */
 int kiln_fsync_parent(const char *path, kiln_error **err);
 
+/* fn(ud, i, worker, err) for each i < n, on up to `workers` threads
+ * (parallel.c; worker 0 is the calling thread, at most KILN_PARALLEL_MAX):
+ * each i once, in no order; the first failure stops the rest from being
+ * taken and is the error returned.  A thread that cannot start: fewer. */
+#define KILN_PARALLEL_MAX 8
+int kiln_parallel(size_t n, unsigned workers, int (*fn)(void *ud, size_t i, unsigned worker, kiln_error **err),
+		  void *ud, kiln_error **err);
+
 /* ---------------------------------------------------------------------------
  * The content-addressed store (cas.c): every blob store of kiln — images,
  * templates, the registry's files, the host's chunk cache — is one of these

@@ -6,8 +6,6 @@
  * out — resuming at the cursor when the connection drops.  Every request
  * goes over the registry client's HTTP transport (regclient/http.c). */
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -172,53 +170,24 @@ struct hashing {
 	char **paths;
 	char (*digests)[KILN_DIGEST_MAX];
 	size_t n;
-	atomic_size_t next;
-	pthread_mutex_t lock;
-	kiln_error *err; /* the first failure */
 };
 
-static void *hash_some(void *ud)
+static int hash_one(void *ud, size_t i, unsigned worker, kiln_error **err)
 {
 	struct hashing *h = ud;
 
-	for (size_t i; (i = atomic_fetch_add(&h->next, 1)) < h->n;) {
-		kiln_error *e = NULL;
-		if (kiln_digest_file(KILN_SHA256, h->paths[i], h->digests[i], &e) < 0) {
-			pthread_mutex_lock(&h->lock);
-			if (h->err == NULL)
-				h->err = e;
-			else
-				kiln_error_free(e);
-			pthread_mutex_unlock(&h->lock);
-			atomic_store(&h->next, h->n);
-		}
-	}
-	return NULL;
+	(void)worker;
+	return kiln_digest_file(KILN_SHA256, h->paths[i], h->digests[i], err);
 }
 
 static int hash_files(struct hashing *h, kiln_error **err)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t extra = cpus > 1 ? (size_t)(cpus > 4 ? 3 : cpus - 1) : 0, started = 0;
-	pthread_t th[3];
+	size_t workers = cpus > 4 ? 4 : cpus > 1 ? (size_t)cpus : 1;
 
-	if (extra > h->n / 16) /* a thread is worth it for 16 files or more */
-		extra = h->n / 16;
-	atomic_init(&h->next, 0);
-	pthread_mutex_init(&h->lock, NULL);
-	for (; started < extra; started++)
-		if (pthread_create(&th[started], NULL, hash_some, h) != 0)
-			break;
-	hash_some(h);
-	for (size_t i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	pthread_mutex_destroy(&h->lock);
-	if (h->err) {
-		*err = h->err;
-		h->err = NULL;
-		return -1;
-	}
-	return 0;
+	if (workers > 1 + h->n / 16) /* a thread is worth it for 16 files or more */
+		workers = 1 + h->n / 16;
+	return kiln_parallel(h->n, (unsigned)workers, hash_one, h, err);
 }
 
 /* List and hash the context: files gets the request's array, byd each
@@ -275,96 +244,69 @@ out:
 	return ret;
 }
 
-/* The blobs the server said it lacks (a 409 to a submit with ?missing=1). */
-/* The missing files sent by a few connections at once (this one too): a
- * first build's 200 small files each wait for the server to make one
- * durable, and those of concurrent uploads share its disk's commits. */
+/* The blobs the server said it lacks (a 409 to a submit with ?missing=1),
+ * sent by a few connections at once (this one too): a first build's 200
+ * small files each wait for the server to make one durable, and those of
+ * concurrent uploads share its disk's commits. */
 struct sending {
-	struct cl *c;                 /* this thread's connection (main: the caller's) */
+	struct cl *conn[4];           /* worker k's connection (0: the caller's) */
 	const char **paths, **digests;
-	size_t n;
-	atomic_size_t *next;
-	pthread_mutex_t *lock;
-	kiln_error **err;             /* the first failure, shared */
-	size_t done;
+	size_t done[4];
 };
 
-static void *send_some(void *ud)
+static int send_one(void *ud, size_t i, unsigned worker, kiln_error **err)
 {
 	struct sending *t = ud;
 
-	for (size_t i; (i = atomic_fetch_add(t->next, 1)) < t->n;) {
-		kiln_error *e = NULL;
-		if (upload(t->c, t->paths[i], t->digests[i], &e) < 0) {
-			pthread_mutex_lock(t->lock);
-			if (*t->err == NULL)
-				*t->err = e;
-			else
-				kiln_error_free(e);
-			pthread_mutex_unlock(t->lock);
-			atomic_store(t->next, t->n);
-			break;
-		}
-		t->done++;
-	}
-	return NULL;
+	if (upload(t->conn[worker], t->paths[i], t->digests[i], err) < 0)
+		return -1;
+	t->done[worker]++;
+	return 0;
 }
 
 static int send_missing(struct cl *c, const struct http *h, const json_t *byd, struct svc_remote_result *res,
 			kiln_error **err)
 {
 	json_t *j = json_loadb(h->body.buf ? h->body.buf : "", h->body.len, 0, NULL), *d;
-	size_t i, n = json_array_size(json_object_get(j, "missing")), extra = n < 16 ? 0 : 3, started = 0;
-	const char **paths = kiln_xcalloc(n + 1, sizeof(*paths)), **digests = kiln_xcalloc(n + 1, sizeof(*digests));
-	struct sending t[4];
+	size_t i, n = json_array_size(json_object_get(j, "missing"));
+	struct sending t = { .conn = { c }, .paths = kiln_xcalloc(n + 1, sizeof(*t.paths)),
+			     .digests = kiln_xcalloc(n + 1, sizeof(*t.digests)) };
 	struct cl more[3];
-	pthread_t th[3];
-	atomic_size_t next;
-	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-	kiln_error *first = NULL;
+	unsigned workers = 1;
 	int ret = 0;
 
 	if (!json_is_array(json_object_get(j, "missing")))
 		ret = kiln_err(err, KILN_E_GENERIC, "build server %s: a 409 without the missing files", c->base);
 	json_array_foreach(json_object_get(j, "missing"), i, d) {
-		paths[i] = json_string_value(json_object_get(byd, json_string_value(d) ?: ""));
-		digests[i] = json_string_value(d);
-		if (paths[i] == NULL) {
+		t.paths[i] = json_string_value(json_object_get(byd, json_string_value(d) ?: ""));
+		t.digests[i] = json_string_value(d);
+		if (t.paths[i] == NULL) {
 			ret = kiln_err(err, KILN_E_GENERIC, "build server %s: asks for %s, not in the context", c->base,
 				       json_string_value(d) ?: "?");
 			break;
 		}
 	}
-	atomic_init(&next, 0);
-	for (size_t k = 0; k < 4; k++)
-		t[k] = (struct sending){ .c = k ? &more[k - 1] : c, .paths = paths, .digests = digests, .n = n,
-					 .next = &next, .lock = &lock, .err = &first };
-	for (; ret == 0 && started < extra; started++) {
+	for (; ret == 0 && n >= 16 && workers < 4; workers++) { /* one that cannot connect: fewer */
 		kiln_error *e = NULL;
-		more[started] = (struct cl){ .o = c->o };
-		if (client_init(&more[started], &e) < 0 || pthread_create(&th[started], NULL, send_some, &t[started + 1]) != 0) {
-			kiln_error_free(e); /* fewer connections, as many files */
-			client_free(&more[started]);
+		more[workers - 1] = (struct cl){ .o = c->o };
+		if (client_init(&more[workers - 1], &e) < 0) {
+			kiln_error_free(e);
+			client_free(&more[workers - 1]);
 			break;
 		}
+		t.conn[workers] = &more[workers - 1];
 	}
 	if (ret == 0)
-		send_some(&t[0]);
-	for (size_t k = 0; k < started; k++) {
-		pthread_join(th[k], NULL);
-		c->sent += more[k].sent;
-		client_free(&more[k]);
+		ret = kiln_parallel(n, workers, send_one, &t, err);
+	for (unsigned k = 0; k < workers; k++) {
+		res->uploaded += t.done[k];
+		if (k) {
+			c->sent += more[k - 1].sent;
+			client_free(&more[k - 1]);
+		}
 	}
-	for (size_t k = 0; k <= started; k++)
-		res->uploaded += t[k].done;
-	if (ret == 0 && first) {
-		*err = first;
-		ret = -1;
-	} else {
-		kiln_error_free(first);
-	}
-	free(paths);
-	free(digests);
+	free(t.paths);
+	free(t.digests);
 	json_decref(j);
 	res->bytes_sent = c->sent;
 	return ret;

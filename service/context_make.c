@@ -6,8 +6,6 @@
 #include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -242,58 +240,23 @@ struct links {
 	const json_t *files;
 	const char *dir;
 	size_t *todo, n;
-	atomic_size_t next;
-	pthread_mutex_t lock;
-	kiln_error *err; /* the first failure */
 };
 
-static void *link_some(void *ud)
+static int link_one(void *ud, size_t k, unsigned worker, kiln_error **err)
 {
 	struct links *l = ud;
+	const json_t *f = json_array_get(l->files, l->todo[k]);
+	const char *path = json_string_value(json_object_get(f, "path"));
+	const char *digest = json_string_value(json_object_get(f, "digest"));
+	char *full = kiln_xasprintf("%s/%s", l->dir, path), *src = kiln_cas_path(l->cas, digest);
+	int rc = link_out(l->linked, src, digest, full, (mode_t)json_integer_value(json_object_get(f, "mode")), err);
 
-	for (size_t k; (k = atomic_fetch_add(&l->next, 1)) < l->n;) {
-		const json_t *f = json_array_get(l->files, l->todo[k]);
-		const char *path = json_string_value(json_object_get(f, "path"));
-		const char *digest = json_string_value(json_object_get(f, "digest"));
-		char *full = kiln_xasprintf("%s/%s", l->dir, path), *src = kiln_cas_path(l->cas, digest);
-		kiln_error *e = NULL;
-		if (link_out(l->linked, src, digest, full, (mode_t)json_integer_value(json_object_get(f, "mode")), &e) < 0) {
-			kiln_error_wrap(&e, "context file %s", path);
-			pthread_mutex_lock(&l->lock);
-			if (l->err == NULL)
-				l->err = e;
-			else
-				kiln_error_free(e);
-			pthread_mutex_unlock(&l->lock);
-			atomic_store(&l->next, l->n);
-		}
-		free(src);
-		free(full);
-	}
-	return NULL;
-}
-
-static int link_all(struct links *l, kiln_error **err)
-{
-	/* for 16 files or more; four even on one core: a copy mostly waits for its fsync */
-	size_t extra = l->n < 16 ? 0 : 3, started = 0;
-	pthread_t th[3];
-
-	atomic_init(&l->next, 0);
-	pthread_mutex_init(&l->lock, NULL);
-	for (; started < extra; started++)
-		if (pthread_create(&th[started], NULL, link_some, l) != 0)
-			break;
-	link_some(l);
-	for (size_t i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	pthread_mutex_destroy(&l->lock);
-	if (l->err) {
-		*err = l->err;
-		l->err = NULL;
-		return -1;
-	}
-	return 0;
+	(void)worker;
+	if (rc < 0)
+		kiln_error_wrap(err, "context file %s", path);
+	free(src);
+	free(full);
+	return rc;
 }
 
 int svc_context_make(svc *s, const char *team, const json_t *files, const char *dir, kiln_error **err)
@@ -354,7 +317,8 @@ int svc_context_make(svc *s, const char *team, const json_t *files, const char *
 			goto out;
 		}
 	}
-	if (l.n && link_all(&l, err) < 0)
+	/* four threads for 16 files or more, even on one core: a copy mostly waits for its fsync */
+	if (l.n && kiln_parallel(l.n, l.n < 16 ? 1 : 4, link_one, &l, err) < 0)
 		goto out;
 	ret = 0;
 out:

@@ -56,12 +56,12 @@ int svc_replay_key(svc *s, const char *team, json_t *req, const struct df_plan *
 
 	*out = NULL;
 	/* no_cache asks for steps that run; secrets are not part of the
-	 * inputs; a build without a name leaves its result only in the team's
+	 * inputs (the caller replays none: any named here are the client's
+	 * word); a build without a name leaves its result only in the team's
 	 * home, which nothing here can vouch for; a template is a snapshot of
 	 * its start command running, made afresh by every build as locally */
 	if (json_is_true(json_object_get(req, "no_cache")) || json_is_true(json_object_get(req, "template")) ||
-	    json_object_get(req, "secret_ids") ||
-	    json_object_get(req, "secrets") || !json_string_value(json_object_get(req, "name")) ||
+	    json_object_get(req, "secret_ids") || !json_string_value(json_object_get(req, "name")) ||
 	    stat(s->exe, &exe) < 0)
 		goto out;
 	for (size_t k = 0; k < plan->n_order; k++) {

@@ -544,8 +544,8 @@ static int job_done(svc *s, const char *id, struct run *r, const struct job *j, 
 	log_event(r, st);
 	log_flush(r);
 	/* built on the bases its key was made with: the next request with that
-	 * key is answered from this build */
-	if (rp && json_string_value(json_object_get(j->req, "name")) && svc_replay_bases_match(rp, &r->from))
+	 * key is answered from this build (a key is only made for a named one) */
+	if (rp && svc_replay_bases_match(rp, &r->from))
 		res->replay = json_string_value(json_object_get(rp, "key"));
 	return svc_q_finish(s, id, SVC_DONE, NULL, NULL, res, err);
 }

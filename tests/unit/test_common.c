@@ -10,6 +10,33 @@
 #include "kiln.h"
 #include "tests/unit/test.h"
 
+static int count_one(void *ud, size_t i, unsigned worker, kiln_error **err)
+{
+	int *seen = ud;
+
+	if (worker >= 4)
+		return kiln_err(err, KILN_E_GENERIC, "worker %u of 4", worker);
+	__atomic_add_fetch(&seen[i], 1, __ATOMIC_RELAXED);
+	return i == 1500 ? kiln_err(err, KILN_E_INVALID, "item %zu refused", i) : 0;
+}
+
+/* Each item once, on the workers asked for; the first failure is the error. */
+static void parallel_items(void)
+{
+	int seen[2000] = { 0 };
+	kiln_error *err = NULL;
+
+	CHECK(kiln_parallel(1000, 4, count_one, seen, &err) == 0);
+	int once = 1;
+	for (size_t i = 0; i < 1000; i++)
+		once &= seen[i] == 1;
+	CHECK(once);
+	CHECK(kiln_parallel(2000, 4, count_one, seen, &err) < 0);
+	CHECK(err != NULL && strcmp(kiln_error_message(err), "item 1500 refused") == 0);
+	kiln_error_clear(&err);
+	CHECK(kiln_parallel(0, 0, count_one, seen, &err) == 0);
+}
+
 static void error_chain(void)
 {
 	kiln_error *err = NULL;
@@ -346,6 +373,7 @@ static void rm_rf_late_file(void)
 int main(void)
 {
 	RUN(error_chain);
+	RUN(parallel_items);
 	RUN(buf_and_strv);
 	RUN(digests);
 	RUN(atomic_write_and_read);
