@@ -24,9 +24,9 @@ BIN = {a: K for a in ARMS}
 if os.environ.get("JAIL_AB_BEFORE"):
     ARMS["before"] = {}
     BIN["before"] = os.environ["JAIL_AB_BEFORE"]
-POOL_RE = re.compile(r"started in ([0-9.]+) ms from the pool \(check ([0-9.]+), qemu [0-9.]+, cont ([0-9.]+), "
+POOL_RE = re.compile(r"started in ([0-9.]+) ms from the pool \(check ([0-9.]+), (?:jail [0-9.]+, )?qemu [0-9.]+, cont ([0-9.]+), "
                      r"agent ([0-9.]+), setup [0-9.]+\)")
-FULL_RE = re.compile(r"started in ([0-9.]+) ms \(check ([0-9.]+), qemu ([0-9.]+), load ([0-9.]+), "
+FULL_RE = re.compile(r"started in ([0-9.]+) ms \(check ([0-9.]+), (?:jail [0-9.]+, )?qemu ([0-9.]+), load ([0-9.]+), "
                      r"agent ([0-9.]+), setup [0-9.]+\)")
 
 

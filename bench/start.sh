@@ -49,7 +49,10 @@ if [ -n "${START_JAIL_AB:-}" ]; then
 	exit
 fi
 
-python3 - "$starts" "$boots" "$work" <<'EOF'
+# START_AB=1: only the full restores (no pool) of the busybox template below,
+# alternating bin/kiln and START_BASELINE (an A/B in one run; with
+# START_PYTHON=1 the python template too).
+[ "${START_AB:-0}" = 1 ] || python3 - "$starts" "$boots" "$work" <<'EOF'
 import json, os, re, subprocess, sys, time
 starts, boots, work = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 K = "bin/kiln"
@@ -68,7 +71,7 @@ def first_output(argv, t0=None, want_err=False):
         return (t1 - t0) * 1000, (t2 - t0) * 1000, err.decode()
     return (t1 - t0) * 1000, (t2 - t0) * 1000
 
-TIME_RE = re.compile(r"started in ([0-9.]+) ms from the pool \(check ([0-9.]+), qemu [0-9.]+, cont ([0-9.]+), "
+TIME_RE = re.compile(r"started in ([0-9.]+) ms from the pool \(check ([0-9.]+), (?:jail [0-9.]+, )?qemu [0-9.]+, cont ([0-9.]+), "
                      r"agent ([0-9.]+), setup [0-9.]+\); first output ([0-9.]+) ms")
 phases = {k: [] for k in ("kiln process start + output delivery", "template check", "claim (state, pool scan)",
                           "QMP cont", "agent connect (HELLO not awaited)",
@@ -122,7 +125,7 @@ wait_pool(2)
 subprocess.run([K, "sandbox", "pool", "-n", "0", "web"], check=True, capture_output=True)
 load_after_pool = loadavg()
 
-RESTORE_RE = re.compile(r"started in ([0-9.]+) ms \(check ([0-9.]+), qemu ([0-9.]+), load ([0-9.]+), "
+RESTORE_RE = re.compile(r"started in ([0-9.]+) ms \(check ([0-9.]+), (?:jail [0-9.]+, )?qemu ([0-9.]+), load ([0-9.]+), "
                         r"agent ([0-9.]+), setup [0-9.]+\); first output ([0-9.]+) ms")
 restore_first = []
 rphases = {k: [] for k in ("QEMU process start until QMP answers", "state load (RAM mapped, not read)",
@@ -181,14 +184,14 @@ print("memory per idle sandbox: Pss %.1f MiB, private %.1f MiB (mean of %d; gues
       (sum(pss) / len(pss), sum(priv) / len(priv), len(pss)))
 EOF
 
-[ "${START_PYTHON:-0}" = 1 ] || exit 0
+[ "${START_PYTHON:-0}" = 1 ] || [ "${START_AB:-0}" = 1 ] || exit 0
 # The python template: built once into START_PYTHON_HOME (a KILN_HOME kept
 # between runs) when it is set, else into this run's home.  The image is
 # built first and snapshotted by `kiln snapshot` with a long ready timeout:
 # the server's first start on a loaded TCG host can take minutes.
 pyhome=${START_PYTHON_HOME:-$KILN_HOME}
 mkdir -p "$pyhome"
-if ! KILN_HOME=$pyhome bin/kiln snapshot ls 2>/dev/null | grep -q '^real-python'; then
+if [ "${START_PYTHON:-0}" = 1 ] && ! KILN_HOME=$pyhome bin/kiln snapshot ls 2>/dev/null | grep -q '^real-python'; then
 	base=$(examples/debian-base.sh) || exit 1
 	tests/data/real/context.sh "$work/ctx" >/dev/null || exit 1
 	echo "building the python template into $pyhome (several minutes under TCG)..."
@@ -198,15 +201,24 @@ if ! KILN_HOME=$pyhome bin/kiln snapshot ls 2>/dev/null | grep -q '^real-python'
 			--ready "bash -c 'exec 3<>/dev/tcp/127.0.0.1/8000'" --ready-timeout 900 real-python:latest \
 			>>"$work/py-build.log" 2>&1 || { tail -5 "$work/py-build.log"; exit 1; }
 fi
+# The baseline restores a template it made itself (an older kiln's machine
+# may differ), in a KILN_HOME of its own.
+basehome=$work/home-base
+if [ -n "${START_BASELINE:-}" ]; then
+	mkdir -p "$basehome"
+	KILN_HOME=$basehome "$START_BASELINE" snapshot -t web --start 'busybox httpd -p 127.0.0.1:8080 -h /www' \
+		--ready 'busybox wget -q -O- http://127.0.0.1:8080/index.html' "$work/root.ext4" >/dev/null || exit 1
+fi
 # Full restores (no pool) of both templates, to the first byte of a trivial
 # command and of an HTTP response from the start command's server, with
 # kiln's --time breakdown and QEMU's CPU time until that byte (all its
 # threads, /proc/PID/task/*/schedstat: what the load average inflates least).
-python3 - "$starts" "$KILN_HOME" "$pyhome" <<'EOF'
+python3 - "$starts" "$KILN_HOME" "$pyhome" "$basehome" <<'EOF'
 import json, os, re, subprocess, sys, time
 n = max(2, int(sys.argv[1]) // 2)
+basehome = sys.argv[4]
 K = "bin/kiln"
-RESTORE_RE = re.compile(r"started in ([0-9.]+) ms \(check ([0-9.]+), qemu ([0-9.]+), load ([0-9.]+), "
+RESTORE_RE = re.compile(r"started in ([0-9.]+) ms \(check ([0-9.]+), (?:jail ([0-9.]+), )?qemu ([0-9.]+), load ([0-9.]+), "
                         r"agent ([0-9.]+), setup [0-9.]+\); first output ([0-9.]+) ms")
 PY_HTTP = "exec 3<>/dev/tcp/127.0.0.1/8000 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
 templates = [
@@ -217,6 +229,11 @@ templates = [
         "echo hi": ["echo", "hi"],
         "HTTP GET / from its python3 -m http.server": ["bash", "-c", PY_HTTP]}),
 ]
+if os.environ.get("START_PYTHON", "0") != "1":
+    templates = templates[:1]
+if os.environ.get("START_AB", "0") == "1":
+    n = max(2, int(sys.argv[1]))
+    del templates[0][3]["HTTP GET from its busybox httpd"]
 
 def pct(v, q):
     v = sorted(v)
@@ -234,7 +251,7 @@ def qemu_cpu_ms(home, before):
     return None
 
 def row(name, v):
-    print("%-52s p50 %7.1f ms   p99 %7.1f ms  (n=%d)" % (name, pct(v, 0.5), pct(v, 0.99), len(v)))
+    print("%-52s p50 %7.1f  p90 %7.1f  p99 %7.1f ms  (n=%d)" % (name, pct(v, 0.5), pct(v, 0.9), pct(v, 0.99), len(v)))
 
 kilns = [("", K)]
 if os.environ.get("START_BASELINE"):
@@ -242,23 +259,29 @@ if os.environ.get("START_BASELINE"):
     kilns = [(" [bin/kiln]", K), (" [baseline]", os.environ["START_BASELINE"])]
 print("full restores, no pool; load average %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
 for label, home, tmpl, cases in templates:
-    env = dict(os.environ, KILN_HOME=home)
     print(label + " template")
     for name, argv in cases.items():
         first, cpu, ph = {}, {}, {}
         for tag, _ in kilns:
             first[tag], cpu[tag] = [], []
-            ph[tag] = {k: [] for k in ("QEMU start (+ RAM copy) until QMP answers", "state load", "agent connect",
+            ph[tag] = {k: [] for k in ("directory, jail, egress chain (before QEMU's exec)",
+                                       "QEMU start (+ RAM copy) until QMP answers", "state load", "agent connect",
                                        "HELLO + EXEC to first output (guest, cold TCG)")}
         for i in range(n):
             for tag, kiln in kilns:
-                before = set(os.listdir(os.path.join(home, "sandboxes")))
+                if tag == " [baseline]" and home == sys.argv[2]:
+                    home_k = basehome
+                else:
+                    home_k = home
+                env = dict(os.environ, KILN_HOME=home_k)
+                before = set(os.listdir(os.path.join(home_k, "sandboxes"))) if os.path.isdir(
+                    os.path.join(home_k, "sandboxes")) else set()
                 t0 = time.monotonic()
                 p = subprocess.Popen([kiln, "run", "--time", tmpl, "--"] + argv, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=env)
                 b = p.stdout.read(1)
                 t1 = time.monotonic()
-                c = qemu_cpu_ms(home, before)
+                c = qemu_cpu_ms(home_k, before)
                 out, err = p.communicate()
                 if p.returncode != 0 or b not in (b"h", b"H"):
                     sys.exit("failed: %s" % err.decode()[-500:])
@@ -267,9 +290,10 @@ for label, home, tmpl, cases in templates:
                     cpu[tag].append(c)
                 m = RESTORE_RE.search(err.decode())
                 if m:
-                    total, check, qemu, load, agent, fo = (float(x) for x in m.groups())
-                    for k, v in zip(ph[tag], (qemu, load, agent, fo - total)):
-                        ph[tag][k].append(v)
+                    total, check, jail, qemu, load, agent, fo = (float(x) if x else None for x in m.groups())
+                    for k, v in zip(ph[tag], (jail, qemu, load, agent, fo - total)):
+                        if v is not None:
+                            ph[tag][k].append(v)
         for tag, _ in kilns:
             row("  " + name + tag, first[tag])
             for k, v in ph[tag].items():

@@ -44,9 +44,9 @@ static int run_with(const char *tmpl, const char *const *argv, const struct snap
 
 	rc = snap_run_with(tmpl, argv, o, to_stdout, to_stderr, NULL, &res, &st, &err);
 	if (timing && st.total_ms > 0)
-		fprintf(stderr, "kiln: sandbox started in %.1f ms%s (check %.1f, qemu %.1f, %s %.1f, agent %.1f, setup %.1f)"
+		fprintf(stderr, "kiln: sandbox started in %.1f ms%s (check %.1f, jail %.1f, qemu %.1f, %s %.1f, agent %.1f, setup %.1f)"
 			"; first output %.1f ms after the request (%.1f ms after kiln run began, a pull included)\n",
-			st.total_ms, st.pooled ? " from the pool" : "", st.check_ms, st.spawn_ms,
+			st.total_ms, st.pooled ? " from the pool" : "", st.check_ms, st.jail_ms, st.spawn_ms,
 			st.pooled ? "cont" : "load", st.load_ms, st.agent_ms, st.setup_ms,
 			first_ms > 0 ? first_ms - began_ms : 0.0, first_ms > 0 ? first_ms - entered_ms : 0.0);
 	if (st.pooled)

@@ -192,10 +192,10 @@ static int run_create(const struct kiln_command *cmd, int argc, char **argv)
 		goto out;
 	}
 	if (json) {
-		json_t *j = json_pack("{s:s, s:s, s:b, s:I, s:{s:f, s:f, s:f, s:f, s:f, s:f}}", "id", id, "template",
-				      tmpl, "pooled", st.pooled, "timeout_s", (json_int_t)co.timeout_s, "timings_ms",
-				      "total", st.total_ms, "check", st.check_ms, "spawn", st.spawn_ms, "load", st.load_ms,
-				      "agent", st.agent_ms, "setup", st.setup_ms);
+		json_t *j = json_pack("{s:s, s:s, s:b, s:I, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f}}", "id", id,
+				      "template", tmpl, "pooled", st.pooled, "timeout_s", (json_int_t)co.timeout_s,
+				      "timings_ms", "total", st.total_ms, "check", st.check_ms, "jail", st.jail_ms, "spawn",
+				      st.spawn_ms, "load", st.load_ms, "agent", st.agent_ms, "setup", st.setup_ms);
 		char *s = json_dumps(j, JSON_COMPACT);
 		printf("%s\n", s);
 		free(s);

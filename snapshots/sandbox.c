@@ -169,6 +169,7 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		json_object_set_new(state, "uid", json_integer((json_int_t)vm_jail_uid(v)));
 	else
 		json_object_set_new(state, "unconfined", json_true());
+	s->jail_ms = rs.jail_ms;
 	s->spawn_ms = rs.spawn_ms;
 	s->load_ms = rs.load_ms;
 	t0 = kiln_now_ms();

@@ -109,6 +109,8 @@ json_t *snap_template_list(kiln_error **err);
 struct snap_create_stats {
 	double total_ms;     /* request to a sandbox that answered a command */
 	double check_ms;     /* template lookup and dependency checks */
+	double jail_ms;      /* before QEMU's exec: directory, jail (uid slot, cgroup),
+			      * egress chain, RAM file and disks (vm_restore_stats) */
 	double spawn_ms;     /* QEMU process start until QMP answers */
 	double load_ms;      /* device state load (RAM is mapped, not copied); pooled: QMP cont */
 	double agent_ms;     /* connecting to the agent (its HELLO is not awaited: it comes

@@ -239,7 +239,7 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 	const char *mem = c->memory_file;
 	bool shared = c->memory_shared;
 	int fds[3] = { -1, -1, -1 };
-	double t0;
+	double t0 = kiln_now_ms();
 
 	memset(s, 0, sizeof(*s));
 	v->accel = c->accel;
@@ -261,6 +261,7 @@ vm_instance *vm_restore(const struct vm_restore_config *c, struct vm_restore_sta
 		/* a shared RAM file is the VM's own copy: removed with it */
 		v->files.paths[R_MEM] = kiln_xstrdup(c->memory_file);
 	}
+	s->jail_ms = kiln_now_ms() - t0;
 	if (start_incoming(v, c, mem, shared, fds, s, err) < 0)
 		goto fail;
 	version = vm_qmp_version_string(v->qmp);

@@ -322,6 +322,8 @@ struct vm_restore_config {
 	void *ud;
 };
 struct vm_restore_stats {
+	double jail_ms;  /* before QEMU's exec: its directory, the jail's uid slot and
+			  * cgroup, the egress chain, the RAM file and disks opened */
 	double spawn_ms; /* QEMU started until QMP answered */
 	double load_ms;  /* the state loaded and the guest resumed */
 };
