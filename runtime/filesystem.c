@@ -37,8 +37,9 @@ static int resolve(rt_sandbox *sb, const char *user, const char *path, char **ou
 		*out = kiln_xstrdup(path);
 		return 0;
 	}
-	/* `--fs stat .` is refused; ask for the home as the user sees it */
-	const char *argv[] = { "/bin/sh", "-c", "printf %s \"$HOME\"", NULL };
+	/* the home as the user's process sees it: the agent sets HOME from
+	 * the guest's /etc/passwd (no shell needed in the template) */
+	const char *argv[] = { "/proc/self/exe", "--fs", "home", "/", NULL };
 	struct guest_exec_opts o;
 	struct guest_result res;
 	guest_exec_opts_init(&o);
@@ -326,6 +327,15 @@ static void ignore_ev(void *u, json_t *ev)
 	json_decref(ev);
 }
 
+static void keep_ev(void *u, json_t *ev)
+{
+	json_t *events = u;
+	if (json_array_size(events) < MAX_WATCH_EVENTS)
+		json_array_append_new(events, ev);
+	else
+		json_decref(ev);
+}
+
 struct send_ctx {
 	rt_stream *st;
 	int rc;
@@ -368,12 +378,18 @@ int rt_fs_watch_dir(rt_sandbox *sb, const struct rt_call *call, const json_t *ms
 			goto out;
 		}
 		rt_wait_locked(sb, p, s, deadline && deadline < next_keep ? deadline : next_keep);
-		/* events are sent with the lock held: a watch stream is one reader */
-		watch_collect_locked(sb, p, s, &pending, send_ev, &c, false, code, err);
+		json_t *batch = json_array();
+		watch_collect_locked(sb, p, s, &pending, keep_ev, batch, false, code, err);
+		/* sent unlocked: a slow client must not hold the sandbox up */
+		pthread_mutex_unlock(&sb->mu);
+		for (size_t i = 0; i < json_array_size(batch); i++)
+			send_ev(&c, json_incref(json_array_get(batch, i)));
+		json_decref(batch);
 		if (c.rc == 0 && (uint64_t)kiln_now_ms() >= next_keep) {
 			c.rc = rt_stream_send(st, json_pack("{s:{}}", "keepalive"));
 			next_keep = (uint64_t)kiln_now_ms() + keep;
 		}
+		pthread_mutex_lock(&sb->mu);
 	}
 	if (c.rc < 0)
 		goto out;
@@ -389,15 +405,6 @@ out:
 	pthread_mutex_unlock(&sb->mu);
 	kiln_buf_free(&pending);
 	return c.rc < 0 ? -1 : rc;
-}
-
-static void keep_ev(void *u, json_t *ev)
-{
-	json_t *events = u;
-	if (json_array_size(events) < MAX_WATCH_EVENTS)
-		json_array_append_new(events, ev);
-	else
-		json_decref(ev);
 }
 
 static struct rt_watcher *watcher_find_locked(rt_sandbox *sb, const json_t *msg, struct rt_watcher ***link,

@@ -282,10 +282,13 @@ int fs_main(int argc, char **argv)
 	int fd, rc = 0;
 
 	if (path == NULL || path[0] != '/') {
-		dprintf(2, "usage: kiln-agent --fs stat|list|mkdir|move|remove|read|write|watch /PATH [ARG]\n");
+		dprintf(2, "usage: kiln-agent --fs home|stat|list|mkdir|move|remove|read|write|watch /PATH [ARG]\n");
 		return GUEST_FS_EXIT_INVALID;
 	}
-	if (strcmp(op, "stat") == 0 && argc == 4) {
+	if (strcmp(op, "home") == 0 && argc == 4) {
+		const char *home = getenv("HOME");
+		fputs(home && *home ? home : "/", stdout);
+	} else if (strcmp(op, "stat") == 0 && argc == 4) {
 		if (print_entry(path) < 0)
 			return fail(code_of(errno), "stat", path, errno);
 	} else if (strcmp(op, "list") == 0 && argc == 5) {
