@@ -282,9 +282,8 @@ static struct rt_proc *watch_start(rt_sandbox *sb, const struct rt_call *call, c
 	o.argv = argv;
 	o.run_as = rt_user(sb, call);
 	pthread_mutex_lock(&sb->mu);
-	if ((p = rt_proc_start_locked(sb, &o, true, err)) != NULL) {
+	if ((p = rt_proc_start_locked(sb, &o, s, err)) != NULL) {
 		p->is_watch = true;
-		*s = rt_sub_add_locked(p);
 	} else {
 		*code = RT_UNAVAILABLE;
 	}

@@ -62,7 +62,9 @@ struct rt_stream {
 /* sandbox.c (all *_locked with sb->mu held) */
 void rt_reap_locked(rt_sandbox *sb);
 int rt_check_locked(rt_sandbox *sb, kiln_error **err);
-struct rt_proc *rt_proc_start_locked(rt_sandbox *sb, const struct guest_exec_opts *o, bool want_output,
+/* Start a process; with sub, a subscription to its output made before it
+ * starts (so none of it is missed). */
+struct rt_proc *rt_proc_start_locked(rt_sandbox *sb, const struct guest_exec_opts *o, struct rt_sub **sub,
 				     kiln_error **err);
 struct rt_proc *rt_proc_find_locked(rt_sandbox *sb, uint32_t pid, const char *tag);
 struct rt_sub *rt_sub_add_locked(struct rt_proc *p);

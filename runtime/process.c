@@ -177,7 +177,7 @@ int rt_process_start(rt_sandbox *sb, const struct rt_call *call, const json_t *m
 	o.timeout_ms = call->timeout_ms;
 	o.want_stdin = want_stdin;
 	pthread_mutex_lock(&sb->mu);
-	p = rt_proc_start_locked(sb, &o, true, err);
+	p = rt_proc_start_locked(sb, &o, &s, err);
 	if (p == NULL) {
 		pthread_mutex_unlock(&sb->mu);
 		*code = strstr(kiln_error_message(*err), "chdir") ? RT_INVALID_ARGUMENT
@@ -188,7 +188,6 @@ int rt_process_start(rt_sandbox *sb, const struct rt_call *call, const json_t *m
 	p->pty = pty != NULL;
 	p->tag = tag ? kiln_xstrdup(tag) : NULL;
 	p->config = json_deep_copy(cfg);
-	s = rt_sub_add_locked(p);
 	uint32_t pid = p->pid;
 	pthread_mutex_unlock(&sb->mu);
 	if (rt_stream_send(st, event("start", json_pack("{s:I}", "pid", (json_int_t)pid))) < 0) {

@@ -224,7 +224,7 @@ void rt_sandbox_free(rt_sandbox *sb)
 	free(sb);
 }
 
-struct rt_proc *rt_proc_start_locked(rt_sandbox *sb, const struct guest_exec_opts *o, bool want_output,
+struct rt_proc *rt_proc_start_locked(rt_sandbox *sb, const struct guest_exec_opts *o, struct rt_sub **sub,
 				     kiln_error **err)
 {
 	struct rt_proc *p = kiln_xcalloc(1, sizeof(*p));
@@ -233,8 +233,11 @@ struct rt_proc *rt_proc_start_locked(rt_sandbox *sb, const struct guest_exec_opt
 
 	if (rt_check_locked(sb, err) < 0)
 		goto fail;
-	opts.on_stdout = want_output ? on_stdout : NULL;
-	opts.on_stderr = want_output ? on_stderr : NULL;
+	/* subscribed before the spawn: output may come in with STARTED */
+	if (sub)
+		*sub = rt_sub_add_locked(p);
+	opts.on_stdout = on_stdout;
+	opts.on_stderr = on_stderr;
 	opts.user = p;
 	p->gp = guest_spawn(sb->conn, &opts, 30000, &e);
 	if (p->gp == NULL) {
@@ -246,6 +249,8 @@ struct rt_proc *rt_proc_start_locked(rt_sandbox *sb, const struct guest_exec_opt
 			set_broken(sb, dup);
 		}
 		*err = e;
+		while (p->subs)
+			rt_sub_drop_locked(p, p->subs);
 		goto fail;
 	}
 	p->pid = (uint32_t)guest_proc_pid(p->gp);
