@@ -370,8 +370,10 @@ static const struct kiln_command sub_download = {
 	.run = run_download,
 };
 
+extern const struct kiln_command cli_agent_envd; /* agent_envd.c */
+
 static const struct kiln_command *const subcommands[] = {
-	&sub_exec, &sub_ping, &sub_stat, &sub_upload, &sub_download, NULL,
+	&sub_exec, &sub_ping, &sub_stat, &sub_upload, &sub_download, &cli_agent_envd, NULL,
 };
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
@@ -390,7 +392,8 @@ const struct kiln_command kiln_cmd_agent = {
 		 "  ping       show the agent's version and round-trip time\n"
 		 "  stat       stat a guest path\n"
 		 "  upload     copy a host directory into the guest\n"
-		 "  download   copy a guest directory to the host\n\n"
+		 "  download   copy a guest directory to the host\n"
+		 "  envd       serve E2B envd's Connect methods, requests from stdin\n\n"
 		 "Run 'kiln agent SUBCOMMAND --help' for its options.  Protocol: docs/agent-protocol.md.\n",
 	.run = run,
 };

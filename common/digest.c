@@ -134,28 +134,58 @@ const char *kiln_digest_hex(const char *digest)
 }
 
 /* Base64 (openssl's EVP block coding, no line breaks), for credentials. */
+char *kiln_b64_encode_bytes(const void *data, size_t n)
+{
+	char *out = kiln_xmalloc(4 * ((n + 2) / 3) + 1);
+	EVP_EncodeBlock((unsigned char *)out, data, (int)n);
+	return out;
+}
+
 char *kiln_b64_encode(const char *s)
 {
-	size_t n = strlen(s);
-	char *out = kiln_xmalloc(4 * ((n + 2) / 3) + 1);
-	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
-	return out;
+	return kiln_b64_encode_bytes(s, strlen(s));
+}
+
+int kiln_b64_decode_bytes(const char *s, size_t n, kiln_buf *out)
+{
+	size_t pad = 0;
+
+	kiln_buf_reset(out);
+	if (n % 4 == 1 || n > (size_t)INT32_MAX / 2)
+		return -1;
+	/* unpadded input (protobuf's JSON accepts it) gets its padding back */
+	char *in = kiln_xmalloc(n + 4);
+	memcpy(in, s, n);
+	while ((n + pad) % 4)
+		in[n + pad++] = '=';
+	n += pad;
+	for (size_t i = 0; i < n; i++)
+		if (in[i] == '=' && i + 2 < n) /* padding only at the end */
+			goto bad;
+	kiln_buf_grow(out, n / 4 * 3 + 1);
+	int len = n ? EVP_DecodeBlock((unsigned char *)out->buf, (const unsigned char *)in, (int)n) : 0;
+	if (len < 0)
+		goto bad;
+	/* EVP_DecodeBlock counts the padding as zero bytes */
+	for (size_t i = n; i > 0 && in[i - 1] == '='; i--)
+		len--;
+	out->len = (size_t)len;
+	out->buf[len] = 0;
+	free(in);
+	return 0;
+bad:
+	free(in);
+	return -1;
 }
 
 char *kiln_b64_decode(const char *s)
 {
+	kiln_buf b = KILN_BUF_INIT;
 	size_t n = strlen(s);
-	if (n == 0 || n % 4 != 0)
-		return NULL;
-	char *out = kiln_xmalloc(n / 4 * 3 + 1);
-	int len = EVP_DecodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
-	if (len < 0) {
-		free(out);
+
+	if (n == 0 || n % 4 != 0 || kiln_b64_decode_bytes(s, n, &b) < 0 || memchr(b.buf, 0, b.len)) {
+		kiln_buf_free(&b);
 		return NULL;
 	}
-	/* EVP_DecodeBlock counts the padding as zero bytes */
-	for (size_t i = n; i > 0 && s[i - 1] == '='; i--)
-		len--;
-	out[len] = 0;
-	return out;
+	return kiln_buf_detach(&b);
 }

@@ -161,6 +161,9 @@ const char *kiln_digest_hex(const char *digest);
 /* Base64 of a string (no line breaks); decode gives NULL when s is not base64. */
 char *kiln_b64_encode(const char *s);
 char *kiln_b64_decode(const char *s);
+/* The same for bytes; decode: -1 if s[0..n) is not base64 (padding optional). */
+char *kiln_b64_encode_bytes(const void *data, size_t n);
+int kiln_b64_decode_bytes(const char *s, size_t n, kiln_buf *out);
 
 /* ---------------------------------------------------------------------------
  * References (ref.c): the one syntax every command and FROM take for images

@@ -229,6 +229,24 @@ void guest_error_msg_free(struct guest_error_msg *m);
 /* "EXEC", "STDOUT", ... or "0x7e" style for unknown types (static or in buf). */
 const char *guest_frame_name(uint8_t type, char buf[8]);
 
+/* The agent's file helpers (`kiln-agent --fs OP ...`, run through EXEC as the
+ * request's user so that what it makes is that user's): an entry is 10
+ * NUL-terminated fields — name, type (f d l o: a symlink's is its target's),
+ * path, size, mode (octal st_mode), owner, group, mtime sec, mtime nsec,
+ * symlink target; watch events are 3 — "start" once the watch is set, or
+ * type (create write remove rename chmod), name relative to the directory,
+ * "".  Exit codes below, the message on stderr. */
+#define GUEST_FS_FIELDS 10
+#define GUEST_FS_EXIT_FAIL 1
+#define GUEST_FS_EXIT_NOTFOUND 2
+#define GUEST_FS_EXIT_EXISTS 3
+#define GUEST_FS_EXIT_INVALID 4
+/* `kiln-agent --pty COLS ROWS PROGRAM ARGS...` reads its stdin as messages
+ * type u8, length u32 big-endian, data: input for the terminal, or a resize
+ * (u16 cols, u16 rows); it writes what the terminal shows to stdout. */
+#define GUEST_PTY_INPUT 0
+#define GUEST_PTY_RESIZE 1
+
 /* ===========================================================================
  * Host-side client (libkiln).  A connection is used from one thread at a
  * time; every call pumps the connection and so dispatches output callbacks

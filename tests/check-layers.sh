@@ -19,7 +19,8 @@ declare -A ALLOWED=(
 	[distrib]="common oci regclient guest vm snapshots"
 	[builder]="common oci regclient dockerfile-parser rootfs guest vm snapshots"
 	[service]="common oci regclient dockerfile-parser rootfs guest vm snapshots registry distrib builder"
-	[cli]="common oci regclient registry distrib dockerfile-parser rootfs guest vm snapshots builder service"
+	[runtime]="common guest vm snapshots"
+	[cli]="common oci regclient registry distrib dockerfile-parser rootfs guest vm snapshots builder service runtime"
 )
 
 bad=0

@@ -105,6 +105,8 @@ struct user_cred {
 /* Resolve "user[:group]" in the guest's /etc/passwd and /etc/group; -1 with why. */
 /* root: read ROOT/etc/passwd and ROOT/etc/group (NULL: the agent's own). */
 int user_resolve(const char *spec, const char *root, struct user_cred *out, char *why, size_t whylen);
+/* The name of uid (file /etc/passwd) or gid (/etc/group); else the number, -1. */
+int user_name_of(const char *file, uint32_t id, char *out, size_t len);
 
 /* identity.c: the IDENTITY request (clock, hostname, entropy + reseed). */
 void identity_apply(struct agent *a, uint32_t id, const uint8_t *p, size_t n);
@@ -118,6 +120,12 @@ int xattrs_dump(const char *dir);
 int xattrs_apply(const char *dir);
 /* tarc.c: `--tar-create DIR [NAME]`: DIR's tree (or its entry NAME) as a tar on stdout */
 int tar_create(const char *dir, const char *name);
+
+/* fsops.c: `--fs OP ARGS...`, envd's filesystem calls run as the caller's
+ * user through EXEC; exit codes GUEST_FS_EXIT_*, the message on stderr. */
+int fs_main(int argc, char **argv);
+/* pty.c: `--pty COLS ROWS PROGRAM ARGS...` */
+int pty_main(int argc, char **argv);
 
 /* relay.c: `--relay PATH MODE UID GID` (an ssh-agent socket for a build step). */
 int agent_relay(const char *path, const char *mode, const char *uid, const char *gid);

@@ -32,6 +32,9 @@ static const char usage[] =
 	"(else the agent writes downloads itself: kiln-agent --tar-create DIR [NAME]).\n"
 	"kiln-agent --relay PATH MODE UID GID: listen on the unix socket PATH and carry\n"
 	"its connections over stdin/stdout (a build step's ssh-agent socket).\n"
+	"kiln-agent --fs OP /PATH [ARG]: stat, list DEPTH, mkdir, move DEST, remove, read, write,\n"
+	"  watch RECURSIVE: the filesystem calls of envd, run through EXEC as a user.\n"
+	"kiln-agent --pty COLS ROWS PROGRAM ARGS...: PROGRAM on a terminal of its own.\n"
 	"kiln-agent --xattrs-dump DIR | --xattrs-apply DIR: a tree's extended attributes as\n"
 	"hex lines \"PATH NAME VALUE\" on stdout, or set from stdin (the host runs these).\n";
 
@@ -567,6 +570,11 @@ int main(int argc, char **argv)
 		return xattrs_dump(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "--xattrs-apply") == 0)
 		return xattrs_apply(argv[2]);
+	/* envd's filesystem calls and terminals (fsops.c, pty.c) */
+	if (argc >= 2 && strcmp(argv[1], "--fs") == 0)
+		return fs_main(argc, argv);
+	if (argc >= 2 && strcmp(argv[1], "--pty") == 0)
+		return pty_main(argc, argv);
 	/* the tar writer DOWNLOAD runs (tarc.c) */
 	if ((argc == 3 || argc == 4) && strcmp(argv[1], "--tar-create") == 0)
 		return tar_create(argv[2], argc == 4 ? argv[3] : NULL);

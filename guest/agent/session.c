@@ -318,6 +318,19 @@ void session_exec(struct agent *a, uint32_t id, struct guest_exec_req *req)
 			env = with_home;
 		}
 	}
+	/* A relative cwd is taken in the user's home (E2B's rule; before, it
+	 * was relative to "/", the agent's own directory, which still holds
+	 * for a request without a user). */
+	if (req->user && req->cwd && req->cwd[0] != '/') {
+		char *joined = malloc(strlen(uc.home) + strlen(req->cwd) + 2);
+		if (joined == NULL) {
+			agent_send_error(a, id, ENOMEM, "out of memory");
+			goto out;
+		}
+		sprintf(joined, "%s/%s", uc.home, req->cwd);
+		free(req->cwd);
+		req->cwd = joined;
+	}
 	if ((req->uid >= 0 || req->gid >= 0) && !(a->caps & GUEST_CAP_SETUID)) {
 		agent_send_error(a, id, EPERM, "the agent does not run as root and cannot switch user");
 		goto out;

@@ -126,3 +126,23 @@ out:
 	free(copy);
 	return rc;
 }
+
+int user_name_of(const char *file, uint32_t id, char *out, size_t len)
+{
+	char line[4096], *f[4];
+	FILE *fp = fopen(file, "re");
+	int rc = -1;
+
+	snprintf(out, len, "%u", id);
+	if (fp == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), fp)) {
+		if (split(line, f, 4) >= 3 && parse_id(f[2]) == (int64_t)id) {
+			snprintf(out, len, "%s", f[0]);
+			rc = 0;
+			break;
+		}
+	}
+	fclose(fp);
+	return rc;
+}

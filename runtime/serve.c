@@ -1,0 +1,132 @@
+/* serve.c — the route table of envd's Connect methods and the one function
+ * that serves a request on it: decode by the route's kind, run the handler,
+ * encode the answer (unary JSON or envelopes with the end-stream message);
+ * also the /files reads and writes as the user. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+#define MAX_FILE_WRITE (1u << 30)
+
+const struct rt_route rt_routes[] = {
+	{ "/process.Process/Start", true, rt_process_start },
+	{ "/process.Process/Connect", true, rt_process_connect },
+	{ "/process.Process/List", false, rt_process_list },
+	{ "/process.Process/SendInput", false, rt_process_send_input },
+	{ "/process.Process/SendSignal", false, rt_process_send_signal },
+	{ "/process.Process/CloseStdin", false, rt_process_close_stdin },
+	{ "/process.Process/Update", false, rt_process_update },
+	{ "/filesystem.Filesystem/Stat", false, rt_fs_stat },
+	{ "/filesystem.Filesystem/ListDir", false, rt_fs_list_dir },
+	{ "/filesystem.Filesystem/MakeDir", false, rt_fs_make_dir },
+	{ "/filesystem.Filesystem/Move", false, rt_fs_move },
+	{ "/filesystem.Filesystem/Remove", false, rt_fs_remove },
+	{ "/filesystem.Filesystem/WatchDir", true, rt_fs_watch_dir },
+	{ "/filesystem.Filesystem/CreateWatcher", false, rt_fs_create_watcher },
+	{ "/filesystem.Filesystem/GetWatcherEvents", false, rt_fs_get_watcher_events },
+	{ "/filesystem.Filesystem/RemoveWatcher", false, rt_fs_remove_watcher },
+	{ NULL, false, NULL },
+};
+
+const struct rt_route *rt_route_find(const char *path)
+{
+	for (const struct rt_route *r = rt_routes; r->path; r++)
+		if (strcmp(r->path, path) == 0)
+			return r;
+	return NULL;
+}
+
+int rt_stream_send(rt_stream *st, json_t *msg)
+{
+	kiln_buf b = KILN_BUF_INIT;
+
+	if (!st->gone) {
+		rt_envelope_encode_json(&b, msg);
+		if (st->w->write(st->w->ctx, b.buf, b.len) < 0)
+			st->gone = true;
+	}
+	kiln_buf_free(&b);
+	json_decref(msg);
+	return st->gone ? -1 : 0;
+}
+
+int rt_serve(rt_sandbox *sb, const struct rt_route *r, const struct rt_call *call, const void *body, size_t len,
+	     const struct rt_writer *w)
+{
+	rt_stream st = { w, false };
+	enum rt_code code = RT_UNKNOWN;
+	kiln_error *err = NULL;
+	json_t *msg, *reply = NULL;
+	kiln_buf out = KILN_BUF_INIT;
+	int rc = 0;
+
+	msg = r->streaming ? rt_envelope_decode_request(body, len, RT_MAX_MESSAGE, &err)
+			   : rt_unary_decode_request(body, len, RT_MAX_MESSAGE, &err);
+	if (msg == NULL)
+		code = err->kind == KILN_E_LIMIT ? RT_RESOURCE_EXHAUSTED : RT_INVALID_ARGUMENT;
+	if (r->streaming) {
+		/* a stream's errors travel in its end-stream message, with 200 */
+		if (w->begin(w->ctx, 200, "application/connect+json") < 0)
+			goto gone;
+		if (msg && r->fn(sb, call, msg, &reply, &st, &code, &err) < 0 && st.gone)
+			goto gone;
+		rt_envelope_encode_end(&out, err ? code : RT_OK, err ? kiln_error_message(err) : NULL);
+		if (w->write(w->ctx, out.buf, out.len) < 0)
+			goto gone;
+	} else {
+		if (msg && r->fn(sb, call, msg, &reply, &st, &code, &err) == 0) {
+			char *s = json_dumps(reply, JSON_COMPACT);
+			if (w->begin(w->ctx, 200, "application/json") < 0 || w->write(w->ctx, s, strlen(s)) < 0)
+				rc = -1;
+			free(s);
+		} else {
+			char *s = rt_error_body(code, kiln_error_message(err));
+			if (w->begin(w->ctx, rt_code_http_status(code), "application/json") < 0 ||
+			    w->write(w->ctx, s, strlen(s)) < 0)
+				rc = -1;
+			free(s);
+		}
+	}
+	goto out;
+gone:
+	rc = -1;
+out:
+	json_decref(msg);
+	json_decref(reply);
+	kiln_error_free(err);
+	kiln_buf_free(&out);
+	return rc;
+}
+
+int rt_file_write(rt_sandbox *sb, const char *user, const char *path, const void *data, size_t len,
+		  kiln_error **err)
+{
+	kiln_buf out = KILN_BUF_INIT;
+	enum rt_code code;
+	int rc;
+
+	if (path == NULL || path[0] != '/')
+		return kiln_err(err, KILN_E_INVALID, "the path to write is not absolute");
+	if (len > MAX_FILE_WRITE)
+		return kiln_err(err, KILN_E_LIMIT, "a file of %zu bytes, over the limit of %u", len, MAX_FILE_WRITE);
+	rc = rt_fs_helper(sb, user ? user : rt_user(sb, NULL), "write", path, NULL, data ? data : "", len, &out, &code,
+			  err);
+	kiln_buf_free(&out);
+	return rc;
+}
+
+int rt_file_read(rt_sandbox *sb, const char *user, const char *path, kiln_buf *out, kiln_error **err)
+{
+	enum rt_code code;
+
+	if (path == NULL || path[0] != '/')
+		return kiln_err(err, KILN_E_INVALID, "the path to read is not absolute");
+	kiln_buf_reset(out);
+	if (rt_fs_helper(sb, user ? user : rt_user(sb, NULL), "read", path, NULL, NULL, 0, out, &code, err) < 0) {
+		if (code == RT_NOT_FOUND)
+			(*err)->kind = KILN_E_NOTFOUND;
+		return -1;
+	}
+	return 0;
+}
