@@ -134,15 +134,19 @@ const char *kiln_digest_hex(const char *digest)
 }
 
 /* Base64 (openssl's EVP block coding, no line breaks), for credentials. */
-char *kiln_b64_encode(const char *s)
+char *kiln_b64_encode_bytes(const void *data, size_t n)
 {
-	size_t n = strlen(s);
 	char *out = kiln_xmalloc(4 * ((n + 2) / 3) + 1);
-	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
+	EVP_EncodeBlock((unsigned char *)out, data, (int)n);
 	return out;
 }
 
-char *kiln_b64_decode(const char *s)
+char *kiln_b64_encode(const char *s)
+{
+	return kiln_b64_encode_bytes(s, strlen(s));
+}
+
+char *kiln_b64_decode_bytes(const char *s, size_t *lenp)
 {
 	size_t n = strlen(s);
 	if (n == 0 || n % 4 != 0)
@@ -157,5 +161,12 @@ char *kiln_b64_decode(const char *s)
 	for (size_t i = n; i > 0 && s[i - 1] == '='; i--)
 		len--;
 	out[len] = 0;
+	if (lenp)
+		*lenp = (size_t)len;
 	return out;
+}
+
+char *kiln_b64_decode(const char *s)
+{
+	return kiln_b64_decode_bytes(s, NULL);
 }

@@ -161,6 +161,9 @@ const char *kiln_digest_hex(const char *digest);
 /* Base64 of a string (no line breaks); decode gives NULL when s is not base64. */
 char *kiln_b64_encode(const char *s);
 char *kiln_b64_decode(const char *s);
+/* The same for bytes (signatures): decode NUL-terminates and sets *len (may be NULL). */
+char *kiln_b64_encode_bytes(const void *data, size_t len);
+char *kiln_b64_decode_bytes(const char *s, size_t *len);
 
 /* ---------------------------------------------------------------------------
  * References (ref.c): the one syntax every command and FROM take for images
@@ -250,6 +253,7 @@ enum kiln_path {
 	KILN_PATH_AUTH,        /* auth.json: registry credentials */
 	KILN_PATH_KERNEL,      /* kernel: this KILN_HOME's guest kernel */
 	KILN_PATH_REGISTRY,    /* registry: kiln serve's default data directory */
+	KILN_PATH_TRUST,       /* trust: digests verified against the signing policy (sign/) */
 	KILN_PATH_N_
 };
 struct kiln_path_entry {

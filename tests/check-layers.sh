@@ -16,10 +16,11 @@ declare -A ALLOWED=(
 	[snapshots]="common vm guest"
 	[regclient]="common oci"
 	[registry]="common oci regclient"
+	[sign]="common oci regclient"
 	[distrib]="common oci regclient guest vm snapshots"
 	[builder]="common oci regclient dockerfile-parser rootfs guest vm snapshots"
-	[service]="common oci regclient dockerfile-parser rootfs guest vm snapshots registry distrib builder"
-	[cli]="common oci regclient registry distrib dockerfile-parser rootfs guest vm snapshots builder service"
+	[service]="common oci regclient dockerfile-parser rootfs guest vm snapshots registry sign distrib builder"
+	[cli]="common oci regclient registry sign distrib dockerfile-parser rootfs guest vm snapshots builder service"
 )
 
 bad=0
