@@ -77,7 +77,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 			 ? -1
 			 : build_image_push(s, name, dest, &o, digest, &err);
 	if (rc == 0 && x.sign)
-		rc = cli_sign_pushed(x.sign, dest, digest, &err);
+		rc = cli_sign_pushed(x.sign, dest, digest, &err) < 0 ? -1
+		     : cli_provenance_pushed(x.sign, digest, dest, digest, &err);
 	cli_xfer_end_line(&x);
 	build_store_close(s);
 	if (rc < 0)
@@ -95,7 +96,9 @@ const struct kiln_command kiln_cmd_push = {
 		 "are reported on stderr (--json: in the \"done\" event). --image pushes the\n"
 		 "image of that name even when a template has it too.\n\n"
 		 "--sign KEY signs the pushed manifest (template or image) with the private key\n"
-		 "KEY: a cosign signature stored as the tag sha256-HEX.sig (docs/security.md).\n\n"
+		 "KEY: a cosign signature stored as the tag sha256-HEX.sig (docs/security.md);\n"
+		 "the provenance kiln build --provenance recorded for it goes along, signed, as\n"
+		 "the tag sha256-HEX.att (kiln inspect --provenance prints it).\n\n"
 		 "Push the image NAME (see kiln images) to a registry as a plain OCI image any\n"
 		 "client can pull; the destination defaults to NAME when it names a registry.\n"
 		 "Blobs the registry already has are skipped; up to N (4) blobs move at once;\n"

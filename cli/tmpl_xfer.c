@@ -88,6 +88,16 @@ bool cli_is_template(const char *ref)
 	return yes;
 }
 
+/* The template's recorded provenance, attached to the pushed manifest. */
+static int tmpl_provenance(const char *key, const char *ref, const char *dest, const char *digest, kiln_error **err)
+{
+	snap_template *t = snap_template_open(ref, err);
+	int rc = t ? cli_provenance_pushed(key, snap_template_digest(t), dest, digest, err) : -1;
+
+	snap_template_free(t);
+	return rc;
+}
+
 int cli_tmpl_push(const char *ref, const char *dest, struct cli_xfer *x)
 {
 	struct oci_imgref r = { 0 };
@@ -101,7 +111,8 @@ int cli_tmpl_push(const char *ref, const char *dest, struct cli_xfer *x)
 	if (oci_imgref_parse(dest, &r, &err) < 0 || (c = rc_client_new(r.host, NULL, &err)) == NULL ||
 	    cli_sign_check_key(x->sign, &err) < 0 ||
 	    dist_tmpl_push(c, ref, r.repo, oci_imgref_reference(&r), &o, &st, &err) < 0 ||
-	    (x->sign && cli_sign_pushed(x->sign, dest, st.manifest_digest, &err) < 0)) {
+	    (x->sign && cli_sign_pushed(x->sign, dest, st.manifest_digest, &err) < 0) ||
+	    (x->sign && tmpl_provenance(x->sign, ref, dest, st.manifest_digest, &err) < 0)) {
 		cli_xfer_end_line(x);
 		rc = cli_fail(err);
 	} else {

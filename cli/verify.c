@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "builder/builder.h"
 #include "cli/xfer.h"
 #include "sign/sign.h"
 
@@ -97,5 +98,66 @@ int cli_verify_local(const char *ref, const char *digest, kiln_error **err)
 out:
 	kiln_ref_free(&kr);
 	sign_policy_free(p);
+	return rc;
+}
+
+int cli_provenance_record(const struct build_options *o, const struct build_result *res, double started,
+			  double finished, kiln_error **err)
+{
+	char dfd[KILN_DIGEST_MAX] = "", *df = NULL;
+	kiln_strv args = KILN_STRV_INIT;
+	json_t *pred = NULL;
+	int rc = -1;
+
+	if (!o->dockerfile || strcmp(o->dockerfile, "-") != 0) {
+		df = o->dockerfile ? kiln_xstrdup(o->dockerfile) : kiln_xasprintf("%s/Dockerfile", o->context);
+		if (kiln_digest_file(KILN_SHA256, df, dfd, err) < 0)
+			goto out;
+	}
+	for (size_t i = 0; i < o->n_build_args; i++)
+		kiln_strv_push_owned(&args, kiln_xasprintf("%s=%s", o->build_args[i].key,
+							   o->build_args[i].value ? o->build_args[i].value : ""));
+	struct sign_build_info b = { .dockerfile_digest = dfd[0] ? dfd : NULL, .args = (const char *const *)args.v,
+				     .n_args = args.n, .target = o->target, .started = started, .finished = finished };
+	pred = sign_provenance_predicate(&b);
+	rc = sign_provenance_save(res->template_digest[0] ? res->template_digest : res->manifest, pred, err);
+out:
+	json_decref(pred);
+	kiln_strv_free(&args);
+	free(df);
+	return rc < 0 ? kiln_error_wrap(err, "record the build's provenance") : 0;
+}
+
+int cli_provenance_pushed(const char *key_path, const char *local_digest, const char *dest, const char *digest,
+			  kiln_error **err)
+{
+	struct oci_imgref r = { 0 };
+	kiln_error *e = NULL;
+	json_t *pred = sign_provenance_load(local_digest, &e);
+	rc_client *c = NULL;
+	sign_key *k = NULL;
+	char *ref = NULL;
+	int rc = -1;
+
+	if (e) {
+		*err = e;
+		return -1;
+	}
+	if (pred == NULL)
+		return 0;
+	if ((k = sign_key_load_private(key_path, err)) == NULL || oci_imgref_parse(dest, &r, err) < 0 ||
+	    (c = rc_client_new(r.host, NULL, err)) == NULL)
+		goto out;
+	ref = sign_docker_ref(r.host, r.repo, r.tag);
+	if (sign_provenance_push(c, r.repo, ref, digest, pred, k, err) < 0)
+		goto out;
+	fprintf(stderr, "attached signed provenance to %s (%s)\n", ref, digest);
+	rc = 0;
+out:
+	json_decref(pred);
+	free(ref);
+	sign_key_free(k);
+	rc_client_free(c);
+	oci_imgref_free(&r);
 	return rc;
 }

@@ -1,6 +1,7 @@
 /* sign.h — the contract of signing and verification (docs/security.md,
  * "Signed templates"): ECDSA P-256 keys, cosign/sigstore signatures stored
- * beside what they sign in any OCI registry, and the runtime host's policy of which keys must have signed what it runs. */
+ * beside what they sign in any OCI registry, in-toto SLSA provenance, and
+ * the runtime host's policy of which keys must have signed what it runs. */
 #ifndef KILN_SIGN_H
 #define KILN_SIGN_H
 
@@ -76,6 +77,45 @@ int sign_fetch(rc_client *c, const char *repo, const char *digest, struct sign_s
  * matchRepoDigestOrExact.  0 ok, -1 with *err saying what differs. */
 int sign_payload_check(const char *payload, size_t len, const char *host, const char *repo, const char *tag,
 		       const char *digest, kiln_error **err);
+
+/* ---------------------------------------------------------------------------
+ * Provenance (provenance.c): an in-toto v1 statement with a SLSA v1
+ * provenance predicate, in a DSSE envelope signed with a key, stored as the
+ * layer of the manifest tagged sha256-HEX.att (cosign's attestation).
+ * ------------------------------------------------------------------------- */
+#define SIGN_DSSE_MEDIA "application/vnd.dsse.envelope.v1+json"
+#define SIGN_INTOTO_TYPE "application/vnd.in-toto+json"
+#define SIGN_STATEMENT_TYPE "https://in-toto.io/Statement/v1"
+#define SIGN_SLSA_PREDICATE "https://slsa.dev/provenance/v1"
+#define SIGN_BUILD_TYPE "https://kiln.dev/build/v1"
+
+/* What a build records (kiln build --provenance); the strings are borrowed. */
+struct sign_build_info {
+	const char *dockerfile_digest, *context_digest; /* or NULL */
+	const char *const *base_refs, *const *base_digests; /* n_bases each */
+	size_t n_bases;
+	const char *const *args;       /* NAME=VALUE build args (secrets never reach here) */
+	size_t n_args;
+	const char *target;            /* or NULL */
+	const char *builder_id;        /* NULL: "kiln@HOSTNAME" */
+	double started, finished;      /* seconds since the epoch */
+};
+/* The SLSA v1 predicate of a build. */
+json_t *sign_provenance_predicate(const struct sign_build_info *b);
+/* Where a build's predicate waits for its push: $KILN_HOME/provenance/HEX.json,
+ * HEX of the template's (or image manifest's) digest.  load: NULL, *err
+ * untouched, when there is none. */
+int sign_provenance_save(const char *digest, const json_t *predicate, kiln_error **err);
+json_t *sign_provenance_load(const char *digest, kiln_error **err);
+/* The statement of predicate for subject (docker_ref, digest), signed with
+ * k, stored as digest's attestation in repo. */
+int sign_provenance_push(rc_client *c, const char *repo, const char *docker_ref, const char *digest,
+			 const json_t *predicate, const sign_key *k, kiln_error **err);
+/* The statements attached to digest: a JSON array of {"statement", "key"}
+ * (key: the id of the one of keys[0..nkeys) whose signature verifies, or
+ * null); empty when none.  A statement about another subject is an error. */
+json_t *sign_provenance_fetch(rc_client *c, const char *repo, const char *digest, sign_key *const *keys,
+			      size_t nkeys, kiln_error **err);
 
 /* ---------------------------------------------------------------------------
  * Policy (policy.c): which keys must have signed a template or image before

@@ -122,6 +122,36 @@ expect_exit 1 "  ... and once it answers with the unsigned one, that is refused"
 expect_grep "  ... naming its digest" "team/swap:v1 \\($D2\\): refused: not signed" "$T_TMP/err"
 kill "$PX" 2>/dev/null; wait "$PX" 2>/dev/null; PX=
 
+# ---- provenance
+mkdir -p ctx-p && echo prov >ctx-p/f.txt && printf 'FROM scratch\nARG V\nCOPY f.txt /f.txt\n' >ctx-p/Dockerfile
+expect_exit 0 "kiln build --provenance" "$KILN" build --provenance --build-arg V=42 -t prov:1 ctx-p
+DP=$(head -1 "$T_TMP/out")
+[ -f "$H1/provenance/${DP#sha256:}.json" ] && ok "  ... recorded for the push" || not_ok "  ... recorded for the push"
+expect_exit 0 "push --sign attaches it" "$KILN" push --sign team.key prov:1 "$REG/team/prov:1"
+expect_grep "  ... saying so" "attached signed provenance to $REG/team/prov:1 \\($DP\\)" "$T_TMP/err"
+expect_exit 0 "kiln inspect --provenance" "$KILN" inspect --provenance --key team.pub "$REG/team/prov:1"
+cp "$T_TMP/out" prov.json
+expect_eq "  ... an in-toto statement about the pushed manifest" \
+	"$(jq -r '.[0].statement | [._type, .predicateType, .subject[0].digest.sha256] | join(" ")' prov.json)" \
+	"https://in-toto.io/Statement/v1 https://slsa.dev/provenance/v1 ${DP#sha256:}"
+expect_eq "  ... signed by team.pub" "$(jq -r '.[0].key' prov.json)" "$(jq -r '.verified[0].keys[0]' "$H2/trust/${D1#sha256:}.json")"
+expect_eq "  ... with the Dockerfile's digest" \
+	"$(jq -r '.[0].statement.predicate.buildDefinition.externalParameters.dockerfile.digest.sha256' prov.json)" \
+	"$(sha256sum ctx-p/Dockerfile | cut -d' ' -f1)"
+expect_eq "  ... the build args" "$(jq -c '.[0].statement.predicate.buildDefinition.externalParameters.buildArgs' prov.json)" '{"V":"42"}'
+expect_eq "  ... the builder" "$(jq -r '.[0].statement.predicate.runDetails.builder.id' prov.json)" "kiln@$(hostname)"
+expect_eq "  ... and the build's times" \
+	"$(jq -r '.[0].statement.predicate.runDetails.metadata | (.startedOn <= .finishedOn)' prov.json)" true
+# the attestation of prov:1 copied onto demo:1's: its subject differs
+req GET "/v2/team/prov/manifests/sha256-${DP#sha256:}.att"
+cp body att.json
+"$KILN" push demo:1 "$REG/team/prov:other" >/dev/null 2>&1
+req GET "/v2/team/prov/blobs/$(jq -r '.layers[0].digest' att.json)"
+req PUT "/v2/team/prov/manifests/sha256-${D1#sha256:}.att" -H 'Content-Type: application/vnd.oci.image.manifest.v1+json' --data-binary @att.json
+expect_exit 1 "a provenance statement about another subject is refused" "$KILN" inspect --provenance "$REG/team/prov:other"
+expect_grep "  ... saying whose it is" "its subject is sha256:${DP#sha256:}, not $D1" "$T_TMP/err"
+expect_exit 1 "no provenance attached: an error" "$KILN" inspect --provenance "$REG/team/app:old"
+
 # ---- skopeo's sigstore support, when this skopeo has it
 printf 'docker:\n  %s:\n    use-sigstore-attachments: true\n' "$REG" >"$T_TMP/rd.yaml" && mkdir -p rd && mv rd.yaml rd/
 cat >sp.json <<JSON
