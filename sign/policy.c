@@ -1,5 +1,6 @@
 /* policy.c — the runtime host's policy file (sign.h, docs/security.md): per
- * registry or repository prefix, the public keys that must have signed.  Read and checked whole at load, keys
+ * registry or repository prefix, the public keys that must have signed and
+ * the builder their signed provenance must name.  Read and checked whole at load, keys
  * included, so a typo refuses everything rather than accepting it. */
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@ struct scope {
 	bool reject;
 	sign_key **keys;
 	size_t nkeys;
+	char *builder;
 };
 
 struct sign_policy {
@@ -38,17 +40,20 @@ static sign_key *load_key(const char *policy, const char *file, kiln_error **err
 static int parse_scope(const char *path, const char *name, json_t *v, struct scope *s, kiln_error **err)
 {
 	json_t *keys = json_object_get(v, "keys"), *k, *rej = json_object_get(v, "reject");
-	const char *key;
+	const char *key, *builder = kiln_json_str(v, "builder");
 	size_t i;
 
 	s->name = kiln_xstrdup(name);
 	if (!json_is_object(v))
 		return kiln_err(err, KILN_E_INVALID, "scope %s: want an object", name);
 	json_object_foreach(v, key, k)
-		if (strcmp(key, "keys") && strcmp(key, "reject"))
+		if (strcmp(key, "keys") && strcmp(key, "reject") && strcmp(key, "builder"))
 			return kiln_err(err, KILN_E_INVALID, "scope %s: unknown field '%s'", name, key);
-	if ((keys && !json_is_array(keys)) || (rej && !json_is_boolean(rej)))
-		return kiln_err(err, KILN_E_INVALID, "scope %s: keys is a list of files, reject a boolean", name);
+	if ((keys && !json_is_array(keys)) || (rej && !json_is_boolean(rej)) ||
+	    (json_object_get(v, "builder") && !builder))
+		return kiln_err(err, KILN_E_INVALID, "scope %s: keys is a list of files, reject a boolean, builder a "
+				"string", name);
+	s->builder = builder ? kiln_xstrdup(builder) : NULL;
 	s->reject = json_is_true(rej);
 	s->keys = kiln_xcalloc(json_array_size(keys) + 1, sizeof(*s->keys));
 	json_array_foreach(keys, i, k) {
@@ -58,6 +63,8 @@ static int parse_scope(const char *path, const char *name, json_t *v, struct sco
 			return kiln_error_wrap(err, "scope %s", name);
 		s->nkeys++;
 	}
+	if (s->builder && s->nkeys == 0)
+		return kiln_err(err, KILN_E_INVALID, "scope %s: a builder needs the keys that sign its provenance", name);
 	if (!s->reject && s->nkeys == 0)
 		return kiln_err(err, KILN_E_INVALID, "scope %s: no keys (want \"keys\" or \"reject\": true)", name);
 	return 0;
@@ -132,6 +139,7 @@ void sign_policy_free(sign_policy *p)
 			sign_key_free(p->v[i].keys[k]);
 		free(p->v[i].keys);
 		free(p->v[i].name);
+		free(p->v[i].builder);
 	}
 	free(p->v);
 	free(p->path);
@@ -163,6 +171,7 @@ void sign_policy_rule(const sign_policy *p, const char *host, const char *repo, 
 		out->reject = best->reject;
 		out->keys = best->keys;
 		out->nkeys = best->nkeys;
+		out->builder = best->builder;
 	} else {
 		out->reject = p->reject_default;
 	}

@@ -122,10 +122,12 @@ json_t *sign_provenance_fetch(rc_client *c, const char *repo, const char *digest
  * a runtime host uses it.  A JSON file:
  *   {"default": "accept" | "reject",
  *    "scopes": {"HOST[/REPO-PREFIX]": {"keys": ["FILE.pub", …],
+ *                                      "builder": "ID",        (optional)
  *                                      "reject": true}}}       (optional)
  * The most specific scope (longest, on a '/' boundary) applies; with none,
- * the default (accept).  Every key listed must have signed the manifest.
- * Relative key paths are relative to the file.
+ * the default (accept).  Every key listed must have signed the manifest; a
+ * builder means a provenance statement signed by one of those keys must name
+ * it as runDetails.builder.id.  Relative key paths are relative to the file.
  * ------------------------------------------------------------------------- */
 typedef struct sign_policy sign_policy;
 
@@ -135,6 +137,7 @@ struct sign_rule {
 	bool reject;                   /* refuse whatever is there */
 	sign_key **keys;               /* required signers */
 	size_t nkeys;
+	const char *builder;           /* required provenance builder, or NULL */
 };
 
 /* path NULL: $KILN_POLICY, else $KILN_HOME/policy.json, else
@@ -158,7 +161,8 @@ struct sign_verified {
 };
 
 /* Check repo's manifest digest, fetched as host/repo:tag (tag NULL: by
- * digest), against rule: each key's valid signature.  A pass is recorded as trusted under digest and, if given,
+ * digest), against rule: each key's valid signature (and the builder's
+ * provenance).  A pass is recorded as trusted under digest and, if given,
  * also_digest (a template's config digest: what kiln run finds locally).
  * Refused: -1, the error naming the reference, the digest and what was
  * missing or wrong. */

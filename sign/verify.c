@@ -8,10 +8,11 @@
 
 #include "sign/internal.h"
 
-/* Does a record entry cover what the rule asks? */
+/* Does a record entry cover what the rule asks (every key, the builder)? */
 static bool entry_covers(json_t *e, const struct sign_rule *rule)
 {
 	json_t *keys = json_object_get(e, "keys"), *k;
+	const char *builder = kiln_json_str(e, "builder");
 	size_t i;
 
 	for (size_t r = 0; r < rule->nkeys; r++) {
@@ -22,7 +23,7 @@ static bool entry_covers(json_t *e, const struct sign_rule *rule)
 		if (!found)
 			return false;
 	}
-	return true;
+	return !rule->builder || (builder && strcmp(builder, rule->builder) == 0);
 }
 
 static char *record_path(const char *digest)
@@ -61,7 +62,7 @@ static int record_add(const char *digest, const char *ref, const struct sign_rul
 	for (size_t i = 0; i < rule->nkeys; i++)
 		json_array_append_new(keys, json_string(sign_key_id(rule->keys[i])));
 	json_array_append_new(json_object_get(j, "verified"),
-			      json_pack("{s:s, s:o, s:I}", "ref", ref, "keys", keys,
+			      json_pack("{s:s, s:o, s:s?, s:I}", "ref", ref, "keys", keys, "builder", rule->builder,
 					"time", (json_int_t)time(NULL)));
 	rc = kiln_mkdir_p(dir, 0755, err) < 0 ? -1 : kiln_json_write_file(p, j, err);
 	json_decref(j);
@@ -100,6 +101,35 @@ static bool signed_by(const struct sign_sigs *sigs, const sign_key *k, const cha
 	return false;
 }
 
+/* A provenance statement signed by one of the rule's keys names its builder. */
+static int builder_ok(rc_client *c, const struct sign_rule *rule, const char *repo, const char *shown,
+		      const char *digest, kiln_error **err)
+{
+	json_t *prov = sign_provenance_fetch(c, repo, digest, rule->keys, rule->nkeys, err), *e;
+	kiln_buf why = KILN_BUF_INIT;
+	bool found = false;
+	size_t i;
+
+	if (prov == NULL)
+		return kiln_error_wrap(err, "%s (%s): cannot verify its provenance", shown, digest);
+	json_array_foreach(prov, i, e) {
+		json_t *rd = json_object_get(json_object_get(json_object_get(e, "statement"), "predicate"), "runDetails");
+		const char *id = kiln_json_str(json_object_get(rd, "builder"), "id");
+		if (json_is_null(json_object_get(e, "key")))
+			kiln_buf_addf(&why, "; statement %zu is not signed by a required key", i + 1);
+		else if (!id || strcmp(id, rule->builder) != 0)
+			kiln_buf_addf(&why, "; statement %zu names builder '%s'", i + 1, id ? id : "(none)");
+		else
+			found = true;
+	}
+	if (!found)
+		kiln_err(err, KILN_E_INVALID, "%s (%s): refused: no signed provenance naming builder %s%s", shown, digest,
+			 rule->builder, why.len ? why.buf : " (none attached)");
+	json_decref(prov);
+	kiln_buf_free(&why);
+	return found ? 0 : -1;
+}
+
 int sign_verify(rc_client *c, const struct sign_rule *rule, const char *host, const char *repo, const char *tag,
 		const char *digest, const char *also_digest, struct sign_verified *v, kiln_error **err)
 {
@@ -136,6 +166,8 @@ int sign_verify(rc_client *c, const struct sign_rule *rule, const char *host, co
 			goto out;
 		}
 	}
+	if (rule->builder && builder_ok(c, rule, repo, shown, digest, err) < 0)
+		goto out;
 	if (record_add(digest, ref, rule, err) < 0 || (also_digest && record_add(also_digest, ref, rule, err) < 0))
 		goto wrap;
 	rc = 0;

@@ -152,6 +152,16 @@ expect_exit 1 "a provenance statement about another subject is refused" "$KILN" 
 expect_grep "  ... saying whose it is" "its subject is sha256:${DP#sha256:}, not $D1" "$T_TMP/err"
 expect_exit 1 "no provenance attached: an error" "$KILN" inspect --provenance "$REG/team/app:old"
 
+echo "{\"scopes\": {\"$REG/team\": {\"keys\": [\"team.pub\"], \"builder\": \"kiln@$(hostname)\"}}}" >builder.json
+expect_exit 0 "a policy requiring the builder: its signed provenance names it" \
+	env KILN_HOME="$H2" "$KILN" pull --policy builder.json "$REG/team/prov:1"
+echo "{\"scopes\": {\"$REG/team\": {\"keys\": [\"team.pub\"], \"builder\": \"ci@elsewhere\"}}}" >builder2.json
+expect_exit 1 "another builder required: refused" env KILN_HOME="$H2" "$KILN" pull --policy builder2.json "$REG/team/prov:1"
+expect_grep "  ... naming the builder found" "refused: no signed provenance naming builder ci@elsewhere; statement 1 names builder 'kiln@" "$T_TMP/err"
+expect_exit 1 "a builder required, no provenance attached: refused" \
+	env KILN_HOME="$H2" "$KILN" pull --policy builder.json "$REG/team/app:old"
+expect_grep "  ... saying none is attached" 'naming builder .* \(none attached\)' "$T_TMP/err"
+
 # ---- skopeo's sigstore support, when this skopeo has it
 printf 'docker:\n  %s:\n    use-sigstore-attachments: true\n' "$REG" >"$T_TMP/rd.yaml" && mkdir -p rd && mv rd.yaml rd/
 cat >sp.json <<JSON
