@@ -16,7 +16,7 @@ CFLAGS  ?= -O2 -g
 LDLIBS  = $(PKG_LIBS) -lpthread -lm
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-STAGES   := common oci dockerfile-parser rootfs builder vm guest snapshots regclient registry distrib service runtime
+STAGES   := common oci dockerfile-parser rootfs builder vm guest snapshots regclient registry sign distrib service runtime
 LIB_SRCS := $(sort $(foreach d,$(STAGES),$(wildcard $(d)/*.c)))
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 CMD_SRCS := $(sort $(wildcard cli/cmd_*.c))

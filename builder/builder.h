@@ -319,6 +319,8 @@ struct build_remote_opts {
 	void (*progress)(void *ud, const struct rc_progress *p);
 	void *ud;
 	const char *user, *pass; /* explicit credentials; NULL: kiln login's for the host */
+	const char *pin;     /* pull: fetch this manifest digest, not what the tag names now (the
+			      * digest the caller verified: a signature), and name it ref */
 };
 
 /* Pull [HOST/]REPO[:TAG|@DIGEST] (an index resolved to linux/amd64) into the

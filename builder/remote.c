@@ -79,7 +79,7 @@ int build_image_pull(build_store *s, const char *ref, const struct build_remote_
 	if (oci_imgref_parse(ref, &r, err) < 0 || build_store_lock(s, false, err) < 0)
 		goto out;
 	if (!(c = rc_client_new(r.host, &(struct rc_client_opts){ .max_rate = o->max_rate, .user = o->user, .pass = o->pass }, err)) ||
-	    rc_image_manifest_get(c, r.repo, oci_imgref_reference(&r), &doc, err) < 0)
+	    rc_image_manifest_get(c, r.repo, o->pin ? o->pin : oci_imgref_reference(&r), &doc, err) < 0)
 		goto out;
 	if (oci_tmpl_is_artifact(doc.data, doc.len)) {
 		kiln_err(err, KILN_E_INVALID,

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "builder/builder.h"
 #include "cli/build_flags.h"
@@ -287,7 +288,8 @@ static int check_tags(const struct kiln_command *cmd, const kiln_strv *tags)
 
 /* The build here, in builder VMs: progress on stderr (or JSON events), the
  * image's digest (and the template's) on stdout. */
-static int run_local(struct build_options *o, struct build_template_opts *tpl, const kiln_strv *tags, bool json)
+static int run_local(struct build_options *o, struct build_template_opts *tpl, const kiln_strv *tags, bool json,
+		     bool provenance)
 {
 	struct build_result res;
 	kiln_error *err = NULL;
@@ -302,8 +304,11 @@ static int run_local(struct build_options *o, struct build_template_opts *tpl, c
 	/* ^C stops the builder VMs and removes their files */
 	vm_cleanup_on_signals();
 	o->event_ud = &json;
+	double started = (double)time(NULL);
 	int brc = build_run(o, &res, &err);
 	cli_prechunk_end(&pc, brc < 0 ? NULL : res.template_digest);
+	if (brc == 0 && provenance && cli_provenance_record(o, &res, started, (double)time(NULL), &err) < 0)
+		brc = -1;
 	if (brc < 0) {
 		if (json) {
 			json_t *j = json_pack("{s:s,s:s}", "event", "error", "message", kiln_error_message(err));
@@ -341,7 +346,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	kiln_strv tags = KILN_STRV_INIT;
 	struct cli_build_flags bf = { 0 };
 	kiln_error *err = NULL;
-	bool json = false;
+	bool json = false, provenance = false;
 	const char *remote = getenv("KILN_BUILDER"), *tnet = NULL;
 	unsigned ready_secs = 0;
 	int i, rc;
@@ -358,6 +363,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 			     "$SSH_AUTH_SOCK), relayed into the builder VM"),
 		CLI_STRING(0, "target", &o.target, "STAGE", "build this stage (and what it needs)"),
 		CLI_BOOL(0, "no-cache", &o.no_cache, "do not reuse cached steps"),
+		CLI_BOOL(0, "provenance", &provenance, "record SLSA provenance of the result (Dockerfile digest, build\n"
+			 "args, builder, times), attached by kiln push --sign"),
 		CLI_STRING(0, "oci-out", &o.oci_out, "DIR", "also write an OCI image layout to DIR"),
 		CLI_STRING(0, "rootfs-out", &o.rootfs_out, "FILE", "also write the image's filesystem as ext4 (rootfs stage)"),
 		CLI_BOOL(0, "template", &want_template, "also make a template (rootfs, boot, start, ready, snapshot)\n"
@@ -443,7 +450,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		rc = run_remote(remote, &o, &tpl, json);
 		goto out;
 	}
-	rc = run_local(&o, &tpl, &tags, json);
+	rc = run_local(&o, &tpl, &tags, json, provenance);
 out:
 	kiln_strv_free(&tags);
 	cli_build_flags_free(&bf);

@@ -15,6 +15,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		CLI_XFER_OPTIONS(&x),
 		CLI_STRING(0, "name", &x.name, "NAME[:TAG]", "the local template's name (default REPO:TAG)"),
 		CLI_BOOL(0, "lazy", &x.lazy, "a template served from the chunk store, fetched on first touch"),
+		CLI_STRING(0, "policy", &x.policy, "FILE", "the signing policy (default: $KILN_POLICY,\n$KILN_HOME/policy.json, /etc/kiln/policy.json)"),
 		CLI_END,
 	};
 	struct build_remote_opts o = { .progress = cli_xfer_progress, .ud = &x };
@@ -36,6 +37,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		return cli_usage_error(cmd, "--name is for templates; %s is not one", dest);
 	o.parallel = x.parallel;
 	o.max_rate = x.max_rate;
+	o.pin = x.pin[0] ? x.pin : NULL; /* what was verified, even if the tag moves meanwhile */
 	cli_xfer_start(&x, "pull", true);
 	int rc = build_store_open(NULL, &s, &err) < 0 ? -1 : build_image_pull(s, dest, &o, digest, &err);
 	cli_xfer_end_line(&x);
@@ -49,7 +51,11 @@ const struct kiln_command kiln_cmd_pull = {
 	.name = "pull",
 	.summary = "pull a template or an image from a registry",
 	.usage = "Usage: kiln pull [--json] [--parallel N] [--limit-rate RATE] [--name NAME[:TAG]] [--lazy]\n"
+		 "                 [--policy FILE]\n"
 		 "                 [REGISTRY/]REPO[:TAG|@DIGEST]\n\n"
+		 "When the signing policy names the registry or repository, the manifest must\n"
+		 "be signed by each key it lists before anything else is fetched\n"
+		 "(docs/security.md).\n\n"
 		 "--lazy: fetch only the template's config, device state, disk and recorded working\n"
 		 "set; its rootfs and memory are served from the chunk store by the host's file\n"
 		 "server (kiln chunkfs), which fetches every other chunk on first touch and\n"

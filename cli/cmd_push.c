@@ -40,6 +40,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		CLI_XFER_OPTIONS(&x),
 		CLI_CALLBACK(0, "chunk-size", &o.chunk_size, "SIZE", chunk_size,
 			     "blobs larger than SIZE go up in PATCH chunks of SIZE\n(default 32M, at least 4K)"),
+		CLI_STRING(0, "sign", &x.sign, "KEY", "sign the pushed manifest with the private key file KEY\n(kiln key generate; cosign's format)"),
 		CLI_CALLBACK(0, "template", &kind, NULL, push_kind, "push the template NAME (a chunked artifact)"),
 		CLI_CALLBACK(0, "image", &kind, NULL, push_kind, "push the image NAME, even when a template has that name"),
 		CLI_END,
@@ -72,7 +73,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	o.parallel = x.parallel;
 	o.max_rate = x.max_rate;
 	cli_xfer_start(&x, "push", true);
-	int rc = build_store_open(NULL, &s, &err) < 0 ? -1 : build_image_push(s, name, dest, &o, digest, &err);
+	int rc = cli_sign_check_key(x.sign, &err) < 0 || build_store_open(NULL, &s, &err) < 0
+			 ? -1
+			 : build_image_push(s, name, dest, &o, digest, &err);
+	if (rc == 0 && x.sign)
+		rc = cli_sign_pushed(x.sign, dest, digest, &err) < 0 ? -1
+		     : cli_provenance_pushed(x.sign, digest, dest, digest, &err);
 	cli_xfer_end_line(&x);
 	build_store_close(s);
 	if (rc < 0)
@@ -83,12 +89,16 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 const struct kiln_command kiln_cmd_push = {
 	.name = "push",
 	.summary = "push a local template or image to a registry",
-	.usage = "Usage: kiln push [--json] [--parallel N] [--limit-rate RATE] [--chunk-size SIZE]\n"
+	.usage = "Usage: kiln push [--json] [--parallel N] [--limit-rate RATE] [--chunk-size SIZE] [--sign KEY]\n"
 		 "                 [--template|--image] NAME[:TAG] [[REGISTRY/]REPO[:TAG]]\n\n"
 		 "A template (kiln snapshot ls; --template) goes as a chunked artifact: only\n"
 		 "the chunks the registry lacks are sent (docs/distribution.md); the bytes sent\n"
 		 "are reported on stderr (--json: in the \"done\" event). --image pushes the\n"
 		 "image of that name even when a template has it too.\n\n"
+		 "--sign KEY signs the pushed manifest (template or image) with the private key\n"
+		 "KEY: a cosign signature stored as the tag sha256-HEX.sig (docs/security.md);\n"
+		 "the provenance kiln build --provenance recorded for it goes along, signed, as\n"
+		 "the tag sha256-HEX.att (kiln inspect --provenance prints it).\n\n"
 		 "Push the image NAME (see kiln images) to a registry as a plain OCI image any\n"
 		 "client can pull; the destination defaults to NAME when it names a registry.\n"
 		 "Blobs the registry already has are skipped; up to N (4) blobs move at once;\n"

@@ -88,6 +88,16 @@ bool cli_is_template(const char *ref)
 	return yes;
 }
 
+/* The template's recorded provenance, attached to the pushed manifest. */
+static int tmpl_provenance(const char *key, const char *ref, const char *dest, const char *digest, kiln_error **err)
+{
+	snap_template *t = snap_template_open(ref, err);
+	int rc = t ? cli_provenance_pushed(key, snap_template_digest(t), dest, digest, err) : -1;
+
+	snap_template_free(t);
+	return rc;
+}
+
 int cli_tmpl_push(const char *ref, const char *dest, struct cli_xfer *x)
 {
 	struct oci_imgref r = { 0 };
@@ -99,7 +109,10 @@ int cli_tmpl_push(const char *ref, const char *dest, struct cli_xfer *x)
 
 	cli_xfer_start(x, "push template", false);
 	if (oci_imgref_parse(dest, &r, &err) < 0 || (c = rc_client_new(r.host, NULL, &err)) == NULL ||
-	    dist_tmpl_push(c, ref, r.repo, oci_imgref_reference(&r), &o, &st, &err) < 0) {
+	    cli_sign_check_key(x->sign, &err) < 0 ||
+	    dist_tmpl_push(c, ref, r.repo, oci_imgref_reference(&r), &o, &st, &err) < 0 ||
+	    (x->sign && cli_sign_pushed(x->sign, dest, st.manifest_digest, &err) < 0) ||
+	    (x->sign && tmpl_provenance(x->sign, ref, dest, st.manifest_digest, &err) < 0)) {
 		cli_xfer_end_line(x);
 		rc = cli_fail(err);
 	} else {
@@ -128,7 +141,14 @@ static int tmpl_pull(const char *src, struct cli_xfer *x, char **local, kiln_err
 	if (oci_imgref_parse(src, &r, err) < 0 || (c = rc_client_new(r.host, NULL, err)) == NULL ||
 	    rc_manifest_get(c, r.repo, oci_imgref_reference(&r), NULL, &m, err) < 0)
 		goto out;
+	/* before any chunk (or layer) of it is fetched */
+	if (cli_verify_pulled(c, &r, &m, x->policy, err) < 0) {
+		cli_xfer_end_line(x);
+		rc = -2;
+		goto out;
+	}
 	if (!oci_tmpl_is_artifact(m.data, m.len)) {
+		memcpy(x->pin, m.digest, KILN_DIGEST_MAX);
 		rc = 0;
 		goto out;
 	}
@@ -218,9 +238,11 @@ int cli_tmpl_need(const char *ref, kiln_error **err)
 	char *local = NULL;
 	int rc;
 
-	snap_template_free(t);
-	if (t)
-		return 0;
+	if (t) {
+		rc = cli_verify_local(ref, snap_template_digest(t), err);
+		snap_template_free(t);
+		return rc;
+	}
 	if (e->kind != KILN_E_NOTFOUND || !kiln_ref_has_host(ref)) {
 		if (e->kind == KILN_E_NOTFOUND && cli_is_image(ref)) {
 			kiln_error_free(e);

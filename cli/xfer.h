@@ -19,6 +19,9 @@ struct cli_xfer {
 	uint64_t max_rate;  /* bytes/s per blob transfer; 0: unlimited */
 	const char *name;   /* pull: the local template name (NULL: REPO:TAG) */
 	bool lazy;          /* pull a template lazily: served from the chunk store (chunkfs) */
+	const char *sign;   /* push: sign what was pushed with this private key file */
+	const char *policy; /* pull: the signing policy file (NULL: the host's, sign.h) */
+	char pin[KILN_DIGEST_MAX]; /* pull: the image manifest digest verified, to pull by */
 	/* view */
 	const char *label;  /* "push", "pull template", ...: starts the terminal line */
 	bool per_blob;      /* an event per finished blob (a template has thousands: no) */
@@ -72,5 +75,26 @@ int cli_tmpl_need(const char *ref, kiln_error **err);
 /* Whether a template that kiln run / sandbox create pulls is pulled lazily:
  * $KILN_LAZY (1 or 0), else the default (docs/distribution.md). */
 bool cli_lazy_default(void);
+
+/* Signing and verification (cli/verify.c, sign/): sign dest's manifest
+ * digest with the private key file; check a key file before a push; check a
+ * pulled manifest m of r against the signing policy (policy NULL: the
+ * host's) before anything else of it is fetched; check a local template or
+ * image (ref, its digest) against its trust record. */
+int cli_sign_pushed(const char *key_path, const char *dest, const char *digest, kiln_error **err);
+int cli_sign_check_key(const char *key_path, kiln_error **err);
+int cli_verify_pulled(rc_client *c, const struct oci_imgref *r, const struct rc_doc *m, const char *policy,
+		      kiln_error **err);
+int cli_verify_local(const char *ref, const char *digest, kiln_error **err);
+/* kiln build --provenance: the build's SLSA predicate, kept under the
+ * template's (else the image's) digest until kiln push --sign attaches it. */
+struct build_options;
+struct build_result;
+int cli_provenance_record(const struct build_options *o, const struct build_result *res, double started,
+			  double finished, kiln_error **err);
+/* After a signed push of local (a template or image) as dest, digest: its
+ * recorded provenance, if any, signed and attached. */
+int cli_provenance_pushed(const char *key_path, const char *local_digest, const char *dest, const char *digest,
+			  kiln_error **err);
 
 #endif

@@ -32,6 +32,8 @@ const struct kiln_path_entry kiln_path_table[KILN_PATH_N_] = {
 	[KILN_PATH_AUTH] = { "auth.json", "auth.json" },
 	[KILN_PATH_KERNEL] = { "kernel", "kernel/" },
 	[KILN_PATH_REGISTRY] = { "registry", "registry/" },
+	[KILN_PATH_TRUST] = { "trust", "trust/HEX.json" },
+	[KILN_PATH_PROVENANCE] = { "provenance", "provenance/HEX.json" },
 };
 
 char *kiln_home_path(const char *home, enum kiln_path which, const char *fmt, ...)

@@ -253,6 +253,8 @@ enum kiln_path {
 	KILN_PATH_AUTH,        /* auth.json: registry credentials */
 	KILN_PATH_KERNEL,      /* kernel: this KILN_HOME's guest kernel */
 	KILN_PATH_REGISTRY,    /* registry: kiln serve's default data directory */
+	KILN_PATH_TRUST,       /* trust: digests verified against the signing policy (sign/) */
+	KILN_PATH_PROVENANCE,  /* provenance: builds' provenance, until pushed (sign/) */
 	KILN_PATH_N_
 };
 struct kiln_path_entry {

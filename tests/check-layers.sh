@@ -16,11 +16,12 @@ declare -A ALLOWED=(
 	[snapshots]="common vm guest"
 	[regclient]="common oci"
 	[registry]="common oci regclient"
+	[sign]="common oci regclient"
 	[distrib]="common oci regclient guest vm snapshots"
 	[builder]="common oci regclient dockerfile-parser rootfs guest vm snapshots"
-	[service]="common oci regclient dockerfile-parser rootfs guest vm snapshots registry distrib builder"
+	[service]="common oci regclient dockerfile-parser rootfs guest vm snapshots registry sign distrib builder"
 	[runtime]="common guest vm snapshots"
-	[cli]="common oci regclient registry distrib dockerfile-parser rootfs guest vm snapshots builder service runtime"
+	[cli]="common oci regclient registry sign distrib dockerfile-parser rootfs guest vm snapshots builder service runtime"
 )
 
 bad=0
