@@ -120,7 +120,17 @@ expect_grep "a snapshot on a full disk says the disk is full, and where" "$MNT/h
 "$KILN" snapshot ls >"$T_TMP/ls"
 expect_eq "the snapshot that failed is not listed" "$(grep -c '^s:1' "$T_TMP/ls")" 0
 expect_eq "the snapshot left no temporary file" "$(tmp_files)" 0
+mkdir -p bctx && head -c 3000000 /dev/urandom >bctx/big && printf 'FROM scratch\nCOPY big /big\n' >bctx/Dockerfile
+"$KILN" build -t big:1 bctx >/dev/null 2>"$T_TMP/err"
+expect_grep "a build's layer write on a full disk says so, and where" "$MNT/home/.*No space left on device" "$T_TMP/err"
+"$KILN" images >"$T_TMP/ls"
+expect_eq "the image that failed is not listed" "$(grep -c '^big:1' "$T_TMP/ls")" 0
+"$KILN" rootfs --from-dir bctx -o "$MNT/r.ext4" --free 1M >/dev/null 2>"$T_TMP/err"
+expect_grep "kiln rootfs on a full disk says so, and where" "$MNT/r.ext4.*No space left on device" "$T_TMP/err"
+expect_eq "kiln rootfs leaves no output behind" "$(ls "$MNT" | grep -c r.ext4)" 0
+expect_eq "the build left no temporary file" "$(tmp_files)" 0
 unfill
+expect_exit 0 "the build works once space is freed" "$KILN" build -t big:1 bctx
 expect_exit 0 "the pull works once space is freed" "$KILN" pull "$REG/x/t:1"
 "$KILN" run "$REG/x/t:1" -- cat /hi >"$T_TMP/out" 2>"$T_TMP/err"
 expect_eq "and a sandbox starts from it" "$(cat "$T_TMP/out")" hi
