@@ -35,7 +35,7 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(ASAN)/tests/%)
 REPLAY_BINS := $(FUZZ_SRCS:tests/fuzz/fuzz_%.c=$(ASAN)/tests/replay_%)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
 
-.PHONY: all deps check test test-real demo fuzz clean clang-check check-layers install uninstall deb test-deb
+.PHONY: all deps check test test-real test-faults demo fuzz clean clang-check check-layers install uninstall deb test-deb
 .SECONDARY:
 all: bin/kiln $(if $(AGENT_SRCS),bin/kiln-agent) build/man/kiln.1 build/kiln.bash-completion build/tests/cgroup-probe
 
@@ -197,6 +197,13 @@ endif
 test-real: deps
 	$(MAKE) all
 	@tests/run.sh tests/e2e/t0590-real-corpus.sh
+
+# Faults (docs/reliability.md): the full-disk test and the kill -9 harness
+# with 40 kill points per command (240 in all; `make test` runs one each).
+# KILN_KILL_SEED=S replays a run's points.
+test-faults: deps
+	$(MAKE) all
+	@KILN_KILL_POINTS=$${KILN_KILL_POINTS:-40} tests/run.sh tests/e2e/t0950-full-disk.sh tests/e2e/t0951-kill-points.sh
 
 # Packages, then the guest kernel the tests boot: by default a minimal kernel
 # built from Debian's linux-source (vm/build-kernel.sh, vm/kernel.config; about

@@ -277,7 +277,7 @@ int build_extract_entry(struct archive *a, struct archive *w, struct archive_ent
 		return kiln_err(err, KILN_E_INVALID, "%s: %s", what, archive_error_string(w));
 	while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
 		if (archive_write_data_block(w, buf, len, off) != ARCHIVE_OK)
-			return kiln_err(err, KILN_E_IO, "%s: %s", what, archive_error_string(w));
+			return kiln_tar_err(err, KILN_E_IO, w, "%s", what);
 	if (r != ARCHIVE_EOF)
 		return kiln_err(err, KILN_E_INVALID, "%s: %s", what, archive_error_string(a));
 	archive_write_finish_entry(w);

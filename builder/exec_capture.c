@@ -288,7 +288,7 @@ static int append_layer(build_store *s, const struct build_layer *l, const char 
 	r = kiln_tar_write_header(w, e);
 	archive_entry_free(e);
 	if (r != ARCHIVE_OK) {
-		kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
+		kiln_tar_err(err, KILN_E_IO, w, "%s", out);
 		goto out;
 	}
 	while ((r = kiln_tar_next(a, &e)) == ARCHIVE_OK) {
@@ -321,12 +321,12 @@ static int append_layer(build_store *s, const struct build_layer *l, const char 
 			free(hn);
 		}
 		if (kiln_tar_write_header(w, e) != ARCHIVE_OK) {
-			kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
+			kiln_tar_err(err, KILN_E_IO, w, "%s", out);
 			goto out;
 		}
 		while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
 			if (archive_write_data(w, buf, len) < 0) {
-				kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
+				kiln_tar_err(err, KILN_E_IO, w, "%s", out);
 				goto out;
 			}
 		if (r != ARCHIVE_EOF) {
@@ -352,7 +352,7 @@ int build_layers_plain_tar(build_store *s, const struct build_layer *layers, con
 	int rc = -1;
 
 	if (archive_write_open_filename(w, out) != ARCHIVE_OK) {
-		kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
+		kiln_tar_err(err, KILN_E_IO, w, "%s", out);
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++)
@@ -360,7 +360,7 @@ int build_layers_plain_tar(build_store *s, const struct build_layer *layers, con
 			goto out;
 	rc = -1;
 	if (archive_write_close(w) != ARCHIVE_OK) {
-		kiln_err(err, KILN_E_IO, "%s: %s", out, archive_error_string(w));
+		kiln_tar_err(err, KILN_E_IO, w, "%s", out);
 		goto out;
 	}
 	rc = 0;

@@ -32,8 +32,10 @@ static la_ssize_t inner_write(struct archive *a, void *ud, const void *buf, size
 {
 	struct pipe *p = ud;
 
+	/* libarchive keeps only a string: the store's own message (a full disk
+	 * and its path) goes into it, or the user would read "write failed". */
 	if (build_blob_write(p->w, buf, len, &p->err) < 0) {
-		archive_set_error(a, EIO, "store write failed");
+		archive_set_error(a, p->err->errnum ? p->err->errnum : EIO, "%s", kiln_error_message(p->err));
 		return -1;
 	}
 	return (la_ssize_t)len;

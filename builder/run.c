@@ -118,7 +118,7 @@ static int bind_tar(const build_tree *tree, const char *src, bool keep_owner, co
 		build_tree_children(tree, rel, &b, &e);
 	}
 	if (archive_write_open_filename(w, tar) != ARCHIVE_OK) {
-		kiln_err(err, KILN_E_IO, "%s: %s", tar, archive_error_string(w));
+		kiln_tar_err(err, KILN_E_IO, w, "%s", tar);
 		goto out;
 	}
 	for (size_t i = b; i < e; i++) {
@@ -138,7 +138,7 @@ static int bind_tar(const build_tree *tree, const char *src, bool keep_owner, co
 		if (!S_ISREG(en->st.st_mode))
 			archive_entry_set_size(ae, 0);
 		if (kiln_tar_write_header(w, ae) != ARCHIVE_OK) {
-			kiln_err(err, KILN_E_IO, "%s: %s", tar, archive_error_string(w));
+			kiln_tar_err(err, KILN_E_IO, w, "%s", tar);
 			archive_entry_free(ae);
 			goto out;
 		}
@@ -162,7 +162,7 @@ static int bind_tar(const build_tree *tree, const char *src, bool keep_owner, co
 		}
 	}
 	if (archive_write_close(w) != ARCHIVE_OK) {
-		kiln_err(err, KILN_E_IO, "%s: %s", tar, archive_error_string(w));
+		kiln_tar_err(err, KILN_E_IO, w, "%s", tar);
 		goto out;
 	}
 	rc = 0;

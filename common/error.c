@@ -66,6 +66,11 @@ int kiln_err_errno(kiln_error **err, int errnum, const char *fmt, ...)
 	return ret;
 }
 
+int kiln_error_disk_full(const kiln_error *err)
+{
+	return err != NULL && (err->errnum == ENOSPC || err->errnum == EDQUOT);
+}
+
 int kiln_error_wrap(kiln_error **err, const char *fmt, ...)
 {
 	kiln_error_frame *f;

@@ -68,6 +68,9 @@ int kiln_error_wrap(kiln_error **err, const char *fmt, ...) KILN_PRINTF(2, 3);
 const char *kiln_error_message(kiln_error *err);
 /* The innermost message alone. */
 const char *kiln_error_cause(const kiln_error *err);
+/* 1 when the cause is a full filesystem or quota (ENOSPC, EDQUOT): the
+ * caller's storage, not its input or a bug, so servers answer 507. */
+int kiln_error_disk_full(const kiln_error *err);
 void kiln_error_free(kiln_error *err);
 /* Free *err (if set) and reset it to NULL. */
 void kiln_error_clear(kiln_error **err);
@@ -279,6 +282,10 @@ struct archive_entry;
 struct archive *kiln_tar_writer_new(void);
 /* archive_write_header, with a name written as bytes not a warning. */
 int kiln_tar_write_header(struct archive *w, struct archive_entry *e);
+/* An error from a failed libarchive call on A: "MSG: libarchive's message",
+ * with the errno libarchive recorded (a full disk is only "Write error" in its
+ * message) appended and kept, so a disk full says so.  Returns -1. */
+int kiln_tar_err(kiln_error **err, enum kiln_errkind kind, struct archive *a, const char *fmt, ...) KILN_PRINTF(4, 5);
 /* A tar reader (plain, gzip, zstd, bzip2, xz); open it with archive_read_open*. */
 struct archive *kiln_tar_reader_new(void);
 /* archive_read_next_header: ARCHIVE_OK, ARCHIVE_EOF, or an error; a name that

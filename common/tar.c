@@ -6,7 +6,11 @@
  * under POSIX's `hdrcharset=BINARY`.  Readers keep the raw bytes. */
 #include <archive.h>
 #include <archive_entry.h>
+#include <errno.h>
 #include <locale.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kiln.h"
 
@@ -63,4 +67,24 @@ int kiln_tar_next(struct archive *a, struct archive_entry **e)
 	if (r == ARCHIVE_WARN)
 		r = archive_entry_pathname(*e) ? ARCHIVE_OK : ARCHIVE_FAILED;
 	return r;
+}
+
+int kiln_tar_err(kiln_error **err, enum kiln_errkind kind, struct archive *a, const char *fmt, ...)
+{
+	const char *what = archive_error_string(a);
+	int errnum = archive_errno(a);
+	kiln_buf msg = KILN_BUF_INIT;
+	va_list ap;
+
+	va_start(ap, fmt);
+	kiln_buf_vaddf(&msg, fmt, ap);
+	va_end(ap);
+	/* libarchive's own codes on Linux are -1 (misc), EILSEQ (format) and
+	 * EINVAL (usage): they say nothing its message does not */
+	if (errnum > 0 && errnum != EILSEQ && errnum != EINVAL && (what == NULL || strstr(what, strerror(errnum)) == NULL))
+		kiln_err_errno(err, errnum, "%s: %s", msg.buf, what ? what : "error");
+	else
+		kiln_err(err, kind, "%s: %s", msg.buf, what ? what : "error");
+	kiln_buf_free(&msg);
+	return -1;
 }

@@ -65,6 +65,13 @@ int dist_chunkfs_ensure(kiln_error **err)
 		rc = 0;
 		goto out;
 	}
+	/* A server that died (kill -9, OOM) leaves its mount behind, answering
+	 * ENOTCONN: nobody serves it any more, so it is detached before a new
+	 * server mounts there, or no lazy template would start again. */
+	if (stale && umount2(mnt, MNT_DETACH) < 0 && errno != EINVAL) {
+		kiln_err_errno(err, errno, "chunkfs: detaching the dead server's mount %s", mnt);
+		goto out;
+	}
 	if (kiln_mkdir_p(mnt, 0755, err) < 0)
 		goto out;
 	pid_t pid = fork();

@@ -3,6 +3,7 @@
  * their history, tokens.  Blob bytes are never here, only in the store.  One
  * connection per process, serialised by a mutex; other processes (gc, ls)
  * share the file through WAL. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,9 +33,19 @@ static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS tokens(id INTEGER PRIMARY KEY, label TEXT UNIQUE NOT NULL,"
 	" hash TEXT UNIQUE NOT NULL, scopes TEXT NOT NULL, created INTEGER NOT NULL, expires INTEGER NOT NULL);";
 
+/* sqlite says SQLITE_FULL for a full disk; it becomes ENOSPC here so every
+ * caller up the stack (and the HTTP answer) tells a full disk from a bug. */
+static void db_note_full(sqlite3 *h, kiln_error *e)
+{
+	if (e != NULL && e->errnum == 0 && (sqlite3_errcode(h) & 0xff) == SQLITE_FULL)
+		e->errnum = ENOSPC;
+}
+
 int reg_db_fail(reg_db *db, kiln_error **err, const char *what)
 {
-	return kiln_err(err, KILN_E_IO, "metadata db: %s: %s", what, sqlite3_errmsg(db->h));
+	kiln_err(err, KILN_E_IO, "metadata db: %s: %s", what, sqlite3_errmsg(db->h));
+	db_note_full(db->h, err ? *err : NULL);
+	return -1;
 }
 
 sqlite3_stmt *reg_db_prep(reg_db *db, const char *sql, kiln_error **err)
@@ -54,6 +65,7 @@ int reg_db_exec(reg_db *db, const char *sql, kiln_error **err)
 
 	if (sqlite3_exec(db->h, sql, NULL, NULL, &msg) != SQLITE_OK) {
 		kiln_err(err, KILN_E_IO, "metadata db: %s", msg ? msg : sqlite3_errmsg(db->h));
+		db_note_full(db->h, err ? *err : NULL);
 		sqlite3_free(msg);
 		return -1;
 	}

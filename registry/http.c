@@ -137,7 +137,13 @@ void reg_error(reg_req *r, unsigned status, const char *code, const char *fmt, .
 void reg_internal(reg_req *r, kiln_error *err)
 {
 	kiln_warn("registry: %s %s: %s", r->method, r->name ? r->name : "", kiln_error_message(err));
-	reg_error(r, 500, "UNKNOWN", "internal error");
+	/* A full disk is the operator's to fix and the client's to retry: say so
+	 * (507, RFC 4918), without the server's paths, which the log has. */
+	if (kiln_error_disk_full(err))
+		reg_error(r, 507, "UNKNOWN", "the registry's storage is full (no space left on device): nothing was stored;"
+			  " retry once space is freed");
+	else
+		reg_error(r, 500, "UNKNOWN", "internal error");
 	kiln_error_free(err);
 }
 
