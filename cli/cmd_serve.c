@@ -9,20 +9,31 @@
 #include "registry/registry.h"
 #include "service/service.h"
 #include "service/e2b.h"
+#include "cli/xfer.h"
+
+/* A template a create names is pulled first, with this host's credentials
+ * (kiln login), as kiln run does. */
+static int ensure_template(void *ud, const char *ref, kiln_error **err)
+{
+	return cli_tmpl_need(ref, err);
+}
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
 	const char *addr = NULL, *data = NULL, *config = NULL;
-	bool want_build = false;
+	bool want_build = false, want_sandboxes = false;
 	const struct cli_option opts[] = {
 		CLI_STRING('a', "addr", &addr, "HOST:PORT", "listen address (default 127.0.0.1:5000; port 0 picks one)"),
 		CLI_STRING('d', "data", &data, "DIR", "data directory"),
 		CLI_STRING('c', "config", &config, "FILE", "JSON config file (see docs/registry.md); flags override it"),
 		CLI_BOOL('b', "build", &want_build, "also run the build service (/build/v1/, docs/service.md; also\n"
 						    "\"build\": true or {...} in the config file): kiln build --remote"),
+		CLI_BOOL('s', "sandboxes", &want_sandboxes, "also run the sandbox service (E2B's sandbox API and envd's\n"
+							     "plane, docs/sandbox-api.md; also \"sandboxes\": true or {...})"),
 		CLI_END,
 	};
 	struct reg_config cfg;
+	svc_sandboxes *sandboxes = NULL;
 	kiln_error *err = NULL;
 	reg_server *srv;
 	svc *builds = NULL;
@@ -67,13 +78,24 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		svc_free(builds);
 		goto fail;
 	}
-	fprintf(stderr, "kiln serve: listening on http://%s%s%s:%u (data %s)%s\n", strchr(cfg.host, ':') ? "[" : "",
+	/* and the sandbox service, which knows E2B's template names through it */
+	want_sandboxes |= cfg.sandboxes != NULL;
+	if (want_sandboxes &&
+	    (sandboxes = svc_sandboxes_start(srv, cfg.sandboxes, e2b_api, ensure_template, NULL, &err)) == NULL) {
+		svc_stop(builds);
+		reg_server_stop(srv);
+		e2b_stop(e2b_api);
+		svc_free(builds);
+		goto fail;
+	}
+	fprintf(stderr, "kiln serve: listening on http://%s%s%s:%u (data %s)%s%s\n", strchr(cfg.host, ':') ? "[" : "",
 		cfg.host, strchr(cfg.host, ':') ? "]" : "", reg_server_port(srv), cfg.data_dir,
-		builds ? ", building" : "");
+		builds ? ", building" : "", sandboxes ? ", sandboxes" : "");
 	fflush(stderr);
 	sigwait(&set, &sig);
 	svc_stop(builds);
 	reg_server_stop(srv);
+	svc_sandboxes_stop(sandboxes);
 	e2b_stop(e2b_api);
 	svc_free(builds);
 	reg_config_free(&cfg);
@@ -86,7 +108,7 @@ fail:
 const struct kiln_command kiln_cmd_serve = {
 	.name = "serve",
 	.summary = "run the OCI registry (distribution v1.1)",
-	.usage = "Usage: kiln serve [--addr HOST:PORT] [--data DIR] [--config FILE] [--build]\n\n"
+	.usage = "Usage: kiln serve [--addr HOST:PORT] [--data DIR] [--config FILE] [--build] [--sandboxes]\n\n"
 		 "Serve the OCI Distribution API v1.1 over HTTP.  Blobs are stored content-addressed\n"
 		 "under DIR (default $KILN_HOME/registry), metadata in DIR/meta.db (sqlite, WAL).\n",
 	.run = run,

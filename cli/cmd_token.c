@@ -40,9 +40,11 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 	struct reg_config cfg;
 	kiln_error *err = NULL;
 	kiln_buf out = KILN_BUF_INIT;
+	bool e2b_shape = false;
 	int i, ret = KILN_EXIT_OK;
 	struct cli_option opts[] = {
 		CLI_REGISTRY_OPTIONS(&data, &config),
+		CLI_END,
 		CLI_END,
 		CLI_END,
 		CLI_END,
@@ -52,6 +54,8 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 		opts[2] = (struct cli_option)CLI_STRV('s', "scope", &scopes, "NS:ACTIONS", "what the token may do (repeatable)");
 		opts[3] = (struct cli_option)CLI_CALLBACK('t', "ttl", &ttl, "DUR", ttl_opt,
 							  "expire after DUR (3600, 90m, 12h, 30d; default: never)");
+		opts[4] = (struct cli_option)CLI_BOOL(0, "e2b", &e2b_shape, "in E2B's API key shape (e2b_ and hex), which the\n"
+									 "E2B SDKs check a key for before sending it");
 	}
 	if ((i = cli_parse(cmd, opts, argc, argv, 0, &ret)) < 0) {
 		kiln_strv_free(&scopes);
@@ -71,8 +75,8 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 	if (strcmp(cmd->name, "create") == 0) {
 		char *secret = NULL;
 		const char *none[] = { NULL };
-		if (reg_token_create(&cfg, argv[i], scopes.v ? (const char *const *)scopes.v : none, ttl, &secret,
-				     &err) < 0)
+		if (reg_token_create_as(&cfg, argv[i], scopes.v ? (const char *const *)scopes.v : none, ttl,
+					e2b_shape ? "e2b_" : "kiln_", &secret, &err) < 0)
 			goto fail;
 		printf("%s\n", secret);
 		free(secret);

@@ -235,8 +235,10 @@ static int actions_of(const char *s, size_t len)
 			a |= REG_DELETE;
 		else if (n == 5 && strncmp(s, "build", 5) == 0)
 			a |= REG_BUILD;
+		else if (n == 7 && strncmp(s, "sandbox", 7) == 0)
+			a |= REG_SANDBOX;
 		else if (n == 1 && s[0] == '*')
-			a |= REG_PULL | REG_PUSH | REG_DELETE | REG_BUILD;
+			a |= REG_PULL | REG_PUSH | REG_DELETE | REG_BUILD | REG_SANDBOX;
 		s += n;
 		len -= n;
 		if (len) {

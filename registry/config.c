@@ -49,6 +49,7 @@ void reg_config_free(struct reg_config *c)
 	free(c->s3_access_key);
 	free(c->s3_secret_key);
 	json_decref(c->build);
+	json_decref(c->sandboxes);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -219,13 +220,14 @@ int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 				c->auth = json_is_true(v);
 		} else if (strcmp(key, "s3") == 0) {
 			r = load_s3(c, v, err);
-		} else if (strcmp(key, "build") == 0) {
-			/* the build service's settings (service/ reads them): kept as they are */
+		} else if (strcmp(key, "build") == 0 || strcmp(key, "sandboxes") == 0) {
+			/* the build and sandbox services' settings (service/ reads them): kept as they are */
+			json_t **slot = key[0] == 'b' ? &c->build : &c->sandboxes;
 			if (!json_is_boolean(v) && !json_is_object(v)) {
-				r = kiln_err(err, KILN_E_INVALID, "build: want true, false or an object");
+				r = kiln_err(err, KILN_E_INVALID, "%s: want true, false or an object", key);
 			} else {
-				json_decref(c->build);
-				c->build = json_is_false(v) ? NULL : json_incref(v);
+				json_decref(*slot);
+				*slot = json_is_false(v) ? NULL : json_incref(v);
 			}
 		} else if (strcmp(key, "realm") == 0) {
 			r = set_str(v, key, &c->realm, err);

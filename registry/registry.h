@@ -6,6 +6,7 @@
 #ifndef KILN_REGISTRY_H
 #define KILN_REGISTRY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kiln.h"
@@ -47,6 +48,7 @@ struct reg_config {
 	 * stage under data_dir. */
 	char *s3_endpoint, *s3_region, *s3_bucket, *s3_access_key, *s3_secret_key;
 	json_t *build;              /* "build": true or {...}: the build service's settings (service/), else NULL */
+	json_t *sandboxes;          /* "sandboxes": true or {...}: the sandbox service's (service/), else NULL */
 };
 
 void reg_config_init(struct reg_config *c);
@@ -80,11 +82,14 @@ int reg_server_resolve(reg_server *s, const char *repo, const char *ref, char di
  * ------------------------------------------------------------------------- */
 typedef struct reg_req reg_req;
 
-/* Actions a token's scope grants ("NS:pull,push,delete,build" or "*"). */
-enum reg_action { REG_PULL = 1, REG_PUSH = 2, REG_DELETE = 4, REG_BUILD = 8 };
+/* Actions a token's scope grants ("NS:pull,push,delete,build,sandbox" or "*"). */
+enum reg_action { REG_PULL = 1, REG_PUSH = 2, REG_DELETE = 4, REG_BUILD = 8, REG_SANDBOX = 16 };
 
 struct reg_routes {
 	const char *prefix;       /* e.g. "/build/": paths starting with it */
+	/* Or, instead of a prefix, whether a request is the module's: asked
+	 * with the headers in, before the registry's own routes. */
+	bool (*match)(void *ud, reg_req *r);
 	void *ud;
 	/* Headers are in: answer now (then a body is dropped) or not (the body follows). */
 	void (*begin)(void *ud, reg_req *r);
@@ -96,7 +101,7 @@ struct reg_routes {
 	 * mid-body): free what begin attached.  May be NULL. */
 	void (*done)(void *ud, reg_req *r);
 };
-#define REG_ROUTES_MAX 4
+#define REG_ROUTES_MAX 8
 /* rt is borrowed until reg_server_stop(). */
 int reg_server_mount(reg_server *s, const struct reg_routes *rt, kiln_error **err);
 
@@ -163,6 +168,10 @@ int reg_set_public(const struct reg_config *c, const char *repo, int public_, ki
  * scopes: "NAMESPACE:ACTIONS" entries, e.g. "team-a:pull,push", "*:pull". */
 int reg_token_create(const struct reg_config *c, const char *label, const char *const *scopes, int64_t ttl_s,
 		     char **token_out, kiln_error **err);
+/* The same with the secret's prefix: "kiln_" (reg_token_create's) or "e2b_",
+ * the shape E2B's SDKs check an API key for before sending it. */
+int reg_token_create_as(const struct reg_config *c, const char *label, const char *const *scopes, int64_t ttl_s,
+			const char *prefix, char **token_out, kiln_error **err);
 int reg_token_list(const struct reg_config *c, kiln_buf *out, kiln_error **err);
 int reg_token_revoke(const struct reg_config *c, const char *label, kiln_error **err);
 

@@ -92,7 +92,7 @@ static void route(reg_req *r, const char *url)
 
 	for (unsigned i = 0; i < nroutes; i++) {
 		const struct reg_routes *rt = r->srv->routes[i];
-		if (strncmp(url, rt->prefix, strlen(rt->prefix)) == 0) {
+		if (rt->match ? rt->match(rt->ud, r) : strncmp(url, rt->prefix, strlen(rt->prefix)) == 0) {
 			r->route = R_EXT;
 			r->ext = rt;
 			return;

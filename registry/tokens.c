@@ -25,7 +25,7 @@ static int scope_valid(const char *s)
 	for (const char *p = colon + 1; ok && *p;) {
 		size_t n = strcspn(p, ",");
 		ok = (n == 4 && (!strncmp(p, "pull", 4) || !strncmp(p, "push", 4))) || (n == 6 && !strncmp(p, "delete", 6)) ||
-		     (n == 5 && !strncmp(p, "build", 5)) ||
+		     (n == 5 && !strncmp(p, "build", 5)) || (n == 7 && !strncmp(p, "sandbox", 7)) ||
 		     (n == 1 && *p == '*');
 		p += n + (p[n] == ',');
 	}
@@ -34,6 +34,12 @@ static int scope_valid(const char *s)
 
 int reg_token_create(const struct reg_config *c, const char *label, const char *const *scopes, int64_t ttl_s,
 		     char **token_out, kiln_error **err)
+{
+	return reg_token_create_as(c, label, scopes, ttl_s, "kiln_", token_out, err);
+}
+
+int reg_token_create_as(const struct reg_config *c, const char *label, const char *const *scopes, int64_t ttl_s,
+			const char *prefix, char **token_out, kiln_error **err)
 {
 	unsigned char rnd[32];
 	char secret[80], h[KILN_DIGEST_MAX];
@@ -46,7 +52,7 @@ int reg_token_create(const struct reg_config *c, const char *label, const char *
 		return kiln_err(err, KILN_E_USAGE, "token label must be 1-100 characters");
 	for (size_t i = 0; scopes[i]; i++) {
 		if (!scope_valid(scopes[i])) {
-			kiln_err(err, KILN_E_USAGE, "scope '%s': want NAMESPACE:ACTIONS (actions pull,push,delete,build or *)",
+			kiln_err(err, KILN_E_USAGE, "scope '%s': want NAMESPACE:ACTIONS (actions pull,push,delete,build,sandbox or *)",
 				 scopes[i]);
 			goto out;
 		}
@@ -60,9 +66,13 @@ int reg_token_create(const struct reg_config *c, const char *label, const char *
 		kiln_err_errno(err, errno, "getrandom");
 		goto out;
 	}
-	strcpy(secret, "kiln_");
+	if (strcmp(prefix, "kiln_") != 0 && strcmp(prefix, "e2b_") != 0) {
+		kiln_err(err, KILN_E_USAGE, "a token's prefix is kiln_ or e2b_, not '%.16s'", prefix);
+		goto out;
+	}
+	strcpy(secret, prefix);
 	for (size_t i = 0; i < sizeof(rnd); i++)
-		snprintf(secret + 5 + 2 * i, 3, "%02x", rnd[i]);
+		snprintf(secret + strlen(prefix) + 2 * i, 3, "%02x", rnd[i]);
 	kiln_digest_buf(KILN_SHA256, secret, strlen(secret), h);
 	if (reg_admin_open(&adm, c, err) < 0)
 		goto out;

@@ -28,7 +28,7 @@ static void add_out(void *user, const void *data, size_t len)
 /* envd's path rule: "" is the home, ~ and ~/x in it, relative to it; the
  * helper needs it absolute, so the home is asked of the guest once per call
  * only when needed (through the user's own HOME). */
-static int resolve(rt_sandbox *sb, const char *user, const char *path, char **out, enum rt_code *code,
+int rt_fs_resolve(rt_sandbox *sb, const char *user, const char *path, char **out, enum rt_code *code,
 		   kiln_error **err)
 {
 	kiln_buf home = KILN_BUF_INIT;
@@ -125,7 +125,7 @@ static int entry_call(rt_sandbox *sb, const struct rt_call *call, const char *op
 	json_t *list = NULL;
 	int rc = -1;
 
-	if (resolve(sb, user, path_in, &path, code, err) < 0 ||
+	if (rt_fs_resolve(sb, user, path_in, &path, code, err) < 0 ||
 	    rt_fs_helper(sb, user, op, path, arg, NULL, 0, &out, code, err) < 0)
 		goto out;
 	if (no_entry) {
@@ -187,7 +187,7 @@ int rt_fs_move(rt_sandbox *sb, const struct rt_call *call, const json_t *msg, js
 	*code = RT_INVALID_ARGUMENT;
 	if (rt_get_string(msg, "source", true, &src, err) < 0 || rt_get_string(msg, "destination", true, &dst, err) < 0)
 		return -1;
-	if (resolve(sb, rt_user(sb, call), dst, &dst_abs, code, err) == 0)
+	if (rt_fs_resolve(sb, rt_user(sb, call), dst, &dst_abs, code, err) == 0)
 		rc = entry_call(sb, call, "move", src, dst_abs, false, reply, code, err);
 	free(dst_abs);
 	return rc;
@@ -209,7 +209,7 @@ int rt_fs_list_dir(rt_sandbox *sb, const struct rt_call *call, const json_t *msg
 	if (depth < 0 || depth > 64)
 		return kiln_err(err, KILN_E_INVALID, "depth %lld is not from 1 to 64", (long long)depth);
 	snprintf(depth_s, sizeof(depth_s), "%lld", (long long)(depth ? depth : 1));
-	if (resolve(sb, user, path, &abs, code, err) < 0 ||
+	if (rt_fs_resolve(sb, user, path, &abs, code, err) < 0 ||
 	    rt_fs_helper(sb, user, "list", abs, depth_s, NULL, 0, &out, code, err) < 0)
 		goto out;
 	if ((list = entries(&out, err)) == NULL) {
@@ -274,7 +274,7 @@ static struct rt_proc *watch_start(rt_sandbox *sb, const struct rt_call *call, c
 	*code = RT_INVALID_ARGUMENT;
 	if (rt_get_string(msg, "path", true, &path, err) < 0 || rt_get_bool(msg, "recursive", false, &recursive, err) < 0)
 		return NULL;
-	if (resolve(sb, rt_user(sb, call), path, &abs, code, err) < 0)
+	if (rt_fs_resolve(sb, rt_user(sb, call), path, &abs, code, err) < 0)
 		return NULL;
 	const char *argv[] = { "/proc/self/exe", "--fs", "watch", abs, recursive ? "1" : "0", NULL };
 	struct guest_exec_opts o;

@@ -52,6 +52,7 @@ struct rt_sandbox {
 	uint32_t next_watcher;
 	pthread_t pump;
 	bool stop;
+	int has_bash;        /* -1 not asked yet */
 };
 
 struct rt_stream {
@@ -79,12 +80,60 @@ void rt_ev_free(struct rt_ev *e);
  * with USER and LOGNAME of user; a NULL-terminated vector in out. */
 void rt_env_build(rt_sandbox *sb, const char *user, const json_t *envs, kiln_strv *out);
 const char *rt_user(rt_sandbox *sb, const struct rt_call *call);
+/* E2B's SDK runs commands with /bin/bash -l -c: /bin/sh where the template
+ * has no bash (asked of the guest once); any other cmd as it is. */
+const char *rt_shell(rt_sandbox *sb, const char *cmd);
 /* Run the agent's `--fs OP PATH [ARG]` as user; out gets stdout.  A failure
  * sets *code from the helper's exit code. */
 int rt_fs_helper(rt_sandbox *sb, const char *user, const char *op, const char *path, const char *arg,
 		 const void *in, size_t in_len, kiln_buf *out, enum rt_code *code, kiln_error **err);
 
+/* host.c, host_life.c: the sandbox service's state */
+#define LABEL_TEAM "kiln.team"
+#define LABEL_TEMPLATE "kiln.template" /* the template as the client named it */
+#define LABEL_META "meta."
+struct rt_entry {
+	char *id;
+	rt_sandbox *sb;
+	unsigned refs;
+	bool gone;          /* paused or killed: freed by the last release */
+	struct rt_entry *next;
+};
+
+struct rt_pending {         /* creates under way: counted against the limits */
+	char *team;
+	unsigned cpus;
+	uint64_t memory_mib;
+	struct rt_pending *next;
+};
+
+struct rt_host {
+	struct rt_host_config cfg;
+	unsigned char key[32];  /* envd access tokens are HMAC(key, id) */
+	pthread_mutex_t mu;
+	struct rt_entry *live, *gone;
+	pthread_mutex_t connect_mu;
+	struct rt_pending *pending;
+	/* pool refill */
+	pthread_t refill;
+	bool refill_started, stop;
+	pthread_cond_t refill_cv;
+	kiln_strv refill_q;
+};
+
+void rt_entry_free(struct rt_entry *en);
+void rt_host_drop(rt_host *h, const char *id);   /* its envd plane, once unused */
+void rt_host_queue_refill(rt_host *h, const char *ref);
+int rt_host_load_key(const char *path, unsigned char key[32], kiln_error **err);
+/* KILN_E_LIMIT naming the limit a new sandbox of cpus and mem would pass. */
+int rt_host_check_limits_locked(rt_host *h, const char *team, unsigned cpus, uint64_t mem, bool *host_limit,
+				kiln_error **err);
+int rt_host_adopt(rt_host *h, const char *id, guest_conn *conn, kiln_error **err);
+
 /* filesystem.c */
+/* envd's path rule: "" and ~ are the user's home, a relative path is in it. */
+int rt_fs_resolve(rt_sandbox *sb, const char *user, const char *path, char **out, enum rt_code *code,
+		  kiln_error **err);
 void rt_watchers_free(rt_sandbox *sb);
 
 /* process.c / filesystem.c handlers */

@@ -159,7 +159,7 @@ int rt_process_start(rt_sandbox *sb, const struct rt_call *call, const json_t *m
 		kiln_strv_push_owned(&argv, kiln_xasprintf("%lld", (long long)rows));
 		want_stdin = true;
 	}
-	kiln_strv_push(&argv, cmd);
+	kiln_strv_push(&argv, rt_shell(sb, cmd));
 	for (size_t i = 0; i < json_array_size(args); i++) {
 		const json_t *a = json_array_get(args, i);
 		if (!json_is_string(a) || memchr(json_string_value(a), 0, json_string_length(a))) {

@@ -16,6 +16,7 @@
 
 #include "kiln.h"
 #include "guest/guest.h"
+#include "snapshots/snapshots.h"
 
 /* ===========================================================================
  * Connect protocol codec (connect.c)
@@ -151,9 +152,90 @@ const struct rt_route *rt_route_find(const char *path);
 int rt_serve(rt_sandbox *sb, const struct rt_route *r, const struct rt_call *call, const void *body, size_t len,
 	     const struct rt_writer *w);
 
-/* Direct use (tests, the CLI): files as the user (the HTTP plane's /files). */
-int rt_file_write(rt_sandbox *sb, const char *user, const char *path, const void *data, size_t len,
+/* Files as the user (the HTTP plane's /files): path as envd takes it (a
+ * relative one is in the user's home), *abs the file written (may be NULL).
+ * A missing directory or file is KILN_E_NOTFOUND, a refusal KILN_E_USAGE. */
+int rt_file_write(rt_sandbox *sb, const char *user, const char *path, const void *data, size_t len, char **abs,
 		  kiln_error **err);
 int rt_file_read(rt_sandbox *sb, const char *user, const char *path, kiln_buf *out, kiln_error **err);
+
+/* ===========================================================================
+ * The sandbox service of a runtime host (host.c, host_life.c): sandboxes
+ * made for teams, their limits, warm pools and envd planes.  State lives in
+ * snapshots/' records (team and metadata as labels), so a restarted daemon
+ * serves every sandbox again; service/ mounts it over HTTP.
+ * ========================================================================= */
+typedef struct rt_host rt_host;
+
+struct rt_limits {           /* 0: no limit */
+	unsigned sandboxes;      /* running at once */
+	uint64_t memory_mib;     /* the templates' memory of the running ones */
+	unsigned vcpus;
+};
+
+struct rt_host_config {
+	const char *key_path;    /* the secret envd access tokens derive from (made if missing) */
+	struct rt_limits host, team;
+	int pool_size;           /* warm sandboxes kept per template once used (0: none) */
+	const char *const *pool_templates; /* filled at start; NULL-terminated, may be NULL */
+	/* Make a template reference restorable here (pull it, lazily): NULL
+	 * when only local templates are served.  Called before each create. */
+	int (*ensure_template)(void *ud, const char *ref, kiln_error **err);
+	void *ud;
+};
+
+struct rt_info {
+	char *id, *team;
+	char *template_id;       /* as the create named it */
+	char *template_digest;
+	char *state;             /* "running" | "paused" */
+	char *started;           /* RFC 3339 */
+	int64_t end_ms;          /* wall clock ms it is removed at; 0: never */
+	unsigned cpus;
+	uint64_t memory_mib;
+	json_t *metadata;        /* object of strings */
+	char token[65];          /* its envd access token */
+	bool host_limit;         /* a refused create: the host's limit (else the team's) */
+	struct snap_create_stats stats;
+};
+void rt_info_free(struct rt_info *in);
+void rt_info_list_free(struct rt_info *v, size_t n);
+
+/* Open the service: removes (and logs) the teams' sandboxes that died while
+ * no daemon watched, starts the pool refill thread. */
+rt_host *rt_host_open(const struct rt_host_config *c, kiln_error **err);
+/* Stops the refill thread and closes the envd planes; sandboxes keep running. */
+void rt_host_close(rt_host *h);
+
+struct rt_create {
+	const char *team;
+	const char *template_ref; /* what snapshots/ opens */
+	const char *template_id;  /* shown back (E2B's templateID); NULL: template_ref */
+	const char *const *env;   /* NAME=VALUE for every process; NULL-terminated, may be NULL */
+	json_t *metadata;         /* object of strings, may be NULL (borrowed) */
+	int64_t timeout_s;        /* 0: none */
+};
+/* KILN_E_LIMIT names the limit (out->host_limit: the host's). */
+int rt_host_create(rt_host *h, const struct rt_create *c, struct rt_info *out, kiln_error **err);
+/* Another team's sandbox is KILN_E_NOTFOUND, as one that does not exist. */
+int rt_host_get(rt_host *h, const char *team, const char *id, struct rt_info *out, kiln_error **err);
+/* team NULL: every team's. */
+int rt_host_list(rt_host *h, const char *team, struct rt_info **out, size_t *n, kiln_error **err);
+int rt_host_kill(rt_host *h, const char *team, const char *id, kiln_error **err);
+/* Removed timeout_s from now; extend_only: never sooner than it was. */
+int rt_host_set_timeout(rt_host *h, const char *team, const char *id, int64_t timeout_s, bool extend_only,
+			kiln_error **err);
+/* KILN_E_EXISTS when it is paused already. */
+int rt_host_pause(rt_host *h, const char *team, const char *id, kiln_error **err);
+/* Running: its timeout extended; paused: resumed (*resumed) with it. */
+int rt_host_connect(rt_host *h, const char *team, const char *id, int64_t timeout_s, bool *resumed,
+		    struct rt_info *out, kiln_error **err);
+/* The envd access token of a sandbox. */
+void rt_host_token(const rt_host *h, const char *id, char out[65]);
+/* A running sandbox's envd plane, when token is its access token; anything
+ * else (unknown, paused, another's token) is the same KILN_E_NOTFOUND.
+ * Held until rt_host_release. */
+rt_sandbox *rt_host_envd(rt_host *h, const char *id, const char *token, kiln_error **err);
+void rt_host_release(rt_host *h, rt_sandbox *sb);
 
 #endif

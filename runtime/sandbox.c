@@ -189,6 +189,7 @@ rt_sandbox *rt_sandbox_new(guest_conn *conn, const char *const *env, const char 
 	for (size_t i = 0; env && env[i]; i++)
 		kiln_strv_push(&sb->env, env[i]);
 	sb->default_user = default_user ? kiln_xstrdup(default_user) : NULL;
+	sb->has_bash = -1;
 	if (pthread_create(&sb->pump, NULL, pump_main, sb) != 0) {
 		sb->conn = NULL;
 		rt_sandbox_free(sb);
@@ -380,4 +381,28 @@ out:
 	pthread_mutex_unlock(&sb->mu);
 	kiln_buf_free(&io.err);
 	return rc;
+}
+
+const char *rt_shell(rt_sandbox *sb, const char *cmd)
+{
+	kiln_buf out = KILN_BUF_INIT;
+	enum rt_code code;
+	kiln_error *e = NULL;
+
+	if (strcmp(cmd, "/bin/bash") != 0)
+		return cmd;
+	pthread_mutex_lock(&sb->mu);
+	int known = sb->has_bash;
+	pthread_mutex_unlock(&sb->mu);
+	if (known < 0) {
+		/* asked once per sandbox: a template's files do not change under it often */
+		known = rt_fs_helper(sb, "root", "stat", "/bin/bash", NULL, NULL, 0, &out, &code, &e) == 0 ||
+			code != RT_NOT_FOUND;
+		kiln_error_free(e);
+		kiln_buf_free(&out);
+		pthread_mutex_lock(&sb->mu);
+		sb->has_bash = known;
+		pthread_mutex_unlock(&sb->mu);
+	}
+	return known ? cmd : "/bin/sh";
 }

@@ -99,34 +99,49 @@ out:
 	return rc;
 }
 
-int rt_file_write(rt_sandbox *sb, const char *user, const char *path, const void *data, size_t len,
+int rt_file_write(rt_sandbox *sb, const char *user, const char *path, const void *data, size_t len, char **abs,
 		  kiln_error **err)
 {
 	kiln_buf out = KILN_BUF_INIT;
-	enum rt_code code;
+	enum rt_code code = RT_OK;
+	char *p = NULL;
 	int rc;
 
-	if (path == NULL || path[0] != '/')
-		return kiln_err(err, KILN_E_INVALID, "the path to write is not absolute");
+	if (abs)
+		*abs = NULL;
 	if (len > MAX_FILE_WRITE)
 		return kiln_err(err, KILN_E_LIMIT, "a file of %zu bytes, over the limit of %u", len, MAX_FILE_WRITE);
-	rc = rt_fs_helper(sb, user ? user : rt_user(sb, NULL), "write", path, NULL, data ? data : "", len, &out, &code,
-			  err);
+	user = user ? user : rt_user(sb, NULL);
+	if (rt_fs_resolve(sb, user, path, &p, &code, err) < 0)
+		return -1;
+	rc = rt_fs_helper(sb, user, "write", p, NULL, data ? data : "", len, &out, &code, err);
+	if (rc == 0 && code == RT_OK && abs)
+		*abs = p;
+	else
+		free(p);
+	if (rc < 0 && code == RT_NOT_FOUND)
+		(*err)->kind = KILN_E_NOTFOUND;
+	else if (rc < 0 && code == RT_PERMISSION_DENIED)
+		(*err)->kind = KILN_E_USAGE;
 	kiln_buf_free(&out);
 	return rc;
 }
 
 int rt_file_read(rt_sandbox *sb, const char *user, const char *path, kiln_buf *out, kiln_error **err)
 {
-	enum rt_code code;
+	enum rt_code code = RT_OK;
+	char *p = NULL;
+	int rc;
 
-	if (path == NULL || path[0] != '/')
-		return kiln_err(err, KILN_E_INVALID, "the path to read is not absolute");
 	kiln_buf_reset(out);
-	if (rt_fs_helper(sb, user ? user : rt_user(sb, NULL), "read", path, NULL, NULL, 0, out, &code, err) < 0) {
-		if (code == RT_NOT_FOUND)
-			(*err)->kind = KILN_E_NOTFOUND;
+	user = user ? user : rt_user(sb, NULL);
+	if (rt_fs_resolve(sb, user, path, &p, &code, err) < 0)
 		return -1;
-	}
-	return 0;
+	rc = rt_fs_helper(sb, user, "read", p, NULL, NULL, 0, out, &code, err);
+	free(p);
+	if (rc < 0 && code == RT_NOT_FOUND)
+		(*err)->kind = KILN_E_NOTFOUND;
+	else if (rc < 0 && code == RT_PERMISSION_DENIED)
+		(*err)->kind = KILN_E_USAGE;
+	return rc;
 }

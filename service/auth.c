@@ -9,6 +9,12 @@
 
 char *svc_auth_team(reg_req *r, const char *want, unsigned *status, kiln_error **err)
 {
+	return svc_auth_team_for(r, want, REG_BUILD, status, err);
+}
+
+char *svc_auth_team_for(reg_req *r, const char *want, enum reg_action action, unsigned *status, kiln_error **err)
+{
+	const char *an = action == REG_SANDBOX ? "sandbox" : "build";
 	char *ns = NULL, *team = NULL;
 	int who = reg_req_identify(r, err);
 
@@ -31,22 +37,25 @@ char *svc_auth_team(reg_req *r, const char *want, unsigned *status, kiln_error *
 			kiln_err(err, KILN_E_INVALID, "team '%s': want one lowercase name component", want);
 			return NULL;
 		}
-		if (!reg_req_allows(r, want, REG_BUILD)) {
+		if (!reg_req_allows(r, want, action)) {
 			*status = 403;
-			kiln_err(err, KILN_E_INVALID, "the credential does not grant build on team '%s'", want);
+			kiln_err(err, KILN_E_INVALID, "the credential does not grant %s on team '%s'", an, want);
 			return NULL;
 		}
 		return kiln_xstrdup(want);
 	}
-	ns = reg_req_namespaces(r, REG_BUILD);
+	ns = reg_req_namespaces(r, action);
 	if (ns && strcmp(ns, "*") == 0) {
 		free(ns);
 		return kiln_xstrdup("default");
 	}
 	if (ns == NULL || strchr(ns, ';') || strchr(ns, '/') || strcmp(ns, "*") == 0) {
 		*status = 403;
-		kiln_err(err, KILN_E_INVALID, ns ? "the credential builds for several teams: name one (team)"
-					      : "the credential has no build scope (kiln token create --scope TEAM:build,...)");
+		if (ns)
+			kiln_err(err, KILN_E_INVALID, "the credential has the %s action for several teams: name one (team)", an);
+		else
+			kiln_err(err, KILN_E_INVALID, "the credential has no %s scope (kiln token create --scope TEAM:%s,...)", an,
+				 an);
 		free(ns);
 		return NULL;
 	}

@@ -181,6 +181,10 @@ const char *e2b_req_host(reg_req *r);
 const char *e2b_build_state(e2b *e, const struct e2b_build *b, struct svc_status *st, kiln_error **err);
 /* E2B's "NAME[:TAG]": a repository name of one component, an optional tag. */
 int e2b_split_name(const char *s, char **name, char **tag, kiln_error **err);
+/* The kiln template (REPO:TAG, on this server's registry) the team's E2B
+ * template "NAME[:TAG]" or id last built ready: 1 found (*out), 0 the team
+ * has none of that name (or e is NULL), -1 none finished or an error. */
+int e2b_sandbox_template(e2b *e, const char *team, const char *ref, char **out, kiln_error **err);
 
 void h_trigger(e2b *e, reg_req *r, struct e2b_req *q, json_t *body);
 void h_list(e2b *e, reg_req *r, struct e2b_req *q);

@@ -9,55 +9,97 @@
 #include "service/e2b.h"
 #include "service/internal.h"
 
-/* fromTemplate "NAME[:TAG]" of the team: the image its build published,
- * pinned by digest (HOST/TEAM/NAME@sha256:...). */
-static char *template_base(e2b *e, const char *team, const char *ref, kiln_error **err)
+/* The status of the newest finished build of the team's template "NAME[:TAG]"
+ * (what: how the message names the field): 1 with *out set, 0 when the team
+ * has no template of that name (nothing set), -1 an error (none finished). */
+static int ready_build(e2b *e, const char *team, const char *ref, const char *what, struct svc_status *out,
+		       kiln_error **err)
 {
-	char *name = NULL, *tag = NULL, *build = NULL, *base = NULL;
+	char *name = NULL, *tag = NULL, *build = NULL;
 	struct e2b_template t = { 0 };
 	struct e2b_build *bv = NULL;
 	size_t nb = 0;
-	int found;
+	int found, rc = -1;
+	bool have = false;
 
 	if (e2b_split_name(ref, &name, &tag, err) < 0)
-		return NULL;
+		return -1;
 	if ((found = e2b_db_template_find(e->db, team, name, &t, err)) <= 0) {
-		if (found == 0)
-			kiln_err(err, KILN_E_INVALID, "fromTemplate \"%s\": no such template", ref);
+		rc = found;
 		goto out;
 	}
 	if (tag && e2b_db_tag_get(e->db, t.id, tag, &build, err) < 0)
 		goto out;
 	if (e2b_db_builds(e->db, team, t.id, &bv, &nb, err) < 0)
 		goto out;
-	for (size_t i = 0; i < nb && base == NULL; i++) {
-		struct svc_status st;
+	for (size_t i = 0; i < nb && !have; i++) {
 		const char *state;
-		struct kiln_ref kr = { 0 };
 
 		if (build ? strcmp(bv[i].id, build) != 0 : (tag && strcmp(tag, "latest") != 0))
 			continue;
-		if ((state = e2b_build_state(e, &bv[i], &st, err)) == NULL)
+		if ((state = e2b_build_state(e, &bv[i], out, err)) == NULL)
 			goto out;
-		if (strcmp(state, "ready") == 0 && st.image && st.image_digest &&
-		    kiln_ref_parse(st.image, &kr, err) == 0) {
-			base = kr.host ? kiln_xasprintf("%s/%s@%s", kr.host, kr.name, st.image_digest)
-				       : kiln_xasprintf("%s@%s", kr.name, st.image_digest);
-			kiln_ref_free(&kr);
-		}
+		if (strcmp(state, "ready") == 0 && out->image && out->image_digest && out->template_ref)
+			have = true;
+		else
+			svc_status_free(out);
 		kiln_error_clear(err);
-		svc_status_free(&st);
 	}
-	if (base == NULL)
-		kiln_err(err, KILN_E_INVALID, "fromTemplate \"%s\": no finished build%s", ref,
-			 tag ? " with that tag" : "");
+	if (have)
+		rc = 1;
+	else
+		kiln_err(err, KILN_E_INVALID, "%s \"%s\": no finished build%s", what, ref, tag ? " with that tag" : "");
 out:
 	e2b_builds_free(bv, nb);
 	e2b_template_free(&t);
 	free(name);
 	free(tag);
 	free(build);
+	return rc;
+}
+
+/* fromTemplate "NAME[:TAG]" of the team: the image its build published,
+ * pinned by digest (HOST/TEAM/NAME@sha256:...). */
+static char *template_base(e2b *e, const char *team, const char *ref, kiln_error **err)
+{
+	struct svc_status st;
+	struct kiln_ref kr = { 0 };
+	char *base = NULL;
+	int found = ready_build(e, team, ref, "fromTemplate", &st, err);
+
+	if (found == 0)
+		kiln_err(err, KILN_E_INVALID, "fromTemplate \"%s\": no such template", ref);
+	if (found <= 0)
+		return NULL;
+	if (kiln_ref_parse(st.image, &kr, err) == 0) {
+		base = kr.host ? kiln_xasprintf("%s/%s@%s", kr.host, kr.name, st.image_digest)
+			       : kiln_xasprintf("%s@%s", kr.name, st.image_digest);
+		kiln_ref_free(&kr);
+	}
+	svc_status_free(&st);
 	return base;
+}
+
+int e2b_sandbox_template(e2b *e, const char *team, const char *ref, char **out, kiln_error **err)
+{
+	struct svc_status st;
+	kiln_error *e1 = NULL;
+	int found;
+
+	*out = NULL;
+	/* a name E2B's rules refuse is no E2B template: the caller tries it as kiln's */
+	if (e == NULL || (found = ready_build(e, team, ref, "templateID", &st, &e1)) == 0 ||
+	    (found < 0 && e1->kind == KILN_E_INVALID && strstr(kiln_error_message(e1), "want a lowercase"))) {
+		kiln_error_free(e1);
+		return 0;
+	}
+	if (found < 0) {
+		*err = e1;
+		return -1;
+	}
+	*out = kiln_xstrdup(st.template_ref);
+	svc_status_free(&st);
+	return 1;
 }
 
 void h_trigger(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)

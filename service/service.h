@@ -193,6 +193,8 @@ void svc_blob_abort(svc_blob_writer *w);                     /* frees w; NULL ok
  * (already answered by the registry), 500.  Auth off: want, else "default".
  * ------------------------------------------------------------------------- */
 char *svc_auth_team(reg_req *r, const char *want, unsigned *status, kiln_error **err);
+/* The same for another action (REG_SANDBOX: the sandbox service's). */
+char *svc_auth_team_for(reg_req *r, const char *want, enum reg_action action, unsigned *status, kiln_error **err);
 
 /* ---------------------------------------------------------------------------
  * Cache: the team's step cache and images on the server, pruned by size and
@@ -247,5 +249,20 @@ int svc_remote_prune(const struct svc_remote_opts *o, uint64_t max_bytes, int64_
  * environment and directory, its argv into argv.  1: the stream ended
  * without a job (the server let it go). */
 int svc_child_wait(int fd, kiln_strv *argv, kiln_error **err);
+
+/* ---------------------------------------------------------------------------
+ * The sandbox service (`kiln serve --sandboxes`, docs/sandbox-api.md): E2B's
+ * control plane and envd's plane over runtime/'s sandboxes, mounted on srv.
+ * config: the "sandboxes" settings (true or an object, may be NULL);
+ * templates: E2B's template names when the build service runs here (NULL:
+ * kiln references only); ensure makes a reference restorable here (pulls
+ * it), called before each create.  Stop after reg_server_stop().
+ * ------------------------------------------------------------------------- */
+typedef struct svc_sandboxes svc_sandboxes;
+typedef struct e2b e2b;
+svc_sandboxes *svc_sandboxes_start(reg_server *srv, const json_t *config, e2b *templates,
+				   int (*ensure)(void *ud, const char *ref, kiln_error **err), void *ud,
+				   kiln_error **err);
+void svc_sandboxes_stop(svc_sandboxes *s); /* NULL ok */
 
 #endif

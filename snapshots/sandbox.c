@@ -220,10 +220,11 @@ json_t *snap_sandbox_new_state(const snap_template *t, const char *id, const cha
 
 	for (size_t i = 0; i < t->cfg.env.n; i++)
 		json_array_append_new(env, json_string(t->cfg.env.v[i]));
-	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:s?, s:s?}", "id", id, "template", t->digest,
-			      "state", state, "created", created, "creator", (json_int_t)getpid(), "creator_start",
-			      (json_int_t)vm_proc_start_time(getpid()), "env", env, "workdir", t->cfg.workdir, "user",
-			      t->cfg.user);
+	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:s?, s:s?, s:I, s:I}", "id", id, "template",
+			      t->digest, "state", state, "created", created, "creator", (json_int_t)getpid(),
+			      "creator_start", (json_int_t)vm_proc_start_time(getpid()), "env", env, "workdir",
+			      t->cfg.workdir, "user", t->cfg.user, "cpus", (json_int_t)t->cfg.cpus, "memory_mib",
+			      (json_int_t)t->cfg.memory_mib);
 	free(created);
 	return j;
 }

@@ -194,6 +194,28 @@ int snap_sandbox_kill(const char *id, kiln_error **err)
 	return rc;
 }
 
+json_t *snap_sandbox_info(const char *id, kiln_error **err)
+{
+	json_t *st, *item;
+
+	if (!valid_id(id)) {
+		kiln_err(err, KILN_E_NOTFOUND, "no sandbox '%.64s'", id);
+		return NULL;
+	}
+	if ((st = snap_sandbox_state(id, err)) == NULL)
+		return NULL;
+	item = json_pack("{s:s, s:s, s:O?, s:O?, s:O?, s:O?, s:O?, s:O?, s:O?, s:O?, s:O?}", "id", id, "state",
+			 snap_sandbox_liveness(st), "template", json_object_get(st, "template"), "created",
+			 json_object_get(st, "created"), "labels", json_object_get(st, "labels"), "timeout_s",
+			 json_object_get(st, "timeout_s"), "expires_ms", json_object_get(st, "expires_ms"), "env",
+			 json_object_get(st, "env"), "user", json_object_get(st, "user"), "workdir",
+			 json_object_get(st, "workdir"), "cpus", json_object_get(st, "cpus"));
+	if (json_object_get(st, "memory_mib"))
+		json_object_set(item, "memory_mib", json_object_get(st, "memory_mib"));
+	json_decref(st);
+	return item;
+}
+
 json_t *snap_sandbox_list(kiln_error **err)
 {
 	char *root = snap_sandboxes_dir();

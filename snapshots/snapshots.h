@@ -193,6 +193,10 @@ int snap_sandbox_kill(const char *id, kiln_error **err);
 /* [{"id","template","state":"running"|"pooled"|"creating"|"dead","pid","created"}],
  * checked against the processes that really exist. */
 json_t *snap_sandbox_list(kiln_error **err);
+/* One sandbox's list item with what an exec starts from: "env" (the
+ * template's with create's over it), "user", "workdir", and the template's
+ * "cpus" and "memory_mib".  NOTFOUND if there is no such sandbox. */
+json_t *snap_sandbox_info(const char *id, kiln_error **err);
 /* Remove every sandbox that is not running (dead QEMU, a create that was
  * interrupted); returns how many were removed. */
 int snap_sandbox_gc(kiln_error **err);

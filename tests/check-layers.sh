@@ -19,7 +19,7 @@ declare -A ALLOWED=(
 	[sign]="common oci regclient"
 	[distrib]="common oci regclient guest vm snapshots"
 	[builder]="common oci regclient dockerfile-parser rootfs guest vm snapshots"
-	[service]="common oci regclient dockerfile-parser rootfs guest vm snapshots registry sign distrib builder"
+	[service]="common oci regclient dockerfile-parser rootfs guest vm snapshots registry sign distrib builder runtime"
 	[runtime]="common guest vm snapshots"
 	[cli]="common oci regclient registry sign distrib dockerfile-parser rootfs guest vm snapshots builder service runtime"
 )

@@ -339,7 +339,7 @@ static void test_filesystem(void)
 	kiln_buf_free(&c.body);
 
 	char *f = kiln_xasprintf("%s/a/b/f.txt", dir);
-	CHECK(rt_file_write(sb, NULL, f, "hello", 5, &err) == 0);
+	CHECK(rt_file_write(sb, NULL, f, "hello", 5, NULL, &err) == 0);
 	CHECK(rt_file_read(sb, NULL, f, &data, &err) == 0 && data.len == 5 && memcmp(data.buf, "hello", 5) == 0);
 	snprintf(js, sizeof(js), "{\"path\":\"%s\"}", f);
 	call("/filesystem.Filesystem/Stat", js, 0, &c);
@@ -377,7 +377,7 @@ static void test_filesystem(void)
 	CHECK_STR(c.body.buf, "{\"watcherId\":\"w1\"}");
 	kiln_buf_free(&c.body);
 	char *g = kiln_xasprintf("%s/a/b/new.txt", dir);
-	CHECK(rt_file_write(sb, NULL, g, "x", 1, &err) == 0);
+	CHECK(rt_file_write(sb, NULL, g, "x", 1, NULL, &err) == 0);
 	usleep(200000);
 	call("/filesystem.Filesystem/GetWatcherEvents", "{\"watcherId\":\"w1\"}", 0, &c);
 	CHECK(strstr(c.body.buf, "\"name\":\"b/new.txt\"") && strstr(c.body.buf, "EVENT_TYPE_CREATE"));

@@ -1,0 +1,540 @@
+/* sandbox_api.c — the sandbox service on `kiln serve --sandboxes`: its one
+ * route set on the registry's listener (E2B's control plane by path, envd's
+ * plane by path or Host), and the control plane itself: create, list, get,
+ * kill, timeout, connect/resume and pause, with E2B's JSON shapes and
+ * errors; auth by a token with the sandbox action (X-API-Key). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "service/sandbox_api.h"
+
+/* ---- routing ---- */
+
+/* /v2/sandboxes/ID/connect (SDK 2.51's connect) without taking an OCI
+ * repository named "sandboxes": no registry route ends that way. */
+static bool v2_connect(const char *p)
+{
+	const char *id = p + 14, *slash;
+
+	return strncmp(p, "/v2/sandboxes/", 14) == 0 && (slash = strchr(id, '/')) != NULL && slash > id &&
+	       strcmp(slash, "/connect") == 0;
+}
+
+static bool is_control(const char *p)
+{
+	return strcmp(p, "/sandboxes") == 0 || strncmp(p, "/sandboxes/", 11) == 0 || strcmp(p, "/v2/sandboxes") == 0 ||
+	       v2_connect(p);
+}
+
+static bool match(void *ud, reg_req *r)
+{
+	struct svc_sandboxes *s = ud;
+	char *id = NULL;
+	bool envd = sbx_envd_match(s, r, &id);
+
+	free(id);
+	return envd || is_control(reg_req_path(r));
+}
+
+static void begin(void *ud, reg_req *r)
+{
+	struct svc_sandboxes *s = ud;
+	struct sbx_req *q = kiln_xcalloc(1, sizeof(*q));
+	const char *cl = reg_req_header(r, "Content-Length");
+
+	q->body = (kiln_buf)KILN_BUF_INIT;
+	q->plane = sbx_envd_match(s, r, &q->sandbox) ? SBX_ENVD : SBX_CONTROL;
+	q->max = q->plane == SBX_CONTROL ? SBX_MAX_CONTROL_BODY
+		 : strcmp(reg_req_path(r), "/files") == 0 ? s->max_upload
+							  : RT_MAX_MESSAGE + RT_ENVELOPE_HEADER;
+	reg_req_set_state(r, q);
+	if (cl && strtoull(cl, NULL, 10) > q->max)
+		e2b_reply_error(r, 413, "the request body is %s bytes, over the limit of %llu", cl,
+				(unsigned long long)q->max);
+}
+
+static int body(void *ud, reg_req *r, const char *data, size_t len)
+{
+	struct sbx_req *q = reg_req_state(r);
+
+	if (q->too_big || q->body.len + len > q->max) {
+		q->too_big = true;
+		return 0;
+	}
+	kiln_buf_add(&q->body, data, len);
+	return 0;
+}
+
+static void end(void *ud, reg_req *r)
+{
+	struct sbx_req *q = reg_req_state(r);
+
+	if (q->too_big)
+		return e2b_reply_error(r, 413, "the request body is over the limit of %llu bytes",
+				       (unsigned long long)q->max);
+	if (q->plane == SBX_ENVD)
+		sbx_envd_serve(ud, r, q);
+	else
+		sbx_control_serve(ud, r, q);
+}
+
+static void done(void *ud, reg_req *r)
+{
+	struct sbx_req *q = reg_req_state(r);
+
+	if (q) {
+		kiln_buf_free(&q->body);
+		free(q->sandbox);
+		free(q);
+	}
+}
+
+/* ---- the control plane ---- */
+
+static json_t *time_ms(int64_t ms)
+{
+	return ms > 0 ? e2b_json_time(ms / 1000) : json_string("9999-12-31T23:59:59Z");
+}
+
+/* E2B's Sandbox (create and connect answers). */
+static json_t *sandbox_json(struct svc_sandboxes *s, const struct rt_info *in)
+{
+	return json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:n}", "templateID", in->template_id, "sandboxID", in->id,
+			 "clientID", SBX_CLIENT_ID, "envdVersion", SBX_ENVD_VERSION, "envdAccessToken", in->token,
+			 "domain", s->domain, "trafficAccessToken");
+}
+
+/* E2B's ListedSandbox, and with detail its SandboxDetail. */
+static json_t *listed_json(struct svc_sandboxes *s, const struct rt_info *in, bool detail)
+{
+	json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:i,s:I,s:i,s:s,s:s,s:O}", "templateID", in->template_id,
+			      "sandboxID", in->id, "clientID", SBX_CLIENT_ID, "startedAt", in->started, "endAt",
+			      time_ms(in->end_ms), "cpuCount", (int)(in->cpus ? in->cpus : 1), "memoryMB",
+			      (json_int_t)in->memory_mib, "diskSizeMB", 0, "state", in->state, "envdVersion",
+			      SBX_ENVD_VERSION, "metadata", in->metadata);
+	if (detail) {
+		json_object_set_new(j, "envdAccessToken", json_string(in->token));
+		json_object_set_new(j, "domain", json_string(s->domain));
+	}
+	return j;
+}
+
+/* A failure from rt_host: its kind picks E2B's status. */
+static void reply_host_err(reg_req *r, kiln_error *err, bool host_limit, const char *what)
+{
+	unsigned st = err->kind == KILN_E_NOTFOUND ? 404
+		      : err->kind == KILN_E_EXISTS   ? 409
+		      : err->kind == KILN_E_LIMIT    ? (host_limit ? 503 : 429)
+		      : err->kind == KILN_E_INVALID || err->kind == KILN_E_USAGE ? 400
+										: 500;
+	if (st == 500)
+		kiln_warn("sandboxes: %s: %s", what, kiln_error_message(err));
+	e2b_reply_error(r, st, "%s", kiln_error_message(err));
+	kiln_error_free(err);
+}
+
+static int int_of(const json_t *body, const char *key, int64_t lo, int64_t hi, int64_t fallback, int64_t *out,
+		  reg_req *r)
+{
+	const json_t *v = json_object_get(body, key);
+
+	*out = fallback;
+	if (v == NULL || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+		e2b_reply_error(r, 400, "%s: want a whole number from %lld to %lld", key, (long long)lo, (long long)hi);
+		return -1;
+	}
+	*out = json_integer_value(v);
+	return 0;
+}
+
+/* The template reference templateID names for team: the team's E2B
+ * template (built here), else a kiln template reference; one on this
+ * server's registry is the caller's only with pull on its namespace. */
+static char *template_ref(struct svc_sandboxes *s, reg_req *r, const char *team, const char *tid, kiln_error **err)
+{
+	char *repo = NULL, *ref = NULL;
+	struct kiln_ref kr = { 0 };
+	int found = e2b_sandbox_template(s->templates, team, tid, &repo, err);
+
+	if (found < 0)
+		return NULL;
+	if (found)
+		ref = kiln_xasprintf("%s/%s", s->self, repo);
+	else if (kiln_ref_parse(tid, &kr, err) < 0)
+		return NULL;
+	else if (kr.host && strcmp(kr.host, s->self) == 0) {
+		char *ns = kiln_xstrndup(kr.name, strcspn(kr.name, "/"));
+		if (!reg_req_allows(r, ns, REG_PULL))
+			kiln_err(err, KILN_E_NOTFOUND, "templateID \"%.200s\": no such template", tid);
+		else
+			ref = kiln_xstrdup(tid);
+		free(ns);
+	} else {
+		ref = kiln_xstrdup(tid);
+	}
+	kiln_ref_free(&kr);
+	free(repo);
+	return ref;
+}
+
+static void sbx_h_create(struct svc_sandboxes *s, reg_req *r, const char *team, json_t *body)
+{
+	const char *tid = kiln_json_str(body, "templateID");
+	json_t *meta = json_object_get(body, "metadata"), *envs = json_object_get(body, "envVars"), *v;
+	kiln_strv env = KILN_STRV_INIT;
+	struct rt_info in;
+	kiln_error *err = NULL;
+	char *ref;
+	const char *k;
+	int64_t timeout;
+
+	if (tid == NULL || *tid == '\0' || strlen(tid) > 512)
+		return e2b_reply_error(r, 400, "templateID: want a template name or reference of 1-512 characters");
+	if (int_of(body, "timeout", 1, 7 * 86400, SNAP_DEFAULT_TIMEOUT_S, &timeout, r) < 0)
+		return;
+	if ((meta && !json_is_null(meta) && !json_is_object(meta)) || (envs && !json_is_null(envs) && !json_is_object(envs)))
+		return e2b_reply_error(r, 400, "%s: want an object of strings", json_is_object(meta) ? "envVars" : "metadata");
+	json_object_foreach(envs, k, v) {
+		if (!json_is_string(v) || *k == '\0' || strchr(k, '=') || strlen(k) > 256) {
+			kiln_strv_free(&env);
+			return e2b_reply_error(r, 400, "envVars \"%.64s\": want a name without '=' and a string", k);
+		}
+		kiln_strv_push_owned(&env, kiln_xasprintf("%s=%s", k, json_string_value(v)));
+	}
+	if ((ref = template_ref(s, r, team, tid, &err)) == NULL) {
+		kiln_strv_free(&env);
+		return reply_host_err(r, err, false, "create");
+	}
+	struct rt_create c = { team, ref, tid, (const char *const *)env.v, json_is_object(meta) ? meta : NULL, timeout };
+	if (rt_host_create(s->host, &c, &in, &err) < 0) {
+		bool hl = in.host_limit;
+		if (err->kind == KILN_E_NOTFOUND)
+			kiln_error_wrap(&err, "templateID \"%.200s\"", tid);
+		reply_host_err(r, err, hl, "create");
+	} else {
+		e2b_reply_json(r, 201, sandbox_json(s, &in));
+	}
+	rt_info_free(&in);
+	kiln_strv_free(&env);
+	free(ref);
+}
+
+/* metadata=k%3Dv%26k2%3Dv2: one query value (unescaped once by the
+ * server) of pairs whose keys and values are escaped again. */
+static char *unescape(const char *s)
+{
+	int n = 0;
+	char *u = curl_easy_unescape(NULL, s, 0, &n), *out;
+
+	out = u && (size_t)n == strlen(u) ? kiln_xstrdup(u) : NULL; /* no NUL bytes in a key or value */
+	curl_free(u);
+	return out;
+}
+
+static bool metadata_match(const json_t *md, const char *q)
+{
+	char *copy = kiln_xstrdup(q), *save = NULL;
+	bool ok = true;
+
+	for (char *kv = strtok_r(copy, "&", &save); kv && ok; kv = strtok_r(NULL, "&", &save)) {
+		char *eq = strchr(kv, '=');
+		if (eq)
+			*eq++ = '\0';
+		char *k = unescape(kv), *v = eq ? unescape(eq) : NULL;
+		const char *have = k ? kiln_json_str(md, k) : NULL;
+		ok = have && (eq == NULL || (v && strcmp(have, v) == 0));
+		free(k);
+		free(v);
+	}
+	free(copy);
+	return ok;
+}
+
+/* Whether the comma-separated list has item. */
+static bool csv_has(const char *list, const char *item)
+{
+	size_t n = strlen(item);
+
+	for (const char *p = list; *p;) {
+		size_t l = strcspn(p, ",");
+		if (l == n && strncmp(p, item, n) == 0)
+			return true;
+		p += l + (p[l] == ',');
+	}
+	return false;
+}
+
+/* Newest first; the id breaks ties so that paging is stable. */
+static int by_started_desc(const void *a, const void *b)
+{
+	const struct rt_info *x = a, *y = b;
+	int c = strcmp(y->started, x->started);
+	return c ? c : strcmp(x->id, y->id);
+}
+
+static void sbx_h_list(struct svc_sandboxes *s, reg_req *r, const char *team, bool v2)
+{
+	const char *state = reg_query(r, "state"), *md = reg_query(r, "metadata"), *next = reg_query(r, "nextToken");
+	const char *lim = reg_query(r, "limit"), *order = reg_query(r, "order");
+	struct rt_info *v = NULL;
+	kiln_error *err = NULL;
+	size_t n = 0, shown = 0, limit = 100;
+	char *more = NULL;
+	json_t *out;
+
+	if (lim && (strspn(lim, "0123456789") != strlen(lim) || strlen(lim) > 3 || atoi(lim) < 1 || atoi(lim) > 100))
+		return e2b_reply_error(r, 400, "limit: want a number from 1 to 100");
+	if (order && strcmp(order, "asc") != 0 && strcmp(order, "desc") != 0)
+		return e2b_reply_error(r, 400, "order: want asc or desc");
+	if (state)
+		for (const char *p = state; *p;) {
+			size_t l = strcspn(p, ",");
+			if (!((l == 7 && !strncmp(p, "running", 7)) || (l == 6 && !strncmp(p, "paused", 6))))
+				return e2b_reply_error(r, 400, "state: want running, paused or both (comma-separated)");
+			p += l + (p[l] == ',');
+		}
+	if (lim)
+		limit = (size_t)atoi(lim);
+	if (rt_host_list(s->host, team, &v, &n, &err) < 0)
+		return reply_host_err(r, err, false, "list");
+	qsort(v, n, sizeof(*v), by_started_desc);
+	out = json_array();
+	for (size_t k = 0; k < n; k++) {
+		size_t i = order && strcmp(order, "asc") == 0 ? n - 1 - k : k;
+		if ((state && !csv_has(state, v[i].state)) || (!v2 && strcmp(v[i].state, "running") != 0) ||
+		    (md && !metadata_match(v[i].metadata, md)))
+			continue;
+		/* the token is the id the next page starts at */
+		if (next && *next) {
+			if (strcmp(v[i].id, next) != 0)
+				continue;
+			next = NULL;
+		}
+		if (shown == limit) {
+			more = kiln_xstrdup(v[i].id);
+			break;
+		}
+		json_array_append_new(out, listed_json(s, &v[i], false));
+		shown++;
+	}
+	rt_info_list_free(v, n);
+	e2b_reply_json(r, 200, out);
+	if (more)
+		reg_header(r, "X-Next-Token", more);
+	free(more);
+}
+
+static void sbx_h_get(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id)
+{
+	struct rt_info in;
+	kiln_error *err = NULL;
+
+	if (rt_host_get(s->host, team, id, &in, &err) < 0)
+		return reply_host_err(r, err, false, "get");
+	e2b_reply_json(r, 200, listed_json(s, &in, true));
+	rt_info_free(&in);
+}
+
+static void sbx_h_connect(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id, json_t *body,
+		      bool legacy_resume)
+{
+	struct rt_info in, now;
+	kiln_error *err = NULL;
+	int64_t timeout;
+	bool resumed;
+
+	if (int_of(body, "timeout", 0, 7 * 86400, SNAP_DEFAULT_TIMEOUT_S, &timeout, r) < 0)
+		return;
+	if (legacy_resume) {
+		/* E2B's /resume: a running sandbox is a conflict */
+		if (rt_host_get(s->host, team, id, &now, &err) < 0)
+			return reply_host_err(r, err, false, "resume");
+		bool running = strcmp(now.state, "running") == 0;
+		rt_info_free(&now);
+		if (running)
+			return e2b_reply_error(r, 409, "sandbox %s is running already", id);
+	}
+	if (rt_host_connect(s->host, team, id, timeout, &resumed, &in, &err) < 0) {
+		bool hl = in.host_limit;
+		rt_info_free(&in);
+		return reply_host_err(r, err, hl, "connect");
+	}
+	e2b_reply_json(r, resumed ? 201 : 200, sandbox_json(s, &in));
+	rt_info_free(&in);
+}
+
+void sbx_control_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q)
+{
+	const char *m = reg_req_method(r), *path = reg_req_path(r);
+	char *team, *id = NULL, *verb = NULL;
+	unsigned status;
+	kiln_error *err = NULL;
+	json_t *body = NULL;
+
+	if ((team = svc_auth_team_for(r, NULL, REG_SANDBOX, &status, &err)) == NULL) {
+		if (status != 429)
+			e2b_reply_error(r, status, "%s", kiln_error_message(err));
+		kiln_error_free(err);
+		return;
+	}
+	if (strcmp(m, "POST") == 0) {
+		body = q->body.len ? kiln_json_loadb(q->body.buf, q->body.len, "the request body", &err) : json_object();
+		if (body == NULL || !json_is_object(body)) {
+			e2b_reply_error(r, 400, "%s", err ? kiln_error_message(err) : "the request body: want a JSON object");
+			goto out;
+		}
+	}
+	if (strncmp(path, "/sandboxes/", 11) == 0 || v2_connect(path)) {
+		const char *p = path + (path[1] == 'v' ? 14 : 11), *slash = strchr(p, '/');
+		id = slash ? kiln_xstrndup(p, (size_t)(slash - p)) : kiln_xstrdup(p);
+		verb = slash ? kiln_xstrdup(slash + 1) : NULL;
+		if (*id == '\0' || strlen(id) > 64 || strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789") != strlen(id)) {
+			e2b_reply_error(r, 404, "no sandbox '%.64s'", id);
+			goto out;
+		}
+	}
+	if ((strcmp(path, "/sandboxes") == 0 || strcmp(path, "/v2/sandboxes") == 0) && strcmp(m, "POST") == 0)
+		sbx_h_create(s, r, team, body);
+	else if ((strcmp(path, "/v2/sandboxes") == 0 || strcmp(path, "/sandboxes") == 0) && strcmp(m, "GET") == 0)
+		sbx_h_list(s, r, team, path[1] == 'v');
+	else if (id && verb == NULL && strcmp(m, "GET") == 0)
+		sbx_h_get(s, r, team, id);
+	else if (id && verb == NULL && strcmp(m, "DELETE") == 0) {
+		if (rt_host_kill(s->host, team, id, &err) < 0)
+			reply_host_err(r, err, false, "kill");
+		else
+			reg_respond(r, 204, NULL, 0, NULL);
+	} else if (id && verb && strcmp(verb, "timeout") == 0 && strcmp(m, "POST") == 0) {
+		int64_t t;
+		if (json_object_get(body, "timeout") == NULL)
+			e2b_reply_error(r, 400, "timeout: required (seconds)");
+		else if (int_of(body, "timeout", 0, 7 * 86400, 0, &t, r) == 0) {
+			if (rt_host_set_timeout(s->host, team, id, t, false, &err) < 0)
+				reply_host_err(r, err, false, "timeout");
+			else
+				reg_respond(r, 204, NULL, 0, NULL);
+		}
+	} else if (id && verb && (strcmp(verb, "connect") == 0 || strcmp(verb, "resume") == 0) && strcmp(m, "POST") == 0)
+		sbx_h_connect(s, r, team, id, body, verb[0] == 'r');
+	else if (id && verb && strcmp(verb, "pause") == 0 && strcmp(m, "POST") == 0) {
+		if (rt_host_pause(s->host, team, id, &err) < 0)
+			reply_host_err(r, err, false, "pause");
+		else
+			reg_respond(r, 204, NULL, 0, NULL);
+	} else if (id && verb && (strcmp(verb, "metrics") == 0 || strcmp(verb, "network") == 0 || strcmp(verb, "fork") == 0 ||
+				  strcmp(verb, "snapshots") == 0 || strcmp(verb, "refreshes") == 0))
+		e2b_reply_error(r, 501, "%s %s: not implemented by kiln (docs/sandbox-api.md)", m, path);
+	else
+		e2b_reply_error(r, strcmp(m, "GET") == 0 || strcmp(m, "POST") == 0 || strcmp(m, "DELETE") == 0 ? 404 : 405,
+				"%s %.200s: no such route", m, path);
+out:
+	json_decref(body);
+	kiln_error_free(err);
+	free(team);
+	free(id);
+	free(verb);
+}
+
+/* ---- the service ---- */
+
+static int get_limits(const json_t *o, const char *key, struct rt_limits *l, kiln_error **err)
+{
+	const json_t *v = json_object_get(o, key), *x;
+	const char *k;
+
+	if (v == NULL)
+		return 0;
+	if (!json_is_object(v))
+		return kiln_err(err, KILN_E_INVALID, "sandboxes.%s: want an object", key);
+	json_object_foreach((json_t *)v, k, x) {
+		if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > (1ll << 40))
+			return kiln_err(err, KILN_E_INVALID, "sandboxes.%s.%s: want a number of 0 or more", key, k);
+		if (strcmp(k, "sandboxes") == 0)
+			l->sandboxes = (unsigned)json_integer_value(x);
+		else if (strcmp(k, "memory_mib") == 0)
+			l->memory_mib = (uint64_t)json_integer_value(x);
+		else if (strcmp(k, "vcpus") == 0)
+			l->vcpus = (unsigned)json_integer_value(x);
+		else
+			return kiln_err(err, KILN_E_INVALID, "sandboxes.%s: unknown key '%s' (sandboxes, memory_mib, vcpus)",
+					key, k);
+	}
+	return 0;
+}
+
+svc_sandboxes *svc_sandboxes_start(reg_server *srv, const json_t *config, e2b *templates,
+				   int (*ensure)(void *ud, const char *ref, kiln_error **err), void *ud,
+				   kiln_error **err)
+{
+	struct svc_sandboxes *s = kiln_xcalloc(1, sizeof(*s));
+	const struct reg_config *rc = reg_server_config(srv);
+	struct rt_host_config hc = { 0 };
+	const json_t *o = json_is_object(config) ? config : NULL, *v;
+	const char *k, *host = rc->host;
+	char *key = kiln_path_join(rc->data_dir, "sandboxes.key");
+	size_t i;
+
+	s->srv = srv;
+	s->templates = templates;
+	s->max_upload = 256u << 20;
+	s->domain = kiln_xstrdup("kiln.localhost");
+	json_object_foreach((json_t *)o, k, v) {
+		if (strcmp(k, "domain") == 0 && json_is_string(v) && *json_string_value(v)) {
+			free(s->domain);
+			s->domain = kiln_xstrdup(json_string_value(v));
+		} else if (strcmp(k, "pool_size") == 0 && json_is_integer(v) && json_integer_value(v) >= 0 &&
+			   json_integer_value(v) <= 64) {
+			hc.pool_size = (int)json_integer_value(v);
+		} else if (strcmp(k, "pool") == 0 && json_is_array(v)) {
+			json_t *t;
+			json_array_foreach(v, i, t)
+				if (json_is_string(t))
+					kiln_strv_push(&s->pool, json_string_value(t));
+		} else if (strcmp(k, "max_upload") == 0 && json_is_integer(v) && json_integer_value(v) > 0) {
+			s->max_upload = (uint64_t)json_integer_value(v);
+		} else if ((strcmp(k, "host_limits") == 0 || strcmp(k, "team_limits") == 0)) {
+			if (get_limits(o, k, k[0] == 'h' ? &hc.host : &hc.team, err) < 0)
+				goto fail;
+		} else {
+			kiln_err(err, KILN_E_INVALID,
+				 "sandboxes.%s: unknown key or bad value (domain, pool_size 0-64, pool [...], max_upload, "
+				 "host_limits, team_limits)", k);
+			goto fail;
+		}
+	}
+	/* templates built here are pulled from this server itself */
+	if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0)
+		host = "127.0.0.1";
+	s->self = kiln_xasprintf(strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, reg_server_port(srv));
+	hc.key_path = key;
+	hc.pool_templates = (const char *const *)s->pool.v;
+	hc.ensure_template = ensure;
+	hc.ud = ud;
+	if ((s->host = rt_host_open(&hc, err)) == NULL)
+		goto fail;
+	s->routes = (struct reg_routes){ .prefix = NULL, .match = match, .ud = s, .begin = begin, .body = body,
+					 .end = end, .done = done };
+	if (reg_server_mount(srv, &s->routes, err) < 0)
+		goto fail;
+	free(key);
+	return s;
+fail:
+	free(key);
+	svc_sandboxes_stop(s);
+	return NULL;
+}
+
+void svc_sandboxes_stop(svc_sandboxes *s)
+{
+	if (s == NULL)
+		return;
+	rt_host_close(s->host);
+	kiln_strv_free(&s->pool);
+	free(s->domain);
+	free(s->self);
+	free(s);
+}
