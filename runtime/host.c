@@ -252,6 +252,8 @@ out:
 	pthread_mutex_unlock(&h->mu);
 }
 
+static void sweep_broken(rt_host *h);
+
 int rt_host_create(rt_host *h, const struct rt_create *c, struct rt_info *out, kiln_error **err)
 {
 	snap_template *t = NULL;
@@ -266,6 +268,7 @@ int rt_host_create(rt_host *h, const struct rt_create *c, struct rt_info *out, k
 	int rc = -1;
 
 	memset(out, 0, sizeof(*out));
+	sweep_broken(h);
 	if (c->timeout_s < 0)
 		return kiln_err(err, KILN_E_INVALID, "timeout: want a number of seconds above 0");
 	json_object_foreach(c->metadata, k, v) {
@@ -408,6 +411,39 @@ void rt_host_drop(rt_host *h, const char *id)
 		rt_entry_free(en);
 }
 
+static bool plane_broken(rt_sandbox *sb)
+{
+	pthread_mutex_lock(&sb->mu);
+	bool b = sb->broken;
+	pthread_mutex_unlock(&sb->mu);
+	return b;
+}
+
+/* Planes whose connection failed (the sandbox was killed by its timeout,
+ * its QEMU died): dropped, so their fds go and a new one is made. */
+static void sweep_broken(rt_host *h)
+{
+	struct rt_entry *free_list = NULL;
+
+	pthread_mutex_lock(&h->mu);
+	for (struct rt_entry *en = h->live, *next; en; en = next) {
+		next = en->next;
+		if (plane_broken(en->sb)) {
+			struct rt_entry *f = drop_locked(h, en->id);
+			if (f) {
+				f->next = free_list;
+				free_list = f;
+			}
+		}
+	}
+	pthread_mutex_unlock(&h->mu);
+	while (free_list) {
+		struct rt_entry *f = free_list;
+		free_list = f->next;
+		rt_entry_free(f);
+	}
+}
+
 rt_sandbox *rt_host_envd(rt_host *h, const char *id, const char *token, kiln_error **err)
 {
 	struct rt_entry *en;
@@ -418,6 +454,7 @@ rt_sandbox *rt_host_envd(rt_host *h, const char *id, const char *token, kiln_err
 
 	if (id == NULL || strlen(id) > 64 || !token_ok(h, id, token))
 		goto missing;
+	sweep_broken(h);
 	for (int tries = 0; tries < 2; tries++) {
 		pthread_mutex_lock(&h->mu);
 		for (en = h->live; en; en = en->next)

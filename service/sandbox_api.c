@@ -122,8 +122,10 @@ static json_t *listed_json(struct svc_sandboxes *s, const struct rt_info *in, bo
 }
 
 /* A failure from rt_host: its kind picks E2B's status. */
-static void reply_host_err(reg_req *r, kiln_error *err, bool host_limit, const char *what)
+static void reply_host_err(reg_req *r, kiln_error **errp, bool host_limit, const char *what)
 {
+	kiln_error *err = *errp;
+
 	unsigned st = err->kind == KILN_E_NOTFOUND ? 404
 		      : err->kind == KILN_E_EXISTS   ? 409
 		      : err->kind == KILN_E_LIMIT    ? (host_limit ? 503 : 429)
@@ -132,7 +134,7 @@ static void reply_host_err(reg_req *r, kiln_error *err, bool host_limit, const c
 	if (st == 500)
 		kiln_warn("sandboxes: %s: %s", what, kiln_error_message(err));
 	e2b_reply_error(r, st, "%s", kiln_error_message(err));
-	kiln_error_free(err);
+	kiln_error_clear(errp);
 }
 
 static int int_of(const json_t *body, const char *key, int64_t lo, int64_t hi, int64_t fallback, int64_t *out,
@@ -207,14 +209,14 @@ static void sbx_h_create(struct svc_sandboxes *s, reg_req *r, const char *team, 
 	}
 	if ((ref = template_ref(s, r, team, tid, &err)) == NULL) {
 		kiln_strv_free(&env);
-		return reply_host_err(r, err, false, "create");
+		return reply_host_err(r, &err, false, "create");
 	}
 	struct rt_create c = { team, ref, tid, (const char *const *)env.v, json_is_object(meta) ? meta : NULL, timeout };
 	if (rt_host_create(s->host, &c, &in, &err) < 0) {
 		bool hl = in.host_limit;
 		if (err->kind == KILN_E_NOTFOUND)
 			kiln_error_wrap(&err, "templateID \"%.200s\"", tid);
-		reply_host_err(r, err, hl, "create");
+		reply_host_err(r, &err, hl, "create");
 	} else {
 		e2b_reply_json(r, 201, sandbox_json(s, &in));
 	}
@@ -300,7 +302,7 @@ static void sbx_h_list(struct svc_sandboxes *s, reg_req *r, const char *team, bo
 	if (lim)
 		limit = (size_t)atoi(lim);
 	if (rt_host_list(s->host, team, &v, &n, &err) < 0)
-		return reply_host_err(r, err, false, "list");
+		return reply_host_err(r, &err, false, "list");
 	qsort(v, n, sizeof(*v), by_started_desc);
 	out = json_array();
 	for (size_t k = 0; k < n; k++) {
@@ -334,7 +336,7 @@ static void sbx_h_get(struct svc_sandboxes *s, reg_req *r, const char *team, con
 	kiln_error *err = NULL;
 
 	if (rt_host_get(s->host, team, id, &in, &err) < 0)
-		return reply_host_err(r, err, false, "get");
+		return reply_host_err(r, &err, false, "get");
 	e2b_reply_json(r, 200, listed_json(s, &in, true));
 	rt_info_free(&in);
 }
@@ -352,7 +354,7 @@ static void sbx_h_connect(struct svc_sandboxes *s, reg_req *r, const char *team,
 	if (legacy_resume) {
 		/* E2B's /resume: a running sandbox is a conflict */
 		if (rt_host_get(s->host, team, id, &now, &err) < 0)
-			return reply_host_err(r, err, false, "resume");
+			return reply_host_err(r, &err, false, "resume");
 		bool running = strcmp(now.state, "running") == 0;
 		rt_info_free(&now);
 		if (running)
@@ -361,7 +363,7 @@ static void sbx_h_connect(struct svc_sandboxes *s, reg_req *r, const char *team,
 	if (rt_host_connect(s->host, team, id, timeout, &resumed, &in, &err) < 0) {
 		bool hl = in.host_limit;
 		rt_info_free(&in);
-		return reply_host_err(r, err, hl, "connect");
+		return reply_host_err(r, &err, hl, "connect");
 	}
 	e2b_reply_json(r, resumed ? 201 : 200, sandbox_json(s, &in));
 	rt_info_free(&in);
@@ -405,7 +407,7 @@ void sbx_control_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q)
 		sbx_h_get(s, r, team, id);
 	else if (id && verb == NULL && strcmp(m, "DELETE") == 0) {
 		if (rt_host_kill(s->host, team, id, &err) < 0)
-			reply_host_err(r, err, false, "kill");
+			reply_host_err(r, &err, false, "kill");
 		else
 			reg_respond(r, 204, NULL, 0, NULL);
 	} else if (id && verb && strcmp(verb, "timeout") == 0 && strcmp(m, "POST") == 0) {
@@ -414,7 +416,7 @@ void sbx_control_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q)
 			e2b_reply_error(r, 400, "timeout: required (seconds)");
 		else if (int_of(body, "timeout", 0, 7 * 86400, 0, &t, r) == 0) {
 			if (rt_host_set_timeout(s->host, team, id, t, false, &err) < 0)
-				reply_host_err(r, err, false, "timeout");
+				reply_host_err(r, &err, false, "timeout");
 			else
 				reg_respond(r, 204, NULL, 0, NULL);
 		}
@@ -422,7 +424,7 @@ void sbx_control_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q)
 		sbx_h_connect(s, r, team, id, body, verb[0] == 'r');
 	else if (id && verb && strcmp(verb, "pause") == 0 && strcmp(m, "POST") == 0) {
 		if (rt_host_pause(s->host, team, id, &err) < 0)
-			reply_host_err(r, err, false, "pause");
+			reply_host_err(r, &err, false, "pause");
 		else
 			reg_respond(r, 204, NULL, 0, NULL);
 	} else if (id && verb && (strcmp(verb, "metrics") == 0 || strcmp(verb, "network") == 0 || strcmp(verb, "fork") == 0 ||

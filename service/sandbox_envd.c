@@ -256,7 +256,7 @@ static void serve_connect(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q
 static void files_error(reg_req *r, kiln_error *err)
 {
 	unsigned st = err->kind == KILN_E_NOTFOUND ? 404
-		      : err->kind == KILN_E_USAGE  ? 403
+		      : err->kind == KILN_E_USAGE  ? 401 /* envd answers a permission refused so */
 		      : err->kind == KILN_E_LIMIT  ? 413
 		      : err->kind == KILN_E_INVALID ? 400
 		      : kiln_error_disk_full(err)   ? 507
