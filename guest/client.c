@@ -267,6 +267,11 @@ int gc_pump(guest_conn *c, uint64_t deadline, kiln_error **err)
 	return gc_check(c, err);
 }
 
+int guest_flush(guest_conn *c, int timeout_ms, kiln_error **err)
+{
+	return gc_flush(c, gc_deadline(timeout_ms), err);
+}
+
 int guest_pump(guest_conn *c, int timeout_ms, kiln_error **err)
 {
 	return gc_pump(c, gc_deadline(timeout_ms), err) < 0 ? -1 : 0;

@@ -330,6 +330,8 @@ int guest_proc_wait(guest_proc *p, int timeout_ms, struct guest_result *res, kil
 /* Handle what the agent sent, waiting up to timeout_ms for something to come
  * (output callbacks fire): for a caller that also waits on other fds. */
 int guest_pump(guest_conn *c, int timeout_ms, kiln_error **err);
+/* Send what is queued (an unawaited request) without waiting for answers. */
+int guest_flush(guest_conn *c, int timeout_ms, kiln_error **err);
 /* true once the exit has arrived (after any guest_* call pumped it in). */
 bool guest_proc_done(const guest_proc *p);
 /* Forget the process (killing it with SIGKILL if it still runs, unless it

@@ -267,6 +267,8 @@ int rt_host_create(rt_host *h, const struct rt_create *c, struct rt_info *out, k
 	bool host_limit = false;
 	int rc = -1;
 
+	double t0 = kiln_now_ms(), t_open, t_limits, t_made;
+
 	memset(out, 0, sizeof(*out));
 	sweep_broken(h);
 	if (c->timeout_s < 0)
@@ -283,6 +285,7 @@ int rt_host_create(rt_host *h, const struct rt_create *c, struct rt_info *out, k
 		return -1;
 	if ((t = snap_template_open(c->template_ref, err)) == NULL)
 		return -1;
+	t_open = kiln_now_ms();
 	const struct snap_config *cfg = snap_template_config(t);
 	unsigned cpus = cfg->cpus ? cfg->cpus : 1;
 	uint64_t mem = cfg->memory_mib ? cfg->memory_mib : 512;
@@ -293,6 +296,7 @@ int rt_host_create(rt_host *h, const struct rt_create *c, struct rt_info *out, k
 		out->host_limit = host_limit;
 		goto done;
 	}
+	t_limits = kiln_now_ms();
 	p = kiln_xcalloc(1, sizeof(*p));
 	p->team = kiln_xstrdup(c->team);
 	p->cpus = cpus;
@@ -308,7 +312,9 @@ int rt_host_create(rt_host *h, const struct rt_create *c, struct rt_info *out, k
 	co.env = c->env;
 	co.labels = (const char *const *)labels.v;
 	co.timeout_s = c->timeout_s;
+	co.identity_unawaited = true;
 	id = snap_sandbox_create_with(c->template_ref, &co, &out->stats, &conn, err);
+	t_made = kiln_now_ms();
 
 	pthread_mutex_lock(&h->mu);
 	for (pp = &h->pending; *pp; pp = &(*pp)->next)
@@ -326,9 +332,15 @@ int rt_host_create(rt_host *h, const struct rt_create *c, struct rt_info *out, k
 		snap_sandbox_kill(id, NULL);
 		goto done;
 	}
+	struct snap_create_stats st = out->stats;
 	if (rt_host_get(h, c->team, id, out, err) < 0)
 		goto done;
+	out->stats = st;
 	rt_host_queue_refill(h, c->template_ref);
+	kiln_debug("sandbox %s: made in %.1f ms (template %.1f, limits %.1f, restore %.1f%s [check %.1f jail %.1f spawn %.1f load %.1f agent %.1f setup %.1f], plane %.1f)", id,
+		   kiln_now_ms() - t0, t_open - t0, t_limits - t_open, t_made - t_limits,
+		   out->stats.pooled ? " pooled" : "", out->stats.check_ms, out->stats.jail_ms, out->stats.spawn_ms,
+		   out->stats.load_ms, out->stats.agent_ms, out->stats.setup_ms, kiln_now_ms() - t_made);
 	rc = 0;
 done:
 	free(id);

@@ -80,9 +80,11 @@ void rt_ev_free(struct rt_ev *e);
  * with USER and LOGNAME of user; a NULL-terminated vector in out. */
 void rt_env_build(rt_sandbox *sb, const char *user, const json_t *envs, kiln_strv *out);
 const char *rt_user(rt_sandbox *sb, const struct rt_call *call);
-/* E2B's SDK runs commands with /bin/bash -l -c: /bin/sh where the template
- * has no bash (asked of the guest once); any other cmd as it is. */
+/* E2B's SDK runs commands with /bin/bash -l -c: /bin/sh once a start found
+ * the template has no bash (rt_shell_missing, lock held, on the failed
+ * start's error); any other cmd as it is.  Costs nothing where bash is. */
 const char *rt_shell(rt_sandbox *sb, const char *cmd);
+bool rt_shell_missing(rt_sandbox *sb, const char *cmd, const kiln_error *err);
 /* Run the agent's `--fs OP PATH [ARG]` as user; out gets stdout.  A failure
  * sets *code from the helper's exit code. */
 int rt_fs_helper(rt_sandbox *sb, const char *user, const char *op, const char *path, const char *arg,

@@ -159,6 +159,7 @@ int rt_process_start(rt_sandbox *sb, const struct rt_call *call, const json_t *m
 		kiln_strv_push_owned(&argv, kiln_xasprintf("%lld", (long long)rows));
 		want_stdin = true;
 	}
+	size_t cmd_at = argv.n;
 	kiln_strv_push(&argv, rt_shell(sb, cmd));
 	for (size_t i = 0; i < json_array_size(args); i++) {
 		const json_t *a = json_array_get(args, i);
@@ -178,6 +179,13 @@ int rt_process_start(rt_sandbox *sb, const struct rt_call *call, const json_t *m
 	o.want_stdin = want_stdin;
 	pthread_mutex_lock(&sb->mu);
 	p = rt_proc_start_locked(sb, &o, &s, err);
+	if (p == NULL && rt_shell_missing(sb, argv.v[cmd_at], *err)) {
+		/* a template without bash: E2B's /bin/bash -l -c CMD runs in sh */
+		kiln_error_clear(err);
+		free(argv.v[cmd_at]);
+		argv.v[cmd_at] = kiln_xstrdup("/bin/sh");
+		p = rt_proc_start_locked(sb, &o, &s, err);
+	}
 	if (p == NULL) {
 		pthread_mutex_unlock(&sb->mu);
 		*code = strstr(kiln_error_message(*err), "chdir") ? RT_INVALID_ARGUMENT

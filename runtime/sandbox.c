@@ -385,24 +385,18 @@ out:
 
 const char *rt_shell(rt_sandbox *sb, const char *cmd)
 {
-	kiln_buf out = KILN_BUF_INIT;
-	enum rt_code code;
-	kiln_error *e = NULL;
-
-	if (strcmp(cmd, "/bin/bash") != 0)
-		return cmd;
 	pthread_mutex_lock(&sb->mu);
-	int known = sb->has_bash;
+	bool none = sb->has_bash == 0;
 	pthread_mutex_unlock(&sb->mu);
-	if (known < 0) {
-		/* asked once per sandbox: a template's files do not change under it often */
-		known = rt_fs_helper(sb, "root", "stat", "/bin/bash", NULL, NULL, 0, &out, &code, &e) == 0 ||
-			code != RT_NOT_FOUND;
-		kiln_error_free(e);
-		kiln_buf_free(&out);
-		pthread_mutex_lock(&sb->mu);
-		sb->has_bash = known;
-		pthread_mutex_unlock(&sb->mu);
-	}
-	return known ? cmd : "/bin/sh";
+	return none && strcmp(cmd, "/bin/bash") == 0 ? "/bin/sh" : cmd;
+}
+
+bool rt_shell_missing(rt_sandbox *sb, const char *cmd, const kiln_error *err)
+{
+	/* the agent's words when execvp fails (guest/agent/session.c) */
+	if (strcmp(cmd, "/bin/bash") != 0 || err == NULL ||
+	    strstr(kiln_error_message((kiln_error *)err), "cannot execute /bin/bash: No such file") == NULL)
+		return false;
+	sb->has_bash = 0; /* lock held by the caller */
+	return true;
 }

@@ -71,6 +71,9 @@ char *snap_sandbox_make(snap_template *t, bool pooled, bool defer_setup, const s
 			struct snap_create_stats *s, guest_conn **conn, kiln_error **err);
 
 /* snap_sandbox_create with a network (snap_sandbox_create_with). */
+/* The same with the identity sent but not awaited (conn required). */
+char *snap_sandbox_create_sent(const char *template_ref, const struct snap_net_opts *net,
+			       struct snap_create_stats *stats, guest_conn **conn, kiln_error **err);
 char *snap_sandbox_create_net(const char *template_ref, const struct snap_net_opts *net,
 			      struct snap_create_stats *stats, guest_conn **conn, kiln_error **err);
 

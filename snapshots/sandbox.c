@@ -84,23 +84,35 @@ int snap_guest_setup(guest_conn *c, const char *id, bool wait, kiln_error **err)
  * rootfs, its shell, loader and libc, and output on both pipes through the
  * agent to the host (measured: a first `echo hi` cost the guest 20-24 ms of
  * QEMU CPU after a silent warm-up, 10-14 ms after this one).  Failures
- * (a rootfs without these programs) only mean less is warm. */
+ * (a rootfs without these programs) only mean less is warm.  The last two
+ * are what E2B's SDK runs (kiln serve --sandboxes): a login shell as a
+ * named user in its home, bash or, without it, sh. */
 static void warm_up(const snap_template *t, guest_conn *g, const char *id)
 {
 	static const char *const echo[] = { "echo", "warm-up", NULL };
+	static const char *const bash[] = { "/bin/bash", "-l", "-c", "echo warm-up", NULL };
+	static const char *const sh[] = { "/bin/sh", "-l", "-c", "echo warm-up", NULL };
 	struct guest_exec_opts x;
 	struct guest_result res;
+	bool have_bash = true;
 
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 4; i++) {
 		kiln_error *e = NULL;
+		if (i == 3 && have_bash)
+			break;
 		guest_exec_opts_init(&x);
 		if (i == 0)
 			x.shell = "echo warm-up; echo warm-up >&2";
 		else
-			x.argv = echo;
+			x.argv = i == 1 ? echo : i == 2 ? bash : sh;
 		x.env = t->cfg.env.n ? (const char *const *)t->cfg.env.v : NULL;
-		x.cwd = t->cfg.workdir;
-		x.run_as = t->cfg.user;
+		x.cwd = i >= 2 ? "." : t->cfg.workdir;
+		x.run_as = i >= 2 && t->cfg.user == NULL ? "root" : t->cfg.user;
+		if (i == 2) { /* a failure only says to warm sh instead */
+			have_bash = guest_exec(g, &x, NULL, 0, AGENT_TIMEOUT_MS, &res, &e) == 0;
+			kiln_error_free(e);
+			continue;
+		}
 		if (guest_exec(g, &x, NULL, 0, AGENT_TIMEOUT_MS, &res, &e) < 0) {
 			kiln_debug("pool: warm-up in %s: %s", id, kiln_error_message(e));
 			kiln_error_free(e);
@@ -358,6 +370,25 @@ char *snap_sandbox_create_net(const char *template_ref, const struct snap_net_op
 			      struct snap_create_stats *stats, guest_conn **conn, kiln_error **err)
 {
 	return create(template_ref, net, false, stats, conn, NULL, err);
+}
+
+char *snap_sandbox_create_sent(const char *template_ref, const struct snap_net_opts *net,
+			       struct snap_create_stats *stats, guest_conn **conn, kiln_error **err)
+{
+	char *id = create(template_ref, net, true, stats, conn, NULL, err);
+
+	/* sent now, its answer read with the next request's: the caller's
+	 * first command does not wait for the guest to apply it first */
+	if (id && (snap_guest_setup(*conn, id, false, err) < 0 || guest_flush(*conn, AGENT_TIMEOUT_MS, err) < 0)) {
+		kiln_error *e = NULL;
+		guest_close(*conn);
+		*conn = NULL;
+		snap_sandbox_kill(id, &e);
+		kiln_error_free(e);
+		free(id);
+		id = NULL;
+	}
+	return id;
 }
 
 int snap_run(const char *template_ref, const char *const *argv, guest_output_fn on_stdout, guest_output_fn on_stderr,

@@ -110,7 +110,9 @@ char *snap_sandbox_create_with(const char *template_ref, const struct snap_creat
 		return NULL;
 	}
 	json_decref(probe);
-	if ((id = snap_sandbox_create_net(template_ref, o ? o->net : NULL, stats, conn, err)) == NULL || o == NULL)
+	id = o && o->identity_unawaited && conn ? snap_sandbox_create_sent(template_ref, o->net, stats, conn, err)
+					       : snap_sandbox_create_net(template_ref, o ? o->net : NULL, stats, conn, err);
+	if (id == NULL || o == NULL)
 		return id;
 	/* One more state write (under the sandbox's lock: a watcher or a
 	 * timeout may write too), then the watcher that enforces the timeout. */

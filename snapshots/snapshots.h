@@ -147,6 +147,9 @@ struct snap_create_opts {
 	int64_t timeout_s;         /* removed this long after it starts running (a watcher
 				    * process enforces it, gc too); 0: never */
 	const struct snap_net_opts *net; /* NULL: the template's network */
+	bool identity_unawaited;   /* with conn: the identity (hostname, clock, entropy) is
+				    * sent, its answer read with the first request's, so
+				    * the create does not wait a guest round trip for it */
 };
 /* snap_sandbox_create with env, labels and a timeout (o NULL: none of them). */
 char *snap_sandbox_create_with(const char *template_ref, const struct snap_create_opts *o,
