@@ -95,7 +95,7 @@ static int run_envd(const struct kiln_command *cmd, int argc, char **argv)
 	if (i < argc || !socket == !sandbox)
 		return cli_usage_error(cmd, "give one of --socket PATH and --sandbox ID, and no arguments");
 	c = socket ? guest_connect(socket, 30000, &err) : snap_sandbox_connect(sandbox, 30000, &err);
-	if (c == NULL || (sb = rt_sandbox_new(c, (const char *const *)env.v, def_user, &err)) == NULL) {
+	if (c == NULL || (sb = rt_sandbox_new(c, (const char *const *)env.v, def_user, NULL, &err)) == NULL) {
 		kiln_strv_free(&env);
 		return cli_fail(err);
 	}

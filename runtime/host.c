@@ -365,7 +365,8 @@ static rt_sandbox *plane_new(const char *id, guest_conn *conn, kiln_error **err)
 	json_array_foreach(json_object_get(info, "env"), i, e)
 		if (json_is_string(e))
 			kiln_strv_push(&env, json_string_value(e));
-	sb = rt_sandbox_new(conn, (const char *const *)env.v, kiln_json_str(info, "user"), err);
+	sb = rt_sandbox_new(conn, (const char *const *)env.v, kiln_json_str(info, "user"), kiln_json_str(info, "workdir"),
+			    err);
 	kiln_strv_free(&env);
 	json_decref(info);
 	return sb;

@@ -47,6 +47,7 @@ struct rt_sandbox {
 	char *broken_why;
 	kiln_strv env;
 	char *default_user;
+	char *default_cwd;   /* the template's WORKDIR: a command's cwd when it names none */
 	struct rt_proc *procs;
 	struct rt_watcher *watchers;
 	uint32_t next_watcher;

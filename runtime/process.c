@@ -174,7 +174,9 @@ int rt_process_start(rt_sandbox *sb, const struct rt_call *call, const json_t *m
 	o.argv = (const char *const *)argv.v;
 	o.env = (const char *const *)env.v;
 	o.run_as = user;
-	o.cwd = cwd && *cwd ? cwd : "."; /* the agent takes it in the user's home */
+	/* E2B's rule: the template's workdir, else the user's home ("." the
+	 * agent takes in it, as any relative cwd) */
+	o.cwd = cwd && *cwd ? cwd : sb->default_cwd ? sb->default_cwd : ".";
 	o.timeout_ms = call->timeout_ms;
 	o.want_stdin = want_stdin;
 	pthread_mutex_lock(&sb->mu);

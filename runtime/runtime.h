@@ -106,9 +106,11 @@ typedef struct rt_sandbox rt_sandbox;
  * an HTTP client's), which is what lets a background process outlive the
  * client that started it: see docs/sandbox-api.md.  env: the template's
  * environment, then create's envVars ("NAME=VALUE", copied; may be NULL);
- * default_user: who runs a request without Authorization (NULL: root). */
+ * default_user: who runs a request without Authorization (NULL: root);
+ * default_cwd: a command's cwd when it names none (the template's WORKDIR;
+ * NULL: the user's home). */
 rt_sandbox *rt_sandbox_new(guest_conn *conn, const char *const *env, const char *default_user,
-			   kiln_error **err);
+			   const char *default_cwd, kiln_error **err);
 void rt_sandbox_free(rt_sandbox *sb);
 
 /* What the HTTP plane decoded from the request besides its body. */

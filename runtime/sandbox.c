@@ -175,7 +175,8 @@ static void *pump_main(void *arg)
 	return NULL;
 }
 
-rt_sandbox *rt_sandbox_new(guest_conn *conn, const char *const *env, const char *default_user, kiln_error **err)
+rt_sandbox *rt_sandbox_new(guest_conn *conn, const char *const *env, const char *default_user,
+			   const char *default_cwd, kiln_error **err)
 {
 	rt_sandbox *sb = kiln_xcalloc(1, sizeof(*sb));
 	pthread_condattr_t ca;
@@ -190,6 +191,7 @@ rt_sandbox *rt_sandbox_new(guest_conn *conn, const char *const *env, const char 
 		kiln_strv_push(&sb->env, env[i]);
 	sb->default_user = default_user ? kiln_xstrdup(default_user) : NULL;
 	sb->has_bash = -1;
+	sb->default_cwd = default_cwd && *default_cwd ? kiln_xstrdup(default_cwd) : NULL;
 	if (pthread_create(&sb->pump, NULL, pump_main, sb) != 0) {
 		sb->conn = NULL;
 		rt_sandbox_free(sb);
@@ -219,6 +221,7 @@ void rt_sandbox_free(rt_sandbox *sb)
 	guest_close(sb->conn);
 	kiln_strv_free(&sb->env);
 	free(sb->default_user);
+	free(sb->default_cwd);
 	free(sb->broken_why);
 	pthread_cond_destroy(&sb->cv);
 	pthread_mutex_destroy(&sb->mu);

@@ -48,9 +48,9 @@ umoci repack --image "$B:base" "$T_TMP/bbb" >/dev/null 2>&1
 D=$T_TMP/reg
 mkdir -p "$D"
 echo '{"auth": true}' >"$T_TMP/serve.json"
-KEY=$("$KILN" token create --data "$D" --scope team:pull,push,build e2b-ci 2>/dev/null)
+KEY=$("$KILN" token create --data "$D" --e2b --scope team:pull,push,build,sandbox e2b-ci 2>/dev/null)
 OTHER=$("$KILN" token create --data "$D" --scope other:pull,push,build e2b-other 2>/dev/null)
-reg_start "$D" --config "$T_TMP/serve.json" --build || { not_ok "kiln serve --build starts"; exit 0; }
+reg_start "$D" --config "$T_TMP/serve.json" --build --sandboxes || { not_ok "kiln serve --build --sandboxes starts"; exit 0; }
 # kiln run pulls lazily: its chunk server goes before the directory it serves from
 trap '"$KILN" sandbox gc >/dev/null 2>&1; "$KILN" chunkfs stop >/dev/null 2>&1; reg_stop; rm -rf "$T_TMP"' EXIT
 expect_exit 0 "the base pushed to the kiln registry" skopeo copy --dest-tls-verify=false --dest-creds "x:$KEY" \
@@ -136,6 +136,23 @@ started
 600 root
 644 app
 hi there"
+
+# the same template as a sandbox through the SDK, by its E2B name (the
+# daemon pulls it from its own registry with this host's kiln login)
+cat >"$T_TMP/sandbox.cjs" <<'JS'
+const { Sandbox } = require(process.env.SDK + '/node_modules/e2b')
+;(async () => {
+  const sb = await Sandbox.create('sdk-app:v1')
+  const r = await sb.commands.run('cat /app/hello.txt; echo "$GREETING"; id -un; pwd')
+  await sb.files.write('note.txt', 'from the sdk')
+  const back = await sb.files.read('/home/app/note.txt').catch((e) => e.message)
+  console.log(JSON.stringify({ out: r.stdout, back, killed: await sb.kill() }))
+})().catch((e) => { console.log(JSON.stringify({ fail: e.name + ': ' + e.message })); process.exit(1) })
+JS
+E2B_SANDBOX_URL=http://$REG expect_exit 0 "Sandbox.create('sdk-app:v1') of the template the SDK built" \
+	node "$T_TMP/sandbox.cjs"
+expect_eq "the SDK's sandbox runs as the template's user in its workdir with its env; a relative file is in the home" "$(cat "$T_TMP/out")" \
+	'{"out":"hello\nhi there\napp\n/home/app/w\n","back":"from the sdk","killed":true}'
 
 # a failing step: the SDK's BuildError with kiln's reason, pointing at the user's line
 expect_exit 0 "a failing build through the SDK" node "$T_TMP/build.cjs" fail

@@ -451,7 +451,7 @@ int main(void)
 	}
 	guest_conn *conn = guest_connect(path, 5000, &err);
 	CHECK(conn != NULL);
-	if (conn && (sb = rt_sandbox_new(conn, (const char *[]){ "TMPL=1", NULL }, "root", &err)) != NULL) {
+	if (conn && (sb = rt_sandbox_new(conn, (const char *[]){ "TMPL=1", NULL }, "root", NULL, &err)) != NULL) {
 		RUN(test_process);
 		RUN(test_filesystem);
 		rt_sandbox_free(sb);
