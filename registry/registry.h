@@ -87,9 +87,6 @@ enum reg_action { REG_PULL = 1, REG_PUSH = 2, REG_DELETE = 4, REG_BUILD = 8, REG
 
 struct reg_routes {
 	const char *prefix;       /* e.g. "/build/": paths starting with it */
-	/* Or, instead of a prefix, whether a request is the module's: asked
-	 * with the headers in, before the registry's own routes. */
-	bool (*match)(void *ud, reg_req *r);
 	void *ud;
 	/* Headers are in: answer now (then a body is dropped) or not (the body follows). */
 	void (*begin)(void *ud, reg_req *r);
@@ -100,6 +97,9 @@ struct reg_routes {
 	/* The request is over, answered or not (the client may have gone away
 	 * mid-body): free what begin attached.  May be NULL. */
 	void (*done)(void *ud, reg_req *r);
+	/* Or, instead of the prefix, whether a request is the module's: asked
+	 * with the headers in, before the registry's own routes.  May be NULL. */
+	bool (*match)(void *ud, reg_req *r);
 };
 #define REG_ROUTES_MAX 8
 /* rt is borrowed until reg_server_stop(). */

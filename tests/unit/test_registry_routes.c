@@ -81,8 +81,10 @@ static void stream_end(void *ud, reg_req *r)
 	reg_respond_stream(r, 200, "text/plain", stream_read, n, free);
 }
 
-static const struct reg_routes routes = { "/x/", NULL, rt_begin, rt_body, rt_end, rt_done };
-static const struct reg_routes sroutes = { "/s/", NULL, rt_begin, rt_body, stream_end, NULL };
+static const struct reg_routes routes = { .prefix = "/x/", .begin = rt_begin, .body = rt_body,
+	.end = rt_end, .done = rt_done };
+static const struct reg_routes sroutes = { .prefix = "/s/", .begin = rt_begin, .body = rt_body,
+	.end = stream_end };
 
 static size_t on_data(char *p, size_t sz, size_t n, void *ud)
 {
