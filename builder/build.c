@@ -558,11 +558,9 @@ out:
 static void set_created(struct run *r)
 {
 	const char *sde = getenv("SOURCE_DATE_EPOCH");
-	time_t t = sde && *sde ? (time_t)strtoll(sde, NULL, 10) : time(NULL);
-	struct tm tm;
+	int64_t t = sde && *sde ? (int64_t)strtoll(sde, NULL, 10) : (int64_t)time(NULL);
 
-	gmtime_r(&t, &tm);
-	strftime(r->created, sizeof(r->created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	kiln_time_rfc3339(t, r->created);
 }
 
 /* The tag part of NAME[:TAG] for the OCI layout's ref.name. */

@@ -272,8 +272,6 @@ struct build_prune_stats {
  * stale temp files.  Takes the store lock exclusively. */
 int build_cache_prune(build_store *s, bool all, int64_t older_than, struct build_prune_stats *st,
 		      kiln_error **err);
-/* "90s", "30m", "12h", "7d" (a bare number is seconds) → seconds. */
-int build_parse_duration(const char *s, int64_t *out, kiln_error **err);
 
 /* ===========================================================================
  * Images (base.c, image.c): a base read into the store, pinned by digest.

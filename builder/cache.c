@@ -244,28 +244,6 @@ json_t *build_cache_list(build_store *s, kiln_error **err)
 	return arr;
 }
 
-int build_parse_duration(const char *s, int64_t *out, kiln_error **err)
-{
-	char *end;
-	long long v = strtoll(s, &end, 10);
-	int64_t mul = 1;
-
-	if (end == s || v < 0)
-		return kiln_err(err, KILN_E_USAGE, "bad duration '%s' (want e.g. 90s, 30m, 12h, 7d)", s);
-	if (*end == 's')
-		end++;
-	else if (*end == 'm' && (end++, 1))
-		mul = 60;
-	else if (*end == 'h' && (end++, 1))
-		mul = 3600;
-	else if (*end == 'd' && (end++, 1))
-		mul = 86400;
-	if (*end)
-		return kiln_err(err, KILN_E_USAGE, "bad duration '%s' (want e.g. 90s, 30m, 12h, 7d)", s);
-	*out = (int64_t)v * mul;
-	return 0;
-}
-
 static void keep(json_t *set, const char *digest)
 {
 	if (digest)

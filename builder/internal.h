@@ -75,7 +75,7 @@ struct run {
 	struct img_slot *imgs;
 	size_t n_imgs;
 	int step, total;
-	char created[32];
+	char created[KILN_TIME_MAX];
 	size_t cached;
 	struct build_run_stats last_run; /* of the RUN step just executed */
 	bool last_run_valid;

@@ -29,12 +29,9 @@ static int run_ls(const struct kiln_command *cmd, int argc, char **argv)
 	} else {
 		printf("%-19s %-19s %10s %-20s %s\n", "KEY", "LAYER", "SIZE", "LAST USED", "STEP");
 		json_array_foreach(list, i, e) {
-			time_t t = (time_t)kiln_json_int(e, "last_used", 0);
-			struct tm tm;
-			char when[32];
+			char when[KILN_TIME_MAX];
 			const char *k = kiln_json_str(e, "key"), *l = kiln_json_str(e, "layer");
-			gmtime_r(&t, &tm);
-			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+			kiln_time_rfc3339(kiln_json_int(e, "last_used", 0), when);
 			printf("%-19.19s %-19.19s %10lld %-20s %s\n", k ? k : "?", l ? l : "?",
 			       (long long)kiln_json_int(e, "size", 0), when, kiln_json_str(e, "instruction"));
 		}
@@ -49,7 +46,7 @@ static int older_than(const struct kiln_command *cmd, const struct cli_option *o
 	kiln_error *err = NULL;
 	int rc;
 
-	if (build_parse_duration(arg, opt->value, &err) < 0) {
+	if (kiln_parse_duration(arg, opt->value, &err) < 0) {
 		rc = cli_usage_error(cmd, "%s", kiln_error_message(err));
 		kiln_error_free(err);
 		return rc;

@@ -28,13 +28,9 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		void *tmp;
 		printf("%-40s %-71s %s\n", "NAME", "DIGEST", "CREATED");
 		json_object_foreach_safe(images, tmp, name, v) {
-			time_t t = (time_t)kiln_json_int(v, "created", 0);
-			struct tm tm;
-			char when[32];
-			gmtime_r(&t, &tm);
-			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+			char when[KILN_TIME_MAX];
 			const char *d = kiln_json_str(v, "digest");
-			printf("%-40s %-71s %s\n", name, d ? d : "?", when);
+			printf("%-40s %-71s %s\n", name, d ? d : "?", kiln_time_rfc3339(kiln_json_int(v, "created", 0), when));
 		}
 	}
 	json_decref(images);

@@ -13,7 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "builder/builder.h"
 #include "cli/sandbox.h"
 #include "cli/net_flags.h"
 #include "cli/xfer.h"
@@ -21,7 +20,7 @@
 
 int cli_parse_timeout(const char *s, int64_t *out, kiln_error **err)
 {
-	if (build_parse_duration(s, out, err) < 0)
+	if (kiln_parse_duration(s, out, err) < 0)
 		return kiln_error_wrap(err, "--timeout");
 	return 0;
 }

@@ -1,34 +1,20 @@
 /* cmd_token.c — `kiln token create|ls|revoke`: access tokens of a `kiln serve`
  * data directory.  The secret is printed once on create; only its hash is kept. */
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "registry/registry.h"
 
-/* "90", "30s", "15m", "12h", "30d" -> seconds; -1 when malformed. */
-static int64_t parse_ttl(const char *s)
-{
-	char *end;
-	long long v = strtoll(s, &end, 10);
-
-	if (end == s || v <= 0)
-		return -1;
-	switch (tolower((unsigned char)*end)) {
-	case '\0': case 's': break;
-	case 'm': v *= 60; break;
-	case 'h': v *= 3600; break;
-	case 'd': v *= 86400; break;
-	default: return -1;
-	}
-	return end[0] && end[1] ? -1 : v;
-}
-
 static int ttl_opt(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
 {
-	if ((*(int64_t *)opt->value = parse_ttl(arg)) < 0)
+	kiln_error *err = NULL;
+	int64_t *ttl = opt->value;
+
+	if (kiln_parse_duration(arg, ttl, &err) < 0 || *ttl <= 0) {
+		kiln_error_free(err);
 		return cli_usage_error(cmd, "bad --ttl '%s' (want e.g. 3600, 90m, 12h, 30d)", arg);
+	}
 	return 0;
 }
 

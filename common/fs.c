@@ -1,7 +1,7 @@
 /* fs.c — small filesystem helpers: whole-buffer I/O retrying EINTR, atomic
  * replace, whole-file reads, mkdir -p, rm -rf without following links, kiln's
- * home directory, sizes; waitpid retrying EINTR, the monotonic clock and the
- * one sleep. */
+ * home directory, sizes, durations and RFC 3339 times; waitpid retrying
+ * EINTR, the monotonic clock and the one sleep. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -397,4 +397,38 @@ int kiln_parse_size(const char *s, uint64_t *out, kiln_error **err)
 		return kiln_err(err, KILN_E_INVALID, "invalid size \"%s\": too large", s);
 	*out = (uint64_t)v << shift;
 	return 0;
+}
+
+int kiln_parse_duration(const char *s, int64_t *out, kiln_error **err)
+{
+	char *end;
+	long long v;
+	int64_t mul = 1;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (end == s || v < 0 || errno == ERANGE)
+		goto bad;
+	switch (*end) {
+	case 's': case 'S': end++; break;
+	case 'm': case 'M': mul = 60; end++; break;
+	case 'h': case 'H': mul = 3600; end++; break;
+	case 'd': case 'D': mul = 86400; end++; break;
+	}
+	if (*end || v > INT64_MAX / mul)
+		goto bad;
+	*out = (int64_t)v * mul;
+	return 0;
+bad:
+	return kiln_err(err, KILN_E_USAGE, "bad duration '%s' (want e.g. 90s, 30m, 12h, 7d)", s);
+}
+
+char *kiln_time_rfc3339(int64_t t, char buf[KILN_TIME_MAX])
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+
+	if (gmtime_r(&tt, &tm) == NULL || strftime(buf, KILN_TIME_MAX, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+		snprintf(buf, KILN_TIME_MAX, "%lld", (long long)t); /* a year gmtime cannot hold */
+	return buf;
 }

@@ -391,5 +391,14 @@ int kiln_cas_each(const char *dir, enum kiln_digest_algo algo, kiln_cas_each_fn 
 
 /* Parse sizes like "512", "64K", "10M", "2G", "1T" (powers of 1024). */
 int kiln_parse_size(const char *s, uint64_t *out, kiln_error **err);
+/* Parse durations "90", "90s", "30m", "12h", "7d" (unit in either case) into
+ * seconds, 0 or more; callers that need more than 0 check it themselves.
+ * USAGE error naming s when malformed or out of range. */
+int kiln_parse_duration(const char *s, int64_t *out, kiln_error **err);
+
+/* RFC 3339 UTC time of unix seconds t, "2006-01-02T15:04:05Z", into buf
+ * (KILN_TIME_MAX bytes); returns buf, so it fits inside a printf. */
+#define KILN_TIME_MAX 32
+char *kiln_time_rfc3339(int64_t t, char buf[KILN_TIME_MAX]);
 
 #endif

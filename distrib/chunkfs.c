@@ -69,12 +69,10 @@ static struct {
 
 void dist_cfs_logf(const char *fmt, ...)
 {
-	char ts[32];
-	time_t now = time(NULL);
-	struct tm tm;
+	char ts[KILN_TIME_MAX];
 	va_list ap;
 
-	strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+	kiln_time_rfc3339(time(NULL), ts);
 	fprintf(stderr, "%s chunkfs[%ld]: ", ts, (long)getpid());
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);

@@ -409,8 +409,7 @@ void reg_token_handle(reg_req *r)
 {
 	kiln_error *err = NULL;
 	int64_t exp = reg_db_now() + r->srv->cfg.token_ttl_s;
-	char m[65], *tok, issued[32];
-	struct tm tm;
+	char m[65], *tok, issued[KILN_TIME_MAX];
 	time_t now = time(NULL);
 	int who;
 
@@ -431,7 +430,7 @@ void reg_token_handle(reg_req *r)
 	}
 	mac(r->srv->auth_key, r->tok_id, exp, m);
 	tok = kiln_xasprintf("kt1.%" PRId64 ".%" PRId64 ".%s", r->tok_id, exp, m);
-	strftime(issued, sizeof(issued), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+	kiln_time_rfc3339(now, issued);
 	reg_respond_json(r, 200, json_pack("{s:s,s:s,s:I,s:s}", "token", tok, "access_token", tok, "expires_in",
 					   (json_int_t)r->srv->cfg.token_ttl_s, "issued_at", issued), NULL);
 	free(tok);

@@ -157,16 +157,15 @@ static int list_cb(void *ud, const char *key, int64_t size, int64_t mtime)
 	json_t *rec = NULL;
 	int r = read_token(l->st, key, NULL, NULL, &rec, l->err);
 	time_t cr, ex;
-	char cs[32], es[32] = "never";
-	struct tm tm;
+	char cs[KILN_TIME_MAX], es[KILN_TIME_MAX] = "never";
 
 	if (r <= 0)
 		return r;
 	cr = (time_t)json_integer_value(json_object_get(rec, "created"));
 	ex = (time_t)json_integer_value(json_object_get(rec, "expires"));
-	strftime(cs, sizeof(cs), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&cr, &tm));
+	kiln_time_rfc3339(cr, cs);
 	if (ex)
-		strftime(es, sizeof(es), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&ex, &tm));
+		kiln_time_rfc3339(ex, es);
 	kiln_buf_addf(l->out, "%-20s %-40s created %s expires %s%s\n", key + strlen("_auth/tokens/"),
 		      json_string_value(json_object_get(rec, "scopes")), cs, es,
 		      ex && ex <= time(NULL) ? " (expired)" : "");

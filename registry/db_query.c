@@ -227,10 +227,9 @@ int reg_db_history(reg_db *db, const char *repo, const char *tag, kiln_buf *out,
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		time_t t = (time_t)sqlite3_column_int64(st, 0);
 		const char *d = (const char *)sqlite3_column_text(st, 1);
-		char when[32];
-		struct tm tm;
+		char when[KILN_TIME_MAX];
 
-		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+		kiln_time_rfc3339(t, when);
 		const char *note = (const char *)sqlite3_column_text(st, 3);
 		kiln_buf_addf(out, "%s %s %s%s%s\n", when, (const char *)sqlite3_column_text(st, 2), d ? d : "(deleted)",
 			      note ? " " : "", note ? note : "");

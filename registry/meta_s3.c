@@ -584,8 +584,7 @@ int reg_s3m_history(const reg_store *st, const char *repo, const char *tag, kiln
 		char *key = kiln_xasprintf("%s%s", "repositories/", repo), *full;
 		long long ns;
 		time_t t;
-		struct tm tm;
-		char when[32];
+		char when[KILN_TIME_MAX];
 		int r;
 
 		full = kiln_xasprintf("%s/_history/%s", key, k.v.v[i]);
@@ -599,7 +598,7 @@ int reg_s3m_history(const reg_store *st, const char *repo, const char *tag, kiln
 			continue;
 		ns = strtoll(slash + 1, NULL, 10);
 		t = (time_t)(ns / 1000000000LL);
-		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+		kiln_time_rfc3339(t, when);
 		kiln_strv_push_owned(&lines, kiln_xasprintf("%.20s %s %.*s %s", slash + 1, when,
 							    (int)(slash - k.v.v[i]), k.v.v[i],
 							    b.len ? b.buf : "(deleted)"));

@@ -120,12 +120,11 @@ int reg_db_token_list(reg_db *db, kiln_buf *out, kiln_error **err)
 		return -1;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		time_t cr = (time_t)sqlite3_column_int64(st, 2), ex = (time_t)sqlite3_column_int64(st, 3);
-		char cs[32], es[32] = "never";
-		struct tm tm;
+		char cs[KILN_TIME_MAX], es[KILN_TIME_MAX] = "never";
 
-		strftime(cs, sizeof(cs), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&cr, &tm));
+		kiln_time_rfc3339(cr, cs);
 		if (ex)
-			strftime(es, sizeof(es), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&ex, &tm));
+			kiln_time_rfc3339(ex, es);
 		kiln_buf_addf(out, "%-20s %-40s created %s expires %s%s\n", (const char *)sqlite3_column_text(st, 0),
 			      (const char *)sqlite3_column_text(st, 1), cs, es, ex && ex <= time(NULL) ? " (expired)" : "");
 	}

@@ -54,13 +54,9 @@ void e2b_reply_err(reg_req *r, kiln_error *err, const char *what)
 
 static char *iso_time(int64_t t)
 {
-	char buf[32];
-	time_t tt = (time_t)t;
-	struct tm tm;
+	char buf[KILN_TIME_MAX];
 
-	gmtime_r(&tt, &tm);
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return kiln_xstrdup(buf);
+	return kiln_xstrdup(kiln_time_rfc3339(t, buf));
 }
 
 json_t *e2b_json_time(int64_t t)

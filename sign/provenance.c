@@ -12,13 +12,9 @@
 
 static json_t *when(double t)
 {
-	char buf[32];
-	time_t s = (time_t)t;
-	struct tm tm;
+	char buf[KILN_TIME_MAX];
 
-	gmtime_r(&s, &tm);
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return json_string(buf);
+	return json_string(kiln_time_rfc3339((int64_t)t, buf));
 }
 
 static json_t *digest_obj(const char *digest)

@@ -15,13 +15,9 @@
 
 char *snap_utc_now(void)
 {
-	char buf[32];
-	time_t now = time(NULL);
-	struct tm tm;
+	char buf[KILN_TIME_MAX];
 
-	gmtime_r(&now, &tm);
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return kiln_xstrdup(buf);
+	return kiln_xstrdup(kiln_time_rfc3339(time(NULL), buf));
 }
 
 char *snap_store_dir(void)

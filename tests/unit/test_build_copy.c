@@ -258,9 +258,9 @@ static void test_cache_store(void)
 	CHECK_INT(build_cache_get(s, key, &got, &err), 0);
 	CHECK(!build_store_has_blob(s, l.digest));
 	int64_t d = 0;
-	CHECK(build_parse_duration("7d", &d, &err) == 0);
+	CHECK(kiln_parse_duration("7d", &d, &err) == 0);
 	CHECK_INT(d, 7 * 86400);
-	CHECK(build_parse_duration("7x", &d, &err) < 0);
+	CHECK(kiln_parse_duration("7x", &d, &err) < 0);
 	kiln_error_clear(&err);
 	build_store_close(s);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kiln.h"
@@ -189,6 +190,40 @@ static void sizes(void)
 	kiln_error_clear(&err);
 	CHECK(kiln_parse_size("99999999999T", &v, &err) < 0);
 	kiln_error_clear(&err);
+}
+
+/* The one duration parser (sandbox --timeout, cache prune, token --ttl). */
+static void durations(void)
+{
+	kiln_error *err = NULL;
+	int64_t v = -1;
+
+	CHECK(kiln_parse_duration("90", &v, &err) == 0 && v == 90);
+	CHECK(kiln_parse_duration("90s", &v, &err) == 0 && v == 90);
+	CHECK(kiln_parse_duration("30m", &v, &err) == 0 && v == 1800);
+	CHECK(kiln_parse_duration("12H", &v, &err) == 0 && v == 12 * 3600);
+	CHECK(kiln_parse_duration("7d", &v, &err) == 0 && v == 7 * 86400);
+	CHECK(kiln_parse_duration("0", &v, &err) == 0 && v == 0);
+	static const char *const bad[] = { "", "s", "-5m", "7x", "7dd", "9223372036854775807d", "99999999999999999999" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CHECK(kiln_parse_duration(bad[i], &v, &err) < 0);
+		CHECK(err && err->kind == KILN_E_USAGE && strstr(kiln_error_message(err), "bad duration") != NULL);
+		kiln_error_clear(&err);
+	}
+}
+
+/* RFC 3339 in UTC, whatever the local zone. */
+static void times(void)
+{
+	char buf[KILN_TIME_MAX];
+
+	CHECK_STR(kiln_time_rfc3339(0, buf), "1970-01-01T00:00:00Z");
+	setenv("TZ", "America/New_York", 1);
+	tzset();
+	CHECK_STR(kiln_time_rfc3339(1700000000, buf), "2023-11-14T22:13:20Z");
+	CHECK_STR(kiln_time_rfc3339(951782400, buf), "2000-02-29T00:00:00Z");
+	unsetenv("TZ");
+	tzset();
 }
 
 /* The one reference parser: what each store names a reference by. */
@@ -379,6 +414,8 @@ int main(void)
 	RUN(atomic_write_and_read);
 	RUN(json_helpers);
 	RUN(sizes);
+	RUN(durations);
+	RUN(times);
 	RUN(references);
 	RUN(read_all_drains);
 	RUN(rm_rf_concurrent);
