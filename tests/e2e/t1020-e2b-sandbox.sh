@@ -96,6 +96,8 @@ const out = {}
   const h2 = await sb.commands.connect(h.pid)
   out.connected = h2.pid === h.pid
   out.kill = await sb.commands.kill(h.pid)
+  // a signal is sent, not awaited (as envd): the second kill is asked once it has ended
+  await h.wait().catch(() => {})
   out.kill_again = await sb.commands.kill(h.pid)
   await sb.files.write('/tmp/a.txt', 'hello file')
   out.read = await sb.files.read('/tmp/a.txt')
