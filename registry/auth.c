@@ -169,6 +169,7 @@ static int limited(reg_req *r, const char *name)
 		wait = reg_authlim_blocked(l, 'n', name, now);
 	if (wait == 0)
 		return 0;
+	reg_metrics_auth_limited(r->srv);
 	reg_error(r, 429, "TOOMANYREQUESTS", "too many failed authentications, retry in %u s", wait);
 	snprintf(s, sizeof(s), "%u", wait);
 	reg_header(r, "Retry-After", s);
@@ -213,6 +214,7 @@ static int identify(reg_req *r, kiln_error **err)
 	r->authed = ret == 1;
 	if (ret == 1)
 		return 1;
+	reg_metrics_auth_failed(r->srv);
 	reg_authlim_fail(reg_limits_auth(r->srv->limits), 'a', r->client, reg_db_now());
 	if (name[0])
 		reg_authlim_fail(reg_limits_auth(r->srv->limits), 'n', name, reg_db_now());
@@ -237,8 +239,10 @@ static int actions_of(const char *s, size_t len)
 			a |= REG_BUILD;
 		else if (n == 7 && strncmp(s, "sandbox", 7) == 0)
 			a |= REG_SANDBOX;
+		else if (n == 7 && strncmp(s, "metrics", 7) == 0)
+			a |= REG_METRICS;
 		else if (n == 1 && s[0] == '*')
-			a |= REG_PULL | REG_PUSH | REG_DELETE | REG_BUILD | REG_SANDBOX;
+			a |= REG_PULL | REG_PUSH | REG_DELETE | REG_BUILD | REG_SANDBOX | REG_METRICS;
 		s += n;
 		len -= n;
 		if (len) {
@@ -263,7 +267,7 @@ static int grants(const char *scopes, const char *repo, enum reg_action a)
 		if (colon) {
 			size_t nslen = (size_t)(colon - p);
 			int match = (nslen == 1 && p[0] == '*') ||
-				    (repo && strncmp(repo, p, nslen) == 0 && (repo[nslen] == '\0' || repo[nslen] == '/'));
+				    (repo && a != REG_METRICS && strncmp(repo, p, nslen) == 0 && (repo[nslen] == '\0' || repo[nslen] == '/'));
 			if (match && (actions_of(colon + 1, len - nslen - 1) & (int)a))
 				return 1;
 		}
@@ -330,7 +334,7 @@ int reg_auth_request(reg_req *r)
 	}
 	if (who == -3)
 		return -1;
-	if (r->route == R_BASE || r->route == R_CATALOG)
+	if (r->route == R_BASE || r->route == R_CATALOG || r->route == R_METRICS)
 		snprintf(scope, sizeof(scope), "%s", r->route == R_CATALOG ? "registry:catalog:*" : "");
 	else
 		snprintf(scope, sizeof(scope), "repository:%s:%s", r->name,
@@ -346,6 +350,13 @@ int reg_auth_request(reg_req *r)
 	} else if (r->route == R_CATALOG) {
 		if (r->scopes && grants(r->scopes, NULL, REG_PULL))
 			return 0;
+	} else if (r->route == R_METRICS) {
+		if (r->scopes && grants(r->scopes, NULL, REG_METRICS))
+			return 0;
+		if (who == 1) {
+			reg_error(r, 403, "DENIED", "token does not grant metrics (a scope of \"*:metrics\")");
+			return -1;
+		}
 	} else if (reg_auth_allows(r, r->name, a)) {
 		return 0;
 	}

@@ -113,7 +113,7 @@ void reg_blob_handle(reg_req *r)
 		}
 		return;
 	}
-	reg_respond_with(r, range ? 206 : 200, resp);
+	reg_respond_with(r, range ? 206 : 200, resp, end - start + 1);
 	reg_header(r, "Content-Type", "application/octet-stream");
 	reg_header(r, "Docker-Content-Digest", r->ref);
 	reg_header(r, "Accept-Ranges", "bytes");

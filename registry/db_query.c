@@ -334,3 +334,81 @@ int reg_tag_note(const struct reg_config *c, const char *repo, const char *tag, 
 	reg_admin_close(&a);
 	return ret;
 }
+
+/* ---- usage per team (metrics.c) ---- */
+
+static struct reg_team_usage *team_slot(struct reg_team_usage **v, size_t *n, const char *team)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (strcmp((*v)[i].team, team) == 0)
+			return &(*v)[i];
+	*v = kiln_xrealloc(*v, (*n + 1) * sizeof(**v));
+	(*v)[*n] = (struct reg_team_usage){ .team = kiln_xstrdup(team) };
+	return &(*v)[(*n)++];
+}
+
+static int cmp_team(const void *a, const void *b)
+{
+	return strcmp(((const struct reg_team_usage *)a)->team, ((const struct reg_team_usage *)b)->team);
+}
+
+int reg_db_team_usage(reg_db *db, struct reg_team_usage **out, size_t *n, kiln_error **err)
+{
+	/* A team is a name's first segment; a blob or manifest two of its
+	 * repositories share is stored once, so it counts once for the team. */
+#define TEAM_OF "CASE WHEN instr(name, '/') > 0 THEN substr(name, 1, instr(name, '/') - 1) ELSE name END"
+	static const char *const sql[] = {
+		"SELECT " TEAM_OF ", count(*), 0 FROM repos GROUP BY 1",
+		"SELECT t.team, count(*), 0 FROM tags g JOIN (SELECT id, " TEAM_OF " AS team FROM repos) t"
+		" ON t.id = g.repo GROUP BY 1",
+		"SELECT team, count(*), coalesce(sum(size), 0) FROM (SELECT DISTINCT t.team, l.digest, l.size"
+		" FROM blob_links l JOIN (SELECT id, " TEAM_OF " AS team FROM repos) t ON t.id = l.repo) GROUP BY 1",
+		"SELECT team, 0, coalesce(sum(size), 0) FROM (SELECT DISTINCT t.team, m.digest, m.size"
+		" FROM manifests m JOIN (SELECT id, " TEAM_OF " AS team FROM repos) t ON t.id = m.repo) GROUP BY 1",
+	};
+#undef TEAM_OF
+	struct reg_team_usage *v = NULL;
+	size_t cnt = 0;
+	int ret = 0;
+
+	pthread_mutex_lock(&db->lock);
+	for (size_t q = 0; q < sizeof(sql) / sizeof(sql[0]) && ret == 0; q++) {
+		sqlite3_stmt *st = reg_db_prep(db, sql[q], err);
+		int rc;
+
+		if (st == NULL) {
+			ret = -1;
+			break;
+		}
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			struct reg_team_usage *u = team_slot(&v, &cnt, (const char *)sqlite3_column_text(st, 0));
+			int64_t a = sqlite3_column_int64(st, 1), b = sqlite3_column_int64(st, 2);
+			if (q == 0)
+				u->repos = a;
+			else if (q == 1)
+				u->tags = a;
+			else if (q == 2)
+				u->blobs = a;
+			u->bytes += b;
+		}
+		if (rc != SQLITE_DONE)
+			ret = reg_db_fail(db, err, "usage per team");
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&db->lock);
+	if (ret < 0) {
+		reg_team_usage_free(v, cnt);
+		return -1;
+	}
+	qsort(v, cnt, sizeof(*v), cmp_team);
+	*out = v;
+	*n = cnt;
+	return 0;
+}
+
+void reg_team_usage_free(struct reg_team_usage *u, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(u[i].team);
+	free(u);
+}

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "registry/internal.h"
@@ -23,6 +24,7 @@ static void set_response(reg_req *r, unsigned status, struct MHD_Response *resp)
 		MHD_destroy_response(r->resp);
 	r->resp = resp;
 	r->status = status;
+	r->sent = 0;
 	MHD_add_response_header(resp, "Docker-Distribution-API-Version", "registry/2.0");
 }
 
@@ -31,16 +33,19 @@ void reg_respond(reg_req *r, unsigned status, const void *body, size_t len, cons
 	struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
 
 	set_response(r, status, resp);
+	r->sent = len;
 	if (content_type)
 		MHD_add_response_header(resp, "Content-Type", content_type);
 }
 
-void reg_respond_with(reg_req *r, unsigned status, struct MHD_Response *resp)
+void reg_respond_with(reg_req *r, unsigned status, struct MHD_Response *resp, uint64_t len)
 {
 	set_response(r, status, resp);
+	r->sent = len;
 }
 
 struct stream {
+	reg_server *srv;           /* outlives every answer: its count */
 	reg_stream_read read;
 	void *ud;
 	void (*free_ud)(void *ud);
@@ -51,6 +56,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	struct stream *st = cls;
 	long n = st->read(st->ud, pos, buf, max);
 
+	if (n > 0)
+		reg_metrics_streamed(st->srv, (uint64_t)n);
 	return n > 0 ? (ssize_t)n : n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
@@ -69,6 +76,7 @@ void reg_respond_stream(reg_req *r, unsigned status, const char *content_type, r
 	struct stream *st = kiln_xcalloc(1, sizeof(*st));
 	struct MHD_Response *resp;
 
+	st->srv = r->srv;
 	st->read = read;
 	st->ud = ud;
 	st->free_ud = free_ud;
@@ -323,6 +331,7 @@ reg_server *reg_server_open(const struct reg_config *c, kiln_error **err)
 	reg_server *s = kiln_xcalloc(1, sizeof(*s));
 	char *dbpath = NULL;
 
+	s->metrics.started = (int64_t)time(NULL);
 	s->cfg = *c;
 	s->cfg.host = kiln_xstrdup(c->host);
 	s->cfg.data_dir = kiln_xstrdup(c->data_dir);

@@ -292,6 +292,19 @@ void reg_streams_release(reg_streams *s);
 
 /* ---- the server and requests (http.c, router.c) ---- */
 struct reg_limits;
+/* Counters of requests as they end (metrics.c), indexed by route class
+ * (enum reg_route, then the mounted modules), method and status code. */
+enum { R_METRIC_EXT0 = 16, REG_METRIC_ROUTES = R_METRIC_EXT0 + REG_ROUTES_MAX, REG_METRIC_METHODS = 7,
+       REG_METRIC_CODES = 31 };
+struct reg_metrics {
+	int64_t started;
+	uint64_t requests[REG_METRIC_ROUTES][REG_METRIC_METHODS][REG_METRIC_CODES];
+	struct reg_histogram latency[REG_METRIC_ROUTES];
+	uint64_t received[REG_METRIC_ROUTES], sent[REG_METRIC_ROUTES], streamed;
+	uint64_t in_flight, uploads_in_flight, auth_failures, auth_limited;
+};
+#define REG_OBSERVERS_MAX 8
+
 struct reg_server {
 	reg_streams streams;
 	struct reg_config cfg;
@@ -304,6 +317,9 @@ struct reg_server {
 	struct reg_limits *limits;   /* connection tracking and the auth limiter (server_limits.c) */
 	const struct reg_routes *routes[REG_ROUTES_MAX]; /* mounted modules; published by nroutes */
 	unsigned nroutes;
+	const struct reg_observer *observers[REG_OBSERVERS_MAX]; /* published by nobservers */
+	unsigned nobservers;
+	struct reg_metrics metrics;
 };
 
 /* The server without a listening socket (store, db, uploads, auth key): what
@@ -314,8 +330,10 @@ enum reg_route {
 	R_NONE, R_BASE, R_CATALOG, R_TAGS, R_MANIFEST, R_BLOB, R_UPLOAD_START, R_UPLOAD, R_REFERRERS, R_TOKEN,
 	R_BLOBS_EXIST,  /* POST /v2/NAME/blobs/_exists (exists.c) */
 	R_BLOBS_BATCH,  /* POST /v2/NAME/blobs/_batch (batch.c) */
+	R_METRICS, R_HEALTHZ, R_READYZ, /* GET /metrics, /healthz, /readyz (metrics.c) */
 	R_EXT,          /* a mounted module's (reg_server_mount) */
 };
+_Static_assert((int)R_EXT <= (int)R_METRIC_EXT0, "route classes fit before the modules'");
 
 enum reg_body { BODY_IGNORE, BODY_MEM, BODY_UPLOAD, BODY_BATCH };
 
@@ -352,6 +370,10 @@ typedef struct reg_req {
 	/* response */
 	struct MHD_Response *resp;
 	unsigned status;
+	uint64_t sent;             /* the answer's body length when known */
+	/* metrics (metrics.c) */
+	double t0_ms;
+	int counted, counted_upload;
 } reg_req;
 
 /* The router (router.c).  A request is made with its method and URL, given
@@ -367,11 +389,28 @@ enum reg_step reg_router_call(reg_req *r, const char *data, size_t len);
 /* Ends the request: releases its upload session, stream slot and response. */
 void reg_req_free(reg_req *r);
 
+/* Metrics and health (metrics.c): a request is counted once routed and
+ * again as it ends; auth.c and http.c count what only they see. */
+void reg_metrics_begin(reg_req *r);
+void reg_metrics_end(reg_req *r);
+void reg_metrics_auth_failed(reg_server *s);
+void reg_metrics_auth_limited(reg_server *s);
+void reg_metrics_streamed(reg_server *s, uint64_t n);
+void reg_metrics_handle(reg_req *r);
+void reg_health_handle(reg_req *r);   /* R_HEALTHZ and R_READYZ */
+struct reg_team_usage {
+	char *team;
+	int64_t repos, tags, blobs, bytes;
+};
+/* Per team (a repository name's first segment), sorted by team (db_query.c). */
+int reg_db_team_usage(reg_db *db, struct reg_team_usage **out, size_t *n, kiln_error **err);
+void reg_team_usage_free(struct reg_team_usage *u, size_t n);
+
 /* Error codes of the distribution spec. */
 void reg_error(reg_req *r, unsigned status, const char *code, const char *fmt, ...) KILN_PRINTF(4, 5);
 void reg_respond_json(reg_req *r, unsigned status, json_t *body, const char *content_type);
 /* Answer with a prepared response (which r then owns). */
-void reg_respond_with(reg_req *r, unsigned status, struct MHD_Response *resp);
+void reg_respond_with(reg_req *r, unsigned status, struct MHD_Response *resp, uint64_t len);
 /* 500 with the error logged (and freed). */
 void reg_internal(reg_req *r, kiln_error *err);
 

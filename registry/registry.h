@@ -82,8 +82,9 @@ int reg_server_resolve(reg_server *s, const char *repo, const char *ref, char di
  * ------------------------------------------------------------------------- */
 typedef struct reg_req reg_req;
 
-/* Actions a token's scope grants ("NS:pull,push,delete,build,sandbox" or "*"). */
-enum reg_action { REG_PULL = 1, REG_PUSH = 2, REG_DELETE = 4, REG_BUILD = 8, REG_SANDBOX = 16 };
+/* Actions a token's scope grants ("NS:pull,push,delete,build,sandbox,metrics"
+ * or "*"); metrics (GET /metrics) is granted by namespace "*" only. */
+enum reg_action { REG_PULL = 1, REG_PUSH = 2, REG_DELETE = 4, REG_BUILD = 8, REG_SANDBOX = 16, REG_METRICS = 32 };
 
 struct reg_routes {
 	const char *prefix;       /* e.g. "/build/": paths starting with it */
@@ -100,10 +101,37 @@ struct reg_routes {
 	/* Or, instead of the prefix, whether a request is the module's: asked
 	 * with the headers in, before the registry's own routes.  May be NULL. */
 	bool (*match)(void *ud, reg_req *r);
+	/* Its requests' route label in /metrics ("build", "sandbox"); NULL: the prefix. */
+	const char *name;
 };
 #define REG_ROUTES_MAX 8
 /* rt is borrowed until reg_server_stop(). */
 int reg_server_mount(reg_server *s, const struct reg_routes *rt, kiln_error **err);
+
+/* What a module adds to GET /metrics and GET /readyz.  metrics appends
+ * whole metric families in Prometheus' text format (reg_metric_head, then
+ * samples); ready returns 0, or -1 with err saying what is failing.  Either
+ * may be NULL; both run on request threads.  o is borrowed until stop. */
+struct reg_observer {
+	const char *name;          /* its line in /readyz: "queue", "sandboxes" */
+	void *ud;
+	void (*metrics)(void *ud, kiln_buf *out);
+	int (*ready)(void *ud, kiln_error **err);
+};
+int reg_server_observe(reg_server *s, const struct reg_observer *o, kiln_error **err);
+void reg_metric_head(kiln_buf *out, const char *name, const char *type, const char *help);
+void reg_metric_label(kiln_buf *out, const char *value); /* escaped for inside "..." */
+/* A duration histogram kept for /metrics (1 ms .. 1 h buckets): observed
+ * lock-free from any thread; zeroed memory is an empty one. */
+#define REG_HIST_BUCKETS 17
+struct reg_histogram {
+	uint64_t n[REG_HIST_BUCKETS + 1]; /* per bucket, not cumulative; the last: past them all */
+	uint64_t sum_us;
+};
+void reg_histogram_observe(struct reg_histogram *h, double seconds);
+/* Its _bucket, _sum and _count samples (after the family's head), labels
+ * `k="v",...` (escaped) or NULL; nothing when nothing was observed. */
+void reg_metric_histogram(kiln_buf *out, const char *name, const char *labels, const struct reg_histogram *h);
 
 const char *reg_req_method(const reg_req *r);
 const char *reg_req_path(const reg_req *r);          /* unescaped, without the query */

@@ -19,6 +19,7 @@ reg_req *reg_req_new(reg_server *s, const char *method, const char *url)
 	r->method = method;
 	r->url = url;
 	r->mem = (kiln_buf)KILN_BUF_INIT;
+	r->t0_ms = kiln_now_ms();
 	return r;
 }
 
@@ -103,6 +104,10 @@ static void route(reg_req *r, const char *url)
 		r->route = R_TOKEN;
 		return;
 	}
+	if (strcmp(url, "/metrics") == 0 || strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0) {
+		r->route = url[1] == 'm' ? R_METRICS : url[1] == 'h' ? R_HEALTHZ : R_READYZ;
+		return;
+	}
 	if (strncmp(url, "/v2", 3) != 0 || (url[3] != '\0' && url[3] != '/'))
 		return;
 	if (url[3] == '\0' || strcmp(url + 3, "/") == 0) {
@@ -181,9 +186,19 @@ static void begin(reg_req *r)
 		r->ext->begin(r->ext->ud, r);
 		return;
 	}
+	if (r->route == R_HEALTHZ || r->route == R_READYZ) { /* for load balancers: no credentials */
+		if (!get)
+			reg_error(r, 405, "UNSUPPORTED", "method %s not allowed here", r->method);
+		else
+			reg_health_handle(r);
+		return;
+	}
 	if (reg_auth_request(r) < 0)
 		return;
 	switch (r->route) {
+	case R_METRICS:
+		reg_metrics_handle(r);
+		return;
 	case R_TOKEN:
 		reg_token_handle(r);
 		return;
@@ -295,6 +310,7 @@ enum reg_step reg_router_call(reg_req *r, const char *data, size_t len)
 	if (!r->begun) {
 		r->begun = 1;
 		route(r, r->url);
+		reg_metrics_begin(r);
 		begin(r);
 		/* An answer before a body: sent now, and the server drops the rest of
 		 * the body (and the connection); a bodiless request is answered in the
@@ -334,6 +350,7 @@ void reg_req_free(reg_req *r)
 	if (r == NULL)
 		return;
 	s = r->srv;
+	reg_metrics_end(r);
 	if (r->ext && r->ext->done)
 		r->ext->done(r->ext->ud, r);
 	if (r->up)

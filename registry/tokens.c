@@ -15,18 +15,19 @@ static int scope_valid(const char *s)
 {
 	const char *colon = strchr(s, ':');
 	char *ns;
-	int ok;
+	int ok, star;
 
 	if (colon == NULL || colon == s || strchr(s, ';'))
 		return 0;
 	ns = kiln_xstrndup(s, (size_t)(colon - s));
-	ok = strcmp(ns, "*") == 0 || oci_name_valid(ns);
+	star = strcmp(ns, "*") == 0;
+	ok = star || oci_name_valid(ns);
 	free(ns);
 	for (const char *p = colon + 1; ok && *p;) {
 		size_t n = strcspn(p, ",");
 		ok = (n == 4 && (!strncmp(p, "pull", 4) || !strncmp(p, "push", 4))) || (n == 6 && !strncmp(p, "delete", 6)) ||
 		     (n == 5 && !strncmp(p, "build", 5)) || (n == 7 && !strncmp(p, "sandbox", 7)) ||
-		     (n == 1 && *p == '*');
+		     (n == 7 && star && !strncmp(p, "metrics", 7)) || (n == 1 && *p == '*');
 		p += n + (p[n] == ',');
 	}
 	return ok && colon[1] != '\0';
@@ -52,7 +53,8 @@ int reg_token_create_as(const struct reg_config *c, const char *label, const cha
 		return kiln_err(err, KILN_E_USAGE, "token label must be 1-100 characters");
 	for (size_t i = 0; scopes[i]; i++) {
 		if (!scope_valid(scopes[i])) {
-			kiln_err(err, KILN_E_USAGE, "scope '%s': want NAMESPACE:ACTIONS (actions pull,push,delete,build,sandbox or *)",
+			kiln_err(err, KILN_E_USAGE, "scope '%s': want NAMESPACE:ACTIONS (actions pull,push,delete,build,sandbox or *;"
+				 " metrics only as *:metrics)",
 				 scopes[i]);
 			goto out;
 		}

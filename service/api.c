@@ -406,5 +406,5 @@ static void done(void *ud, reg_req *r)
 
 void svc_api_mount(svc *s)
 {
-	s->routes = (struct reg_routes){ .prefix = "/build/", .ud = s, .begin = begin, .body = body, .end = end, .done = done };
+	s->routes = (struct reg_routes){ .prefix = "/build/", .name = "build", .ud = s, .begin = begin, .body = body, .end = end, .done = done };
 }

@@ -634,7 +634,7 @@ int e2b_start(svc *s, e2b **out, kiln_error **err)
 	    e2b_db_open(dbpath, &e->db, err) < 0)
 		goto fail;
 	for (int i = 0; i < 3; i++) {
-		e->routes[i] = (struct reg_routes){ .prefix = prefixes[i], .ud = e, .begin = on_begin,
+		e->routes[i] = (struct reg_routes){ .prefix = prefixes[i], .name = "e2b", .ud = e, .begin = on_begin,
 						    .body = on_body, .end = on_end, .done = on_done };
 		if (reg_server_mount(srv, &e->routes[i], err) < 0)
 			goto fail;

@@ -51,6 +51,12 @@ struct svc {
 	struct svc_secrets *secrets; /* queued builds' secrets, in memory only (secrets.c) */
 	struct { char id[SVC_ID_MAX]; json_t *req; } fresh[16]; /* the last requests queued here, as */
 	size_t nfresh;               /* stored (parsed): a worker of this host takes its own (svc_fresh_take) */
+	struct svc_metrics {         /* what this process's workers ran (observe.c) */
+		uint64_t ended[3];   /* done, failed, cancelled */
+		struct reg_histogram duration[3];
+		uint64_t steps[2];   /* step cache: hits, misses */
+	} metrics;
+	struct reg_observer observer;
 };
 
 /* ---- a build's secrets (secrets.c): sent with the request, held in this
@@ -163,6 +169,12 @@ void svc_contexts_clear_all(svc *s);
 int svc_context_prune(svc *s, const char *team, uint64_t budget, int64_t older_than_s, uint64_t *removed,
 		      uint64_t *bytes, kiln_error **err);
 void svc_run_build(svc *s, const char *id, struct svc_ready *rd);
+
+/* ---- what /metrics and /readyz say of the service (observe.c) ---- */
+/* A build this process ran ended as st (done, failed or cancelled). */
+void svc_metrics_build_ended(svc *s, enum svc_state st, double seconds);
+void svc_metrics_step(svc *s, bool cached);
+void svc_observe(svc *s);    /* fills s->observer */
 /* The request of a build queued by this process, as it was stored, or NULL
  * (then it is read from the queue); svc_fresh_keep under s->lock, before
  * the row is inserted (a worker may claim it at once). */

@@ -183,6 +183,114 @@ static char *template_ref(struct svc_sandboxes *s, reg_req *r, const char *team,
 	return ref;
 }
 
+/* ---- /metrics ---- */
+
+static void count_start(struct svc_sandboxes *s, const struct snap_create_stats *st)
+{
+	__atomic_fetch_add(&s->metrics.starts[st->pooled], 1, __ATOMIC_RELAXED);
+	reg_histogram_observe(&s->metrics.start[st->pooled], st->total_ms / 1000.0);
+	if (!st->pooled && s->pool_size > 0)
+		__atomic_fetch_add(&s->metrics.misses, 1, __ATOMIC_RELAXED);
+}
+
+static void count_refusal(struct svc_sandboxes *s, const kiln_error *err, bool host_limit)
+{
+	uint64_t *c = err->kind == KILN_E_LIMIT	   ? &s->metrics.refused[host_limit]
+		      : err->kind == KILN_E_NOTFOUND ? &s->metrics.refused[2]
+						     : &s->metrics.failed;
+	__atomic_fetch_add(c, 1, __ATOMIC_RELAXED);
+}
+
+static uint64_t load(const uint64_t *c)
+{
+	return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
+
+/* The teams' sandboxes by state, and the warm pools (every pooled sandbox on
+ * this host, by template), as they are at the scrape. */
+static void state_families(struct svc_sandboxes *s, kiln_buf *out)
+{
+	struct rt_info *v = NULL;
+	size_t n = 0;
+	kiln_error *err = NULL;
+	json_t *all, *it;
+	size_t i;
+
+	reg_metric_head(out, "kiln_sandboxes", "gauge", "Teams' sandboxes on this host, by team and state.");
+	if (rt_host_list(s->host, NULL, &v, &n, &err) < 0) {
+		kiln_warn("metrics: sandboxes: %s", kiln_error_message(err));
+		kiln_error_clear(&err);
+	}
+	for (i = 0; i < n; i++) {
+		size_t same = 1;
+		bool seen = false;
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = strcmp(v[k].team, v[i].team) == 0 && strcmp(v[k].state, v[i].state) == 0;
+		if (seen)
+			continue;
+		for (size_t k = i + 1; k < n; k++)
+			same += strcmp(v[k].team, v[i].team) == 0 && strcmp(v[k].state, v[i].state) == 0;
+		kiln_buf_addf(out, "kiln_sandboxes{team=\"");
+		reg_metric_label(out, v[i].team);
+		kiln_buf_addf(out, "\",state=\"%s\"} %zu\n", v[i].state, same);
+	}
+	rt_info_list_free(v, n);
+	reg_metric_head(out, "kiln_sandbox_pool_ready", "gauge",
+			"Restored, warmed-up and paused sandboxes waiting to be claimed, by template digest.");
+	if ((all = snap_sandbox_list(&err)) == NULL) {
+		kiln_warn("metrics: pools: %s", kiln_error_message(err));
+		kiln_error_clear(&err);
+		return;
+	}
+	json_t *per = json_object();
+	json_array_foreach(all, i, it) {
+		const char *t = kiln_json_str(it, "template");
+		if (t && strcmp(kiln_json_str(it, "state") ?: "", "pooled") == 0)
+			json_object_set_new(per, t, json_integer(json_integer_value(json_object_get(per, t)) + 1));
+	}
+	const char *k;
+	json_object_foreach(per, k, it) {
+		kiln_buf_addf(out, "kiln_sandbox_pool_ready{template=\"");
+		reg_metric_label(out, k);
+		kiln_buf_addf(out, "\"} %lld\n", (long long)json_integer_value(it));
+	}
+	json_decref(per);
+	json_decref(all);
+}
+
+static void sbx_metrics(void *ud, kiln_buf *out)
+{
+	struct svc_sandboxes *s = ud;
+	static const char *const source[2] = { "restore", "pool" };
+	static const char *const why[3] = { "team_limit", "host_limit", "unknown_template" };
+	char labels[32];
+
+	state_families(s, out);
+	reg_metric_head(out, "kiln_sandbox_starts_total", "counter",
+			"Sandboxes created through the API, by source (a full restore, or claimed from a pool).");
+	for (int i = 0; i < 2; i++)
+		kiln_buf_addf(out, "kiln_sandbox_starts_total{source=\"%s\"} %llu\n", source[i],
+			      (unsigned long long)load(&s->metrics.starts[i]));
+	reg_metric_head(out, "kiln_sandbox_start_duration_seconds", "histogram",
+			"From a create's request to a sandbox that answers, by source.");
+	for (int i = 0; i < 2; i++) {
+		snprintf(labels, sizeof(labels), "source=\"%s\"", source[i]);
+		reg_metric_histogram(out, "kiln_sandbox_start_duration_seconds", labels, &s->metrics.start[i]);
+	}
+	reg_metric_head(out, "kiln_sandbox_pool_misses_total", "counter",
+			"Creates a full restore served while pools are kept (the template's pool was empty or not made yet).");
+	kiln_buf_addf(out, "kiln_sandbox_pool_misses_total %llu\n", (unsigned long long)load(&s->metrics.misses));
+	reg_metric_head(out, "kiln_sandbox_pool_size", "gauge", "Warm sandboxes kept per template once it is used.");
+	kiln_buf_addf(out, "kiln_sandbox_pool_size %d\n", s->pool_size);
+	reg_metric_head(out, "kiln_sandbox_creates_refused_total", "counter",
+			"Creates refused, by reason (a team's or the host's limit, an unknown template).");
+	for (int i = 0; i < 3; i++)
+		kiln_buf_addf(out, "kiln_sandbox_creates_refused_total{reason=\"%s\"} %llu\n", why[i],
+			      (unsigned long long)load(&s->metrics.refused[i]));
+	reg_metric_head(out, "kiln_sandbox_creates_failed_total", "counter", "Creates that failed for another reason.");
+	kiln_buf_addf(out, "kiln_sandbox_creates_failed_total %llu\n", (unsigned long long)load(&s->metrics.failed));
+}
+
 static void sbx_h_create(struct svc_sandboxes *s, reg_req *r, const char *team, json_t *body)
 {
 	const char *tid = kiln_json_str(body, "templateID");
@@ -214,10 +322,12 @@ static void sbx_h_create(struct svc_sandboxes *s, reg_req *r, const char *team, 
 	struct rt_create c = { team, ref, tid, (const char *const *)env.v, json_is_object(meta) ? meta : NULL, timeout };
 	if (rt_host_create(s->host, &c, &in, &err) < 0) {
 		bool hl = in.host_limit;
+		count_refusal(s, err, hl);
 		if (err->kind == KILN_E_NOTFOUND)
 			kiln_error_wrap(&err, "templateID \"%.200s\"", tid);
 		reply_host_err(r, &err, hl, "create");
 	} else {
+		count_start(s, &in.stats);
 		e2b_reply_json(r, 201, sandbox_json(s, &in));
 	}
 	rt_info_free(&in);
@@ -490,7 +600,7 @@ svc_sandboxes *svc_sandboxes_start(reg_server *srv, const json_t *config, e2b *t
 			s->domain = kiln_xstrdup(json_string_value(v));
 		} else if (strcmp(k, "pool_size") == 0 && json_is_integer(v) && json_integer_value(v) >= 0 &&
 			   json_integer_value(v) <= 64) {
-			hc.pool_size = (int)json_integer_value(v);
+			s->pool_size = hc.pool_size = (int)json_integer_value(v);
 		} else if (strcmp(k, "pool") == 0 && json_is_array(v)) {
 			json_t *t;
 			json_array_foreach(v, i, t)
@@ -518,9 +628,12 @@ svc_sandboxes *svc_sandboxes_start(reg_server *srv, const json_t *config, e2b *t
 	hc.ud = ud;
 	if ((s->host = rt_host_open(&hc, err)) == NULL)
 		goto fail;
-	s->routes = (struct reg_routes){ .prefix = NULL, .match = match, .ud = s, .begin = begin, .body = body,
+	s->routes = (struct reg_routes){ .prefix = NULL, .match = match, .name = "sandbox", .ud = s, .begin = begin, .body = body,
 					 .end = end, .done = done };
 	if (reg_server_mount(srv, &s->routes, err) < 0)
+		goto fail;
+	s->observer = (struct reg_observer){ .name = "sandboxes", .ud = s, .metrics = sbx_metrics };
+	if (reg_server_observe(srv, &s->observer, err) < 0)
 		goto fail;
 	free(key);
 	return s;

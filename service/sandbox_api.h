@@ -25,6 +25,15 @@ struct svc_sandboxes {
 	uint64_t max_upload;     /* bytes of one POST /files */
 	struct reg_routes routes;
 	kiln_strv pool;
+	int pool_size;
+	struct {                 /* for /metrics (sandbox_api.c) */
+		uint64_t starts[2];                /* restored, from the pool */
+		struct reg_histogram start[2];     /* request to a sandbox answering */
+		uint64_t misses;                   /* restored while pools are kept */
+		uint64_t refused[3];               /* team limit, host limit, unknown template */
+		uint64_t failed;                   /* anything else */
+	} metrics;
+	struct reg_observer observer;
 };
 
 enum sbx_plane { SBX_CONTROL, SBX_ENVD };

@@ -116,6 +116,9 @@ svc *svc_start(reg_server *srv, const struct svc_config *c, kiln_error **err)
 	svc_api_mount(s);
 	if (reg_server_mount(srv, &s->routes, err) < 0)
 		goto fail;
+	svc_observe(s);
+	if (reg_server_observe(srv, &s->observer, err) < 0)
+		goto fail;
 	free(dbpath);
 	return s;
 fail:

@@ -73,8 +73,11 @@ static void on_lines(struct run *r, const kiln_strv *lines)
 			step = json_incref(j);
 		} else if (ev && strcmp(ev, "step_done") == 0) {
 			const char *ins = json_string_value(json_object_get(j, "instruction"));
+			const char *cache = json_string_value(json_object_get(j, "cache"));
 			if (ins && strncmp(ins, "FROM ", 5) == 0 && strchr(ins, '@'))
 				kiln_strv_push(&r->from, strrchr(ins, '@') + 1);
+			if (cache)
+				svc_metrics_step(r->s, strcmp(cache, "hit") == 0);
 		} else if (ev && strcmp(ev, "error") == 0 && json_string_value(json_object_get(j, "message"))) {
 			free(r->reason);
 			r->reason = kiln_xstrdup(json_string_value(json_object_get(j, "message")));
@@ -552,7 +555,7 @@ static int job_done(svc *s, const char *id, struct run *r, const struct job *j, 
 
 /* A build that failed or was cancelled: the reason (with its place) logged
  * unless the build's own error event said it, and recorded. */
-static void job_failed(svc *s, const char *id, struct run *r, kiln_error *err)
+static enum svc_state job_failed(svc *s, const char *id, struct run *r, kiln_error *err)
 {
 	const char *msg = err ? kiln_error_message(err) : "unknown error";
 	bool cancelled = err && strcmp(msg, "cancelled") == 0;
@@ -571,6 +574,7 @@ static void job_failed(svc *s, const char *id, struct run *r, kiln_error *err)
 		kiln_error_free(e2);
 	}
 	free(loc);
+	return cancelled ? SVC_CANCELLED : SVC_FAILED;
 }
 
 void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
@@ -581,6 +585,8 @@ void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 	kiln_error *err = NULL;
 	json_error_t je;
 	int64_t limit = 0;
+	double t0 = kiln_now_ms();
+	enum svc_state outcome = SVC_DONE;
 
 	pthread_mutex_lock(&s->lock);
 	s->running++;
@@ -623,8 +629,9 @@ void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 	if (job_done(s, id, &r, &j, &res, &err) == 0)
 		goto out;
 fail:
-	job_failed(s, id, &r, err);
+	outcome = job_failed(s, id, &r, err);
 out:
+	svc_metrics_build_ended(s, outcome, (kiln_now_ms() - t0) / 1000.0);
 	reap_done(&r);
 	job_free(&j);
 	kiln_error_free(err);

@@ -17,6 +17,10 @@ cat >"$T_TMP/serve.json" <<JSON
 JSON
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
 B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)
+MET=$($KILN token create --data "$DATA" --scope '*:metrics' prometheus)
+scrape() { curl -s -H "Authorization: Bearer $MET" "$URL/metrics" >"$T_TMP/$1"; }
+sample() { awk -v k="$2" '$1 == k { v = $2 } END { print v + 0 }' "$T_TMP/$1"; }
+delta() { echo $(($(sample "$2" "$3") - $(sample "$1" "$3"))); }
 start_server() {
 	: >"$T_TMP/serve.log" # there before the loop below reads it
 	$KILN serve --addr 127.0.0.1:0 --data "$DATA" --config "$T_TMP/serve.json" 2>"$T_TMP/serve.log" &
@@ -38,6 +42,7 @@ echo skip >"$T_TMP/ctx/.dockerignore"
 printf 'FROM scratch\nCOPY a.txt /a.txt\nCOPY sub/ /sub/\n' >"$T_TMP/ctx/Dockerfile"
 
 export KILN_TOKEN=$A
+scrape m0
 expect_exit 0 "remote build succeeds" $KILN build --remote "$URL" -t app:v1 "$T_TMP/ctx"
 expect_grep "same step lines as a local build" '^\[3/3\] COPY sub/ /sub/' "$T_TMP/err"
 expect_grep "cache lines too" '^  cache miss' "$T_TMP/err"
@@ -55,6 +60,18 @@ echo changed >"$T_TMP/ctx/sub/b.txt"
 expect_exit 0 "rebuild after a one-file change" $KILN build --remote "$URL" -t app:v2 "$T_TMP/ctx"
 expect_grep "only the changed file is uploaded" 'context: [0-9]+ entries, 1 files uploaded \([0-9]+ bytes in [0-9.]+ s\)' "$T_TMP/err"
 expect_grep "the unchanged step is a cache hit" '^  cache hit' "$T_TMP/err"
+scrape m1
+if promtool check metrics <"$T_TMP/m1" >"$T_TMP/lint" 2>&1; then ok "promtool check metrics: clean with the build service"; else
+	not_ok "promtool check metrics: clean with the build service"; sed 's/^/#   /' "$T_TMP/lint" | head
+fi
+expect_eq "/metrics: the 2 builds counted done" "$(delta m0 m1 'kiln_builds_ended_total{outcome="done"}')" 2
+expect_eq "/metrics: their durations observed" "$(delta m0 m1 'kiln_build_duration_seconds_count{outcome="done"}')" 2
+expect_eq "/metrics: the step cache's one hit" "$(delta m0 m1 'kiln_build_steps_total{cache="hit"}')" 1
+expect_eq "/metrics: and its 3 misses" "$(delta m0 m1 'kiln_build_steps_total{cache="miss"}')" 3
+expect_eq "/metrics: the queue is empty" "$(sample m1 'kiln_build_queue_depth{team="team-a"}')" 0
+expect_eq "/metrics: one worker" "$(sample m1 kiln_build_workers)" 1
+curl -s "$URL/readyz" >"$T_TMP/ready"
+expect_grep "/readyz checks the build queue" '^build queue: ok' "$T_TMP/ready"
 
 expect_exit 0 "--json events from a remote build" $KILN build --json --remote "$URL" "$T_TMP/ctx"
 expect_grep "json step events" '^\{"event":"step","step":1,"total":3' "$T_TMP/out"
@@ -139,6 +156,8 @@ expect_grep "the error has FILE:LINE:COL" 'Dockerfile.bad:2:6: Unknown flag: nop
 printf 'FROM scratch\nCOPY missing /x\n' >"$T_TMP/ctx/Dockerfile.miss"
 expect_exit 1 "a failing step fails the remote build (exit 1)" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.miss" "$T_TMP/ctx"
 expect_grep "its reason names the step" 'Dockerfile.miss:2: \[2/2\] COPY missing /x' "$T_TMP/err"
+scrape m2
+expect_eq "/metrics: the failing step's build counted failed (the Dockerfile error never queued)" "$(delta m1 m2 'kiln_builds_ended_total{outcome="failed"}')" 1
 ID=$(curl -s -H "X-API-Key: $A" "$URL/build/v1/builds?team=team-a" | jq -r '.builds[0].id')
 curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$ID" >"$T_TMP/st.json"
 expect_eq "status: failed, with the place" "$(jq -r '.state + " " + .location' "$T_TMP/st.json")" "failed Dockerfile.miss:2"
@@ -233,6 +252,9 @@ T1=$(submit 3)
 T2=$(submit 600)
 wait_state "$T1" building
 expect_eq "with one worker the second build waits queued" "$(state "$T2")" queued
+scrape m3
+expect_eq "/metrics: team-a's queue depth 1" "$(sample m3 'kiln_build_queue_depth{team="team-a"}')" 1
+expect_eq "/metrics: and 1 running" "$(sample m3 'kiln_builds_running{team="team-a"}')" 1
 curl -s -o /dev/null -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds/$T2/cancel"
 expect_eq "a queued build is cancelled at once" "$(state "$T2")" cancelled
 wait_state "$T1" failed

@@ -57,6 +57,7 @@ EOF
 KEY=$("$KILN" token create --data "$D" --e2b --scope team:sandbox e2b-team 2>/dev/null)
 OTHER=$("$KILN" token create --data "$D" --e2b --scope other:sandbox e2b-other 2>/dev/null)
 NOSB=$("$KILN" token create --data "$D" --scope team:pull,build builds-only 2>/dev/null)
+MET=$("$KILN" token create --data "$D" --scope '*:metrics' prometheus 2>/dev/null)
 case "$KEY" in e2b_[0-9a-f]*) ok "kiln token create --e2b makes a key in E2B's shape" ;; *) not_ok "an e2b_ key (got '$KEY')" ;; esac
 start_serve() { reg_start "$D" --config "$T_TMP/serve.json" --sandboxes; }
 start_serve || { not_ok "kiln serve --sandboxes starts"; exit 0; }
@@ -272,7 +273,10 @@ envd "$A" "$ATOK" /process.Process/List -d '{}'
 expect_eq "after a client left mid-stream the daemon answers" "$CODE" 200
 expect_eq "no fd left behind by the streams" "$(fds)" "$fd0"
 
-# ---- limits ----------------------------------------------------------------
+# ---- limits, and what /metrics says of them ---------------------------------
+scrape() { req GET /metrics -H "Authorization: Bearer $MET" && cp "$T_TMP/body" "$T_TMP/$1"; }
+sample() { awk -v k="$2" '$1 == k { v = $2 } END { print v + 0 }' "$T_TMP/$1"; }
+scrape m0
 create "$KEY" l2 && create "$KEY" l3
 create "$KEY" l4
 expect_eq "a team over its limit: 429 naming it" "$CODE $(jf '"sandboxes 3 per team" in d["message"]')" "429 True"
@@ -280,6 +284,22 @@ create "$OTHER" o2
 O2=$(jf 'd["sandboxID"]')
 create "$OTHER" o3
 expect_eq "the host over its limit: 503 naming it" "$CODE $(jf '"sandboxes 5" in d["message"]')" "503 True"
+req GET /v2/sandboxes -H "X-API-Key: $OTHER"
+other_running=$(jf 'sum(1 for x in d if x["state"] == "running")')
+scrape m1
+if promtool check metrics <"$T_TMP/m1" >"$T_TMP/lint" 2>&1; then ok "promtool check metrics: clean with sandboxes"; else
+	not_ok "promtool check metrics: clean with sandboxes"; sed 's/^/#   /' "$T_TMP/lint" | head
+fi
+d() { echo $(($(sample m1 "$1") - $(sample m0 "$1"))); }
+expect_eq "3 restores counted (l2, l3, o2)" "$(d 'kiln_sandbox_starts_total{source="restore"}')" 3
+expect_eq "the team's 429 counted" "$(d 'kiln_sandbox_creates_refused_total{reason="team_limit"}')" 1
+expect_eq "the host's 503 counted" "$(d 'kiln_sandbox_creates_refused_total{reason="host_limit"}')" 1
+expect_eq "start durations observed for the 3" "$(d 'kiln_sandbox_start_duration_seconds_count{source="restore"}')" 3
+expect_eq "the team's sandboxes by state" "$(sample m1 'kiln_sandboxes{team="team",state="running"}')" 3
+expect_eq "the other team's, as its list says" "$(sample m1 'kiln_sandboxes{team="other",state="running"}')" "$other_running"
+expect_eq "sandbox requests have their route class" "$(d 'kiln_http_requests_total{route="sandbox",method="POST",code="429"}')" 1
+req GET /readyz
+expect_eq "/readyz with sandboxes: 200" "$CODE" 200
 req GET /v2/sandboxes -H "X-API-Key: $KEY"
 for s in $(jf '" ".join(x["sandboxID"] for x in d if x["metadata"].get("t") in ("l2","l3"))'); do
 	req DELETE "/sandboxes/$s" -H "X-API-Key: $KEY"
