@@ -1,5 +1,6 @@
-/* cmd_registry.c — `kiln registry ls|history|public|gc`: administration of a
- * `kiln serve` data directory (safe while the server runs). */
+/* cmd_registry.c — `kiln registry ls|history|public|gc|backup|restore`:
+ * administration of a `kiln serve` data directory (safe while the server
+ * runs; restore only onto a fresh one). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,7 +10,7 @@
 static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 {
 	const char *data = NULL, *config = NULL, *arg;
-	bool off = false, dry = false;
+	bool off = false, dry = false, blobs = false;
 	int c, first, ret = KILN_EXIT_OK, nargs;
 	struct reg_config cfg;
 	kiln_error *err = NULL;
@@ -24,6 +25,8 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 		opts[2] = (struct cli_option)CLI_BOOL('o', "off", &off, "stop allowing anonymous pulls");
 	else if (strcmp(cmd->name, "gc") == 0)
 		opts[2] = (struct cli_option)CLI_BOOL('n', "dry-run", &dry, "only say what would be removed");
+	else if (strcmp(cmd->name, "backup") == 0)
+		opts[2] = (struct cli_option)CLI_BOOL('b', "blobs", &blobs, "copy the blobs too (only those DEST lacks)");
 	if ((first = cli_parse(cmd, opts, argc, argv, 0, &ret)) < 0)
 		return ret;
 	nargs = argc - first;
@@ -61,6 +64,17 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 		fputs(out.buf, stdout);
 	} else if (strcmp(cmd->name, "public") == 0) {
 		if (reg_set_public(&cfg, arg, !off, &err) < 0)
+			goto fail;
+	} else if (strcmp(cmd->name, "backup") == 0 || strcmp(cmd->name, "restore") == 0) {
+		struct reg_backup_stats st;
+		bool backup = cmd->name[0] == 'b';
+		c = backup ? reg_backup(&cfg, arg, blobs, &st, &err) : reg_restore(&cfg, arg, &st, &err);
+		if (c == 0)
+			printf("%s: metadata and %llu blobs (%llu bytes) it needs; %llu blobs copied (%llu bytes)\n",
+			       backup ? "backed up" : "restored", (unsigned long long)st.blobs, (unsigned long long)st.bytes,
+			       (unsigned long long)st.copied, (unsigned long long)st.copied_bytes);
+		reg_backup_stats_free(&st);
+		if (c < 0)
 			goto fail;
 	} else {
 		struct reg_gc_stats st;
@@ -106,7 +120,25 @@ static const struct kiln_command sub_gc = {
 		 "longer than upload_expiry_s.  Safe while kiln serve runs.\n",
 	.run = run_sub,
 };
-static const struct kiln_command *const subs[] = { &sub_ls, &sub_history, &sub_public, &sub_gc, NULL };
+static const struct kiln_command sub_backup = {
+	.name = "backup",
+	.usage = "Usage: kiln registry backup [--data DIR] [--config FILE] [--blobs] DEST\n\n"
+		 "Copy the metadata (meta.db, e2b/e2b.db: one consistent snapshot each, taken while\n"
+		 "kiln serve runs), the token and sandbox keys and the list of blobs that copy needs\n"
+		 "(DEST/blobs.txt) to DEST: a new or empty directory, or an earlier backup.  --blobs:\n"
+		 "the blobs too, only those DEST lacks.  Filesystem data directories only.\n",
+	.run = run_sub,
+};
+static const struct kiln_command sub_restore = {
+	.name = "restore",
+	.usage = "Usage: kiln registry restore [--data DIR] [--config FILE] BACKUP\n\n"
+		 "Make DIR (without meta.db) serve what BACKUP holds: every blob it needs placed in\n"
+		 "DIR/blobs (copied and verified from BACKUP/blobs when DIR lacks it), then the\n"
+		 "metadata and keys.  A blob found in neither is named and nothing is restored.\n",
+	.run = run_sub,
+};
+static const struct kiln_command *const subs[] = { &sub_ls, &sub_history, &sub_public, &sub_gc, &sub_backup,
+						   &sub_restore, NULL };
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
@@ -115,12 +147,14 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 
 const struct kiln_command kiln_cmd_registry = {
 	.name = "registry",
-	.summary = "administer a kiln serve data directory (ls, history, public, gc)",
-	.usage = "Usage: kiln registry ls|history|public|gc [OPTIONS] [ARGS]\n\n"
+	.summary = "administer a kiln serve data directory (ls, history, public, gc, backup, restore)",
+	.usage = "Usage: kiln registry ls|history|public|gc|backup|restore [OPTIONS] [ARGS]\n\n"
 		 "  ls [PREFIX]          repositories with tag and manifest counts\n"
 		 "  history REPO[:TAG]   tag history (every version a tag pointed at)\n"
 		 "  public [--off] REPO  allow (or stop) anonymous pulls\n"
-		 "  gc [--dry-run]       remove unreferenced blobs and expired uploads\n\n"
+		 "  gc [--dry-run]       remove unreferenced blobs and expired uploads\n"
+		 "  backup [--blobs] DEST  a consistent copy of the metadata while serving\n"
+		 "  restore BACKUP       onto a fresh data directory\n\n"
 		 "All take --data DIR / --config FILE to name the registry (as for kiln serve).\n",
 	.run = run,
 };

@@ -172,6 +172,24 @@ struct reg_gc_stats {
  * uploads idle past their expiry.  dry_run: count only. */
 int reg_gc(const struct reg_config *c, int dry_run, struct reg_gc_stats *st, kiln_error **err);
 
+/* A backup of a filesystem data directory while it serves (docs/operations.md):
+ * DEST/meta.db (and e2b/e2b.db) as one consistent snapshot each, the token
+ * and sandbox keys, blobs.txt (each blob that snapshot needs, "DIGEST SIZE"),
+ * with_blobs: those blobs under DEST/blobs (only the ones an earlier backup
+ * there lacks), and backup.json last.  DEST: new, empty, or an earlier backup. */
+struct reg_backup_stats {
+	uint64_t blobs, bytes;          /* what the metadata needs */
+	uint64_t copied, copied_bytes;  /* blobs copied this time */
+	kiln_strv missing;              /* blobs found nowhere */
+};
+int reg_backup(const struct reg_config *c, const char *dest, bool with_blobs, struct reg_backup_stats *st,
+	       kiln_error **err);
+/* Onto a data directory without metadata: every listed blob placed in its
+ * blobs/ (verified, from the backup's blobs/ when it lacks one) before the
+ * metadata is; KILN_E_NOTFOUND naming the missing ones, metadata untouched. */
+int reg_restore(const struct reg_config *c, const char *backup, struct reg_backup_stats *st, kiln_error **err);
+void reg_backup_stats_free(struct reg_backup_stats *st);
+
 struct reg_repo_info {
 	char *name;
 	int64_t tags, manifests;
