@@ -20,12 +20,14 @@ static int ensure_template(void *ud, const char *ref, kiln_error **err)
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	const char *addr = NULL, *data = NULL, *config = NULL;
+	const char *addr = NULL, *data = NULL, *config = NULL, *log_format = NULL;
 	bool want_build = false, want_sandboxes = false;
 	const struct cli_option opts[] = {
 		CLI_STRING('a', "addr", &addr, "HOST:PORT", "listen address (default 127.0.0.1:5000; port 0 picks one)"),
 		CLI_STRING('d', "data", &data, "DIR", "data directory"),
 		CLI_STRING('c', "config", &config, "FILE", "JSON config file (see docs/registry.md); flags override it"),
+		CLI_STRING('L', "log-format", &log_format, "text|json|off",
+			   "a line per request on stderr (default text; also \"access_log\" in the config)"),
 		CLI_BOOL('b', "build", &want_build, "also run the build service (/build/v1/, docs/service.md; also\n"
 						    "\"build\": true or {...} in the config file): kiln build --remote"),
 		CLI_BOOL('s', "sandboxes", &want_sandboxes, "also run the sandbox service (E2B's sandbox API and envd's\n"
@@ -47,7 +49,10 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	if (i < argc)
 		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
 	reg_config_init(&cfg);
+	cfg.access_log = REG_LOG_TEXT; /* the server logs each request unless told not to */
 	if (config && reg_config_load(&cfg, config, &err) < 0)
+		goto fail;
+	if (log_format && reg_access_log_parse(log_format, &cfg.access_log, &err) < 0)
 		goto fail;
 	if (addr && reg_config_set_addr(&cfg, addr, &err) < 0)
 		goto fail;

@@ -229,6 +229,9 @@ int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 				json_decref(*slot);
 				*slot = json_is_false(v) ? NULL : json_incref(v);
 			}
+		} else if (strcmp(key, "access_log") == 0) {
+			r = json_is_string(v) ? reg_access_log_parse(json_string_value(v), &c->access_log, err)
+					      : kiln_err(err, KILN_E_INVALID, "access_log: want \"text\", \"json\" or \"off\"");
 		} else if (strcmp(key, "realm") == 0) {
 			r = set_str(v, key, &c->realm, err);
 		} else if (strcmp(key, "service") == 0) {

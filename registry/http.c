@@ -193,6 +193,14 @@ static void client_address(struct MHD_Connection *conn, char *out, size_t len)
 		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)len);
 }
 
+/* Every answer names its request (access_log.c). */
+static enum MHD_Result queue(struct MHD_Connection *conn, reg_req *r)
+{
+	if (r->id[0])
+		MHD_add_response_header(r->resp, "X-Request-Id", r->id);
+	return MHD_queue_response(conn, r->status, r->resp);
+}
+
 /* Over the headroom with no idle connection to close: come back later. */
 static enum MHD_Result refuse(reg_req *r, struct MHD_Connection *conn, unsigned retry)
 {
@@ -200,11 +208,12 @@ static enum MHD_Result refuse(reg_req *r, struct MHD_Connection *conn, unsigned 
 
 	r->begun = 1;
 	r->body_error = 1;
+	reg_req_take_id(r);
 	reg_error(r, 503, "UNAVAILABLE", "too many connections, retry later");
 	snprintf(s, sizeof(s), "%u", retry);
 	reg_header(r, "Retry-After", s);
 	reg_header(r, "Connection", "close");
-	return MHD_queue_response(conn, r->status, r->resp);
+	return queue(conn, r);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -234,7 +243,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (step == REG_STEP_ABORT)
 		return MHD_NO;
 	if (step == REG_STEP_RESPOND)
-		return MHD_queue_response(conn, r->status, r->resp);
+		return queue(conn, r);
 	return MHD_YES;
 }
 

@@ -371,9 +371,11 @@ typedef struct reg_req {
 	struct MHD_Response *resp;
 	unsigned status;
 	uint64_t sent;             /* the answer's body length when known */
-	/* metrics (metrics.c) */
+	/* metrics (metrics.c) and the access log (access_log.c) */
 	double t0_ms;
 	int counted, counted_upload;
+	char id[65];
+	char *team;                /* reg_req_set_team; else the repository's first segment */
 } reg_req;
 
 /* The router (router.c).  A request is made with its method and URL, given
@@ -398,6 +400,11 @@ void reg_metrics_auth_limited(reg_server *s);
 void reg_metrics_streamed(reg_server *s, uint64_t n);
 void reg_metrics_handle(reg_req *r);
 void reg_health_handle(reg_req *r);   /* R_HEALTHZ and R_READYZ */
+/* The access log (access_log.c): the id taken once the headers are in, the
+ * line written as the request ends. */
+void reg_req_take_id(reg_req *r);
+void reg_access_log(reg_req *r);
+const char *reg_metrics_route_name(const reg_req *r);
 struct reg_team_usage {
 	char *team;
 	int64_t repos, tags, blobs, bytes;

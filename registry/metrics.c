@@ -179,6 +179,38 @@ static const char *route_name(const reg_server *s, unsigned ri)
 	return route_names[ri] ? route_names[ri] : "unknown";
 }
 
+void reg_metric_counters(kiln_buf *out, const char *name, const char *help, const char *label,
+			 const char *const *values, const uint64_t *counters, size_t n)
+{
+	reg_metric_head(out, name, "counter", help);
+	for (size_t i = 0; i < n; i++) {
+		kiln_buf_addf(out, "%s{%s=\"", name, label);
+		reg_metric_label(out, values[i]);
+		kiln_buf_addf(out, "\"} %llu\n", (unsigned long long)get(&counters[i]));
+	}
+}
+
+void reg_metric_histograms(kiln_buf *out, const char *name, const char *help, const char *label,
+			   const char *const *values, const struct reg_histogram *h, size_t n)
+{
+	kiln_buf l = KILN_BUF_INIT;
+
+	reg_metric_head(out, name, "histogram", help);
+	for (size_t i = 0; i < n; i++) {
+		l.len = 0;
+		kiln_buf_addf(&l, "%s=\"", label);
+		reg_metric_label(&l, values[i]);
+		kiln_buf_add(&l, "\"", 1);
+		reg_metric_histogram(out, name, l.buf, &h[i]);
+	}
+	kiln_buf_free(&l);
+}
+
+const char *reg_metrics_route_name(const reg_req *r)
+{
+	return route_name(r->srv, route_index(r));
+}
+
 static void code_label(unsigned ci, char out[8])
 {
 	unsigned n = sizeof(codes) / sizeof(codes[0]);

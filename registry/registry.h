@@ -49,12 +49,15 @@ struct reg_config {
 	char *s3_endpoint, *s3_region, *s3_bucket, *s3_access_key, *s3_secret_key;
 	json_t *build;              /* "build": true or {...}: the build service's settings (service/), else NULL */
 	json_t *sandboxes;          /* "sandboxes": true or {...}: the sandbox service's (service/), else NULL */
+	enum reg_access_log { REG_LOG_OFF, REG_LOG_TEXT, REG_LOG_JSON } access_log; /* a line per request on stderr */
 };
 
 void reg_config_init(struct reg_config *c);
 void reg_config_free(struct reg_config *c);
 /* Merge a JSON config file into c. */
 int reg_config_load(struct reg_config *c, const char *path, kiln_error **err);
+/* "text", "json" or "off" (the config's "access_log", kiln serve --log-format). */
+int reg_access_log_parse(const char *s, enum reg_access_log *out, kiln_error **err);
 /* "HOST:PORT", "[V6]:PORT" or ":PORT". */
 int reg_config_set_addr(struct reg_config *c, const char *addr, kiln_error **err);
 
@@ -132,12 +135,23 @@ void reg_histogram_observe(struct reg_histogram *h, double seconds);
 /* Its _bucket, _sum and _count samples (after the family's head), labels
  * `k="v",...` (escaped) or NULL; nothing when nothing was observed. */
 void reg_metric_histogram(kiln_buf *out, const char *name, const char *labels, const struct reg_histogram *h);
+/* Whole families with a series per value of one label: counters (read
+ * atomically) and histograms. */
+void reg_metric_counters(kiln_buf *out, const char *name, const char *help, const char *label,
+			 const char *const *values, const uint64_t *counters, size_t n);
+void reg_metric_histograms(kiln_buf *out, const char *name, const char *help, const char *label,
+			   const char *const *values, const struct reg_histogram *h, size_t n);
 
 const char *reg_req_method(const reg_req *r);
 const char *reg_req_path(const reg_req *r);          /* unescaped, without the query */
 const char *reg_req_header(reg_req *r, const char *key);
 const char *reg_query(reg_req *r, const char *key);
 const char *reg_req_client(const reg_req *r);        /* the client's address, "" unknown */
+/* The request's id: the client's X-Request-Id when it is 1-64 of [A-Za-z0-9._-],
+ * else one made here; sent back in X-Request-Id and in its access-log line. */
+const char *reg_req_id(const reg_req *r);
+/* Whose request it is, for its access-log line (a module's own team rule). */
+void reg_req_set_team(reg_req *r, const char *team);
 void reg_req_set_state(reg_req *r, void *state);     /* the handler's per-request state */
 void *reg_req_state(const reg_req *r);
 /* Who is asking: 1 a valid credential (Authorization Bearer/Basic, or the

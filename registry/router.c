@@ -309,6 +309,7 @@ enum reg_step reg_router_call(reg_req *r, const char *data, size_t len)
 {
 	if (!r->begun) {
 		r->begun = 1;
+		reg_req_take_id(r);
 		route(r, r->url);
 		reg_metrics_begin(r);
 		begin(r);
@@ -351,6 +352,7 @@ void reg_req_free(reg_req *r)
 		return;
 	s = r->srv;
 	reg_metrics_end(r);
+	reg_access_log(r);
 	if (r->ext && r->ext->done)
 		r->ext->done(r->ext->ud, r);
 	if (r->up)
@@ -364,6 +366,7 @@ void reg_req_free(reg_req *r)
 	free(r->headers.kv);
 	free(r->args.kv);
 	free(r->scopes);
+	free(r->team);
 	free(r->name);
 	free(r->ref);
 	free(r);

@@ -42,11 +42,13 @@ char *svc_auth_team_for(reg_req *r, const char *want, enum reg_action action, un
 			kiln_err(err, KILN_E_INVALID, "the credential does not grant %s on team '%s'", an, want);
 			return NULL;
 		}
+		reg_req_set_team(r, want);
 		return kiln_xstrdup(want);
 	}
 	ns = reg_req_namespaces(r, action);
 	if (ns && strcmp(ns, "*") == 0) {
 		free(ns);
+		reg_req_set_team(r, "default");
 		return kiln_xstrdup("default");
 	}
 	if (ns == NULL || strchr(ns, ';') || strchr(ns, '/') || strcmp(ns, "*") == 0) {
@@ -60,6 +62,7 @@ char *svc_auth_team_for(reg_req *r, const char *want, enum reg_action action, un
 		return NULL;
 	}
 	team = ns;
+	reg_req_set_team(r, team);
 	return team;
 }
 

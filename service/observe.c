@@ -61,26 +61,18 @@ static void queue_families(svc *s, kiln_buf *out)
 
 static void metrics(void *ud, kiln_buf *out)
 {
+	static const char *const cache[2] = { "hit", "miss" };
 	svc *s = ud;
-	char labels[32];
 
 	queue_families(s, out);
-	reg_metric_head(out, "kiln_builds_ended_total", "counter",
-			"Builds this server's workers ran to an end, by outcome (done, failed, cancelled).");
-	for (int i = 0; i < 3; i++)
-		kiln_buf_addf(out, "kiln_builds_ended_total{outcome=\"%s\"} %llu\n", outcomes[i],
-			      (unsigned long long)__atomic_load_n(&s->metrics.ended[i], __ATOMIC_RELAXED));
-	reg_metric_head(out, "kiln_build_duration_seconds", "histogram",
-			"From a worker taking a build to its end, by outcome.");
-	for (int i = 0; i < 3; i++) {
-		snprintf(labels, sizeof(labels), "outcome=\"%s\"", outcomes[i]);
-		reg_metric_histogram(out, "kiln_build_duration_seconds", labels, &s->metrics.duration[i]);
-	}
-	reg_metric_head(out, "kiln_build_steps_total", "counter",
-			"Build steps this server's workers ran, by whether the step cache had them (hit, miss).");
-	kiln_buf_addf(out, "kiln_build_steps_total{cache=\"hit\"} %llu\nkiln_build_steps_total{cache=\"miss\"} %llu\n",
-		      (unsigned long long)__atomic_load_n(&s->metrics.steps[0], __ATOMIC_RELAXED),
-		      (unsigned long long)__atomic_load_n(&s->metrics.steps[1], __ATOMIC_RELAXED));
+	reg_metric_counters(out, "kiln_builds_ended_total",
+			    "Builds this server's workers ran to an end, by outcome (done, failed, cancelled).", "outcome",
+			    outcomes, s->metrics.ended, 3);
+	reg_metric_histograms(out, "kiln_build_duration_seconds", "From a worker taking a build to its end, by outcome.",
+			      "outcome", outcomes, s->metrics.duration, 3);
+	reg_metric_counters(out, "kiln_build_steps_total",
+			    "Build steps this server's workers ran, by whether the step cache had them (hit, miss).", "cache",
+			    cache, s->metrics.steps, 2);
 	reg_metric_head(out, "kiln_build_workers", "gauge", "Builds this server runs at once at most.");
 	kiln_buf_addf(out, "kiln_build_workers %u\n", s->nworkers);
 }

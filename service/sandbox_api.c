@@ -263,30 +263,22 @@ static void sbx_metrics(void *ud, kiln_buf *out)
 	struct svc_sandboxes *s = ud;
 	static const char *const source[2] = { "restore", "pool" };
 	static const char *const why[3] = { "team_limit", "host_limit", "unknown_template" };
-	char labels[32];
 
 	state_families(s, out);
-	reg_metric_head(out, "kiln_sandbox_starts_total", "counter",
-			"Sandboxes created through the API, by source (a full restore, or claimed from a pool).");
-	for (int i = 0; i < 2; i++)
-		kiln_buf_addf(out, "kiln_sandbox_starts_total{source=\"%s\"} %llu\n", source[i],
-			      (unsigned long long)load(&s->metrics.starts[i]));
-	reg_metric_head(out, "kiln_sandbox_start_duration_seconds", "histogram",
-			"From a create's request to a sandbox that answers, by source.");
-	for (int i = 0; i < 2; i++) {
-		snprintf(labels, sizeof(labels), "source=\"%s\"", source[i]);
-		reg_metric_histogram(out, "kiln_sandbox_start_duration_seconds", labels, &s->metrics.start[i]);
-	}
+	reg_metric_counters(out, "kiln_sandbox_starts_total",
+			    "Sandboxes created through the API, by source (a full restore, or claimed from a pool).", "source",
+			    source, s->metrics.starts, 2);
+	reg_metric_histograms(out, "kiln_sandbox_start_duration_seconds",
+			      "From a create's request to a sandbox that answers, by source.", "source", source,
+			      s->metrics.start, 2);
 	reg_metric_head(out, "kiln_sandbox_pool_misses_total", "counter",
 			"Creates a full restore served while pools are kept (the template's pool was empty or not made yet).");
 	kiln_buf_addf(out, "kiln_sandbox_pool_misses_total %llu\n", (unsigned long long)load(&s->metrics.misses));
 	reg_metric_head(out, "kiln_sandbox_pool_size", "gauge", "Warm sandboxes kept per template once it is used.");
 	kiln_buf_addf(out, "kiln_sandbox_pool_size %d\n", s->pool_size);
-	reg_metric_head(out, "kiln_sandbox_creates_refused_total", "counter",
-			"Creates refused, by reason (a team's or the host's limit, an unknown template).");
-	for (int i = 0; i < 3; i++)
-		kiln_buf_addf(out, "kiln_sandbox_creates_refused_total{reason=\"%s\"} %llu\n", why[i],
-			      (unsigned long long)load(&s->metrics.refused[i]));
+	reg_metric_counters(out, "kiln_sandbox_creates_refused_total",
+			    "Creates refused, by reason (a team's or the host's limit, an unknown template).", "reason", why,
+			    s->metrics.refused, 3);
 	reg_metric_head(out, "kiln_sandbox_creates_failed_total", "counter", "Creates that failed for another reason.");
 	kiln_buf_addf(out, "kiln_sandbox_creates_failed_total %llu\n", (unsigned long long)load(&s->metrics.failed));
 }

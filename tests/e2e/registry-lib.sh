@@ -21,6 +21,7 @@ reg_start() {
 	fi
 	REG="127.0.0.1:$REG_PORT"
 	U="http://$REG"
+	REG_LOG=$log # its stderr: the access log among it
 }
 
 # reg_start_teams CONFIG-JSON : a server with auth on $T_TMP/data (D), from
