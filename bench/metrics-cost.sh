@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# metrics-cost.sh — what /metrics and the access log cost kiln serve (issue
+# 30): the server's CPU time (utime + stime of its process) for one skopeo
+# push and pull of a 100-layer image (~600 requests, each blob its own HEAD,
+# POST, PUT, GET), by three servers alternating round by round in one run:
+#   base  — a kiln without metrics or access log (KILN_BASE, e.g. f470cca's),
+#   off   — this kiln with --log-format off (metrics counted and scraped),
+#   text  — this kiln as it runs by default (metrics + the text access log);
+# a scrape of /metrics every 0.5 s during the rounds of the two with metrics,
+# as a Prometheus at twice the usual rate would.  Prints medians of ROUNDS
+# and the ratios to base, and the load average before and after.
+# Usage: KILN_BASE=/path/to/old/kiln bench/metrics-cost.sh [ROUNDS]
+set -euo pipefail
+ROUNDS=${1:-5}
+KILN=${KILN:-$PWD/bin/kiln}
+BASE=${KILN_BASE:?KILN_BASE: a kiln binary without metrics (e.g. built at f470cca)}
+W=$(mktemp -d /tmp/kiln-bench-metrics.XXXXXX)
+SRV=
+cleanup() { [ -n "$SRV" ] && kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null; rm -rf "$W"; }
+trap cleanup EXIT
+export KILN_HOME=$W/home SOURCE_DATE_EPOCH=1700000000
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+mkdir -p "$W/ctx"
+{ echo 'FROM scratch'; for i in $(seq 1 100); do head -c 4096 /dev/urandom >"$W/ctx/f$i"; echo "COPY f$i /f$i"; done; } \
+	>"$W/ctx/Dockerfile"
+"$KILN" build -t many:1 --oci-out "$W/oci" "$W/ctx" >/dev/null 2>&1
+
+round() { # NAME BINARY [serve args] -> appends "NAME CPU_SECONDS" to $W/cpu
+	local name=$1 bin=$2 port scr=
+	shift 2
+	rm -rf "$W/data" "$W/pulled"
+	"$bin" serve --addr 127.0.0.1:0 --data "$W/data" "$@" 2>"$W/serve.log" &
+	SRV=$!
+	for _ in $(seq 1 100); do
+		port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$W/serve.log")
+		[ -n "$port" ] && break
+		sleep 0.05
+	done
+	if [ "$name" != base ]; then
+		(while :; do curl -s -o /dev/null "http://127.0.0.1:$port/metrics"; sleep 0.5; done) &
+		scr=$!
+	fi
+	skopeo copy -q --dest-tls-verify=false "oci:$W/oci" "docker://127.0.0.1:$port/bench/many:1" >/dev/null
+	skopeo copy -q --src-tls-verify=false "docker://127.0.0.1:$port/bench/many:1" "oci:$W/pulled:1" >/dev/null
+	[ -n "$scr" ] && kill "$scr" && wait "$scr" 2>/dev/null || true
+	# fields 14 and 15 of /proc/PID/stat: user and system ticks
+	echo "$name $(awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$SRV/stat")" >>"$W/cpu"
+	kill "$SRV"
+	wait "$SRV" 2>/dev/null || true
+	SRV=
+}
+round warmup "$KILN" >/dev/null
+: >"$W/cpu"
+for r in $(seq 1 "$ROUNDS"); do
+	round base "$BASE"
+	round off "$KILN" --log-format off
+	round text "$KILN"
+done
+# and one scrape's own cost: 200 scrapes of a server holding the image
+cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
+rm -rf "$W/data"
+"$KILN" serve --addr 127.0.0.1:0 --data "$W/data" --log-format off 2>"$W/serve.log" &
+SRV=$!
+for _ in $(seq 1 100); do
+	port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$W/serve.log")
+	[ -n "$port" ] && break
+	sleep 0.05
+done
+skopeo copy -q --dest-tls-verify=false "oci:$W/oci" "docker://127.0.0.1:$port/bench/many:1" >/dev/null
+c0=$(cpu_of "$SRV")
+for _ in $(seq 1 200); do curl -s -o /dev/null "http://127.0.0.1:$port/metrics"; done
+c1=$(cpu_of "$SRV")
+scrape_ms=$(echo "($c1 - $c0) * 1000 / 200" | bc -l | xargs printf '%.2f')
+bytes=$(curl -s "http://127.0.0.1:$port/metrics" | wc -c)
+kill "$SRV"; wait "$SRV" 2>/dev/null || true; SRV=
+m() { awk -v n="$1" '$1 == n { print $2 }' "$W/cpu" | median; }
+b=$(m base) o=$(m off) t=$(m text)
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "| server CPU for one skopeo push + pull of a 100-layer image, median of $ROUNDS | s | vs base |"
+echo "| --- | --- | --- |"
+echo "| base (no metrics, no access log) | $b | 1.00x |"
+echo "| metrics, scraped every 0.5 s, access log off | $o | $(echo "$o / $b" | bc -l | xargs printf '%.3f')x |"
+echo "| metrics + text access log (the default) | $t | $(echo "$t / $b" | bc -l | xargs printf '%.3f')x |"
+echo "one scrape of /metrics ($bytes bytes, 101 blobs stored): $scrape_ms ms of server CPU (200 scrapes)"
+echo "each round: $(awk '{ printf "%s=%s ", $1, $2 }' "$W/cpu")"
