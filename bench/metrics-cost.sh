@@ -27,10 +27,11 @@ mkdir -p "$W/ctx"
 	>"$W/ctx/Dockerfile"
 "$KILN" build -t many:1 --oci-out "$W/oci" "$W/ctx" >/dev/null 2>&1
 
-round() { # NAME BINARY [serve args] -> appends "NAME CPU_SECONDS" to $W/cpu
-	local name=$1 bin=$2 port scr=
-	shift 2
-	rm -rf "$W/data" "$W/pulled"
+port=
+start_srv() { # BINARY [serve args]: a server on a fresh data directory, its pid in SRV, its port in port
+	local bin=$1
+	shift
+	rm -rf "$W/data"
 	"$bin" serve --addr 127.0.0.1:0 --data "$W/data" "$@" 2>"$W/serve.log" &
 	SRV=$!
 	for _ in $(seq 1 100); do
@@ -38,6 +39,12 @@ round() { # NAME BINARY [serve args] -> appends "NAME CPU_SECONDS" to $W/cpu
 		[ -n "$port" ] && break
 		sleep 0.05
 	done
+}
+round() { # NAME BINARY [serve args] -> appends "NAME CPU_SECONDS" to $W/cpu
+	local name=$1 bin=$2 scr=
+	shift 2
+	rm -rf "$W/pulled"
+	start_srv "$bin" "$@"
 	if [ "$name" != base ]; then
 		(while :; do curl -s -o /dev/null "http://127.0.0.1:$port/metrics"; sleep 0.5; done) &
 		scr=$!
@@ -60,14 +67,7 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 # and one scrape's own cost: 200 scrapes of a server holding the image
 cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
-rm -rf "$W/data"
-"$KILN" serve --addr 127.0.0.1:0 --data "$W/data" --log-format off 2>"$W/serve.log" &
-SRV=$!
-for _ in $(seq 1 100); do
-	port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$W/serve.log")
-	[ -n "$port" ] && break
-	sleep 0.05
-done
+start_srv "$KILN" --log-format off
 skopeo copy -q --dest-tls-verify=false "oci:$W/oci" "docker://127.0.0.1:$port/bench/many:1" >/dev/null
 c0=$(cpu_of "$SRV")
 for _ in $(seq 1 200); do curl -s -o /dev/null "http://127.0.0.1:$port/metrics"; done
