@@ -221,6 +221,15 @@ static void code_label(unsigned ci, char out[8])
 		snprintf(out, 8, "%uxx", ci - n + 1);
 }
 
+/* A counter family by route class, the classes with nothing counted left out. */
+static void per_route(const reg_server *s, kiln_buf *out, const char *name, const char *help, const uint64_t *v)
+{
+	reg_metric_head(out, name, "counter", help);
+	for (unsigned ri = 0; ri < R_METRIC_EXT0 + s->nroutes; ri++)
+		if (get(&v[ri]))
+			kiln_buf_addf(out, "%s{route=\"%s\"} %llu\n", name, route_name(s, ri), (unsigned long long)get(&v[ri]));
+}
+
 static void http_families(const reg_server *s, kiln_buf *out)
 {
 	const struct reg_metrics *m = &s->metrics;
@@ -246,17 +255,10 @@ static void http_families(const reg_server *s, kiln_buf *out)
 		snprintf(labels, sizeof(labels), "route=\"%s\"", route_name(s, ri));
 		reg_metric_histogram(out, "kiln_http_request_duration_seconds", labels, &m->latency[ri]);
 	}
-	reg_metric_head(out, "kiln_http_received_bytes_total", "counter", "Request body bytes received, by route class.");
-	for (unsigned ri = 0; ri < nr; ri++)
-		if (get(&m->received[ri]))
-			kiln_buf_addf(out, "kiln_http_received_bytes_total{route=\"%s\"} %llu\n", route_name(s, ri),
-				      (unsigned long long)get(&m->received[ri]));
-	reg_metric_head(out, "kiln_http_sent_bytes_total", "counter",
-			"Response body bytes of known length queued, by route class (streamed bodies: kiln_http_streamed_bytes_total).");
-	for (unsigned ri = 0; ri < nr; ri++)
-		if (get(&m->sent[ri]))
-			kiln_buf_addf(out, "kiln_http_sent_bytes_total{route=\"%s\"} %llu\n", route_name(s, ri),
-				      (unsigned long long)get(&m->sent[ri]));
+	per_route(s, out, "kiln_http_received_bytes_total", "Request body bytes received, by route class.", m->received);
+	per_route(s, out, "kiln_http_sent_bytes_total",
+		  "Response body bytes of known length queued, by route class (streamed bodies: kiln_http_streamed_bytes_total).",
+		  m->sent);
 	reg_metric_head(out, "kiln_http_streamed_bytes_total", "counter",
 			"Bytes of streamed (chunked) response bodies sent.");
 	kiln_buf_addf(out, "kiln_http_streamed_bytes_total %llu\n", (unsigned long long)get(&m->streamed));
