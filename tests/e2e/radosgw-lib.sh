@@ -7,7 +7,7 @@ RGW_PIDS=()
 rgw_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 rgw_try() {
-	local d=$1 monport rgwport fsid osduuid c i
+	local d=$1 monport rgwport fsid osduuid c i osdpid restarts=0
 	mkdir -p "$d/mon" "$d/osd" "$d/run" "$d/log" "$d/rgw"
 	monport=$(rgw_port); rgwport=$(rgw_port)
 	fsid=$(cat /proc/sys/kernel/random/uuid)
@@ -52,7 +52,8 @@ EOC
 	osduuid=$(cat /proc/sys/kernel/random/uuid)
 	timeout 60 ceph -c "$c" --connect-timeout 30 osd create "$osduuid" >/dev/null || return 1
 	timeout 60 ceph-osd -c "$c" -i 0 --mkfs --osd-uuid "$osduuid" >/dev/null 2>&1 || return 1
-	ceph-osd -c "$c" -i 0 -f </dev/null >/dev/null 2>&1 & RGW_PIDS+=($!)
+	ceph-osd -c "$c" -i 0 -f </dev/null >/dev/null 2>&1 & osdpid=$!
+	RGW_PIDS+=($osdpid)
 	radosgw -c "$c" -n client.rgw -f </dev/null >/dev/null 2>&1 & RGW_PIDS+=($!)
 	RGW_ACCESS=kilntest$RANDOM
 	RGW_SECRET=$(head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -61,8 +62,18 @@ EOC
 		curl -s -o /dev/null "$RGW_ENDPOINT/" && break
 		[ "$i" = 120 ] && return 1
 		# Seen now and then: the OSD's own registration is refused ('wrong
-		# fsid') and it never serves; radosgw would wait forever.  Start over.
-		grep -q "wrong fsid" "$d/log/osd.0.log" 2>/dev/null && { echo "# OSD refused ('wrong fsid')" >&2; return 1; }
+		# fsid': its first commands go out before it has the monitor's map)
+		# and it never serves; radosgw would wait forever.  The OSD alone is
+		# started again, after a pause (the mon is fine), twice; then over.
+		if grep -q "wrong fsid" "$d/log/osd.0.log" 2>/dev/null; then
+			echo "# OSD refused ('wrong fsid'), restart $((++restarts))" >&2
+			[ "$restarts" -gt 2 ] && return 1
+			kill "$osdpid" 2>/dev/null; wait "$osdpid" 2>/dev/null
+			mv "$d/log/osd.0.log" "$d/log/osd.0.log.$restarts"
+			sleep 1
+			ceph-osd -c "$c" -i 0 -f </dev/null >/dev/null 2>&1 & osdpid=$!
+			RGW_PIDS+=($osdpid)
+		fi
 		sleep 0.5
 	done
 	timeout 60 radosgw-admin -c "$c" user create --uid=kiln --display-name=kiln \
