@@ -62,6 +62,10 @@ struct cli_option {
 		CLI_STRING('c', "config", (config), "FILE", "its JSON config file (as for kiln serve)")
 
 int cli_opt_env(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg);
+/* The registry's settings from --config FILE and --data DIR (registry_quota.c). */
+struct reg_config;
+int cli_registry_config(struct reg_config *cfg, const char *data, const char *config, kiln_error **err);
+extern const struct kiln_command kiln_cmd_registry_quota, kiln_cmd_registry_usage;
 
 enum { CLI_PARSE_PERMUTE = 1 /* operands may come between options (else options end at the first) */ };
 

@@ -1,6 +1,6 @@
 /* cmd_registry.c — `kiln registry ls|history|public|gc|backup|restore`:
  * administration of a `kiln serve` data directory (safe while the server
- * runs; restore only onto a fresh one). */
+ * runs; restore only onto a fresh one).  quota and usage: registry_quota.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,13 +33,8 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 	arg = nargs > 0 ? argv[first] : NULL;
 	if (strcmp(cmd->name, "gc") == 0 ? nargs != 0 : strcmp(cmd->name, "ls") == 0 ? nargs > 1 : nargs != 1)
 		return cli_usage_error(cmd, "wrong number of arguments");
-	reg_config_init(&cfg);
-	if (config && reg_config_load(&cfg, config, &err) < 0)
+	if (cli_registry_config(&cfg, data, config, &err) < 0)
 		goto fail;
-	if (data) {
-		free(cfg.data_dir);
-		cfg.data_dir = kiln_xstrdup(data);
-	}
 	if (strcmp(cmd->name, "ls") == 0) {
 		struct reg_repo_info *repos;
 		size_t n;
@@ -138,7 +133,7 @@ static const struct kiln_command sub_restore = {
 	.run = run_sub,
 };
 static const struct kiln_command *const subs[] = { &sub_ls, &sub_history, &sub_public, &sub_gc, &sub_backup,
-						   &sub_restore, NULL };
+						   &sub_restore, &kiln_cmd_registry_quota, &kiln_cmd_registry_usage, NULL };
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
@@ -147,14 +142,16 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 
 const struct kiln_command kiln_cmd_registry = {
 	.name = "registry",
-	.summary = "administer a kiln serve data directory (ls, history, public, gc, backup, restore)",
-	.usage = "Usage: kiln registry ls|history|public|gc|backup|restore [OPTIONS] [ARGS]\n\n"
+	.summary = "administer a kiln serve data directory (ls, history, public, gc, backup, restore, quota, usage)",
+	.usage = "Usage: kiln registry ls|history|public|gc|backup|restore|quota|usage [OPTIONS] [ARGS]\n\n"
 		 "  ls [PREFIX]          repositories with tag and manifest counts\n"
 		 "  history REPO[:TAG]   tag history (every version a tag pointed at)\n"
 		 "  public [--off] REPO  allow (or stop) anonymous pulls\n"
 		 "  gc [--dry-run]       remove unreferenced blobs and expired uploads\n"
 		 "  backup [--blobs] DEST  a consistent copy of the metadata while serving\n"
-		 "  restore BACKUP       onto a fresh data directory\n\n"
+		 "  restore BACKUP       onto a fresh data directory\n"
+		 "  quota TEAM [KEY=VALUE...]  show or set a team's quotas\n"
+		 "  usage [--json]       what each team stores, against its quotas\n\n"
 		 "All take --data DIR / --config FILE to name the registry (as for kiln serve).\n",
 	.run = run,
 };

@@ -51,13 +51,8 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 		kiln_strv_free(&scopes);
 		return cli_usage_error(cmd, strcmp(cmd->name, "ls") == 0 ? "no arguments expected" : "want one LABEL");
 	}
-	reg_config_init(&cfg);
-	if (config && reg_config_load(&cfg, config, &err) < 0)
+	if (cli_registry_config(&cfg, data, config, &err) < 0)
 		goto fail;
-	if (data) {
-		free(cfg.data_dir);
-		cfg.data_dir = kiln_xstrdup(data);
-	}
 	if (strcmp(cmd->name, "create") == 0) {
 		char *secret = NULL;
 		const char *none[] = { NULL };

@@ -44,6 +44,7 @@ enum kiln_errkind {
 	KILN_E_EXISTS,
 	KILN_E_LIMIT,      /* a configured limit was hit */
 	KILN_E_IO,
+	KILN_E_QUOTA,      /* a team's quota (stored bytes, repositories, build minutes...) would be passed */
 };
 
 typedef struct kiln_error_frame {

@@ -50,6 +50,7 @@ void reg_config_free(struct reg_config *c)
 	free(c->s3_secret_key);
 	json_decref(c->build);
 	json_decref(c->sandboxes);
+	json_decref(c->quotas);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -228,6 +229,11 @@ int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 			} else {
 				json_decref(*slot);
 				*slot = json_is_false(v) ? NULL : json_incref(v);
+			}
+		} else if (strcmp(key, "quotas") == 0) {
+			if ((r = reg_quota_config_check(v, err)) == 0) {
+				json_decref(c->quotas);
+				c->quotas = json_incref(v);
 			}
 		} else if (strcmp(key, "access_log") == 0) {
 			r = json_is_string(v) ? reg_access_log_parse(json_string_value(v), &c->access_log, err)

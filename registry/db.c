@@ -31,7 +31,10 @@ static const char schema[] =
 	/* what another module says about a change of a tag (the build service: its build id) */
 	"CREATE TABLE IF NOT EXISTS tag_notes(history INTEGER PRIMARY KEY, note TEXT NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS tokens(id INTEGER PRIMARY KEY, label TEXT UNIQUE NOT NULL,"
-	" hash TEXT UNIQUE NOT NULL, scopes TEXT NOT NULL, created INTEGER NOT NULL, expires INTEGER NOT NULL);";
+	" hash TEXT UNIQUE NOT NULL, scopes TEXT NOT NULL, created INTEGER NOT NULL, expires INTEGER NOT NULL);"
+	/* `kiln registry quota` (quota.c): team "*" for every team */
+	"CREATE TABLE IF NOT EXISTS quotas(team TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,"
+	" PRIMARY KEY(team, key)) WITHOUT ROWID;";
 
 /* sqlite says SQLITE_FULL for a full disk; it becomes ENOSPC here so every
  * caller up the stack (and the HTTP answer) tells a full disk from a bug. */
@@ -128,6 +131,8 @@ int reg_db_repo_locked(reg_db *db, const char *name, int create, int64_t *id, ki
 		return reg_db_fail(db, err, "repo lookup");
 	if (*id || !create)
 		return 0;
+	if (reg_db_quota_repo_locked(db, name, err) < 0)
+		return -1;
 	st = reg_db_prep(db, "INSERT INTO repos(name, created) VALUES(?, ?)", err);
 	if (st == NULL)
 		return -1;
@@ -326,6 +331,8 @@ int reg_db_manifest_put(reg_db *db, const char *repo, const char *digest, int64_
 		ret = 0;
 		goto rollback;
 	}
+	if (reg_db_quota_add_locked(db, &(struct reg_quota_acc){ 0 }, repo, digest, size, true, err) < 0)
+		goto rollback;
 	/* The bytes go in under the same lock gc takes to remove a blob file. */
 	if (place && place(ud, err) < 0)
 		goto rollback;
@@ -490,6 +497,18 @@ int reg_db_blob_mount(reg_db *db, const char *repo, const char *from, const char
 	pthread_mutex_lock(&db->lock);
 	if (reg_db_repo_locked(db, repo, 1, &id, err) < 0)
 		goto out;
+	/* a mount from another team's repository stores the blob for this one too */
+	st = reg_db_prep(db, "SELECT b.size FROM blob_links b JOIN repos r ON r.id = b.repo WHERE r.name = ? AND b.digest = ?",
+			 err);
+	if (st == NULL)
+		goto out;
+	sqlite3_bind_text(st, 1, from, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, digest, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) == SQLITE_ROW &&
+	    reg_db_quota_add_locked(db, &(struct reg_quota_acc){ 0 }, repo, digest, sqlite3_column_int64(st, 0), false,
+				    err) < 0)
+		goto out;
+	sqlite3_finalize(st);
 	/* One statement: the link is copied only if the source still has it. */
 	st = reg_db_prep(db, "INSERT OR IGNORE INTO blob_links(repo, digest, size, created) SELECT ?, b.digest, b.size, ?"
 			     " FROM blob_links b JOIN repos r ON r.id = b.repo WHERE r.name = ? AND b.digest = ?", err);

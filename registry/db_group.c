@@ -51,6 +51,7 @@ void reg_db_group_destroy(reg_db *db)
 static void link_set(reg_db *db, sqlite3_stmt *ins, struct reg_db_commit *first)
 {
 	struct reg_db_commit *c = first, *bad = NULL;
+	struct reg_quota_acc quota = { 0 };
 	kiln_error *err = NULL;
 	int64_t id;
 
@@ -59,7 +60,8 @@ static void link_set(reg_db *db, sqlite3_stmt *ins, struct reg_db_commit *first)
 		goto fail;
 	}
 	for (size_t i = 0; i < first->set; i++, c = c->next) {
-		if (c->l.place && c->l.place(c->l.ud, &err) < 0) {
+		if (reg_db_quota_add_locked(db, &quota, first->repo, c->l.digest, c->l.size, false, &err) < 0 ||
+		    (c->l.place && c->l.place(c->l.ud, &err) < 0)) {
 			bad = c;
 			goto undo;
 		}

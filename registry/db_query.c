@@ -149,6 +149,8 @@ reg_db *reg_db_open_cfg(const struct reg_config *c, kiln_error **err)
 
 	if (kiln_mkdir_p(c->data_dir, 0755, err) == 0)
 		db = reg_db_open(path, err);
+	if (db)
+		db->quotas = c->quotas;
 	free(path);
 	return db;
 }
@@ -404,6 +406,21 @@ int reg_db_team_usage(reg_db *db, struct reg_team_usage **out, size_t *n, kiln_e
 	*out = v;
 	*n = cnt;
 	return 0;
+}
+
+int reg_usage(const struct reg_config *c, struct reg_team_usage **out, size_t *n, kiln_error **err)
+{
+	reg_db *db;
+	int ret;
+
+	if (c->s3_endpoint)
+		return kiln_err(err, KILN_E_USAGE, "usage per team is counted from the filesystem metadata (meta.db);"
+				" with s3 the bucket holds it: not supported yet");
+	if ((db = reg_db_open_cfg(c, err)) == NULL)
+		return -1;
+	ret = reg_db_team_usage(db, out, n, err);
+	reg_db_close(db);
+	return ret;
 }
 
 void reg_team_usage_free(struct reg_team_usage *u, size_t n)

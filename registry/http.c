@@ -144,6 +144,11 @@ void reg_error(reg_req *r, unsigned status, const char *code, const char *fmt, .
 
 void reg_internal(reg_req *r, kiln_error *err)
 {
+	if (err && err->kind == KILN_E_QUOTA) { /* the client's to fix: no server log */
+		reg_error(r, 403, "DENIED", "%s: nothing was stored", kiln_error_message(err));
+		kiln_error_free(err);
+		return;
+	}
 	kiln_warn("registry: %s %s: %s", r->method, r->name ? r->name : "", kiln_error_message(err));
 	/* A full disk is the operator's to fix and the client's to retry: say so
 	 * (507, RFC 4918), without the server's paths, which the log has. */
@@ -347,6 +352,8 @@ reg_server *reg_server_open(const struct reg_config *c, kiln_error **err)
 	s->cfg.realm = c->realm ? kiln_xstrdup(c->realm) : NULL;
 	s->cfg.service = kiln_xstrdup(c->service ? c->service : "kiln");
 	s->cfg.build = json_incref(c->build);
+	s->cfg.sandboxes = json_incref(c->sandboxes);
+	s->cfg.quotas = json_incref(c->quotas);
 	/* Its own copies of the S3 settings too: reg_server_config() is a whole
 	 * configuration (the build service opens the store with it: tag notes). */
 #define DUP(f) s->cfg.f = c->f ? kiln_xstrdup(c->f) : NULL
@@ -357,7 +364,7 @@ reg_server *reg_server_open(const struct reg_config *c, kiln_error **err)
 	DUP(s3_secret_key);
 #undef DUP
 	s->limits = reg_limits_new(c);
-	if (reg_store_open(&s->store, c, err) < 0)
+	if (reg_quota_backend_check(c, REG_QUOTA_N, err) < 0 || reg_store_open(&s->store, c, err) < 0)
 		goto fail;
 	reg_uploads_init(&s->uploads, &s->store);
 	/* Queueing blocks the request's thread: only with a thread per connection. */
@@ -366,6 +373,7 @@ reg_server *reg_server_open(const struct reg_config *c, kiln_error **err)
 	s->db = reg_db_open(dbpath, err);
 	if (s->db == NULL)
 		goto fail;
+	s->db->quotas = s->cfg.quotas;
 	if (c->auth && s->store.ops->auth_key(&s->store, s->db, s->auth_key, err) < 0)
 		goto fail;
 	free(dbpath);

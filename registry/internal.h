@@ -25,8 +25,28 @@ typedef struct reg_db {
 	struct reg_db_commit *gqueue, **gtail;
 	int gleader;               /* a thread is committing a group */
 	uint64_t groups, grouped;  /* groups committed, links in them (tests, logs) */
+	const json_t *quotas;      /* the config's "quotas" (borrowed), or NULL */
 } reg_db;
 void reg_db_group_init(reg_db *db);
+/* Quotas (quota.c), caller holds the lock: team's values; whether adding
+ * digest (size bytes, a manifest or a blob) or creating repository repo
+ * stays within its team's quota (else KILN_E_QUOTA saying which and how much). */
+#define REG_TEAM_MAX 256
+void reg_team_of(const char *repo, char team[REG_TEAM_MAX]);
+int reg_db_quota_locked(reg_db *db, const char *team, struct reg_quota *q, kiln_error **err);
+struct reg_quota_acc {      /* a stored-bytes check across one set of links (zeroed to start) */
+	bool loaded;
+	char team[REG_TEAM_MAX];
+	int64_t limit, used;
+};
+int reg_db_quota_add_locked(reg_db *db, struct reg_quota_acc *a, const char *repo, const char *digest, int64_t size,
+			    bool manifest, kiln_error **err);
+int reg_db_quota_repo_locked(reg_db *db, const char *repo, kiln_error **err);
+int reg_quota_config_check(const json_t *q, kiln_error **err); /* the config's "quotas" */
+/* Refuse quotas c's backend cannot enforce (only: that key, or REG_QUOTA_N: the config's). */
+int reg_quota_backend_check(const struct reg_config *c, enum reg_quota_key only, kiln_error **err);
+int reg_db_team_bytes_locked(reg_db *db, const char *team, int64_t *bytes, kiln_error **err);
+int reg_db_team_holds_locked(reg_db *db, const char *team, const char *digest, bool manifest, kiln_error **err);
 void reg_db_group_destroy(reg_db *db);
 
 reg_db *reg_db_open(const char *path, kiln_error **err);
@@ -405,13 +425,8 @@ void reg_health_handle(reg_req *r);   /* R_HEALTHZ and R_READYZ */
 void reg_req_take_id(reg_req *r);
 void reg_access_log(reg_req *r);
 const char *reg_metrics_route_name(const reg_req *r);
-struct reg_team_usage {
-	char *team;
-	int64_t repos, tags, blobs, bytes;
-};
 /* Per team (a repository name's first segment), sorted by team (db_query.c). */
 int reg_db_team_usage(reg_db *db, struct reg_team_usage **out, size_t *n, kiln_error **err);
-void reg_team_usage_free(struct reg_team_usage *u, size_t n);
 
 /* Error codes of the distribution spec. */
 void reg_error(reg_req *r, unsigned status, const char *code, const char *fmt, ...) KILN_PRINTF(4, 5);

@@ -50,6 +50,7 @@ struct reg_config {
 	json_t *build;              /* "build": true or {...}: the build service's settings (service/), else NULL */
 	json_t *sandboxes;          /* "sandboxes": true or {...}: the sandbox service's (service/), else NULL */
 	enum reg_access_log { REG_LOG_OFF, REG_LOG_TEXT, REG_LOG_JSON } access_log; /* a line per request on stderr */
+	json_t *quotas;             /* "quotas": {"TEAM" or "*": {KEY: N or null}} (checked at load), else NULL */
 };
 
 void reg_config_init(struct reg_config *c);
@@ -203,6 +204,51 @@ int reg_backup(const struct reg_config *c, const char *dest, bool with_blobs, st
  * metadata is; KILN_E_NOTFOUND naming the missing ones, metadata untouched. */
 int reg_restore(const struct reg_config *c, const char *backup, struct reg_backup_stats *st, kiln_error **err);
 void reg_backup_stats_free(struct reg_backup_stats *st);
+
+/* ---------------------------------------------------------------------------
+ * Quotas per team (quota.c): a team is a repository name's first component.
+ * A value is set for "*" (every team) or one team, in the config file's
+ * "quotas" or in meta.db (`kiln registry quota`); per key, the team's own
+ * beats "*"'s and at each the database's beats the config's.  The registry
+ * enforces bytes and repos (403 DENIED naming quota and usage); the build
+ * and sandbox services read the rest.
+ * ------------------------------------------------------------------------- */
+enum reg_quota_key {
+	REG_QUOTA_BYTES,          /* stored bytes, each blob and manifest once per team */
+	REG_QUOTA_REPOS,
+	REG_QUOTA_BUILDS,         /* running at once (the others wait in the queue) */
+	REG_QUOTA_BUILD_MINUTES,  /* per UTC day: submits past it are refused */
+	REG_QUOTA_SANDBOXES, REG_QUOTA_SANDBOX_MEMORY, REG_QUOTA_SANDBOX_VCPUS,
+	REG_QUOTA_N
+};
+#define REG_QUOTA_NONE (-1)
+struct reg_quota {
+	int64_t v[REG_QUOTA_N];   /* REG_QUOTA_NONE: no limit */
+	enum reg_quota_src { REG_QUOTA_UNSET, REG_QUOTA_CONFIG_ALL, REG_QUOTA_DB_ALL, REG_QUOTA_CONFIG, REG_QUOTA_DB }
+		src[REG_QUOTA_N];  /* where v came from */
+};
+const char *reg_quota_key_name(enum reg_quota_key k);  /* "bytes", "build_minutes", ... */
+const char *reg_quota_key_what(enum reg_quota_key k);  /* "stored bytes", ... */
+int reg_quota_key_parse(const char *name, enum reg_quota_key *k, kiln_error **err);
+/* A number ("10G" for bytes) or "none" (REG_QUOTA_NONE). */
+int reg_quota_value_parse(enum reg_quota_key k, const char *s, int64_t *out, kiln_error **err);
+bool reg_quota_team_valid(const char *team);
+int reg_quota_get(const struct reg_config *c, const char *team, struct reg_quota *q, kiln_error **err);
+/* Store team's k in meta.db (clear: remove it, the config's applies again). */
+int reg_quota_set(const struct reg_config *c, const char *team, enum reg_quota_key k, int64_t v, bool clear,
+		  kiln_error **err);
+/* The running server's view (the services'): team's quotas, and the teams
+ * with a value of their own for k (not "*"), appended to teams. */
+int reg_server_quota(reg_server *s, const char *team, struct reg_quota *q, kiln_error **err);
+int reg_server_quota_teams(reg_server *s, enum reg_quota_key k, kiln_strv *teams, kiln_error **err);
+
+/* What each team holds (filesystem metadata), sorted by team. */
+struct reg_team_usage {
+	char *team;
+	int64_t repos, tags, blobs, bytes;
+};
+int reg_usage(const struct reg_config *c, struct reg_team_usage **out, size_t *n, kiln_error **err);
+void reg_team_usage_free(struct reg_team_usage *u, size_t n);
 
 struct reg_repo_info {
 	char *name;

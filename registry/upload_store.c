@@ -365,8 +365,13 @@ int64_t reg_upload_commit(reg_uploads *u, reg_upload *up, const char *digest, re
 	/* On disk the rename happens inside the link's write transaction (gc may
 	 * be removing an identical blob); in S3, gc and writers meet through pins
 	 * and tombs in the bucket (meta_s3.c). */
-	if (u->st->ops->blob_commit(u->st, db, up->repo, digest, path, (int64_t)up->offset, err) < 0)
+	if (u->st->ops->blob_commit(u->st, db, up->repo, digest, path, (int64_t)up->offset, err) < 0) {
+		if (err && *err && (*err)->kind == KILN_E_QUOTA) {
+			remove_session(u, up); /* refused for good: its bytes go now */
+			goto out;
+		}
 		goto out_release;
+	}
 	ret = (int64_t)up->offset;
 	remove_session(u, up);
 	goto out;

@@ -196,8 +196,12 @@ static void usage_locked(rt_host *h, const char *team, struct usage *host, struc
 int rt_host_check_limits_locked(rt_host *h, const char *team, unsigned cpus, uint64_t mem, bool *host_limit,
 			       kiln_error **err)
 {
-	const struct rt_limits *hl = &h->cfg.host, *tl = &h->cfg.team;
+	const struct rt_limits *hl = &h->cfg.host;
+	struct rt_limits own = h->cfg.team, *tl = &own;
 	struct usage host, mine;
+
+	if (h->cfg.team_limits)
+		h->cfg.team_limits(h->cfg.limits_ud, team, &own);
 
 	usage_locked(h, team, &host, &mine);
 	*host_limit = true;

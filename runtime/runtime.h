@@ -184,6 +184,10 @@ struct rt_host_config {
 	 * when only local templates are served.  Called before each create. */
 	int (*ensure_template)(void *ud, const char *ref, kiln_error **err);
 	void *ud;
+	/* team's own limits (its quotas) over the copy of `team` it is given;
+	 * NULL: every team has `team`'s.  Called under the host's lock. */
+	void (*team_limits)(void *limits_ud, const char *team, struct rt_limits *l);
+	void *limits_ud;
 };
 
 struct rt_info {

@@ -44,6 +44,7 @@ static unsigned status_of(const kiln_error *e)
 	case KILN_E_INVALID: case KILN_E_USAGE: return 400;
 	case KILN_E_EXISTS: return 409;
 	case KILN_E_LIMIT: return 413;
+	case KILN_E_QUOTA: return 403;
 	default: return 500;
 	}
 }
@@ -292,6 +293,8 @@ static void end(void *ud, reg_req *r)
 		 * of an error, so a client submits without asking first; they are
 		 * looked for as the request is checked (one look at each file) */
 		const char *mq = reg_query(r, "missing");
+		/* the submit's id (X-Request-Id) goes with the build into its log */
+		json_object_set_new(j, "request_id", json_string(reg_req_id(r)));
 		kiln_strv missing = KILN_STRV_INIT;
 		int src = svc_submit_json(s, q->team, j, id, mq && strcmp(mq, "0") != 0 ? &missing : NULL, &err);
 		if (src < 0) {

@@ -44,6 +44,7 @@ void e2b_reply_err(reg_req *r, kiln_error *err, const char *what)
 	unsigned st = err->kind == KILN_E_INVALID || err->kind == KILN_E_USAGE ? 400
 		      : err->kind == KILN_E_NOTFOUND                             ? 404
 		      : err->kind == KILN_E_LIMIT                                ? 413
+		      : err->kind == KILN_E_QUOTA                                ? 403
 		      : err->kind == KILN_E_EXISTS                               ? 409
 										 : 500;
 	if (st == 500)

@@ -110,6 +110,12 @@ int svc_q_insert(svc *s, const char *id, const char *team, const char *name, con
 /* The build queued under the client's key: 1 found (id set), 0 none. */
 int svc_q_by_key(svc *s, const char *team, const char *key, char id[SVC_ID_MAX], kiln_error **err);
 int svc_q_claim(svc *s, char id[SVC_ID_MAX], kiln_error **err);   /* 1 claimed, 0 none */
+/* Quotas (quota.c): each team with a running limit of its own ({"team": n},
+ * caller decrefs) and everyone else's; the seconds of team's builds inside
+ * today (UTC); KILN_E_QUOTA once they reach its build minutes. */
+int svc_quota_builds(svc *s, json_t **teams, int64_t *dflt, kiln_error **err);
+int svc_quota_minutes_today(svc *s, const char *team, int64_t now, int64_t *seconds, kiln_error **err);
+int svc_quota_check_minutes(svc *s, const char *team, kiln_error **err);
 int svc_q_job(svc *s, const char *id, char **team, char **request, int64_t *time_limit, kiln_error **err);
 int svc_q_heartbeat(svc *s, const char *id, kiln_error **err);    /* 1: cancel asked */
 int svc_q_finish(svc *s, const char *id, enum svc_state state, const char *reason, const char *location,
@@ -200,8 +206,8 @@ bool svc_replay_bases_match(const json_t *replay, const kiln_strv *from);
 /* 1: recorded as build id (done, the matching build's results, its log
  * as a rebuild from the cache prints it, its tags checked); 0: no such
  * build, or a tag moved since. */
-int svc_replay_answer(svc *s, const char *team, const char *key, const char *request, int64_t limit,
-		      const char *client_key, char id[SVC_ID_MAX], kiln_error **err);
+int svc_replay_answer(svc *s, const char *team, const char *key, const char *request, const char *request_id,
+		      int64_t limit, const char *client_key, char id[SVC_ID_MAX], kiln_error **err);
 json_t *svc_status_json(const struct svc_status *st);
 
 #endif

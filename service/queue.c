@@ -335,31 +335,42 @@ int svc_logs(svc *s, const char *team, const char *id, int64_t cursor, int wait_
 int svc_q_claim(svc *s, char id[SVC_ID_MAX], kiln_error **err)
 {
 	struct svc_rows r = { 0 };
-	char lim[24], now[24];
+	char lim[24], now[24], *per_team;
 	const char *p[] = { lim, now, s->host_id, NULL };
 	int pg = svc_db_is_pg(s->db), ret = 0;
+	json_t *teams;
+	int64_t dflt;
 
-	svc_i64(lim, s->cfg.team_builds);
+	/* the teams' own running limits (quotas) as {"team": n}, the rest dflt */
+	if (svc_quota_builds(s, &teams, &dflt, err) < 0)
+		return -1;
+	per_team = json_dumps(teams, JSON_COMPACT);
+	svc_i64(lim, dflt);
 	svc_i64(now, svc_now());
 	/* sqlite: a claim need not wait for the disk.  Lost to a power loss, the
 	 * build is queued again and runs again (nothing of it was tagged: the
 	 * push and the build's end are ordinary commits, which make this one
 	 * durable before them).  PostgreSQL: a lost claim could let another
 	 * host take a build that is running, so it stays synchronous. */
-	if ((pg ? svc_db_begin(s->db, err) : svc_db_begin_relaxed(s->db, err)) < 0)
-		return -1;
-	const char *ps[] = { lim, s->host_id };
+	if ((pg ? svc_db_begin(s->db, err) : svc_db_begin_relaxed(s->db, err)) < 0) {
+		ret = -1;
+		goto out;
+	}
+	const char *ps[] = { lim, s->host_id, per_team };
+	/* sqlite: parameters are text, and a count is less than any text: cast */
 	/* a pinned build (secrets in one host's memory) is that host's only */
 	const char *sql =
 		pg ? "SELECT b.id, b.team FROM svc_builds b WHERE b.state = 'queued' AND (b.pin IS NULL OR b.pin = $2) AND"
-		     " (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building') < $1::bigint"
+		     " (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building') <"
+		     " coalesce(($3::jsonb ->> b.team)::bigint, $1::bigint)"
 		     " ORDER BY (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building'),"
 		     " b.qms, b.id LIMIT 1 FOR UPDATE SKIP LOCKED"
 		   : "SELECT b.id, b.team FROM svc_builds b WHERE b.state = 'queued' AND (b.pin IS NULL OR b.pin = $2) AND"
-		     " (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building') < $1"
+		     " (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building') <"
+		     " coalesce((SELECT value FROM json_each($3) WHERE key = b.team), CAST($1 AS INTEGER))"
 		     " ORDER BY (SELECT count(*) FROM svc_builds x WHERE x.team = b.team AND x.state = 'building'),"
 		     " b.qms, b.id LIMIT 1";
-	if (svc_db_q(s->db, &r, sql, ps, 2, err) < 0)
+	if (svc_db_q(s->db, &r, sql, ps, 3, err) < 0)
 		goto fail;
 	if (r.n == 0)
 		goto done;
@@ -367,13 +378,14 @@ int svc_q_claim(svc *s, char id[SVC_ID_MAX], kiln_error **err)
 	if (pg) {
 		struct svc_rows c;
 		const char *tp[] = { svc_row(&r, 0, 1), lim };
+		json_t *own = json_object_get(teams, tp[0]);
 		if (svc_db_q(s->db, NULL, "SELECT pg_advisory_xact_lock(hashtext($1))", tp, 1, err) < 0 ||
 		    svc_db_q(s->db, &c, "SELECT count(*) FROM svc_builds WHERE team = $1 AND state = 'building'", tp, 1,
 			     err) < 0)
 			goto fail;
 		int64_t running = svc_row_int(&c, 0, 0);
 		svc_rows_free(&c);
-		if (running >= (int64_t)s->cfg.team_builds)
+		if (running >= (own ? json_integer_value(own) : dflt))
 			goto done;
 	}
 	const char *up[] = { p[3], now, s->host_id };
@@ -386,12 +398,16 @@ int svc_q_claim(svc *s, char id[SVC_ID_MAX], kiln_error **err)
 done:
 	svc_rows_free(&r);
 	if (svc_db_commit(s->db, err) < 0)
-		return -1;
-	return ret;
+		ret = -1;
+	goto out;
 fail:
 	svc_rows_free(&r);
 	svc_db_rollback(s->db);
-	return -1;
+	ret = -1;
+out:
+	free(per_team);
+	json_decref(teams);
+	return ret;
 }
 
 int svc_q_job(svc *s, const char *id, char **team, char **request, int64_t *time_limit, kiln_error **err)

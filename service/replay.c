@@ -83,8 +83,11 @@ int svc_replay_key(svc *s, const char *team, json_t *req, const struct df_plan *
 					goto out;
 		}
 	}
-	/* the request as it is stored, without the client's key (the submit took it out) */
-	in = json_pack("{s:s,s:s,s:O,s:O}", "kiln", KILN_VERSION, "team", team, "request", req, "bases", bases);
+	/* the request as it is stored, without the client's key (the submit took
+	 * it out) and the HTTP request's id: they say who asked, not what to build */
+	json_t *what = json_copy(req);
+	json_object_del(what, "request_id");
+	in = json_pack("{s:s,s:s,s:o,s:O}", "kiln", KILN_VERSION, "team", team, "request", what, "bases", bases);
 	/* a kiln binary replaced (an upgrade) builds afresh */
 	json_object_set_new(in, "exe", json_sprintf("%llu:%llu:%lld:%lld.%09ld", (unsigned long long)exe.st_dev,
 						    (unsigned long long)exe.st_ino, (long long)exe.st_size,
@@ -148,8 +151,8 @@ static void replayed_line(const char *l, kiln_strv *out)
 	json_decref(j);
 }
 
-int svc_replay_answer(svc *s, const char *team, const char *key, const char *request, int64_t limit,
-		      const char *client_key, char id[SVC_ID_MAX], kiln_error **err)
+int svc_replay_answer(svc *s, const char *team, const char *key, const char *request, const char *request_id,
+		      int64_t limit, const char *client_key, char id[SVC_ID_MAX], kiln_error **err)
 {
 	struct svc_rows src = { 0 }, lines = { 0 };
 	const char *p[] = { team, key };
@@ -184,6 +187,8 @@ int svc_replay_answer(svc *s, const char *team, const char *key, const char *req
 	svc_new_id(id);
 	json_t *st = json_pack("{s:s,s:s,s:s,s:s}", "event", "status", "state", "building", "host", s->host_id,
 			       "replay_of", from);
+	if (request_id)
+		json_object_set_new(st, "request_id", json_string(request_id));
 	kiln_strv log = KILN_STRV_INIT;
 	kiln_strv_push_owned(&log, json_dumps(st, JSON_COMPACT | JSON_PRESERVE_ORDER));
 	json_decref(st);

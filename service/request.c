@@ -416,7 +416,8 @@ static int try_replay(svc *s, const char *team, json_t *req, const struct df_pla
 
 	if (rk == 1) {
 		char *stored = json_dumps(req, JSON_COMPACT);
-		rk = svc_replay_answer(s, team, json_string_value(json_object_get(rp, "key")), stored, limit, key, id, &e);
+		rk = svc_replay_answer(s, team, json_string_value(json_object_get(rp, "key")), stored,
+				       json_string_value(json_object_get(req, "request_id")), limit, key, id, &e);
 		free(stored);
 		json_object_set_new(req, "replay", rp);
 	}
@@ -519,6 +520,9 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 		ret = 2;
 		goto out;
 	}
+	/* a replay costs no build time: only a build that will run is counted */
+	if (svc_quota_check_minutes(s, team, err) < 0)
+		goto out;
 	ret = enqueue(s, team, req, sec, limit, *key ? key : NULL, id, err);
 	sec = NULL;
 out:

@@ -570,6 +570,32 @@ static int get_limits(const json_t *o, const char *key, struct rt_limits *l, kil
 	return 0;
 }
 
+/* A team's sandbox quotas (registry/quota.c) over the config's team_limits. */
+static void team_quota(void *ud, const char *team, struct rt_limits *l)
+{
+	static const enum reg_quota_key k[3] = { REG_QUOTA_SANDBOXES, REG_QUOTA_SANDBOX_MEMORY, REG_QUOTA_SANDBOX_VCPUS };
+	struct svc_sandboxes *s = ud;
+	kiln_error *err = NULL;
+	struct reg_quota q;
+	int64_t v[3];
+
+	if (!reg_quota_team_valid(team) || reg_server_quota(s->srv, team, &q, &err) < 0) {
+		if (err)
+			kiln_warn("sandboxes: quotas of team '%s': %s (its configured limits apply)", team,
+				  kiln_error_message(err));
+		kiln_error_free(err);
+		return;
+	}
+	for (int i = 0; i < 3; i++)
+		v[i] = q.src[k[i]] == REG_QUOTA_UNSET ? -2 : q.v[k[i]] == REG_QUOTA_NONE ? 0 : q.v[k[i]];
+	if (v[0] != -2)
+		l->sandboxes = (unsigned)(v[0] > 1 << 30 ? 1 << 30 : v[0]);
+	if (v[1] != -2)
+		l->memory_mib = (uint64_t)v[1];
+	if (v[2] != -2)
+		l->vcpus = (unsigned)(v[2] > 1 << 30 ? 1 << 30 : v[2]);
+}
+
 svc_sandboxes *svc_sandboxes_start(reg_server *srv, const json_t *config, e2b *templates,
 				   int (*ensure)(void *ud, const char *ref, kiln_error **err), void *ud,
 				   kiln_error **err)
@@ -618,6 +644,8 @@ svc_sandboxes *svc_sandboxes_start(reg_server *srv, const json_t *config, e2b *t
 	hc.pool_templates = (const char *const *)s->pool.v;
 	hc.ensure_template = ensure;
 	hc.ud = ud;
+	hc.team_limits = team_quota;
+	hc.limits_ud = s;
 	if ((s->host = rt_host_open(&hc, err)) == NULL)
 		goto fail;
 	s->routes = (struct reg_routes){ .prefix = NULL, .match = match, .name = "sandbox", .ud = s, .begin = begin, .body = body,

@@ -598,7 +598,11 @@ void svc_run_build(svc *s, const char *id, struct svc_ready *rd)
 		kiln_err(&err, KILN_E_INVALID, "stored request: %s", je.text);
 		goto fail;
 	}
-	log_event(&r, json_pack("{s:s,s:s,s:s}", "event", "status", "state", "building", "host", s->host_id));
+	json_t *first = json_pack("{s:s,s:s,s:s}", "event", "status", "state", "building", "host", s->host_id);
+	const char *rid = json_string_value(json_object_get(j.req, "request_id"));
+	if (rid) /* the id of the submit's HTTP request: its access-log line */
+		json_object_set_new(first, "request_id", json_string(rid));
+	log_event(&r, first);
 	if (job_prepare(s, id, &r, &j, &err) < 0)
 		goto fail;
 	const char *name = json_string_value(json_object_get(j.req, "name"));

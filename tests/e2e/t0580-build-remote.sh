@@ -240,7 +240,7 @@ SLOW=$!
 for _ in $(seq 50); do [ -s "$T_TMP/slow.port" ] && break; sleep 0.1; done
 SLOWURL=http://127.0.0.1:$(cat "$T_TMP/slow.port")/x
 submit() { # TIME_LIMIT → build id
-	curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" \
+	curl -s -H "X-API-Key: $A" -H "X-Request-Id: t0580-submit-$1" -XPOST "$URL/build/v1/builds" \
 		-d "{\"dockerfile\":\"FROM scratch\\nADD $SLOWURL /x\\n\",\"time_limit_s\":$1}" | jq -r .id
 }
 state() { curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$1" | jq -r "${2:-.state}"; }
@@ -251,6 +251,9 @@ wait_state() { # ID STATE
 T1=$(submit 3)
 T2=$(submit 600)
 wait_state "$T1" building
+expect_eq "the submit's request id opens the build's log" \
+	"$(curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$T1/logs?cursor=0" | head -1 | jq -r '.state + " " + .request_id')" "building t0580-submit-3"
+expect_grep "...the id of the submit's access-log line" '^access .* id=t0580-submit-3 .* method=POST path=/build/v1/builds status=202 ' "$T_TMP/serve.log"
 expect_eq "with one worker the second build waits queued" "$(state "$T2")" queued
 scrape m3
 expect_eq "/metrics: team-a's queue depth 1" "$(sample m3 'kiln_build_queue_depth{team="team-a"}')" 1

@@ -305,6 +305,14 @@ for s in $(jf '" ".join(x["sandboxID"] for x in d if x["metadata"].get("t") in (
 	req DELETE "/sandboxes/$s" -H "X-API-Key: $KEY"
 done
 expect_eq "kill answers 204" "$CODE" 204
+# a team's quota (kiln registry quota) beats the config's team_limits, live
+"$KILN" registry quota --data "$D" --config "$T_TMP/serve.json" team sandboxes=1 >/dev/null
+create "$KEY" q1
+expect_eq "with a sandboxes quota of 1 the team's second: 429 naming it" "$CODE $(jf '"sandboxes 1 per team" in d["message"]')" "429 True"
+"$KILN" registry quota --data "$D" --config "$T_TMP/serve.json" team sandboxes=default >/dev/null
+create "$KEY" q2
+expect_eq "the quota removed, the config's 3 again: created" "$CODE" 201
+req DELETE "/sandboxes/$(jf 'd["sandboxID"]')" -H "X-API-Key: $KEY"
 
 # ---- a restart keeps running and paused sandboxes --------------------------
 req POST "/sandboxes/$O/pause" -H "X-API-Key: $OTHER"

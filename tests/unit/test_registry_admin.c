@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <jansson.h>
 
 #include "registry/registry.h"
 #include "test.h"
@@ -166,6 +167,62 @@ static void test_gc_and_listings(void)
 	free(m);
 }
 
+/* Quota values, config entries and which source wins (registry/quota.c). */
+static void test_quotas(void)
+{
+	kiln_error *err = NULL;
+	struct reg_quota q;
+	int64_t v = 0;
+
+	CHECK(reg_quota_value_parse(REG_QUOTA_BYTES, "10K", &v, &err) == 0 && v == 10240);
+	CHECK(reg_quota_value_parse(REG_QUOTA_REPOS, "none", &v, &err) == 0 && v == REG_QUOTA_NONE);
+	CHECK(reg_quota_value_parse(REG_QUOTA_REPOS, "0", &v, &err) == 0 && v == 0);
+	CHECK(reg_quota_value_parse(REG_QUOTA_BUILDS, "0", &v, &err) < 0 && err->kind == KILN_E_USAGE);
+	kiln_error_clear(&err);
+	CHECK(reg_quota_value_parse(REG_QUOTA_REPOS, "3x", &v, &err) < 0);
+	kiln_error_clear(&err);
+	CHECK(reg_quota_value_parse(REG_QUOTA_BYTES, "lots", &v, &err) < 0 && err->kind == KILN_E_USAGE);
+	kiln_error_clear(&err);
+	CHECK(reg_quota_team_valid("team-a") && reg_quota_team_valid("*") && !reg_quota_team_valid("Team A") &&
+	      !reg_quota_team_valid("a/b") && !reg_quota_team_valid(""));
+
+	{ /* a bad entry in a config file, refused naming it */
+		struct reg_config c2;
+		char *path = kiln_path_join(cfg.data_dir, "../bad.json");
+		FILE *f = fopen(path, "w");
+		CHECK(f != NULL);
+		fputs("{\"quotas\": {\"qt\": {\"repos\": \"many\"}}}", f);
+		fclose(f);
+		reg_config_init(&c2);
+		CHECK(reg_config_load(&c2, path, &err) < 0 && strstr(kiln_error_message(err), "quotas.qt.repos") != NULL);
+		kiln_error_clear(&err);
+		reg_config_free(&c2);
+		free(path);
+	}
+
+	cfg.quotas = json_loads("{\"*\": {\"repos\": 5, \"builds\": 3}, \"qt\": {\"repos\": 2, \"bytes\": null}}", 0, NULL);
+	CHECK(reg_quota_set(&cfg, "*", REG_QUOTA_BUILDS, 4, false, &err) == 0);
+	CHECK(reg_quota_set(&cfg, "*", REG_QUOTA_REPOS, 9, false, &err) == 0);
+	CHECK(reg_quota_get(&cfg, "qt", &q, &err) == 0);
+	CHECK_INT(q.v[REG_QUOTA_REPOS], 2); /* the config's team entry beats every "*" */
+	CHECK_INT(q.src[REG_QUOTA_REPOS], REG_QUOTA_CONFIG);
+	CHECK_INT(q.v[REG_QUOTA_BUILDS], 4); /* the db's "*" beats the config's "*" */
+	CHECK_INT(q.src[REG_QUOTA_BUILDS], REG_QUOTA_DB_ALL);
+	CHECK(q.v[REG_QUOTA_BYTES] == REG_QUOTA_NONE && q.src[REG_QUOTA_BYTES] == REG_QUOTA_CONFIG);
+	CHECK_INT(q.src[REG_QUOTA_SANDBOXES], REG_QUOTA_UNSET);
+	CHECK(reg_quota_set(&cfg, "qt", REG_QUOTA_REPOS, 7, false, &err) == 0);
+	CHECK(reg_quota_get(&cfg, "qt", &q, &err) == 0 && q.v[REG_QUOTA_REPOS] == 7 && q.src[REG_QUOTA_REPOS] == REG_QUOTA_DB);
+	CHECK(reg_quota_set(&cfg, "qt", REG_QUOTA_REPOS, 0, true, &err) == 0);
+	CHECK(reg_quota_get(&cfg, "other", &q, &err) == 0 && q.v[REG_QUOTA_REPOS] == 9 && q.src[REG_QUOTA_REPOS] == REG_QUOTA_DB_ALL);
+	CHECK(reg_quota_get(&cfg, "qt", &q, &err) == 0 && q.v[REG_QUOTA_REPOS] == 2);
+	for (int k = 0; k < REG_QUOTA_N; k++)
+		CHECK(reg_quota_set(&cfg, "*", (enum reg_quota_key)k, 0, true, &err) == 0);
+	json_decref(cfg.quotas);
+	cfg.quotas = NULL;
+	CHECK(err == NULL);
+	kiln_error_clear(&err);
+}
+
 int main(void)
 {
 	kiln_error *err = NULL;
@@ -179,6 +236,7 @@ int main(void)
 	cfg.port = 0;
 	cfg.auth = 1;
 	RUN(test_tokens);
+	RUN(test_quotas);
 	srv = reg_server_start(&cfg, &err);
 	if (srv == NULL) {
 		printf("not ok - server start: %s\n", kiln_error_message(err));
