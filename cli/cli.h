@@ -105,4 +105,7 @@ int cli_dispatch(const struct kiln_command *cmd, const struct kiln_command *cons
  * completion are generated from (cli/gen-man.sh, cli/gen-completion.sh). */
 int cli_list_commands(const struct kiln_command *const *table);
 
+/* `kiln registry retain` (cli/registry_retain.c), a subcommand of cmd_registry.c. */
+extern const struct kiln_command cli_registry_retain;
+
 #endif

@@ -1,4 +1,4 @@
-/* cmd_registry.c — `kiln registry ls|history|public|gc|backup|restore`:
+/* cmd_registry.c — `kiln registry ls|history|public|gc|retain|backup|restore`:
  * administration of a `kiln serve` data directory (safe while the server
  * runs; restore only onto a fresh one).  quota and usage: registry_quota.c. */
 #include <stdlib.h>
@@ -72,7 +72,16 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 		if (c < 0)
 			goto fail;
 	} else {
+		struct reg_retain_stats rs;
 		struct reg_gc_stats st;
+		/* the retention rules first, as kiln serve's gc timer applies them */
+		if (cfg.retention) {
+			if (reg_retain(&cfg, dry, NULL, NULL, &rs, &err) < 0)
+				goto fail;
+			printf("retention: %s%llu tags, %llu manifests (their %llu bytes go once gc_grace_s has passed)\n",
+			       dry ? "would remove " : "removed ", (unsigned long long)rs.tags_removed,
+			       (unsigned long long)rs.manifests_removed, (unsigned long long)rs.bytes_freed);
+		}
 		if (reg_gc(&cfg, dry, &st, &err) < 0)
 			goto fail;
 		printf("%s%llu blobs removed (%llu bytes), %llu kept, %llu expired uploads removed\n",
@@ -111,8 +120,9 @@ static const struct kiln_command sub_public = {
 static const struct kiln_command sub_gc = {
 	.name = "gc",
 	.usage = "Usage: kiln registry gc [--data DIR] [--config FILE] [--dry-run]\n\n"
-		 "Remove blobs that no manifest references (older than gc_grace_s) and uploads idle\n"
-		 "longer than upload_expiry_s.  Safe while kiln serve runs.\n",
+		 "Apply the config's retention rules (as kiln registry retain), then remove blobs\n"
+		 "that no manifest references (older than gc_grace_s) and uploads idle longer than\n"
+		 "upload_expiry_s.  Safe while kiln serve runs.\n",
 	.run = run_sub,
 };
 static const struct kiln_command sub_backup = {
@@ -132,8 +142,8 @@ static const struct kiln_command sub_restore = {
 		 "metadata and keys.  A blob found in neither is named and nothing is restored.\n",
 	.run = run_sub,
 };
-static const struct kiln_command *const subs[] = { &sub_ls, &sub_history, &sub_public, &sub_gc, &sub_backup,
-						   &sub_restore, &kiln_cmd_registry_quota, &kiln_cmd_registry_usage, NULL };
+static const struct kiln_command *const subs[] = { &sub_ls, &sub_history, &sub_public, &sub_gc, &cli_registry_retain,
+						   &sub_backup, &sub_restore, &kiln_cmd_registry_quota, &kiln_cmd_registry_usage, NULL };
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
@@ -142,12 +152,13 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 
 const struct kiln_command kiln_cmd_registry = {
 	.name = "registry",
-	.summary = "administer a kiln serve data directory (ls, history, public, gc, backup, restore, quota, usage)",
-	.usage = "Usage: kiln registry ls|history|public|gc|backup|restore|quota|usage [OPTIONS] [ARGS]\n\n"
+	.summary = "administer a kiln serve data directory (ls, history, public, gc, retain, backup, restore, quota, usage)",
+	.usage = "Usage: kiln registry ls|history|public|gc|retain|backup|restore|quota|usage [OPTIONS] [ARGS]\n\n"
 		 "  ls [PREFIX]          repositories with tag and manifest counts\n"
 		 "  history REPO[:TAG]   tag history (every version a tag pointed at)\n"
 		 "  public [--off] REPO  allow (or stop) anonymous pulls\n"
-		 "  gc [--dry-run]       remove unreferenced blobs and expired uploads\n"
+		 "  gc [--dry-run]       retention, then remove unreferenced blobs and expired uploads\n"
+		 "  retain [--dry-run] [--json]  apply the retention rules: what goes and why\n"
 		 "  backup [--blobs] DEST  a consistent copy of the metadata while serving\n"
 		 "  restore BACKUP       onto a fresh data directory\n"
 		 "  quota TEAM [KEY=VALUE...]  show or set a team's quotas\n"

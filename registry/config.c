@@ -51,6 +51,7 @@ void reg_config_free(struct reg_config *c)
 	json_decref(c->build);
 	json_decref(c->sandboxes);
 	json_decref(c->quotas);
+	json_decref(c->retention);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -212,6 +213,13 @@ int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 			r = get_int(v, key, 0, &c->gc_grace_s, err);
 		} else if (strcmp(key, "gc_pin_s") == 0) {
 			r = get_int(v, key, 2, &c->gc_pin_s, err);
+		} else if (strcmp(key, "gc_interval_s") == 0) {
+			r = get_int(v, key, 0, &c->gc_interval_s, err);
+		} else if (strcmp(key, "retention") == 0) {
+			if ((r = reg_retain_check(v, err)) == 0) {
+				json_decref(c->retention);
+				c->retention = json_incref(v);
+			}
 		} else if (strcmp(key, "token_ttl_s") == 0) {
 			r = get_int(v, key, 1, &c->token_ttl_s, err);
 		} else if (strcmp(key, "auth") == 0) {
@@ -247,6 +255,10 @@ int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 		}
 		if (r < 0)
 			goto out;
+	}
+	if (c->retention && c->s3_endpoint) {
+		kiln_err(err, KILN_E_INVALID, "retention: needs the filesystem metadata backend (meta.db), not S3");
+		goto out;
 	}
 	ret = 0;
 out:

@@ -26,6 +26,8 @@ static const char schema[] =
 	"CREATE INDEX IF NOT EXISTS manifest_refs_digest ON manifest_refs(digest);"
 	"CREATE TABLE IF NOT EXISTS tags(repo INTEGER NOT NULL, name TEXT NOT NULL, digest TEXT NOT NULL,"
 	" updated INTEGER NOT NULL, PRIMARY KEY(repo, name)) WITHOUT ROWID;"
+	/* the tags of a manifest (its DELETE, retention's "does a tag hold it") */
+	"CREATE INDEX IF NOT EXISTS tags_digest ON tags(repo, digest);"
 	"CREATE TABLE IF NOT EXISTS tag_history(id INTEGER PRIMARY KEY, repo INTEGER NOT NULL,"
 	" tag TEXT NOT NULL, digest TEXT, at INTEGER NOT NULL);"
 	/* what another module says about a change of a tag (the build service: its build id) */
@@ -424,52 +426,60 @@ out:
 	return ret;
 }
 
+/* The caller holds the lock inside a write transaction (a user's DELETE,
+ * retention): 1 removed, 0 not there, -1 error. */
+int reg_db_manifest_delete_locked(reg_db *db, int64_t id, const char *digest, kiln_error **err)
+{
+	sqlite3_stmt *st;
+	int n = reg_db_change(db, "DELETE FROM manifests WHERE repo = ? AND digest = ?", id, digest, NULL, err);
+
+	if (n <= 0)
+		return n;
+	/* Record the untagging of every tag that pointed here. */
+	st = reg_db_prep(db, "INSERT INTO tag_history(repo, tag, digest, at) SELECT repo, name, NULL, ? FROM tags"
+			     " WHERE repo = ? AND digest = ?", err);
+	if (st == NULL)
+		return -1;
+	sqlite3_bind_int64(st, 1, reg_db_now());
+	sqlite3_bind_int64(st, 2, id);
+	sqlite3_bind_text(st, 3, digest, -1, SQLITE_STATIC);
+	n = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (n != SQLITE_DONE)
+		return reg_db_fail(db, err, "tag history");
+	if (reg_db_change(db, "DELETE FROM tags WHERE repo = ? AND digest = ?", id, digest, NULL, err) < 0 ||
+	    reg_db_change(db, "DELETE FROM manifest_refs WHERE repo = ? AND manifest = ?", id, digest, NULL, err) < 0)
+		return -1;
+	return 1;
+}
+
 int reg_db_manifest_delete(reg_db *db, const char *repo, const char *digest, kiln_error **err)
 {
-	sqlite3_stmt *st = NULL;
 	int64_t id;
-	int ret = -1, n;
+	int ret = -1;
 
 	pthread_mutex_lock(&db->lock);
 	if (reg_db_exec(db, "BEGIN IMMEDIATE", err) < 0)
 		goto unlock;
 	if (reg_db_repo_locked(db, repo, 0, &id, err) < 0)
 		goto rollback;
-	if (id == 0) {
-		ret = 0;
-		goto rollback;
-	}
-	n = reg_db_change(db, "DELETE FROM manifests WHERE repo = ? AND digest = ?", id, digest, NULL, err);
-	if (n < 0)
-		goto rollback;
-	if (n == 0) {
-		ret = 0;
-		goto rollback;
-	}
-	/* Record the untagging of every tag that pointed here. */
-	st = reg_db_prep(db, "INSERT INTO tag_history(repo, tag, digest, at) SELECT repo, name, NULL, ? FROM tags"
-			     " WHERE repo = ? AND digest = ?", err);
-	if (st == NULL)
-		goto rollback;
-	sqlite3_bind_int64(st, 1, reg_db_now());
-	sqlite3_bind_int64(st, 2, id);
-	sqlite3_bind_text(st, 3, digest, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_DONE) {
-		reg_db_fail(db, err, "tag history");
-		goto rollback;
-	}
-	if (reg_db_change(db, "DELETE FROM tags WHERE repo = ? AND digest = ?", id, digest, NULL, err) < 0 ||
-	    reg_db_change(db, "DELETE FROM manifest_refs WHERE repo = ? AND manifest = ?", id, digest, NULL, err) < 0 ||
-	    reg_db_exec(db, "COMMIT", err) < 0)
-		goto rollback;
-	ret = 1;
-	goto unlock;
+	ret = id ? reg_db_manifest_delete_locked(db, id, digest, err) : 0;
+	if (ret > 0 && reg_db_exec(db, "COMMIT", err) == 0)
+		goto unlock;
+	ret = ret > 0 ? -1 : ret;
 rollback:
 	sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
 unlock:
-	sqlite3_finalize(st);
 	pthread_mutex_unlock(&db->lock);
 	return ret;
+}
+
+/* The caller holds the lock: 1 removed, 0 no such tag, -1 error. */
+int reg_db_tag_delete_locked(reg_db *db, int64_t id, const char *tag, kiln_error **err)
+{
+	int ret = reg_db_change(db, "DELETE FROM tags WHERE repo = ? AND name = ?", id, tag, NULL, err);
+
+	return ret > 0 ? (add_history(db, id, tag, NULL, err) < 0 ? -1 : 1) : ret;
 }
 
 int reg_db_tag_delete(reg_db *db, const char *repo, const char *tag, kiln_error **err)
@@ -478,12 +488,8 @@ int reg_db_tag_delete(reg_db *db, const char *repo, const char *tag, kiln_error 
 	int ret = -1;
 
 	pthread_mutex_lock(&db->lock);
-	if (reg_db_repo_locked(db, repo, 0, &id, err) < 0)
-		goto out;
-	ret = 0;
-	if (id && (ret = reg_db_change(db, "DELETE FROM tags WHERE repo = ? AND name = ?", id, tag, NULL, err)) > 0)
-		ret = add_history(db, id, tag, NULL, err) < 0 ? -1 : 1;
-out:
+	if (reg_db_repo_locked(db, repo, 0, &id, err) == 0)
+		ret = id ? reg_db_tag_delete_locked(db, id, tag, err) : 0;
 	pthread_mutex_unlock(&db->lock);
 	return ret;
 }

@@ -24,8 +24,7 @@ struct gc {
 	struct reg_gc_stats *stats;
 };
 
-/* 1 referenced by some manifest (or is one), 0 not, -1 error. */
-static int referenced(reg_db *db, const char *digest, kiln_error **err)
+int reg_gc_referenced(reg_db *db, const char *digest, kiln_error **err)
 {
 	sqlite3_stmt *st = reg_db_prep(db, "SELECT 1 FROM manifest_refs WHERE digest = ?1 UNION ALL"
 					   " SELECT 1 FROM manifests WHERE digest = ?1 LIMIT 1", err);
@@ -67,7 +66,7 @@ static int collect_blob(struct gc *g, const char *digest, const char *path, kiln
 		ret = 0;
 		goto rollback;
 	}
-	ref = referenced(g->db, digest, err);
+	ref = reg_gc_referenced(g->db, digest, err);
 	if (ref < 0)
 		goto rollback;
 	if (ref || g->dry) {

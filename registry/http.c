@@ -354,6 +354,7 @@ reg_server *reg_server_open(const struct reg_config *c, kiln_error **err)
 	s->cfg.build = json_incref(c->build);
 	s->cfg.sandboxes = json_incref(c->sandboxes);
 	s->cfg.quotas = json_incref(c->quotas);
+	s->cfg.retention = json_incref(c->retention);
 	/* Its own copies of the S3 settings too: reg_server_config() is a whole
 	 * configuration (the build service opens the store with it: tag notes). */
 #define DUP(f) s->cfg.f = c->f ? kiln_xstrdup(c->f) : NULL
@@ -427,6 +428,8 @@ reg_server *reg_server_start(const struct reg_config *c, kiln_error **err)
 	}
 	info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = info ? info->port : c->port;
+	if (reg_gc_timer_start(s, err) < 0)
+		goto fail;
 	return s;
 fail:
 	reg_server_stop(s);
@@ -447,6 +450,7 @@ void reg_server_stop(reg_server *s)
 {
 	if (s == NULL)
 		return;
+	reg_gc_timer_stop(s);
 	if (s->mhd) {
 		struct reg_limits_stats st;
 		MHD_stop_daemon(s->mhd);

@@ -103,6 +103,9 @@ int reg_db_manifest_get(reg_db *db, const char *repo, const char *ref, char dige
 			char **media_type, int64_t *size, kiln_error **err);
 int reg_db_manifest_delete(reg_db *db, const char *repo, const char *digest, kiln_error **err);
 int reg_db_tag_delete(reg_db *db, const char *repo, const char *tag, kiln_error **err);
+/* The same two inside the caller's write transaction, lock held (retain.c). */
+int reg_db_manifest_delete_locked(reg_db *db, int64_t id, const char *digest, kiln_error **err);
+int reg_db_tag_delete_locked(reg_db *db, int64_t id, const char *tag, kiln_error **err);
 /* Sorted names after `last` (may be NULL), at most n (n < 0: all); *more set if cut. */
 int reg_db_tags(reg_db *db, const char *repo, const char *last, long n, kiln_strv *out, int *more, kiln_error **err);
 int reg_db_catalog(reg_db *db, const char *last, long n, kiln_strv *out, int *more, kiln_error **err);
@@ -241,6 +244,12 @@ int reg_db_token_list(reg_db *db, kiln_buf *out, kiln_error **err);
 int reg_db_token_revoke(reg_db *db, const char *label, kiln_error **err);
 int reg_gc_fs(const reg_store *st, reg_db *db, const struct reg_config *c, int dry_run, struct reg_gc_stats *stats,
 	      kiln_error **err);
+/* gc's root test: 1 some manifest references digest (or it is one), 0 not, -1 error. */
+int reg_gc_referenced(reg_db *db, const char *digest, kiln_error **err);
+/* kiln serve's gc timer (gc_timer.c): retention, then gc, every gc_interval_s. */
+struct reg_gc_timer;
+int reg_gc_timer_start(reg_server *s, kiln_error **err);
+void reg_gc_timer_stop(reg_server *s);
 
 typedef struct reg_upload {
 	char uuid[40];
@@ -340,6 +349,7 @@ struct reg_server {
 	const struct reg_observer *observers[REG_OBSERVERS_MAX]; /* published by nobservers */
 	unsigned nobservers;
 	struct reg_metrics metrics;
+	struct reg_gc_timer *gc_timer; /* NULL: gc_interval_s 0 */
 };
 
 /* The server without a listening socket (store, db, uploads, auth key): what

@@ -38,6 +38,8 @@ struct reg_config {
 	int64_t upload_expiry_s;    /* gc removes uploads idle longer than this */
 	int64_t gc_grace_s;         /* gc keeps unreferenced blobs younger than this */
 	int64_t gc_pin_s;           /* S3: a writer's pin protects a blob from gc this long */
+	int64_t gc_interval_s;      /* kiln serve runs retention + gc this often; 0 = never */
+	json_t *retention;          /* "retention": the rules (validated, reg_retain_check), or NULL */
 	int auth;                   /* 1: Bearer tokens required (anonymous pull of public repos only) */
 	char *realm;                /* token endpoint URL for the challenge; NULL = derived */
 	char *service;              /* the "service" of the Bearer challenge */
@@ -186,6 +188,29 @@ struct reg_gc_stats {
 /* Remove blobs no manifest references (older than the grace period) and
  * uploads idle past their expiry.  dry_run: count only. */
 int reg_gc(const struct reg_config *c, int dry_run, struct reg_gc_stats *st, kiln_error **err);
+
+/* Retention (retain.c, docs/operations.md "Retention"): the config's rules
+ * remove tags beyond each repository's newest N (unless a keep pattern names
+ * them), then the manifests nothing points at any more, and untagged
+ * manifests older than a rule's age, all in one write transaction.  Blobs are
+ * left to the next gc, their grace period counted from now.  Filesystem
+ * metadata only. */
+struct reg_retain_item {
+	const char *repo;
+	const char *tag;            /* a removed tag, or NULL: a removed manifest */
+	const char *digest;         /* the manifest (the tag's, for a tag) */
+	const char *reason;         /* "retention[0].keep_newest", "untagged manifest of sha256:..." */
+};
+struct reg_retain_stats {
+	uint64_t repos, tags_removed, manifests_removed;
+	uint64_t blobs_freed, bytes_freed; /* blobs (manifests' bytes too) nothing references after the run */
+};
+/* Each item removed (or, dry_run, that would be) after the transaction ends. */
+typedef void (*reg_retain_fn)(void *ud, const struct reg_retain_item *it);
+int reg_retain(const struct reg_config *c, int dry_run, reg_retain_fn fn, void *ud, struct reg_retain_stats *st,
+	       kiln_error **err);
+/* Whether a "retention" value is valid: INVALID naming retention[i].KEY. */
+int reg_retain_check(const json_t *rules, kiln_error **err);
 
 /* A backup of a filesystem data directory while it serves (docs/operations.md):
  * DEST/meta.db (and e2b/e2b.db) as one consistent snapshot each, the token
