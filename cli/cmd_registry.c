@@ -72,21 +72,17 @@ static int run_sub(const struct kiln_command *cmd, int argc, char **argv)
 		if (c < 0)
 			goto fail;
 	} else {
-		struct reg_retain_stats rs;
-		struct reg_gc_stats st;
-		/* the retention rules first, as kiln serve's gc timer applies them */
-		if (cfg.retention) {
-			if (reg_retain(&cfg, dry, NULL, NULL, &rs, &err) < 0)
-				goto fail;
-			printf("retention: %s%llu tags, %llu manifests (their %llu bytes go once gc_grace_s has passed)\n",
-			       dry ? "would remove " : "removed ", (unsigned long long)rs.tags_removed,
-			       (unsigned long long)rs.manifests_removed, (unsigned long long)rs.bytes_freed);
-		}
-		if (reg_gc(&cfg, dry, &st, &err) < 0)
+		struct reg_gc_run run;
+		const struct reg_gc_stats *st = &run.gc;
+		if (reg_gc_run(&cfg, "cli", dry, &run, &err) < 0)
 			goto fail;
+		if (run.retained)
+			printf("retention: %s%llu tags, %llu manifests (their %llu bytes go once gc_grace_s has passed)\n",
+			       dry ? "would remove " : "removed ", (unsigned long long)run.retain.tags_removed,
+			       (unsigned long long)run.retain.manifests_removed, (unsigned long long)run.retain.bytes_freed);
 		printf("%s%llu blobs removed (%llu bytes), %llu kept, %llu expired uploads removed\n",
-		       dry ? "dry run: " : "", (unsigned long long)st.blobs_removed, (unsigned long long)st.bytes_removed,
-		       (unsigned long long)st.blobs_kept, (unsigned long long)st.uploads_removed);
+		       dry ? "dry run: " : "", (unsigned long long)st->blobs_removed, (unsigned long long)st->bytes_removed,
+		       (unsigned long long)st->blobs_kept, (unsigned long long)st->uploads_removed);
 	}
 	goto out;
 fail:

@@ -295,6 +295,21 @@ out:
 	return ret;
 }
 
+/* A backup a newer kiln made is refused before anything is placed. */
+static int schema_check(const char *path, kiln_error **err)
+{
+	sqlite3 *h = NULL;
+	int rc;
+
+	if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+		rc = kiln_err(err, KILN_E_IO, "%s: %s", path, h ? sqlite3_errmsg(h) : "out of memory");
+	} else {
+		rc = reg_db_schema_read(h, err) < 0 ? kiln_error_wrap(err, "restore %s", path) : 0;
+	}
+	sqlite3_close(h);
+	return rc;
+}
+
 int reg_restore(const struct reg_config *c, const char *from, struct reg_backup_stats *st, kiln_error **err)
 {
 	kiln_cas *src = NULL, *dst = NULL;
@@ -323,6 +338,10 @@ int reg_restore(const struct reg_config *c, const char *from, struct reg_backup_
 			 path);
 		goto out;
 	}
+	free(path);
+	path = kiln_path_join(from, "meta.db");
+	if (schema_check(path, err) < 0)
+		goto out;
 	free(path);
 	path = kiln_path_join(from, "blobs.txt");
 	if (kiln_read_file(path, &list, &len, 0, err) < 0)

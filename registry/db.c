@@ -36,7 +36,17 @@ static const char schema[] =
 	" hash TEXT UNIQUE NOT NULL, scopes TEXT NOT NULL, created INTEGER NOT NULL, expires INTEGER NOT NULL);"
 	/* `kiln registry quota` (quota.c): team "*" for every team */
 	"CREATE TABLE IF NOT EXISTS quotas(team TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,"
-	" PRIMARY KEY(team, key)) WITHOUT ROWID;";
+	" PRIMARY KEY(team, key)) WITHOUT ROWID;"
+	/* gc runs counted by source ("cli", "timer") and outcome (gc.c), for /metrics */
+	"CREATE TABLE IF NOT EXISTS gc_runs(source TEXT NOT NULL, outcome TEXT NOT NULL, runs INTEGER NOT NULL,"
+	" blobs INTEGER NOT NULL, bytes INTEGER NOT NULL, tags INTEGER NOT NULL, manifests INTEGER NOT NULL,"
+	" last INTEGER NOT NULL, PRIMARY KEY(source, outcome)) WITHOUT ROWID;";
+
+/* The schema's version, kept in PRAGMA user_version (docs/operations.md
+ * "Upgrades"): 0 is a database made before versions were kept, which the
+ * statements above complete (every change up to 1 added tables or indexes).
+ * A later change that is not additive becomes a step from N to N+1 here. */
+#define REG_DB_SCHEMA 1
 
 /* sqlite says SQLITE_FULL for a full disk; it becomes ENOSPC here so every
  * caller up the stack (and the HTTP answer) tells a full disk from a bug. */
@@ -77,6 +87,55 @@ int reg_db_exec(reg_db *db, const char *sql, kiln_error **err)
 	return 0;
 }
 
+/* The version of an open database, or KILN_E_INVALID when a newer kiln wrote it. */
+int reg_db_schema_read(sqlite3 *h, kiln_error **err)
+{
+	sqlite3_stmt *st = NULL;
+	int v = -1;
+
+	if (sqlite3_prepare_v2(h, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	if (v < 0)
+		return kiln_err(err, KILN_E_IO, "cannot read its schema version: %s", sqlite3_errmsg(h));
+	if (v > REG_DB_SCHEMA)
+		return kiln_err(err, KILN_E_INVALID,
+				"its schema version %d is newer than this kiln's %d (kiln %s): a newer kiln wrote it; "
+				"run that kiln or a later one, or restore a backup taken before the upgrade "
+				"(nothing was changed)",
+				v, REG_DB_SCHEMA, KILN_VERSION);
+	return v;
+}
+
+/* Older databases are brought to REG_DB_SCHEMA in one transaction; two
+ * processes opening one at once are serialised by its write lock, and the
+ * second finds the work done. */
+static int migrate(reg_db *db, const char *path, kiln_error **err)
+{
+	int v = reg_db_schema_read(db->h, err);
+	char set[40];
+
+	if (v < 0)
+		return -1;
+	if (v == REG_DB_SCHEMA)
+		return 0;
+	if (reg_db_exec(db, "BEGIN IMMEDIATE", err) < 0)
+		return -1;
+	if ((v = reg_db_schema_read(db->h, err)) < 0)
+		goto rollback;
+	snprintf(set, sizeof(set), "PRAGMA user_version = %d", REG_DB_SCHEMA);
+	if (v < REG_DB_SCHEMA && (reg_db_exec(db, schema, err) < 0 || reg_db_exec(db, set, err) < 0))
+		goto rollback;
+	if (reg_db_exec(db, "COMMIT", err) < 0)
+		goto rollback;
+	if (v < REG_DB_SCHEMA)
+		kiln_info("metadata db %s: schema version %d -> %d", path, v, REG_DB_SCHEMA);
+	return 0;
+rollback:
+	sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
+	return kiln_error_wrap(err, "migrate schema version %d to %d", v, REG_DB_SCHEMA);
+}
+
 reg_db *reg_db_open(const char *path, kiln_error **err)
 {
 	reg_db *db = kiln_xcalloc(1, sizeof(*db));
@@ -89,8 +148,9 @@ reg_db *reg_db_open(const char *path, kiln_error **err)
 		goto fail;
 	}
 	sqlite3_busy_timeout(db->h, 10000);
-	if (reg_db_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", err) < 0 ||
-	    reg_db_exec(db, schema, err) < 0) {
+	/* the version first: a newer kiln's database is refused before anything here writes to it */
+	if (reg_db_schema_read(db->h, err) < 0 ||
+	    reg_db_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", err) < 0 || migrate(db, path, err) < 0) {
 		kiln_error_wrap(err, "open metadata db %s", path);
 		goto fail;
 	}

@@ -246,3 +246,51 @@ int reg_gc(const struct reg_config *c, int dry_run, struct reg_gc_stats *st, kil
 	reg_admin_close(&a);
 	return ret;
 }
+
+/* Counts are added, never set: the table sums every run since the
+ * database was made (Prometheus' counters), whichever process ran it. */
+static void gc_record(const struct reg_config *c, const char *source, bool ok, const struct reg_gc_run *run)
+{
+	kiln_error *err = NULL;
+	reg_db *db = reg_db_open_cfg(c, &err);
+	sqlite3_stmt *st = NULL;
+
+	if (db != NULL)
+		st = reg_db_prep(db,
+				 "INSERT INTO gc_runs(source, outcome, runs, blobs, bytes, tags, manifests, last)"
+				 " VALUES(?1, ?2, 1, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(source, outcome) DO UPDATE SET"
+				 " runs = runs + 1, blobs = blobs + ?3, bytes = bytes + ?4, tags = tags + ?5,"
+				 " manifests = manifests + ?6, last = ?7", &err);
+	if (st != NULL) {
+		sqlite3_bind_text(st, 1, source, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, 2, ok ? "ok" : "failed", -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 3, (sqlite3_int64)run->gc.blobs_removed);
+		sqlite3_bind_int64(st, 4, (sqlite3_int64)run->gc.bytes_removed);
+		sqlite3_bind_int64(st, 5, (sqlite3_int64)run->retain.tags_removed);
+		sqlite3_bind_int64(st, 6, (sqlite3_int64)run->retain.manifests_removed);
+		sqlite3_bind_int64(st, 7, reg_db_now());
+		if (sqlite3_step(st) != SQLITE_DONE)
+			reg_db_fail(db, &err, "count the gc run");
+	}
+	sqlite3_finalize(st);
+	reg_db_close(db);
+	/* the run's own outcome stands; a count that could not be kept is only said */
+	if (err != NULL)
+		kiln_warn("gc: %s", kiln_error_message(err));
+	kiln_error_clear(&err);
+}
+
+int reg_gc_run(const struct reg_config *c, const char *source, int dry_run, struct reg_gc_run *run, kiln_error **err)
+{
+	int ret = 0;
+
+	memset(run, 0, sizeof(*run));
+	run->retained = c->retention != NULL;
+	if (run->retained && reg_retain(c, dry_run, NULL, NULL, &run->retain, err) < 0)
+		ret = -1;
+	if (ret == 0 && reg_gc(c, dry_run, &run->gc, err) < 0)
+		ret = -1;
+	if (!dry_run)
+		gc_record(c, source, ret == 0, run);
+	return ret;
+}

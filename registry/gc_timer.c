@@ -1,6 +1,6 @@
 /* gc_timer.c — kiln serve's own garbage collection: every gc_interval_s a
- * thread applies the retention rules, then sweeps (reg_retain, reg_gc, each on
- * its own connection, as `kiln registry gc` would from outside). */
+ * thread applies the retention rules, then sweeps (reg_gc_run, on its own
+ * connections, as `kiln registry gc` would from outside). */
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
@@ -17,25 +17,20 @@ struct reg_gc_timer {
 
 static void gc_once(const struct reg_config *c)
 {
-	struct reg_retain_stats rs;
-	struct reg_gc_stats gs;
+	struct reg_gc_run run;
 	kiln_error *err = NULL;
 
-	if (c->retention && reg_retain(c, 0, NULL, NULL, &rs, &err) < 0) {
-		kiln_warn("registry gc timer: %s", kiln_error_message(err));
-		kiln_error_clear(&err);
-	} else if (c->retention) {
-		kiln_info("registry gc timer: retention removed %llu tags, %llu manifests (%llu bytes to free)",
-			  (unsigned long long)rs.tags_removed, (unsigned long long)rs.manifests_removed,
-			  (unsigned long long)rs.bytes_freed);
-	}
-	if (reg_gc(c, 0, &gs, &err) < 0) {
+	if (reg_gc_run(c, "timer", 0, &run, &err) < 0) {
 		kiln_warn("registry gc timer: %s", kiln_error_message(err));
 		kiln_error_clear(&err);
 		return;
 	}
-	kiln_info("registry gc timer: %llu blobs removed (%llu bytes), %llu uploads", (unsigned long long)gs.blobs_removed,
-		  (unsigned long long)gs.bytes_removed, (unsigned long long)gs.uploads_removed);
+	if (run.retained)
+		kiln_info("registry gc timer: retention removed %llu tags, %llu manifests (%llu bytes to free)",
+			  (unsigned long long)run.retain.tags_removed, (unsigned long long)run.retain.manifests_removed,
+			  (unsigned long long)run.retain.bytes_freed);
+	kiln_info("registry gc timer: %llu blobs removed (%llu bytes), %llu uploads", (unsigned long long)run.gc.blobs_removed,
+		  (unsigned long long)run.gc.bytes_removed, (unsigned long long)run.gc.uploads_removed);
 }
 
 static void *loop(void *ud)

@@ -50,6 +50,9 @@ int reg_db_team_holds_locked(reg_db *db, const char *team, const char *digest, b
 void reg_db_group_destroy(reg_db *db);
 
 reg_db *reg_db_open(const char *path, kiln_error **err);
+/* meta.db's schema version (PRAGMA user_version); KILN_E_INVALID for a
+ * version newer than this kiln's (docs/operations.md "Upgrades"). */
+int reg_db_schema_read(sqlite3 *h, kiln_error **err);
 /* Low-level helpers for db*.c; the caller holds db->lock. */
 int reg_db_fail(reg_db *db, kiln_error **err, const char *what);
 sqlite3_stmt *reg_db_prep(reg_db *db, const char *sql, kiln_error **err);

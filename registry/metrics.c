@@ -313,6 +313,51 @@ static int usage_families(reg_server *s, kiln_buf *out, kiln_error **err)
 	return 0;
 }
 
+/* Garbage collections, from meta.db's gc_runs (gc.c): the CLI's runs in other
+ * processes are there too, and the counts outlive a restart. */
+static int gc_families(reg_server *s, kiln_buf *out, kiln_error **err)
+{
+	static const struct {
+		const char *name, *type, *help;
+		int col;
+	} fam[] = {
+		{ "kiln_registry_gc_runs_total", "counter", "Garbage collections (retention, then the sweep) ended.", 2 },
+		{ "kiln_registry_gc_removed_blobs_total", "counter", "Blobs garbage collections removed.", 3 },
+		{ "kiln_registry_gc_freed_bytes_total", "counter", "Bytes of the blobs garbage collections removed.", 4 },
+		{ "kiln_registry_retention_removed_tags_total", "counter", "Tags the retention rules removed.", 5 },
+		{ "kiln_registry_retention_removed_manifests_total", "counter", "Manifests the retention rules removed.",
+		  6 },
+		{ "kiln_registry_gc_last_run_timestamp_seconds", "gauge", "When the last garbage collection ended.", 7 },
+	};
+	sqlite3_stmt *st;
+	int rc = 0;
+
+	if (s->db == NULL)
+		return 0;
+	pthread_mutex_lock(&s->db->lock);
+	st = reg_db_prep(s->db,
+			 "SELECT source, outcome, runs, blobs, bytes, tags, manifests, last FROM gc_runs ORDER BY 1, 2",
+			 err);
+	for (size_t f = 0; st != NULL && f < sizeof(fam) / sizeof(fam[0]); f++) {
+		reg_metric_head(out, fam[f].name, fam[f].type, fam[f].help);
+		sqlite3_reset(st);
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			kiln_buf_addf(out, "%s{source=\"", fam[f].name);
+			reg_metric_label(out, (const char *)sqlite3_column_text(st, 0));
+			kiln_buf_addf(out, "\",outcome=\"");
+			reg_metric_label(out, (const char *)sqlite3_column_text(st, 1));
+			kiln_buf_addf(out, "\"} %lld\n", (long long)sqlite3_column_int64(st, fam[f].col));
+		}
+		if (rc != SQLITE_DONE)
+			break;
+	}
+	if (st != NULL && rc != SQLITE_DONE)
+		reg_db_fail(s->db, err, "gc runs");
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&s->db->lock);
+	return st == NULL || rc != SQLITE_DONE ? -1 : 0;
+}
+
 /* ---- the endpoints ---- */
 
 int reg_server_observe(reg_server *s, const struct reg_observer *o, kiln_error **err)
@@ -336,7 +381,7 @@ void reg_metrics_handle(reg_req *r)
 		return;
 	}
 	http_families(s, &out);
-	if (usage_families(s, &out, &err) < 0) {
+	if (usage_families(s, &out, &err) < 0 || gc_families(s, &out, &err) < 0) {
 		kiln_buf_free(&out);
 		reg_internal(r, err);
 		return;

@@ -212,6 +212,17 @@ int reg_retain(const struct reg_config *c, int dry_run, reg_retain_fn fn, void *
 /* Whether a "retention" value is valid: INVALID naming retention[i].KEY. */
 int reg_retain_check(const json_t *rules, kiln_error **err);
 
+/* What a garbage collection does, as `kiln registry gc` and kiln serve's gc
+ * timer run it: the retention rules (when the config has any), then reg_gc.
+ * A run that is not dry is counted in meta.db (table gc_runs, by source and
+ * outcome), which /metrics reads, so the CLI's runs are seen too. */
+struct reg_gc_run {
+	bool retained; /* the config has retention rules: retain holds what they did */
+	struct reg_retain_stats retain;
+	struct reg_gc_stats gc;
+};
+int reg_gc_run(const struct reg_config *c, const char *source, int dry_run, struct reg_gc_run *run, kiln_error **err);
+
 /* A backup of a filesystem data directory while it serves (docs/operations.md):
  * DEST/meta.db (and e2b/e2b.db) as one consistent snapshot each, the token
  * and sandbox keys, blobs.txt (each blob that snapshot needs, "DIGEST SIZE"),

@@ -181,6 +181,7 @@ void h_trigger(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 	req.cpus = (unsigned)t.cpus;
 	req.memory_mib = (unsigned)t.memory;
 	req.no_cache = p.force;
+	req.request_id = reg_req_id(r);
 	if (svc_submit(e->svc, &req, id, &err) < 0)
 		goto fail;
 	lj = json_array();

@@ -27,6 +27,7 @@ json_t *svc_request_to_json(const struct svc_request *q)
 	SETS("name", q->name);
 	SETS("start_cmd", q->start_cmd);
 	SETS("source_date_epoch", q->source_date_epoch);
+	SETS("request_id", q->request_id);
 	SETS("ready_cmd", q->ready_cmd);
 	SETS("template_network", q->template_network);
 #undef SETS

@@ -112,6 +112,7 @@ struct svc_request {
 	enum { SVC_GZIP, SVC_ZSTD, SVC_NONE } compression;
 	int64_t time_limit_s;       /* 0: the server's; more than the server's is capped */
 	const char *source_date_epoch; /* the build's SOURCE_DATE_EPOCH (digits), or NULL */
+	const char *request_id;     /* the submitting request's id (X-Request-Id): opens the build's log */
 	/* kiln build --remote --secret: sent with the request (client.c), held in
 	 * the server's memory for that build only; never in svc_request_to_json */
 	const struct svc_secret *secrets;

@@ -13,6 +13,7 @@
 
 cleanup() {
 	reg_stop
+	chattr -R -i "$T_TMP/data/blobs" 2>/dev/null
 	rm -rf "$T_TMP"
 }
 trap cleanup EXIT
@@ -157,6 +158,41 @@ expect_grep "it removes the blobs retention counted" "^$NBLOBS blobs removed \\(
 expect_eq "and that many bytes left the disk" "$(( SIZE0 - $(blobs_bytes) ))" "$BYTES"
 expect_eq "v1's layer is gone now" "$(code "/v2/team-a/app/blobs/$L1")" 404
 expect_exit 0 "a kept image still pulls after gc" $S copy --src-tls-verify=false "docker://$REG/team-a/app:v5" oci:pulled:v5
+# ---- the CLI's gc runs as the server's metrics count them (meta.db's gc_runs)
+metric() { awk -v k="$1" '$1 == k { print $2 }' scrape.txt; }
+curl -s "$U/metrics" >scrape.txt
+expect_eq "kiln_registry_gc_runs_total counts the CLI's two gc runs" \
+	"$(metric 'kiln_registry_gc_runs_total{source="cli",outcome="ok"}')" 2
+expect_eq "kiln_registry_gc_freed_bytes_total is the bytes they freed" \
+	"$(metric 'kiln_registry_gc_freed_bytes_total{source="cli",outcome="ok"}')" "$BYTES"
+expect_eq "kiln_registry_gc_removed_blobs_total the blobs" \
+	"$(metric 'kiln_registry_gc_removed_blobs_total{source="cli",outcome="ok"}')" "$NBLOBS"
+last=$(metric 'kiln_registry_gc_last_run_timestamp_seconds{source="cli",outcome="ok"}')
+if [ -n "$last" ] && [ $(( $(date +%s) - last )) -lt 60 ]; then ok "kiln_registry_gc_last_run_timestamp_seconds is now"; else
+	not_ok "kiln_registry_gc_last_run_timestamp_seconds is now ($last)"; fi
+if ! command -v promtool >/dev/null; then skip "promtool check metrics" "promtool not installed"
+elif promtool check metrics <scrape.txt >lint.txt 2>&1; then ok "promtool check metrics is clean with the gc families"
+else not_ok "promtool check metrics is clean with the gc families"; sed 's/^/#   /' lint.txt | head; fi
+expect_exit 0 "a dry gc" "$KILN" registry gc --dry-run --data "$D" --config cfg.json
+curl -s "$U/metrics" >scrape.txt
+expect_eq "...is not counted" "$(metric 'kiln_registry_gc_runs_total{source="cli",outcome="ok"}')" 2
+# a blob no manifest holds, past its grace, that gc cannot move (its directory immutable)
+printf 'orphan %s' "$(date +%s%N)" >orphan
+OD=sha256:$(sha256sum orphan | cut -d' ' -f1)
+curl -s -o /dev/null -X POST --data-binary @orphan -H 'Content-Type: application/octet-stream' \
+	"$U/v2/team-a/app/blobs/uploads/?digest=$OD"
+touch -d '1 hour ago' "$(path_of "$OD")"
+chattr +i "$(dirname "$(path_of "$OD")")" || not_ok "chattr +i on the orphan's directory"
+expect_exit 1 "a gc that cannot remove a blob fails" "$KILN" registry gc --data "$D" --config cfg.json
+chattr -i "$(dirname "$(path_of "$OD")")"
+curl -s "$U/metrics" >scrape.txt
+expect_eq "...and is counted as failed" "$(metric 'kiln_registry_gc_runs_total{source="cli",outcome="failed"}')" 1
+expect_eq "...the ok runs' count unchanged" "$(metric 'kiln_registry_gc_runs_total{source="cli",outcome="ok"}')" 2
+expect_exit 0 "the next gc removes it" "$KILN" registry gc --data "$D" --config cfg.json
+curl -s "$U/metrics" >scrape.txt
+expect_eq "...counted: 3 ok runs, the orphan's bytes added" \
+	"$(metric 'kiln_registry_gc_runs_total{source="cli",outcome="ok"}') $(metric 'kiln_registry_gc_freed_bytes_total{source="cli",outcome="ok"}')" \
+	"3 $(( BYTES + $(stat -c %s orphan) ))"
 reg_stop
 
 # ---- bad rules: refused naming the rule and what is wrong
@@ -199,4 +235,12 @@ expect_eq "and the manifest of one" "$(code "/v2/team-b/svc/manifests/$B1")" 404
 for i in $(seq 1 40); do [ "$(code "/v2/team-b/svc/blobs/$LB")" = 404 ] && break; sleep 0.25; done
 expect_eq "its gc freed one's layer once the grace had passed" "$(code "/v2/team-b/svc/blobs/$LB")" 404
 expect_exit 0 "team-b/svc:three pulls whole meanwhile" $S copy --src-tls-verify=false "docker://$REG/team-b/svc:three" oci:pulled:three
+curl -s "$U/metrics" >scrape.txt
+runs=$(metric 'kiln_registry_gc_runs_total{source="timer",outcome="ok"}')
+if [ "${runs:-0}" -ge 1 ]; then ok "the timer's runs counted ($runs)"; else not_ok "the timer's runs counted"; fi
+expect_eq "the tags its retention removed counted: one, two" \
+	"$(metric 'kiln_registry_retention_removed_tags_total{source="timer",outcome="ok"}')" 2
+freed=$(metric 'kiln_registry_gc_freed_bytes_total{source="timer",outcome="ok"}')
+if [ "${freed:-0}" -ge "$(stat -c %s l.a1)" ]; then ok "the bytes it freed counted ($freed, one's layer included)"; else
+	not_ok "the bytes it freed counted ($freed)"; fi
 reg_stop

@@ -111,6 +111,12 @@ expect_eq "the result names the template and its tag" "$(jq_ 'd["result"]["name"
 expect_grep "the build's steps reached the SDK's log" '\[info\] \[[0-9]+/[0-9]+\] RUN cat /app/hello.txt' <(jq_ '"\n".join(d["logs"])')
 expect_grep "the SDK uploaded the copied files" "Uploaded 'app'" <(jq_ '"\n".join(d["logs"])')
 expect_eq "Template.exists and getTags" "$(jq_ 'd["exists"], d["tags"]')" "True ['v1']"
+# the build service's own log of that build opens with the id of the SDK's request that started it
+BID=$(curl -s -H "X-API-Key: $KEY" "$U/build/v1/builds?team=team" | jq -r '[.builds[] | select(.state == "done")][0].id')
+RID=$(curl -s -H "X-API-Key: $KEY" "$U/build/v1/builds/$BID/logs?cursor=0" | head -1 | jq -r '.state + " " + (.request_id // "")')
+expect_grep "the E2B build's log opens with its request id" '^building [^ ]+$' <(echo "$RID")
+expect_grep "...the id of the SDK's start-build request in the access log" \
+	"^access .* id=${RID#building } .* method=POST path=[^ ]*templates/[^ ]*/builds/[^ ]* status=202 " "$REG_LOG"
 
 # the published template (as GET /templates/ID says), pulled and run by kiln
 tid=$(jq_ 'd["result"]["templateId"]')
