@@ -37,25 +37,13 @@ static void fail(reg_req *r, unsigned status, const char *msg)
 	answer(r, status, json_pack("{s:s,s:i}", "error", msg, "status", (int)status));
 }
 
-static unsigned status_of(const kiln_error *e)
-{
-	switch (e ? e->kind : KILN_E_GENERIC) {
-	case KILN_E_NOTFOUND: return 404;
-	case KILN_E_INVALID: case KILN_E_USAGE: return 400;
-	case KILN_E_EXISTS: return 409;
-	case KILN_E_LIMIT: return 413;
-	case KILN_E_QUOTA: return 403;
-	default: return 500;
-	}
-}
-
 static void fail_err(reg_req *r, kiln_error *e)
 {
-	unsigned st = status_of(e);
+	unsigned st = svc_err_status(e);
+	char *what = kiln_xasprintf("build service: %s %s", reg_req_method(r), reg_req_path(r));
 
-	if (st == 500)
-		kiln_warn("build service: %s %s: %s", reg_req_method(r), reg_req_path(r), kiln_error_message(e));
-	fail(r, st, kiln_error_message(e));
+	fail(r, st, svc_err_reply(e, st, what));
+	free(what);
 	kiln_error_free(e);
 }
 

@@ -141,3 +141,32 @@ const char *svc_state_name(enum svc_state st)
 
 	return (unsigned)st < 5 ? names[st] : "unknown";
 }
+
+unsigned svc_err_status(const kiln_error *err)
+{
+	if (kiln_error_disk_full(err))
+		return 507;
+	switch (err ? err->kind : KILN_E_GENERIC) {
+	case KILN_E_NOTFOUND: return 404;
+	case KILN_E_INVALID: case KILN_E_USAGE: return 400;
+	case KILN_E_EXISTS: return 409;
+	case KILN_E_LIMIT: return 413;
+	case KILN_E_QUOTA: return 403;
+	default: return 500;
+	}
+}
+
+const char *svc_err_reply(kiln_error *err, unsigned status, const char *what)
+{
+	const char *msg = err ? kiln_error_message(err) : "unknown error";
+
+	if (status < 500)
+		return msg;
+	/* the operator's to fix, with the paths in the server's log; a client
+	 * told of a full disk learns to retry, not where the server keeps data */
+	kiln_warn("%s: %s", what, msg);
+	if (status == 507)
+		return "the server's storage is full (no space left on device): nothing was stored; retry once space "
+		       "is freed";
+	return msg;
+}

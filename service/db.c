@@ -4,6 +4,7 @@
  * statements with $1..$N text parameters, rows as strings, transactions
  * (sqlite: BEGIN IMMEDIATE; PostgreSQL: claims use FOR UPDATE SKIP LOCKED). */
 #include <stdarg.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +140,16 @@ static sqlite3_stmt *lite_stmt(svc_db *db, const char *sql, bool *kept)
 	return st;
 }
 
+/* A failed statement; a full disk (sqlite's SQLITE_FULL, PostgreSQL's
+ * disk_full 53100) keeps ENOSPC, so the frontends answer 507, not 500. */
+static int lite_fail(svc_db *db, kiln_error **err)
+{
+	kiln_err(err, KILN_E_IO, "queue db: %s", sqlite3_errmsg(db->lite));
+	if (err && *err && (sqlite3_errcode(db->lite) & 0xff) == SQLITE_FULL)
+		(*err)->errnum = ENOSPC;
+	return -1;
+}
+
 static int lite_q(svc_db *db, struct svc_rows *out, const char *sql, const char *const *p, size_t n, kiln_error **err)
 {
 	sqlite3_stmt *st = NULL;
@@ -147,7 +158,7 @@ static int lite_q(svc_db *db, struct svc_rows *out, const char *sql, const char 
 	bool kept = false;
 
 	if ((st = lite_stmt(db, sql, &kept)) == NULL)
-		return kiln_err(err, KILN_E_IO, "queue db: %s", sqlite3_errmsg(db->lite));
+		return lite_fail(db, err);
 	for (size_t i = 0; i < n; i++) {
 		char name[32];
 		snprintf(name, sizeof(name), "$%zu", i + 1);
@@ -173,7 +184,7 @@ static int lite_q(svc_db *db, struct svc_rows *out, const char *sql, const char 
 		out->n++;
 	}
 	if (rc != SQLITE_DONE) {
-		kiln_err(err, KILN_E_IO, "queue db: %s", sqlite3_errmsg(db->lite));
+		lite_fail(db, err);
 		svc_rows_free(out);
 		goto out;
 	}
@@ -201,7 +212,13 @@ static int pg_q(svc_db *db, struct svc_rows *out, const char *sql, const char *c
 	if (out)
 		memset(out, 0, sizeof(*out));
 	if (es != PGRES_COMMAND_OK && es != PGRES_TUPLES_OK) {
-		kiln_err(err, KILN_E_IO, "queue db (PostgreSQL): %s", PQresultErrorMessage(res));
+		/* the primary message alone: one line (the full one adds "ERROR:"
+		 * and HINT lines) */
+		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+		kiln_err(err, KILN_E_IO, "queue db (PostgreSQL): %s", primary ? primary : PQresultErrorMessage(res));
+		if (err && *err && state && strcmp(state, "53100") == 0)
+			(*err)->errnum = ENOSPC;
 		goto out;
 	}
 	if (out && es == PGRES_TUPLES_OK) {

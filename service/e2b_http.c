@@ -41,15 +41,11 @@ void e2b_reply_error(reg_req *r, unsigned status, const char *fmt, ...)
 /* An error from below: its kind picks the status. */
 void e2b_reply_err(reg_req *r, kiln_error *err, const char *what)
 {
-	unsigned st = err->kind == KILN_E_INVALID || err->kind == KILN_E_USAGE ? 400
-		      : err->kind == KILN_E_NOTFOUND                             ? 404
-		      : err->kind == KILN_E_LIMIT                                ? 413
-		      : err->kind == KILN_E_QUOTA                                ? 403
-		      : err->kind == KILN_E_EXISTS                               ? 409
-										 : 500;
-	if (st == 500)
-		kiln_warn("e2b: %s: %s", what, kiln_error_message(err));
-	e2b_reply_error(r, st, "%s: %s", what, kiln_error_message(err));
+	unsigned st = svc_err_status(err);
+	char *where = kiln_xasprintf("e2b: %s", what);
+
+	e2b_reply_error(r, st, "%s: %s", what, svc_err_reply(err, st, where));
+	free(where);
 	kiln_error_free(err);
 }
 

@@ -126,14 +126,12 @@ static void reply_host_err(reg_req *r, kiln_error **errp, bool host_limit, const
 {
 	kiln_error *err = *errp;
 
-	unsigned st = err->kind == KILN_E_NOTFOUND ? 404
-		      : err->kind == KILN_E_EXISTS   ? 409
-		      : err->kind == KILN_E_LIMIT    ? (host_limit ? 503 : 429)
-		      : err->kind == KILN_E_INVALID || err->kind == KILN_E_USAGE ? 400
-										: 500;
-	if (st == 500)
-		kiln_warn("sandboxes: %s: %s", what, kiln_error_message(err));
-	e2b_reply_error(r, st, "%s", kiln_error_message(err));
+	/* a limit of running sandboxes is a rate (429), or the host's (503) */
+	unsigned st = err->kind == KILN_E_LIMIT ? (host_limit ? 503 : 429) : svc_err_status(err);
+	char *where = kiln_xasprintf("sandboxes: %s", what);
+
+	e2b_reply_error(r, st, "%s", svc_err_reply(err, st, where));
+	free(where);
 	kiln_error_clear(errp);
 }
 

@@ -255,13 +255,10 @@ static void serve_connect(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q
 
 static void files_error(reg_req *r, kiln_error *err)
 {
-	unsigned st = err->kind == KILN_E_NOTFOUND ? 404
-		      : err->kind == KILN_E_USAGE  ? 401 /* envd answers a permission refused so */
-		      : err->kind == KILN_E_LIMIT  ? 413
-		      : err->kind == KILN_E_INVALID ? 400
-		      : kiln_error_disk_full(err)   ? 507
-						    : 500;
-	e2b_reply_error(r, st, "%s", kiln_error_message(err));
+	/* envd answers a permission refused with 401 */
+	unsigned st = err->kind == KILN_E_USAGE && !kiln_error_disk_full(err) ? 401 : svc_err_status(err);
+
+	e2b_reply_error(r, st, "%s", st == 507 ? kiln_error_message(err) : svc_err_reply(err, st, "envd files"));
 	kiln_error_free(err);
 }
 

@@ -197,6 +197,13 @@ char *svc_auth_team(reg_req *r, const char *want, unsigned *status, kiln_error *
 /* The same for another action (REG_SANDBOX: the sandbox service's). */
 char *svc_auth_team_for(reg_req *r, const char *want, enum reg_action action, unsigned *status, kiln_error **err);
 
+/* An error from below as every frontend answers it: the HTTP status its kind
+ * (or a full disk: 507) gives, and what the client is told — its message, or
+ * for a full disk the fact without the server's paths.  A 5xx is logged
+ * here with its message, once, naming what ("build service", "e2b", ...). */
+unsigned svc_err_status(const kiln_error *err);
+const char *svc_err_reply(kiln_error *err, unsigned status, const char *what);
+
 /* ---------------------------------------------------------------------------
  * Cache: the team's step cache and images on the server, pruned by size and
  * age (also POST /build/v1/cache/prune).

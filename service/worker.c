@@ -30,9 +30,48 @@ struct run {
 	int done_out, done_err;
 	char *reason, *location;       /* from the error event */
 	char *digest, *template_digest; /* from the done event */
-	kiln_strv pending;              /* the service's own events, stored with the next lines */
+	kiln_strv pending;              /* lines not yet stored: the service's own events, stored with
+	                                 * the next lines, and those a full disk refused (log_store) */
+	bool log_kept;                  /* pending holds lines a full disk refused */
 	kiln_strv from;                 /* the bases' digests its FROM steps printed */
 };
+
+/* The pending lines stored (0), or kept for the next try when the queue's
+ * database is full (-1, *err the cause): the log of a build that met a
+ * full disk loses no line once space is freed, up to LOG_KEEP_MAX lines
+ * held in memory; past that, or for another error, they are dropped with
+ * a warning, as before the build's end. */
+#define LOG_KEEP_MAX 100000
+static int log_store(struct run *r, const struct svc_progress *pr, kiln_error **err)
+{
+	kiln_error *e = NULL;
+
+	if (r->pending.n == 0)
+		return 0;
+	if (svc_log_append_lines(r->s, r->id, (const char *const *)r->pending.v, r->pending.n, pr, &e) == 0) {
+		if (r->log_kept)
+			kiln_warn("build %s: %zu log lines kept in memory stored once space was freed", r->id,
+				  r->pending.n);
+		r->log_kept = false;
+		kiln_strv_free(&r->pending);
+		return 0;
+	}
+	if (kiln_error_disk_full(e) && r->pending.n <= LOG_KEEP_MAX) {
+		if (!r->log_kept)
+			kiln_warn("build %s: log: %s; its lines are kept in memory until space is freed", r->id,
+				  kiln_error_message(e));
+		r->log_kept = true;
+	} else {
+		kiln_warn("build %s: log: %s; %zu lines dropped", r->id, kiln_error_message(e), r->pending.n);
+		r->log_kept = false;
+		kiln_strv_free(&r->pending);
+	}
+	if (err && !*err)
+		*err = e;
+	else
+		kiln_error_free(e);
+	return -1;
+}
 
 /* "FILE:LINE[:COL]" at the start of an error message, or NULL. */
 char *svc_error_location(const char *msg)
@@ -100,8 +139,7 @@ static void on_lines(struct run *r, const kiln_strv *lines)
 	}
 	for (size_t i = 0; i < lines->n; i++)
 		kiln_strv_push(&r->pending, lines->v[i]);
-	svc_log_append_lines(r->s, r->id, (const char *const *)r->pending.v, r->pending.n, step ? &pr : NULL, NULL);
-	kiln_strv_free(&r->pending);
+	log_store(r, step ? &pr : NULL, NULL);
 	json_decref(step);
 }
 
@@ -115,9 +153,7 @@ static void log_event(struct run *r, json_t *j)
 
 static void log_flush(struct run *r)
 {
-	if (r->pending.n)
-		svc_log_append_lines(r->s, r->id, (const char *const *)r->pending.v, r->pending.n, NULL, NULL);
-	kiln_strv_free(&r->pending);
+	log_store(r, NULL, NULL);
 }
 
 static void kill_group(pid_t pid)
@@ -528,6 +564,38 @@ static void job_free(struct job *j)
 	free(j->cdir);
 }
 
+/* A build's end recorded.  On a full disk it is retried until space is
+ * freed (or the server stops, whose restart fails the build): a build left
+ * 'building' by a failed write would hold its client and its team's slot. */
+static int finish(struct run *r, enum svc_state state, const char *reason, const char *location,
+		  const struct svc_result *res, kiln_error **err)
+{
+	bool said = false;
+
+	for (;;) {
+		kiln_error *e = NULL;
+		/* its log first: a client reading the end reads every line */
+		if (log_store(r, NULL, &e) == 0 && svc_q_finish(r->s, r->id, state, reason, location, res, &e) == 0) {
+			if (said)
+				kiln_warn("build %s: its end recorded once space was freed", r->id);
+			return 0;
+		}
+		if (!kiln_error_disk_full(e) || r->s->stopping) {
+			if (err && !*err)
+				*err = e;
+			else
+				kiln_error_free(e);
+			return -1;
+		}
+		if (!said)
+			kiln_warn("build %s: its end cannot be recorded: %s; retrying every 2 s", r->id,
+				  kiln_error_message(e));
+		said = true;
+		kiln_error_free(e);
+		sleep(2);
+	}
+}
+
 /* A build that succeeded: its final status (with what it published) logged
  * with the lines still pending, its replay key kept (replay.c), done. */
 static int job_done(svc *s, const char *id, struct run *r, const struct job *j, struct svc_result *res,
@@ -550,7 +618,7 @@ static int job_done(svc *s, const char *id, struct run *r, const struct job *j, 
 	 * key is answered from this build (a key is only made for a named one) */
 	if (rp && svc_replay_bases_match(rp, &r->from))
 		res->replay = json_string_value(json_object_get(rp, "key"));
-	return svc_q_finish(s, id, SVC_DONE, NULL, NULL, res, err);
+	return finish(r, SVC_DONE, NULL, NULL, res, err);
 }
 
 /* A build that failed or was cancelled: the reason (with its place) logged
@@ -569,7 +637,7 @@ static enum svc_state job_failed(svc *s, const char *id, struct run *r, kiln_err
 		json_object_set_new(j, "location", json_string(loc));
 	log_event(r, j);
 	log_flush(r);
-	if (svc_q_finish(s, id, cancelled ? SVC_CANCELLED : SVC_FAILED, msg, loc, NULL, &e2) < 0) {
+	if (finish(r, cancelled ? SVC_CANCELLED : SVC_FAILED, msg, loc, NULL, &e2) < 0) {
 		kiln_warn("build %s: %s", id, kiln_error_message(e2));
 		kiln_error_free(e2);
 	}

@@ -350,40 +350,75 @@ void vm_jail_free_cgroups(struct vm_jail *j)
 	j->n_cg = 0;
 }
 
+/* Slot s's lock taken when no VM holds the slot (the lock free and its
+ * cgroups empty): the fd, its cgroup paths in j; else -1. */
+static int slot_claim_free(unsigned s, bool create, struct vm_jail *j)
+{
+	char path[64];
+	kiln_error *e = NULL;
+
+	snprintf(path, sizeof(path), SLOT_DIR "/%u", s);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0 || cg_paths(j, s, false, &e) < 0) {
+		if (fd >= 0)
+			close(fd);
+		kiln_error_free(e);
+		return -1;
+	}
+	for (size_t i = 0; i < j->n_cg; i++)
+		if (cg_busy(j->cg[i])) {
+			vm_jail_free_cgroups(j);
+			close(fd);
+			return -1;
+		}
+	return fd;
+}
+
 int vm_jail_gc(void)
 {
 	int n = 0;
 	struct vm_jail j = { .slot_fd = -1 };
 	DIR *d = opendir(SLOT_DIR);
 	struct dirent *de;
+	unsigned *chains = NULL;
+	size_t n_chains = 0;
+	kiln_error *e = NULL;
 
 	/* empty cgroups of slots no VM holds */
 	while (d && (de = readdir(d)) != NULL) {
-		char path[300];
 		if (de->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof(path), SLOT_DIR "/%s", de->d_name);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
-			if (fd >= 0)
-				close(fd);
+		int fd = slot_claim_free((unsigned)atoi(de->d_name), false, &j);
+		if (fd < 0)
 			continue;
-		}
-		kiln_error *e = NULL;
-		if (cg_paths(&j, (unsigned)atoi(de->d_name), false, &e) == 0) {
-			bool busy = false;
-			for (size_t i = 0; i < j.n_cg; i++)
-				busy |= cg_busy(j.cg[i]);
-			for (size_t i = 0; !busy && i < j.n_cg; i++)
-				if (access(j.cg[i], F_OK) == 0)
-					n += rmdir(j.cg[i]) == 0;
-		}
-		kiln_error_free(e);
+		for (size_t i = 0; i < j.n_cg; i++)
+			if (access(j.cg[i], F_OK) == 0)
+				n += rmdir(j.cg[i]) == 0;
 		vm_jail_free_cgroups(&j);
 		close(fd);
 	}
 	if (d)
 		closedir(d);
+	/* and their egress chains: a kiln killed between writing a sandbox's
+	 * chain and recording the sandbox left one nothing else removes (a
+	 * slot's next VM would rewrite it; until then it is an orphan) */
+	if (vm_netfw_slots(&chains, &n_chains, &e) < 0)
+		kiln_debug("jail gc: %s", kiln_error_message(e));
+	for (size_t k = 0; k < n_chains; k++) {
+		int fd = slot_claim_free(chains[k], true, &j);
+		if (fd < 0)
+			continue;
+		kiln_error_free(e);
+		e = NULL;
+		if (vm_netfw_remove(chains[k], &e) < 0)
+			kiln_warn("jail gc: %s", kiln_error_message(e));
+		else
+			n++;
+		vm_jail_free_cgroups(&j);
+		close(fd);
+	}
+	kiln_error_free(e);
+	free(chains);
 	return n;
 }
 

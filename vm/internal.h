@@ -10,6 +10,8 @@
 /* Run a program to completion; a non-zero exit becomes an error quoting its
  * stderr.  Used for qemu-img. */
 int vm_run_tool(char *const argv[], kiln_error **err);
+/* The same, its output (up to max bytes, trailing newlines cut) into out. */
+int vm_run_tool_out(char *const argv[], kiln_buf *out, size_t max, kiln_error **err);
 
 /* The one way kiln starts QEMU (a boot, a restore, for a sandbox, a
  * template, a builder or `kiln vm`).  stdin from /dev/null, stdout+stderr
@@ -120,6 +122,11 @@ char *vm_net_netdev(const struct vm_net_opts *o);
 bool vm_net_host_ns(bool nic, const struct vm_net_opts *o);
 int vm_netfw_apply(unsigned slot, uid_t uid, const struct vm_net_opts *o, kiln_error **err);
 void vm_netfw_clear(unsigned slot, uid_t uid);
+/* The slots with a KILN-VM-N chain on the host (none without iptables);
+ * and a slot's chain and every OUTPUT jump to it removed (vm_jail_gc: the
+ * chain of a slot no VM holds, left by a kiln killed mid-start). */
+int vm_netfw_slots(unsigned **slots, size_t *n, kiln_error **err);
+int vm_netfw_remove(unsigned slot, kiln_error **err);
 
 /* Files of a VM, removed by vm_destroy and by the signal handler. */
 /* TCG's translation cache, bounded (QEMU's default is 1 GiB on a 64-bit host):

@@ -314,3 +314,57 @@ void vm_netfw_clear(unsigned slot, uid_t uid)
 	}
 	kiln_error_free(e);
 }
+
+int vm_netfw_slots(unsigned **slots, size_t *n, kiln_error **err)
+{
+	kiln_buf out = KILN_BUF_INIT;
+	char *const av[] = { (char *)iptables(), "-w", "5", "-S", NULL };
+	size_t cap = 0;
+
+	*slots = NULL;
+	*n = 0;
+	if (vm_run_tool_out(av, &out, 16u << 20, err) < 0) {
+		kiln_buf_free(&out);
+		return kiln_error_wrap(err, "listing the egress chains (%s -S)", iptables());
+	}
+	char *save = NULL;
+	for (char *line = strtok_r(out.buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		unsigned s;
+		char tail;
+		if (sscanf(line, "-N KILN-VM-%u%c", &s, &tail) != 1)
+			continue;
+		if (*n == cap)
+			*slots = kiln_xrealloc(*slots, (cap = cap ? 2 * cap : 16) * sizeof(**slots));
+		(*slots)[(*n)++] = s;
+	}
+	kiln_buf_free(&out);
+	return 0;
+}
+
+int vm_netfw_remove(unsigned slot, kiln_error **err)
+{
+	kiln_buf out = KILN_BUF_INIT, b = KILN_BUF_INIT;
+	char chain[32], jump[48];
+	char *const av[] = { (char *)iptables(), "-w", "5", "-S", "OUTPUT", NULL };
+	int rc;
+
+	snprintf(chain, sizeof(chain), "KILN-VM-%u", slot);
+	snprintf(jump, sizeof(jump), " -j %s", chain);
+	if (vm_run_tool_out(av, &out, 16u << 20, err) < 0) {
+		kiln_buf_free(&out);
+		return -1;
+	}
+	/* every jump to it, whatever uid it was for: the chain cannot go before them */
+	kiln_buf_adds(&b, "*filter\n");
+	char *save = NULL;
+	for (char *line = strtok_r(out.buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		size_t len = strlen(line), jl = strlen(jump);
+		if (strncmp(line, "-A OUTPUT ", 10) == 0 && len > jl && strcmp(line + len - jl, jump) == 0)
+			kiln_buf_addf(&b, "-D %s\n", line + 3);
+	}
+	kiln_buf_addf(&b, "-F %s\n-X %s\nCOMMIT\n", chain, chain);
+	kiln_buf_free(&out);
+	rc = run_restore(b.buf, err);
+	kiln_buf_free(&b);
+	return rc < 0 ? kiln_error_wrap(err, "removing the egress chain %s", chain) : 0;
+}

@@ -130,27 +130,38 @@ static pid_t spawn_fork(const struct vm_spawn_opts *o, struct vm_jail_joined *cg
 	return vm_jail_fork(o->jail, vm_jail_clone_flags(o->jail), false, cg);
 }
 
+/* PDEATHSIG: no VM outlives the kiln that started it; and if kiln died
+ * before it was armed, the error pipe's reader is gone (a jailed QEMU is
+ * pid 1 of its namespace: getppid cannot tell). */
+static void die_with_kiln(int errfd)
+{
+	struct pollfd p = { .fd = errfd, .events = 0 };
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (poll(&p, 1, 0) > 0 && (p.revents & POLLERR))
+		_exit(127);
+}
+
 /* The process that becomes QEMU.  errfd (close-on-exec) gets the reason if
  * it does not get to exec. */
 static void spawn_child(char *const argv[], int out_fd, const struct vm_spawn_opts *o, const struct vm_jail_joined *cg,
 			int errfd)
 {
 	child_setup(out_fd);
-	if (!o->detached) {
-		/* PDEATHSIG: no VM outlives the kiln that started it; and if kiln
-		 * died before it was armed, the error pipe's reader is gone */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		struct pollfd p = { .fd = errfd, .events = 0 };
-		if (poll(&p, 1, 0) > 0 && (p.revents & POLLERR))
-			_exit(127);
-	}
+	if (!o->detached)
+		die_with_kiln(errfd);
 	/* no core dump: a QEMU killed by a signal (SIGBUS from a lazy
 	 * template's unreachable memory) would write the guest's RAM, up to
 	 * gigabytes of a sandbox's data, wherever core_pattern says */
 	struct rlimit no_core = { 0, 0 };
 	setrlimit(RLIMIT_CORE, &no_core);
-	if (jailed(o))
+	if (jailed(o)) {
 		vm_jail_enter(o->jail, cg, errfd);
+		/* the switch to the VM's uid cleared the parent-death signal
+		 * (the kernel does on a change of credentials): armed again */
+		if (!o->detached)
+			die_with_kiln(errfd);
+	}
 	for (int i = 0; i < 3; i++) {
 		int kfd = o->keep_fd[i], fl = kfd > 0 ? fcntl(kfd, F_GETFD) : 0;
 		if (kfd > 0 && (fl < 0 || fcntl(kfd, F_SETFD, fl & ~FD_CLOEXEC) < 0)) {
@@ -282,6 +293,16 @@ unsigned long long vm_proc_start_time(pid_t pid)
 int vm_run_tool(char *const argv[], kiln_error **err)
 {
 	kiln_buf out = KILN_BUF_INIT;
+	/* the head of its output is enough for the error */
+	int rc = vm_run_tool_out(argv, &out, 8192, err);
+
+	kiln_buf_free(&out);
+	return rc;
+}
+
+int vm_run_tool_out(char *const argv[], kiln_buf *out_, size_t max, kiln_error **err)
+{
+	kiln_buf out = KILN_BUF_INIT;
 	int pipefd[2], status = 0, rc = -1;
 	pid_t pid;
 
@@ -301,8 +322,7 @@ int vm_run_tool(char *const argv[], kiln_error **err)
 		_exit(127);
 	}
 	close(pipefd[1]);
-	/* the head of its output is enough for the error; a read error ends it early */
-	kiln_read_all(pipefd[0], &out, 8192);
+	kiln_read_all(pipefd[0], &out, max); /* a read error ends it early */
 	close(pipefd[0]);
 	kiln_waitpid(pid, &status, 0);
 	while (out.len > 0 && (out.buf[out.len - 1] == '\n' || out.buf[out.len - 1] == '\r'))
@@ -313,6 +333,7 @@ int vm_run_tool(char *const argv[], kiln_error **err)
 		kiln_err(err, KILN_E_GENERIC, "%s exited with status %d: %s", argv[0], WEXITSTATUS(status), out.buf);
 	else
 		kiln_err(err, KILN_E_GENERIC, "%s was killed by signal %d", argv[0], WTERMSIG(status));
-	kiln_buf_free(&out);
+	kiln_buf_free(out_);
+	*out_ = out;
 	return rc;
 }

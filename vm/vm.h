@@ -244,7 +244,8 @@ bool vm_unconfined(void);
 /* Empty the egress chain of a jailed VM's uid once its QEMU is gone (0:
  * unconfined, nothing to do). */
 void vm_net_release(uid_t uid);
-/* Remove the cgroups of uid slots no VM holds; returns how many. */
+/* Remove the cgroups and egress chains of uid slots no VM holds; returns
+ * how many. */
 int vm_jail_gc(void);
 /* Remove what a restored VM left outside its directory dir (the RAM copy in
  * /dev/shm that dir/memory points to); the caller removes dir. */

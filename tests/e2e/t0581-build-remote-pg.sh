@@ -7,38 +7,16 @@
 # build is not starved behind it, and a build submitted to one host is
 # followed through the other.  No VM: FROM scratch + COPY of a few MB.
 . tests/e2e/lib.sh
+. tests/e2e/pg-lib.sh
 
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-if [ -z "$PGBIN" ] || ! id postgres >/dev/null 2>&1; then
-	skip "PostgreSQL queue" "no PostgreSQL server installed (deps/service.txt)"
-	exit 0
-fi
-if [ "$(id -u)" -ne 0 ] && [ "$(id -un)" != postgres ]; then
-	skip "PostgreSQL queue" "initdb must run as the postgres user: needs root"
-	exit 0
-fi
-as_pg() { if [ "$(id -u)" -eq 0 ]; then su postgres -s /bin/sh -c "$*"; else sh -c "$*"; fi; }
-PGDIR=$(mktemp -d /tmp/kiln-pg.XXXXXX)
-chmod 755 "$PGDIR"
-[ "$(id -u)" -eq 0 ] && chown postgres "$PGDIR"
-PGPORT=$((20000 + RANDOM % 20000))
 SRV1= SRV2=
 cleanup() {
 	for p in $SRV1 $SRV2; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-	as_pg "$PGBIN/pg_ctl -D $PGDIR/db -m immediate stop" >/dev/null 2>&1
-	rm -rf "$PGDIR" "$T_TMP"
+	pg_stop
+	rm -rf "$T_TMP"
 }
 trap cleanup EXIT
-as_pg "$PGBIN/initdb -D $PGDIR/db -A trust -U kiln" >"$T_TMP/initdb.log" 2>&1
-as_pg "$PGBIN/pg_ctl -D $PGDIR/db -w -t 30 -l $PGDIR/log -o '-c listen_addresses=127.0.0.1 -p $PGPORT -k $PGDIR' start" \
-	>"$T_TMP/pgctl.log" 2>&1
-if ! psql -h 127.0.0.1 -p "$PGPORT" -U kiln -d postgres -Atc 'select 1' >/dev/null 2>&1; then
-	not_ok "PostgreSQL started"
-	sed 's/^/#   /' "$T_TMP/initdb.log" "$T_TMP/pgctl.log" "$PGDIR/log" 2>/dev/null | tail -20
-	exit 1
-fi
-ok "PostgreSQL started on 127.0.0.1:$PGPORT"
-PSQL="psql -h 127.0.0.1 -p $PGPORT -U kiln -d postgres -At"
+pg_start
 
 DATA=$T_TMP/data
 cat >"$T_TMP/serve.json" <<JSON

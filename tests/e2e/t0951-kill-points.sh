@@ -2,13 +2,14 @@
 # run.sh: alongside
 # t0951-kill-points.sh — `kill -9` at random points (docs/reliability.md): kiln
 # build (a COPY and a RUN in a builder VM), push and pull of a template, kiln
-# snapshot, kiln serve under pushes and the chunkfs file server under a lazily
-# started sandbox, each killed after a delay drawn from a
-# seed it prints (KILN_KILL_SEED=S replays a run), then run again: the rerun
-# succeeds, every store verifies (each blob hashes to its name, each template
-# with `kiln snapshot verify`), nothing half-made is listed, and no QEMU, FUSE
-# mount or process of the test is left.  KILN_KILL_POINTS=N points per command
-# (default 1 in `make test`; `make test-faults` runs 40 each, 240 in all).
+# snapshot, kiln serve under pushes, kiln serve --build with builds queued and
+# running, and the chunkfs file server under a lazily started sandbox, each
+# killed after a delay drawn from a seed it prints (KILN_KILL_SEED=S replays a
+# run), then run again: the rerun succeeds, every store verifies (each blob
+# hashes to its name, each template with `kiln snapshot verify`), nothing
+# half-made is listed, and no QEMU, FUSE mount, process, uid slot, cgroup or
+# egress chain of the test is left.  KILN_KILL_POINTS=N points per command
+# (default 1 in `make test`; `make test-faults` runs 40 each, 280 in all).
 . tests/e2e/lib.sh
 . tests/e2e/vmlib.sh
 . tests/e2e/registry-lib.sh
@@ -18,7 +19,7 @@ SEED=${KILN_KILL_SEED:-$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}
 echo "# kill points: seed $SEED, $POINTS per command (KILN_KILL_SEED=$SEED replays)"
 RANDOM=$SEED
 stop_lazy() { KILN_HOME=$T_TMP/hp-lazy "$KILN" sandbox gc >/dev/null 2>&1; KILN_HOME=$T_TMP/hp-lazy "$KILN" chunkfs stop >/dev/null 2>&1; }
-trap 'stop_lazy; reg_stop KILL; rm -rf "$T_TMP"' EXIT
+trap 'stop_lazy; reg_stop KILL; [ -n "${SVC:-}" ] && kill -9 "$SVC" 2>/dev/null; rm -rf "$T_TMP"' EXIT
 vm_setup
 export SOURCE_DATE_EPOCH=1700000000
 cd "$T_TMP"
@@ -47,13 +48,17 @@ settle() {
 		sleep 0.1
 	done
 }
+# descendants PID: every process under PID
+descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
 # leftovers: processes (QEMU, chunkfs, kiln) or mounts of this test still there
 leftovers() {
 	local p found=1
 	for p in $(pgrep -f "$T_TMP" 2>/dev/null); do
 		[ "$p" = $$ ] && continue
 		grep -q "$T_TMP" "/proc/$p/cmdline" 2>/dev/null || continue
-		case "$(tr '\0' ' ' <"/proc/$p/cmdline")" in *"$KILN serve"*) [ "$p" = "${REG_PID:-}" ] && continue ;; esac
+		case "$(tr '\0' ' ' <"/proc/$p/cmdline")" in *"$KILN serve"*) [ "$p" = "${REG_PID:-}" ] || [ "$p" = "${SVC:-}" ] && continue ;; esac
+		[ -n "${SVC:-}" ] && descendants "$SVC" | grep -qx "$p" && continue # the live build server's own
+		[ -n "${1:-}" ] && echo "#   left: $p $(tr '\0' ' ' <"/proc/$p/cmdline" | cut -c1-200)"
 		found=0
 	done
 	grep -q " $T_TMP" /proc/mounts && found=0
@@ -71,12 +76,36 @@ verify_home() {
 			{ echo "# $h: template $t does not verify:"; sed 's/^/#   /' "$T_TMP/verify.err"; return 1; }
 	done
 }
+# slot_free N: no VM holds uid slot N (its lock can be taken, its cgroups are empty)
+slot_free() {
+	local c
+	flock -n "/run/kiln/slots/$1" true 2>/dev/null || [ ! -e "/run/kiln/slots/$1" ] || return 1
+	for c in $(slot_cgroups "$1"); do [ -s "$c/cgroup.procs" ] && return 1; done
+	return 0
+}
+slot_cgroups() { find /sys/fs/cgroup -maxdepth 3 -type d -path "*/kiln/vm-$1" 2>/dev/null; }
+# slot_leftovers: after `kiln sandbox gc`, what a free slot still has (its
+# cgroups, its egress chain): a kill left it and the gc did not take it away
+slot_leftovers() {
+	local d n found=1
+	KILN_HOME=$T_TMP/gc-home "$KILN" sandbox gc >/dev/null 2>&1
+	for n in $(iptables -w 5 -S 2>/dev/null | sed -n 's/^-N KILN-VM-\([0-9]*\)$/\1/p'); do
+		slot_free "$n" && { echo "# uid slot $n: egress chain KILN-VM-$n left"; found=0; }
+	done
+	for d in $(find /sys/fs/cgroup -maxdepth 3 -type d -path '*/kiln/vm-*' 2>/dev/null); do
+		n=${d##*/vm-}
+		slot_free "$n" && { echo "# uid slot $n: cgroup $d left"; found=0; }
+	done
+	return $found
+}
 check_point() { # NAME HOME: leftovers and stores after a killed run and its rerun
 	settle
 	if leftovers; then
 		fail_point "$1: nothing of the killed run is left"
-		pgrep -af "$T_TMP" | sed 's/^/#   /' | head -5
+		leftovers show
+		grep " $T_TMP" /proc/mounts | sed 's/^/#   mount: /' 
 	fi
+	slot_leftovers && fail_point "$1: no uid slot, cgroup or egress chain is left"
 	verify_home "$2" || fail_point "$1: the stores verify"
 }
 
@@ -155,6 +184,80 @@ for i in $(seq 1 "$POINTS"); do
 	echo "# serve $i killed"
 done
 
+# ---- kiln serve --build killed with one build running (a RUN in its builder
+# VM) and one queued; restarted on the same data: the cut build ends failed
+# saying why, the queued one runs, the cut one submitted again succeeds, and
+# nothing the killed server started is left
+SD=$T_TMP/svc
+echo '{"auth": true, "build": {"host_builds": 1}}' >"$T_TMP/svc.json"
+STOK=$("$KILN" token create --data "$SD" --scope team-a:build,pull,push a)
+# svc_start: on the port of its first start (the host's id in the queue, and
+# the registry its images name, stay those of the host that was killed)
+svc_start() {
+	local i
+	: >"$T_TMP/svc.log"
+	for i in $(seq 20); do
+		"$KILN" serve --addr "${SHOST:-127.0.0.1:0}" --data "$SD" --config "$T_TMP/svc.json" 2>>"$T_TMP/svc.log" &
+		SVC=$!
+		for _ in $(seq 100); do grep -q listening "$T_TMP/svc.log" && break; kill -0 $SVC 2>/dev/null || break; sleep 0.1; done
+		grep -q listening "$T_TMP/svc.log" && break
+		sleep 0.5 # the killed server's port not yet free
+	done
+	SHOST=$(grep -o '127.0.0.1:[0-9]*' "$T_TMP/svc.log" | head -1)
+	[ -n "$SHOST" ] && kill -0 $SVC 2>/dev/null
+}
+# builds_state: "ID STATE REASON" of each of the team's builds
+builds_state() {
+	curl -s -H "X-API-Key: $STOK" "http://$SHOST/build/v1/builds" |
+		jq -r '.builds[] | "\(.id) \(.state) \(.reason // "")"'
+}
+rbuild() { KILN_TOKEN=$STOK timeout 300 "$KILN" build --remote "http://$SHOST" "$@"; }
+svc_start || { not_ok "kiln serve --build starts"; exit 1; }
+mkdir -p sbase/root
+cp -a bbb/rootfs/. sbase/root/
+printf 'FROM scratch\nCOPY root/ /\n' >sbase/Dockerfile
+rbuild -t bb:1 sbase >/dev/null 2>"$T_TMP/err" || { not_ok "the service builds the base"; sed 's/^/#   /' "$T_TMP/err" | tail -3; exit 1; }
+mkdir -p sctx && cp ctx/data.bin sctx/
+printf 'FROM %s/team-a/bb:1\nARG N\nCOPY data.bin /data.bin\nRUN echo "$N" >/n && sha256sum /data.bin >/sum\n' "$SHOST" >sctx/Dockerfile
+ms=$(run_ms rbuild --build-arg N=0 -t r:0 sctx)
+echo "# one remote build: $ms ms"
+for i in $(seq 1 "$POINTS"); do
+	rbuild --build-arg "N=r$i" -t "r:$i" sctx >/dev/null 2>&1 &
+	c1=$!
+	sleep 0.3
+	rbuild --build-arg "N=q$i" -t "q:$i" sctx >/dev/null 2>&1 &
+	c2=$!
+	sleep "$(delay "$ms")"
+	mapfile -t kids < <(descendants "$SVC")
+	kill -9 "$SVC"
+	wait "$SVC" 2>/dev/null
+	echo "# serve --build $i killed ($(ps -o args= -p "${kids[@]:-1}" 2>/dev/null | grep -c qemu) QEMU under it)"
+	gone=1
+	for _ in $(seq 50); do
+		gone=1
+		for k in "${kids[@]}"; do kill -0 "$k" 2>/dev/null && gone=0; done
+		[ $gone = 1 ] && break
+		sleep 0.1
+	done
+	[ $gone = 1 ] || { fail_point "serve --build $i: what the killed server started dies with it"; ps -o pid=,args= -p "${kids[@]}" | cut -c1-150 | sed 's/^/#   /'; }
+	svc_start || { fail_point "serve --build $i: restarts after kill -9"; break; }
+	wait $c1 $c2 2>/dev/null
+	# every build ends: cut ones failed saying the server restarted, the rest done
+	for _ in $(seq 600); do builds_state | grep -qE ' (queued|building) ' || break; sleep 0.5; done
+	builds_state >"$T_TMP/states"
+	if grep -E ' (queued|building) ' "$T_TMP/states"; then fail_point "serve --build $i: every build ends after the restart"; fi
+	if grep ' failed ' "$T_TMP/states" | grep -v 'the server restarted'; then fail_point "serve --build $i: a build fails only because the server was cut"; fi
+	rbuild --build-arg "N=r$i" -t "r:$i" sctx >/dev/null 2>"$T_TMP/err" || { fail_point "serve --build $i: the cut build succeeds when submitted again"; sed 's/^/#   /' "$T_TMP/err" | tail -3; }
+	rbuild --build-arg "N=q$i" -t "q:$i" sctx >/dev/null 2>"$T_TMP/err" || { fail_point "serve --build $i: the queued build succeeds"; sed 's/^/#   /' "$T_TMP/err" | tail -3; }
+	mapfile -t blobs < <(find "$SD/blobs" -type f)
+	[ "$(misnamed_blobs "${blobs[@]}")" = 0 ] || fail_point "serve --build $i: every registry blob matches its digest"
+	check_point "serve --build $i" "$T_TMP/nohome"
+	echo "# serve --build $i: $(awk '{print $2}' "$T_TMP/states" | sort | uniq -c | tr '\n' ' ')"
+done
+kill "$SVC" 2>/dev/null
+wait "$SVC" 2>/dev/null
+SVC=
+
 # ---- the chunkfs file server killed under a lazily started sandbox
 H=$T_TMP/hp-lazy
 chunkfs_pid() { # the file server of KILN_HOME $H
@@ -181,5 +284,5 @@ for i in $(seq 1 "$POINTS"); do
 	KILN_HOME=$H "$KILN" chunkfs stop >/dev/null 2>&1
 	check_point "chunkfs $i" "$H"
 done
-expect_eq "$((POINTS * 6)) kill points (seed $SEED): rerun succeeds, stores verify, nothing left" "$bad" 0
+expect_eq "$((POINTS * 7)) kill points (seed $SEED): rerun succeeds, stores verify, nothing left" "$bad" 0
 reg_stop
