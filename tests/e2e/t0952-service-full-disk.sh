@@ -7,6 +7,7 @@
 # the full disk ends failed saying so, leaving no temporary file; and all of
 # it works again once space is freed.  No VM: FROM scratch + COPY.
 . tests/e2e/lib.sh
+. tests/e2e/service-lib.sh
 
 MNT=$T_TMP/mnt
 SRV=
@@ -22,13 +23,7 @@ DATA=$MNT/data
 echo '{"auth": true, "build": {"host_builds": 1, "fetch_private": true}}' >"$T_TMP/serve.json"
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
 export KILN_TOKEN=$A
-: >"$T_TMP/serve.log"
-$KILN serve --addr 127.0.0.1:0 --data "$DATA" --config "$T_TMP/serve.json" 2>"$T_TMP/serve.log" &
-SRV=$!
-for _ in $(seq 100); do grep -q listening "$T_TMP/serve.log" && break; sleep 0.1; done
-HOST=$(grep -o '127.0.0.1:[0-9]*' "$T_TMP/serve.log" | head -1)
-URL=http://$HOST
-[ -n "$HOST" ] || { not_ok "kiln serve --build starts"; exit 1; }
+serve_build "$DATA" "$T_TMP/serve.json" || { not_ok "kiln serve --build starts"; exit 1; }
 
 # fill [KEEP_KIB]: take the tmpfs's free space but KEEP_KIB (dd stops at ENOSPC)
 fill() {
@@ -51,6 +46,24 @@ state() { curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$1" | jq -r .state; }
 n_builds() { curl -s -H "X-API-Key: $A" "$URL/build/v1/builds" | jq '.builds | length'; }
 
 $KILN login -u x --password-stdin "$HOST" <<<"$A" >/dev/null 2>&1
+# ends_failed ID REASON_RE NAME: the build, its state read while the disk is
+# full, ends failed with that reason once space is freed, at the latest; if
+# its end waited for space, the server's log says it was recorded afterwards
+ends_failed() {
+	local st
+	st=$(state "$1")
+	unfill
+	for _ in $(seq 50); do [ "$(state "$1")" = failed ] && break; sleep 0.2; done
+	expect_eq "$3: ends failed (it was '$st' while the disk was full)" "$(state "$1")" failed
+	curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$1" | jq -r .reason >"$T_TMP/reason"
+	expect_grep "...its reason: /$2/" "$2" "$T_TMP/reason"
+	if [ "$st" = building ]; then
+		expect_grep "...its end waited for space (the server said so)" 'its end recorded once space was freed' "$T_TMP/serve.log"
+	else
+		echo "# the queue's database had room for the build's end: its wait for space was not needed"
+	fi
+}
+
 mkdir -p "$T_TMP/ctx"
 echo one >"$T_TMP/ctx/a.txt"
 printf 'FROM scratch\nARG N\nCOPY a.txt /a.txt\n' >"$T_TMP/ctx/Dockerfile"
@@ -104,15 +117,7 @@ IDH=$(curl -s -H "X-API-Key: $A" "$URL/build/v1/builds" | jq -r '[.builds[] | se
 expect_eq "...no temporary file is left" "$(tmp_left)" ""
 expect_exit 1 "...nothing was published" $KILN pull "$HOST/team-a/app:huge"
 # its end may wait for space too (the queue's database is on the full disk)
-st=$(state "$IDH")
-unfill
-for _ in $(seq 50); do [ "$(state "$IDH")" = failed ] && break; sleep 0.2; done
-expect_eq "...it ends failed (at the latest once space is freed; it was '$st' while full)" "$(state "$IDH")" failed
-curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$IDH" | jq -r .reason >"$T_TMP/reason"
-expect_grep "...its reason names the full disk" 'No space left on device' "$T_TMP/reason"
-if [ "$st" = building ]; then
-	expect_grep "...the server said its end waited for space" 'its end recorded once space was freed' "$T_TMP/serve.log"
-fi
+ends_failed "$IDH" 'No space left on device' "a build that met the full disk"
 expect_exit 0 "...it succeeds once space is freed" \
 	$KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.huge" -t app:huge "$T_TMP/ctx"
 expect_exit 0 "...and is published" $KILN pull "$HOST/team-a/app:huge"
@@ -126,17 +131,7 @@ IDT=$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" \
 for _ in $(seq 50); do [ "$(state "$IDT")" = building ] && break; sleep 0.1; done
 fill
 sleep 6
-st=$(state "$IDT")
-unfill
-for _ in $(seq 50); do [ "$(state "$IDT")" = failed ] && break; sleep 0.2; done
-expect_eq "a build timed out on a full disk ends failed (it was '$st' while full)" "$(state "$IDT")" failed
-curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$IDT" | jq -r .reason >"$T_TMP/reason"
-expect_grep "...its reason is the time limit" 'time limit' "$T_TMP/reason"
-if [ "$st" = building ]; then
-	expect_grep "...its end waited for space (the server said so)" 'its end recorded once space was freed' "$T_TMP/serve.log"
-else
-	echo "# the queue's database had room for the build's end: its wait for space was not needed"
-fi
+ends_failed "$IDT" 'time limit' "a build timed out on a full disk"
 kill $SLOW 2>/dev/null
 wait $SLOW 2>/dev/null
 kill -0 "$SRV" 2>/dev/null && ok "the server is up at the end" || not_ok "the server is up at the end"

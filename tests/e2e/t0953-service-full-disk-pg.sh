@@ -7,6 +7,7 @@
 # is full, no build is left half-queued or stuck, reads go on, and builds run
 # again once space is freed.  No VM: FROM scratch + COPY.
 . tests/e2e/lib.sh
+. tests/e2e/service-lib.sh
 . tests/e2e/pg-lib.sh
 
 SRV=
@@ -36,13 +37,7 @@ DATA=$T_TMP/data
 echo "{\"auth\": true, \"build\": {\"db\": \"$PG_CONNINFO\", \"host_builds\": 1}}" >"$T_TMP/serve.json"
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
 export KILN_TOKEN=$A
-: >"$T_TMP/serve.log"
-$KILN serve --addr 127.0.0.1:0 --data "$DATA" --config "$T_TMP/serve.json" 2>"$T_TMP/serve.log" &
-SRV=$!
-for _ in $(seq 100); do grep -q listening "$T_TMP/serve.log" && break; sleep 0.1; done
-HOST=$(grep -o '127.0.0.1:[0-9]*' "$T_TMP/serve.log" | head -1)
-URL=http://$HOST
-[ -n "$HOST" ] || { not_ok "kiln serve --build starts on PostgreSQL"; sed 's/^/#   /' "$T_TMP/serve.log"; exit 1; }
+serve_build "$DATA" "$T_TMP/serve.json" || { not_ok "kiln serve --build starts on PostgreSQL"; sed 's/^/#   /' "$T_TMP/serve.log"; exit 1; }
 expect_eq "kiln's queue table is in the small tablespace" \
 	"$($PSQL -c "SELECT tablespace FROM pg_tables WHERE tablename = 'svc_builds'")" small
 
