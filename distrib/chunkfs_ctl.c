@@ -115,6 +115,31 @@ out:
 	return rc;
 }
 
+/* Whether pid is still this KILN_HOME's file server (not a reused pid):
+ * `kiln chunkfs serve`, not yet a zombie. */
+static bool is_server(pid_t pid)
+{
+	char path[64], *cmd = NULL, *st = NULL;
+	size_t len = 0, sl = 0;
+	bool r = false;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	if (kiln_read_file(path, &cmd, &len, 4096, NULL) == 0 && len > 0) {
+		for (size_t i = 0; i + 1 < len; i++)
+			if (cmd[i] == '\0')
+				cmd[i] = ' ';
+		r = strstr(cmd, "chunkfs serve") != NULL;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (r && kiln_read_file(path, &st, &sl, 4096, NULL) == 0) {
+		const char *e = strrchr(st, ')');
+		r = !(e && (e[2] == 'Z' || e[2] == 'X'));
+	}
+	free(cmd);
+	free(st);
+	return r;
+}
+
 int dist_chunkfs_stop(kiln_error **err)
 {
 	char *mnt = dist_cfs_sub("mnt"), *pidp = dist_cfs_sub("pid"), *data = NULL;
@@ -124,10 +149,21 @@ int dist_chunkfs_stop(kiln_error **err)
 
 	if (kiln_read_file(pidp, &data, &len, 64, NULL) == 0) {
 		long pid = strtol(data, NULL, 10);
-		if (pid > 1)
+		if (pid > 1 && is_server((pid_t)pid)) {
 			kill((pid_t)pid, SIGTERM);
-		for (int i = 0; i < 300 && dist_cfs_is_mounted(mnt, &stale) && !stale; i++)
-			kiln_sleep_ms(10);
+			for (int i = 0; i < 300 && dist_cfs_is_mounted(mnt, &stale) && !stale; i++)
+				kiln_sleep_ms(10);
+			/* stopped means gone: one still there after its unmount (or
+			 * stuck in a request) would serve a mount nobody sees */
+			for (int i = 0; i < 100 && is_server((pid_t)pid); i++)
+				kiln_sleep_ms(10);
+			if (is_server((pid_t)pid)) {
+				kiln_warn("chunkfs: the file server (pid %ld) did not stop on SIGTERM: killed", pid);
+				kill((pid_t)pid, SIGKILL);
+				for (int i = 0; i < 100 && is_server((pid_t)pid); i++)
+					kiln_sleep_ms(10);
+			}
+		}
 	}
 	if (dist_cfs_is_mounted(mnt, &stale) && umount2(mnt, MNT_DETACH) < 0 && errno != EINVAL)
 		rc = kiln_err_errno(err, errno, "chunkfs: umount %s", mnt);

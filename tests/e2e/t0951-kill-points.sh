@@ -282,6 +282,9 @@ for i in $(seq 1 "$POINTS"); do
 	case "$out" in *" /data.bin") ;; *) fail_point "chunkfs $i: a sandbox runs again after the file server was killed"; sed 's/^/#   /' "$T_TMP/err" | tail -3 ;; esac
 	KILN_HOME=$H "$KILN" sandbox gc >/dev/null 2>&1
 	KILN_HOME=$H "$KILN" chunkfs stop >/dev/null 2>&1
+	sleep 3 # what would start a server again has had its time
+	left=$(chunkfs_pid)
+	[ -z "$left" ] || { fail_point "chunkfs $i: no file server runs after kiln chunkfs stop"; ps -o pid=,ppid=,lstart=,args= -p $left | sed 's/^/#   /'; }
 	check_point "chunkfs $i" "$H"
 done
 expect_eq "$((POINTS * 7)) kill points (seed $SEED): rerun succeeds, stores verify, nothing left" "$bad" 0
