@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "distrib/internal.h"
+#include "vm/vm.h"
 
 #define FUSE_MAGIC 0x65735546
 
@@ -115,29 +116,27 @@ out:
 	return rc;
 }
 
-/* Whether pid is still this KILN_HOME's file server (not a reused pid):
- * `kiln chunkfs serve`, not yet a zombie. */
-static bool is_server(pid_t pid)
+/* The start time of pid (vm_proc_start_time) if it is a file server
+ * (`kiln chunkfs serve`: the pid file may name a pid since reused), else 0;
+ * while it keeps that start time, it is the same process. */
+static unsigned long long server_start(pid_t pid)
 {
-	char path[64], *cmd = NULL, *st = NULL;
-	size_t len = 0, sl = 0;
-	bool r = false;
+	char path[64], *cmd = NULL;
+	size_t len = 0;
+	unsigned long long t = vm_proc_start_time(pid);
 
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	if (kiln_read_file(path, &cmd, &len, 4096, NULL) == 0 && len > 0) {
-		for (size_t i = 0; i + 1 < len; i++)
-			if (cmd[i] == '\0')
-				cmd[i] = ' ';
-		r = strstr(cmd, "chunkfs serve") != NULL;
+	if (t == 0 || kiln_read_file(path, &cmd, &len, 4096, NULL) < 0 || len == 0) {
+		free(cmd);
+		return 0;
 	}
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (r && kiln_read_file(path, &st, &sl, 4096, NULL) == 0) {
-		const char *e = strrchr(st, ')');
-		r = !(e && (e[2] == 'Z' || e[2] == 'X'));
-	}
+	for (size_t i = 0; i + 1 < len; i++)
+		if (cmd[i] == '\0')
+			cmd[i] = ' ';
+	if (strstr(cmd, "chunkfs serve") == NULL)
+		t = 0;
 	free(cmd);
-	free(st);
-	return r;
+	return t;
 }
 
 int dist_chunkfs_stop(kiln_error **err)
@@ -149,18 +148,19 @@ int dist_chunkfs_stop(kiln_error **err)
 
 	if (kiln_read_file(pidp, &data, &len, 64, NULL) == 0) {
 		long pid = strtol(data, NULL, 10);
-		if (pid > 1 && is_server((pid_t)pid)) {
+		unsigned long long t = pid > 1 ? server_start((pid_t)pid) : 0;
+		if (t != 0) {
 			kill((pid_t)pid, SIGTERM);
 			for (int i = 0; i < 300 && dist_cfs_is_mounted(mnt, &stale) && !stale; i++)
 				kiln_sleep_ms(10);
 			/* stopped means gone: one still there after its unmount (or
 			 * stuck in a request) would serve a mount nobody sees */
-			for (int i = 0; i < 100 && is_server((pid_t)pid); i++)
+			for (int i = 0; i < 100 && vm_proc_start_time((pid_t)pid) == t; i++)
 				kiln_sleep_ms(10);
-			if (is_server((pid_t)pid)) {
+			if (vm_proc_start_time((pid_t)pid) == t) {
 				kiln_warn("chunkfs: the file server (pid %ld) did not stop on SIGTERM: killed", pid);
 				kill((pid_t)pid, SIGKILL);
-				for (int i = 0; i < 100 && is_server((pid_t)pid); i++)
+				for (int i = 0; i < 100 && vm_proc_start_time((pid_t)pid) == t; i++)
 					kiln_sleep_ms(10);
 			}
 		}

@@ -47,6 +47,14 @@ if [ -e "$PWD/bin/kiln" ] && [ "$KILN" -ef "$PWD/bin/kiln" ]; then
 	done
 fi
 
+# need_tools TOOL...: each on PATH, or the test fails saying which (make deps installs them)
+need_tools() {
+	local t
+	for t in "$@"; do
+		command -v "$t" >/dev/null || { not_ok "$t is installed (make deps)"; exit 1; }
+	done
+}
+
 # expect_exit CODE NAME CMD... : run CMD, check its exit status; output kept
 # in $T_TMP/out and $T_TMP/err for later checks.
 expect_exit() {

@@ -15,9 +15,7 @@ cleanup() {
 	rm -rf "$T_TMP"
 }
 trap cleanup EXIT
-for t in prometheus promtool skopeo umoci; do
-	command -v $t >/dev/null || { not_ok "$t is installed (make deps)"; exit 1; }
-done
+need_tools prometheus promtool skopeo umoci
 cd "$T_TMP"
 D="$T_TMP/data"
 echo '{"auth": true}' >auth.json

@@ -8,9 +8,7 @@
 . tests/e2e/registry-lib.sh
 
 trap 'reg_stop; rm -rf "$T_TMP"' EXIT
-for t in skopeo umoci jq; do
-	command -v $t >/dev/null || { not_ok "$t is installed (make deps)"; exit 1; }
-done
+need_tools skopeo umoci jq
 cd "$T_TMP"
 D="$T_TMP/data"
 echo '{"auth": true}' >auth.json

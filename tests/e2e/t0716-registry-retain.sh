@@ -17,9 +17,7 @@ cleanup() {
 	rm -rf "$T_TMP"
 }
 trap cleanup EXIT
-for t in skopeo umoci sqlite3 jq; do
-	command -v $t >/dev/null || { not_ok "$t is installed (make deps)"; exit 1; }
-done
+need_tools skopeo umoci sqlite3 jq
 cd "$T_TMP"
 D="$T_TMP/data"
 S="skopeo --command-timeout 60s"
