@@ -8,7 +8,9 @@
 #   - a lazily pulled template: `kiln run` and a sandbox created, exec'd,
 #     paused, resumed and killed, in a fresh KILN_HOME every few rounds;
 #   - a `kill -9` of the server every KILL_MIN minutes (default 4), restarted
-#     on the same port and data.
+#     on the same port and data, except in the run's last QUIET_MIN minutes
+#     (default a third of the run): that last lifetime is long enough to tell a
+#     leak from warm-up.
 # A failed operation within 20 s of a kill is retried once (a client would)
 # and counted as kill-caused if the retry succeeds; every other failure is an
 # error. Every 10 s the server's RSS, fds and threads and the data directory's
@@ -19,6 +21,7 @@ set -u
 cd "$(dirname "$0")/.."
 HOURS=${1:?usage: bench/soak.sh HOURS [KILL_MIN]}
 KILL_MIN=${2:-4}
+QUIET_MIN=${QUIET_MIN:-$(awk -v h="$HOURS" 'BEGIN { printf "%d", h * 20 }')}
 export KILN_KERNEL_DIR=${KILN_KERNEL_DIR:-$PWD/build/kernel}
 vm/fetch-kernel.sh "$KILN_KERNEL_DIR" >/dev/null || exit 1
 KILN=$PWD/bin/kiln
@@ -32,6 +35,8 @@ cleanup() {
 	kill -9 "$(cat "$W/srv.pid" 2>/dev/null)" 2>/dev/null
 	for h in "$W"/lazy*; do [ -d "$h" ] && KILN_HOME=$h "$KILN" sandbox gc >/dev/null 2>&1 && KILN_HOME=$h "$KILN" chunkfs stop >/dev/null 2>&1; done
 	wait 2>/dev/null
+	# SOAK_OUT=DIR keeps the samples, the operations' log and the errors
+	[ -n "${SOAK_OUT:-}" ] && mkdir -p "$SOAK_OUT" && cp "$W"/samples "$W"/ops "$W"/errors "$W"/srv.log "$SOAK_OUT"/ 2>/dev/null
 	rm -rf "$W"
 }
 trap cleanup EXIT
@@ -139,9 +144,10 @@ sandboxes() {
 	done
 }
 killer() {
-	while [ "$(date +%s)" -lt $((END - 60)) ]; do
+	local last=$((END - QUIET_MIN * 60 - 60))
+	while [ "$(date +%s)" -lt "$last" ]; do
 		sleep $((KILL_MIN * 60))
-		[ "$(date +%s)" -lt $((END - 60)) ] || break
+		[ "$(date +%s)" -lt "$last" ] || break
 		date +%s >"$W/killed"
 		kill -9 "$(cat "$W/srv.pid")" 2>/dev/null
 		sleep 1
@@ -171,7 +177,7 @@ pids=
 "$KILN" registry gc --data "$DATA" --config <(echo '{"gc_grace_s": 0}') --dry-run >"$W/gc2.out" 2>&1
 on_disk=$(find "$DATA/blobs" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
 held=$("$KILN" registry usage --data "$DATA" --json 2>/dev/null | jq '[.[].bytes] | add // 0')
-echo "soak: $(awk -v s="$START" -v e="$(date +%s)" 'BEGIN { printf "%.2f", (e - s) / 3600 }') h, kill -9 of the server every $KILL_MIN min ($(grep -c restart "$W/ops") kills), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "soak: $(awk -v s="$START" -v e="$(date +%s)" 'BEGIN { printf "%.2f", (e - s) / 3600 }') h, kill -9 of the server every $KILL_MIN min ($(grep -c restart "$W/ops") kills, none in the last $QUIET_MIN min), load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-8s %8s %12s %8s\n' kind ok kill-caused errors
 for k in remote local push pull sandbox; do
 	printf '%-8s %8d %12d %8d\n' "$k" "$(grep -c " $k ok" "$W/ops")" "$(grep -c " $k kill" "$W/ops")" "$(grep -c " $k error" "$W/ops")"
@@ -182,6 +188,14 @@ awk 'NR > 1 { if ($2 != pid) { pid = $2; t0 = $1 } if ($1 - t0 >= 60) { n[pid]++
 	      for (p in n) { if (n[p] < 3) continue; d = n[p] * sxx[p] - sx[p] * sx[p]; if (d == 0) continue;
 	        printf "%-8s %8d %12d %10.1f %10d %10.2f %10.2f\n", p, n[p], last[p, 3], (n[p] * sxy[p, 3] - sx[p] * sy[p, 3]) / d, last[p, 4],
 	          (n[p] * sxy[p, 4] - sx[p] * sy[p, 4]) / d, (n[p] * sxy[p, 5] - sx[p] * sy[p, 5]) / d } }' "$W/samples"
+# the last (longest, kill-free) lifetime's second half: after any warm-up, a leak shows as a slope here
+awk 'NR > 1 { pid[NR] = $2; t[NR] = $1; r[NR] = $3; f[NR] = $4; h[NR] = $5; last = $2 }
+	END { for (i = 2; i <= NR; i++) if (pid[i] == last) { if (!a) a = i; b = i }
+	      if (b - a < 10) exit; m = int((a + b) / 2); n = 0;
+	      for (i = m; i <= b; i++) { x = (t[i] - t[m]) / 60; n++; sx += x; sxx += x * x; sr += r[i]; sxr += x * r[i]; sf += f[i]; sxf += x * f[i]; sh += h[i]; sxh += x * h[i] }
+	      d = n * sxx - sx * sx; if (d == 0) exit;
+	      printf "last lifetime (%.0f min), its second half (%d samples): rss %d -> %d KiB, %.1f KiB/min; fds %.2f/min; threads %.2f/min\n",
+	        (t[b] - t[a]) / 60, n, r[m], r[b], (n * sxr - sx * sr) / d, (n * sxf - sx * sf) / d, (n * sxh - sx * sh) / d }' "$W/samples"
 echo "registry after gc: $on_disk bytes of blob files, the teams' stored bytes $held; gc: $(tail -1 "$W/gc.out"); a second gc would: $(tail -1 "$W/gc2.out")"
 if [ -s "$W/errors" ]; then
 	echo "errors:"
