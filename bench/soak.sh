@@ -160,7 +160,7 @@ sampler() {
 	while [ "$(date +%s)" -lt "$END" ]; do
 		local p
 		p=$(cat "$W/srv.pid")
-		[ -r "/proc/$p/status" ] && echo "$(date +%s) $p $(awk '/^VmRSS/ {print $2}' "/proc/$p/status") $(ls "/proc/$p/fd" | wc -l) $(awk '/^Threads/ {print $2}' "/proc/$p/status") $(du -sk "$DATA" | cut -f1)" >>"$W/samples"
+		[ -r "/proc/$p/status" ] && echo "$(date +%s) $p $(awk '/^VmRSS/ {print $2}' "/proc/$p/status") $(ls "/proc/$p/fd" | wc -l) $(awk '/^Threads/ {print $2}' "/proc/$p/status") $(du -sk "$DATA" 2>/dev/null | cut -f1)" >>"$W/samples"
 		sleep 10
 	done
 }

@@ -65,6 +65,10 @@ static struct {
 	double last_fault_ms;         /* when a read last had to fetch: the prefetch yields */
 	double last_read_ms;          /* when any read came: the prefetch starts once a start is over */
 	unsigned long faults;         /* chunks fetched on first touch */
+	/* chunks fetched but not stored (a full chunk store): served from memory */
+	unsigned long unstored;
+	char *unstored_why;           /* the first store error of the streak */
+	double unstored_logged_ms;
 } S = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 void dist_cfs_logf(const char *fmt, ...)
@@ -249,6 +253,35 @@ static void pool_give(struct cfs_tmpl *T, rc_client *c)
 	rc_client_free(c);
 }
 
+/* A verified chunk that the store could not take (a full disk, most often)
+ * is still served: a running sandbox must not see the host's trouble as an
+ * I/O error.  The streak is logged when it starts (every 30 s while it lasts)
+ * and when a chunk is stored again, so the line naming the full disk reaches
+ * the log once there is room for it. */
+static void stored(struct cfs_tmpl *T, kiln_error *e)
+{
+	pthread_mutex_lock(&S.lock);
+	if (e) {
+		S.unstored++;
+		if (!S.unstored_why)
+			S.unstored_why = kiln_xstrdup(kiln_error_message(e));
+		if (kiln_now_ms() - S.unstored_logged_ms > 30000) {
+			S.unstored_logged_ms = kiln_now_ms();
+			dist_cfs_logf("template %.12s: the chunk store cannot take fetched chunks (%s); serving them from "
+				      "memory without storing them", T->hex, kiln_error_message(e));
+		}
+		kiln_error_free(e);
+	} else if (S.unstored_why) {
+		dist_cfs_logf("template %.12s: chunks are stored again; %lu chunks were served from memory without being "
+			      "stored (%s)", T->hex, S.unstored, S.unstored_why);
+		free(S.unstored_why);
+		S.unstored_why = NULL;
+		S.unstored = 0;
+		S.unstored_logged_ms = 0;
+	}
+	pthread_mutex_unlock(&S.lock);
+}
+
 /* The compressed chunk: from the store, or fetched (verified) and stored. */
 static int chunk_bytes(struct cfs_tmpl *T, const char *digest, uint64_t max, char **comp, size_t *clen,
 		       kiln_error **err)
@@ -274,11 +307,14 @@ static int chunk_bytes(struct cfs_tmpl *T, const char *digest, uint64_t max, cha
 	pool_give(T, c);
 	if (r < 0)
 		return kiln_error_wrap(err, "fetching chunk %s from %s/%s", digest, T->host, T->repo);
-	if (dist_chunks_put(T->cs, *comp, *clen, got, err) < 0 || strcmp(got, digest) != 0) {
+	r = dist_chunks_put(T->cs, *comp, *clen, got, &e);
+	if (strcmp(got, digest) != 0) {
+		kiln_error_free(e);
 		free(*comp);
 		*comp = NULL;
 		return kiln_err(err, KILN_E_INVALID, "chunk %s from %s does not hash to its name", digest, T->host);
 	}
+	stored(T, r < 0 ? e : NULL);
 	return 0;
 }
 

@@ -31,6 +31,8 @@ int dist_chunks_has(dist_chunks *cs, const char *digest);
  * against digest and moves it in, or removes it. */
 char *dist_chunks_tmp(dist_chunks *cs, int *fd, kiln_error **err);
 int dist_chunks_commit(dist_chunks *cs, const char *tmp, const char *digest, kiln_error **err);
+/* Stores data as a chunk; digest is set to the data's even when the store
+ * fails (a full disk), so a caller can still tell good bytes from bad. */
 int dist_chunks_put(dist_chunks *cs, const void *data, size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err);
 /* A chunk's bytes, verified (a corrupted one is removed and is an error). */
 int dist_chunks_get(dist_chunks *cs, const char *digest, char **data, size_t *len, kiln_error **err);

@@ -647,13 +647,18 @@ static int collect(struct xfer *x, int64_t *wait, kiln_error **err)
 	return 0;
 }
 
-/* The one cleanup path of a transfer, whether it ended or failed midway. */
-static void teardown(struct xfer *x)
+/* The one cleanup path of a transfer, whether it ended or failed midway.
+ * A pull's .part files stay for the next pull to resume from, except after a
+ * full disk: then they hold the very space the host lacks (only those this
+ * transfer has open, hence locked: another process's stay). */
+static void teardown(struct xfer *x, int drop_parts)
 {
 	for (size_t i = 0; i < x->n; i++) {
 		struct job *j = &x->jobs[i];
 		if (j->running)
 			release_slot(x, j);
+		if (drop_parts && j->part && j->fd >= 0 && j->st != S_DONE)
+			unlink(j->part);
 		job_release(j);
 		rc_http_free(&j->rq);
 		kiln_error_free(j->err);
@@ -702,7 +707,7 @@ static int run(rc_client *c, const char *repo, int push, const struct rc_blob *b
 	report(&x, NULL, 1);
 	rc = 0;
 out:
-	teardown(&x);
+	teardown(&x, rc < 0 && !push && err && kiln_error_disk_full(*err));
 	return rc;
 }
 

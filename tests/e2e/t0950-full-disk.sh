@@ -21,8 +21,8 @@ cd "$T_TMP"
 # fill: take every free byte of the tmpfs (dd stops at ENOSPC); unfill gives it back.
 fill() { dd if=/dev/zero of="$MNT/filler" bs=64k status=none 2>/dev/null; sync; }
 unfill() { rm -f "$MNT/filler"; }
-# tmp_files: files left in a temporary directory of KILN_HOME
-tmp_files() { find "$KILN_HOME" -type f | sed "s|^$KILN_HOME/||" | grep -c '\(^\|/\)tmp/'; }
+# tmp_files: files left in a temporary directory of KILN_HOME, or half-fetched (.part)
+tmp_files() { find "$KILN_HOME" -type f | sed "s|^$KILN_HOME/||" | grep -c '\(^\|/\)tmp/\|\.part$'; }
 # files DIR: the regular files under DIR with their sizes, sorted (what is stored)
 files() { find "$1" -type f ! -name 'meta.db*' -printf '%P %s\n' 2>/dev/null | sort; }
 
@@ -148,4 +148,37 @@ expect_exit 0 "and the resume" "$KILN" sandbox resume "$id"
 expect_eq "the resumed sandbox kept its state" "$(cat "$T_TMP/out")" kept
 expect_exit 0 "snapshot once space is freed" "$KILN" snapshot -t s:1 --start true --ready true "$T_TMP/root.ext4"
 "$KILN" sandbox kill "$id" >/dev/null 2>&1
+
+# ---- the file server fetching chunks onto a full disk: a lazily pulled
+# sandbox reads a file none of whose chunks are local (no prefetch), the store
+# is full, and the read still gets the right bytes
+export KILN_HOME=$T_TMP/builder
+head -c 12000000 /dev/urandom >tctx/big && head -c 1500000 /dev/urandom >tctx/big2
+printf 'FROM oci:%s:base\nCOPY big big2 /\n' "$B" >tctx/Dockerfile.big
+expect_exit 0 "a template with files beyond its working set builds" "$KILN" build -t big:t -f tctx/Dockerfile.big \
+	--template --start-cmd true --ready-cmd true --memory 128 tctx
+expect_exit 0 "and is pushed" "$KILN" push big:t "$REG/x/big:1"
+export KILN_HOME=$MNT/lazy KILN_CHUNKFS_PREFETCH=0
+mkdir -p "$KILN_HOME"
+expect_exit 0 "a lazy pull onto the small disk" "$KILN" pull --lazy "$REG/x/big:1"
+id=$("$KILN" sandbox create "$REG/x/big:1" 2>"$T_TMP/err")
+[ -n "$id" ] && ok "a sandbox of the lazy template starts" || { not_ok "a sandbox of the lazy template starts"; sed 's/^/#   /' "$T_TMP/err"; }
+chunks() { find "$KILN_HOME" -path '*chunks*' -type f ! -name '*.part' ! -name lock | wc -l; }
+n0=$(chunks)
+fill
+"$KILN" sandbox exec "$id" -- sha256sum /big >"$T_TMP/out" 2>"$T_TMP/err"
+expect_eq "a read whose chunks the full disk cannot store gets the right bytes" \
+	"$(cut -c1-64 "$T_TMP/out")" "$(sha256sum <tctx/big | cut -c1-64)"
+expect_eq "nothing half-written in the chunk store" "$(tmp_files)" 0
+expect_eq "no chunk was stored" "$(chunks)" "$n0"
+unfill
+"$KILN" sandbox exec "$id" -- sha256sum /big2 >"$T_TMP/out" 2>"$T_TMP/err"
+expect_eq "once space is freed, a read gets the right bytes" "$(cut -c1-64 "$T_TMP/out")" "$(sha256sum <tctx/big2 | cut -c1-64)"
+[ "$(chunks)" -gt "$n0" ] && ok "and its chunks are stored" || not_ok "and its chunks are stored ($(chunks), $n0 before)"
+expect_grep "the file server's log says the store was full, and where" \
+	"chunks are stored again; [1-9][0-9]* chunks were served from memory .*$MNT/lazy/.*No space left on device" \
+	"$KILN_HOME/chunkfs/log"
+"$KILN" sandbox kill "$id" >/dev/null 2>&1
+"$KILN" chunkfs stop >/dev/null 2>&1
+unset KILN_CHUNKFS_PREFETCH
 reg_stop
