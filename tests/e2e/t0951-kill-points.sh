@@ -3,13 +3,14 @@
 # t0951-kill-points.sh — `kill -9` at random points (docs/reliability.md): kiln
 # build (a COPY and a RUN in a builder VM), push and pull of a template, kiln
 # snapshot, kiln serve under pushes, kiln serve --build with builds queued and
-# running, and the chunkfs file server under a lazily started sandbox, each
+# running, a kiln build --remote client, a service build's child process, and
+# the chunkfs file server under a lazily started sandbox, each
 # killed after a delay drawn from a seed it prints (KILN_KILL_SEED=S replays a
 # run), then run again: the rerun succeeds, every store verifies (each blob
 # hashes to its name, each template with `kiln snapshot verify`), nothing
 # half-made is listed, and no QEMU, FUSE mount, process, uid slot, cgroup or
 # egress chain of the test is left.  KILN_KILL_POINTS=N points per command
-# (default 1 in `make test`; `make test-faults` runs 40 each, 280 in all).
+# (default 1 in `make test`; `make test-faults` runs 40 each, 360 in all).
 . tests/e2e/lib.sh
 . tests/e2e/vmlib.sh
 . tests/e2e/registry-lib.sh
@@ -86,17 +87,26 @@ slot_free() {
 slot_cgroups() { find /sys/fs/cgroup -maxdepth 3 -type d -path "*/kiln/vm-$1" 2>/dev/null; }
 # slot_leftovers: after `kiln sandbox gc`, what a free slot still has (its
 # cgroups, its egress chain): a kill left it and the gc did not take it away
+# (what was there, free, before the gc too: a VM of another kiln on the host
+# that ends meanwhile has, for a moment, a free slot whose cgroups its kiln or
+# the next gc removes)
 slot_leftovers() {
-	local d n found=1
+	local d n found=1 before
+	before=$(slot_things | while read -r n d; do slot_free "$n" && echo "$n $d"; done)
 	KILN_HOME=$T_TMP/gc-home "$KILN" sandbox gc >/dev/null 2>&1
-	for n in $(iptables -w 5 -S 2>/dev/null | sed -n 's/^-N KILN-VM-\([0-9]*\)$/\1/p'); do
-		slot_free "$n" && { echo "# uid slot $n: egress chain KILN-VM-$n left"; found=0; }
-	done
-	for d in $(find /sys/fs/cgroup -maxdepth 3 -type d -path '*/kiln/vm-*' 2>/dev/null); do
-		n=${d##*/vm-}
-		slot_free "$n" && { echo "# uid slot $n: cgroup $d left"; found=0; }
-	done
+	while read -r n d; do
+		[ -n "$n" ] || continue
+		grep -qxF "$n $d" <<<"$before" || continue
+		slot_free "$n" && { echo "# uid slot $n: $d left"; found=0; }
+	done <<<"$(slot_things)"
 	return $found
+}
+slot_things() { # "SLOT what" for every egress chain and cgroup of a uid slot
+	local d
+	iptables -w 5 -S 2>/dev/null | sed -n 's/^-N KILN-VM-\([0-9]*\)$/\1 egress chain KILN-VM-\1/p'
+	for d in $(find /sys/fs/cgroup -maxdepth 3 -type d -path '*/kiln/vm-*' 2>/dev/null); do
+		echo "${d##*/vm-} cgroup $d"
+	done
 }
 check_point() { # NAME HOME: leftovers and stores after a killed run and its rerun
 	settle
@@ -254,6 +264,62 @@ for i in $(seq 1 "$POINTS"); do
 	check_point "serve --build $i" "$T_TMP/nohome"
 	echo "# serve --build $i: $(awk '{print $2}' "$T_TMP/states" | sort | uniq -c | tr '\n' ' ')"
 done
+
+# builds_end: wait until no build of the team is queued or running
+builds_end() { for _ in $(seq 600); do builds_state | grep -qE ' (queued|building) ' || return 0; sleep 0.5; done; return 1; }
+TH=$SD/build/teams/team-a/home
+# ---- kiln build --remote killed as a client (listing, uploading, submitting or
+# following the log): a build the server took ends on its own, the same
+# command again succeeds, and no half-made context is kept
+for i in $(seq 1 "$POINTS"); do
+	head -c 300000 /dev/urandom >sctx/c.bin # a new file each time: an upload to cut
+	builds_state >"$T_TMP/before"
+	killed_at "remote client $i" "$ms" rbuild --build-arg "N=c$i" -t "c:$i" sctx
+	builds_end || fail_point "remote client $i: a build whose client was killed ends"
+	builds_state | grep -vxFf "$T_TMP/before" | grep ' failed ' && fail_point "remote client $i: a build whose client was killed is not failed for it"
+	rbuild --build-arg "N=c$i" -t "c:$i" sctx >/dev/null 2>"$T_TMP/err" || { fail_point "remote client $i: the rerun succeeds"; sed 's/^/#   /' "$T_TMP/err" | tail -3; }
+	left=$(find "$SD/build" -name '.tmp-*' | head -3)
+	[ -z "$left" ] || { fail_point "remote client $i: no half-made context or file is left"; echo "$left" | sed 's/^/#   /'; }
+	check_point "remote client $i" "$TH"
+done
+rm -f sctx/c.bin
+
+# ---- a build's child (`kiln build --json` or its publishing `kiln push`, run
+# by a `kiln --wait-job` the server started ahead) killed while it
+# builds: the build ends failed saying so, its client says why, the server
+# goes on, and the same build submitted again succeeds
+child_of_svc() { # the child running a build's job (`kiln --wait-job` that took it: in the build's work directory)
+	local p
+	for p in $(descendants "$SVC"); do
+		case "$(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline")" in "$KILN --wait-job "*) ;; *) continue ;; esac
+		case "$(readlink "/proc/$p/cwd" 2>/dev/null)" in "$SD"/build/*/work/* | "$SD"/build/work/*) echo "$p"; return ;; esac
+	done
+}
+# (a step that takes 2 s: a child seen at its start is killed within its work)
+sed 's/^RUN echo "$N" >\/n/& \&\& sleep 2/' sctx/Dockerfile >sctx/Dockerfile.k
+kbuild() { rbuild -f sctx/Dockerfile.k --build-arg "N=k$1" -t "k:$1" sctx; }
+kms=$(run_ms kbuild 0)
+echo "# one remote build with a 2 s step: $kms ms"
+for i in $(seq 1 "$POINTS"); do
+	kbuild "$i" >/dev/null 2>"$T_TMP/kerr" &
+	c=$!
+	d=$(delay "$kms")
+	sleep "$d"
+	kid=
+	for _ in $(seq 100); do kid=$(child_of_svc); [ -n "$kid" ] && break; kill -0 $c 2>/dev/null || break; sleep 0.05; done
+	if [ -n "$kid" ] && kill -9 "$kid" 2>/dev/null; then
+		echo "# build child $i killed after ${d}s"
+		wait $c && fail_point "build child $i: the client of a killed build fails"
+		grep -q 'killed by signal 9' "$T_TMP/kerr" || { fail_point "build child $i: its client says the build's process was killed"; sed 's/^/#   /' "$T_TMP/kerr" | tail -3; }
+	else
+		wait $c
+		echo "# build child $i: it ended before the kill point (${d}s)"
+	fi
+	builds_end || fail_point "build child $i: every build ends"
+	kill -0 "$SVC" 2>/dev/null || fail_point "build child $i: the server goes on"
+	kbuild "$i" >/dev/null 2>"$T_TMP/err" || { fail_point "build child $i: the rerun succeeds"; sed 's/^/#   /' "$T_TMP/err" | tail -3; }
+	check_point "build child $i" "$TH"
+done
 kill "$SVC" 2>/dev/null
 wait "$SVC" 2>/dev/null
 SVC=
@@ -287,5 +353,5 @@ for i in $(seq 1 "$POINTS"); do
 	[ -z "$left" ] || { fail_point "chunkfs $i: no file server runs after kiln chunkfs stop"; ps -o pid=,ppid=,lstart=,args= -p $left | sed 's/^/#   /'; }
 	check_point "chunkfs $i" "$H"
 done
-expect_eq "$((POINTS * 7)) kill points (seed $SEED): rerun succeeds, stores verify, nothing left" "$bad" 0
+expect_eq "$((POINTS * 9)) kill points (seed $SEED): rerun succeeds, stores verify, nothing left" "$bad" 0
 reg_stop
