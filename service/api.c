@@ -12,11 +12,19 @@
 #define PREFIX "/build/v1/"
 #define BODY_MAX (64u << 20)
 
-enum kind { K_NONE, K_MISSING, K_BLOB, K_SUBMIT, K_STATUS, K_LOGS, K_CANCEL, K_LIST, K_PRUNE };
+struct areq;
+/* A route of the API: its handler runs when the request is whole; a blob
+ * route's body is written to the content store as it comes, another's is
+ * read (up to BODY_MAX) and parsed when the row says so. */
+struct api_route {
+	struct svc_route rt;
+	void (*end)(svc *s, reg_req *r, struct areq *q, json_t *body);
+	enum { BODY_NONE, BODY_JSON, BODY_BLOB } body;
+};
 
 struct areq {
-	enum kind kind;
-	char *team, *id;
+	const struct api_route *route;
+	char *team, *id; /* id: the route's {id} or {digest} */
 	kiln_buf body;
 	svc_blob_writer *w;
 	kiln_error *err;      /* a failed blob write: answered at the end */
@@ -124,65 +132,11 @@ static void stream_free(void *ud)
 	free(st);
 }
 
-static void begin(void *ud, reg_req *r)
-{
-	svc *s = ud;
-	const char *path = reg_req_path(r) + strlen(PREFIX), *m = reg_req_method(r);
-	struct areq *q = kiln_xcalloc(1, sizeof(*q));
-	kiln_error *err = NULL;
-	unsigned st;
-
-	reg_req_set_state(r, q);
-	q->body = (kiln_buf)KILN_BUF_INIT;
-	if (strcmp(path, "missing") == 0 && strcmp(m, "POST") == 0) {
-		q->kind = K_MISSING;
-	} else if (strncmp(path, "blobs/", 6) == 0 && strcmp(m, "PUT") == 0) {
-		q->kind = K_BLOB;
-		q->id = kiln_xstrdup(path + 6);
-	} else if (strcmp(path, "builds") == 0 && strcmp(m, "POST") == 0) {
-		q->kind = K_SUBMIT;
-	} else if (strcmp(path, "builds") == 0 && strcmp(m, "GET") == 0) {
-		q->kind = K_LIST;
-	} else if (strcmp(path, "cache/prune") == 0 && strcmp(m, "POST") == 0) {
-		q->kind = K_PRUNE;
-	} else if (strncmp(path, "builds/", 7) == 0) {
-		const char *id = path + 7, *slash = strchr(id, '/');
-		q->id = slash ? kiln_xstrndup(id, (size_t)(slash - id)) : kiln_xstrdup(id);
-		if (!slash && strcmp(m, "GET") == 0)
-			q->kind = K_STATUS;
-		else if (slash && strcmp(slash, "/logs") == 0 && strcmp(m, "GET") == 0)
-			q->kind = K_LOGS;
-		else if (slash && strcmp(slash, "/cancel") == 0 && strcmp(m, "POST") == 0)
-			q->kind = K_CANCEL;
-	}
-	if (q->kind == K_NONE) {
-		fail(r, 404, "no such build service endpoint");
-		return;
-	}
-	q->team = svc_auth_team(r, reg_query(r, "team"), &st, &err);
-	if (q->team == NULL) {
-		fail(r, st, err ? kiln_error_message(err) : "not allowed");
-		kiln_error_free(err);
-		return;
-	}
-	if (q->kind == K_BLOB) {
-		const char *enc = reg_req_header(r, "Content-Encoding");
-		enum svc_encoding e = enc && strcmp(enc, "zstd") == 0 ? SVC_ENC_ZSTD
-				      : enc && strcmp(enc, "gzip") == 0 ? SVC_ENC_GZIP : SVC_ENC_IDENTITY;
-		if (enc && e == SVC_ENC_IDENTITY && strcmp(enc, "identity") != 0) {
-			fail(r, 400, "Content-Encoding: want zstd or identity");
-			return;
-		}
-		if (svc_blob_begin(s, q->team, q->id, e, 0, &q->w, &err) < 0)
-			fail_err(r, err);
-	}
-}
-
 static int body(void *ud, reg_req *r, const char *data, size_t len)
 {
 	struct areq *q = reg_req_state(r);
 
-	if (q->kind == K_BLOB) {
+	if (q->route && q->route->body == BODY_BLOB) {
 		if (q->w && q->err == NULL && svc_blob_write(q->w, data, len, &q->err) < 0) {
 			svc_blob_abort(q->w);
 			q->w = NULL;
@@ -233,150 +187,227 @@ static json_t *body_json(reg_req *r, struct areq *q)
 	return j;
 }
 
-static void end(void *ud, reg_req *r)
+static json_t *strv_json(const kiln_strv *v)
+{
+	json_t *a = json_array();
+
+	for (size_t k = 0; k < v->n; k++)
+		json_array_append_new(a, json_string(v->v[k]));
+	return a;
+}
+
+/* POST missing {"digests": [...]}: which of them the team's store lacks */
+static void on_missing(svc *s, reg_req *r, struct areq *q, json_t *j)
+{
+	kiln_strv want = KILN_STRV_INIT, missing = KILN_STRV_INIT;
+	kiln_error *err = NULL;
+	json_t *d;
+	size_t i;
+
+	json_array_foreach(json_object_get(j, "digests"), i, d)
+		kiln_strv_push(&want, json_string_value(d) ? json_string_value(d) : "");
+	if (svc_blobs_missing(s, q->team, (const char *const *)want.v, want.n, &missing, &err) < 0)
+		fail_err(r, err);
+	else
+		answer(r, 200, json_pack("{s:o}", "missing", strv_json(&missing)));
+	kiln_strv_free(&want);
+	kiln_strv_free(&missing);
+}
+
+/* PUT blobs/DIGEST: the body was written as it came; stored if it hashed right */
+static void on_blob(svc *s, reg_req *r, struct areq *q, json_t *j)
+{
+	kiln_error *err = NULL;
+
+	if (q->err) {
+		fail_err(r, q->err);
+		q->err = NULL;
+	} else if (svc_blob_commit(q->w, &err) < 0) {
+		q->w = NULL;
+		fail_err(r, err);
+	} else {
+		q->w = NULL;
+		answer(r, 201, json_pack("{s:s}", "digest", q->id));
+	}
+}
+
+/* POST builds: a build request */
+static void on_submit(svc *s, reg_req *r, struct areq *q, json_t *j)
+{
+	char id[SVC_ID_MAX];
+	kiln_error *err = NULL;
+	kiln_strv missing = KILN_STRV_INIT;
+	/* ?missing=1: the files' blobs the team lacks come back (409) instead
+	 * of an error, so a client submits without asking first; they are
+	 * looked for as the request is checked (one look at each file) */
+	const char *mq = reg_query(r, "missing");
+
+	/* the submit's id (X-Request-Id) goes with the build into its log */
+	json_object_set_new(j, "request_id", json_string(reg_req_id(r)));
+	int src = svc_submit_json(s, q->team, j, id, mq && strcmp(mq, "0") != 0 ? &missing : NULL, &err);
+	if (src < 0)
+		fail_err(r, err);
+	else if (src == 1)
+		answer(r, 409, json_pack("{s:s,s:i,s:o}", "error", "the context has files the server lacks", "status", 409,
+					 "missing", strv_json(&missing)));
+	else
+		answer(r, 202, json_pack("{s:s,s:s,s:s}", "id", id, "team", q->team, "state", src == 2 ? "done" : "queued"));
+	kiln_strv_free(&missing);
+}
+
+/* GET builds/ID */
+static void on_status(svc *s, reg_req *r, struct areq *q, json_t *j)
+{
+	struct svc_status st;
+	kiln_error *err = NULL;
+
+	if (svc_status(s, q->team, q->id, &st, &err) < 0) {
+		fail_err(r, err);
+		return;
+	}
+	answer(r, 200, svc_status_json(&st));
+	svc_status_free(&st);
+}
+
+/* GET builds[?name=]: the team's latest 100 */
+static void on_list(svc *s, reg_req *r, struct areq *q, json_t *j)
+{
+	struct svc_status *v = NULL;
+	size_t n = 0;
+	kiln_error *err = NULL;
+
+	if (svc_list(s, q->team, reg_query(r, "name"), 100, &v, &n, &err) < 0) {
+		fail_err(r, err);
+		return;
+	}
+	json_t *a = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, svc_status_json(&v[i]));
+	answer(r, 200, json_pack("{s:o}", "builds", a));
+	svc_list_free(v, n);
+}
+
+/* GET builds/ID/logs[?cursor=N&follow=1]: a stream of the log's events */
+static void on_logs(svc *s, reg_req *r, struct areq *q, json_t *j)
+{
+	struct svc_status st;
+	kiln_error *err = NULL;
+	const char *f = reg_query(r, "follow");
+	int64_t cursor = query_count(r, "cursor", 0);
+
+	if (cursor < 0) {
+		fail(r, 400, "cursor: want the number of log lines already read");
+		return;
+	}
+	if (svc_status(s, q->team, q->id, &st, &err) < 0) {
+		fail_err(r, err);
+		return;
+	}
+	svc_status_free(&st);
+	struct stream *ls = kiln_xcalloc(1, sizeof(*ls));
+	ls->s = s;
+	ls->team = kiln_xstrdup(q->team);
+	ls->id = kiln_xstrdup(q->id);
+	ls->cursor = cursor;
+	ls->follow = f && strcmp(f, "0") != 0;
+	ls->pending = (kiln_buf)KILN_BUF_INIT;
+	reg_respond_stream(r, 200, "application/x-ndjson", stream_read, ls, stream_free);
+}
+
+/* POST builds/ID/cancel */
+static void on_cancel(svc *s, reg_req *r, struct areq *q, json_t *j)
+{
+	kiln_error *err = NULL;
+
+	if (svc_cancel(s, q->team, q->id, &err) < 0)
+		fail_err(r, err);
+	else
+		answer(r, 202, json_pack("{s:s,s:s}", "id", q->id, "cancel", "requested"));
+}
+
+/* POST cache/prune[?max_bytes=&older_than_s=] */
+static void on_prune(svc *s, reg_req *r, struct areq *q, json_t *j)
+{
+	struct svc_prune_stats ps;
+	kiln_error *err = NULL;
+	const char *mb = reg_query(r, "max_bytes");
+	int64_t age = query_count(r, "older_than_s", -2);
+	uint64_t max = 0;
+
+	if (mb && kiln_parse_size(mb, &max, &err) < 0) {
+		fail_err(r, err);
+		return;
+	}
+	if (age == -1) {
+		fail(r, 400, "older_than_s: want a number of seconds");
+		return;
+	}
+	if (svc_cache_prune(s, q->team, max, age < 0 ? -1 : age, &ps, &err) < 0)
+		fail_err(r, err);
+	else
+		answer(r, 200, json_pack("{s:I,s:I,s:I,s:I}", "entries_removed", (json_int_t)ps.entries_removed,
+					 "files_removed", (json_int_t)ps.files_removed, "bytes_before",
+					 (json_int_t)ps.bytes_before, "bytes_after", (json_int_t)ps.bytes_after));
+}
+
+static const struct api_route ROUTES[] = {
+	{ { "POST", "missing" }, on_missing, BODY_JSON },
+	{ { "PUT", "blobs/{digest*}" }, on_blob, BODY_BLOB },
+	{ { "POST", "builds" }, on_submit, BODY_JSON },
+	{ { "GET", "builds" }, on_list, BODY_NONE },
+	{ { "POST", "cache/prune" }, on_prune, BODY_NONE },
+	{ { "GET", "builds/{id}" }, on_status, BODY_NONE },
+	{ { "GET", "builds/{id}/logs" }, on_logs, BODY_NONE },
+	{ { "POST", "builds/{id}/cancel" }, on_cancel, BODY_NONE },
+};
+
+static void begin(void *ud, reg_req *r)
 {
 	svc *s = ud;
-	struct areq *q = reg_req_state(r);
+	struct areq *q = kiln_xcalloc(1, sizeof(*q));
+	struct svc_route_match m;
 	kiln_error *err = NULL;
+	unsigned st;
+
+	reg_req_set_state(r, q);
+	q->body = (kiln_buf)KILN_BUF_INIT;
+	q->route = (const struct api_route *)SVC_ROUTE_FIND(ROUTES, reg_req_method(r), reg_req_path(r) + strlen(PREFIX), &m);
+	if (q->route == NULL) {
+		fail(r, 404, "no such build service endpoint");
+		return;
+	}
+	if (m.n) {
+		q->id = m.param[0];
+		m.param[0] = NULL;
+	}
+	svc_route_match_free(&m);
+	q->team = svc_auth_team(r, reg_query(r, "team"), &st, &err);
+	if (q->team == NULL) {
+		fail(r, st, err ? kiln_error_message(err) : "not allowed");
+		kiln_error_free(err);
+		return;
+	}
+	if (q->route->body == BODY_BLOB) {
+		const char *enc = reg_req_header(r, "Content-Encoding");
+		enum svc_encoding e = enc && strcmp(enc, "zstd") == 0 ? SVC_ENC_ZSTD
+				      : enc && strcmp(enc, "gzip") == 0 ? SVC_ENC_GZIP : SVC_ENC_IDENTITY;
+		if (enc && e == SVC_ENC_IDENTITY && strcmp(enc, "identity") != 0) {
+			fail(r, 400, "Content-Encoding: want zstd or identity");
+			return;
+		}
+		if (svc_blob_begin(s, q->team, q->id, e, 0, &q->w, &err) < 0)
+			fail_err(r, err);
+	}
+}
+
+static void end(void *ud, reg_req *r)
+{
+	struct areq *q = reg_req_state(r);
 	json_t *j = NULL;
 
-	switch (q->kind) {
-	case K_MISSING: {
-		kiln_strv want = KILN_STRV_INIT, missing = KILN_STRV_INIT;
-		json_t *d;
-		size_t i;
-		if ((j = body_json(r, q)) == NULL)
-			return;
-		json_array_foreach(json_object_get(j, "digests"), i, d)
-			kiln_strv_push(&want, json_string_value(d) ? json_string_value(d) : "");
-		if (svc_blobs_missing(s, q->team, (const char *const *)want.v, want.n, &missing, &err) < 0) {
-			fail_err(r, err);
-		} else {
-			json_t *a = json_array();
-			for (size_t k = 0; k < missing.n; k++)
-				json_array_append_new(a, json_string(missing.v[k]));
-			answer(r, 200, json_pack("{s:o}", "missing", a));
-		}
-		kiln_strv_free(&want);
-		kiln_strv_free(&missing);
-		break;
-	}
-	case K_BLOB:
-		if (q->err) {
-			fail_err(r, q->err);
-			q->err = NULL;
-		} else if (svc_blob_commit(q->w, &err) < 0) {
-			q->w = NULL;
-			fail_err(r, err);
-		} else {
-			q->w = NULL;
-			answer(r, 201, json_pack("{s:s}", "digest", q->id));
-		}
-		break;
-	case K_SUBMIT: {
-		char id[SVC_ID_MAX];
-		if ((j = body_json(r, q)) == NULL)
-			return;
-		/* ?missing=1: the files' blobs the team lacks come back (409) instead
-		 * of an error, so a client submits without asking first; they are
-		 * looked for as the request is checked (one look at each file) */
-		const char *mq = reg_query(r, "missing");
-		/* the submit's id (X-Request-Id) goes with the build into its log */
-		json_object_set_new(j, "request_id", json_string(reg_req_id(r)));
-		kiln_strv missing = KILN_STRV_INIT;
-		int src = svc_submit_json(s, q->team, j, id, mq && strcmp(mq, "0") != 0 ? &missing : NULL, &err);
-		if (src < 0) {
-			fail_err(r, err);
-		} else if (src == 1) {
-			json_t *a = json_array();
-			for (size_t k = 0; k < missing.n; k++)
-				json_array_append_new(a, json_string(missing.v[k]));
-			answer(r, 409, json_pack("{s:s,s:i,s:o}", "error", "the context has files the server lacks", "status",
-						 409, "missing", a));
-		} else {
-			answer(r, 202, json_pack("{s:s,s:s,s:s}", "id", id, "team", q->team, "state",
-						 src == 2 ? "done" : "queued"));
-		}
-		kiln_strv_free(&missing);
-		break;
-	}
-	case K_STATUS: {
-		struct svc_status st;
-		if (svc_status(s, q->team, q->id, &st, &err) < 0) {
-			fail_err(r, err);
-		} else {
-			answer(r, 200, svc_status_json(&st));
-			svc_status_free(&st);
-		}
-		break;
-	}
-	case K_LIST: {
-		struct svc_status *v = NULL;
-		size_t n = 0;
-		if (svc_list(s, q->team, reg_query(r, "name"), 100, &v, &n, &err) < 0) {
-			fail_err(r, err);
-		} else {
-			json_t *a = json_array();
-			for (size_t i = 0; i < n; i++)
-				json_array_append_new(a, svc_status_json(&v[i]));
-			answer(r, 200, json_pack("{s:o}", "builds", a));
-			svc_list_free(v, n);
-		}
-		break;
-	}
-	case K_LOGS: {
-		struct svc_status st;
-		const char *f = reg_query(r, "follow");
-		int64_t cursor = query_count(r, "cursor", 0);
-		if (cursor < 0) {
-			fail(r, 400, "cursor: want the number of log lines already read");
-			break;
-		}
-		if (svc_status(s, q->team, q->id, &st, &err) < 0) {
-			fail_err(r, err);
-			break;
-		}
-		svc_status_free(&st);
-		struct stream *ls = kiln_xcalloc(1, sizeof(*ls));
-		ls->s = s;
-		ls->team = kiln_xstrdup(q->team);
-		ls->id = kiln_xstrdup(q->id);
-		ls->cursor = cursor;
-		ls->follow = f && strcmp(f, "0") != 0;
-		ls->pending = (kiln_buf)KILN_BUF_INIT;
-		reg_respond_stream(r, 200, "application/x-ndjson", stream_read, ls, stream_free);
-		break;
-	}
-	case K_CANCEL:
-		if (svc_cancel(s, q->team, q->id, &err) < 0)
-			fail_err(r, err);
-		else
-			answer(r, 202, json_pack("{s:s,s:s}", "id", q->id, "cancel", "requested"));
-		break;
-	case K_PRUNE: {
-		struct svc_prune_stats ps;
-		const char *mb = reg_query(r, "max_bytes");
-		int64_t age = query_count(r, "older_than_s", -2);
-		uint64_t max = 0;
-		if (mb && kiln_parse_size(mb, &max, &err) < 0) {
-			fail_err(r, err);
-			break;
-		}
-		if (age == -1) {
-			fail(r, 400, "older_than_s: want a number of seconds");
-			break;
-		}
-		if (svc_cache_prune(s, q->team, max, age < 0 ? -1 : age, &ps, &err) < 0)
-			fail_err(r, err);
-		else
-			answer(r, 200, json_pack("{s:I,s:I,s:I,s:I}", "entries_removed", (json_int_t)ps.entries_removed,
-						 "files_removed", (json_int_t)ps.files_removed, "bytes_before",
-						 (json_int_t)ps.bytes_before, "bytes_after", (json_int_t)ps.bytes_after));
-		break;
-	}
-	case K_NONE:
-		break;
-	}
+	if (q->route->body == BODY_JSON && (j = body_json(r, q)) == NULL)
+		return;
+	q->route->end(ud, r, q, j);
 	json_decref(j);
 }
 

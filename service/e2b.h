@@ -142,7 +142,6 @@ typedef struct e2b e2b;
 int e2b_start(svc *s, e2b **out, kiln_error **err);
 void e2b_stop(e2b *e); /* after the registry stopped; NULL ok */
 
-#define E2B_MAX_SEGS 7
 struct e2b {
 	svc *svc;
 	e2b_db *db;
@@ -151,22 +150,18 @@ struct e2b {
 	struct reg_routes routes[3];
 };
 
-enum e2b_route {
-	RT_NONE, RT_CREATE, RT_TRIGGER, RT_LIST, RT_ALIAS, RT_TAGS_ASSIGN, RT_TAGS_REMOVE, RT_GET, RT_DELETE,
-	RT_TAGS_LIST, RT_FILE_LINK, RT_FILE_PUT, RT_STATUS, RT_LOGS, RT_RESERVED,
-};
-
-/* A request in flight: its route, path segments ("templates", ID, ...), team. */
+/* A request in flight: its route's captures (a template's ID, a build's,
+ * a files hash, an alias: in the order the route names them), its team. */
 struct e2b_req {
-	enum e2b_route rt;
-	char *seg[E2B_MAX_SEGS];
-	int nseg;
+	const struct e2b_route *route;
+	struct svc_route_match m;
 	char *team;
 	kiln_buf body;
 	bool too_big;
 	struct e2b_spool *spool;
 	kiln_error *body_err;
 };
+#define E2B_ARG(q, i) ((q)->m.param[i])
 
 /* Answers in E2B's shapes: the JSON (taken), {"code","message"} errors, and
  * an error from below whose kind picks the status (taken too). */
@@ -187,11 +182,11 @@ int e2b_split_name(const char *s, char **name, char **tag, kiln_error **err);
 int e2b_sandbox_template(e2b *e, const char *team, const char *ref, char **out, kiln_error **err);
 
 void h_trigger(e2b *e, reg_req *r, struct e2b_req *q, json_t *body);
-void h_list(e2b *e, reg_req *r, struct e2b_req *q);
-void h_get(e2b *e, reg_req *r, struct e2b_req *q);
-void h_delete(e2b *e, reg_req *r, struct e2b_req *q);
-void h_alias(e2b *e, reg_req *r, struct e2b_req *q);
-void h_tags_list(e2b *e, reg_req *r, struct e2b_req *q);
+void h_list(e2b *e, reg_req *r, struct e2b_req *q, json_t *body);
+void h_get(e2b *e, reg_req *r, struct e2b_req *q, json_t *body);
+void h_delete(e2b *e, reg_req *r, struct e2b_req *q, json_t *body);
+void h_alias(e2b *e, reg_req *r, struct e2b_req *q, json_t *body);
+void h_tags_list(e2b *e, reg_req *r, struct e2b_req *q, json_t *body);
 void h_tags_assign(e2b *e, reg_req *r, struct e2b_req *q, json_t *body);
 void h_tags_remove(e2b *e, reg_req *r, struct e2b_req *q, json_t *body);
 

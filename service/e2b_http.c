@@ -191,7 +191,7 @@ static long query_long(reg_req *r, const char *key, long dflt, long max)
 	return *end || v < 0 ? -1 : v > max ? max : v;
 }
 
-static void h_status(e2b *e, reg_req *r, struct e2b_req *q, bool logs_only)
+static void h_status_of(e2b *e, reg_req *r, struct e2b_req *q, bool logs_only)
 {
 	struct e2b_build b;
 	struct svc_status st;
@@ -203,14 +203,14 @@ static void h_status(e2b *e, reg_req *r, struct e2b_req *q, bool logs_only)
 	bool ended = false;
 	const char *state;
 	json_t *entries = json_array(), *out;
-	int found = e2b_db_build_get(e->db, q->team, q->seg[1], q->seg[3], &b, &err);
+	int found = e2b_db_build_get(e->db, q->team, E2B_ARG(q, 0), E2B_ARG(q, 1), &b, &err);
 
 	memset(&st, 0, sizeof(st));
 	if (found <= 0) {
 		json_decref(entries);
 		if (found < 0)
 			return e2b_reply_err(r, err, "build status");
-		return e2b_reply_error(r, 404, "build %s of template %s not found", q->seg[3], q->seg[1]);
+		return e2b_reply_error(r, 404, "build %s of template %s not found", E2B_ARG(q, 1), E2B_ARG(q, 0));
 	}
 	if (offset < 0 || limit < 0) {
 		json_decref(entries);
@@ -355,9 +355,9 @@ const char *e2b_req_host(reg_req *r)
 	return host;
 }
 
-static void h_file_link(e2b *e, reg_req *r, struct e2b_req *q)
+static void h_file_link(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 {
-	const char *hash = q->seg[3], *host = e2b_req_host(r);
+	const char *hash = E2B_ARG(q, 1), *host = e2b_req_host(r);
 	struct e2b_template t;
 	char digest[KILN_DIGEST_MAX];
 	kiln_error *err = NULL;
@@ -365,9 +365,9 @@ static void h_file_link(e2b *e, reg_req *r, struct e2b_req *q)
 
 	if (!e2b_hash_valid(hash))
 		return e2b_reply_error(r, 400, "files hash \"%.80s\": want 64 hex digits", hash);
-	if ((have = e2b_db_template_find(e->db, q->team, q->seg[1], &t, &err)) <= 0)
+	if ((have = e2b_db_template_find(e->db, q->team, E2B_ARG(q, 0), &t, &err)) <= 0)
 		return have < 0 ? e2b_reply_err(r, err, "upload link")
-				: e2b_reply_error(r, 404, "template %s not found", q->seg[1]);
+				: e2b_reply_error(r, 404, "template %s not found", E2B_ARG(q, 0));
 	have = e2b_db_file_get(e->db, q->team, hash, digest, NULL, &err);
 	if (have == 1) {
 		/* the team's store may have been pruned since */
@@ -402,7 +402,7 @@ static int blob_write(void *ud, const void *data, size_t len, kiln_error **err)
 	return svc_blob_write(ud, data, len, err);
 }
 
-static void h_file_put(e2b *e, reg_req *r, struct e2b_req *q)
+static void h_file_put(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 {
 	char digest[KILN_DIGEST_MAX];
 	svc_blob_writer *w = NULL;
@@ -422,73 +422,66 @@ static void h_file_put(e2b *e, reg_req *r, struct e2b_req *q)
 		return e2b_reply_err(r, err, "upload");
 	}
 	if (svc_blob_commit(w, &err) < 0 ||
-	    e2b_db_file_put(e->db, q->team, q->seg[3], digest, (int64_t)files, &err) < 0)
+	    e2b_db_file_put(e->db, q->team, E2B_ARG(q, 1), digest, (int64_t)files, &err) < 0)
 		return e2b_reply_err(r, err, "upload");
 	reg_respond(r, 200, "", 0, NULL);
 }
 
 /* ---- routing ---- */
 
-static void split_path(const char *path, struct e2b_req *q)
+static void h_status(e2b *e, reg_req *r, struct e2b_req *q, json_t *body) { h_status_of(e, r, q, false); }
+static void h_logs(e2b *e, reg_req *r, struct e2b_req *q, json_t *body) { h_status_of(e, r, q, true); }
+static void h_reserved(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 {
-	const char *p = path;
+	e2b_reply_error(r, 404, "/v2/templates/ is E2B's API on this server (kiln serve --build): the registry "
+			"namespace \"templates\" is not served");
+}
 
-	while (*p == '/')
-		p++;
-	while (*p && q->nseg < E2B_MAX_SEGS) {
-		size_t l = strcspn(p, "/");
-		q->seg[q->nseg++] = kiln_xstrndup(p, l);
-		p += l;
-		if (*p == '/')
-			p++;
+/* A route of E2B's template API: a JSON body is read whole (up to BODY_MAX)
+ * and parsed before the handler runs; an upload's is spooled as it comes
+ * and needs no API key (its link's signature is the grant); an open route
+ * answers at once, without one either. */
+struct e2b_route {
+	struct svc_route rt;
+	void (*h)(e2b *e, reg_req *r, struct e2b_req *q, json_t *body);
+	enum { B_NONE, B_JSON, B_UPLOAD, B_OPEN } body;
+};
+
+static const struct e2b_route ROUTES[] = {
+	{ { "POST", "/v3/templates" }, h_create, B_JSON },
+	{ { "POST", "/v2/templates/{id}/builds/{build}" }, h_trigger, B_JSON },
+	{ { "*", "/v2/{rest*}" }, h_reserved, B_OPEN },
+	{ { "GET", "/templates" }, h_list, B_NONE },
+	{ { "GET", "/templates/aliases/{alias}" }, h_alias, B_NONE },
+	{ { "POST", "/templates/tags" }, h_tags_assign, B_JSON },
+	{ { "DELETE", "/templates/tags" }, h_tags_remove, B_JSON },
+	{ { "GET", "/templates/{id}" }, h_get, B_NONE },
+	{ { "DELETE", "/templates/{id}" }, h_delete, B_NONE },
+	{ { "GET", "/templates/{id}/tags" }, h_tags_list, B_NONE },
+	{ { "GET", "/templates/{id}/files/{hash}" }, h_file_link, B_NONE },
+	{ { "PUT", "/templates/{id}/files/{hash}" }, h_file_put, B_UPLOAD },
+	{ { "GET", "/templates/{id}/builds/{build}/status" }, h_status, B_NONE },
+	{ { "GET", "/templates/{id}/builds/{build}/logs" }, h_logs, B_NONE },
+};
+
+/* The route of METHOD PATH (one trailing slash ignored; no segment longer
+ * than 128 bytes: no ID or hash of E2B's is), its captures into q->m. */
+static const struct e2b_route *route_of(const char *method, const char *path, struct e2b_req *q)
+{
+	size_t len = strlen(path);
+	char *p;
+	const struct e2b_route *rt;
+
+	for (const char *s = path; *s;) {
+		size_t l = strcspn(s, "/");
+		if (l > 128)
+			return NULL;
+		s += l + (s[l] == '/');
 	}
-	if (*p)
-		q->nseg = E2B_MAX_SEGS + 1; /* too deep: no route */
-}
-
-static bool is(const struct e2b_req *q, int i, const char *s)
-{
-	return i < q->nseg && strcmp(q->seg[i], s) == 0;
-}
-
-static enum e2b_route route_of(const char *m, struct e2b_req *q)
-{
-	bool get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0, post = strcmp(m, "POST") == 0,
-	     del = strcmp(m, "DELETE") == 0, put = strcmp(m, "PUT") == 0;
-	int n = q->nseg;
-
-	for (int i = 0; i < n && n <= E2B_MAX_SEGS; i++)
-		if (q->seg[i][0] == '\0' || strlen(q->seg[i]) > 128)
-			return RT_NONE;
-	if (is(q, 0, "v3") && is(q, 1, "templates") && n == 2)
-		return post ? RT_CREATE : RT_NONE;
-	if (is(q, 0, "v2"))
-		return n == 5 && is(q, 1, "templates") && is(q, 3, "builds") && post ? RT_TRIGGER : RT_RESERVED;
-	if (!is(q, 0, "templates"))
-		return RT_NONE;
-	if (n == 1)
-		return get ? RT_LIST : RT_NONE;
-	if (n == 3 && is(q, 1, "aliases"))
-		return get ? RT_ALIAS : RT_NONE;
-	if (n == 2 && is(q, 1, "tags"))
-		return post ? RT_TAGS_ASSIGN : del ? RT_TAGS_REMOVE : RT_NONE;
-	if (n == 2)
-		return get ? RT_GET : del ? RT_DELETE : RT_NONE;
-	if (n == 3 && is(q, 2, "tags"))
-		return get ? RT_TAGS_LIST : RT_NONE;
-	if (n == 4 && is(q, 2, "files"))
-		return get ? RT_FILE_LINK : put ? RT_FILE_PUT : RT_NONE;
-	if (n == 5 && is(q, 2, "builds") && is(q, 4, "status"))
-		return get ? RT_STATUS : RT_NONE;
-	if (n == 5 && is(q, 2, "builds") && is(q, 4, "logs"))
-		return get ? RT_LOGS : RT_NONE;
-	return RT_NONE;
-}
-
-static bool takes_body(enum e2b_route rt)
-{
-	return rt == RT_CREATE || rt == RT_TRIGGER || rt == RT_TAGS_ASSIGN || rt == RT_TAGS_REMOVE ||
-	       rt == RT_FILE_PUT;
+	p = kiln_xstrndup(path, len > 1 && path[len - 1] == '/' ? len - 1 : len);
+	rt = (const struct e2b_route *)SVC_ROUTE_FIND(ROUTES, method, p, &q->m);
+	free(p);
+	return rt;
 }
 
 static void dispatch(e2b *e, reg_req *r, struct e2b_req *q);
@@ -502,18 +495,16 @@ static void on_begin(void *ud, reg_req *r)
 
 	q->body = (kiln_buf)KILN_BUF_INIT;
 	reg_req_set_state(r, q);
-	split_path(reg_req_path(r), q);
-	q->rt = route_of(reg_req_method(r), q);
-	if (q->rt == RT_NONE)
+	q->route = route_of(reg_req_method(r), reg_req_path(r), q);
+	if (q->route == NULL)
 		return e2b_reply_error(r, 404, "no such endpoint: %s %.200s", reg_req_method(r), reg_req_path(r));
-	if (q->rt == RT_RESERVED)
-		return e2b_reply_error(r, 404, "/v2/templates/ is E2B's API on this server (kiln serve --build): the "
-				   "registry namespace \"templates\" is not served");
-	if (q->rt == RT_FILE_PUT) {
+	if (q->route->body == B_OPEN)
+		return q->route->h(e, r, q, NULL);
+	if (q->route->body == B_UPLOAD) {
 		/* the SDK sends no API key with an upload: the link's signature is the grant */
 		const char *team = reg_query(r, "team");
-		if (e2b_upload_check(e->key, team ? team : "", q->seg[1], q->seg[3], reg_query(r, "expires"),
-				     reg_query(r, "signature"), &err) < 0 || !e2b_hash_valid(q->seg[3])) {
+		if (e2b_upload_check(e->key, team ? team : "", E2B_ARG(q, 0), E2B_ARG(q, 1), reg_query(r, "expires"),
+				     reg_query(r, "signature"), &err) < 0 || !e2b_hash_valid(E2B_ARG(q, 1))) {
 			if (err == NULL)
 				kiln_err(&err, KILN_E_INVALID, "bad files hash");
 			e2b_reply_error(r, 403, "%s", kiln_error_message(err));
@@ -531,7 +522,7 @@ static void on_begin(void *ud, reg_req *r)
 		kiln_error_free(err);
 		return;
 	}
-	if (!takes_body(q->rt))
+	if (q->route->body == B_NONE)
 		dispatch(e, r, q);
 }
 
@@ -569,8 +560,7 @@ static void on_done(void *ud, reg_req *r)
 	(void)ud;
 	if (q == NULL)
 		return;
-	for (int i = 0; i < q->nseg && i < E2B_MAX_SEGS; i++)
-		free(q->seg[i]);
+	svc_route_match_free(&q->m);
 	free(q->team);
 	kiln_buf_free(&q->body);
 	e2b_spool_free(q->spool);
@@ -584,9 +574,9 @@ static void dispatch(e2b *e, reg_req *r, struct e2b_req *q)
 	json_t *body = NULL;
 	kiln_error *err = NULL;
 
-	if (q->team == NULL)
+	if (q->team == NULL || q->route == NULL)
 		return;
-	if (takes_body(q->rt) && q->rt != RT_FILE_PUT) {
+	if (q->route->body == B_JSON) {
 		body = kiln_json_loadb(q->body.buf, q->body.len, "request body", &err);
 		if (body == NULL)
 			return e2b_reply_err(r, err, "request");
@@ -595,22 +585,7 @@ static void dispatch(e2b *e, reg_req *r, struct e2b_req *q)
 			return e2b_reply_error(r, 400, "request body: want a JSON object");
 		}
 	}
-	switch (q->rt) {
-	case RT_CREATE: h_create(e, r, q, body); break;
-	case RT_TRIGGER: h_trigger(e, r, q, body); break;
-	case RT_STATUS: h_status(e, r, q, false); break;
-	case RT_LOGS: h_status(e, r, q, true); break;
-	case RT_FILE_LINK: h_file_link(e, r, q); break;
-	case RT_FILE_PUT: h_file_put(e, r, q); break;
-	case RT_LIST: h_list(e, r, q); break;
-	case RT_GET: h_get(e, r, q); break;
-	case RT_DELETE: h_delete(e, r, q); break;
-	case RT_ALIAS: h_alias(e, r, q); break;
-	case RT_TAGS_LIST: h_tags_list(e, r, q); break;
-	case RT_TAGS_ASSIGN: h_tags_assign(e, r, q, body); break;
-	case RT_TAGS_REMOVE: h_tags_remove(e, r, q, body); break;
-	default: e2b_reply_error(r, 404, "no such endpoint"); break;
-	}
+	q->route->h(e, r, q, body);
 	json_decref(body);
 }
 

@@ -118,11 +118,11 @@ void h_trigger(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 	int found;
 
 	p.body = (kiln_buf)KILN_BUF_INIT;
-	if ((found = e2b_db_build_get(e->db, q->team, q->seg[2], q->seg[4], &b, &err)) <= 0) {
+	if ((found = e2b_db_build_get(e->db, q->team, E2B_ARG(q, 0), E2B_ARG(q, 1), &b, &err)) <= 0) {
 		if (found < 0)
 			e2b_reply_err(r, err, "build");
 		else
-			e2b_reply_error(r, 404, "build %s of template %s not found", q->seg[4], q->seg[2]);
+			e2b_reply_error(r, 404, "build %s of template %s not found", E2B_ARG(q, 1), E2B_ARG(q, 0));
 		goto out;
 	}
 	if (e2b_db_template_find(e->db, q->team, b.template_id, &t, &err) != 1) {
@@ -276,7 +276,7 @@ out:
 	return out;
 }
 
-void h_list(e2b *e, reg_req *r, struct e2b_req *q)
+void h_list(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 {
 	struct e2b_template *tv = NULL;
 	size_t n = 0;
@@ -317,13 +317,13 @@ static int find(e2b *e, reg_req *r, struct e2b_req *q, const char *id, struct e2
 	return found;
 }
 
-void h_get(e2b *e, reg_req *r, struct e2b_req *q)
+void h_get(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 {
 	struct e2b_template t;
 	kiln_error *err = NULL;
 	json_t *j;
 
-	if (find(e, r, q, q->seg[1], &t) <= 0)
+	if (find(e, r, q, E2B_ARG(q, 0), &t) <= 0)
 		return;
 	j = template_json(e, &t, true, e2b_req_host(r), &err);
 	e2b_template_free(&t);
@@ -332,12 +332,12 @@ void h_get(e2b *e, reg_req *r, struct e2b_req *q)
 	e2b_reply_json(r, 200, j);
 }
 
-void h_delete(e2b *e, reg_req *r, struct e2b_req *q)
+void h_delete(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 {
 	struct e2b_template t;
 	kiln_error *err = NULL;
 
-	if (find(e, r, q, q->seg[1], &t) <= 0)
+	if (find(e, r, q, E2B_ARG(q, 0), &t) <= 0)
 		return;
 	if (e2b_db_template_delete(e->db, q->team, t.id, &err) < 0)
 		e2b_reply_err(r, err, "template");
@@ -346,24 +346,24 @@ void h_delete(e2b *e, reg_req *r, struct e2b_req *q)
 	e2b_template_free(&t);
 }
 
-void h_alias(e2b *e, reg_req *r, struct e2b_req *q)
+void h_alias(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 {
 	struct e2b_template t;
 
-	if (find(e, r, q, q->seg[2], &t) <= 0)
+	if (find(e, r, q, E2B_ARG(q, 0), &t) <= 0)
 		return;
 	e2b_reply_json(r, 200, json_pack("{s:s,s:b}", "templateID", t.id, "public", 0));
 	e2b_template_free(&t);
 }
 
-void h_tags_list(e2b *e, reg_req *r, struct e2b_req *q)
+void h_tags_list(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 {
 	struct e2b_template t;
 	kiln_error *err = NULL;
 	json_t *a, *v;
 	size_t i;
 
-	if (find(e, r, q, q->seg[1], &t) <= 0)
+	if (find(e, r, q, E2B_ARG(q, 0), &t) <= 0)
 		return;
 	a = e2b_db_tags(e->db, t.id, &err);
 	e2b_template_free(&t);

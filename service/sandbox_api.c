@@ -281,7 +281,7 @@ static void sbx_metrics(void *ud, kiln_buf *out)
 	kiln_buf_addf(out, "kiln_sandbox_creates_failed_total %llu\n", (unsigned long long)load(&s->metrics.failed));
 }
 
-static void sbx_h_create(struct svc_sandboxes *s, reg_req *r, const char *team, json_t *body)
+static void sbx_h_create(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id, json_t *body, int arg)
 {
 	const char *tid = kiln_json_str(body, "templateID");
 	json_t *meta = json_object_get(body, "metadata"), *envs = json_object_get(body, "envVars"), *v;
@@ -378,7 +378,7 @@ static int by_started_desc(const void *a, const void *b)
 	return c ? c : strcmp(x->id, y->id);
 }
 
-static void sbx_h_list(struct svc_sandboxes *s, reg_req *r, const char *team, bool v2)
+static void sbx_h_list(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id, json_t *body, int v2)
 {
 	const char *state = reg_query(r, "state"), *md = reg_query(r, "metadata"), *next = reg_query(r, "nextToken");
 	const char *lim = reg_query(r, "limit"), *order = reg_query(r, "order");
@@ -430,7 +430,7 @@ static void sbx_h_list(struct svc_sandboxes *s, reg_req *r, const char *team, bo
 	free(more);
 }
 
-static void sbx_h_get(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id)
+static void sbx_h_get(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id, json_t *body, int arg)
 {
 	struct rt_info in;
 	kiln_error *err = NULL;
@@ -442,7 +442,7 @@ static void sbx_h_get(struct svc_sandboxes *s, reg_req *r, const char *team, con
 }
 
 static void sbx_h_connect(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id, json_t *body,
-		      bool legacy_resume)
+			  int legacy_resume)
 {
 	struct rt_info in, now;
 	kiln_error *err = NULL;
@@ -469,10 +469,78 @@ static void sbx_h_connect(struct svc_sandboxes *s, reg_req *r, const char *team,
 	rt_info_free(&in);
 }
 
+/* 204 when rc says done, else the host's error */
+static void reply_done(reg_req *r, int rc, kiln_error **err, const char *what)
+{
+	if (rc < 0)
+		reply_host_err(r, err, false, what);
+	else
+		reg_respond(r, 204, NULL, 0, NULL);
+}
+
+static void sbx_h_kill(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id, json_t *body, int arg)
+{
+	kiln_error *err = NULL;
+
+	reply_done(r, rt_host_kill(s->host, team, id, &err), &err, "kill");
+}
+
+static void sbx_h_timeout(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id, json_t *body, int arg)
+{
+	kiln_error *err = NULL;
+	int64_t t;
+
+	if (json_object_get(body, "timeout") == NULL)
+		e2b_reply_error(r, 400, "timeout: required (seconds)");
+	else if (int_of(body, "timeout", 0, 7 * 86400, 0, &t, r) == 0)
+		reply_done(r, rt_host_set_timeout(s->host, team, id, t, false, &err), &err, "timeout");
+}
+
+static void sbx_h_pause(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id, json_t *body, int arg)
+{
+	kiln_error *err = NULL;
+
+	reply_done(r, rt_host_pause(s->host, team, id, &err), &err, "pause");
+}
+
+static void sbx_h_unimplemented(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id, json_t *body,
+				int arg)
+{
+	e2b_reply_error(r, 501, "%s %s: not implemented by kiln (docs/sandbox-api.md)", reg_req_method(r), reg_req_path(r));
+}
+
+/* E2B's control plane; a POST's body is a JSON object (none: {}). */
+struct sbx_route {
+	struct svc_route rt;
+	void (*h)(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id, json_t *body, int arg);
+	int arg;
+};
+
+static const struct sbx_route CONTROL[] = {
+	{ { "POST", "/sandboxes" }, sbx_h_create, 0 },
+	{ { "POST", "/v2/sandboxes" }, sbx_h_create, 0 },
+	{ { "GET", "/sandboxes" }, sbx_h_list, 0 },
+	{ { "GET", "/v2/sandboxes" }, sbx_h_list, 1 },
+	{ { "GET", "/sandboxes/{id}" }, sbx_h_get, 0 },
+	{ { "DELETE", "/sandboxes/{id}" }, sbx_h_kill, 0 },
+	{ { "POST", "/sandboxes/{id}/timeout" }, sbx_h_timeout, 0 },
+	{ { "POST", "/sandboxes/{id}/connect" }, sbx_h_connect, 0 },
+	{ { "POST", "/v2/sandboxes/{id}/connect" }, sbx_h_connect, 0 },
+	{ { "POST", "/sandboxes/{id}/resume" }, sbx_h_connect, 1 }, /* E2B's older resume: 409 when running */
+	{ { "POST", "/sandboxes/{id}/pause" }, sbx_h_pause, 0 },
+	{ { "*", "/sandboxes/{id}/metrics" }, sbx_h_unimplemented, 0 },
+	{ { "*", "/sandboxes/{id}/network" }, sbx_h_unimplemented, 0 },
+	{ { "*", "/sandboxes/{id}/fork" }, sbx_h_unimplemented, 0 },
+	{ { "*", "/sandboxes/{id}/snapshots" }, sbx_h_unimplemented, 0 },
+	{ { "*", "/sandboxes/{id}/refreshes" }, sbx_h_unimplemented, 0 },
+};
+
 void sbx_control_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q)
 {
-	const char *m = reg_req_method(r), *path = reg_req_path(r);
-	char *team, *id = NULL, *verb = NULL;
+	const char *m = reg_req_method(r), *path = reg_req_path(r), *id;
+	const struct sbx_route *rt;
+	struct svc_route_match rm;
+	char *team;
 	unsigned status;
 	kiln_error *err = NULL;
 	json_t *body = NULL;
@@ -483,6 +551,17 @@ void sbx_control_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q)
 		kiln_error_free(err);
 		return;
 	}
+	rt = (const struct sbx_route *)SVC_ROUTE_FIND(CONTROL, m, path, &rm);
+	id = rm.n ? rm.param[0] : NULL;
+	if (rt == NULL) {
+		e2b_reply_error(r, strcmp(m, "GET") == 0 || strcmp(m, "POST") == 0 || strcmp(m, "DELETE") == 0 ? 404 : 405,
+				"%s %.200s: no such route", m, path);
+		goto out;
+	}
+	if (id && (strlen(id) > 64 || strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789") != strlen(id))) {
+		e2b_reply_error(r, 404, "no sandbox '%.64s'", id);
+		goto out;
+	}
 	if (strcmp(m, "POST") == 0) {
 		body = q->body.len ? kiln_json_loadb(q->body.buf, q->body.len, "the request body", &err) : json_object();
 		if (body == NULL || !json_is_object(body)) {
@@ -490,55 +569,12 @@ void sbx_control_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q)
 			goto out;
 		}
 	}
-	if (strncmp(path, "/sandboxes/", 11) == 0 || v2_connect(path)) {
-		const char *p = path + (path[1] == 'v' ? 14 : 11), *slash = strchr(p, '/');
-		id = slash ? kiln_xstrndup(p, (size_t)(slash - p)) : kiln_xstrdup(p);
-		verb = slash ? kiln_xstrdup(slash + 1) : NULL;
-		if (*id == '\0' || strlen(id) > 64 || strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789") != strlen(id)) {
-			e2b_reply_error(r, 404, "no sandbox '%.64s'", id);
-			goto out;
-		}
-	}
-	if ((strcmp(path, "/sandboxes") == 0 || strcmp(path, "/v2/sandboxes") == 0) && strcmp(m, "POST") == 0)
-		sbx_h_create(s, r, team, body);
-	else if ((strcmp(path, "/v2/sandboxes") == 0 || strcmp(path, "/sandboxes") == 0) && strcmp(m, "GET") == 0)
-		sbx_h_list(s, r, team, path[1] == 'v');
-	else if (id && verb == NULL && strcmp(m, "GET") == 0)
-		sbx_h_get(s, r, team, id);
-	else if (id && verb == NULL && strcmp(m, "DELETE") == 0) {
-		if (rt_host_kill(s->host, team, id, &err) < 0)
-			reply_host_err(r, &err, false, "kill");
-		else
-			reg_respond(r, 204, NULL, 0, NULL);
-	} else if (id && verb && strcmp(verb, "timeout") == 0 && strcmp(m, "POST") == 0) {
-		int64_t t;
-		if (json_object_get(body, "timeout") == NULL)
-			e2b_reply_error(r, 400, "timeout: required (seconds)");
-		else if (int_of(body, "timeout", 0, 7 * 86400, 0, &t, r) == 0) {
-			if (rt_host_set_timeout(s->host, team, id, t, false, &err) < 0)
-				reply_host_err(r, &err, false, "timeout");
-			else
-				reg_respond(r, 204, NULL, 0, NULL);
-		}
-	} else if (id && verb && (strcmp(verb, "connect") == 0 || strcmp(verb, "resume") == 0) && strcmp(m, "POST") == 0)
-		sbx_h_connect(s, r, team, id, body, verb[0] == 'r');
-	else if (id && verb && strcmp(verb, "pause") == 0 && strcmp(m, "POST") == 0) {
-		if (rt_host_pause(s->host, team, id, &err) < 0)
-			reply_host_err(r, &err, false, "pause");
-		else
-			reg_respond(r, 204, NULL, 0, NULL);
-	} else if (id && verb && (strcmp(verb, "metrics") == 0 || strcmp(verb, "network") == 0 || strcmp(verb, "fork") == 0 ||
-				  strcmp(verb, "snapshots") == 0 || strcmp(verb, "refreshes") == 0))
-		e2b_reply_error(r, 501, "%s %s: not implemented by kiln (docs/sandbox-api.md)", m, path);
-	else
-		e2b_reply_error(r, strcmp(m, "GET") == 0 || strcmp(m, "POST") == 0 || strcmp(m, "DELETE") == 0 ? 404 : 405,
-				"%s %.200s: no such route", m, path);
+	rt->h(s, r, team, id, body, rt->arg);
 out:
+	svc_route_match_free(&rm);
 	json_decref(body);
 	kiln_error_free(err);
 	free(team);
-	free(id);
-	free(verb);
 }
 
 /* ---- the service ---- */

@@ -197,6 +197,31 @@ char *svc_auth_team(reg_req *r, const char *want, unsigned *status, kiln_error *
 /* The same for another action (REG_SANDBOX: the sandbox service's). */
 char *svc_auth_team_for(reg_req *r, const char *want, enum reg_action action, unsigned *status, kiln_error **err);
 
+/* A frontend's routes: rows of its own type whose first member is a struct
+ * svc_route, matched in order against the path below its prefix (method
+ * "*" takes any; a GET row takes HEAD too).  A pattern
+ * is literal text and {name} segments (one path segment each, not empty;
+ * {name*} takes the rest of the path, slashes too), captured in order.
+ * Returns the matching row (m->param holding the captures: free with
+ * svc_route_match_free), or NULL: m->other_method says the path matched a
+ * row of another method. */
+#define SVC_ROUTE_PARAMS 4
+struct svc_route {
+	const char *method, *pattern;
+};
+struct svc_route_match {
+	const struct svc_route *route;
+	char *param[SVC_ROUTE_PARAMS];
+	size_t n;
+	bool other_method;
+};
+const struct svc_route *svc_route_find(const void *rows, size_t n, size_t stride, const char *method, const char *path,
+				       struct svc_route_match *m);
+void svc_route_match_free(struct svc_route_match *m);
+/* rows: an array of the frontend's row type */
+#define SVC_ROUTE_FIND(rows, method, path, m) \
+	svc_route_find((rows), sizeof(rows) / sizeof((rows)[0]), sizeof((rows)[0]), (method), (path), (m))
+
 /* An error from below as every frontend answers it: the HTTP status its kind
  * (or a full disk: 507) gives, and what the client is told — its message, or
  * for a full disk the fact without the server's paths.  A 5xx is logged
