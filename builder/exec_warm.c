@@ -38,52 +38,6 @@ struct build_warm_vm {
 	bool tainted;    /* has held a secret: never saved again */
 };
 
-/* A copy that keeps holes (the guest's RAM file is mostly holes). */
-static int copy_sparse(const char *src, const char *dst, bool sync, kiln_error **err)
-{
-	int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
-	struct stat st;
-	char *buf = kiln_xmalloc(1 << 20);
-
-	if (in < 0 || fstat(in, &st) < 0) {
-		kiln_err_errno(err, errno, "%s", src);
-		goto out;
-	}
-	out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (out < 0 || ftruncate(out, st.st_size) < 0) {
-		kiln_err_errno(err, errno, "%s", dst);
-		goto out;
-	}
-	for (off_t off = 0; off < st.st_size;) {
-		off_t data = lseek(in, off, SEEK_DATA);
-		if (data < 0)
-			break; /* only a hole is left */
-		off_t hole = lseek(in, data, SEEK_HOLE);
-		for (off_t p = data; p < hole;) {
-			size_t want = (size_t)(hole - p < (1 << 20) ? hole - p : (1 << 20));
-			ssize_t n = pread(in, buf, want, p);
-			if (n <= 0 || pwrite(out, buf, (size_t)n, p) != n) {
-				kiln_err_errno(err, n < 0 ? errno : EIO, "copying %s", src);
-				goto out;
-			}
-			p += n;
-		}
-		off = hole;
-	}
-	if (sync && fsync(out) < 0) {
-		kiln_err_errno(err, errno, "%s", dst);
-		goto out;
-	}
-	rc = 0;
-out:
-	if (in >= 0)
-		close(in);
-	if (out >= 0)
-		close(out);
-	free(buf);
-	return rc;
-}
-
 /* A file of size bytes that holds nothing (all hole). */
 static int sparse_file(const char *path, int64_t size, kiln_error **err)
 {
@@ -207,8 +161,8 @@ static int make_snapshot(build_store *s, const struct build_vm_opts *vo, const c
 	    guest_sh(vm_agent(v), "true", err) < 0)
 		goto out;
 	overlay = vm_overlay_path(v);
-	if (vm_snapshot_save(v, state, 60000, err) < 0 || copy_sparse(vm_memory_path(v), mem, true, err) < 0 ||
-	    copy_sparse(overlay, disk, true, err) < 0)
+	if (vm_snapshot_save(v, state, 60000, err) < 0 || kiln_copy_sparse(vm_memory_path(v), mem, true, err) < 0 ||
+	    kiln_copy_sparse(overlay, disk, true, err) < 0)
 		goto out;
 	vm_destroy(v);
 	v = NULL;
@@ -312,7 +266,7 @@ static int restore(struct build_warm_vm *w, const struct build_vm_opts *vo, cons
 	}
 	if (shared) {
 		own = kiln_path_join(w->dir, "memory");
-		if (copy_sparse(mem, own, false, err) < 0)
+		if (kiln_copy_sparse(mem, own, false, err) < 0)
 			goto out;
 	}
 	/* the disk's backing, given explicitly: the rootfs beside it (make_snapshot) */
@@ -424,7 +378,7 @@ int build_warm_save_base(struct build_warm_vm *w, kiln_error **err)
 	if (kiln_rm_rf(tmp, &e) < 0 || kiln_rm_rf(w->save_dir, &e) < 0 || kiln_mkdir_p(tmp, 0700, &e) < 0)
 		goto out;
 	paused = true;
-	if (vm_snapshot_save_qmp(vm_get_qmp(w->vm), state, 60000, &e) < 0 || copy_sparse(own, mem, true, &e) < 0)
+	if (vm_snapshot_save_qmp(vm_get_qmp(w->vm), state, 60000, &e) < 0 || kiln_copy_sparse(own, mem, true, &e) < 0)
 		goto out;
 	json_t *r = vm_qmp_execute(vm_get_qmp(w->vm), "cont", NULL, 5000, err);
 	paused = false;

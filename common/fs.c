@@ -89,6 +89,68 @@ ssize_t kiln_pread_full(int fd, void *buf, size_t len, off_t off)
 	return (ssize_t)got;
 }
 
+int kiln_copy_data(int in, int out, off_t size, void *buf, size_t len)
+{
+	for (off_t off = 0; off < size;) {
+		off_t data = lseek(in, off, SEEK_DATA), hole;
+		if (data < 0)
+			return errno == ENXIO ? 0 : -1; /* ENXIO: only a hole is left */
+		if ((hole = lseek(in, data, SEEK_HOLE)) < 0)
+			return -1;
+		if (hole > size)
+			hole = size;
+		for (off_t p = data; p < hole;) {
+			size_t want = (size_t)(hole - p < (off_t)len ? hole - p : (off_t)len);
+			ssize_t n = kiln_pread_full(in, buf, want, p);
+			if (n <= 0) {
+				if (n == 0)
+					errno = EIO; /* shorter than it said */
+				return -1;
+			}
+			if (kiln_pwrite_full(out, buf, (size_t)n, p) < 0)
+				return -1;
+			p += n;
+		}
+		off = hole;
+	}
+	return 0;
+}
+
+int kiln_copy_sparse(const char *src, const char *dst, bool sync, kiln_error **err)
+{
+	int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
+	size_t len = 1 << 20;
+	char *buf = kiln_xmalloc(len);
+	struct stat st;
+
+	if (in < 0 || fstat(in, &st) < 0) {
+		kiln_err_errno(err, errno, "open %s", src);
+		goto out;
+	}
+	if ((out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 || ftruncate(out, st.st_size) < 0) {
+		kiln_err_errno(err, errno, "create %s", dst);
+		goto out;
+	}
+	if (kiln_copy_data(in, out, st.st_size, buf, len) < 0) {
+		kiln_err_errno(err, errno, "copy %s to %s", src, dst);
+		goto out;
+	}
+	if ((sync && fsync(out) < 0) || close(out) < 0) {
+		out = -1;
+		kiln_err_errno(err, errno, "write %s", dst);
+		goto out;
+	}
+	out = -1;
+	rc = 0;
+out:
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	free(buf);
+	return rc;
+}
+
 ssize_t kiln_read_all(int fd, kiln_buf *b, size_t keep)
 {
 	char chunk[4096];

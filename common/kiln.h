@@ -300,6 +300,13 @@ int kiln_write_full(int fd, const void *data, size_t len);
 int kiln_pwrite_full(int fd, const void *data, size_t len, off_t off);
 ssize_t kiln_read_full(int fd, void *buf, size_t len);
 ssize_t kiln_pread_full(int fd, void *buf, size_t len, off_t off);
+/* in's data segments (SEEK_DATA/SEEK_HOLE) up to size, copied to the same
+ * offsets of out, which the caller has sized: its holes stay holes.  buf is
+ * len bytes of scratch; nothing is allocated (a forked child may call it).
+ * 0, or -1 with errno set. */
+int kiln_copy_data(int in, int out, off_t size, void *buf, size_t len);
+/* A new dst (0600) holding src's bytes with src's holes; fsync'd when sync. */
+int kiln_copy_sparse(const char *src, const char *dst, bool sync, kiln_error **err);
 /* Read fd to its end (EINTR retried), appending the first keep bytes to b
  * (keep = 0: all) and reading past the rest, so a child that writes more
  * than the caller keeps is never blocked on a full pipe.  The bytes read, or

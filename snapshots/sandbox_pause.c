@@ -16,52 +16,6 @@
 
 #include "snapshots/internal.h"
 
-/* Copy the data extents of src into a new dst (holes stay holes). */
-static int copy_sparse(const char *src, const char *dst, kiln_error **err)
-{
-	int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
-	static char buf[1 << 20];
-	struct stat st;
-
-	if (in < 0 || fstat(in, &st) < 0) {
-		kiln_err_errno(err, errno, "open %s", src);
-		goto out;
-	}
-	if ((out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 || ftruncate(out, st.st_size) < 0) {
-		kiln_err_errno(err, errno, "create %s", dst);
-		goto out;
-	}
-	for (off_t off = 0; off < st.st_size;) {
-		off_t data = lseek(in, off, SEEK_DATA), hole;
-		if (data < 0)
-			break; /* only a hole is left */
-		hole = lseek(in, data, SEEK_HOLE);
-		for (off_t p = data; p < hole;) {
-			size_t want = (size_t)(hole - p < (off_t)sizeof(buf) ? hole - p : (off_t)sizeof(buf));
-			ssize_t n = pread(in, buf, want, p);
-			if (n <= 0 || kiln_pwrite_full(out, buf, (size_t)n, p) < 0) {
-				kiln_err_errno(err, n < 0 ? errno : EIO, "copy %s", src);
-				goto out;
-			}
-			p += n;
-		}
-		off = hole;
-	}
-	if (close(out) < 0) {
-		out = -1;
-		kiln_err_errno(err, errno, "write %s", dst);
-		goto out;
-	}
-	out = -1;
-	rc = 0;
-out:
-	if (in >= 0)
-		close(in);
-	if (out >= 0)
-		close(out);
-	return rc;
-}
-
 /* QEMU's temporary disk overlay (snapshot=on: created in dir/run and
  * unlinked at once), as /proc/PID/fd/N. */
 static char *overlay_of(pid_t pid, const char *dir, kiln_error **err)
@@ -129,9 +83,9 @@ static int save(vm_qmp *q, const char *dir, const json_t *st, const char *out, b
 	if (kiln_mkdir_p(out, 0700, err) < 0 || vm_snapshot_save_qmp(q, state, 30000, err) < 0)
 		goto out;
 	*have_mem = access(ram, F_OK) == 0;
-	if (*have_mem && copy_sparse(ram, mem, err) < 0)
+	if (*have_mem && kiln_copy_sparse(ram, mem, false, err) < 0)
 		goto out;
-	if ((ov = overlay_of((pid_t)kiln_json_int(st, "pid", 0), dir, err)) == NULL || copy_sparse(ov, top, err) < 0)
+	if ((ov = overlay_of((pid_t)kiln_json_int(st, "pid", 0), dir, err)) == NULL || kiln_copy_sparse(ov, top, false, err) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -148,7 +102,7 @@ static int flatten(const char *out, const char *base, const snap_template *t, bo
 	char *top = kiln_path_join(out, "top.qcow2"), *disk = kiln_path_join(out, "disk.qcow2");
 	int rc = -1;
 
-	if (move ? rename(base, disk) < 0 : copy_sparse(base, disk, err) < 0) {
+	if (move ? rename(base, disk) < 0 : kiln_copy_sparse(base, disk, false, err) < 0) {
 		if (move)
 			kiln_err_errno(err, errno, "rename %s", base);
 		goto out;

@@ -197,20 +197,8 @@ static void copy_ram(const struct vm_jail *j, int errfd)
 		child_fail(errfd, "opening the snapshot's RAM", j->copy_from);
 	if (out < 0 || ftruncate(out, st.st_size) < 0)
 		child_fail(errfd, "creating the RAM copy", j->copy_to);
-	for (off_t off = 0; off < st.st_size;) {
-		off_t data = lseek(in, off, SEEK_DATA);
-		if (data < 0)
-			break; /* only a hole is left */
-		off_t hole = lseek(in, data, SEEK_HOLE);
-		for (off_t p = data; p < hole;) {
-			size_t want = (size_t)(hole - p < (off_t)sizeof(buf) ? hole - p : (off_t)sizeof(buf));
-			ssize_t n = pread(in, buf, want, p);
-			if (n <= 0 || pwrite(out, buf, (size_t)n, p) != n)
-				child_fail(errfd, "copying the snapshot's RAM", j->copy_from);
-			p += n;
-		}
-		off = hole;
-	}
+	if (kiln_copy_data(in, out, st.st_size, buf, sizeof(buf)) < 0)
+		child_fail(errfd, "copying the snapshot's RAM", j->copy_from);
 	close(in);
 	close(out);
 }

@@ -405,6 +405,40 @@ static void rm_rf_late_file(void)
 	kiln_error_free(err);
 }
 
+/* A sparse copy has the source's bytes and keeps its holes; a missing
+ * source and an unwritable destination are errors naming the file. */
+static void copy_sparse(void)
+{
+	kiln_error *err = NULL;
+	char *dir = kiln_mkdtemp("kiln-test-sparse", &err);
+	CHECK(dir != NULL);
+	char *src = kiln_path_join(dir, "src"), *dst = kiln_path_join(dir, "dst");
+	int fd = open(src, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	char a[5000], b[3000];
+	memset(a, 'a', sizeof(a));
+	memset(b, 'b', sizeof(b));
+	CHECK(fd >= 0 && kiln_pwrite_full(fd, a, sizeof(a), 0) == 0 && kiln_pwrite_full(fd, b, sizeof(b), 3 << 20) == 0 &&
+	      ftruncate(fd, 8 << 20) == 0);
+	close(fd);
+	CHECK(kiln_copy_sparse(src, dst, true, &err) == 0);
+	char *x = NULL, *y = NULL;
+	size_t xl = 0, yl = 0;
+	CHECK(kiln_read_file(src, &x, &xl, 0, NULL) == 0 && kiln_read_file(dst, &y, &yl, 0, NULL) == 0);
+	CHECK(xl == 8u << 20 && yl == xl && memcmp(x, y, xl) == 0);
+	struct stat st;
+	CHECK(stat(dst, &st) == 0 && st.st_blocks * 512 < (1 << 20)); /* the holes stayed holes */
+	free(x);
+	free(y);
+	CHECK(kiln_copy_sparse("/nonexistent/src", dst, false, &err) < 0 && strstr(kiln_error_message(err), "/nonexistent/src"));
+	kiln_error_clear(&err);
+	CHECK(kiln_copy_sparse(src, "/nonexistent/dst", false, &err) < 0 && strstr(kiln_error_message(err), "/nonexistent/dst"));
+	kiln_error_clear(&err);
+	kiln_rm_rf(dir, NULL);
+	free(src);
+	free(dst);
+	free(dir);
+}
+
 int main(void)
 {
 	RUN(error_chain);
@@ -420,5 +454,6 @@ int main(void)
 	RUN(read_all_drains);
 	RUN(rm_rf_concurrent);
 	RUN(rm_rf_late_file);
+	RUN(copy_sparse);
 	return test_done();
 }
