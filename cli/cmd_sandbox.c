@@ -102,20 +102,12 @@ static int sandbox_exec(const char *id, const char *const *argv, const struct sn
 }
 
 /* After a claim, top the pool up again in the background (a detached
- * `kiln sandbox pool TEMPLATE`), so the next create finds one too.  One
- * fork, not waited for: the callers exit right after (the child is then
- * init's), and a start's caller should not wait for even that. */
+ * `kiln sandbox pool TEMPLATE`), so the next create finds one too; the
+ * caller waits only for the fork of the daemon, not for its work. */
 void cli_pool_refill(const char *tmpl);
 void cli_pool_refill(const char *tmpl)
 {
-	if (fork() == 0) {
-		int null = open("/dev/null", O_RDWR);
-		setsid();
-		if (null >= 0) {
-			dup2(null, 0);
-			dup2(null, 1);
-			dup2(null, 2);
-		}
+	if (kiln_daemon_fork(-1) == 0) {
 		/* Background work: the sandbox just claimed comes first.  Its
 		 * QEMUs inherit the nice value; a claim sets it back to 0,
 		 * which only root may do — so only root nices the refill. */

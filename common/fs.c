@@ -1,12 +1,13 @@
 /* fs.c — small filesystem helpers: whole-buffer I/O retrying EINTR, atomic
  * replace, whole-file reads, mkdir -p, rm -rf without following links, kiln's
  * home directory, sizes, durations and RFC 3339 times; waitpid retrying
- * EINTR, the monotonic clock and the one sleep. */
+ * EINTR, the one way to start a daemon, the monotonic clock and the one sleep. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -178,6 +179,39 @@ pid_t kiln_waitpid(pid_t pid, int *status, int flags)
 		r = waitpid(pid, status, flags);
 	while (r < 0 && errno == EINTR);
 	return r;
+}
+
+int kiln_daemon_fork(int log_fd)
+{
+	pid_t p = fork();
+
+	if (p < 0)
+		return -1;
+	if (p > 0) {
+		kiln_waitpid(p, NULL, 0); /* the first child exits once the daemon is forked */
+		return 1;
+	}
+	setsid();
+	if (fork() != 0)
+		_exit(0);
+	/* the daemon: init's, in its own session, holding nothing of its
+	 * parent's (agent connections, locks, pipes) */
+	int null = open("/dev/null", O_RDWR);
+	if (null >= 0)
+		dup2(null, 0);
+	if (log_fd >= 0 || null >= 0) {
+		dup2(log_fd >= 0 ? log_fd : null, 1);
+		dup2(log_fd >= 0 ? log_fd : null, 2);
+	}
+	close_range(3, ~0u, 0);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	signal(SIGPIPE, SIG_DFL);
+	return 0;
 }
 
 double kiln_now_ms(void)

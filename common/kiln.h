@@ -314,6 +314,12 @@ int kiln_copy_sparse(const char *src, const char *dst, bool sync, kiln_error **e
 ssize_t kiln_read_all(int fd, kiln_buf *b, size_t keep);
 /* waitpid retrying EINTR. */
 pid_t kiln_waitpid(pid_t pid, int *status, int flags);
+/* Forks a daemon: a grandchild in a session of its own, orphaned to init,
+ * stdin /dev/null, stdout and stderr log_fd (-1: /dev/null), every other
+ * descriptor closed, the signal mask and the usual handlers reset.  0 in
+ * the daemon; 1 in the caller, the intermediate child reaped; -1 (errno)
+ * when fork failed. */
+int kiln_daemon_fork(int log_fd);
 /* Milliseconds on CLOCK_MONOTONIC (fractions kept): the one clock for
  * timeouts, deadlines and the timings kiln reports. */
 double kiln_now_ms(void);

@@ -75,28 +75,20 @@ int dist_chunkfs_ensure(kiln_error **err)
 	}
 	if (kiln_mkdir_p(mnt, 0755, err) < 0)
 		goto out;
-	pid_t pid = fork();
-	if (pid < 0) {
-		kiln_err_errno(err, errno, "fork");
-		goto out;
-	}
-	if (pid == 0) {
-		/* detached, in its own session: it outlives this kiln (and serves
-		 * every sandbox of the host until `kiln sandbox gc` stops it) */
-		setsid();
-		if (fork() != 0)
-			_exit(0);
-		int null = open("/dev/null", O_RDWR), lf = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
-		if (null >= 0)
-			dup2(null, 0);
-		if (lf >= 0) {
-			dup2(lf, 1);
-			dup2(lf, 2);
-		}
+	/* detached, in its own session: it outlives this kiln (and serves
+	 * every sandbox of the host until `kiln sandbox gc` stops it) */
+	int lf = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	int d = kiln_daemon_fork(lf);
+	if (d == 0) {
 		execl("/proc/self/exe", "kiln", "chunkfs", "serve", (char *)NULL);
 		_exit(127);
 	}
-	kiln_waitpid(pid, NULL, 0); /* the first child, which exits once the daemon is forked */
+	if (lf >= 0)
+		close(lf);
+	if (d < 0) {
+		kiln_err_errno(err, errno, "fork");
+		goto out;
+	}
 	for (int i = 0; i < 1000; i++) {
 		if (dist_cfs_is_mounted(mnt, &stale) && !stale) {
 			rc = 0;

@@ -166,42 +166,22 @@ out:
 void snap_watch_start(const char *id)
 {
 	char *dir = snap_sandbox_dir(id), *lockp = kiln_path_join(dir, "watch.lock");
-	int fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	pid_t p;
+	int fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600), p;
 
 	free(dir);
 	free(lockp);
 	if (fd < 0)
 		return; /* the sandbox is gone already */
 	close(fd);
-	p = fork();
+	p = kiln_daemon_fork(-1);
 	if (p < 0) {
 		kiln_warn("sandbox %s: cannot start its timeout watcher: %s (kiln sandbox gc removes it when expired)",
 			  id, strerror(errno));
 		return;
 	}
 	if (p == 0) {
-		sigset_t none;
-		setsid();
-		if (fork() != 0)
-			_exit(0);
-		/* The watcher: an orphan of init in its own session, holding
-		 * nothing of its parent's (agent connections, port locks). */
-		int null = open("/dev/null", O_RDWR);
-		if (null >= 0) {
-			dup2(null, 0);
-			dup2(null, 1);
-			dup2(null, 2);
-		}
-		close_range(3, ~0u, 0);
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		signal(SIGINT, SIG_DFL);
-		signal(SIGTERM, SIG_DFL);
-		signal(SIGHUP, SIG_DFL);
 		prctl(PR_SET_NAME, "kiln-watch", 0, 0, 0);
 		watch(id);
 		_exit(0);
 	}
-	kiln_waitpid(p, NULL, 0);
 }
