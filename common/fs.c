@@ -204,14 +204,20 @@ int kiln_daemon_fork(int log_fd)
 		dup2(log_fd >= 0 ? log_fd : null, 2);
 	}
 	close_range(3, ~0u, 0);
+	kiln_child_signals_reset();
+	return 0;
+}
+
+void kiln_child_signals_reset(void)
+{
 	sigset_t none;
+
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
 	signal(SIGHUP, SIG_DFL);
 	signal(SIGPIPE, SIG_DFL);
-	return 0;
 }
 
 double kiln_now_ms(void)

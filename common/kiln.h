@@ -320,6 +320,9 @@ pid_t kiln_waitpid(pid_t pid, int *status, int flags);
  * the daemon; 1 in the caller, the intermediate child reaped; -1 (errno)
  * when fork failed. */
 int kiln_daemon_fork(int log_fd);
+/* In a forked child: no signal blocked, INT/TERM/HUP/PIPE at their defaults
+ * (what kiln blocks or ignores must not leak into what it starts). */
+void kiln_child_signals_reset(void);
 /* Milliseconds on CLOCK_MONOTONIC (fractions kept): the one clock for
  * timeouts, deadlines and the timings kiln reports. */
 double kiln_now_ms(void);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -287,6 +288,37 @@ int gc_wait_for(guest_conn *c, const bool *flag, uint64_t deadline, const char *
 		if (!*flag && (uint64_t)kiln_now_ms() >= deadline)
 			return kiln_err(err, KILN_E_IO, "no %s from the agent after %llu ms", what,
 					(unsigned long long)((uint64_t)kiln_now_ms() - start));
+	}
+	return 0;
+}
+
+/* Best effort: the id is forgotten on our side, so its process must not live on. */
+void gc_send_kill(guest_conn *c, uint32_t id, int sig)
+{
+	uint8_t b[4];
+	kiln_error *e = NULL;
+
+	if (c->broken)
+		return;
+	guest_put_u32(b, (uint32_t)sig);
+	guest_frame_raw(&c->out, GUEST_F_KILL, id, b, 4);
+	if (gc_flush(c, gc_deadline(1000), &e) < 0)
+		kiln_error_free(e);
+}
+
+int gc_wait_started(struct guest_proc *p, uint64_t deadline, const char *what, kiln_error **err)
+{
+	uint64_t start = (uint64_t)kiln_now_ms();
+
+	while (!p->started && !p->done) {
+		if (gc_pump(p->c, deadline, err) < 0)
+			return -1;
+		if (!p->started && !p->done && (uint64_t)kiln_now_ms() >= deadline) {
+			kiln_err(err, KILN_E_IO, "the agent did not start %s within %llu ms", what,
+				 (unsigned long long)((uint64_t)kiln_now_ms() - start));
+			gc_send_kill(p->c, p->id, SIGKILL);
+			return -1;
+		}
 	}
 	return 0;
 }

@@ -25,20 +25,6 @@ static size_t strv_len(const char *const *v)
 	return n;
 }
 
-/* Best effort: the id is forgotten on our side, so its process must not live on. */
-static void send_kill(guest_conn *c, uint32_t id, int sig)
-{
-	uint8_t b[4];
-	kiln_error *e = NULL;
-
-	if (c->broken)
-		return;
-	guest_put_u32(b, (uint32_t)sig);
-	guest_frame_raw(&c->out, GUEST_F_KILL, id, b, 4);
-	if (gc_flush(c, gc_deadline(1000), &e) < 0)
-		kiln_error_free(e);
-}
-
 guest_proc *guest_spawn(guest_conn *c, const struct guest_exec_opts *o, int timeout_ms, kiln_error **err)
 {
 	uint64_t deadline = gc_deadline(timeout_ms);
@@ -112,15 +98,8 @@ guest_proc *guest_spawn(guest_conn *c, const struct guest_exec_opts *o, int time
 	guest_encode_exec(&c->out, p->id, &req);
 	if (gc_flush(c, deadline, err) < 0)
 		goto fail;
-	while (!p->started && !p->done) {
-		if (gc_pump(c, deadline, err) < 0)
-			goto fail;
-		if (!p->started && !p->done && (uint64_t)kiln_now_ms() >= deadline) {
-			kiln_err(err, KILN_E_IO, "the agent did not start %s within %d ms", argv[0], timeout_ms);
-			send_kill(c, p->id, SIGKILL);
-			goto fail;
-		}
-	}
+	if (gc_wait_started(p, deadline, argv[0], err) < 0)
+		goto fail;
 	if (p->failed) {
 		gc_req_error(p, err);
 		goto fail;
@@ -221,7 +200,7 @@ void guest_proc_free(guest_proc *p)
 	if (p == NULL)
 		return;
 	if (!p->done && !p->detached)
-		send_kill(p->c, p->id, SIGKILL);
+		gc_send_kill(p->c, p->id, SIGKILL);
 	gc_req_free(p);
 }
 

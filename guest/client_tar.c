@@ -50,14 +50,8 @@ static struct guest_proc *xfer_start(guest_conn *c, uint8_t type, const char *di
 	guest_encode_xfer(&c->out, type, p->id, &req);
 	if (gc_flush(c, deadline, err) < 0)
 		goto fail;
-	while (!p->started && !p->done) {
-		if (gc_pump(c, deadline, err) < 0)
-			goto fail;
-		if (!p->started && !p->done && (uint64_t)kiln_now_ms() >= deadline) {
-			kiln_err(err, KILN_E_IO, "the agent did not start the transfer in time");
-			goto fail;
-		}
-	}
+	if (gc_wait_started(p, deadline, type == GUEST_F_UPLOAD ? "the upload" : "the download", err) < 0)
+		goto fail;
 	if (p->failed) {
 		gc_req_error(p, err);
 		goto fail;

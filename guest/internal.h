@@ -58,6 +58,11 @@ int gc_flush(guest_conn *c, uint64_t deadline, kiln_error **err);
 int gc_pump(guest_conn *c, uint64_t deadline, kiln_error **err);
 /* Pump until *flag or the deadline; "what" names the wait in the timeout error. */
 int gc_wait_for(guest_conn *c, const bool *flag, uint64_t deadline, const char *what, kiln_error **err);
+/* Until the agent started p's request (or ended it); at the deadline the
+ * request is killed in the guest (what the caller gives up on must not run
+ * on there) and the error names what.  gc_send_kill: that kill, best effort. */
+int gc_wait_started(struct guest_proc *p, uint64_t deadline, const char *what, kiln_error **err);
+void gc_send_kill(guest_conn *c, uint32_t id, int sig);
 struct guest_proc *gc_req_new(guest_conn *c, enum req_kind kind);
 void gc_req_free(struct guest_proc *p);
 /* The agent's ERROR for a request, as a kiln_error. */

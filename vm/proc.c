@@ -106,14 +106,7 @@ static void child_setup(int out_fd)
 		dup2(out_fd, 1);
 		dup2(out_fd, 2);
 	}
-	/* Signals blocked or ignored by kiln must not leak into QEMU. */
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	signal(SIGINT, SIG_DFL);
-	signal(SIGTERM, SIG_DFL);
-	signal(SIGHUP, SIG_DFL);
-	signal(SIGPIPE, SIG_DFL);
+	kiln_child_signals_reset();
 }
 
 static bool jailed(const struct vm_spawn_opts *o)

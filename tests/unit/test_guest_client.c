@@ -2,8 +2,9 @@
  * agents (forked processes writing crafted bytes) that lie about their
  * version, babble, stay silent or send bad frames later; sockets that are
  * never served or whose backlog is full; and a hostile guest whose download
- * tar tries to escape the target directory.  Clear errors, bounded waits,
- * nothing written outside. */
+ * tar tries to escape the target directory, or one that never starts a
+ * request.  Clear errors, bounded waits, nothing written outside, nothing
+ * left running in the guest. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <signal.h>
@@ -406,6 +407,65 @@ static void test_connect_nowait(void)
 	free(path);
 }
 
+/* An agent that never starts a download: the client gives up at its
+ * deadline saying what did not start, and kills the request in the guest
+ * (the agent, reading, sees a KILL for it) so nothing runs on there. */
+static void test_start_timeout_kills(void)
+{
+	struct guest_wbuf w = { 0 };
+	struct guest_hello h = { .version = GUEST_PROTO_VERSION, .caps = GUEST_CAP_DOWNLOAD, .agent = "mute", .pid = 1 };
+	kiln_error *err = NULL;
+	int sv[2], seen = 0;
+	pid_t pid;
+
+	guest_encode_hello(&w, 0, &h);
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+	pid = fork();
+	if (pid == 0) {
+		struct guest_framer fr;
+		struct guest_frame f;
+		const char *why;
+		uint32_t req = 0;
+		close(sv[0]);
+		if (write(sv[1], w.data, w.len) < 0)
+			_exit(3);
+		guest_framer_init(&fr);
+		for (;;) {
+			size_t room;
+			uint8_t *sp = guest_framer_space(&fr, &room);
+			ssize_t n = read(sv[1], sp, room);
+			if (n <= 0)
+				_exit(1); /* the client closed without a KILL */
+			guest_framer_commit(&fr, (size_t)n);
+			int r;
+			while ((r = guest_framer_next(&fr, &f, &why)) == 1) {
+				if (f.type == GUEST_F_DOWNLOAD)
+					req = f.id;
+				if (f.type == GUEST_F_KILL && req && f.id == req)
+					_exit(0);
+			}
+			if (r < 0)
+				_exit(2);
+		}
+	}
+	close(sv[1]);
+	guest_conn *c = guest_conn_from_fd(sv[0], 2000, &err);
+	CHECK(c != NULL);
+	double t0 = kiln_now_ms();
+	CHECK(c && guest_download_each(c, "/x", count_entry, &seen, 400, &err) < 0);
+	CHECK(kiln_now_ms() - t0 < 2000);
+	CHECK(err && strstr(kiln_error_message(err), "did not start the download within"));
+	if (err && !strstr(kiln_error_message(err), "did not start the download within"))
+		printf("#   got: %s\n", kiln_error_message(err));
+	kiln_error_free(err);
+	int status = -1;
+	alarm(10);
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	alarm(0);
+	guest_close(c);
+	guest_wbuf_free(&w);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -414,5 +474,6 @@ int main(void)
 	RUN(test_busy_socket);
 	RUN(test_connect_nowait);
 	RUN(test_hostile_download);
+	RUN(test_start_timeout_kills);
 	return test_done();
 }
