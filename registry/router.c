@@ -2,6 +2,7 @@
  * request (method, URL, headers, query arguments, client address) is routed
  * onto the distribution API, fed its body and answered through reg_router_call.
  * The libmicrohttpd callback (http.c) and the fuzzer (tests/fuzz) both drive it. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -305,6 +306,22 @@ static int has_body(reg_req *r)
 	return (cl && strcmp(cl, "0") != 0) || reg_req_header(r, "Transfer-Encoding") != NULL;
 }
 
+static int drain_first(reg_req *r)
+{
+	const char *cl = reg_req_header(r, "Content-Length");
+	const char *expect = reg_req_header(r, "Expect");
+	char *end;
+	unsigned long long n;
+
+	if (expect && strcasecmp(expect, "100-continue") == 0)
+		return 0;
+	if (cl == NULL || reg_req_header(r, "Transfer-Encoding"))
+		return 0;
+	errno = 0;
+	n = strtoull(cl, &end, 10);
+	return errno == 0 && end != cl && *end == '\0' && n <= DISCARD_MAX;
+}
+
 enum reg_step reg_router_call(reg_req *r, const char *data, size_t len)
 {
 	if (!r->begun) {
@@ -313,10 +330,13 @@ enum reg_step reg_router_call(reg_req *r, const char *data, size_t len)
 		route(r, r->url);
 		reg_metrics_begin(r);
 		begin(r);
-		/* An answer before a body: sent now, and the server drops the rest of
-		 * the body (and the connection); a bodiless request is answered in the
-		 * last call so the connection stays alive. */
-		if (r->resp && has_body(r)) {
+		/* An answer before a body is sent now when the client waits for it
+		 * (Expect: 100-continue) or the body is too large to read, and the
+		 * server drops the connection; a body it can afford is read and
+		 * dropped first, as after a mid-body error, else closing on unread
+		 * bytes resets the connection and the client may never see the
+		 * answer. A bodiless request is answered in the last call. */
+		if (r->resp && has_body(r) && !drain_first(r)) {
 			r->body_error = 1;
 			return REG_STEP_RESPOND;
 		}

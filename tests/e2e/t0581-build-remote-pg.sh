@@ -28,7 +28,7 @@ start() { # N
 	: >"$T_TMP/serve$1.log" # there before the loop below reads it
 	$KILN serve --addr 127.0.0.1:0 --data "$DATA" --config "$T_TMP/serve.json" 2>"$T_TMP/serve$1.log" &
 	eval "SRV$1=$!"
-	for _ in $(seq 100); do grep -q listening "$T_TMP/serve$1.log" && break; sleep 0.1; done
+	for _ in $(seq 300); do grep -q listening "$T_TMP/serve$1.log" && break; sleep 0.1; done
 	eval "URL$1=http://$(grep -o '127.0.0.1:[0-9]*' "$T_TMP/serve$1.log" | head -1)"
 }
 start 1
@@ -96,7 +96,13 @@ $PSQL -c "update svc_builds set state = 'building', host = 'gone:1', heartbeat =
 $PSQL -c "insert into svc_builds(id, team, state, request, created, time_limit) values('b-queued', 'team-a', 'queued', '{\"dockerfile\":\"FROM scratch\\nENV A=1\\n\",\"files\":[]}', 1, 60)" >/dev/null
 kill $SRV1; wait $SRV1 2>/dev/null
 start 1
-sleep 3
+# the restarted host ends the gone host's build and runs the queued one: waited
+# for, not slept on (a fixed 3 s assumed a quiet machine)
+state() { $PSQL -c "select state from svc_builds where id = '$1'"; }
+for _ in $(seq 300); do
+	[ "$(state "$ID")" = failed ] && [ "$(state b-queued)" = done ] && break
+	sleep 0.1
+done
 expect_eq "a build whose host stopped ends failed" "$($PSQL -c "select state from svc_builds where id = '$ID'")" failed
 expect_grep "with the reason" 'host gone:1 stopped' <($PSQL -c "select reason from svc_builds where id = '$ID'")
 expect_eq "a queued build survives the restart and runs" "$($PSQL -c "select state from svc_builds where id = 'b-queued'")" done
