@@ -169,6 +169,27 @@ out:
 	return rc;
 }
 
+size_t cli_build_request_options(struct build_request *r, struct cli_build_flags *bf, struct cli_option *out)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < build_nfields; i++) {
+		const struct build_field *f = &build_fields[i];
+		void *v = (char *)r + f->offset;
+		if (f->flag == NULL)
+			continue;
+		switch (f->kind) {
+		case BUILD_FIELD_STRING: out[n++] = (struct cli_option)CLI_STRING(0, f->flag, v, f->argh, f->help); break;
+		case BUILD_FIELD_BOOL: out[n++] = (struct cli_option)CLI_BOOL(0, f->flag, v, f->help); break;
+		case BUILD_FIELD_UINT:
+			out[n++] = (struct cli_option)CLI_UINT(0, f->flag, v, f->argh, f->min, f->max, f->help);
+			break;
+		case BUILD_FIELD_ARGS: out[n++] = (struct cli_option)CLI_BUILD_ARG_OPTION(bf); break;
+		}
+	}
+	return n;
+}
+
 void cli_build_flags_free(struct cli_build_flags *f)
 {
 	for (size_t i = 0; i < f->n_args; i++) {

@@ -6,6 +6,7 @@
 #define KILN_CLI_BUILD_FLAGS_H
 
 #include "builder/builder.h"
+#include "builder/request.h"
 #include "cli/cli.h"
 #include "dockerfile-parser/dockerfile.h"
 
@@ -27,6 +28,11 @@ int cli_build_secret(const struct kiln_command *cmd, const struct cli_option *op
 /* --ssh default|ID[=SOCKET] (default: $SSH_AUTH_SOCK). */
 int cli_build_ssh(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg);
 void cli_build_flags_free(struct cli_build_flags *f);
+
+/* The options of the build request's table (builder/request.h) that have a
+ * flag, pointing into r (--build-arg into f, for r once parsed); fills at
+ * most build_nfields entries of out, returns how many. */
+size_t cli_build_request_options(struct build_request *r, struct cli_build_flags *f, struct cli_option *out);
 
 #define CLI_BUILD_ARG_OPTION(f)                                                                     \
 	CLI_CALLBACK(0, "build-arg", (f), "K=V", cli_build_arg,                                     \

@@ -11,8 +11,7 @@
 #include "cli/build_flags.h"
 #include "cli/cli.h"
 #include "cli/xfer.h"
-#include "service/service.h"
-#include "vm/vm.h"
+#include "remote/remote.h"
 
 static void on_event(void *ud, const struct build_event *ev)
 {
@@ -106,7 +105,7 @@ static void on_other(void *ud, const json_t *ev)
 	}
 }
 
-static void on_uploaded(void *ud, const struct svc_remote_result *r)
+static void on_uploaded(void *ud, const struct remote_result *r)
 {
 	if (!*(bool *)ud)
 		fprintf(stderr, "context: %zu entries, %zu files uploaded (%llu bytes in %.3f s), %llu bytes of requests\n",
@@ -116,9 +115,9 @@ static void on_uploaded(void *ud, const struct svc_remote_result *r)
 
 /* The secrets' bytes, read as a local build reads them (a file or a
  * variable, at most BuildKit's 500 KiB); wiped by free_secrets. */
-static int read_secrets(const struct build_options *o, struct svc_secret **out, kiln_error **err)
+static int read_secrets(const struct build_options *o, struct remote_secret **out, kiln_error **err)
 {
-	struct svc_secret *v = kiln_xcalloc(o->n_secrets + 1, sizeof(*v));
+	struct remote_secret *v = kiln_xcalloc(o->n_secrets + 1, sizeof(*v));
 
 	*out = v;
 	for (size_t i = 0; i < o->n_secrets; i++) {
@@ -140,7 +139,7 @@ static int read_secrets(const struct build_options *o, struct svc_secret **out, 
 	return 0;
 }
 
-static void free_secrets(struct svc_secret *v, size_t n)
+static void free_secrets(struct remote_secret *v, size_t n)
 {
 	for (size_t i = 0; v && i < n; i++)
 		if (v[i].data) {
@@ -153,7 +152,7 @@ static void free_secrets(struct svc_secret *v, size_t n)
 /* --oci-out / --rootfs-out after a remote build: the image it published,
  * pulled from the server's registry (into the local store, as kiln pull
  * does), then written out as a local build writes it. */
-static int download(const char *url, const struct build_options *o, const struct svc_remote_result *res,
+static int download(const char *url, const struct build_options *o, const struct remote_result *res,
 		    kiln_error **err)
 {
 	const char *h = strstr(url, "://") ? strstr(url, "://") + 3 : url;
@@ -190,47 +189,25 @@ out:
 }
 
 /* --remote URL (or $KILN_BUILDER): the same build on a `kiln serve --build`. */
-static int run_remote(const char *url, const struct build_options *o, const struct build_template_opts *tpl,
-		      bool json)
+static int run_remote(const char *url, const struct build_options *o, const struct build_request *br, bool json)
 {
-	struct svc_kv *args = kiln_xcalloc(o->n_build_args + 1, sizeof(*args));
-	struct svc_secret *secrets = NULL;
-	struct svc_request req = { 0 };
-	struct svc_remote_opts ro = { .url = url, .token = getenv("KILN_TOKEN"), .team = getenv("KILN_TEAM"),
+	struct remote_secret *secrets = NULL;
+	struct remote_request req = { .build = *br };
+	struct remote_opts ro = { .url = url, .token = getenv("KILN_TOKEN"), .team = getenv("KILN_TEAM"),
 				      .on_event = on_event, .on_other = on_other, .on_uploaded = on_uploaded,
 				      .ud = &json };
-	struct svc_remote_result res;
+	struct remote_result res;
 	kiln_error *err = NULL;
 	int rc;
 
-	for (size_t i = 0; i < o->n_build_args; i++) {
-		args[i].key = o->build_args[i].key;
-		args[i].value = o->build_args[i].value;
-	}
-	req.build_args = args;
-	req.nbuild_args = o->n_build_args;
-	req.target = o->target;
-	req.name = o->n_tags ? o->tags[0] : NULL;
-	req.no_cache = o->no_cache;
+	req.build.name = o->n_tags ? o->tags[0] : NULL;
 	req.source_date_epoch = getenv("SOURCE_DATE_EPOCH"); /* as a local build takes it */
-	req.compression = o->compression == BUILD_ZSTD ? SVC_ZSTD : o->compression == BUILD_NONE ? SVC_NONE : SVC_GZIP;
-	if (o->template) {
-		req.template_ = true;
-		req.start_cmd = tpl->start_cmd;
-		req.ready_cmd = tpl->ready_cmd;
-		req.cpus = tpl->cpus;
-		req.memory_mib = tpl->memory_mib;
-		req.ready_timeout_s = (unsigned)(tpl->ready_timeout_ms / 1000);
-		if (tpl->network != VM_NET_NONE)
-			req.template_network = vm_net_mode_name(tpl->network);
-	}
 	rc = read_secrets(o, &secrets, &err);
 	req.secrets = secrets;
 	req.nsecrets = o->n_secrets;
 	if (rc == 0)
-		rc = svc_remote_build(&ro, &req, o->context, o->dockerfile, &res, &err);
+		rc = remote_build(&ro, &req, o->context, o->dockerfile, &res, &err);
 	free_secrets(secrets, o->n_secrets);
-	free(args);
 	if (rc == 0 && (o->oci_out || o->rootfs_out))
 		rc = download(url, o, &res, &err);
 	if (rc < 0) {
@@ -250,21 +227,6 @@ static int run_remote(const char *url, const struct build_options *o, const stru
 			printf("%s\n", res.template_digest);
 	}
 	return fflush(stdout) == 0 ? KILN_EXIT_OK : KILN_EXIT_FAIL;
-}
-
-static int compression(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)
-{
-	enum build_compression *c = opt->value;
-
-	if (strcmp(arg, "gzip") == 0)
-		*c = BUILD_GZIP;
-	else if (strcmp(arg, "zstd") == 0)
-		*c = BUILD_ZSTD;
-	else if (strcmp(arg, "none") == 0)
-		*c = BUILD_NONE;
-	else
-		return cli_usage_error(cmd, "--compression '%s': want gzip, zstd or none", arg);
-	return 0;
 }
 
 /* -t NAME[:TAG]: names, not digests. */
@@ -338,22 +300,56 @@ static int run_local(struct build_options *o, struct build_template_opts *tpl, c
 	return KILN_EXIT_OK;
 }
 
+/* --request FILE: the build's fields as JSON (what the build service hands
+ * its child, builder/request.h), in place of their flags. */
+static int load_request(const struct kiln_command *cmd, const char *file, struct build_request *r)
+{
+	kiln_error *e = NULL, **err = &e;
+	char *text = NULL;
+	size_t len = 0;
+	json_error_t je;
+	json_t *j;
+	int rc;
+
+	for (size_t i = 0; i < build_nfields; i++)
+		if (build_field_is_set(r, &build_fields[i]))
+			return cli_usage_error(cmd, "--request %s holds the build's options: --%s given too", file,
+					       build_fields[i].flag ? build_fields[i].flag : build_fields[i].key);
+	if (kiln_read_file(file, &text, &len, 1 << 20, err) < 0) {
+		kiln_error_wrap(err, "--request");
+		return cli_fail(e);
+	}
+	j = json_loadb(text, len, 0, &je);
+	free(text);
+	if (j == NULL) {
+		kiln_err(err, KILN_E_INVALID, "--request %s:%d:%d: %s", file, je.line, je.column, je.text);
+		return cli_fail(e);
+	}
+	rc = build_request_from_json(j, true, r, err);
+	json_decref(j);
+	if (rc < 0) {
+		kiln_error_wrap(err, "--request %s", file);
+		return cli_fail(e);
+	}
+	return KILN_EXIT_OK;
+}
+
+#define OPTS_MAX 40
+
 static int run(const struct kiln_command *cmd, int argc, char **argv)
 {
-	struct build_options o = { .compression = BUILD_GZIP };
+	struct build_options o = { 0 };
 	struct build_template_opts tpl = { 0 };
-	bool want_template = false;
+	struct build_request br = { 0 };
 	kiln_strv tags = KILN_STRV_INIT;
 	struct cli_build_flags bf = { 0 };
 	kiln_error *err = NULL;
 	bool json = false, provenance = false;
-	const char *remote = getenv("KILN_BUILDER"), *tnet = NULL;
-	unsigned ready_secs = 0;
+	const char *remote = getenv("KILN_BUILDER"), *request = NULL;
 	int i, rc;
-	const struct cli_option opts[] = {
+	struct cli_option opts[OPTS_MAX] = {
 		CLI_STRING('f', "file", &o.dockerfile, "FILE", "the Dockerfile (- for standard input)"),
 		CLI_STRV('t', "tag", &tags, "NAME[:TAG]", "store the image under this name (repeatable)"),
-		CLI_BUILD_ARG_OPTION(&bf),
 		CLI_CALLBACK(0, "secret", &bf, "id=ID,src=FILE", cli_build_secret,
 			     "a secret for RUN --mount=type=secret,id=ID (also env=VAR,\n"
 			     "type=file|env; bare id=ID: $ID if set, else the file ID);\n"
@@ -361,55 +357,31 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		CLI_CALLBACK(0, "ssh", &bf, "default|ID[=SOCKET]", cli_build_ssh,
 			     "an ssh-agent for RUN --mount=type=ssh (default:\n"
 			     "$SSH_AUTH_SOCK), relayed into the builder VM"),
-		CLI_STRING(0, "target", &o.target, "STAGE", "build this stage (and what it needs)"),
-		CLI_BOOL(0, "no-cache", &o.no_cache, "do not reuse cached steps"),
 		CLI_BOOL(0, "provenance", &provenance, "record SLSA provenance of the result (Dockerfile digest, build\n"
 			 "args, builder, times), attached by kiln push --sign"),
 		CLI_STRING(0, "oci-out", &o.oci_out, "DIR", "also write an OCI image layout to DIR"),
 		CLI_STRING(0, "rootfs-out", &o.rootfs_out, "FILE", "also write the image's filesystem as ext4 (rootfs stage)"),
-		CLI_BOOL(0, "template", &want_template, "also make a template (rootfs, boot, start, ready, snapshot)\n"
-							"named after the first -t; implied by the options below"),
-		CLI_STRING(0, "start-cmd", &tpl.start_cmd, "CMD", "the template's start command (default ENTRYPOINT + CMD)"),
-		CLI_STRING(0, "ready-cmd", &tpl.ready_cmd, "CMD", "polled until it succeeds before the snapshot"),
-		CLI_UINT(0, "ready-timeout", &ready_secs, "SECS", 1, 86400,
-			 "give up waiting for the ready command (default 60)"),
-		CLI_UINT(0, "cpus", &tpl.cpus, "N", 1, 64, "the template's vCPUs"),
-		CLI_UINT(0, "memory", &tpl.memory_mib, "MiB", 1, 1 << 20, "the template's memory"),
-		CLI_STRING(0, "template-network", &tnet, "none|outbound",
-			   "its start command's network and its sandboxes' default (none)"),
-		CLI_CALLBACK(0, "compression", &o.compression, "C", compression,
-			     "layer compression: gzip (default), zstd or none"),
 		CLI_BOOL(0, "json", &json, "one JSON event per line on stdout (step, step_done, output,\n"
 					   "vm, done, error)"),
-		CLI_BOOL(0, "public-urls", &o.public_urls,
-			 "ADD fetches URLs from public addresses only: no loopback, private\n"
-			 "or link-local one, whatever DNS or a redirect says (what the build\n"
-			 "service runs for its teams unless its fetch_private is set)"),
-		CLI_BOOL(0, "registry-bases", &o.registry_bases,
-			 "bases (FROM, COPY --from, RUN --mount from=, ONBUILD's) from\n"
-			 "registries and stages only, never an oci:/archive path on this\n"
-			 "host (what the build service runs for its teams)"),
-		CLI_STRING(0, "context-digests", &o.context_digests, "FILE",
-			   "the context's file digests, JSON {\"PATH\": \"sha256:...\"}, taken as\n"
-			   "they are for cache keys (what the build service passes from its\n"
-			   "verified store; a wrong one makes wrong cache hits)"),
 		CLI_STRING(0, "remote", &remote, "URL", "build on a `kiln serve --build` (also $KILN_BUILDER): only the\n"
 							"files it lacks are sent; same output; the result is published\n"
 							"as TEAM/NAME:TAG there ($KILN_TOKEN, $KILN_TEAM; docs/service.md)"),
-		CLI_END,
+		CLI_STRING(0, "request", &request, "FILE", "the build's options as JSON, in place of their flags (what the\n"
+							  "build service hands the process that builds)"),
 	};
+	size_t n = 0;
 
+	while (opts[n].long_name)
+		n++;
+	if (n + build_nfields >= OPTS_MAX) { /* a row added to the request's table: more room here */
+		kiln_err(&err, KILN_E_GENERIC, "kiln build: more than %d options", OPTS_MAX);
+		return cli_fail(err);
+	}
+	n += cli_build_request_options(&br, &bf, opts + n);
+	opts[n] = (struct cli_option)CLI_END;
 	if ((i = cli_parse(cmd, opts, argc, argv, 0, &rc)) < 0)
 		goto out;
 	rc = KILN_EXIT_USAGE;
-	if (tpl.start_cmd || tpl.ready_cmd || tpl.cpus || tpl.memory_mib || tnet || ready_secs)
-		want_template = true;
-	tpl.ready_timeout_ms = (int)ready_secs * 1000;
-	if (tnet && vm_net_mode_parse(tnet, &tpl.network, &err) < 0) {
-		rc = cli_usage_error(cmd, "--template-network: %s", kiln_error_message(err));
-		kiln_error_clear(&err);
-		goto out;
-	}
 	if (i >= argc) {
 		rc = cli_usage_error(cmd, "missing CONTEXT directory");
 		goto out;
@@ -420,19 +392,25 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	}
 	if ((rc = check_tags(cmd, &tags)) != KILN_EXIT_OK)
 		goto out;
+	br.build_args = bf.args;
+	br.n_build_args = bf.n_args;
+	if (request && (rc = load_request(cmd, request, &br)) != KILN_EXIT_OK)
+		goto out;
+	if (request && br.name && !tags.n)
+		kiln_strv_push(&tags, br.name);
+	if (build_request_options(&br, &o, &tpl, &err) < 0) {
+		rc = cli_usage_error(cmd, "%s", kiln_error_message(err));
+		kiln_error_clear(&err);
+		goto out;
+	}
 	o.context = argv[i];
 	o.tags = (const char *const *)tags.v;
 	o.n_tags = tags.n;
-	o.build_args = bf.args;
-	o.n_build_args = bf.n_args;
 	o.secrets = bf.secrets;
 	o.n_secrets = bf.n_secrets;
 	o.ssh = bf.ssh;
 	o.n_ssh = bf.n_ssh;
-	if (want_template) {
-		tpl.name = tags.n ? tags.v[0] : NULL;
-		o.template = &tpl;
-	}
+	tpl.name = tags.n ? tags.v[0] : NULL;
 	if (remote && *remote) {
 		if (bf.n_ssh) {
 			rc = cli_usage_error(cmd, "--ssh is not forwarded to a remote build: its builder VM runs on the "
@@ -446,12 +424,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 					     "give it a name with -t NAME[:TAG]");
 			goto out;
 		}
-		o.template = want_template ? &tpl : NULL;
-		rc = run_remote(remote, &o, &tpl, json);
+		rc = run_remote(remote, &o, &br, json);
 		goto out;
 	}
 	rc = run_local(&o, &tpl, &tags, json, provenance);
 out:
+	build_request_free(&br);
 	kiln_strv_free(&tags);
 	cli_build_flags_free(&bf);
 	return rc;

@@ -7,7 +7,7 @@
 
 #include "builder/builder.h"
 #include "cli/cli.h"
-#include "service/service.h"
+#include "remote/remote.h"
 
 static int run_ls(const struct kiln_command *cmd, int argc, char **argv)
 {
@@ -91,11 +91,11 @@ static int run_prune(const struct kiln_command *cmd, int argc, char **argv)
 	if (i < argc)
 		return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
 	if (remote || max_size) {
-		struct svc_remote_opts ro = { .url = remote, .token = getenv("KILN_TOKEN"), .team = getenv("KILN_TEAM") };
-		struct svc_prune_stats ps;
+		struct remote_opts ro = { .url = remote, .token = getenv("KILN_TOKEN"), .team = getenv("KILN_TEAM") };
+		struct remote_prune_stats ps;
 		if (!remote || all)
 			return cli_usage_error(cmd, remote ? "--all is for the local cache" : "--max-size goes with --remote");
-		if (svc_remote_prune(&ro, max_size, older, &ps, &err) < 0)
+		if (remote_prune(&ro, max_size, older, &ps, &err) < 0)
 			return cli_fail(err);
 		printf("removed %llu cache entries and %llu context files on %s (team store %llu -> %llu bytes)\n",
 		       (unsigned long long)ps.entries_removed, (unsigned long long)ps.files_removed, remote,

@@ -25,25 +25,6 @@ struct svc_blob_writer {
 	uint64_t written, max;
 };
 
-char *svc_team_dir(svc *s, const char *team, const char *sub)
-{
-	char *t = kiln_xasprintf("teams/%s/%s", team, sub);
-	char *p = kiln_path_join(s->state_dir, t);
-
-	free(t);
-	return p;
-}
-
-int svc_team_cas(svc *s, const char *team, kiln_cas **out, kiln_error **err)
-{
-	static const struct kiln_cas_layout lay = { .fanout = true, .mode = 0444, .sync = KILN_CAS_SYNC_FULL };
-	char *root = svc_team_dir(s, team, "context");
-	int ret = kiln_mkdir_p(root, 0700, err) < 0 ? -1 : kiln_cas_open(root, &lay, out, err);
-
-	free(root);
-	return ret;
-}
-
 int svc_blobs_missing(svc *s, const char *team, const char *const *digests, size_t n, kiln_strv *missing,
 		      kiln_error **err)
 {
@@ -138,31 +119,6 @@ void svc_blob_abort(svc_blob_writer *w)
 	kiln_cas_close(w->cas);
 	free(w);
 }
-
-bool svc_digest_ok(const char *d)
-{
-	enum kiln_digest_algo algo;
-	kiln_error *err = NULL;
-	int ok = d && strncmp(d, "sha256:", 7) == 0 && kiln_digest_parse(d, &algo, &err) == 0;
-
-	kiln_error_free(err);
-	return ok;
-}
-
-/* A context path must stay inside: relative, no "..", no empty parts. */
-int svc_path_ok(const char *p)
-{
-	if (p == NULL || *p == '\0' || *p == '/' || strlen(p) > 4096)
-		return 0;
-	for (const char *s = p; *s;) {
-		size_t n = strcspn(s, "/");
-		if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
-			return 0;
-		s += n + (s[n] == '/');
-	}
-	return 1;
-}
-
 
 /* ---- one context directory per file list ---- */
 /* STATE/teams/TEAM/contexts/HEX/context is the context made for the file

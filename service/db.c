@@ -5,6 +5,9 @@
  * (sqlite: BEGIN IMMEDIATE; PostgreSQL: claims use FOR UPDATE SKIP LOCKED). */
 #include <stdarg.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -388,4 +391,16 @@ void svc_db_close(svc_db *db)
 		sqlite3_close(db->lite);
 	pthread_mutex_destroy(&db->lock);
 	free(db);
+}
+
+/* ---- numbers as the queue stores them ---- */
+
+int64_t svc_now(void)
+{
+	return (int64_t)time(NULL);
+}
+
+void svc_i64(char buf[24], int64_t v)
+{
+	snprintf(buf, 24, "%" PRId64, v);
 }

@@ -14,76 +14,7 @@
 
 #define BODY_MAX (8u << 20)
 
-/* ---- answers ---- */
-
-void e2b_reply_json(reg_req *r, unsigned status, json_t *j)
-{
-	char *s = json_dumps(j, JSON_COMPACT);
-
-	reg_respond(r, status, s, strlen(s), "application/json");
-	free(s);
-	json_decref(j);
-}
-
-/* E2B's error body: {"code": STATUS, "message": "..."}. */
-void e2b_reply_error(reg_req *r, unsigned status, const char *fmt, ...)
-{
-	kiln_buf b = KILN_BUF_INIT;
-	va_list ap;
-
-	va_start(ap, fmt);
-	kiln_buf_vaddf(&b, fmt, ap);
-	va_end(ap);
-	e2b_reply_json(r, status, json_pack("{s:i,s:s}", "code", (int)status, "message", b.buf));
-	kiln_buf_free(&b);
-}
-
-/* An error from below: its kind picks the status. */
-void e2b_reply_err(reg_req *r, kiln_error *err, const char *what)
-{
-	unsigned st = svc_err_status(err);
-	char *where = kiln_xasprintf("e2b: %s", what);
-
-	e2b_reply_error(r, st, "%s: %s", what, svc_err_reply(err, st, where));
-	free(where);
-	kiln_error_free(err);
-}
-
-static char *iso_time(int64_t t)
-{
-	char buf[KILN_TIME_MAX];
-
-	return kiln_xstrdup(kiln_time_rfc3339(t, buf));
-}
-
-json_t *e2b_json_time(int64_t t)
-{
-	char *s = iso_time(t);
-	json_t *j = json_string(s);
-
-	free(s);
-	return j;
-}
-
 /* ---- build state, mapped to E2B's ---- */
-
-/* E2B's status of a build and, for the service's, its status (st->id set). */
-const char *e2b_build_state(e2b *e, const struct e2b_build *b, struct svc_status *st, kiln_error **err)
-{
-	memset(st, 0, sizeof(*st));
-	if (b->error)
-		return "error";
-	if (b->svc_id == NULL || b->svc_id[0] == '\0')
-		return "waiting";
-	if (svc_status(e->svc, b->team, b->svc_id, st, err) < 0)
-		return NULL;
-	switch (st->state) {
-	case SVC_QUEUED: return "waiting";
-	case SVC_BUILDING: return "building";
-	case SVC_DONE: return "ready";
-	default: return "error";
-	}
-}
 
 /* The E2B step (as the SDK numbers its stack traces: "base", then 1 + the
  * step's index, "finalize") of a failed build. */
@@ -260,24 +191,6 @@ out:
 	e2b_build_free(&b);
 }
 
-/* "NAME[:TAG]" of E2B into a repository name under the team and a tag. */
-int e2b_split_name(const char *s, char **name, char **tag, kiln_error **err)
-{
-	const char *colon = strrchr(s, ':');
-
-	*name = colon ? kiln_xstrndup(s, (size_t)(colon - s)) : kiln_xstrdup(s);
-	*tag = colon ? kiln_xstrdup(colon + 1) : NULL;
-	if (!kiln_ref_name_valid(*name) || strchr(*name, '/') || (*tag && !kiln_ref_tag_valid(*tag))) {
-		kiln_err(err, KILN_E_INVALID, "template name \"%.128s\": want a lowercase name ([a-z0-9._-]) and "
-			 "an optional :TAG", s);
-		free(*name);
-		free(*tag);
-		*name = *tag = NULL;
-		return -1;
-	}
-	return 0;
-}
-
 static int int_field(const json_t *body, const char *key, int lo, int hi, int *out, kiln_error **err)
 {
 	const json_t *v = json_object_get(body, key);
@@ -343,16 +256,6 @@ out:
 	free(name);
 	free(tag);
 	free(bid);
-}
-
-const char *e2b_req_host(reg_req *r)
-{
-	const char *host = reg_req_header(r, "Host");
-
-	if (host == NULL || !*host ||
-	    strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]") != strlen(host))
-		return NULL;
-	return host;
 }
 
 static void h_file_link(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)

@@ -9,6 +9,24 @@
 #include "service/e2b.h"
 #include "service/internal.h"
 
+/* "NAME[:TAG]" of E2B into a repository name under the team and a tag. */
+int e2b_split_name(const char *s, char **name, char **tag, kiln_error **err)
+{
+	const char *colon = strrchr(s, ':');
+
+	*name = colon ? kiln_xstrndup(s, (size_t)(colon - s)) : kiln_xstrdup(s);
+	*tag = colon ? kiln_xstrdup(colon + 1) : NULL;
+	if (!kiln_ref_name_valid(*name) || strchr(*name, '/') || (*tag && !kiln_ref_tag_valid(*tag))) {
+		kiln_err(err, KILN_E_INVALID, "template name \"%.128s\": want a lowercase name ([a-z0-9._-]) and "
+			 "an optional :TAG", s);
+		free(*name);
+		free(*tag);
+		*name = *tag = NULL;
+		return -1;
+	}
+	return 0;
+}
+
 /* The status of the newest finished build of the team's template "NAME[:TAG]"
  * (what: how the message names the field): 1 with *out set, 0 when the team
  * has no template of that name (nothing set), -1 an error (none finished). */
@@ -174,13 +192,13 @@ void h_trigger(e2b *e, reg_req *r, struct e2b_req *q, json_t *body)
 	req.dockerfile_name = "template";
 	req.files = files;
 	req.nfiles = p.hashes.n;
-	req.name = name;
-	req.template_ = true;
-	req.start_cmd = p.start_cmd;
-	req.ready_cmd = p.ready_cmd;
-	req.cpus = (unsigned)t.cpus;
-	req.memory_mib = (unsigned)t.memory;
-	req.no_cache = p.force;
+	req.build.name = name;
+	req.build.template_ = true;
+	req.build.start_cmd = p.start_cmd;
+	req.build.ready_cmd = p.ready_cmd;
+	req.build.cpus = (unsigned)t.cpus;
+	req.build.memory_mib = (unsigned)t.memory;
+	req.build.no_cache = p.force;
 	req.request_id = reg_req_id(r);
 	if (svc_submit(e->svc, &req, id, &err) < 0)
 		goto fail;

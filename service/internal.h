@@ -83,10 +83,12 @@ struct svc_result {
 	const char *replay;     /* the request's replay key (replay.c), or NULL */
 };
 
+/* db.c: the time and numbers as the queue stores them */
 int64_t svc_now(void);
 void svc_i64(char buf[24], int64_t v);
 void svc_new_id(char id[SVC_ID_MAX]);
-/* The registry host builds push to and pull from: this server ("HOST:PORT"). */
+/* team.c: what every other file stands on.  The registry host builds push
+ * to and pull from: this server ("HOST:PORT"). */
 char *svc_registry_host(svc *s);
 /* Whether ref ("TEAM/NAME:TAG") is tagged digest in this registry now: 1 yes, 0 no (or not a
  * NAME:TAG), -1 error. */
@@ -186,7 +188,8 @@ void svc_observe(svc *s);    /* fills s->observer */
  * the row is inserted (a worker may claim it at once). */
 json_t *svc_fresh_take(svc *s, const char *id);
 void svc_fresh_keep(svc *s, const char *id, json_t *req);
-/* A new file with text, not synced (scratch: see worker.c). */
+/* A new file with text (O_EXCL, not followed, 0600), not synced: a build's
+ * scratch, gone with its work directory (team.c). */
 int svc_write_scratch(const char *path, const char *text, kiln_error **err);
 /* Run a kiln command (argv[0] = s->exe) with KILN_HOME=home; its output discarded. */
 int svc_exec_quiet(svc *s, char *const *argv, const char *home, kiln_error **err);

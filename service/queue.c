@@ -3,27 +3,15 @@
  * serves any build's log), and what workers do: claim fairly between teams
  * within the per-host and per-team limits, heartbeat, record progress and
  * the end.  A restart fails the builds its host had running. */
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "service/internal.h"
 
 #define COLS "id, team, name, state, step, total, instruction, reason, location, image, image_digest," \
 	     " template_ref, template_digest, host, created, started, ended"
-
-int64_t svc_now(void)
-{
-	return (int64_t)time(NULL);
-}
-
-void svc_i64(char buf[24], int64_t v)
-{
-	snprintf(buf, 24, "%" PRId64, v);
-}
 
 static enum svc_state state_of(const char *s)
 {

@@ -10,27 +10,21 @@
 
 #include "dockerfile-parser/dockerfile.h"
 #include "service/internal.h"
-#include "vm/vm.h"
 
 static const char *const step_names[] = { "RUN", "COPY", "ENV", "WORKDIR", "USER", "ARG" };
 
 json_t *svc_request_to_json(const struct svc_request *q)
 {
 	json_t *j = json_object(), *a;
-	static const char *const comp[] = { "gzip", "zstd", "none" };
 
 #define SETS(k, v) if (v) json_object_set_new(j, k, json_string(v))
 	SETS("dockerfile", q->dockerfile);
 	SETS("dockerfile_name", q->dockerfile_name);
 	SETS("base", q->base);
-	SETS("target", q->target);
-	SETS("name", q->name);
-	SETS("start_cmd", q->start_cmd);
 	SETS("source_date_epoch", q->source_date_epoch);
 	SETS("request_id", q->request_id);
-	SETS("ready_cmd", q->ready_cmd);
-	SETS("template_network", q->template_network);
 #undef SETS
+	build_request_to_json(&q->build, j);
 	if (q->nsteps) {
 		a = json_array();
 		for (size_t i = 0; i < q->nsteps; i++) {
@@ -60,23 +54,6 @@ json_t *svc_request_to_json(const struct svc_request *q)
 		json_array_append_new(a, o);
 	}
 	json_object_set_new(j, "files", a);
-	a = json_array();
-	for (size_t i = 0; i < q->nbuild_args; i++)
-		json_array_append_new(a, json_pack("[s,s]", q->build_args[i].key, q->build_args[i].value ? q->build_args[i].value : ""));
-	json_object_set_new(j, "build_args", a);
-	if (q->template_ || q->start_cmd || q->ready_cmd || q->cpus || q->memory_mib || q->template_network ||
-	    q->ready_timeout_s)
-		json_object_set_new(j, "template", json_true());
-	if (q->cpus)
-		json_object_set_new(j, "cpus", json_integer(q->cpus));
-	if (q->memory_mib)
-		json_object_set_new(j, "memory_mib", json_integer(q->memory_mib));
-	if (q->ready_timeout_s)
-		json_object_set_new(j, "ready_timeout_s", json_integer(q->ready_timeout_s));
-	if (q->no_cache)
-		json_object_set_new(j, "no_cache", json_true());
-	if ((unsigned)q->compression < 3 && q->compression != SVC_GZIP)
-		json_object_set_new(j, "compression", json_string(comp[q->compression]));
 	if (q->time_limit_s > 0)
 		json_object_set_new(j, "time_limit_s", json_integer(q->time_limit_s));
 	return j;
@@ -173,28 +150,14 @@ static int base_ok(const char *file, const struct df_node *n, const char *base, 
 }
 
 /* Parse and plan: the place of any error first; no server-side bases. */
-static int check_dockerfile(const char *file, const char *text, const json_t *req, struct df_plan **keep,
+static int check_dockerfile(const char *file, const char *text, const struct build_request *br, struct df_plan **keep,
 			    kiln_error **err)
 {
 	struct df_ast *ast = NULL;
 	struct df_plan *plan = NULL;
-	struct df_plan_opts po = { 0 };
-	json_t *args = json_object_get(req, "build_args"), *kv;
-	struct df_kv *kvs = kiln_xcalloc(json_array_size(args) + 1, sizeof(*kvs));
-	size_t i;
+	struct df_plan_opts po = { .build_args = br->build_args, .n_build_args = br->n_build_args, .target = br->target };
 	int ret = -1;
 
-	json_array_foreach(args, i, kv) {
-		kvs[i].key = (char *)json_string_value(json_array_get(kv, 0));
-		kvs[i].value = (char *)json_string_value(json_array_get(kv, 1));
-		if (kvs[i].key == NULL) {
-			kiln_err(err, KILN_E_INVALID, "build_args: want [[KEY, VALUE], ...]");
-			goto out;
-		}
-	}
-	po.build_args = kvs;
-	po.n_build_args = json_array_size(args);
-	po.target = json_string_value(json_object_get(req, "target"));
 	if (df_parse(file, text, strlen(text), &ast, err) < 0 || df_plan_build(ast, &po, &plan, err) < 0)
 		goto out;
 	for (size_t k = 0; k < plan->n_order; k++) {
@@ -220,7 +183,6 @@ out:
 	}
 	df_plan_free(plan);
 	df_ast_free(ast);
-	free(kvs);
 	return ret;
 }
 
@@ -341,37 +303,29 @@ json_t *svc_fresh_take(svc *s, const char *id)
 	return req;
 }
 
-/* The request's options checked (name, compression, template network and
- * ready timeout, time limit, SOURCE_DATE_EPOCH); *limit the build's time limit. */
-static int check_options(svc *s, const char *team, json_t *req, int64_t *limit, kiln_error **err)
+/* The request's options checked (the build's by its codec, the name, time
+ * limit and SOURCE_DATE_EPOCH here); *limit the build's time limit, *br the
+ * build's fields (held by req). */
+static int check_options(svc *s, const char *team, json_t *req, struct build_request *br, int64_t *limit,
+			 kiln_error **err)
 {
-	const char *name = json_string_value(json_object_get(req, "name"));
-	const char *comp = json_string_value(json_object_get(req, "compression"));
-	const char *tnet = json_string_value(json_object_get(req, "template_network"));
 	const char *epoch = json_string_value(json_object_get(req, "source_date_epoch"));
-	const json_t *tl = json_object_get(req, "time_limit_s"), *rt = json_object_get(req, "ready_timeout_s");
-	enum vm_net_mode nm;
+	const json_t *tl = json_object_get(req, "time_limit_s");
 
-	if (name) {
+	if (build_request_from_json(req, false, br, err) < 0)
+		return -1;
+	if (br->name) {
 		struct kiln_ref r;
-		int bad = kiln_ref_parse(name, &r, err) < 0 || r.digest || kiln_ref_has_host(name);
+		int bad = kiln_ref_parse(br->name, &r, err) < 0 || r.digest || kiln_ref_has_host(br->name);
 		kiln_ref_free(&r);
 		if (bad) {
 			if (*err == NULL)
-				kiln_err(err, KILN_E_INVALID, "name '%s': want NAME[:TAG] (published as %s/NAME:TAG)", name, team);
+				kiln_err(err, KILN_E_INVALID, "name '%s': want NAME[:TAG] (published as %s/NAME:TAG)",
+					 br->name, team);
 			return -1;
 		}
 	}
-	if (comp && strcmp(comp, "gzip") && strcmp(comp, "zstd") && strcmp(comp, "none"))
-		return kiln_err(err, KILN_E_INVALID, "compression '%s': want gzip, zstd or none", comp);
-	if (json_object_get(req, "template_network") && (tnet == NULL || vm_net_mode_parse(tnet, &nm, err) < 0)) {
-		if (*err == NULL)
-			kiln_err(err, KILN_E_INVALID, "template_network: want a string");
-		return kiln_error_wrap(err, "template_network");
-	}
-	if (rt && (!json_is_integer(rt) || json_integer_value(rt) < 1 || json_integer_value(rt) > 86400))
-		return kiln_err(err, KILN_E_INVALID, "ready_timeout_s: want seconds from 1 to 86400");
-	if (tnet || rt)
+	if (build_request_wants_template(br))
 		json_object_set_new(req, "template", json_true());
 	if (tl && (!json_is_integer(tl) || json_integer_value(tl) < 1))
 		return kiln_err(err, KILN_E_INVALID, "time_limit_s: want a positive number");
@@ -478,6 +432,7 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 	const char *file = json_string_value(json_object_get(req, "dockerfile_name"));
 	struct svc_secrets *sec = NULL;
 	struct df_plan *plan = NULL;
+	struct build_request br = { 0 };
 	char *text = NULL, *fname = NULL, key[65] = "";
 	int64_t limit = 0;
 	int ret = -1;
@@ -505,12 +460,12 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 	}
 	/* copied: the object's own string is replaced below */
 	fname = kiln_xstrdup(file && *file && !strchr(file, '/') && !strchr(file, ':') ? file : "Dockerfile");
-	if (check_options(s, team, req, &limit, err) < 0 || (text = request_text(req, err)) == NULL)
+	if (check_options(s, team, req, &br, &limit, err) < 0 || (text = request_text(req, err)) == NULL)
 		goto out;
 	json_object_set_new(req, "dockerfile_name", json_string(fname));
 	if (!json_object_get(req, "files"))
 		json_object_set_new(req, "files", json_array());
-	if (check_dockerfile(fname, text, req, &plan, err) < 0 ||
+	if (check_dockerfile(fname, text, &br, &plan, err) < 0 ||
 	    check_files(s, team, json_object_get(req, "files"), missing, err) < 0)
 		goto out;
 	if (missing && missing->n) {
@@ -527,6 +482,7 @@ int svc_submit_json(svc *s, const char *team, json_t *req, char id[SVC_ID_MAX], 
 	ret = enqueue(s, team, req, sec, limit, *key ? key : NULL, id, err);
 	sec = NULL;
 out:
+	build_request_free(&br);
 	df_plan_free(plan);
 	svc_secrets_free(sec);
 	free(text);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "builder/request.h"
 #include "kiln.h"
 #include "registry/registry.h"
 
@@ -59,10 +60,6 @@ reg_server *svc_registry(const svc *s);
  * Dockerfile by the service, FROM base first); a context given as files by
  * content (each already in the team's store, svc_blob_*); what to publish.
  * ------------------------------------------------------------------------- */
-struct svc_kv {
-	const char *key, *value;
-};
-
 /* A step of a step list (E2B's template steps map onto these). */
 enum svc_step_kind {
 	SVC_STEP_RUN,     /* args[0]: a shell command */
@@ -99,30 +96,12 @@ struct svc_request {
 	size_t nsteps;
 	const struct svc_file *files;
 	size_t nfiles;
-	const struct svc_kv *build_args;
-	size_t nbuild_args;
-	const char *target;         /* stage, or NULL */
-	const char *name;           /* NAME[:TAG] to publish as TEAM/NAME:TAG, or NULL (cache only) */
-	bool template_;             /* also make a template (implied by start/ready/cpus/memory) */
-	const char *start_cmd, *ready_cmd;
-	unsigned cpus, memory_mib;
-	unsigned ready_timeout_s;   /* the template's wait for its ready command; 0: 60 s */
-	const char *template_network; /* the template's network: "none", "outbound" or NULL (none) */
-	bool no_cache;
-	enum { SVC_GZIP, SVC_ZSTD, SVC_NONE } compression;
+	/* what is built, and its name (builder/request.h: the fields kiln build's
+	 * flags set); the service publishes build.name as TEAM/NAME:TAG */
+	struct build_request build;
 	int64_t time_limit_s;       /* 0: the server's; more than the server's is capped */
 	const char *source_date_epoch; /* the build's SOURCE_DATE_EPOCH (digits), or NULL */
 	const char *request_id;     /* the submitting request's id (X-Request-Id): opens the build's log */
-	/* kiln build --remote --secret: sent with the request (client.c), held in
-	 * the server's memory for that build only; never in svc_request_to_json */
-	const struct svc_secret *secrets;
-	size_t nsecrets;
-};
-
-struct svc_secret {
-	const char *id;
-	const char *data;
-	size_t len;
 };
 
 #define SVC_ID_MAX 40           /* "b-" + 32 hex + NUL, room to spare */
@@ -240,42 +219,6 @@ struct svc_prune_stats {
 /* max_bytes 0: cache_max; older_than_s < 0: cache_age_s (0: every entry). */
 int svc_cache_prune(svc *s, const char *team, uint64_t max_bytes, int64_t older_than_s, struct svc_prune_stats *st,
 		    kiln_error **err);
-
-/* ---------------------------------------------------------------------------
- * The client of `kiln build --remote URL` (client.c): the context by content
- * (only what the server lacks moves, zstd), submit, the log followed with
- * resume; events arrive as the local builder's (builder.h).
- * ------------------------------------------------------------------------- */
-struct build_event;
-struct svc_remote_result {
-	char id[SVC_ID_MAX];
-	size_t files, uploaded;     /* context entries; blobs the server lacked */
-	uint64_t bytes_sent;        /* compressed bytes of those */
-	uint64_t bytes_request;     /* JSON sent besides: the request (file list), twice when files were missing */
-	double upload_s;            /* spent sending the blobs the server lacked */
-	size_t steps, cached;
-	char digest[KILN_DIGEST_MAX], template_digest[KILN_DIGEST_MAX];
-	char image[512], template_ref[512]; /* TEAM/NAME:TAG published on the server's registry */
-};
-struct svc_remote_opts {
-	const char *url;            /* http://HOST:PORT of `kiln serve --build` */
-	const char *token;          /* NULL: $KILN_HOME/auth.json etc. for the host (kiln login) */
-	const char *team;           /* NULL: the token's only team */
-	void (*on_event)(void *ud, const struct build_event *ev);
-	void (*on_other)(void *ud, const json_t *ev); /* the service's own: published, status, error */
-	void (*on_uploaded)(void *ud, const struct svc_remote_result *r);
-	void *ud;
-};
-/* req: everything but the Dockerfile and files, which come from context and
- * dockerfile (NULL: CONTEXT/Dockerfile; "-": standard input, named <stdin>
- * as a local build names it).  Fails with the build's reason.  Secrets go
- * only over HTTPS or to a loopback / $KILN_INSECURE_REGISTRIES host. */
-int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *req, const char *context,
-		     const char *dockerfile, struct svc_remote_result *res, kiln_error **err);
-/* `kiln cache prune --remote URL`: the team's cache on the server (max_bytes 0,
- * older_than_s < 0: the server's defaults). */
-int svc_remote_prune(const struct svc_remote_opts *o, uint64_t max_bytes, int64_t older_than_s,
-		     struct svc_prune_stats *st, kiln_error **err);
 
 /* `kiln --wait-job` (a build service's child started ahead): wait for the
  * job on fd (JSON {argv, env, cwd} up to the end of the stream), apply its

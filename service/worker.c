@@ -404,24 +404,6 @@ out:
 	return ret;
 }
 
-/* A file of a build's scratch directory or of a context directory being
- * made: removed after the build, or renamed into place with its directory
- * (which a start after a crash removes), so not worth kiln_write_atomic's
- * fsyncs. */
-int svc_write_scratch(const char *path, const char *text, kiln_error **err)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-
-	if (fd < 0)
-		return kiln_err_errno(err, errno, "create %s", path);
-	if (kiln_write_full(fd, text, strlen(text)) < 0) {
-		kiln_err_errno(err, errno, "write %s", path);
-		close(fd);
-		return -1;
-	}
-	return close(fd) < 0 ? kiln_err_errno(err, errno, "write %s", path) : 0;
-}
-
 static void result_free(struct svc_result *res)
 {
 	free(res->image);
@@ -431,57 +413,45 @@ static void result_free(struct svc_result *res)
 	memset(res, 0, sizeof(*res));
 }
 
-/* `kiln build --json` for the stored request, in the work directory: its
- * Dockerfile by name (errors name it as the client does), the context's
- * digests, tags, build args and options. */
-static void build_argv(svc *s, const json_t *req, const char *dfname, const char *cdir, kiln_strv *a)
+/* `kiln build --json --request FILE` for the stored request, in the work
+ * directory: FILE is the request's build fields (builder/request.h) and the
+ * server's own (bases from registries only, ADD from public addresses unless
+ * fetch_private, the context's digests); its Dockerfile by name (errors name
+ * it as the client does). */
+static int build_argv(svc *s, const json_t *req, const char *dfname, const char *cdir, const char *work,
+		      kiln_strv *a, kiln_error **err)
 {
-	static const char *const strs[][2] = { { "target", "--target" }, { "start_cmd", "--start-cmd" },
-					       { "ready_cmd", "--ready-cmd" }, { "compression", "--compression" },
-					       { "template_network", "--template-network" } };
-	static const char *const nums[][2] = { { "cpus", "--cpus" }, { "memory_mib", "--memory" },
-					       { "ready_timeout_s", "--ready-timeout" } };
-	const char *name = json_string_value(json_object_get(req, "name"));
-	json_t *kv;
-	size_t i;
+	struct build_request br;
+	char *digests = kiln_path_join(cdir, "digests.json"), *text;
+	/* a name no Dockerfile's has (theirs have no ':') */
+	char *path = kiln_path_join(work, "kiln:request.json");
+	json_t *out = json_object();
+	int ret = -1;
 
+	if (build_request_from_json(req, false, &br, err) < 0)
+		goto out;
+	br.registry_bases = true;
+	br.public_urls = !s->cfg.fetch_private;
+	br.context_digests = digests;
+	build_request_to_json(&br, out);
+	build_request_free(&br);
+	text = json_dumps(out, JSON_COMPACT);
+	ret = svc_write_scratch(path, text, err);
+	free(text);
+	if (ret < 0)
+		goto out;
 	argv_add(a, s->exe);
 	argv_add(a, "build");
 	argv_add(a, "--json");
+	argv_add(a, "--request");
+	argv_add(a, path);
 	argv_add(a, "-f");
 	argv_add(a, dfname);
-	argv_add(a, "--registry-bases"); /* whatever a trigger or mount names: no path on this host */
-	if (!s->cfg.fetch_private)
-		argv_add(a, "--public-urls"); /* nor its loopback or network through an ADD */
-	argv_add(a, "--context-digests"); /* made with the context (svc_context_use) */
-	kiln_strv_push_owned(a, kiln_path_join(cdir, "digests.json"));
-	if (name) {
-		argv_add(a, "-t");
-		argv_add(a, name);
-	}
-	json_array_foreach(json_object_get(req, "build_args"), i, kv) {
-		argv_add(a, "--build-arg");
-		kiln_strv_push_owned(a, kiln_xasprintf("%s=%s", json_string_value(json_array_get(kv, 0)),
-						       json_string_value(json_array_get(kv, 1))));
-	}
-	for (size_t k = 0; k < sizeof(strs) / sizeof(*strs); k++) {
-		const char *v = json_string_value(json_object_get(req, strs[k][0]));
-		if (v) {
-			argv_add(a, strs[k][1]);
-			argv_add(a, v);
-		}
-	}
-	for (size_t k = 0; k < sizeof(nums) / sizeof(*nums); k++) {
-		json_int_t v = json_integer_value(json_object_get(req, nums[k][0]));
-		if (v > 0) {
-			argv_add(a, nums[k][1]);
-			kiln_strv_push_owned(a, kiln_xasprintf("%lld", (long long)v));
-		}
-	}
-	if (json_is_true(json_object_get(req, "template")))
-		argv_add(a, "--template");
-	if (json_is_true(json_object_get(req, "no_cache")))
-		argv_add(a, "--no-cache");
+out:
+	json_decref(out);
+	free(digests);
+	free(path);
+	return ret;
 }
 
 /* What a build's run holds, released once at its end (job_free). */
@@ -519,7 +489,8 @@ static int job_prepare(svc *s, const char *id, struct run *r, struct job *j, kil
 	}
 	if (svc_write_scratch(df, json_string_value(json_object_get(j->req, "dockerfile")), err) < 0)
 		goto out;
-	build_argv(s, j->req, dfname, j->cdir, &j->argv);
+	if (build_argv(s, j->req, dfname, j->cdir, j->work, &j->argv, err) < 0)
+		goto out;
 	if (json_array_size(json_object_get(j->req, "secret_ids"))) {
 		/* in this process's memory since the request came (the build is pinned here) */
 		if ((j->sec = svc_secrets_claim(s, id)) == NULL) {

@@ -20,8 +20,9 @@ declare -A ALLOWED=(
 	[distrib]="common oci regclient guest vm snapshots"
 	[builder]="common oci regclient dockerfile-parser rootfs guest vm snapshots"
 	[service]="common oci regclient dockerfile-parser rootfs guest vm snapshots registry sign distrib builder runtime"
+	[remote]="common oci regclient dockerfile-parser rootfs guest vm snapshots builder"
 	[runtime]="common guest vm snapshots"
-	[cli]="common oci regclient registry sign distrib dockerfile-parser rootfs guest vm snapshots builder service runtime"
+	[cli]="common oci regclient registry sign distrib dockerfile-parser rootfs guest vm snapshots builder service remote runtime"
 )
 
 bad=0

@@ -1,5 +1,5 @@
-/* client.c — `kiln build --remote URL`: the context listed as the local
- * build sees it (.dockerignore, builder/tree.c), each file's sha256, the
+/* client.c — the build service's client (remote.h): the context listed as
+ * the local build sees it (.dockerignore, builder/tree.c), each file's sha256, the
  * server asked which it lacks, only those sent (zstd), the build submitted,
  * then its log followed — each event handed to the caller as the local
  * builder's struct build_event, so the same lines and --json events come
@@ -17,7 +17,7 @@
 
 #include "builder/builder.h"
 #include "regclient/regclient.h"
-#include "service/internal.h"
+#include "remote/remote.h"
 
 struct http {
 	long status;
@@ -25,7 +25,7 @@ struct http {
 };
 
 struct cl {
-	const struct svc_remote_opts *o;
+	const struct remote_opts *o;
 	char *base, *auth;
 	rc_client *rc; /* the registry client's transport: keep-alive, retries with backoff */
 	uint64_t sent;
@@ -193,7 +193,7 @@ static int hash_files(struct hashing *h, kiln_error **err)
 /* List and hash the context: files gets the request's array, byd each
  * digest's path (the first with that content). */
 static int list_context(const char *dir, const char *dockerfile, json_t *files, json_t *byd,
-			struct svc_remote_result *res, kiln_error **err)
+			struct remote_result *res, kiln_error **err)
 {
 	build_ignore *ig = NULL;
 	build_tree *t = NULL;
@@ -264,7 +264,7 @@ static int send_one(void *ud, size_t i, unsigned worker, kiln_error **err)
 	return 0;
 }
 
-static int send_missing(struct cl *c, const struct http *h, const json_t *byd, struct svc_remote_result *res,
+static int send_missing(struct cl *c, const struct http *h, const json_t *byd, struct remote_result *res,
 			kiln_error **err)
 {
 	json_t *j = json_loadb(h->body.buf ? h->body.buf : "", h->body.len, 0, NULL), *d;
@@ -314,13 +314,13 @@ static int send_missing(struct cl *c, const struct http *h, const json_t *byd, s
 
 /* ---- following the log ---- */
 struct follow {
-	const struct svc_remote_opts *o;
+	const struct remote_opts *o;
 	kiln_buf part;
 	int64_t cursor;     /* lines seen */
 	int64_t url_cursor; /* the cursor the request asked from */
 	int64_t skip;       /* lines a retried request gives again */
 	unsigned attempt;
-	struct svc_remote_result *res;
+	struct remote_result *res;
 	json_t *final; /* the service's last status event (done / failed / cancelled): the log ends there */
 };
 
@@ -426,7 +426,7 @@ static int on_log(void *ud, struct rc_http *r, const char *p, size_t n)
 }
 
 /* *final: the build's last status event, when the stream carried it. */
-static int follow(struct cl *c, const char *id, struct svc_remote_result *res, json_t **final, kiln_error **err)
+static int follow(struct cl *c, const char *id, struct remote_result *res, json_t **final, kiln_error **err)
 {
 	struct follow f = { .o = c->o, .part = KILN_BUF_INIT, .res = res };
 	char *q = team_query(c, "&");
@@ -485,12 +485,12 @@ static int secrets_transport_ok(const struct cl *c, kiln_error **err)
 }
 
 /* The secrets, base64, for the server's memory. */
-static int add_secrets(struct cl *c, const struct svc_request *req, json_t *j, kiln_error **err)
+static int add_secrets(struct cl *c, const struct remote_request *req, json_t *j, kiln_error **err)
 {
 	json_t *a = json_array();
 
 	for (size_t i = 0; i < req->nsecrets; i++) {
-		const struct svc_secret *sc = &req->secrets[i];
+		const struct remote_secret *sc = &req->secrets[i];
 		size_t n = 4 * ((sc->len + 2) / 3) + 1;
 		unsigned char *b = kiln_xmalloc(n);
 		EVP_EncodeBlock(b, (const unsigned char *)sc->data, (int)sc->len);
@@ -502,8 +502,8 @@ static int add_secrets(struct cl *c, const struct svc_request *req, json_t *j, k
 	return 0;
 }
 
-int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *req, const char *context,
-		     const char *dockerfile, struct svc_remote_result *res, kiln_error **err)
+int remote_build(const struct remote_opts *o, const struct remote_request *req, const char *context,
+		     const char *dockerfile, struct remote_result *res, kiln_error **err)
 {
 	struct cl c = { .o = o };
 	char *dfpath = dockerfile ? kiln_xstrdup(dockerfile) : kiln_path_join(context, "Dockerfile");
@@ -520,7 +520,10 @@ int svc_remote_build(const struct svc_remote_opts *o, const struct svc_request *
 		goto out;
 	if (list_context(context, dfpath, files, byd, res, err) < 0)
 		goto out;
-	j = svc_request_to_json(req);
+	j = json_object();
+	build_request_to_json(&req->build, j);
+	if (req->source_date_epoch)
+		json_object_set_new(j, "source_date_epoch", json_string(req->source_date_epoch));
 	json_object_set_new(j, "dockerfile", json_stringn(text, len));
 	json_object_set(j, "files", files);
 	{
@@ -627,8 +630,8 @@ out:
 	return ret;
 }
 
-int svc_remote_prune(const struct svc_remote_opts *o, uint64_t max_bytes, int64_t older_than_s,
-		     struct svc_prune_stats *st, kiln_error **err)
+int remote_prune(const struct remote_opts *o, uint64_t max_bytes, int64_t older_than_s,
+		     struct remote_prune_stats *st, kiln_error **err)
 {
 	struct cl c = { .o = o };
 	struct http h = { 0 };
