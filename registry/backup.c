@@ -239,6 +239,9 @@ int reg_backup(const struct reg_config *c, const char *dest, bool with_blobs, st
 			free(dir);
 			if (rc < 0)
 				goto out;
+		} else if (unlink(to) < 0 && errno != ENOENT) { /* an earlier backup's, since moved away */
+			kiln_err_errno(err, errno, "remove %s", to);
+			goto out;
 		}
 		free(path);
 		free(to);

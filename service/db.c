@@ -22,7 +22,7 @@ struct svc_db {
 	PGconn *pg;
 	char *conninfo;
 	int relaxed;           /* sqlite: this transaction runs with synchronous=NORMAL */
-	struct { char *sql; sqlite3_stmt *st; } stmts[48]; /* sqlite: each statement prepared once */
+	struct { char *sql; sqlite3_stmt *st; } stmts[96]; /* sqlite: each statement prepared once */
 	size_t nstmts;
 };
 
@@ -56,6 +56,21 @@ static const char *const *const migrations[] = {
 	/* 4: the replay key of a build that ran with every step from the cache (replay.c) */
 	(const char *const[]){ "ALTER TABLE svc_builds ADD COLUMN replay TEXT",
 			       "CREATE INDEX svc_builds_replay ON svc_builds(team, replay)", NULL },
+	/* 5: E2B's templates, builds, tags and uploaded files (e2b_db.c), here so
+	 * that hosts sharing a queue share them (before: DATA/e2b/e2b.db, moved in) */
+	(const char *const[]){
+		"CREATE TABLE e2b_templates(id TEXT PRIMARY KEY, team TEXT NOT NULL, name TEXT NOT NULL,"
+		" cpus INTEGER NOT NULL, memory INTEGER NOT NULL, created BIGINT NOT NULL, updated BIGINT NOT NULL,"
+		" UNIQUE(team, name))",
+		"CREATE TABLE e2b_builds(id TEXT PRIMARY KEY, template TEXT NOT NULL, team TEXT NOT NULL,"
+		" tag TEXT NOT NULL, svc_id TEXT, error TEXT, lines TEXT, cpus INTEGER NOT NULL, memory INTEGER NOT NULL,"
+		" created BIGINT NOT NULL, updated BIGINT NOT NULL, seq BIGINT NOT NULL DEFAULT 0)",
+		"CREATE INDEX e2b_builds_by_template ON e2b_builds(team, template, created)",
+		"CREATE TABLE e2b_tags(template TEXT NOT NULL, tag TEXT NOT NULL, build TEXT NOT NULL,"
+		" created BIGINT NOT NULL, PRIMARY KEY(template, tag))",
+		"CREATE TABLE e2b_files(team TEXT NOT NULL, hash TEXT NOT NULL, digest TEXT NOT NULL,"
+		" size BIGINT NOT NULL, created BIGINT NOT NULL, PRIMARY KEY(team, hash))",
+		NULL },
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])) - 1)
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "kiln.h"
+#include "service/internal.h"
 #include "service/service.h"
 
 /* Bounds on a request: past one, a 400 names the field. */
@@ -48,7 +49,7 @@ char *e2b_plan_dockerfile(const struct e2b_plan *p, const char *base);
 int e2b_plan_step_of_line(const struct e2b_plan *p, long line);
 void e2b_plan_free(struct e2b_plan *p);
 
-/* ---- state (e2b_db.c): DATA/e2b/e2b.db ---- */
+/* ---- state (e2b_db.c): the e2b_ tables of the service's database ---- */
 typedef struct e2b_db e2b_db;
 
 struct e2b_template {
@@ -65,7 +66,9 @@ struct e2b_build {
 	int64_t created, updated;
 };
 
-int e2b_db_open(const char *path, e2b_db **out, kiln_error **err);
+/* On the service's database; an older kiln's state at legacy_path
+ * (DATA/e2b/e2b.db), if there, is moved in first. */
+int e2b_db_open(svc_db *db, const char *legacy_path, e2b_db **out, kiln_error **err);
 void e2b_db_close(e2b_db *db);
 char *e2b_new_template_id(void);  /* 20 of [a-z0-9], as E2B's */
 char *e2b_new_build_id(void);     /* a version 4 UUID */
@@ -138,7 +141,7 @@ void e2b_spool_free(struct e2b_spool *sp); /* removes the file; NULL ok */
 typedef struct e2b e2b;
 
 /* Mounts E2B's routes (/templates, /v3/templates, /v2/templates/) on the
- * service's registry; state in DATA/e2b (e2b.db, key, tmp/). */
+ * service's registry; state in the service's database and DATA/e2b (key, tmp/). */
 int e2b_start(svc *s, e2b **out, kiln_error **err);
 void e2b_stop(e2b *e); /* after the registry stopped; NULL ok */
 

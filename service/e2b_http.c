@@ -506,7 +506,7 @@ int e2b_start(svc *s, e2b **out, kiln_error **err)
 	dbpath = kiln_path_join(e->dir, "e2b.db");
 	keypath = kiln_path_join(e->dir, "key");
 	if (kiln_mkdir_p(e->tmp, 0700, err) < 0 || e2b_key_load(keypath, e->key, err) < 0 ||
-	    e2b_db_open(dbpath, &e->db, err) < 0)
+	    e2b_db_open(s->db, dbpath, &e->db, err) < 0)
 		goto fail;
 	for (int i = 0; i < 3; i++) {
 		e->routes[i] = (struct reg_routes){ .prefix = prefixes[i], .name = "e2b", .ud = e, .begin = on_begin,

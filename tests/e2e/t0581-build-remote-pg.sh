@@ -85,6 +85,19 @@ ID=$(curl -s -H "X-API-Key: $A" "$URL1/build/v1/builds" | jq -r '.builds[0].id')
 expect_eq "its status reads the same on both hosts" "$(curl -s -H "X-API-Key: $A" "$URL1/build/v1/builds/$ID" | jq -c '[.state,.host]')" \
 	"$(curl -s -H "X-API-Key: $A" "$URL2/build/v1/builds/$ID" | jq -c '[.state,.host]')"
 
+# E2B's templates and builds live in the shared database too: made on one host, read on the other
+curl -s -XPOST -H "X-API-Key: $A" -H 'Content-Type: application/json' "$URL1/v3/templates" \
+	-d '{"name":"shared-app","cpuCount":2,"memoryMB":256}' >"$T_TMP/e2b-create"
+TID=$(jq -r .templateID "$T_TMP/e2b-create")
+EBID=$(jq -r .buildID "$T_TMP/e2b-create")
+expect_eq "an E2B template made through host 1 is listed by host 2" \
+	"$(curl -s -H "X-API-Key: $A" "$URL2/templates" | jq -c '[.[] | [.templateID, .names[0]]]')" "[[\"$TID\",\"shared-app\"]]"
+expect_eq "...and its build's status read there" \
+	"$(curl -s -o /dev/null -w '%{http_code}' -H "X-API-Key: $A" "$URL2/templates/$TID/builds/$EBID/status")" 200
+expect_eq "...its rows in PostgreSQL, not in a file of one host" \
+	"$($PSQL -c "select team, name from e2b_templates"),$(ls "$DATA/e2b" | grep -c 'e2b.db')" "team-a|shared-app,0"
+expect_eq "...not by another team" "$(curl -s -H "X-API-Key: $B" "$URL2/templates" | jq -c .)" "[]"
+
 # replays through the shared queue: b's build answers its rebuild sent to the other host
 DB0=$(head -1 "$T_TMP/outb")
 KILN_TOKEN=$B $KILN build --remote "$URL2" -t b:1 "$T_TMP/cb" >"$T_TMP/outb" 2>"$T_TMP/errb"

@@ -172,7 +172,7 @@ if grep -rlaF "$B64" "$DATA" >"$T_TMP/found"; then
 else ok "nor its base64"; fi
 
 # the schema version of the svc_ tables
-expect_eq "the svc_ tables record their schema version" "$(sqlite3 "$DATA/meta.db" "SELECT v FROM svc_meta WHERE k = 'schema'")" 4
+expect_eq "the svc_ tables record their schema version" "$(sqlite3 "$DATA/meta.db" "SELECT v FROM svc_meta WHERE k = 'schema'")" 5
 stop_server
 OLD=$T_TMP/old
 mkdir -p "$OLD"
@@ -184,13 +184,39 @@ sqlite3 "$OLD/meta.db" "CREATE TABLE svc_builds(id TEXT PRIMARY KEY, team TEXT N
  cancel INTEGER NOT NULL DEFAULT 0, time_limit BIGINT NOT NULL, nlog BIGINT NOT NULL DEFAULT 0,
  qms BIGINT NOT NULL DEFAULT 0);
 INSERT INTO svc_builds(id, team, state, request, created, time_limit) VALUES('b-old', 'default', 'done', '{}', 1, 60);"
+# E2B's state as an older kiln kept it, in a sqlite file of its own
+mkdir -p "$OLD/e2b"
+sqlite3 "$OLD/e2b/e2b.db" "PRAGMA journal_mode=WAL;
+CREATE TABLE templates (id TEXT PRIMARY KEY, team TEXT NOT NULL, name TEXT NOT NULL, cpus INTEGER NOT NULL,
+ memory INTEGER NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL, UNIQUE(team, name));
+CREATE TABLE builds (id TEXT PRIMARY KEY, template TEXT NOT NULL, team TEXT NOT NULL, tag TEXT NOT NULL, svc_id TEXT,
+ error TEXT, lines TEXT, cpus INTEGER NOT NULL, memory INTEGER NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL);
+CREATE TABLE tags (template TEXT NOT NULL, tag TEXT NOT NULL, build TEXT NOT NULL, created INTEGER NOT NULL,
+ PRIMARY KEY(template, tag));
+CREATE TABLE files (team TEXT NOT NULL, hash TEXT NOT NULL, digest TEXT NOT NULL, size INTEGER NOT NULL,
+ created INTEGER NOT NULL, PRIMARY KEY(team, hash));
+INSERT INTO templates VALUES('oldtemplateid0000001', 'default', 'old-app', 2, 512, 1700000000, 1700000000);
+INSERT INTO builds VALUES('11111111-1111-4111-8111-111111111111', 'oldtemplateid0000001', 'default', 'v1', NULL,
+ 'it failed then', NULL, 2, 512, 1700000000, 1700000001);
+INSERT INTO tags VALUES('oldtemplateid0000001', 'v1', '11111111-1111-4111-8111-111111111111', 1700000001);
+INSERT INTO files VALUES('default', 'abc', 'sha256:$(printf '%064d' 0)', 10, 1700000000);"
 DATA=$OLD
 echo '{"build": {"host_builds": 1}}' >"$T_TMP/serve.json"
-start_server
-expect_eq "a first-version database is migrated (pin, client_key and replay columns added)" \
-	"$(sqlite3 "$OLD/meta.db" "SELECT v FROM svc_meta WHERE k = 'schema'; SELECT count(*) FROM pragma_table_info('svc_builds') WHERE name IN ('pin', 'client_key', 'replay')")" "4
-3"
+KILN_LOG=info start_server
+expect_eq "a first-version database is migrated (pin, client_key and replay columns, e2b_ tables added)" \
+	"$(sqlite3 "$OLD/meta.db" "SELECT v FROM svc_meta WHERE k = 'schema'; SELECT count(*) FROM pragma_table_info('svc_builds') WHERE name IN ('pin', 'client_key', 'replay'); SELECT count(*) FROM sqlite_master WHERE name LIKE 'e2b_%' AND type = 'table'")" "5
+3
+4"
 expect_eq "keeping its builds" "$(curl -s "$URL/build/v1/builds/b-old" | jq -r .state)" done
+expect_eq "E2B's old state is moved into the service's database" \
+	"$(sqlite3 "$OLD/meta.db" "SELECT count(*) FROM e2b_templates; SELECT count(*) FROM e2b_builds; SELECT count(*) FROM e2b_tags; SELECT count(*) FROM e2b_files")" "1
+1
+1
+1"
+expect_eq "...the old file kept aside, moved" "$(ls "$OLD/e2b" | grep -c '^e2b.db.moved$'),$(ls "$OLD/e2b" | grep -c '^e2b.db$')" "1,0"
+expect_grep "...saying so" 'E2B state: 4 rows moved from .*e2b.db' "$T_TMP/serve.log"
+expect_eq "...and E2B's API answers from it" "$(curl -s "$URL/templates" | jq -c '[.[] | [.templateID, .names[0], .cpuCount, .memoryMB]]')" \
+	'[["oldtemplateid0000001","old-app",2,512]]'
 stop_server
 sqlite3 "$OLD/meta.db" "UPDATE svc_meta SET v = '99' WHERE k = 'schema'"
 expect_exit 1 "a database from a newer kiln is refused" timeout 20 $KILN serve --addr 127.0.0.1:0 --data "$OLD" --config "$T_TMP/serve.json"

@@ -175,7 +175,9 @@ static void test_links(void)
 
 static void test_db(void)
 {
-	char *path = kiln_path_join(dir, "e2b.db"), *b1 = NULL, *b2 = NULL, *got = NULL;
+	char *path = kiln_path_join(dir, "meta.db"), *legacy = kiln_path_join(dir, "e2b.db"), *b1 = NULL, *b2 = NULL;
+	char *got = NULL;
+	svc_db *sdb = NULL;
 	char digest[KILN_DIGEST_MAX];
 	int64_t size = 0;
 	e2b_db *db = NULL;
@@ -186,7 +188,12 @@ static void test_db(void)
 	size_t n = 0;
 	json_t *tags;
 
-	CHECK_INT(e2b_db_open(path, &db, &err), 0);
+	/* on the service's database (its e2b_ tables); no older file to move in */
+	sdb = svc_db_open(path, &err);
+	CHECK(sdb != NULL);
+	if (sdb == NULL)
+		goto out;
+	CHECK_INT(e2b_db_open(sdb, legacy, &db, &err), 0);
 	if (db == NULL)
 		goto out;
 	CHECK_INT(e2b_db_template_ensure(db, "team-a", "app", 2, 512, &t1, &err), 0);
@@ -247,7 +254,9 @@ static void test_db(void)
 out:
 	kiln_error_free(err);
 	e2b_db_close(db);
+	svc_db_close(sdb);
 	free(path);
+	free(legacy);
 	free(b1);
 	free(b2);
 	free(got);
