@@ -426,7 +426,7 @@ static const struct build_entry *follow(const build_tree *t, const struct build_
 		else
 			strcpy(dir, "");
 		joined = e->link[0] == '/' ? kiln_xstrdup(e->link) : kiln_xasprintf("/%s/%s", dir, e->link);
-		char *clean = build_path_clean(joined);
+		char *clean = kiln_path_clean(joined);
 		free(*relp);
 		*relp = build_layer_path(clean);
 		free(clean);
@@ -445,7 +445,7 @@ static const char *parents_part(const char *orig, const char *rel)
 	const char *pivot = strstr(orig, "/./");
 	if (!pivot)
 		return rel;
-	char *p = build_path_clean(pivot + 3);
+	char *p = kiln_path_clean(pivot + 3);
 	size_t n = strlen(p);
 	free(p);
 	size_t rl = strlen(rel);

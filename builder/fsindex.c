@@ -157,7 +157,7 @@ char *build_layer_path(const char *name)
 {
 	/* cleaned as if rooted, so ".." can never climb above the root */
 	char *rooted = kiln_xasprintf("/%s", name);
-	char *c = build_path_clean(rooted);
+	char *c = kiln_path_clean(rooted);
 	char *r = kiln_xstrdup(c + 1);
 
 	free(rooted);

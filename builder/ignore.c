@@ -77,48 +77,6 @@ static uint32_t utf8_next(const char **sp)
 	return c;
 }
 
-char *build_path_clean(const char *path)
-{
-	size_t n = strlen(path), r = 0, w = 0, dotdot = 0;
-	bool rooted = n > 0 && path[0] == '/';
-	char *out = kiln_xmalloc(n + 2);
-
-	/* Go's filepath.Clean, step for step */
-	if (rooted) {
-		out[w++] = '/';
-		r = dotdot = 1;
-	}
-	while (r < n) {
-		if (path[r] == '/') {
-			r++;
-		} else if (path[r] == '.' && (r + 1 == n || path[r + 1] == '/')) {
-			r++;
-		} else if (path[r] == '.' && path[r + 1] == '.' && (r + 2 == n || path[r + 2] == '/')) {
-			r += 2;
-			if (w > dotdot) {
-				w--;
-				while (w > dotdot && out[w] != '/')
-					w--;
-			} else if (!rooted) {
-				if (w > 0)
-					out[w++] = '/';
-				out[w++] = '.';
-				out[w++] = '.';
-				dotdot = w;
-			}
-		} else {
-			if ((rooted && w != 1) || (!rooted && w != 0))
-				out[w++] = '/';
-			for (; r < n && path[r] != '/'; r++)
-				out[w++] = path[r];
-		}
-	}
-	if (w == 0)
-		out[w++] = '.';
-	out[w] = '\0';
-	return out;
-}
-
 /* One character of a class for filepath.Match validation and for the
  * class compiler: a literal or a backslash escape.  Returns false on the
  * cases Go's getEsc rejects. */
@@ -455,7 +413,7 @@ int build_ignore_new(const char *const *patterns, size_t n, const char *where, b
 			free(t);
 			continue;
 		}
-		c = build_path_clean(t);
+		c = kiln_path_clean(t);
 		free(t);
 		if (c[0] == '!') {
 			if (c[1] == '\0') {
@@ -517,7 +475,7 @@ int build_ignore_parse(const char *text, size_t len, const char *where, build_ig
 			pat = rest;
 		}
 		if (*pat) {
-			char *c = build_path_clean(pat);
+			char *c = kiln_path_clean(pat);
 			free(pat);
 			pat = c;
 			if (strlen(pat) > 1 && pat[0] == '/')

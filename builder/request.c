@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "builder/builder.h"
 #include "builder/request.h"
 
 static const char *const compressions[] = { "gzip", "zstd", "none", NULL };
@@ -13,38 +14,38 @@ static const char *const networks[] = { "none", "outbound", NULL };
 
 #define OFF(m) offsetof(struct build_request, m)
 const struct build_field build_fields[] = {
-	{ "name", NULL, BUILD_FIELD_STRING, OFF(name), 0, 512, NULL, 0, NULL, NULL },
-	{ "target", "target", BUILD_FIELD_STRING, OFF(target), 0, 256, NULL, 0, "STAGE",
+	{ "name", NULL, BUILD_FIELD_STRING, OFF(name), 0, 512, NULL, NULL, 0, NULL, NULL },
+	{ "target", "target", BUILD_FIELD_STRING, OFF(target), 0, 256, NULL, NULL, 0, "STAGE",
 	  "build this stage (and what it needs)" },
-	{ "build_args", "build-arg", BUILD_FIELD_ARGS, OFF(build_args), 0, 0, NULL, 0, "KEY[=VALUE]",
+	{ "build_args", "build-arg", BUILD_FIELD_ARGS, OFF(build_args), 0, 0, NULL, NULL, 0, "KEY[=VALUE]",
 	  "set a build-time ARG" },
-	{ "no_cache", "no-cache", BUILD_FIELD_BOOL, OFF(no_cache), 0, 0, NULL, 0, NULL, "do not reuse cached steps" },
-	{ "compression", "compression", BUILD_FIELD_STRING, OFF(compression), 0, 8, compressions, 0, "C",
+	{ "no_cache", "no-cache", BUILD_FIELD_BOOL, OFF(no_cache), 0, 0, NULL, NULL, 0, NULL, "do not reuse cached steps" },
+	{ "compression", "compression", BUILD_FIELD_STRING, OFF(compression), 0, 8, compressions, NULL, 0, "C",
 	  "layer compression: gzip (default), zstd or none" },
-	{ "template", "template", BUILD_FIELD_BOOL, OFF(template_), 0, 0, NULL, 0, NULL,
+	{ "template", "template", BUILD_FIELD_BOOL, OFF(template_), 0, 0, NULL, NULL, 0, NULL,
 	  "also make a template (rootfs, boot, start, ready, snapshot)\n"
 	  "named after the first -t; implied by the options below" },
-	{ "start_cmd", "start-cmd", BUILD_FIELD_STRING, OFF(start_cmd), 0, 65536, NULL, BUILD_FIELD_TEMPLATE, "CMD",
+	{ "start_cmd", "start-cmd", BUILD_FIELD_STRING, OFF(start_cmd), 0, 65536, NULL, NULL, BUILD_FIELD_TEMPLATE, "CMD",
 	  "the template's start command (default ENTRYPOINT + CMD)" },
-	{ "ready_cmd", "ready-cmd", BUILD_FIELD_STRING, OFF(ready_cmd), 0, 65536, NULL, BUILD_FIELD_TEMPLATE, "CMD",
+	{ "ready_cmd", "ready-cmd", BUILD_FIELD_STRING, OFF(ready_cmd), 0, 65536, NULL, NULL, BUILD_FIELD_TEMPLATE, "CMD",
 	  "polled until it succeeds before the snapshot" },
-	{ "ready_timeout_s", "ready-timeout", BUILD_FIELD_UINT, OFF(ready_timeout_s), 1, 86400, NULL,
+	{ "ready_timeout_s", "ready-timeout", BUILD_FIELD_UINT, OFF(ready_timeout_s), 1, 86400, NULL, "seconds",
 	  BUILD_FIELD_TEMPLATE, "SECS", "give up waiting for the ready command (default 60)" },
-	{ "cpus", "cpus", BUILD_FIELD_UINT, OFF(cpus), 1, 64, NULL, BUILD_FIELD_TEMPLATE, "N", "the template's vCPUs" },
-	{ "memory_mib", "memory", BUILD_FIELD_UINT, OFF(memory_mib), 1, 1u << 20, NULL, BUILD_FIELD_TEMPLATE, "MiB",
+	{ "cpus", "cpus", BUILD_FIELD_UINT, OFF(cpus), 1, 64, NULL, NULL, BUILD_FIELD_TEMPLATE, "N", "the template's vCPUs" },
+	{ "memory_mib", "memory", BUILD_FIELD_UINT, OFF(memory_mib), 1, 1u << 20, NULL, NULL, BUILD_FIELD_TEMPLATE, "MiB",
 	  "the template's memory" },
-	{ "template_network", "template-network", BUILD_FIELD_STRING, OFF(template_network), 0, 16, networks,
+	{ "template_network", "template-network", BUILD_FIELD_STRING, OFF(template_network), 0, 16, networks, "network",
 	  BUILD_FIELD_TEMPLATE, "none|outbound", "its start command's network and its sandboxes' default (none)" },
-	{ "public_urls", "public-urls", BUILD_FIELD_BOOL, OFF(public_urls), 0, 0, NULL, BUILD_FIELD_SERVER, NULL,
+	{ "public_urls", "public-urls", BUILD_FIELD_BOOL, OFF(public_urls), 0, 0, NULL, NULL, BUILD_FIELD_SERVER, NULL,
 	  "ADD fetches URLs from public addresses only: no loopback, private\n"
 	  "or link-local one, whatever DNS or a redirect says (what the build\n"
 	  "service runs for its teams unless its fetch_private is set)" },
-	{ "registry_bases", "registry-bases", BUILD_FIELD_BOOL, OFF(registry_bases), 0, 0, NULL, BUILD_FIELD_SERVER,
+	{ "registry_bases", "registry-bases", BUILD_FIELD_BOOL, OFF(registry_bases), 0, 0, NULL, NULL, BUILD_FIELD_SERVER,
 	  NULL,
 	  "bases (FROM, COPY --from, RUN --mount from=, ONBUILD's) from\n"
 	  "registries and stages only, never an oci:/archive path on this\n"
 	  "host (what the build service runs for its teams)" },
-	{ "context_digests", "context-digests", BUILD_FIELD_STRING, OFF(context_digests), 0, 4096, NULL,
+	{ "context_digests", "context-digests", BUILD_FIELD_STRING, OFF(context_digests), 0, 4096, NULL, NULL,
 	  BUILD_FIELD_SERVER, "FILE",
 	  "the context's file digests, JSON {\"PATH\": \"sha256:...\"}, taken as\n"
 	  "they are for cache keys (what the build service passes from its\n"
@@ -76,6 +77,13 @@ static const char *field_name(const struct build_field *f, bool flag, char *buf,
 	return buf;
 }
 
+/* "want a number from 1 to 64", "want seconds from 1 to 86400" */
+static int bad_uint(const struct build_field *f, const char *name, kiln_error **err)
+{
+	return kiln_err(err, KILN_E_INVALID, "%s: want %s from %u to %u", name, f->noun ? f->noun : "a number", f->min,
+			f->max);
+}
+
 static int check_string(const struct build_field *f, const char *v, const char *name, kiln_error **err)
 {
 	if (f->max && strlen(v) > f->max)
@@ -88,7 +96,10 @@ static int check_string(const struct build_field *f, const char *v, const char *
 	kiln_buf want = KILN_BUF_INIT;
 	for (const char *const *c = f->choices; *c; c++)
 		kiln_buf_addf(&want, "%s%s", c == f->choices ? "" : c[1] ? ", " : " or ", *c);
-	kiln_err(err, KILN_E_INVALID, "%s '%s': want %s", name, v, want.buf);
+	if (f->noun) /* "template_network: network 'all': want none or outbound" */
+		kiln_err(err, KILN_E_INVALID, "%s: %s '%s': want %s", name, f->noun, v, want.buf);
+	else
+		kiln_err(err, KILN_E_INVALID, "%s '%s': want %s", name, v, want.buf);
 	kiln_buf_free(&want);
 	return -1;
 }
@@ -105,7 +116,7 @@ int build_request_check(const struct build_request *r, bool flags, kiln_error **
 			return -1;
 		if (f->kind == BUILD_FIELD_UINT && build_field_is_set(r, f) &&
 		    (*CFIELD(r, f, unsigned) < f->min || *CFIELD(r, f, unsigned) > f->max))
-			return kiln_err(err, KILN_E_INVALID, "%s: want a number from %u to %u", name, f->min, f->max);
+			return bad_uint(f, name, err);
 	}
 	return 0;
 }
@@ -166,7 +177,7 @@ int build_request_from_json(const json_t *j, bool server_fields, struct build_re
 			break;
 		case BUILD_FIELD_UINT:
 			if (!json_is_integer(v) || json_integer_value(v) < f->min || json_integer_value(v) > f->max) {
-				kiln_err(err, KILN_E_INVALID, "%s: want a number from %u to %u", f->key, f->min, f->max);
+				bad_uint(f, f->key, err);
 				goto fail;
 			}
 			*FIELD(r, f, unsigned) = (unsigned)json_integer_value(v);

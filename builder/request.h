@@ -5,7 +5,14 @@
 #ifndef KILN_BUILDER_REQUEST_H
 #define KILN_BUILDER_REQUEST_H
 
-#include "builder/builder.h"
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kiln.h"
+
+struct df_kv;
+struct build_options;
+struct build_template_opts;
 
 enum build_field_kind {
 	BUILD_FIELD_STRING, /* const char *: NULL unset */
@@ -42,6 +49,7 @@ struct build_field {
 	size_t offset;                /* in struct build_request (ARGS: the array; its count follows) */
 	unsigned min, max;            /* UINT: bounds; STRING: max is the longest value */
 	const char *const *choices;   /* STRING: the values it takes (NULL-terminated), or NULL */
+	const char *noun;             /* errors' word for the value ("network", "seconds"), or NULL */
 	unsigned flags;               /* BUILD_FIELD_* */
 	const char *argh, *help;      /* for kiln build --help */
 };

@@ -100,7 +100,7 @@ static void push_input(struct build_changes *ch, const char *dest, const struct 
 static int bind_tar(const build_tree *tree, const char *src, bool keep_owner, const char *tar, const char *key_prefix,
 		    struct build_changes *inputs, bool *file, kiln_error **err)
 {
-	char *rel = build_path_clean(src[0] == '/' ? src + 1 : src);
+	char *rel = kiln_path_clean(src[0] == '/' ? src + 1 : src);
 	const struct build_entry *top = strcmp(rel, ".") ? build_tree_find(tree, rel) : NULL;
 	struct archive *w = kiln_tar_writer_new();
 	size_t b = 0, e = 0;

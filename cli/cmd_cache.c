@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "builder/builder.h"
+#include "builder/store.h"
 #include "cli/cli.h"
 #include "remote/remote.h"
 

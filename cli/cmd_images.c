@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "builder/builder.h"
+#include "builder/store.h"
 #include "cli/cli.h"
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "builder/builder.h"
+#include "builder/store.h"
 #include "cli/xfer.h"
 
 static int run(const struct kiln_command *cmd, int argc, char **argv)

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "builder/builder.h"
+#include "builder/store.h"
 #include "cli/xfer.h"
 
 static int chunk_size(const struct kiln_command *cmd, const struct cli_option *opt, const char *arg)

@@ -8,7 +8,6 @@
 #include "cli/cli.h"
 #include "registry/registry.h"
 #include "service/service.h"
-#include "service/e2b.h"
 #include "cli/xfer.h"
 
 /* A template a create names is pulled first, with this host's credentials
@@ -71,25 +70,19 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	srv = reg_server_start(&cfg, &err);
 	if (srv == NULL)
 		goto fail;
-	/* the build service mounts /build/ before the address is announced */
+	/* the build service mounts its frontends (/build/, E2B's template API:
+	 * docs/e2b.md) before the address is announced */
 	if (want_build && (builds = svc_start(srv, &sc, &err)) == NULL) {
 		reg_server_stop(srv);
 		goto fail;
 	}
-	/* and E2B's template API on the same service (docs/e2b.md) */
-	if (builds && e2b_start(builds, &e2b_api, &err) < 0) {
-		svc_stop(builds);
-		reg_server_stop(srv);
-		svc_free(builds);
-		goto fail;
-	}
+	e2b_api = svc_templates(builds);
 	/* and the sandbox service, which knows E2B's template names through it */
 	want_sandboxes |= cfg.sandboxes != NULL;
 	if (want_sandboxes &&
 	    (sandboxes = svc_sandboxes_start(srv, cfg.sandboxes, e2b_api, ensure_template, NULL, &err)) == NULL) {
 		svc_stop(builds);
 		reg_server_stop(srv);
-		e2b_stop(e2b_api);
 		svc_free(builds);
 		goto fail;
 	}
@@ -101,7 +94,6 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	svc_stop(builds);
 	reg_server_stop(srv);
 	svc_sandboxes_stop(sandboxes);
-	e2b_stop(e2b_api);
 	svc_free(builds);
 	reg_config_free(&cfg);
 	return KILN_EXIT_OK;

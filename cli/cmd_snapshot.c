@@ -8,7 +8,7 @@
 
 #include <sys/stat.h>
 
-#include "builder/builder.h"
+#include "builder/store.h"
 #include "cli/cli.h"
 #include "cli/xfer.h"
 #include "snapshots/snapshots.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "builder/builder.h"
+#include "builder/store.h"
 #include "cli/xfer.h"
 #include "snapshots/snapshots.h"
 

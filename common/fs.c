@@ -424,6 +424,49 @@ int kiln_rm_rf(const char *path, kiln_error **err)
 	return rm_at(AT_FDCWD, path, path, err);
 }
 
+/* Go's filepath.Clean (lexical: "//", ".", ".." resolved; "" -> "."). */
+char *kiln_path_clean(const char *path)
+{
+	size_t n = strlen(path), r = 0, w = 0, dotdot = 0;
+	bool rooted = n > 0 && path[0] == '/';
+	char *out = kiln_xmalloc(n + 2);
+
+	/* Go's filepath.Clean, step for step */
+	if (rooted) {
+		out[w++] = '/';
+		r = dotdot = 1;
+	}
+	while (r < n) {
+		if (path[r] == '/') {
+			r++;
+		} else if (path[r] == '.' && (r + 1 == n || path[r + 1] == '/')) {
+			r++;
+		} else if (path[r] == '.' && path[r + 1] == '.' && (r + 2 == n || path[r + 2] == '/')) {
+			r += 2;
+			if (w > dotdot) {
+				w--;
+				while (w > dotdot && out[w] != '/')
+					w--;
+			} else if (!rooted) {
+				if (w > 0)
+					out[w++] = '/';
+				out[w++] = '.';
+				out[w++] = '.';
+				dotdot = w;
+			}
+		} else {
+			if ((rooted && w != 1) || (!rooted && w != 0))
+				out[w++] = '/';
+			for (; r < n && path[r] != '/'; r++)
+				out[w++] = path[r];
+		}
+	}
+	if (w == 0)
+		out[w++] = '.';
+	out[w] = '\0';
+	return out;
+}
+
 char *kiln_path_join(const char *a, const char *b)
 {
 	size_t la = strlen(a);

@@ -225,6 +225,8 @@ int kiln_mkdir_p(const char *path, mode_t mode, kiln_error **err);
  * directory during the walk is removed by walking it again (a few times). */
 int kiln_rm_rf(const char *path, kiln_error **err);
 char *kiln_path_join(const char *a, const char *b);
+/* Go's filepath.Clean (lexical: "//", ".", ".." resolved; "" -> "."). */
+char *kiln_path_clean(const char *path);
 /* kiln's state directory: $KILN_HOME, else /var/lib/kiln for root, else
  * $XDG_DATA_HOME/kiln or ~/.local/share/kiln.  Not created here. */
 char *kiln_home(void);

@@ -15,7 +15,9 @@
 #include <openssl/evp.h>
 #include <zstd.h>
 
-#include "builder/builder.h"
+#include "builder/context.h"
+#include "builder/event.h"
+#include "builder/request.h"
 #include "regclient/regclient.h"
 #include "remote/remote.h"
 

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "builder/event.h"
 #include "builder/request.h"
 #include "kiln.h"
 

@@ -426,7 +426,11 @@ static void done(void *ud, reg_req *r)
 	free(q);
 }
 
-void svc_api_mount(svc *s)
+static int api_start(svc *s, void **state, kiln_error **err)
 {
 	s->routes = (struct reg_routes){ .prefix = "/build/", .name = "build", .ud = s, .begin = begin, .body = body, .end = end, .done = done };
+	*state = s;
+	return reg_server_mount(s->srv, &s->routes, err);
 }
+
+const struct svc_frontend svc_api_frontend = { .name = "build API", .start = api_start };

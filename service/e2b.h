@@ -140,10 +140,9 @@ void e2b_spool_free(struct e2b_spool *sp); /* removes the file; NULL ok */
  * e2b_templates.c: trigger, list, get, delete, alias, tags) ---- */
 typedef struct e2b e2b;
 
-/* Mounts E2B's routes (/templates, /v3/templates, /v2/templates/) on the
- * service's registry; state in the service's database and DATA/e2b (key, tmp/). */
-int e2b_start(svc *s, e2b **out, kiln_error **err);
-void e2b_stop(e2b *e); /* after the registry stopped; NULL ok */
+/* svc_e2b_frontend (internal.h) mounts E2B's routes (/templates,
+ * /v3/templates, /v2/templates/) on the service's registry; state in the
+ * service's database and DATA/e2b (key, tmp/). */
 
 struct e2b {
 	svc *svc;

@@ -492,7 +492,9 @@ static void dispatch(e2b *e, reg_req *r, struct e2b_req *q)
 	json_decref(body);
 }
 
-int e2b_start(svc *s, e2b **out, kiln_error **err)
+static void e2b_stop(e2b *e);
+
+static int e2b_start(svc *s, e2b **out, kiln_error **err)
 {
 	reg_server *srv = svc_registry(s);
 	const struct reg_config *c = reg_server_config(srv);
@@ -526,7 +528,7 @@ fail:
 	return -1;
 }
 
-void e2b_stop(e2b *e)
+static void e2b_stop(e2b *e)
 {
 	if (e == NULL)
 		return;
@@ -535,3 +537,19 @@ void e2b_stop(e2b *e)
 	free(e->tmp);
 	free(e);
 }
+
+static int frontend_start(svc *s, void **state, kiln_error **err)
+{
+	e2b *e = NULL;
+	int rc = e2b_start(s, &e, err);
+
+	*state = e;
+	return rc;
+}
+
+static void frontend_stop(void *state)
+{
+	e2b_stop(state);
+}
+
+const struct svc_frontend svc_e2b_frontend = { .name = "E2B API", .start = frontend_start, .stop = frontend_stop };

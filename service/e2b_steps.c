@@ -8,7 +8,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "builder/builder.h"
 #include "service/e2b.h"
 
 bool e2b_hash_valid(const char *s)
@@ -248,12 +247,12 @@ static char *glob_base(const char *src)
 	char *head, *slash, *clean;
 
 	if (src[meta] == '\0')
-		return build_path_clean(src);
+		return kiln_path_clean(src);
 	head = kiln_xstrndup(src, meta);
 	slash = strrchr(head, '/');
 	if (slash)
 		*slash = '\0';
-	clean = build_path_clean(slash ? head : ".");
+	clean = kiln_path_clean(slash ? head : ".");
 	free(head);
 	return clean;
 }
@@ -276,7 +275,7 @@ static int tr_copy(struct tr *t, const json_t *step, const char **a, size_t n, k
 			 t->what);
 		goto out;
 	}
-	clean = build_path_clean(src);
+	clean = kiln_path_clean(src);
 	if (src[0] == '/' || strcmp(clean, "..") == 0 || strncmp(clean, "../", 3) == 0) {
 		kiln_err(err, KILN_E_INVALID, "%s: source path \"%s\" leaves the context (absolute or ..)", t->what,
 			 src);

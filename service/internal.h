@@ -32,6 +32,18 @@ void svc_rows_free(struct svc_rows *r);
 const char *svc_row(const struct svc_rows *r, size_t row, size_t col);
 int64_t svc_row_int(const struct svc_rows *r, size_t row, size_t col);
 
+/* A frontend of the service's core (api.c: kiln's build API; e2b_http.c:
+ * E2B's template API): svc_start starts each in turn, and each mounts its
+ * route rows on the registry's daemon; svc_free stops them once the
+ * registry has stopped. */
+struct svc_frontend {
+	const char *name;
+	int (*start)(svc *s, void **state, kiln_error **err);
+	void (*stop)(void *state); /* NULL: nothing to stop */
+};
+extern const struct svc_frontend svc_api_frontend, svc_e2b_frontend;
+#define SVC_FRONTENDS 2
+
 /* ---- the service (svc.c) ---- */
 struct svc {
 	reg_server *srv;
@@ -39,6 +51,7 @@ struct svc {
 	char *host_id, *state_dir, *exe;
 	svc_db *db;
 	struct reg_routes routes;
+	void *frontend[SVC_FRONTENDS]; /* each frontend's state, in svc_start's order */
 	pthread_t *workers;
 	unsigned nworkers;
 	volatile int stopping;
@@ -193,7 +206,6 @@ void svc_fresh_keep(svc *s, const char *id, json_t *req);
 int svc_write_scratch(const char *path, const char *text, kiln_error **err);
 /* Run a kiln command (argv[0] = s->exe) with KILN_HOME=home; its output discarded. */
 int svc_exec_quiet(svc *s, char *const *argv, const char *home, kiln_error **err);
-void svc_api_mount(svc *s);
 
 /* ---- replays (replay.c): a request whose inputs match an earlier build's
  * is answered from that build's record, as a rebuild from the cache ---- */

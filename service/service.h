@@ -236,6 +236,8 @@ int svc_child_wait(int fd, kiln_strv *argv, kiln_error **err);
  * ------------------------------------------------------------------------- */
 typedef struct svc_sandboxes svc_sandboxes;
 typedef struct e2b e2b;
+/* The E2B template API the build service mounted (its names for templates). */
+e2b *svc_templates(const svc *s);
 svc_sandboxes *svc_sandboxes_start(reg_server *srv, const json_t *config, e2b *templates,
 				   int (*ensure)(void *ud, const char *ref, kiln_error **err), void *ud,
 				   kiln_error **err);

@@ -6,7 +6,6 @@
 #include <string.h>
 #include <unistd.h>
 
-
 #include "service/internal.h"
 
 static void *worker(void *ud)
@@ -48,9 +47,12 @@ static void *worker(void *ud)
 	return NULL;
 }
 
-reg_server *svc_registry(const svc *s)
+/* kiln's build API first: /build/ is mounted before E2B's prefixes */
+static const struct svc_frontend *const frontends[SVC_FRONTENDS] = { &svc_api_frontend, &svc_e2b_frontend };
+
+e2b *svc_templates(const svc *s)
 {
-	return s->srv;
+	return s ? s->frontend[1] : NULL;
 }
 
 svc *svc_start(reg_server *srv, const struct svc_config *c, kiln_error **err)
@@ -106,9 +108,11 @@ svc *svc_start(reg_server *srv, const struct svc_config *c, kiln_error **err)
 			kiln_err(err, KILN_E_IO, "build service: cannot start its workers");
 			goto fail;
 		}
-	svc_api_mount(s);
-	if (reg_server_mount(srv, &s->routes, err) < 0)
-		goto fail;
+	for (size_t i = 0; i < SVC_FRONTENDS; i++)
+		if (frontends[i]->start(s, &s->frontend[i], err) < 0) {
+			kiln_error_wrap(err, "%s", frontends[i]->name);
+			goto fail;
+		}
 	svc_observe(s);
 	if (reg_server_observe(srv, &s->observer, err) < 0)
 		goto fail;
@@ -141,6 +145,9 @@ void svc_free(svc *s)
 	if (s == NULL)
 		return;
 	svc_stop(s);
+	for (size_t i = SVC_FRONTENDS; i-- > 0;)
+		if (s->frontend[i] && frontends[i]->stop)
+			frontends[i]->stop(s->frontend[i]);
 	svc_db_close(s->db);
 	svc_secrets_free_all(s);
 	for (size_t i = 0; i < s->nfresh; i++)

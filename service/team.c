@@ -55,6 +55,11 @@ int svc_path_ok(const char *p)
 	return 1;
 }
 
+reg_server *svc_registry(const svc *s)
+{
+	return s->srv;
+}
+
 char *svc_registry_host(svc *s)
 {
 	const struct reg_config *c = reg_server_config(s->srv);

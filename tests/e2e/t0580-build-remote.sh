@@ -277,9 +277,9 @@ printf 'FROM scratch\nCOPY missing /x\n' >"$T_TMP/Dockerfile.tnet"
 expect_exit 1 "a remote template build with --template-network outbound --ready-timeout 7" $KILN build --remote "$URL" -f "$T_TMP/Dockerfile.tnet" --template-network outbound --ready-timeout 7 "$T_TMP/ctx"
 expect_eq "...both sent with it (a template)" "$(sqlite3 "$DATA/meta.db" "SELECT request FROM svc_builds ORDER BY qms DESC LIMIT 1" | jq -c '[.template_network, .template, .ready_timeout_s]')" '["outbound",true,7]'
 expect_eq "a bad ready_timeout_s is refused" "$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d '{"dockerfile":"FROM scratch\n","ready_timeout_s":0}' | jq -r .error)" \
-	"ready_timeout_s: want a number from 1 to 86400"
+	"ready_timeout_s: want seconds from 1 to 86400"
 expect_eq "a bad template_network is refused" "$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d '{"dockerfile":"FROM scratch\n","template_network":"all"}' | jq -r .error)" \
-	"template_network 'all': want none or outbound"
+	"template_network: network 'all': want none or outbound"
 # what only the server sets for its child: a client choosing its cache keys' digests would poison the cache
 expect_eq "a request setting context_digests is refused" "$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d '{"dockerfile":"FROM scratch\n","context_digests":"/etc/passwd"}' | jq -r .error)" \
 	"context_digests: set by the build server, not by a request"

@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	last = last ? last + 1 : text;
 	if (build_ignore_parse(text, strlen(text), "fuzz", &ig, &err) == 0) {
-		char *clean = build_path_clean(last);
+		char *clean = kiln_path_clean(last);
 		build_ignore_match(ig, clean);
 		build_ignore_match(ig, "a/b/c");
 		free(clean);

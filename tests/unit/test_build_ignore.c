@@ -117,7 +117,7 @@ static void test_clean(void)
 		{ ".", "." }, { "..", ".." }, { "a/..", "." },
 	};
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
-		char *c = build_path_clean(t[i][0]);
+		char *c = kiln_path_clean(t[i][0]);
 		CHECK_STR(c, t[i][1]);
 		free(c);
 	}

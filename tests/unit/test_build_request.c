@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "builder/request.h"
+#include "builder/builder.h"
 #include "test.h"
 
 static json_t *parse(const char *text)
@@ -94,11 +94,11 @@ static void test_round_trip(void)
 
 static void test_refused(void)
 {
-	REFUSED("{\"ready_timeout_s\":0}", false, "ready_timeout_s: want a number from 1 to 86400");
-	REFUSED("{\"ready_timeout_s\":86401}", false, "ready_timeout_s: want a number from 1 to 86400");
+	REFUSED("{\"ready_timeout_s\":0}", false, "ready_timeout_s: want seconds from 1 to 86400");
+	REFUSED("{\"ready_timeout_s\":86401}", false, "ready_timeout_s: want seconds from 1 to 86400");
 	REFUSED("{\"cpus\":-1}", false, "cpus: want a number from 1 to 64");
 	REFUSED("{\"cpus\":\"2\"}", false, "cpus: want a number from 1 to 64");
-	REFUSED("{\"template_network\":\"all\"}", false, "template_network 'all': want none or outbound");
+	REFUSED("{\"template_network\":\"all\"}", false, "template_network: network 'all': want none or outbound");
 	REFUSED("{\"compression\":\"lz4\"}", false, "compression 'lz4': want gzip, zstd or none");
 	REFUSED("{\"compression\":7}", false, "compression: want a string");
 	REFUSED("{\"no_cache\":1}", false, "no_cache: want true or false");
@@ -134,7 +134,7 @@ static void test_flags(void)
 	kiln_error_clear(&err);
 	r = (struct build_request){ .template_network = "host" };
 	CHECK(build_request_check(&r, true, &err) < 0);
-	CHECK_STR(kiln_error_message(err), "--template-network 'host': want none or outbound");
+	CHECK_STR(kiln_error_message(err), "--template-network: network 'host': want none or outbound");
 	kiln_error_clear(&err);
 	r = (struct build_request){ .cpus = 65 };
 	CHECK(build_request_check(&r, false, &err) < 0);
