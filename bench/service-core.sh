@@ -106,7 +106,7 @@ for r in $(seq "$ROUNDS"); do
 done
 grep -q FAILED "$work/times" && { echo "some builds failed:"; grep FAILED "$work/times"; }
 median() { grep "^$1 $2 " "$work/times" | awk '{print $3}' | grep -v FAILED | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-range() { grep "^$1 $2 " "$work/times" | awk '{print $3}' | grep -v FAILED | sort -n | sed -n '1p;$p' | paste -sd–; }
+range() { grep "^$1 $2 " "$work/times" | awk '{print $3}' | grep -v FAILED | sort -n | sed -n '1p;$p' | paste -sd- ; }
 echo "load at end: $(uptime)"
 printf '%-34s %-22s %-22s %s\n' "case (medians of $ROUNDS)" before after after/before
 for k in remote sdk; do
