@@ -25,10 +25,9 @@ struct api_route {
 struct areq {
 	const struct api_route *route;
 	char *team, *id; /* id: the route's {id} or {digest} */
-	kiln_buf body;
+	struct svc_body body; /* a JSON body (svc_body: the core's limit) */
 	svc_blob_writer *w;
 	kiln_error *err;      /* a failed blob write: answered at the end */
-	int too_big;
 };
 
 static void answer(reg_req *r, unsigned status, json_t *j)
@@ -143,11 +142,7 @@ static int body(void *ud, reg_req *r, const char *data, size_t len)
 		}
 		return 0;
 	}
-	if (q->body.len + len > BODY_MAX) {
-		q->too_big = 1;
-		return 0;
-	}
-	kiln_buf_add(&q->body, data, len);
+	svc_body_add(&q->body, data, len);
 	return 0;
 }
 
@@ -174,11 +169,12 @@ static json_t *body_json(reg_req *r, struct areq *q)
 	json_error_t je;
 	json_t *j;
 
-	if (q->too_big) {
-		fail(r, 413, "request body too large");
+	if (q->body.over) {
+		char msg[96];
+		fail(r, 413, svc_body_limit_msg(&q->body, msg, sizeof(msg)));
 		return NULL;
 	}
-	j = json_loadb(q->body.buf ? q->body.buf : "", q->body.len, 0, &je);
+	j = json_loadb(q->body.buf.buf ? q->body.buf.buf : "", q->body.buf.len, 0, &je);
 	if (!json_is_object(j)) {
 		json_decref(j);
 		fail(r, 400, "want a JSON object");
@@ -370,7 +366,7 @@ static void begin(void *ud, reg_req *r)
 	unsigned st;
 
 	reg_req_set_state(r, q);
-	q->body = (kiln_buf)KILN_BUF_INIT;
+	svc_body_start(&q->body, r, BODY_MAX); /* over: answered 413 at the end (a blob's has its own limit) */
 	q->route = (const struct api_route *)SVC_ROUTE_FIND(ROUTES, reg_req_method(r), reg_req_path(r) + strlen(PREFIX), &m);
 	if (q->route == NULL) {
 		fail(r, 404, "no such build service endpoint");
@@ -420,7 +416,7 @@ static void done(void *ud, reg_req *r)
 		return;
 	svc_blob_abort(q->w);
 	kiln_error_free(q->err);
-	kiln_buf_free(&q->body);
+	svc_body_free(&q->body);
 	free(q->team);
 	free(q->id);
 	free(q);

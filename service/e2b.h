@@ -158,8 +158,7 @@ struct e2b_req {
 	const struct e2b_route *route;
 	struct svc_route_match m;
 	char *team;
-	kiln_buf body;
-	bool too_big;
+	struct svc_body body;      /* a JSON body (svc_body: the core's limit) */
 	struct e2b_spool *spool;
 	kiln_error *body_err;
 };

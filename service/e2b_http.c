@@ -396,8 +396,11 @@ static void on_begin(void *ud, reg_req *r)
 	kiln_error *err = NULL;
 	unsigned status = 500;
 
-	q->body = (kiln_buf)KILN_BUF_INIT;
 	reg_req_set_state(r, q);
+	if (!svc_body_start(&q->body, r, BODY_MAX)) {
+		char msg[96];
+		return e2b_reply_error(r, 413, "%s", svc_body_limit_msg(&q->body, msg, sizeof(msg)));
+	}
 	q->route = route_of(reg_req_method(r), reg_req_path(r), q);
 	if (q->route == NULL)
 		return e2b_reply_error(r, 404, "no such endpoint: %s %.200s", reg_req_method(r), reg_req_path(r));
@@ -439,12 +442,7 @@ static int on_body(void *ud, reg_req *r, const char *data, size_t len)
 			e2b_reply_err(r, q->body_err, "upload"), q->body_err = NULL;
 		return 0;
 	}
-	if (q->body.len + len > BODY_MAX) {
-		q->too_big = true;
-		e2b_reply_error(r, 413, "request body larger than %u bytes", BODY_MAX);
-		return 0;
-	}
-	kiln_buf_add(&q->body, data, len);
+	svc_body_add(&q->body, data, len);
 	return 0;
 }
 
@@ -452,8 +450,12 @@ static void on_end(void *ud, reg_req *r)
 {
 	struct e2b_req *q = reg_req_state(r);
 
-	if (q && !q->too_big)
+	if (q && q->body.over) {
+		char msg[96];
+		e2b_reply_error(r, 413, "%s", svc_body_limit_msg(&q->body, msg, sizeof(msg)));
+	} else if (q) {
 		dispatch(ud, r, q);
+	}
 }
 
 static void on_done(void *ud, reg_req *r)
@@ -465,7 +467,7 @@ static void on_done(void *ud, reg_req *r)
 		return;
 	svc_route_match_free(&q->m);
 	free(q->team);
-	kiln_buf_free(&q->body);
+	svc_body_free(&q->body);
 	e2b_spool_free(q->spool);
 	kiln_error_free(q->body_err);
 	free(q);
@@ -480,7 +482,7 @@ static void dispatch(e2b *e, reg_req *r, struct e2b_req *q)
 	if (q->team == NULL || q->route == NULL)
 		return;
 	if (q->route->body == B_JSON) {
-		body = kiln_json_loadb(q->body.buf, q->body.len, "request body", &err);
+		body = kiln_json_loadb(q->body.buf.buf, q->body.buf.len, "request body", &err);
 		if (body == NULL)
 			return e2b_reply_err(r, err, "request");
 		if (!json_is_object(body)) {

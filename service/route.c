@@ -1,7 +1,10 @@
 /* route.c — the service core's route table: a frontend's rows of method
  * and path pattern ("builds/{id}/logs"), matched in order against a request
  * path below the frontend's prefix, the {name} segments captured.  One
- * matcher for every frontend, so none parses its paths by hand. */
+ * matcher for every frontend, so none parses its paths by hand; and the one
+ * body reader with its size limit. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,4 +63,44 @@ void svc_route_match_free(struct svc_route_match *m)
 		free(m->param[i]);
 	m->n = 0;
 	m->route = NULL;
+}
+
+/* ---- request bodies ---- */
+
+bool svc_body_start(struct svc_body *b, reg_req *r, uint64_t max)
+{
+	const char *cl = reg_req_header(r, "Content-Length");
+	char *end = NULL;
+	unsigned long long n;
+
+	b->buf = (kiln_buf)KILN_BUF_INIT;
+	b->max = max;
+	b->over = false;
+	if (cl == NULL)
+		return true;
+	errno = 0;
+	n = strtoull(cl, &end, 10);
+	if (errno == 0 && end != cl && *end == '\0' && n > max)
+		b->over = true;
+	return !b->over;
+}
+
+void svc_body_add(struct svc_body *b, const char *data, size_t len)
+{
+	if (b->over || b->buf.len + len > b->max) {
+		b->over = true;
+		return;
+	}
+	kiln_buf_add(&b->buf, data, len);
+}
+
+const char *svc_body_limit_msg(const struct svc_body *b, char *buf, size_t n)
+{
+	snprintf(buf, n, "the request body is over the limit of %llu bytes", (unsigned long long)b->max);
+	return buf;
+}
+
+void svc_body_free(struct svc_body *b)
+{
+	kiln_buf_free(&b->buf);
 }

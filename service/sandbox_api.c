@@ -44,26 +44,21 @@ static void begin(void *ud, reg_req *r)
 	struct sbx_req *q = kiln_xcalloc(1, sizeof(*q));
 	const char *cl = reg_req_header(r, "Content-Length");
 
-	q->body = (kiln_buf)KILN_BUF_INIT;
 	q->plane = sbx_envd_match(s, r, &q->sandbox) ? SBX_ENVD : SBX_CONTROL;
-	q->max = q->plane == SBX_CONTROL ? SBX_MAX_CONTROL_BODY
-		 : strcmp(reg_req_path(r), "/files") == 0 ? s->max_upload
-							  : RT_MAX_MESSAGE + RT_ENVELOPE_HEADER;
 	reg_req_set_state(r, q);
-	if (cl && strtoull(cl, NULL, 10) > q->max)
+	if (!svc_body_start(&q->body, r,
+			    q->plane == SBX_CONTROL			     ? SBX_MAX_CONTROL_BODY
+			    : strcmp(reg_req_path(r), "/files") == 0 ? s->max_upload
+								     : RT_MAX_MESSAGE + RT_ENVELOPE_HEADER))
 		e2b_reply_error(r, 413, "the request body is %s bytes, over the limit of %llu", cl,
-				(unsigned long long)q->max);
+				(unsigned long long)q->body.max);
 }
 
 static int body(void *ud, reg_req *r, const char *data, size_t len)
 {
 	struct sbx_req *q = reg_req_state(r);
 
-	if (q->too_big || q->body.len + len > q->max) {
-		q->too_big = true;
-		return 0;
-	}
-	kiln_buf_add(&q->body, data, len);
+	svc_body_add(&q->body, data, len);
 	return 0;
 }
 
@@ -71,9 +66,10 @@ static void end(void *ud, reg_req *r)
 {
 	struct sbx_req *q = reg_req_state(r);
 
-	if (q->too_big)
-		return e2b_reply_error(r, 413, "the request body is over the limit of %llu bytes",
-				       (unsigned long long)q->max);
+	if (q->body.over) {
+		char msg[96];
+		return e2b_reply_error(r, 413, "%s", svc_body_limit_msg(&q->body, msg, sizeof(msg)));
+	}
 	if (q->plane == SBX_ENVD)
 		sbx_envd_serve(ud, r, q);
 	else
@@ -85,7 +81,7 @@ static void done(void *ud, reg_req *r)
 	struct sbx_req *q = reg_req_state(r);
 
 	if (q) {
-		kiln_buf_free(&q->body);
+		svc_body_free(&q->body);
 		free(q->sandbox);
 		free(q);
 	}
@@ -563,7 +559,7 @@ void sbx_control_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q)
 		goto out;
 	}
 	if (strcmp(m, "POST") == 0) {
-		body = q->body.len ? kiln_json_loadb(q->body.buf, q->body.len, "the request body", &err) : json_object();
+		body = q->body.buf.len ? kiln_json_loadb(q->body.buf.buf, q->body.buf.len, "the request body", &err) : json_object();
 		if (body == NULL || !json_is_object(body)) {
 			e2b_reply_error(r, 400, "%s", err ? kiln_error_message(err) : "the request body: want a JSON object");
 			goto out;

@@ -42,9 +42,7 @@ enum sbx_plane { SBX_CONTROL, SBX_ENVD };
 struct sbx_req {
 	enum sbx_plane plane;
 	char *sandbox;           /* envd: the id routed to */
-	kiln_buf body;
-	uint64_t max;
-	bool too_big;
+	struct svc_body body;    /* its limit by plane (svc_body: the core's rule) */
 };
 
 /* envd's plane (sandbox_envd.c): whether r is for it (the id it names into

@@ -219,7 +219,7 @@ static void serve_connect(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q
 	if (!route->streaming) {
 		struct unary u = { 500, "application/json", KILN_BUF_INIT };
 		struct rt_writer w = { u_begin, u_write, &u };
-		rt_serve(sb, route, &call, q->body.buf, q->body.len, &w);
+		rt_serve(sb, route, &call, q->body.buf.buf, q->body.buf.len, &w);
 		rt_host_release(s->host, sb);
 		reg_respond(r, (unsigned)u.status, u.out.buf, u.out.len, u.type);
 		kiln_buf_free(&u.out);
@@ -232,8 +232,8 @@ static void serve_connect(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	p->buf = (kiln_buf)KILN_BUF_INIT;
-	p->body = q->body;
-	q->body = (kiln_buf)KILN_BUF_INIT;
+	p->body = q->body.buf;
+	q->body.buf = (kiln_buf)KILN_BUF_INIT;
 	p->host = s->host;
 	p->sb = sb;
 	p->route = route;
@@ -337,7 +337,7 @@ static void files_post(reg_req *r, rt_sandbox *sb, const char *user, struct sbx_
 				       reg_req_header(r, "Content-Encoding"));
 	}
 	if (type && strncmp(type, "multipart/form-data", 19) == 0) {
-		if (multipart(type, &q->body, &parts, &n, &err) < 0)
+		if (multipart(type, &q->body.buf, &parts, &n, &err) < 0)
 			goto fail;
 	} else {
 		if (path == NULL) {
@@ -345,7 +345,7 @@ static void files_post(reg_req *r, rt_sandbox *sb, const char *user, struct sbx_
 			kiln_err(&err, KILN_E_INVALID, "an upload of %s needs ?path=", type ? type : "raw bytes");
 			goto fail;
 		}
-		one = (struct part){ q->body.buf ? q->body.buf : "", q->body.len, NULL };
+		one = (struct part){ q->body.buf.buf ? q->body.buf.buf : "", q->body.buf.len, NULL };
 		parts = kiln_xmalloc(sizeof(one));
 		parts[0] = one;
 		n = 1;

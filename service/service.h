@@ -201,6 +201,20 @@ void svc_route_match_free(struct svc_route_match *m);
 #define SVC_ROUTE_FIND(rows, method, path, m) \
 	svc_route_find((rows), sizeof(rows) / sizeof((rows)[0]), sizeof((rows)[0]), (method), (path), (m))
 
+/* A request body read whole by a frontend, at most max bytes: the core's one
+ * limit rule.  svc_body_start says at once when Content-Length is already
+ * over (the frontend answers 413 before any byte); svc_body_add stops
+ * keeping bytes once over; svc_body_limit_msg is the one wording of the 413. */
+struct svc_body {
+	kiln_buf buf;
+	uint64_t max;
+	bool over;
+};
+bool svc_body_start(struct svc_body *b, reg_req *r, uint64_t max); /* false: declared over max */
+void svc_body_add(struct svc_body *b, const char *data, size_t len);
+const char *svc_body_limit_msg(const struct svc_body *b, char *buf, size_t n);
+void svc_body_free(struct svc_body *b);
+
 /* An error from below as every frontend answers it: the HTTP status its kind
  * (or a full disk: 507) gives, and what the client is told — its message, or
  * for a full disk the fact without the server's paths.  A 5xx is logged

@@ -280,6 +280,10 @@ expect_eq "a bad ready_timeout_s is refused" "$(curl -s -H "X-API-Key: $A" -XPOS
 	"ready_timeout_s: want seconds from 1 to 86400"
 expect_eq "a bad template_network is refused" "$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d '{"dockerfile":"FROM scratch\n","template_network":"all"}' | jq -r .error)" \
 	"template_network: network 'all': want none or outbound"
+# the core's one body limit, said before the body is read (a client waiting with Expect: 100-continue sends none)
+expect_eq "a request body over 64 MiB is refused, naming the limit" "$(head -c $((64 * 1024 * 1024 + 1)) /dev/zero |
+	curl -s -H "X-API-Key: $A" -H 'Expect: 100-continue' -XPOST "$URL/build/v1/builds" --data-binary @- | jq -r .error)" \
+	"the request body is over the limit of 67108864 bytes"
 # what only the server sets for its child: a client choosing its cache keys' digests would poison the cache
 expect_eq "a request setting context_digests is refused" "$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" -d '{"dockerfile":"FROM scratch\n","context_digests":"/etc/passwd"}' | jq -r .error)" \
 	"context_digests: set by the build server, not by a request"
