@@ -305,9 +305,6 @@ static int run_local(struct build_options *o, struct build_template_opts *tpl, c
 static int load_request(const struct kiln_command *cmd, const char *file, struct build_request *r)
 {
 	kiln_error *e = NULL, **err = &e;
-	char *text = NULL;
-	size_t len = 0;
-	json_error_t je;
 	json_t *j;
 	int rc;
 
@@ -315,14 +312,8 @@ static int load_request(const struct kiln_command *cmd, const char *file, struct
 		if (build_field_is_set(r, &build_fields[i]))
 			return cli_usage_error(cmd, "--request %s holds the build's options: --%s given too", file,
 					       build_fields[i].flag ? build_fields[i].flag : build_fields[i].key);
-	if (kiln_read_file(file, &text, &len, 1 << 20, err) < 0) {
+	if ((j = kiln_json_load_file(file, err)) == NULL) {
 		kiln_error_wrap(err, "--request");
-		return cli_fail(e);
-	}
-	j = json_loadb(text, len, 0, &je);
-	free(text);
-	if (j == NULL) {
-		kiln_err(err, KILN_E_INVALID, "--request %s:%d:%d: %s", file, je.line, je.column, je.text);
 		return cli_fail(e);
 	}
 	rc = build_request_from_json(j, true, r, err);

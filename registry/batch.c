@@ -48,7 +48,7 @@ void reg_batch_free(reg_req *r)
 
 void reg_batch_begin(reg_req *r)
 {
-	const char *cl = reg_req_header(r, "Content-Length");
+	uint64_t cl;
 	struct reg_batch *b;
 
 	if (strcmp(r->method, "POST") != 0) {
@@ -57,7 +57,7 @@ void reg_batch_begin(reg_req *r)
 	}
 	/* a body that cannot fit: refused before any byte (headers are at most
 	 * LINE_MAX_LEN bytes a blob) */
-	if (cl && strtoull(cl, NULL, 10) > RC_BLOBS_BATCH_BYTES + (uint64_t)RC_BLOBS_BATCH_MAX * (LINE_MAX_LEN + 1)) {
+	if (reg_req_content_length(r, &cl) && cl > RC_BLOBS_BATCH_BYTES + (uint64_t)RC_BLOBS_BATCH_MAX * (LINE_MAX_LEN + 1)) {
 		reg_error(r, 413, "SIZE_INVALID", "a batch carries at most %u bytes of blobs", RC_BLOBS_BATCH_BYTES);
 		return;
 	}

@@ -75,7 +75,7 @@ void reg_manifest_begin(reg_req *r)
 {
 	enum kiln_digest_algo algo;
 	kiln_error *err = NULL;
-	const char *cl;
+	uint64_t cl;
 
 	if (ref_is_digest(r)) {
 		if (kiln_digest_parse(r->ref, &algo, &err) < 0) {
@@ -98,8 +98,7 @@ void reg_manifest_begin(reg_req *r)
 		del(r);
 		return;
 	}
-	cl = reg_req_header(r, "Content-Length");
-	if (cl && strtoull(cl, NULL, 10) > r->srv->cfg.manifest_max) {
+	if (reg_req_content_length(r, &cl) && cl > r->srv->cfg.manifest_max) {
 		reg_error(r, 413, "SIZE_INVALID", "manifest larger than %llu bytes",
 			  (unsigned long long)r->srv->cfg.manifest_max);
 		return;

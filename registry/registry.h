@@ -148,6 +148,8 @@ void reg_metric_histograms(kiln_buf *out, const char *name, const char *help, co
 const char *reg_req_method(const reg_req *r);
 const char *reg_req_path(const reg_req *r);          /* unescaped, without the query */
 const char *reg_req_header(reg_req *r, const char *key);
+/* A well-formed Content-Length: true with *n, false when none is declared. */
+bool reg_req_content_length(reg_req *r, uint64_t *n);
 const char *reg_query(reg_req *r, const char *key);
 const char *reg_req_client(const reg_req *r);        /* the client's address, "" unknown */
 /* The request's id: the client's X-Request-Id when it is 1-64 of [A-Za-z0-9._-],

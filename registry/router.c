@@ -64,6 +64,18 @@ const char *reg_req_header(reg_req *r, const char *key)
 	return kv_get(&r->headers, key);
 }
 
+bool reg_req_content_length(reg_req *r, uint64_t *n)
+{
+	const char *cl = reg_req_header(r, "Content-Length");
+	char *end;
+
+	if (cl == NULL || *cl < '0' || *cl > '9')
+		return false;
+	errno = 0;
+	*n = strtoull(cl, &end, 10);
+	return errno == 0 && *end == '\0';
+}
+
 int reg_page_args(reg_req *r, long *n, const char **last)
 {
 	const char *s = reg_query(r, "n");
@@ -308,18 +320,12 @@ static int has_body(reg_req *r)
 
 static int drain_first(reg_req *r)
 {
-	const char *cl = reg_req_header(r, "Content-Length");
 	const char *expect = reg_req_header(r, "Expect");
-	char *end;
-	unsigned long long n;
+	uint64_t n;
 
 	if (expect && strcasecmp(expect, "100-continue") == 0)
 		return 0;
-	if (cl == NULL || reg_req_header(r, "Transfer-Encoding"))
-		return 0;
-	errno = 0;
-	n = strtoull(cl, &end, 10);
-	return errno == 0 && end != cl && *end == '\0' && n <= DISCARD_MAX;
+	return !reg_req_header(r, "Transfer-Encoding") && reg_req_content_length(r, &n) && n <= DISCARD_MAX;
 }
 
 enum reg_step reg_router_call(reg_req *r, const char *data, size_t len)

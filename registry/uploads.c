@@ -54,10 +54,9 @@ static int digest_arg(reg_req *r, const char *d)
 /* Content-Length over the configured blob limit is refused before any byte. */
 static int check_length(reg_req *r)
 {
-	const char *cl = reg_req_header(r, "Content-Length");
-	uint64_t max = r->srv->cfg.blob_max;
+	uint64_t max = r->srv->cfg.blob_max, cl;
 
-	if (cl && max && strtoull(cl, NULL, 10) > max) {
+	if (max && reg_req_content_length(r, &cl) && cl > max) {
 		reg_error(r, 413, "SIZE_INVALID", "blob larger than %" PRIu64 " bytes", max);
 		return -1;
 	}

@@ -415,6 +415,14 @@ int64_t svc_now(void)
 	return (int64_t)time(NULL);
 }
 
+int64_t svc_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void svc_i64(char buf[24], int64_t v)
 {
 	snprintf(buf, 24, "%" PRId64, v);

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -42,16 +41,6 @@ static char *row_str(const struct svc_rows *r, size_t row, size_t col)
 {
 	const char *s = svc_row(r, row, col);
 	return s ? kiln_xstrdup(s) : NULL;
-}
-
-static void now_strs(char secs[24], char ms[24])
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	svc_i64(secs, (int64_t)ts.tv_sec);
-	if (ms)
-		svc_i64(ms, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 /* n random characters of alphabet. */
@@ -237,7 +226,7 @@ int e2b_db_template_ensure(e2b_db *e, const char *team, const char *name, int cp
 
 	svc_i64(c, cpus);
 	svc_i64(m, memory);
-	now_strs(t, NULL);
+	svc_i64(t, svc_now());
 	rc = q(e, NULL, "INSERT INTO e2b_templates(id, team, name, cpus, memory, created, updated) "
 			"VALUES($1, $2, $3, $4, $5, $6, $6) ON CONFLICT(team, name) DO UPDATE SET cpus = excluded.cpus, "
 			"memory = excluded.memory, updated = excluded.updated",
@@ -327,7 +316,8 @@ int e2b_db_build_new(e2b_db *e, const struct e2b_template *t, const char *tag, c
 	*id = e2b_new_build_id();
 	svc_i64(c, t->cpus);
 	svc_i64(m, t->memory);
-	now_strs(now, ms);
+	svc_i64(now, svc_now());
+	svc_i64(ms, svc_now_ms());
 	v[0] = *id, v[1] = t->id, v[2] = t->team, v[3] = tag, v[4] = c, v[5] = m, v[6] = now, v[7] = ms;
 	if (q(e, NULL, "INSERT INTO e2b_builds(id, template, team, tag, cpus, memory, created, updated, seq) "
 		       "VALUES($1, $2, $3, $4, $5, $6, $7, $7, $8)",
@@ -391,7 +381,7 @@ int e2b_db_build_started(e2b_db *e, const char *id, const char *svc_id, const ch
 	char now[24];
 	const char *v[4] = { id, svc_id, lines, now };
 
-	now_strs(now, NULL);
+	svc_i64(now, svc_now());
 	return q(e, NULL, "UPDATE e2b_builds SET svc_id = $2, lines = $3, updated = $4 WHERE id = $1 AND svc_id = ''",
 		 v, 4, "build", err);
 }
@@ -402,7 +392,7 @@ int e2b_db_build_failed(e2b_db *e, const char *id, const char *msg, kiln_error *
 	char now[24];
 	const char *v[3] = { id, msg, now };
 
-	now_strs(now, NULL);
+	svc_i64(now, svc_now());
 	return q(e, NULL, "UPDATE e2b_builds SET error = $2, updated = $3 WHERE id = $1 AND svc_id IS NULL", v, 3,
 		 "build", err);
 }
@@ -430,7 +420,7 @@ int e2b_db_tag_set(e2b_db *e, const char *template_id, const char *tag, const ch
 	char now[24];
 	const char *v[4] = { template_id, tag, build_id, now };
 
-	now_strs(now, NULL);
+	svc_i64(now, svc_now());
 	return q(e, NULL, "INSERT INTO e2b_tags(template, tag, build, created) VALUES($1, $2, $3, $4) "
 			  "ON CONFLICT(template, tag) DO UPDATE SET build = excluded.build, created = excluded.created",
 		 v, 4, "tag", err);
@@ -503,7 +493,7 @@ int e2b_db_file_put(e2b_db *e, const char *team, const char *hash, const char *d
 	const char *v[5] = { team, hash, digest, sz, now };
 
 	svc_i64(sz, size);
-	now_strs(now, NULL);
+	svc_i64(now, svc_now());
 	return q(e, NULL, "INSERT INTO e2b_files(team, hash, digest, size, created) VALUES($1, $2, $3, $4, $5) "
 			  "ON CONFLICT(team, hash) DO UPDATE SET digest = excluded.digest, size = excluded.size, "
 			  "created = excluded.created",

@@ -98,6 +98,7 @@ struct svc_result {
 
 /* db.c: the time and numbers as the queue stores them */
 int64_t svc_now(void);
+int64_t svc_now_ms(void); /* the order of queued builds and lists (qms, seq) */
 void svc_i64(char buf[24], int64_t v);
 void svc_new_id(char id[SVC_ID_MAX]);
 /* team.c: what every other file stands on.  The registry host builds push

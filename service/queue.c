@@ -92,12 +92,10 @@ int svc_q_insert(svc *s, const char *id, const char *team, const char *name, con
 {
 	char now[24], tl[24], ms[24];
 	const char *p[] = { id, team, name, request, now, tl, ms, pin, key };
-	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
 	svc_i64(now, svc_now());
 	svc_i64(tl, time_limit);
-	svc_i64(ms, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	svc_i64(ms, svc_now_ms());
 	return svc_db_q(s->db, NULL,
 			"INSERT INTO svc_builds(id, team, name, state, request, created, time_limit, qms, pin, client_key)"
 			" VALUES($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9)", p, 9, err) < 0 ? -1 : 0;

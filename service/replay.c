@@ -179,10 +179,8 @@ int svc_replay_answer(svc *s, const char *team, const char *key, const char *req
 		goto out;
 
 	char now[24], ms[24], tl[24], nlog[24];
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
 	svc_i64(now, svc_now());
-	svc_i64(ms, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	svc_i64(ms, svc_now_ms());
 	svc_i64(tl, limit);
 	svc_new_id(id);
 	json_t *st = json_pack("{s:s,s:s,s:s,s:s}", "event", "status", "state", "building", "host", s->host_id,

@@ -3,7 +3,6 @@
  * path below the frontend's prefix, the {name} segments captured.  One
  * matcher for every frontend, so none parses its paths by hand; and the one
  * body reader with its size limit. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,19 +68,11 @@ void svc_route_match_free(struct svc_route_match *m)
 
 bool svc_body_start(struct svc_body *b, reg_req *r, uint64_t max)
 {
-	const char *cl = reg_req_header(r, "Content-Length");
-	char *end = NULL;
-	unsigned long long n;
+	uint64_t n;
 
 	b->buf = (kiln_buf)KILN_BUF_INIT;
 	b->max = max;
-	b->over = false;
-	if (cl == NULL)
-		return true;
-	errno = 0;
-	n = strtoull(cl, &end, 10);
-	if (errno == 0 && end != cl && *end == '\0' && n > max)
-		b->over = true;
+	b->over = reg_req_content_length(r, &n) && n > max;
 	return !b->over;
 }
 

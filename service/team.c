@@ -8,8 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "service/internal.h"
 
 char *svc_team_dir(svc *s, const char *team, const char *sub)
@@ -89,7 +87,7 @@ int svc_team_auth(svc *s, const char *team, const char *home, kiln_error **err)
 	const struct reg_config *rc = reg_server_config(s->srv);
 	char *path = kiln_home_path(home, KILN_PATH_AUTH, NULL), *label = NULL, *secret = NULL, *host = NULL, *user = NULL;
 	char *scope = NULL;
-	unsigned char *b64 = NULL;
+	char *b64 = NULL;
 	json_t *j = NULL;
 	int ret = -1;
 
@@ -117,9 +115,8 @@ int svc_team_auth(svc *s, const char *team, const char *home, kiln_error **err)
 	}
 	host = svc_registry_host(s);
 	user = kiln_xasprintf("kiln-build:%s", secret);
-	b64 = kiln_xcalloc(1, 4 * strlen(user) / 3 + 8);
-	EVP_EncodeBlock(b64, (const unsigned char *)user, (int)strlen(user));
-	j = json_pack("{s:{s:{s:s}}}", "auths", host, "auth", (const char *)b64);
+	b64 = kiln_b64_encode(user);
+	j = json_pack("{s:{s:{s:s}}}", "auths", host, "auth", b64);
 	char *text = json_dumps(j, JSON_INDENT(1));
 	ret = kiln_write_atomic(path, text, strlen(text), 0600, err);
 	free(text);
