@@ -63,6 +63,26 @@ rc_client *rc_client_new(const char *host, const struct rc_client_opts *o, kiln_
 /* The transport's one-time set-up (libcurl, OpenSSL and its configuration),
  * which the first rc_client_new does: for a process started ahead of its work. */
 void rc_global_init(void);
+
+/* One HTTP request to the abstract unix socket named socket_name (a
+ * sandbox's own port through its agent, runtime/ports.c); url names the path
+ * and the Host curl would use.  The answer's headers ("Name: value", the last block after
+ * any 1xx) and body (transfer-decoded, content as sent), at most max_answer
+ * bytes (0: 64 MiB). */
+struct rc_forward {
+	const char *method, *url;
+	const char *const *headers; /* "Name: value", NULL-terminated */
+	const void *body;
+	size_t body_len, max_answer;
+	long timeout_ms;            /* 0: 60 s */
+};
+struct rc_forward_answer {
+	long status;
+	kiln_strv headers;
+	kiln_buf body;
+};
+int rc_forward(const char *socket_name, const struct rc_forward *f, struct rc_forward_answer *a, kiln_error **err);
+void rc_forward_answer_free(struct rc_forward_answer *a);
 void rc_client_free(rc_client *c);
 const struct rc_client_stats *rc_client_stats(const rc_client *c);
 /* A plain client for the server of an http:// or https:// URL (ADD <url>):

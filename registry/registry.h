@@ -151,6 +151,9 @@ const char *reg_req_header(reg_req *r, const char *key);
 /* A well-formed Content-Length: true with *n, false when none is declared. */
 bool reg_req_content_length(reg_req *r, uint64_t *n);
 const char *reg_query(reg_req *r, const char *key);
+/* Every header (args false) or query argument (true, unescaped; value NULL
+ * for a bare key), in the order the client sent them: for a proxy. */
+void reg_req_each(const reg_req *r, bool args, void (*fn)(void *ud, const char *key, const char *value), void *ud);
 const char *reg_req_client(const reg_req *r);        /* the client's address, "" unknown */
 /* The request's id: the client's X-Request-Id when it is 1-64 of [A-Za-z0-9._-],
  * else one made here; sent back in X-Request-Id and in its access-log line. */

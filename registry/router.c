@@ -64,6 +64,15 @@ const char *reg_req_header(reg_req *r, const char *key)
 	return kv_get(&r->headers, key);
 }
 
+void reg_req_each(const reg_req *r, bool args, void (*fn)(void *ud, const char *key, const char *value), void *ud)
+{
+	const struct reg_kvs *v = args ? &r->args : &r->headers;
+
+	for (size_t i = 0; i < v->n; i++)
+		if (v->kv[i].key)
+			fn(ud, v->kv[i].key, v->kv[i].value);
+}
+
 bool reg_req_content_length(reg_req *r, uint64_t *n)
 {
 	const char *cl = reg_req_header(r, "Content-Length");

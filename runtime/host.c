@@ -463,13 +463,22 @@ static void sweep_broken(rt_host *h)
 
 rt_sandbox *rt_host_envd(rt_host *h, const char *id, const char *token, kiln_error **err)
 {
+	if (id == NULL || strlen(id) > 64 || !token_ok(h, id, token)) {
+		kiln_err(err, KILN_E_NOTFOUND, "the sandbox was not found");
+		return NULL;
+	}
+	return rt_host_sandbox(h, id, err);
+}
+
+rt_sandbox *rt_host_sandbox(rt_host *h, const char *id, kiln_error **err)
+{
 	struct rt_entry *en;
 	kiln_error *e = NULL;
 	json_t *info;
 	const char *state;
 	guest_conn *c;
 
-	if (id == NULL || strlen(id) > 64 || !token_ok(h, id, token))
+	if (id == NULL || strlen(id) > 64 || strspn(id, "0123456789abcdefghijklmnopqrstuvwxyz") != strlen(id))
 		goto missing;
 	sweep_broken(h);
 	for (int tries = 0; tries < 2; tries++) {

@@ -179,6 +179,11 @@ int rt_process_start(rt_sandbox *sb, const struct rt_call *call, const json_t *m
 	o.cwd = cwd && *cwd ? cwd : sb->default_cwd ? sb->default_cwd : ".";
 	o.timeout_ms = call->timeout_ms;
 	o.want_stdin = want_stdin;
+	/* envd's processes outlive the connection that started them: a daemon
+	 * restart or a resume reconnects to the agent, whose new HELLO ends the
+	 * sessions of the old one but not detached ones (their output then goes
+	 * nowhere; docs/sandbox-api.md) */
+	o.detach = true;
 	pthread_mutex_lock(&sb->mu);
 	p = rt_proc_start_locked(sb, &o, &s, err);
 	if (p == NULL && rt_shell_missing(sb, argv.v[cmd_at], *err)) {

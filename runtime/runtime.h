@@ -161,6 +161,15 @@ int rt_file_write(rt_sandbox *sb, const char *user, const char *path, const void
 		  kiln_error **err);
 int rt_file_read(rt_sandbox *sb, const char *user, const char *path, kiln_buf *out, kiln_error **err);
 
+/* A TCP connection to PORT on the sandbox's own 127.0.0.1 (E2B's
+ * getHost(port)), whatever its network: *socket_name names an abstract unix
+ * socket that takes one connection from this process, whose bytes are the
+ * guest connection's, until rt_tunnel_close, which returns why the guest side
+ * failed (nothing listening, an agent without `--connect`) or NULL. */
+typedef struct rt_tunnel rt_tunnel;
+rt_tunnel *rt_tunnel_open(rt_sandbox *sb, unsigned port, const char **socket_name, kiln_error **err);
+char *rt_tunnel_close(rt_tunnel *t);
+
 /* ===========================================================================
  * The sandbox service of a runtime host (host.c, host_life.c): sandboxes
  * made for teams, their limits, warm pools and envd planes.  State lives in
@@ -242,6 +251,9 @@ void rt_host_token(const rt_host *h, const char *id, char out[65]);
  * else (unknown, paused, another's token) is the same KILN_E_NOTFOUND.
  * Held until rt_host_release. */
 rt_sandbox *rt_host_envd(rt_host *h, const char *id, const char *token, kiln_error **err);
+/* The same without the token: for a sandbox's own ports, which E2B serves
+ * to whoever names the sandbox (getHost traffic is public). */
+rt_sandbox *rt_host_sandbox(rt_host *h, const char *id, kiln_error **err);
 void rt_host_release(rt_host *h, rt_sandbox *sb);
 
 #endif

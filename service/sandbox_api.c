@@ -48,7 +48,7 @@ static void begin(void *ud, reg_req *r)
 	reg_req_set_state(r, q);
 	if (!svc_body_start(&q->body, r,
 			    q->plane == SBX_CONTROL			     ? SBX_MAX_CONTROL_BODY
-			    : strcmp(reg_req_path(r), "/files") == 0 ? s->max_upload
+			    : strcmp(reg_req_path(r), "/files") == 0 || sbx_port_of(s, r) ? s->max_upload
 								     : RT_MAX_MESSAGE + RT_ENVELOPE_HEADER))
 		e2b_reply_error(r, 413, "the request body is %s bytes, over the limit of %llu", cl,
 				(unsigned long long)q->body.max);

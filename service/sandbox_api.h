@@ -49,6 +49,11 @@ struct sbx_req {
  * *id, NULL when none is named), and the answer once the body is in. */
 bool sbx_envd_match(struct svc_sandboxes *s, reg_req *r, char **id);
 void sbx_envd_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q);
+/* The sandbox's own port of Host PORT-ID.DOMAIN: 0 when r is not for one
+ * (envd's port is envd's plane). */
+unsigned sbx_port_of(struct svc_sandboxes *s, reg_req *r);
+/* Its answer (sandbox_ports.c), through sb (held by the caller). */
+void sbx_port_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q, rt_sandbox *sb, unsigned port);
 /* The control plane's answer (sandbox_api.c). */
 void sbx_control_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q);
 

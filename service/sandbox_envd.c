@@ -40,6 +40,15 @@ static unsigned host_route(const struct svc_sandboxes *s, const char *host, char
 	return port;
 }
 
+unsigned sbx_port_of(struct svc_sandboxes *s, reg_req *r)
+{
+	char *id = NULL;
+	unsigned port = host_route(s, reg_req_header(r, "Host"), &id);
+
+	free(id);
+	return port == SBX_ENVD_PORT ? 0 : port;
+}
+
 bool sbx_envd_match(struct svc_sandboxes *s, reg_req *r, char **id)
 {
 	const char *hdr = reg_req_header(r, "E2b-Sandbox-Id");
@@ -397,9 +406,16 @@ void sbx_envd_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q)
 	rt_sandbox *sb;
 
 	free(hid);
-	if (port && port != SBX_ENVD_PORT)
-		return e2b_reply_error(r, 501, "port %u of sandbox %.64s: kiln does not forward a sandbox's own ports "
-				       "yet (docs/sandbox-api.md)", port, q->sandbox ? q->sandbox : "");
+	if (port && port != SBX_ENVD_PORT) {
+		/* a sandbox's own server: public, as E2B's getHost traffic is */
+		if ((sb = rt_host_sandbox(s->host, q->sandbox, &err)) == NULL) {
+			kiln_error_free(err);
+			return not_found(r, q->sandbox);
+		}
+		sbx_port_serve(s, r, q, sb, port);
+		rt_host_release(s->host, sb);
+		return;
+	}
 	if (q->sandbox == NULL)
 		return e2b_reply_error(r, 400, "missing header E2b-Sandbox-Id (or a Host of %u-ID.%s)", SBX_ENVD_PORT,
 				       s->domain);

@@ -129,5 +129,8 @@ int pty_main(int argc, char **argv);
 
 /* relay.c: `--relay PATH MODE UID GID` (an ssh-agent socket for a build step). */
 int agent_relay(const char *path, const char *mode, const char *uid, const char *gid);
+/* relay.c: `--connect PORT`: stdin/stdout joined to 127.0.0.1:PORT in the
+ * guest; exit 3 with the reason on stderr when nothing listens there. */
+int agent_connect(const char *port);
 
 #endif

@@ -575,6 +575,9 @@ int main(int argc, char **argv)
 		return fs_main(argc, argv);
 	if (argc >= 2 && strcmp(argv[1], "--pty") == 0)
 		return pty_main(argc, argv);
+	/* a sandbox's own port, for the host's proxy (relay.c) */
+	if (argc == 3 && strcmp(argv[1], "--connect") == 0)
+		return agent_connect(argv[2]);
 	/* the tar writer DOWNLOAD runs (tarc.c) */
 	if ((argc == 3 || argc == 4) && strcmp(argv[1], "--tar-create") == 0)
 		return tar_create(argv[2], argc == 4 ? argv[3] : NULL);

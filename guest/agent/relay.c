@@ -1,8 +1,9 @@
-/* relay.c — `kiln-agent --relay PATH MODE UID GID`: a unix socket in the
- * guest whose connections are carried over this process's stdin/stdout (an
- * agent exec session) to the host, which joins each to its ssh-agent.
- * Frames both ways: u32 connection, u32 length, bytes (big-endian); length
- * 0 closes the connection; connection 0 length 0 from here: listening. */
+/* relay.c — connections carried over this process's stdin/stdout (an agent
+ * exec session).  `--relay PATH MODE UID GID`: a unix socket in the guest
+ * whose connections the host joins to its ssh-agent; frames both ways: u32
+ * connection, u32 length, bytes (big-endian); length 0 closes the connection;
+ * connection 0 length 0 from here: listening.  `--connect PORT`: one TCP
+ * connection to the guest's own port, unframed (a sandbox's getHost). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -11,6 +12,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include "guest/agent/agent.h"
@@ -164,6 +167,56 @@ int agent_relay(const char *path, const char *mode, const char *uid, const char 
 					return 1;
 				}
 			}
+		}
+	}
+}
+
+int agent_connect(const char *port_s)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	char *end;
+	unsigned long port = strtoul(port_s, &end, 10);
+	uint8_t buf[65536];
+	bool in_open = true;
+	int fd;
+
+	if (*port_s == '\0' || *end != '\0' || port == 0 || port > 65535) {
+		dprintf(2, "kiln-agent --connect: bad port %s\n", port_s);
+		return 2;
+	}
+	sa.sin_port = htons((uint16_t)port);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		dprintf(2, "connect to 127.0.0.1:%lu: %s\n", port, strerror(errno));
+		return 3;
+	}
+	for (;;) {
+		struct pollfd p[2] = { { .fd = in_open ? 0 : -1, .events = POLLIN }, { .fd = fd, .events = POLLIN } };
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return 1;
+		}
+		if (p[0].revents) {
+			ssize_t n = read(0, buf, sizeof(buf));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				/* the host sent all it will: the server sees the end */
+				shutdown(fd, SHUT_WR);
+				in_open = false;
+			} else if (write_all(fd, buf, (size_t)n) < 0) {
+				return 1;
+			}
+		}
+		if (p[1].revents) {
+			ssize_t n = read(fd, buf, sizeof(buf));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				return n < 0 ? 1 : 0;
+			if (write_all(1, buf, (size_t)n) < 0)
+				return 1;
 		}
 	}
 }

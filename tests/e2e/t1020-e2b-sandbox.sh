@@ -123,6 +123,21 @@ const out = {}
   await sb.pty.sendInput(p.pid, new TextEncoder().encode('stty size; exit\n'))
   await p.wait().catch(() => {})
   out.pty = /30 100/.test(pty)
+  // getHost(port): a server in the sandbox, fetched from the host by its Host name
+  const api = new URL(process.env.E2B_API_URL)
+  const get = (host, path) => new Promise((ok) => require('http').get({ host: api.hostname, port: api.port, path,
+    headers: { Host: host } }, (res) => { let b = ''; res.on('data', (d) => { b += d }); res.on('end', () => ok([res.statusCode, b])) })
+    .on('error', (e) => ok([0, e.message])))
+  await sb.files.write('/tmp/www/index.html', 'served from the sandbox\n')
+  await sb.commands.run('httpd -f -p 8080 -h /tmp/www', { background: true })
+  let served = [0, '']
+  for (let i = 0; i < 50 && served[0] !== 200; i++) {
+    served = await get(sb.getHost(8080), '/index.html?q=a%20b')
+    if (served[0] !== 200) await new Promise((res) => setTimeout(res, 100))
+  }
+  out.host = [sb.getHost(8080) === '8080-' + sb.sandboxId + '.kiln.test', served]
+  out.host_closed = await get(sb.getHost(9999), '/')
+  out.host_listed = (await sb.commands.list()).map((p) => p.cmd + ' ' + p.args.join(' '))
   await sb.setTimeout(600000)
   const info = await sb.getInfo()
   out.info = [info.state, info.metadata.run, new Date(info.endAt).getTime() - Date.now() > 500000]
@@ -133,6 +148,7 @@ const out = {}
   out.running_paused = await sb.isRunning()
   const sb2 = await Sandbox.connect(sb.sandboxId)
   out.resumed = [await sb2.isRunning(), await sb2.files.read('/tmp/keep')]
+  out.host_resumed = await get(sb2.getHost(8080), '/index.html')
   out.none = (await Sandbox.list({ query: { metadata: { run: 'nothing' } } }).nextItems()).length
   out.killed = [await sb2.kill(), await sb2.kill(), await sb2.isRunning()]
   console.log(JSON.stringify(out))
@@ -165,11 +181,19 @@ expect_eq "rename, exists, remove" "$(js '[d["rename"], d["exists"], d["removed"
 expect_eq "watchDir saw the new file" "$(js 'd["watch"]')" True
 expect_eq "a file the user may not read is refused (401, as envd)" "$(js 'd["denied"]')" "AuthenticationError"
 expect_eq "PTY: created, resized, input sent" "$(js 'd["pty"]')" True
+expect_eq "getHost(8080): the sandbox's own server answers through the daemon" "$(js 'd["host"]')" \
+	"[True, [200, 'served from the sandbox\\n']]"
+expect_eq "a port nothing listens on: 502, E2B's words and the guest's reason" \
+	"$(js '[d["host_closed"][0], "port is not open" in d["host_closed"][1], "Connection refused" in d["host_closed"][1]]')" \
+	"[502, True, True]"
+expect_eq "commands.list shows the server, not the port's helper" \
+	"$(js '[any("httpd -f" in x for x in d["host_listed"]), any("--connect" in x for x in d["host_listed"])]')" "[True, False]"
 expect_eq "setTimeout and getInfo" "$(js 'd["info"]')" "['running', 'flow', True]"
 expect_eq "pause, then pause again (409: false)" "$(js 'd["pause"]')" "[True, False]"
 expect_eq "Sandbox.list by state and metadata shows it paused" "$(js 'd["paused_list"]')" "['paused']"
 expect_eq "a paused sandbox is not running (502)" "$(js 'd["running_paused"]')" False
 expect_eq "Sandbox.connect resumes it with its files" "$(js 'd["resumed"]')" "[True, 'kept']"
+expect_eq "a resumed sandbox's server answers again" "$(js 'd["host_resumed"]')" "[200, 'served from the sandbox\\n']"
 expect_eq "a metadata filter that matches nothing" "$(js 'd["none"]')" 0
 expect_eq "kill, kill again (false), not running" "$(js 'd["killed"]')" "[True, False, False]"
 
@@ -239,8 +263,36 @@ req GET "/files?path=/root/secret&username=user" -H "E2b-Sandbox-Id: $A" -H "X-A
 expect_eq "/files?path= outside the user's reach: 401" "$CODE" 401
 req GET "/files?path=/root/secret" -H "E2b-Sandbox-Id: $A" -H "X-Access-Token: $ATOK"
 expect_eq "/files as the template's user (root) reads it" "$CODE $(cat "$T_TMP/body")" "200 secret"
-req GET /health -H "Host: 8080-$A.kiln.test"
-expect_eq "another port by Host: 501 saying kiln does not forward it" "$CODE $(jf '"forward" in d["message"]')" "501 True"
+req GET / -H "Host: 8080-nosuchsandbox.kiln.test"
+expect_eq "a port of no sandbox: 502, E2B's not found" "$CODE $(jf 'd["message"]')" "502 The sandbox was not found"
+req GET "/x?a=1" -H "Host: 8080-$LONG.kiln.test"
+expect_eq "a port of a 10,000-character id: 502" "$CODE" 502
+# a server in A (busybox httpd): a 3 MiB file, a CGI echoing a POST body, the
+# query and a header as sent
+head -c $((3 << 20)) /dev/urandom >"$T_TMP/big.www"
+printf '#!/bin/sh\necho "Content-Type: text/plain"\necho "X-From: guest"\necho\necho "q=$QUERY_STRING probe=$HTTP_X_PROBE"\ncat\n' >"$T_TMP/echo.cgi"
+req POST "/files?path=/tmp/srv/big" -H "E2b-Sandbox-Id: $A" -H "X-Access-Token: $ATOK" \
+	-H 'Content-Type: application/octet-stream' --data-binary @"$T_TMP/big.www"
+req POST "/files?path=/tmp/srv/cgi-bin/echo" -H "E2b-Sandbox-Id: $A" -H "X-Access-Token: $ATOK" \
+	-H 'Content-Type: application/octet-stream' --data-binary @"$T_TMP/echo.cgi"
+env_start 'chmod +x /tmp/srv/cgi-bin/echo; httpd -p 8081 -h /tmp/srv' >"$T_TMP/httpd.bin"
+envd "$A" "$ATOK" /process.Process/Start -H 'Content-Type: application/connect+json' --data-binary @"$T_TMP/httpd.bin"
+pfd0=$(ls /proc/"$REG_PID"/fd | wc -l)
+for _ in $(seq 50); do
+	curl -s -o "$T_TMP/port.out" -D "$T_TMP/port.hdr" -w '%{http_code}' -H "Host: 8081-$A.kiln.test" \
+		"$U/big" >"$T_TMP/port.code" 2>/dev/null
+	[ "$(cat "$T_TMP/port.code")" = 200 ] && break
+	sleep 0.1
+done
+expect_eq "a port's 3 MiB answer, byte for byte" "$(cat "$T_TMP/port.code") $(cmp -s "$T_TMP/port.out" "$T_TMP/big.www" && echo same)" "200 same"
+req POST "/cgi-bin/echo?a=1&b=x%20y" -H "Host: 8081-$A.kiln.test" -H 'X-Probe: p1' --data-binary 'posted body'
+expect_eq "a POST through the port: query, header and body as sent" "$CODE $(tr '\n' '|' <"$T_TMP/body")" \
+	"200 q=a=1&b=x%20y probe=p1|posted body"
+expect_grep "the guest's own headers come back" '^X-From: guest' "$T_TMP/hdr"
+for i in $(seq 30); do curl -s -o /dev/null -H "Host: 8081-$A.kiln.test" "$U/cgi-bin/echo?n=$i"; done
+envd "$A" "$ATOK" /process.Process/List -d '{}'
+expect_eq "the ports' helpers are gone from the sandbox's processes" "$(grep -c -- '--connect' "$T_TMP/body")" 0
+expect_eq "no fd left behind by 32 port requests" "$(ls /proc/"$REG_PID"/fd | wc -l)" "$pfd0"
 
 # ---- 1,000 concurrent streams and a client that goes away -----------------
 fds() { ls /proc/"$REG_PID"/fd | wc -l; }
@@ -319,6 +371,11 @@ req POST "/sandboxes/$O/pause" -H "X-API-Key: $OTHER"
 expect_eq "pause: 204" "$CODE" 204
 envd "$A" "$ATOK" /process.Process/Start -H 'Content-Type: application/connect+json' \
 	--data-binary @<(env_start 'echo before > /tmp/restart')
+# a foreground server started through envd: the agent's session ends with the daemon
+curl -s -o /dev/null --max-time 2 -X POST "$U/process.Process/Start" -H "E2b-Sandbox-Id: $A" -H "X-Access-Token: $ATOK" \
+	-H 'Content-Type: application/connect+json' --data-binary @<(env_start 'exec httpd -f -p 8082 -h /tmp/srv')
+for _ in $(seq 30); do req GET /big -H "Host: 8082-$A.kiln.test"; [ "$CODE" = 200 ] && break; sleep 0.1; done
+expect_eq "a foreground server through envd answers on its port" "$CODE" 200
 reg_stop
 start_serve || { not_ok "kiln serve restarts"; exit 0; }
 req GET "/sandboxes/$A" -H "X-API-Key: $KEY"
@@ -328,6 +385,8 @@ expect_eq "and the paused one, still paused" "$CODE $(jf 'd["state"]')" "200 pau
 envd "$A" "$ATOK" /process.Process/Start -H 'Content-Type: application/connect+json' \
 	--data-binary @<(env_start 'cat /tmp/restart')
 expect_grep "its envd plane answers again, same token, same files" "$(printf 'before\n' | base64)" "$T_TMP/body"
+req GET /big -H "Host: 8082-$A.kiln.test"
+expect_eq "the server envd started before the restart still answers" "$CODE" 200
 kill -9 "$REG_PID"
 wait "$REG_PID" 2>/dev/null
 start_serve || { not_ok "kiln serve starts after kill -9"; exit 0; }

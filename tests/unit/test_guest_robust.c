@@ -299,8 +299,9 @@ static void test_stdin_window_enforced(void)
 	CHECK_INT(next_frame(&r, 5000), 1);
 	child = raw_exec(&r, 3, "sleep 5", GUEST_EXEC_STDIN);
 	CHECK(child > 0);
-	/* sleep never reads: 64 KiB fit the pipe, the window holds 256 KiB more. */
-	for (unsigned i = 0; i < (GUEST_STDIN_WINDOW / GUEST_DATA_CHUNK) + 3; i++)
+	/* sleep never reads: the pipe (as deep as the window) takes 256 KiB,
+	 * the agent's queue 256 KiB more, beyond that is over the window. */
+	for (unsigned i = 0; i < 2 * (GUEST_STDIN_WINDOW / GUEST_DATA_CHUNK) + 3; i++)
 		send_frame(r.fd, GUEST_F_STDIN, 3, chunk, GUEST_DATA_CHUNK);
 	for (int i = 0; i < 20 && !got_error && next_frame(&r, 3000) == 1; i++) {
 		char *msg = error_text(&r);
