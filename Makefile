@@ -5,7 +5,7 @@
 
 CC      ?= cc
 CLANG   ?= clang
-PKGS    := libarchive ext2fs libcurl openssl libzstd sqlite3 jansson libmicrohttpd libpq fuse3
+PKGS    := libarchive ext2fs libcurl openssl libzstd zlib sqlite3 jansson libmicrohttpd libpq fuse3
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 # The packages' flags are read when first used, not when make starts: in
 # `make deps all` the packages are only there once deps has run.

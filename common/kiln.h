@@ -111,6 +111,10 @@ void kiln_buf_addc(kiln_buf *b, char c);
 void kiln_buf_addf(kiln_buf *b, const char *fmt, ...) KILN_PRINTF(2, 3);
 void kiln_buf_vaddf(kiln_buf *b, const char *fmt, va_list ap);
 void kiln_buf_reset(kiln_buf *b);
+/* gzip.c: whole-buffer gzip (zlib) for HTTP bodies; gunzip fails with
+ * KILN_E_LIMIT past max bytes and KILN_E_INVALID on anything not gzip. */
+int kiln_gunzip(const void *in, size_t len, size_t max, kiln_buf *out, kiln_error **err);
+int kiln_gzip(const void *in, size_t len, int level, kiln_buf *out, kiln_error **err);
 /* Hand the string to the caller (who frees it); the buffer is left empty. */
 char *kiln_buf_detach(kiln_buf *b);
 void kiln_buf_free(kiln_buf *b);

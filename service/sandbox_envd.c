@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "service/sandbox_api.h"
 
@@ -332,21 +333,34 @@ static int multipart(const char *type, const kiln_buf *b, struct part **parts, s
 	return 0;
 }
 
-static void files_post(reg_req *r, rt_sandbox *sb, const char *user, struct sbx_req *q)
+static void files_post(struct svc_sandboxes *s, reg_req *r, rt_sandbox *sb, const char *user, struct sbx_req *q)
 {
 	const char *type = reg_req_header(r, "Content-Type"), *path = reg_query(r, "path");
+	const char *enc = reg_req_header(r, "Content-Encoding");
 	struct part *parts = NULL, one;
 	kiln_error *err = NULL;
+	kiln_buf plain = KILN_BUF_INIT;
+	const kiln_buf *body = &q->body.buf;
 	size_t n = 0;
 	json_t *out = json_array();
 
-	if (reg_req_header(r, "Content-Encoding") && strcmp(reg_req_header(r, "Content-Encoding"), "identity") != 0) {
+	if (enc && strcasecmp(enc, "identity") != 0 && strcasecmp(enc, "gzip") != 0) {
 		json_decref(out);
-		return e2b_reply_error(r, 415, "Content-Encoding %.32s: kiln takes uploads uncompressed",
-				       reg_req_header(r, "Content-Encoding"));
+		return e2b_reply_error(r, 415, "Content-Encoding %.32s: kiln takes uploads as they are or gzip", enc);
+	}
+	if (enc && strcasecmp(enc, "gzip") == 0) {
+		/* the SDK's gzip upload; inflated within the same limit as a plain one */
+		if (kiln_gunzip(body->buf ? body->buf : "", body->len, s->max_upload, &plain, &err) < 0) {
+			json_decref(out);
+			e2b_reply_error(r, err->kind == KILN_E_LIMIT ? 413 : 400, "%s", kiln_error_message(err));
+			kiln_error_free(err);
+			kiln_buf_free(&plain);
+			return;
+		}
+		body = &plain;
 	}
 	if (type && strncmp(type, "multipart/form-data", 19) == 0) {
-		if (multipart(type, &q->body.buf, &parts, &n, &err) < 0)
+		if (multipart(type, body, &parts, &n, &err) < 0)
 			goto fail;
 	} else {
 		if (path == NULL) {
@@ -354,7 +368,7 @@ static void files_post(reg_req *r, rt_sandbox *sb, const char *user, struct sbx_
 			kiln_err(&err, KILN_E_INVALID, "an upload of %s needs ?path=", type ? type : "raw bytes");
 			goto fail;
 		}
-		one = (struct part){ q->body.buf.buf ? q->body.buf.buf : "", q->body.buf.len, NULL };
+		one = (struct part){ body->buf ? body->buf : "", body->len, NULL };
 		parts = kiln_xmalloc(sizeof(one));
 		parts[0] = one;
 		n = 1;
@@ -382,6 +396,7 @@ fail:
 	for (size_t i = 0; i < n; i++)
 		free(parts[i].filename);
 	free(parts);
+	kiln_buf_free(&plain);
 }
 
 static void files_get(reg_req *r, rt_sandbox *sb, const char *user)
@@ -390,10 +405,22 @@ static void files_get(reg_req *r, rt_sandbox *sb, const char *user)
 	kiln_error *err = NULL;
 	const char *path = reg_query(r, "path");
 
-	if (rt_file_read(sb, user, path ? path : "", &data, &err) < 0)
+	const char *acc = reg_req_header(r, "Accept-Encoding");
+	kiln_buf gz = KILN_BUF_INIT;
+
+	if (rt_file_read(sb, user, path ? path : "", &data, &err) < 0) {
 		files_error(r, err);
-	else
+	} else if (acc && strstr(acc, "gzip") && data.len > 0 && kiln_gzip(data.buf, data.len, 1, &gz, &err) == 0) {
+		/* as envd: gzip only when asked (level 1: the guest link, not the
+		 * ratio, is what a download waits on) */
+		reg_respond(r, 200, gz.buf, gz.len, "application/octet-stream");
+		reg_header(r, "Content-Encoding", "gzip");
+		reg_header(r, "Vary", "Accept-Encoding");
+	} else {
+		kiln_error_free(err);
 		reg_respond(r, 200, data.buf ? data.buf : "", data.len, "application/octet-stream");
+	}
+	kiln_buf_free(&gz);
 	kiln_buf_free(&data);
 }
 
@@ -439,7 +466,7 @@ void sbx_envd_serve(struct svc_sandboxes *s, reg_req *r, struct sbx_req *q)
 	} else if (strcmp(path, "/files") == 0 && strcmp(m, "GET") == 0) {
 		files_get(r, sb, user);
 	} else if (strcmp(path, "/files") == 0 && strcmp(m, "POST") == 0) {
-		files_post(r, sb, user, q);
+		files_post(s, r, sb, user, q);
 	} else if (strcmp(path, "/files") == 0) {
 		e2b_reply_error(r, 405, "/files: GET or POST, not %.16s", m);
 	} else {

@@ -102,6 +102,9 @@ const out = {}
   out.kill_again = await sb.commands.kill(h.pid)
   await sb.files.write('/tmp/a.txt', 'hello file')
   out.read = await sb.files.read('/tmp/a.txt')
+  await sb.files.write('/tmp/gz.txt', 'zipped '.repeat(1000), { gzip: true })
+  out.gzip = [await sb.files.read('/tmp/gz.txt', { gzip: true }) === 'zipped '.repeat(1000),
+    await sb.commands.run('wc -c < /tmp/gz.txt').then((r) => r.stdout.trim())]
   out.home_write = (await sb.files.write('rel.txt', 'in home', { user: 'user' })).path
   out.list = (await sb.files.list('/tmp')).map((e) => e.name + ':' + e.type).sort()
   out.mkdir = [await sb.files.makeDir('/tmp/d'), await sb.files.makeDir('/tmp/d')]
@@ -174,6 +177,7 @@ expect_eq "background: stdin reached it, its output streamed" "$(js 'd["bg"]')" 
 expect_eq "commands.list and commands.connect find it; kill, then kill again" \
 	"$(js '[d["listed"], d["connected"], d["kill"], d["kill_again"]]')" "[True, True, True, False]"
 expect_eq "files.write then read" "$(js 'd["read"]')" "hello file"
+expect_eq "files.write and read with gzip: the same text, stored inflated" "$(js 'd["gzip"]')" "[True, '7000']"
 expect_eq "a relative path is in the user's home" "$(js 'd["home_write"]')" "/home/user/rel.txt"
 expect_grep "files.list" "a.txt:file" <(js 'd["list"]')
 expect_eq "makeDir: made, then already there" "$(js 'd["mkdir"]')" "[True, False]"
@@ -261,8 +265,20 @@ envd "$A" "$ATOK" /process.Process/Nope -d '{}'
 expect_eq "an unknown method: 404 unimplemented" "$CODE $(jf 'd["code"]')" "404 unimplemented"
 req GET "/files?path=/root/secret&username=user" -H "E2b-Sandbox-Id: $A" -H "X-Access-Token: $ATOK"
 expect_eq "/files?path= outside the user's reach: 401" "$CODE" 401
+printf 'not gzip at all' >"$T_TMP/notgz"
+req POST "/files?path=/tmp/x" -H "E2b-Sandbox-Id: $A" -H "X-Access-Token: $ATOK" -H 'Content-Encoding: gzip' \
+	-H 'Content-Type: application/octet-stream' --data-binary @"$T_TMP/notgz"
+expect_eq "a gzip upload that is not gzip: 400 saying so" "$CODE $(jf '"not valid gzip" in d["message"]')" "400 True"
+head -c $((300 << 20)) /dev/zero | gzip -1 >"$T_TMP/bomb.gz"
+req POST "/files?path=/tmp/x" -H "E2b-Sandbox-Id: $A" -H "X-Access-Token: $ATOK" -H 'Content-Encoding: gzip' \
+	-H 'Content-Type: application/octet-stream' --data-binary @"$T_TMP/bomb.gz"
+expect_eq "$(($(stat -c %s "$T_TMP/bomb.gz") >> 10)) KiB of gzip inflating to 300 MiB: 413 at the 256 MiB limit" \
+	"$CODE $(jf '"more than 268435456" in d["message"]')" "413 True"
 req GET "/files?path=/root/secret" -H "E2b-Sandbox-Id: $A" -H "X-Access-Token: $ATOK"
 expect_eq "/files as the template's user (root) reads it" "$CODE $(cat "$T_TMP/body")" "200 secret"
+req GET "/files?path=/root/secret" -H "E2b-Sandbox-Id: $A" -H "X-Access-Token: $ATOK" -H 'Accept-Encoding: gzip'
+expect_eq "a download asked with Accept-Encoding: gzip comes gzipped" \
+	"$CODE $(grep -ci '^content-encoding: gzip' "$T_TMP/hdr") $(gzip -dc <"$T_TMP/body")" "200 1 secret"
 req GET / -H "Host: 8080-nosuchsandbox.kiln.test"
 expect_eq "a port of no sandbox: 502, E2B's not found" "$CODE $(jf 'd["message"]')" "502 The sandbox was not found"
 req GET "/x?a=1" -H "Host: 8080-$LONG.kiln.test"
