@@ -54,6 +54,7 @@ struct rt_sandbox {
 	pthread_t pump;
 	bool stop;
 	int has_bash;        /* -1 not asked yet */
+	uint64_t cpu_busy, cpu_total; /* the guest's CPU jiffies at the last metrics call */
 };
 
 struct rt_stream {

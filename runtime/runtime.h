@@ -166,6 +166,14 @@ int rt_file_read(rt_sandbox *sb, const char *user, const char *path, kiln_buf *o
  * socket that takes one connection from this process, whose bytes are the
  * guest connection's, until rt_tunnel_close, which returns why the guest side
  * failed (nothing listening, an agent without `--connect`) or NULL. */
+/* E2B's SandboxMetric, from the guest's /proc and statvfs("/"): bytes;
+ * cpu_pct the busy share since the previous call (the first: since boot). */
+struct rt_metrics {
+	uint64_t cpus, mem_total, mem_used, mem_cache, disk_total, disk_used;
+	double cpu_pct;
+};
+int rt_sandbox_metrics(rt_sandbox *sb, struct rt_metrics *m, kiln_error **err);
+
 typedef struct rt_tunnel rt_tunnel;
 rt_tunnel *rt_tunnel_open(rt_sandbox *sb, unsigned port, const char **socket_name, kiln_error **err);
 char *rt_tunnel_close(rt_tunnel *t);

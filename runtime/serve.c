@@ -2,6 +2,7 @@
  * that serves a request on it: decode by the route's kind, run the handler,
  * encode the answer (unary JSON or envelopes with the end-stream message);
  * also the /files reads and writes as the user. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,4 +145,45 @@ int rt_file_read(rt_sandbox *sb, const char *user, const char *path, kiln_buf *o
 	else if (rc < 0 && code == RT_PERMISSION_DENIED)
 		(*err)->kind = KILN_E_USAGE;
 	return rc;
+}
+
+int rt_sandbox_metrics(rt_sandbox *sb, struct rt_metrics *m, kiln_error **err)
+{
+	kiln_buf out = KILN_BUF_INIT;
+	enum rt_code code = RT_OK;
+	uint64_t busy = 0, total = 0;
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	rc = rt_fs_helper(sb, "root", "metrics", "/", NULL, NULL, 0, &out, &code, err);
+	for (char *line = out.buf, *next; rc == 0 && line && *line; line = next) {
+		char key[32];
+		unsigned long long v;
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		if (sscanf(line, "%31s %llu", key, &v) != 2)
+			continue;
+		uint64_t *slot = strcmp(key, "cpus") == 0 ? &m->cpus : strcmp(key, "mem_total") == 0 ? &m->mem_total
+			       : strcmp(key, "mem_used") == 0 ? &m->mem_used : strcmp(key, "mem_cache") == 0 ? &m->mem_cache
+			       : strcmp(key, "disk_total") == 0 ? &m->disk_total : strcmp(key, "disk_used") == 0 ? &m->disk_used
+			       : strcmp(key, "cpu_busy") == 0 ? &busy : strcmp(key, "cpu_total") == 0 ? &total : NULL;
+		if (slot)
+			*slot = v;
+	}
+	kiln_buf_free(&out);
+	if (rc < 0)
+		return -1;
+	if (total == 0)
+		return kiln_err(err, KILN_E_IO, "the guest's metrics came without CPU times (an older agent?)");
+	/* the busy share since the previous call (the first: since the guest booted) */
+	pthread_mutex_lock(&sb->mu);
+	uint64_t db = busy - sb->cpu_busy, dt = total - sb->cpu_total;
+	if (busy < sb->cpu_busy || total <= sb->cpu_total)
+		db = busy, dt = total;
+	sb->cpu_busy = busy;
+	sb->cpu_total = total;
+	pthread_mutex_unlock(&sb->mu);
+	m->cpu_pct = dt ? 100.0 * (double)db / (double)dt : 0;
+	return 0;
 }

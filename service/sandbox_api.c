@@ -5,6 +5,7 @@
  * errors; auth by a token with the sandbox action (X-API-Key). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <curl/curl.h>
 
@@ -499,6 +500,39 @@ static void sbx_h_pause(struct svc_sandboxes *s, reg_req *r, const char *team, c
 	reply_done(r, rt_host_pause(s->host, team, id, &err), &err, "pause");
 }
 
+/* E2B's SandboxMetric[]: one sample, taken now from the guest (E2B keeps a
+ * series every 5 s; kiln samples on demand).  A paused sandbox has none. */
+static void sbx_h_metrics(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id, json_t *body,
+			  int arg)
+{
+	struct rt_info in;
+	struct rt_metrics m;
+	kiln_error *err = NULL;
+	rt_sandbox *sb;
+	time_t now = time(NULL);
+
+	if (rt_host_get(s->host, team, id, &in, &err) < 0)
+		return reply_host_err(r, &err, false, "metrics");
+	rt_info_free(&in);
+	if ((sb = rt_host_sandbox(s->host, id, &err)) == NULL) {
+		kiln_error_free(err);
+		return e2b_reply_json(r, 200, json_array());
+	}
+	int rc = rt_sandbox_metrics(sb, &m, &err);
+	rt_host_release(s->host, sb);
+	if (rc < 0) {
+		e2b_reply_error(r, 502, "metrics of sandbox %s: %s", id, kiln_error_message(err));
+		kiln_error_free(err);
+		return;
+	}
+	e2b_reply_json(r, 200,
+		       json_pack("[{s:o,s:I,s:I,s:f,s:I,s:I,s:I,s:I,s:I}]", "timestamp", e2b_json_time(now), "timestampUnix",
+				 (json_int_t)now, "cpuCount", (json_int_t)m.cpus, "cpuUsedPct", m.cpu_pct, "memUsed",
+				 (json_int_t)m.mem_used, "memTotal", (json_int_t)m.mem_total, "memCache",
+				 (json_int_t)m.mem_cache, "diskUsed", (json_int_t)m.disk_used, "diskTotal",
+				 (json_int_t)m.disk_total));
+}
+
 static void sbx_h_unimplemented(struct svc_sandboxes *s, reg_req *r, const char *team, const char *id, json_t *body,
 				int arg)
 {
@@ -524,7 +558,7 @@ static const struct sbx_route CONTROL[] = {
 	{ { "POST", "/v2/sandboxes/{id}/connect" }, sbx_h_connect, 0 },
 	{ { "POST", "/sandboxes/{id}/resume" }, sbx_h_connect, 1 }, /* E2B's older resume: 409 when running */
 	{ { "POST", "/sandboxes/{id}/pause" }, sbx_h_pause, 0 },
-	{ { "*", "/sandboxes/{id}/metrics" }, sbx_h_unimplemented, 0 },
+	{ { "GET", "/sandboxes/{id}/metrics" }, sbx_h_metrics, 0 },
 	{ { "*", "/sandboxes/{id}/network" }, sbx_h_unimplemented, 0 },
 	{ { "*", "/sandboxes/{id}/fork" }, sbx_h_unimplemented, 0 },
 	{ { "*", "/sandboxes/{id}/snapshots" }, sbx_h_unimplemented, 0 },

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "guest/agent/agent.h"
@@ -288,6 +289,44 @@ static int watch(const char *dir, bool recursive)
 	}
 }
 
+/* E2B's SandboxMetric from the guest's own view: "KEY VALUE" lines of
+ * bytes and CPU jiffies (the host takes the busy share between two calls). */
+static int metrics(const char *path)
+{
+	unsigned long long mem_total = 0, mem_avail = 0, cached = 0, v[8] = { 0 }, busy, total = 0;
+	struct statvfs fs;
+	char line[256];
+	FILE *f;
+
+	if ((f = fopen("/proc/meminfo", "r")) == NULL)
+		return fail(GUEST_FS_EXIT_FAIL, "open", "/proc/meminfo", errno);
+	while (fgets(line, sizeof(line), f)) {
+		sscanf(line, "MemTotal: %llu", &mem_total);
+		sscanf(line, "MemAvailable: %llu", &mem_avail);
+		sscanf(line, "Cached: %llu", &cached);
+	}
+	fclose(f);
+	if ((f = fopen("/proc/stat", "r")) == NULL)
+		return fail(GUEST_FS_EXIT_FAIL, "open", "/proc/stat", errno);
+	if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+		   &v[7]) != 8) {
+		fclose(f);
+		return fail(GUEST_FS_EXIT_FAIL, "read", "/proc/stat", EINVAL);
+	}
+	fclose(f);
+	for (int i = 0; i < 8; i++)
+		total += v[i];
+	busy = total - v[3] - v[4]; /* all but idle and iowait */
+	if (statvfs(path, &fs) < 0)
+		return fail(code_of(errno), "statvfs", path, errno);
+	printf("cpus %ld\nmem_total %llu\nmem_used %llu\nmem_cache %llu\ndisk_total %llu\ndisk_used %llu\n"
+	       "cpu_busy %llu\ncpu_total %llu\n",
+	       sysconf(_SC_NPROCESSORS_ONLN), mem_total << 10, (mem_total - mem_avail) << 10, cached << 10,
+	       (unsigned long long)fs.f_blocks * fs.f_frsize,
+	       (unsigned long long)(fs.f_blocks - fs.f_bfree) * fs.f_frsize, busy, total);
+	return fflush(stdout) == 0 ? 0 : GUEST_FS_EXIT_FAIL;
+}
+
 int fs_main(int argc, char **argv)
 {
 	const char *op = argc > 2 ? argv[2] : "", *path = argc > 3 ? argv[3] : NULL;
@@ -347,6 +386,8 @@ int fs_main(int argc, char **argv)
 			return fail(GUEST_FS_EXIT_FAIL, "write", path, errno);
 		if (print_entry(path) < 0)
 			return fail(code_of(errno), "stat", path, errno);
+	} else if (strcmp(op, "metrics") == 0 && argc == 4) {
+		return metrics(path);
 	} else if (strcmp(op, "watch") == 0 && argc == 5) {
 		return watch(path, strcmp(argv[4], "1") == 0);
 	} else {

@@ -141,6 +141,12 @@ const out = {}
   out.host = [sb.getHost(8080) === '8080-' + sb.sandboxId + '.kiln.test', served]
   out.host_closed = await get(sb.getHost(9999), '/')
   out.host_listed = (await sb.commands.list()).map((p) => p.cmd + ' ' + p.args.join(' '))
+  await sb.commands.run('i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done')
+  const [m1] = await sb.getMetrics()
+  const [m2] = await sb.getMetrics()
+  out.metrics = [m1.cpuCount >= 1, m1.memTotal > 64 << 20 && m1.memUsed > 0 && m1.memUsed < m1.memTotal,
+    m1.diskTotal > 0 && m1.diskUsed > 0, m1.timestamp instanceof Date && Math.abs(m1.timestamp - Date.now()) < 60000,
+    m2.cpuUsedPct >= 0 && m2.cpuUsedPct <= 100]
   await sb.setTimeout(600000)
   const info = await sb.getInfo()
   out.info = [info.state, info.metadata.run, new Date(info.endAt).getTime() - Date.now() > 500000]
@@ -192,6 +198,7 @@ expect_eq "a port nothing listens on: 502, E2B's words and the guest's reason" \
 	"[502, True, True]"
 expect_eq "commands.list shows the server, not the port's helper" \
 	"$(js '[any("httpd -f" in x for x in d["host_listed"]), any("--connect" in x for x in d["host_listed"])]')" "[True, False]"
+expect_eq "getMetrics: CPUs, memory, disk, a time, a CPU share" "$(js 'd["metrics"]')" "[True, True, True, True, True]"
 expect_eq "setTimeout and getInfo" "$(js 'd["info"]')" "['running', 'flow', True]"
 expect_eq "pause, then pause again (409: false)" "$(js 'd["pause"]')" "[True, False]"
 expect_eq "Sandbox.list by state and metadata shows it paused" "$(js 'd["paused_list"]')" "['paused']"
@@ -232,6 +239,8 @@ expect_eq "GET /v2/sandboxes lists only the team's own" "$(jf '[x["sandboxID"] f
 LONG=$(head -c 10000 /dev/zero | tr '\0' a)
 req GET "/sandboxes/$LONG" -H "X-API-Key: $KEY"
 expect_eq "a 10,000-character id: 404" "$CODE" 404
+req GET "/sandboxes/$O/metrics" -H "X-API-Key: $KEY"
+expect_eq "another team's sandbox's metrics: 404" "$CODE" 404
 
 # ---- envd's plane: routing and tokens --------------------------------------
 envd() { # SANDBOX TOKEN PATH [curl args]
