@@ -83,11 +83,13 @@ for i in $(seq "$ROUNDS"); do
 	done
 done
 med() { sort -n "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-printf '%-34s %10s %10s %10s\n' "lazy kiln run, median of $ROUNDS (ms)" unverified verified difference
+printf '%-34s %10s %10s %10s %10s\n' "lazy kiln run, median of $ROUNDS (ms)" unverified verified difference paired
 for p in 1 2; do
 	u=$(med "$work/u$p") v=$(med "$work/v$p")
-	printf '%-34s %10s %10s %10s\n' "$([ $p = 1 ] && echo "first (pull + verify)" || echo "second (local, trust record)")" \
-		"$u" "$v" "$(awk -v a="$v" -v b="$u" 'BEGIN { printf "%+.1f", a - b }')"
+	# the median of each round's own difference: the load moves both runs of a round alike
+	paste "$work/v$p" "$work/u$p" | awk '{ printf "%.1f\n", $1 - $2 }' >"$work/d$p"
+	printf '%-34s %10s %10s %10s %10s\n' "$([ $p = 1 ] && echo "first (pull + verify)" || echo "second (local, trust record)")" \
+		"$u" "$v" "$(awk -v a="$v" -v b="$u" 'BEGIN { printf "%+.1f", a - b }')" "$(med "$work/d$p")"
 done
 echo "verification itself, as kiln reports it (median ms): $(med "$work/self")"
 echo "all runs (ms): unverified first $(tr '\n' ' ' <"$work/u1"); verified first $(tr '\n' ' ' <"$work/v1")"
