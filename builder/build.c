@@ -623,6 +623,32 @@ static int load_ignore(struct run *r, const char *dockerfile, kiln_error **err)
 	return rc;
 }
 
+/* What provenance records of a build's inputs: the context as this build
+ * read it (through .dockerignore) and the images it resolved. */
+static int record_inputs(struct run *r, struct build_result *res, kiln_error **err)
+{
+	if (!r->context && build_tree_open(r->o->context, r->ig, &r->context, err) < 0)
+		return -1;
+	if (build_context_digest(r->s, r->context, res->context_digest, err) < 0)
+		return -1;
+	res->bases = kiln_xcalloc(r->n_imgs + 1, sizeof(*res->bases));
+	for (size_t i = 0; i < r->n_imgs; i++) {
+		res->bases[i].ref = kiln_xstrdup(r->imgs[i].ref);
+		snprintf(res->bases[i].digest, KILN_DIGEST_MAX, "%s", r->imgs[i].im->manifest_digest);
+	}
+	res->n_bases = r->n_imgs;
+	return 0;
+}
+
+void build_result_free(struct build_result *res)
+{
+	for (size_t i = 0; i < res->n_bases; i++)
+		free(res->bases[i].ref);
+	free(res->bases);
+	res->bases = NULL;
+	res->n_bases = 0;
+}
+
 int build_run(const struct build_options *o, struct build_result *res, kiln_error **err)
 {
 	struct run r = { .o = o };
@@ -700,6 +726,8 @@ int build_run(const struct build_options *o, struct build_result *res, kiln_erro
 	} else if (o->rootfs_out && build_rootfs_write(r.s, res->manifest, o->rootfs_out, err) < 0) {
 		goto out;
 	}
+	if (o->record_inputs && record_inputs(&r, res, err) < 0)
+		goto out;
 	res->steps = (size_t)r.step;
 	res->cached = r.cached;
 	struct build_event ev = { .kind = BUILD_EV_DONE, .step = r.step, .total = r.total, .digest = res->manifest,
@@ -735,5 +763,7 @@ out:
 	df_ast_free(r.ast);
 	build_store_close(r.s);
 	free(dockerfile);
+	if (rc < 0)
+		build_result_free(res);
 	return rc;
 }

@@ -275,6 +275,8 @@ struct build_options {
 	const char *context_digests;       /* JSON file {"PATH": "sha256:…"}: digests of the context's
 					    * files, trusted (build_store_known_digests), or NULL */
 	const char *home;                  /* NULL = kiln_home() */
+	bool record_inputs;                /* fill build_result's context digest and bases (provenance:
+					    * hashes every file of the context the build can read) */
 	const struct build_executor_ops *executor; /* NULL = build_executor_none */
 	void *executor_ctx;
 	void (*on_event)(void *ud, const struct build_event *ev);
@@ -286,7 +288,22 @@ struct build_result {
 	char config[KILN_DIGEST_MAX];
 	size_t steps, cached;
 	char template_digest[KILN_DIGEST_MAX]; /* "" unless a template was made */
+	/* with record_inputs (else "" and none): the context as the build saw it
+	 * (build_context_digest) and every image it read (FROM, COPY --from,
+	 * RUN --mount from=) as named and as resolved; build_result_free */
+	char context_digest[KILN_DIGEST_MAX];
+	struct build_input {
+		char *ref;
+		char digest[KILN_DIGEST_MAX];
+	} *bases;
+	size_t n_bases;
 };
+void build_result_free(struct build_result *res);
+/* The digest of a context directory through its .dockerignore: sha256 over
+ * "kiln-context/1" and, per entry in path order, its path, mode and content
+ * digest (regular files) or target (symlinks); owners and times left out,
+ * as COPY leaves them out. */
+int build_context_digest(build_store *s, const build_tree *t, char out[KILN_DIGEST_MAX], kiln_error **err);
 
 /* Build.  Errors name the failing step and its Dockerfile line. */
 int build_run(const struct build_options *o, struct build_result *res, kiln_error **err);

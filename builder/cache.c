@@ -24,7 +24,7 @@ static char *memo_path(build_store *s, const char *abs)
 	return kiln_home_path(build_store_home(s), KILN_PATH_HASHES, "%s", kiln_digest_hex(d));
 }
 
-static int file_digest(build_store *s, const char *path, char out[KILN_DIGEST_MAX], kiln_error **err)
+int build_file_digest(build_store *s, const char *path, char out[KILN_DIGEST_MAX], kiln_error **err)
 {
 	struct stat st;
 	char *abs = NULL, *memo = NULL, *data = NULL, *tmp = NULL, stamp[160];
@@ -95,7 +95,7 @@ int build_cache_key_store(build_store *s, const char *parent, const char *instru
 
 		if (it->data)
 			kiln_digest_buf(KILN_SHA256, it->data, (size_t)it->size, digest);
-		if (it->src && file_digest(s, it->src, digest, err) < 0) {
+		if (it->src && build_file_digest(s, it->src, digest, err) < 0) {
 			kiln_hasher_free(h);
 			kiln_buf_free(&line);
 			return kiln_error_wrap(err, "cache key");
@@ -125,6 +125,32 @@ int build_cache_key(const char *parent, const char *instruction, const struct bu
 		    char out[KILN_DIGEST_MAX], kiln_error **err)
 {
 	return build_cache_key_store(NULL, parent, instruction, ch, out, err);
+}
+
+int build_context_digest(build_store *s, const build_tree *t, char out[KILN_DIGEST_MAX], kiln_error **err)
+{
+	kiln_hasher *h = kiln_hasher_new(KILN_SHA256);
+	kiln_buf line = KILN_BUF_INIT;
+	int rc = 0;
+
+	kiln_hasher_update(h, "kiln-context/1\n", 15);
+	for (size_t i = 0; i < build_tree_count(t) && rc == 0; i++) {
+		const struct build_entry *e = build_tree_entry(t, i);
+		char digest[KILN_DIGEST_MAX] = "-";
+
+		if (S_ISREG(e->st.st_mode)) {
+			char *p = kiln_path_join(build_tree_root(t), e->path);
+			rc = build_file_digest(s, p, digest, err);
+			free(p);
+		}
+		kiln_buf_reset(&line);
+		kiln_buf_addf(&line, "%zu:%s %o %zu:%s %s\n", strlen(e->path), e->path, (unsigned)e->st.st_mode,
+			      e->link ? strlen(e->link) : 0, e->link ? e->link : "", digest);
+		kiln_hasher_update(h, line.buf, line.len);
+	}
+	kiln_hasher_final(h, out);
+	kiln_buf_free(&line);
+	return rc < 0 ? kiln_error_wrap(err, "the context's digest") : 0;
 }
 
 static char *entry_path(build_store *s, const char *key)

@@ -33,6 +33,8 @@ int build_store_lock(build_store *s, bool exclusive, kiln_error **err);
  * content-addressed store, so each file's digest is its name there.) */
 void build_store_known_digests(build_store *s, const char *root, json_t *map);
 const char *build_store_known_digest(const build_store *s, const char *path);
+/* A file's sha256: a known digest, else remembered for big files ($KILN_HOME/hashes), else read. */
+int build_file_digest(build_store *s, const char *path, char out[KILN_DIGEST_MAX], kiln_error **err);
 char *build_store_blob_path(const build_store *s, const char *digest);
 bool build_store_has_blob(const build_store *s, const char *digest);
 int build_blob_begin(build_store *s, build_blob_writer **w, kiln_error **err);

@@ -266,11 +266,13 @@ static int run_local(struct build_options *o, struct build_template_opts *tpl, c
 	/* ^C stops the builder VMs and removes their files */
 	vm_cleanup_on_signals();
 	o->event_ud = &json;
+	o->record_inputs = provenance;
 	double started = (double)time(NULL);
 	int brc = build_run(o, &res, &err);
 	cli_prechunk_end(&pc, brc < 0 ? NULL : res.template_digest);
 	if (brc == 0 && provenance && cli_provenance_record(o, &res, started, (double)time(NULL), &err) < 0)
 		brc = -1;
+	build_result_free(&res);
 	if (brc < 0) {
 		if (json) {
 			json_t *j = json_pack("{s:s,s:s}", "event", "error", "message", kiln_error_message(err));
@@ -348,8 +350,9 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		CLI_CALLBACK(0, "ssh", &bf, "default|ID[=SOCKET]", cli_build_ssh,
 			     "an ssh-agent for RUN --mount=type=ssh (default:\n"
 			     "$SSH_AUTH_SOCK), relayed into the builder VM"),
-		CLI_BOOL(0, "provenance", &provenance, "record SLSA provenance of the result (Dockerfile digest, build\n"
-			 "args, builder, times), attached by kiln push --sign"),
+		CLI_BOOL(0, "provenance", &provenance, "record SLSA provenance of the result (Dockerfile and context\n"
+			 "digests, base images, build args, builder, times), attached by\n"
+			 "kiln push --sign"),
 		CLI_STRING(0, "oci-out", &o.oci_out, "DIR", "also write an OCI image layout to DIR"),
 		CLI_STRING(0, "rootfs-out", &o.rootfs_out, "FILE", "also write the image's filesystem as ext4 (rootfs stage)"),
 		CLI_BOOL(0, "json", &json, "one JSON event per line on stdout (step, step_done, output,\n"

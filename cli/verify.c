@@ -105,7 +105,7 @@ int cli_provenance_record(const struct build_options *o, const struct build_resu
 			  double finished, kiln_error **err)
 {
 	char dfd[KILN_DIGEST_MAX] = "", *df = NULL;
-	kiln_strv args = KILN_STRV_INIT;
+	kiln_strv args = KILN_STRV_INIT, refs = KILN_STRV_INIT, digests = KILN_STRV_INIT;
 	json_t *pred = NULL;
 	int rc = -1;
 
@@ -117,13 +117,25 @@ int cli_provenance_record(const struct build_options *o, const struct build_resu
 	for (size_t i = 0; i < o->n_build_args; i++)
 		kiln_strv_push_owned(&args, kiln_xasprintf("%s=%s", o->build_args[i].key,
 							   o->build_args[i].value ? o->build_args[i].value : ""));
-	struct sign_build_info b = { .dockerfile_digest = dfd[0] ? dfd : NULL, .args = (const char *const *)args.v,
+	for (size_t i = 0; i < res->n_bases; i++) {
+		kiln_strv_push(&refs, res->bases[i].ref);
+		kiln_strv_push(&digests, res->bases[i].digest);
+	}
+	struct sign_build_info b = { .dockerfile_digest = dfd[0] ? dfd : NULL,
+				     .context_digest = res->context_digest[0] ? res->context_digest : NULL,
+				     .base_refs = (const char *const *)refs.v, .base_digests = (const char *const *)digests.v,
+				     .n_bases = res->n_bases, .args = (const char *const *)args.v,
 				     .n_args = args.n, .target = o->target, .started = started, .finished = finished };
 	pred = sign_provenance_predicate(&b);
-	rc = sign_provenance_save(res->template_digest[0] ? res->template_digest : res->manifest, pred, err);
+	/* under the template's digest and the image's: either may be pushed (the service pushes both) */
+	rc = sign_provenance_save(res->manifest, pred, err);
+	if (rc == 0 && res->template_digest[0])
+		rc = sign_provenance_save(res->template_digest, pred, err);
 out:
 	json_decref(pred);
 	kiln_strv_free(&args);
+	kiln_strv_free(&refs);
+	kiln_strv_free(&digests);
 	free(df);
 	return rc < 0 ? kiln_error_wrap(err, "record the build's provenance") : 0;
 }

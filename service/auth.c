@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "service/internal.h"
+#include "sign/sign.h"
 
 char *svc_auth_team(reg_req *r, const char *want, unsigned *status, kiln_error **err)
 {
@@ -86,6 +87,21 @@ static int get_size(const json_t *v, const char *key, uint64_t *out, kiln_error 
 	return kiln_err(err, KILN_E_INVALID, "build.%s: want a size (bytes, or like \"1G\")", key);
 }
 
+/* A signing key the config names: readable and private now, not at the first build. */
+static int check_key(const json_t *v, const char *what, kiln_error **err)
+{
+	sign_key *k;
+
+	/* absolute: the push that reads it runs in the build's work directory */
+	if (!json_is_string(v) || json_string_value(v)[0] != '/')
+		return kiln_err(err, KILN_E_INVALID, "build.%s: want the absolute path of a private key file (kiln key "
+				"generate)", what);
+	if ((k = sign_key_load_private(json_string_value(v), err)) == NULL)
+		return kiln_error_wrap(err, "build.%s", what);
+	sign_key_free(k);
+	return 0;
+}
+
 int svc_config_load(struct svc_config *c, const json_t *build, kiln_error **err)
 {
 	const char *key;
@@ -99,6 +115,7 @@ int svc_config_load(struct svc_config *c, const json_t *build, kiln_error **err)
 	c->context_files = 200000;
 	c->cache_max = 10ull << 30;
 	c->cache_age_s = 7 * 86400;
+	c->provenance = true;
 	if (build == NULL || json_is_boolean(build))
 		return 0;
 	json_object_foreach((json_t *)build, key, v) {
@@ -112,10 +129,23 @@ int svc_config_load(struct svc_config *c, const json_t *build, kiln_error **err)
 			r = get_uint(v, key, &c->host_builds, err);
 		} else if (strcmp(key, "team_builds") == 0) {
 			r = get_uint(v, key, &c->team_builds, err);
-		} else if (strcmp(key, "fetch_private") == 0) {
+		} else if (strcmp(key, "fetch_private") == 0 || strcmp(key, "provenance") == 0) {
 			if (!json_is_boolean(v))
 				return kiln_err(err, KILN_E_INVALID, "build.%s: want true or false", key);
-			c->fetch_private = json_is_true(v);
+			*(strcmp(key, "provenance") == 0 ? &c->provenance : &c->fetch_private) = json_is_true(v);
+		} else if (strcmp(key, "sign_key") == 0) {
+			if (check_key(v, key, err) < 0)
+				return -1;
+			c->sign_key = json_string_value(v);
+		} else if (strcmp(key, "team_sign_keys") == 0) {
+			const char *team;
+			json_t *f;
+			if (!json_is_object(v))
+				return kiln_err(err, KILN_E_INVALID, "build.%s: want {\"TEAM\": \"KEY FILE\"}", key);
+			json_object_foreach(v, team, f)
+				if (check_key(f, "team_sign_keys", err) < 0)
+					return kiln_error_wrap(err, "team %s", team);
+			c->team_sign_keys = v;
 		} else if (strcmp(key, "context_files") == 0) {
 			r = get_uint(v, key, &c->context_files, err);
 		} else if (strcmp(key, "time_limit_s") == 0 || strcmp(key, "cache_age_s") == 0) {

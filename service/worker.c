@@ -334,6 +334,10 @@ static int publish(struct run *r, const char *home, const char *cwd, const char 
 	kiln_strv a = KILN_STRV_INIT;
 	kiln_buf out = KILN_BUF_INIT;
 	int ret = -1;
+	/* the push signs what it stores, and attaches the build's provenance */
+	const char *key = kiln_json_str(r->s->cfg.team_sign_keys, r->team);
+	if (!key)
+		key = r->s->cfg.sign_key;
 
 	if (strchr(name, ':') == NULL) {
 		char *t = kiln_xasprintf("%s:latest", repo_tag);
@@ -348,6 +352,10 @@ static int publish(struct run *r, const char *home, const char *cwd, const char 
 		kiln_strv_free(&a);
 		argv_add(&a, r->s->exe);
 		argv_add(&a, "push");
+		if (key) {
+			argv_add(&a, "--sign");
+			argv_add(&a, key);
+		}
 		argv_add(&a, kinds[k]);
 		argv_add(&a, name);
 		argv_add(&a, dest);
@@ -357,7 +365,7 @@ static int publish(struct run *r, const char *home, const char *cwd, const char 
 		 * already there (a rebuild all from the cache) needs no push, and
 		 * its history keeps the build that made that change */
 		kiln_error *te = NULL;
-		bool unchanged = strcmp(kinds[k], "--image") == 0 && r->digest &&
+		bool unchanged = !key && strcmp(kinds[k], "--image") == 0 && r->digest &&
 				 svc_tag_holds(r->s, dest + strlen(host) + 1, r->digest, &te) == 1;
 		kiln_error_free(te); /* then it is pushed */
 		if (unchanged)
@@ -447,6 +455,8 @@ static int build_argv(svc *s, const json_t *req, const char *dfname, const char 
 	argv_add(a, path);
 	argv_add(a, "-f");
 	argv_add(a, dfname);
+	if (s->cfg.provenance)
+		argv_add(a, "--provenance");
 out:
 	json_decref(out);
 	free(digests);

@@ -14,6 +14,7 @@ struct scope {
 	sign_key **keys;
 	size_t nkeys;
 	char *builder;
+	bool match_repository;
 };
 
 struct sign_policy {
@@ -40,19 +41,22 @@ static sign_key *load_key(const char *policy, const char *file, kiln_error **err
 static int parse_scope(const char *path, const char *name, json_t *v, struct scope *s, kiln_error **err)
 {
 	json_t *keys = json_object_get(v, "keys"), *k, *rej = json_object_get(v, "reject");
-	const char *key, *builder = kiln_json_str(v, "builder");
+	const char *key, *builder = kiln_json_str(v, "builder"), *ident = kiln_json_str(v, "identity");
 	size_t i;
 
 	s->name = kiln_xstrdup(name);
 	if (!json_is_object(v))
 		return kiln_err(err, KILN_E_INVALID, "scope %s: want an object", name);
 	json_object_foreach(v, key, k)
-		if (strcmp(key, "keys") && strcmp(key, "reject") && strcmp(key, "builder"))
+		if (strcmp(key, "keys") && strcmp(key, "reject") && strcmp(key, "builder") && strcmp(key, "identity"))
 			return kiln_err(err, KILN_E_INVALID, "scope %s: unknown field '%s'", name, key);
 	if ((keys && !json_is_array(keys)) || (rej && !json_is_boolean(rej)) ||
 	    (json_object_get(v, "builder") && !builder))
 		return kiln_err(err, KILN_E_INVALID, "scope %s: keys is a list of files, reject a boolean, builder a "
 				"string", name);
+	if (json_object_get(v, "identity") && (!ident || (strcmp(ident, "exact") && strcmp(ident, "repository"))))
+		return kiln_err(err, KILN_E_INVALID, "scope %s: identity: want \"exact\" or \"repository\"", name);
+	s->match_repository = ident && strcmp(ident, "repository") == 0;
 	s->builder = builder ? kiln_xstrdup(builder) : NULL;
 	s->reject = json_is_true(rej);
 	s->keys = kiln_xcalloc(json_array_size(keys) + 1, sizeof(*s->keys));
@@ -172,6 +176,7 @@ void sign_policy_rule(const sign_policy *p, const char *host, const char *repo, 
 		out->keys = best->keys;
 		out->nkeys = best->nkeys;
 		out->builder = best->builder;
+		out->match_repository = best->match_repository;
 	} else {
 		out->reject = p->reject_default;
 	}

@@ -123,8 +123,12 @@ int sign_provenance_push(rc_client *c, const char *repo, const char *docker_ref,
 	memcpy(edig, bl.digest, KILN_DIGEST_MAX);
 	if (rc_blob_push(c, repo, &bl, err) < 0)
 		goto out;
-	layer = json_pack("{s:s, s:s, s:I, s:{s:s}}", "mediaType", SIGN_DSSE_MEDIA, "digest", edig, "size",
-			  (json_int_t)strlen(env_s), "annotations", "predicateType", SIGN_SLSA_PREDICATE);
+	/* cosign's attestation layers carry an empty signature annotation (the
+	 * signature is inside the envelope); cosign verify-attestation refuses a
+	 * layer without it */
+	layer = json_pack("{s:s, s:s, s:I, s:{s:s, s:s}}", "mediaType", SIGN_DSSE_MEDIA, "digest", edig, "size",
+			  (json_int_t)strlen(env_s), "annotations", SIGN_ANNOTATION, "", "predicateType",
+			  SIGN_SLSA_PREDICATE);
 	rc = sign_attach_append(c, repo, tag, layer, SIGN_DSSE_MEDIA, NULL, err);
 out:
 	if (rc < 0)

@@ -123,6 +123,7 @@ json_t *sign_provenance_fetch(rc_client *c, const char *repo, const char *digest
  *   {"default": "accept" | "reject",
  *    "scopes": {"HOST[/REPO-PREFIX]": {"keys": ["FILE.pub", …],
  *                                      "builder": "ID",        (optional)
+ *                                      "identity": "exact" | "repository",
  *                                      "reject": true}}}       (optional)
  * The most specific scope (longest, on a '/' boundary) applies; with none,
  * the default (accept).  Every key listed must have signed the manifest; a
@@ -138,6 +139,10 @@ struct sign_rule {
 	sign_key **keys;               /* required signers */
 	size_t nkeys;
 	const char *builder;           /* required provenance builder, or NULL */
+	/* "identity": "repository": a signature naming the repository (what
+	 * cosign sign writes, skopeo's matchRepository) is enough, pulled by tag
+	 * too; default: the exact tag (matchRepoDigestOrExact) */
+	bool match_repository;
 };
 
 /* path NULL: $KILN_POLICY, else $KILN_HOME/policy.json, else

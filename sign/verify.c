@@ -15,6 +15,9 @@ static bool entry_covers(json_t *e, const struct sign_rule *rule)
 	const char *builder = kiln_json_str(e, "builder");
 	size_t i;
 
+	/* a pass under repository matching does not answer an exact rule */
+	if (json_is_true(json_object_get(e, "repository_identity")) && !rule->match_repository)
+		return false;
 	for (size_t r = 0; r < rule->nkeys; r++) {
 		bool found = false;
 		json_array_foreach(keys, i, k)
@@ -62,8 +65,8 @@ static int record_add(const char *digest, const char *ref, const struct sign_rul
 	for (size_t i = 0; i < rule->nkeys; i++)
 		json_array_append_new(keys, json_string(sign_key_id(rule->keys[i])));
 	json_array_append_new(json_object_get(j, "verified"),
-			      json_pack("{s:s, s:o, s:s?, s:I}", "ref", ref, "keys", keys, "builder", rule->builder,
-					"time", (json_int_t)time(NULL)));
+			      json_pack("{s:s, s:o, s:s?, s:b, s:I}", "ref", ref, "keys", keys, "builder", rule->builder,
+					"repository_identity", rule->match_repository, "time", (json_int_t)time(NULL)));
 	rc = kiln_mkdir_p(dir, 0755, err) < 0 ? -1 : kiln_json_write_file(p, j, err);
 	json_decref(j);
 	free(p);
@@ -159,7 +162,9 @@ int sign_verify(rc_client *c, const struct sign_rule *rule, const char *host, co
 	}
 	for (size_t i = 0; i < rule->nkeys; i++) {
 		kiln_buf_reset(&why);
-		if (!signed_by(&sigs, rule->keys[i], host, repo, tag, digest, &why, err)) {
+		/* repository matching: the payload is checked as if pulled by digest */
+		if (!signed_by(&sigs, rule->keys[i], host, repo, rule->match_repository ? NULL : tag, digest, &why,
+			       err)) {
 			if (!*err)
 				kiln_err(err, KILN_E_INVALID, "%s (%s): refused: no valid signature by key %s (%s)%s", shown,
 					 digest, sign_key_id(rule->keys[i]), sign_key_path(rule->keys[i]), why.len ? why.buf : "");

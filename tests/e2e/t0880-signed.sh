@@ -142,6 +142,42 @@ expect_eq "  ... the build args" "$(jq -c '.[0].statement.predicate.buildDefinit
 expect_eq "  ... the builder" "$(jq -r '.[0].statement.predicate.runDetails.builder.id' prov.json)" "kiln@$(hostname)"
 expect_eq "  ... and the build's times" \
 	"$(jq -r '.[0].statement.predicate.runDetails.metadata | (.startedOn <= .finishedOn)' prov.json)" true
+# the context's digest, computed here from its files (tree order, mode, sha256 or link target)
+ctxdigest() {
+	python3 - "$1" <<'PY'
+import hashlib, os, sys
+root = sys.argv[1]; out = [b"kiln-context/1\n"]
+paths = []
+for d, dirs, files in os.walk(root):
+	for n in dirs + files:
+		paths.append(os.path.relpath(os.path.join(d, n), root))
+for p in sorted(paths, key=lambda x: x.encode()):
+	st = os.lstat(os.path.join(root, p)); link = os.readlink(os.path.join(root, p)) if os.path.islink(os.path.join(root, p)) else ""
+	dg = "sha256:" + hashlib.sha256(open(os.path.join(root, p), "rb").read()).hexdigest() if os.path.isfile(os.path.join(root, p)) and not link else "-"
+	out.append(("%d:%s %o %d:%s %s\n" % (len(p.encode()), p, st.st_mode, len(link.encode()), link, dg)).encode())
+print(hashlib.sha256(b"".join(out)).hexdigest())
+PY
+}
+expect_eq "  ... the context's digest" \
+	"$(jq -r '.[0].statement.predicate.buildDefinition.externalParameters.context.digest.sha256' prov.json)" "$(ctxdigest ctx-p)"
+expect_eq "  ... no base images (FROM scratch)" "$(jq -c '.[0].statement.predicate.buildDefinition.resolvedDependencies' prov.json)" '[]'
+# a build FROM an image in the registry: its digest as the build resolved it
+mkdir -p ctx-b/sub && echo b >ctx-b/sub/b.txt && ln -s sub/b.txt ctx-b/link && echo secret >ctx-b/ignored.txt &&
+	echo ignored.txt >ctx-b/.dockerignore &&
+	printf 'FROM %s/team/prov:1\nCOPY sub /sub\nCOPY --from=%s/team/app:old /f.txt /old.txt\n' "$REG" "$REG" >ctx-b/Dockerfile
+expect_exit 0 "kiln build --provenance FROM a registry image" "$KILN" build --provenance -t based:1 ctx-b
+DB=$(head -1 "$T_TMP/out")
+jq . "$H1/provenance/${DB#sha256:}.json" >pb.json
+expect_eq "  ... records the base image's digest as pulled" \
+	"$(jq -r --arg u "$REG/team/prov:1" '.buildDefinition.resolvedDependencies[] | select(.uri == $u) | .digest.sha256' pb.json)" \
+	"${DP#sha256:}"
+expect_eq "  ... and the COPY --from image's" \
+	"$(jq -r --arg u "$REG/team/app:old" '.buildDefinition.resolvedDependencies[] | select(.uri == $u) | .digest.sha256' pb.json)" \
+	"${D2#sha256:}"
+rm ctx-b/ignored.txt
+expect_eq "  ... and the context's digest, through .dockerignore" \
+	"$(jq -r '.buildDefinition.externalParameters.context.digest.sha256' pb.json)" "$(ctxdigest ctx-b)"
+
 # the attestation of prov:1 copied onto demo:1's: its subject differs
 req GET "/v2/team/prov/manifests/sha256-${DP#sha256:}.att"
 cp body att.json

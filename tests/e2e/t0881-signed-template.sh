@@ -41,6 +41,14 @@ cd "$T_TMP" || exit 1
 expect_exit 0 "push --sign of a template" "$KILN" push --sign team.key app:v1 "$REG/team/app:v1"
 expect_grep "  ... signed" "signed $REG/team/app:v1 \\(sha256:" "$T_TMP/err"
 expect_exit 0 "the same template pushed unsigned elsewhere" "$KILN" push app:v1 "$REG/team/plain:v1"
+if COSIGN=$("$OLDPWD/tests/e2e/cosign-fetch.sh" 2>"$T_TMP/fetch.err"); then
+	expect_exit 0 "cosign verify accepts kiln's signature of the template's manifest" env TUF_ROOT="$T_TMP/tuf" \
+		"$COSIGN" verify --key team.pub --insecure-ignore-tlog=true --allow-http-registry "$REG/team/app:v1"
+	expect_exit 10 "  ... and refuses the unsigned copy" env TUF_ROOT="$T_TMP/tuf" \
+		"$COSIGN" verify --key team.pub --insecure-ignore-tlog=true --allow-http-registry "$REG/team/plain:v1"
+else
+	skip "cosign verify accepts kiln's signature of the template's manifest" "no cosign: $(cat "$T_TMP/fetch.err")"
+fi
 echo "{\"scopes\": {\"$REG/team\": {\"keys\": [\"$T_TMP/team.pub\"]}}}" >policy.json
 
 H2=$T_TMP/h2 H3=$T_TMP/h3 H4=$T_TMP/h4

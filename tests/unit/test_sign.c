@@ -91,7 +91,8 @@ static void test_policy(void)
 	FILE *f = fopen(path, "w");
 
 	fprintf(f, "{\"default\": \"reject\", \"scopes\": {\"h:5000\": {\"keys\": [\"a.pub\"]},"
-		   " \"h:5000/team\": {\"keys\": [\"a.pub\", \"%s/b.pub\"]}, \"h:5000/team/x\": {\"reject\": true}}}",
+		   " \"h:5000/team\": {\"keys\": [\"a.pub\", \"%s/b.pub\"]}, \"h:5000/team/x\": {\"reject\": true},"
+		   " \"h:5000/cs\": {\"keys\": [\"a.pub\"], \"identity\": \"repository\"}}}",
 		dir);
 	fclose(f);
 	sign_policy *p = sign_policy_load(path, &err);
@@ -100,6 +101,9 @@ static void test_policy(void)
 		sign_policy_rule(p, "h:5000", "team/app", &r);
 		CHECK_STR(r.scope, "h:5000/team");
 		CHECK_INT((int)r.nkeys, 2);
+		CHECK(!r.match_repository);
+		sign_policy_rule(p, "h:5000", "cs/app", &r);
+		CHECK(r.match_repository);
 		sign_policy_rule(p, "h:5000", "teamx/app", &r);
 		CHECK_STR(r.scope, "h:5000");
 		sign_policy_rule(p, "h:5000", "team/x", &r);
@@ -114,6 +118,13 @@ static void test_policy(void)
 	err = NULL;
 	CHECK(sign_policy_load(path, &err) == NULL);
 	CHECK(err && strstr(kiln_error_message(err), "missing.pub"));
+	kiln_error_free(err);
+	f = fopen(path, "w");
+	fprintf(f, "{\"scopes\": {\"h\": {\"keys\": [\"a.pub\"], \"identity\": \"tag\"}}}");
+	fclose(f);
+	err = NULL;
+	CHECK(sign_policy_load(path, &err) == NULL);
+	CHECK(err && strstr(kiln_error_message(err), "identity"));
 	kiln_error_free(err);
 	free(path);
 }

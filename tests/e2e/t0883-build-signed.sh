@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# t0883-build-signed.sh — the build service signs what it publishes: `kiln
+# serve --build` with a service key and a team's own key (build.sign_key,
+# build.team_sign_keys), no VM (FROM scratch + COPY): a remote build's image
+# verifies with kiln pull --policy naming the service's public key (and its
+# signed provenance names the builder, the Dockerfile, the context and, for a
+# build FROM it, the base's digest); the other team's build is signed by its
+# own key only; the private keys are nowhere in the data directory or logs;
+# a config naming a public key as the signing key does not start.
+. tests/e2e/lib.sh
+. tests/e2e/service-lib.sh
+
+export SOURCE_DATE_EPOCH=1700000000
+DATA=$T_TMP/data
+cd "$T_TMP" || exit 1
+"$KILN" key generate svc >/dev/null && "$KILN" key generate tb >/dev/null
+cat >serve.json <<JSON
+{"auth": true, "build": {"host_builds": 1, "sign_key": "$T_TMP/svc.key", "team_sign_keys": {"team-b": "$T_TMP/tb.key"}}}
+JSON
+A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
+B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)
+trap 'kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null; rm -rf "$T_TMP"' EXIT
+serve_build "$DATA" serve.json || { not_ok "kiln serve --build starts"; sed 's/^/#   /' serve.log; exit 1; }
+
+mkdir -p ctx && echo one >ctx/a.txt && printf 'FROM scratch\nCOPY a.txt /a.txt\n' >ctx/Dockerfile
+expect_exit 0 "a remote build (team-a)" env KILN_TOKEN="$A" "$KILN" build --remote "$URL" -t app:v1 ctx
+D1=$(head -1 "$T_TMP/out")
+policy() { echo "{\"scopes\": {\"$HOST/$1\": {\"keys\": [\"$2\"]$3}}}"; }
+policy team-a svc.pub ", \"builder\": \"kiln@$(hostname)\"" >pa.json
+# the default KILN_HOME logged in as team-a, $T_TMP/hb as team-b
+"$KILN" login -u x --password-stdin "$HOST" <<<"$A" >/dev/null 2>&1
+KILN_HOME=$T_TMP/hb "$KILN" login -u x --password-stdin "$HOST" <<<"$B" >/dev/null 2>&1
+pull() { KILN_HOME=$1 "$KILN" pull --policy "$2" "$3"; }
+expect_exit 0 "its result pulls under a policy naming the service's key and builder" pull "$KILN_HOME" pa.json "$HOST/team-a/app:v1"
+expect_grep "  ... verified" "team-a/app \\($D1\\): signed by 1 key the policy requires \\(verified" "$T_TMP/err"
+policy team-a tb.pub "" >pa-tb.json
+expect_exit 1 "  ... and is refused under team-b's key" pull "$KILN_HOME" pa-tb.json "$HOST/team-a/app:v1"
+expect_grep "  ... saying so" 'not a valid signature by this key' "$T_TMP/err"
+expect_exit 0 "kiln inspect --provenance of the service's result" \
+	"$KILN" inspect --provenance --key svc.pub "$HOST/team-a/app:v1"
+cp "$T_TMP/out" prov.json
+expect_eq "  ... signed by the service's key" "$(jq -r '.[0].key' prov.json)" \
+	"sha256:$(openssl pkey -pubin -in svc.pub -outform DER | sha256sum | cut -d' ' -f1)"
+expect_eq "  ... about the published digest" "$(jq -r '.[0].statement.subject[0].digest.sha256' prov.json)" "${D1#sha256:}"
+expect_eq "  ... with the Dockerfile's digest" \
+	"$(jq -r '.[0].statement.predicate.buildDefinition.externalParameters.dockerfile.digest.sha256' prov.json)" \
+	"$(sha256sum ctx/Dockerfile | cut -d' ' -f1)"
+expect_grep "  ... and the context's" '"context":\{"digest":\{"sha256":"[0-9a-f]{64}"' <(jq -c '.[0].statement.predicate' prov.json)
+
+# a build FROM the first: its provenance names the base's digest
+mkdir -p ctx2 && echo two >ctx2/b.txt && printf 'FROM %s/team-a/app:v1\nCOPY b.txt /b.txt\n' "$HOST" >ctx2/Dockerfile
+expect_exit 0 "a remote build FROM the first result" env KILN_TOKEN="$A" "$KILN" build --remote "$URL" -t app2:v1 ctx2
+"$KILN" inspect --provenance --key svc.pub "$HOST/team-a/app2:v1" >prov2.json 2>"$T_TMP/err"
+expect_eq "  ... its provenance names the base image's digest" \
+	"$(jq -r '.[0].statement.predicate.buildDefinition.resolvedDependencies[0] | .uri + " " + .digest.sha256' prov2.json)" \
+	"$HOST/team-a/app:v1 ${D1#sha256:}"
+
+# team-b: its own key
+mkdir -p ctxb && echo b >ctxb/a.txt && printf 'FROM scratch\nCOPY a.txt /b.txt\n' >ctxb/Dockerfile
+expect_exit 0 "a remote build (team-b)" env KILN_TOKEN="$B" "$KILN" build --remote "$URL" -t app:v1 ctxb
+policy team-b tb.pub "" >pb.json
+expect_exit 0 "  ... verifies under team-b's key" pull "$T_TMP/hb" pb.json "$HOST/team-b/app:v1"
+policy team-b svc.pub "" >pb-svc.json
+expect_exit 1 "  ... and not under the service's" pull "$T_TMP/hb" pb-svc.json "$HOST/team-b/app:v1"
+
+# the private keys: in no file of the data directory (database, logs, layers, team homes), nor the server's log
+leak=
+for k in svc.key tb.key; do
+	line=$(sed -n 2p "$k")
+	grep -rqaF "$line" "$DATA" serve.log && leak="$leak $k"
+done
+[ -z "$leak" ] && ok "the private keys are nowhere in the data directory or the server's log" ||
+	not_ok "the private keys are nowhere in the data directory or the server's log (found:$leak)"
+kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null
+
+echo "{\"build\": {\"sign_key\": \"$T_TMP/svc.pub\"}}" >bad.json
+expect_exit 1 "a config naming a public key as the signing key: kiln serve refuses to start" \
+	timeout 20 "$KILN" serve --addr 127.0.0.1:0 --data "$T_TMP/d2" --config bad.json
+expect_grep "  ... naming it" "build.sign_key: .*svc.pub" "$T_TMP/err"
+echo "{\"build\": {\"sign_key\": \"svc.key\"}}" >rel.json
+expect_exit 1 "  ... and a relative key path" timeout 20 "$KILN" serve --addr 127.0.0.1:0 --data "$T_TMP/d3" --config rel.json
