@@ -160,7 +160,7 @@ function tagRow(repo, t) {
   return el('tr', { 'data-tag': t.tag },
     el('td', {}, el('a', { href: hist, class: 'tag' }, t.tag)),
     el('td', { class: 'mono', title: t.digest }, short(t.digest)),
-    el('td', {}, when(t.updated)),
+    el('td', { title: 'tagged ' + when(t.updated) }, when(t.created)),
     el('td', { class: 'num size' }, bytes(t.size)),
     el('td', { class: 'num' }, bytes(t.new_bytes)),
     el('td', {}, kind),
