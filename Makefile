@@ -57,6 +57,13 @@ build/gen/commands.h: $(CMD_SRCS) Makefile
 
 $(OBJ)/cli/main.o: build/gen/commands.h
 
+# The dashboard's files embedded in kiln serve as C arrays (docs/dashboard.md says why).
+UI_FILES := $(sort $(wildcard registry/ui/*.html registry/ui/*.css registry/ui/*.js registry/ui/*.svg))
+build/gen/ui_files.h: $(UI_FILES) registry/ui-embed.sh
+	@mkdir -p $(@D)
+	@registry/ui-embed.sh $(UI_FILES) > $@.tmp && mv $@.tmp $@
+$(OBJ)/registry/ui.o $(ASAN)/registry/ui.o build/fuzzobj/registry/ui.o: build/gen/ui_files.h
+
 bin/kiln: $(CLI_OBJS) build/libkiln.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJS) build/libkiln.a $(LDLIBS)

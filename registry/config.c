@@ -33,6 +33,7 @@ void reg_config_init(struct reg_config *c)
 	c->gc_grace_s = 3600;
 	c->gc_pin_s = 600;
 	c->auth = 0;
+	c->ui = 1;
 	c->service = kiln_xstrdup("kiln");
 	c->token_ttl_s = 3600;
 }
@@ -227,6 +228,11 @@ int reg_config_load(struct reg_config *c, const char *path, kiln_error **err)
 				r = kiln_err(err, KILN_E_INVALID, "auth: want true or false");
 			else
 				c->auth = json_is_true(v);
+		} else if (strcmp(key, "ui") == 0) {
+			if (!json_is_boolean(v))
+				r = kiln_err(err, KILN_E_INVALID, "ui: want true or false");
+			else
+				c->ui = json_is_true(v);
 		} else if (strcmp(key, "s3") == 0) {
 			r = load_s3(c, v, err);
 		} else if (strcmp(key, "build") == 0 || strcmp(key, "sandboxes") == 0) {

@@ -326,7 +326,7 @@ void reg_streams_release(reg_streams *s);
 struct reg_limits;
 /* Counters of requests as they end (metrics.c), indexed by route class
  * (enum reg_route, then the mounted modules), method and status code. */
-enum { R_METRIC_EXT0 = 16, REG_METRIC_ROUTES = R_METRIC_EXT0 + REG_ROUTES_MAX, REG_METRIC_METHODS = 7,
+enum { R_METRIC_EXT0 = 18, REG_METRIC_ROUTES = R_METRIC_EXT0 + REG_ROUTES_MAX, REG_METRIC_METHODS = 7,
        REG_METRIC_CODES = 31 };
 struct reg_metrics {
 	int64_t started;
@@ -364,6 +364,8 @@ enum reg_route {
 	R_BLOBS_EXIST,  /* POST /v2/NAME/blobs/_exists (exists.c) */
 	R_BLOBS_BATCH,  /* POST /v2/NAME/blobs/_batch (batch.c) */
 	R_METRICS, R_HEALTHZ, R_READYZ, /* GET /metrics, /healthz, /readyz (metrics.c) */
+	R_UI,           /* GET /, /ui/...: the dashboard's files (ui.c) */
+	R_OVERVIEW,     /* GET /kiln/v1/...: what the dashboard reads of the store (overview.c) */
 	R_EXT,          /* a mounted module's (reg_server_mount) */
 };
 _Static_assert((int)R_EXT <= (int)R_METRIC_EXT0, "route classes fit before the modules'");
@@ -433,6 +435,8 @@ void reg_metrics_auth_limited(reg_server *s);
 void reg_metrics_streamed(reg_server *s, uint64_t n);
 void reg_metrics_handle(reg_req *r);
 void reg_health_handle(reg_req *r);   /* R_HEALTHZ and R_READYZ */
+void reg_ui_handle(reg_req *r);       /* R_UI (ui.c) */
+void reg_overview_handle(reg_req *r); /* R_OVERVIEW (overview.c) */
 /* The access log (access_log.c): the id taken once the headers are in, the
  * line written as the request ends. */
 void reg_req_take_id(reg_req *r);

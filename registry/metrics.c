@@ -16,6 +16,7 @@ static const char *const route_names[REG_METRIC_ROUTES] = {
 	[R_MANIFEST] = "manifest", [R_BLOB] = "blob", [R_UPLOAD_START] = "upload_start", [R_UPLOAD] = "upload",
 	[R_REFERRERS] = "referrers", [R_TOKEN] = "token", [R_BLOBS_EXIST] = "blobs_exist",
 	[R_BLOBS_BATCH] = "blobs_batch", [R_METRICS] = "metrics", [R_HEALTHZ] = "healthz", [R_READYZ] = "readyz",
+	[R_UI] = "ui", [R_OVERVIEW] = "overview",
 };
 
 static const char *const method_names[REG_METRIC_METHODS] = { "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OTHER" };

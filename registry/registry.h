@@ -53,6 +53,7 @@ struct reg_config {
 	json_t *sandboxes;          /* "sandboxes": true or {...}: the sandbox service's (service/), else NULL */
 	enum reg_access_log { REG_LOG_OFF, REG_LOG_TEXT, REG_LOG_JSON } access_log; /* a line per request on stderr */
 	json_t *quotas;             /* "quotas": {"TEAM" or "*": {KEY: N or null}} (checked at load), else NULL */
+	int ui;                     /* "ui": the dashboard at /ui/ and its /kiln/v1/ JSON (1 by default; docs/dashboard.md) */
 };
 
 void reg_config_init(struct reg_config *c);

@@ -126,6 +126,14 @@ static void route(reg_req *r, const char *url)
 		r->route = R_TOKEN;
 		return;
 	}
+	if (r->srv->cfg.ui && (strcmp(url, "/") == 0 || strcmp(url, "/ui") == 0 || strncmp(url, "/ui/", 4) == 0)) {
+		r->route = R_UI;
+		return;
+	}
+	if (r->srv->cfg.ui && strncmp(url, "/kiln/v1/", 9) == 0) {
+		r->route = R_OVERVIEW;
+		return;
+	}
 	if (strcmp(url, "/metrics") == 0 || strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0) {
 		r->route = url[1] == 'm' ? R_METRICS : url[1] == 'h' ? R_HEALTHZ : R_READYZ;
 		return;
@@ -213,6 +221,15 @@ static void begin(reg_req *r)
 			reg_error(r, 405, "UNSUPPORTED", "method %s not allowed here", r->method);
 		else
 			reg_health_handle(r);
+		return;
+	}
+	if (r->route == R_UI || r->route == R_OVERVIEW) { /* files for anyone; the JSON asks who is asking */
+		if (!get)
+			reg_error(r, 405, "UNSUPPORTED", "method %s not allowed here", r->method);
+		else if (r->route == R_UI)
+			reg_ui_handle(r);
+		else
+			reg_overview_handle(r);
 		return;
 	}
 	if (reg_auth_request(r) < 0)

@@ -240,6 +240,11 @@ json_t *snap_sandbox_list(kiln_error **err)
 					 "expires_ms", json_object_get(st, "expires_ms"));
 			if (json_object_get(st, "network"))
 				json_object_set(item, "network", json_object_get(st, "network"));
+			/* what the sandbox service's list says of each (E2B's cpuCount, memoryMB) */
+			if (json_object_get(st, "cpus"))
+				json_object_set(item, "cpus", json_object_get(st, "cpus"));
+			if (json_object_get(st, "memory_mib"))
+				json_object_set(item, "memory_mib", json_object_get(st, "memory_mib"));
 		}
 		kiln_error_free(e);
 		json_decref(st);

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# t1100-dashboard.sh — kiln serve's dashboard (/ui/, docs/dashboard.md) in a
+# real browser: Debian's Chromium driven by puppeteer-core (npm, installed at
+# test time into ~/.cache/kiln/npm) through tests/e2e/dashboard.cjs.  Builds
+# without a VM (FROM scratch: COPY, LABEL, an ADD from a slow local server
+# that fails), so it is cheap: log in, a team's tags and sizes, a version's
+# chunks against the one before, a build's log followed live until it fails
+# at FILE:LINE, HTML and ANSI in a Dockerfile shown as text, usage against a
+# quota, keyboard and contrast, 1,000 tags painted; screenshots kept in
+# build/test-artifacts/t1100/.
+. tests/e2e/lib.sh
+
+PUPPETEER_VERSION=23.11.1
+CHROMIUM=${KILN_CHROMIUM:-/usr/bin/chromium}
+PKG=${KILN_PUPPETEER:-$HOME/.cache/kiln/npm/puppeteer-core-$PUPPETEER_VERSION}
+ART=${KILN_ARTIFACTS:-$PWD/build/test-artifacts}/t1100
+mkdir -p "$ART"
+trap 'kill "$SRV" "$SLOW" 2>/dev/null; wait 2>/dev/null; rm -rf "$T_TMP"' EXIT
+
+DATA=$T_TMP/data
+cat >"$T_TMP/serve.json" <<JSON
+{"auth": true, "build": {"host_builds": 1, "fetch_private": true}, "quotas": {"team-a": {"bytes": "50M"}}}
+JSON
+A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
+B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)
+C=$($KILN token create --data "$DATA" --scope team-c:pull,push c)
+. tests/e2e/service-lib.sh
+serve_build "$DATA" "$T_TMP/serve.json" || { not_ok "kiln serve --build starts"; exit 0; }
+
+# the files and their headers, without a browser
+curl -s -D "$T_TMP/h" -o /dev/null "$URL/ui/app.js"
+expect_grep "/ui/app.js: a strict CSP" "^Content-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self';.*frame-ancestors 'none'" "$T_TMP/h"
+expect_grep "...nosniff" '^X-Content-Type-Options: nosniff' "$T_TMP/h"
+expect_grep "...as JavaScript" '^Content-Type: text/javascript' "$T_TMP/h"
+expect_eq "/kiln/v1/repos without a token: 401" "$(curl -s -o /dev/null -w '%{http_code}' "$URL/kiln/v1/repos")" 401
+expect_eq "/ui/ files are for anyone (they hold no data)" "$(curl -s -o /dev/null -w '%{http_code}' "$URL/ui/")" 200
+expect_eq "a file the dashboard does not have: 404" "$(curl -s -o /dev/null -w '%{http_code}' "$URL/ui/../meta.db")" 404
+
+# what the pages show: two versions of team-a/app (one file changed), a tag
+# moved between them, another team's repository
+export KILN_TOKEN=$A SOURCE_DATE_EPOCH=1700000000
+mkdir -p "$T_TMP/ctx/sub"
+echo one >"$T_TMP/ctx/a.txt"
+echo two >"$T_TMP/ctx/sub/b.txt"
+printf 'FROM scratch\nCOPY a.txt /a.txt\nCOPY sub/ /sub/\n' >"$T_TMP/ctx/Dockerfile"
+expect_exit 0 "a remote build: team-a/app:v1" $KILN build --remote "$URL" -t app:v1 "$T_TMP/ctx"
+D1=$(head -1 "$T_TMP/out")
+$KILN build --remote "$URL" -t app:latest "$T_TMP/ctx" >/dev/null 2>&1
+echo changed >"$T_TMP/ctx/sub/b.txt"
+expect_exit 0 "...and v2, one file changed" $KILN build --remote "$URL" -t app:v2 "$T_TMP/ctx"
+$KILN build --remote "$URL" -t app:latest "$T_TMP/ctx" >/dev/null 2>&1
+KILN_TOKEN=$B expect_exit 0 "team-b builds its own" $KILN build --remote "$URL" -t secret:v1 "$T_TMP/ctx"
+# HTML and an ANSI escape in a Dockerfile, shown by the page as text
+printf 'FROM scratch\nLABEL x="<img src=x onerror=window.pwned=1> \033[31mred"\nCOPY a.txt /a.txt\n' >"$T_TMP/ctx/Dockerfile.hostile"
+expect_exit 0 "a build whose LABEL holds HTML and ANSI" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.hostile" -t hostile:1 "$T_TMP/ctx"
+HOSTILE=$(grep -o 'as build b-[0-9a-f]*' "$T_TMP/err" | cut -d' ' -f3)
+
+# 1,000 tags of one manifest in team-c's repository (the paint figure)
+printf '{}' >"$T_TMP/cfg"
+CD=sha256:$(sha256sum "$T_TMP/cfg" | cut -d' ' -f1)
+curl -s -o /dev/null -H "Authorization: Bearer $C" -XPOST --data-binary @"$T_TMP/cfg" "$URL/v2/team-c/many/blobs/uploads/?digest=$CD"
+printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"%s","size":2},"layers":[]}' "$CD" >"$T_TMP/man"
+seq 1000 | sed "s|.*|url = \"$URL/v2/team-c/many/manifests/t&\"\nupload-file = \"$T_TMP/man\"|" >"$T_TMP/curl.cfg"
+curl -s -o /dev/null -H "Authorization: Bearer $C" -H "Content-Type: application/vnd.oci.image.manifest.v1+json" -K "$T_TMP/curl.cfg"
+expect_eq "1,000 tags pushed to team-c/many" "$(curl -s -H "Authorization: Bearer $C" "$URL/kiln/v1/repos" | jq '.repositories[0].tags | length')" 1000
+
+# the build to follow live: an ADD from a server that sends one byte, holds
+# the connection 8 s and closes it, so the build runs, then fails at its step 2
+python3 tests/slow_http.py "$T_TMP/slow.port" 120 8 &
+SLOW=$!
+for _ in $(seq 50); do [ -s "$T_TMP/slow.port" ] && break; sleep 0.1; done
+LIVE=$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" \
+	-d "{\"dockerfile\":\"FROM scratch\\nADD http://127.0.0.1:$(cat "$T_TMP/slow.port")/x /x\\n\"}" | jq -r .id)
+expect_grep "the live build is queued" '^b-' <(echo "$LIVE")
+
+if [ ! -x "$CHROMIUM" ]; then
+	skip "the dashboard in Chromium" "no $CHROMIUM (deps/ui.txt: apt-get install chromium)"
+	exit 0
+fi
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	skip "the dashboard in Chromium" "node and npm are needed"
+	exit 0
+fi
+if [ ! -d "$PKG/node_modules/puppeteer-core" ]; then
+	mkdir -p "$PKG"
+	if ! npm install --prefix "$PKG" --no-audit --no-fund "puppeteer-core@$PUPPETEER_VERSION" >"$T_TMP/npm.log" 2>&1; then
+		skip "the dashboard in Chromium" "npm install puppeteer-core@$PUPPETEER_VERSION failed: $(tail -1 "$T_TMP/npm.log")"
+		exit 0
+	fi
+fi
+URL=$URL TOKEN=$A TOKEN_MANY=$C LIVE=$LIVE HOSTILE=$HOSTILE DIGEST_V1=$D1 ART=$ART CHROMIUM=$CHROMIUM \
+	PUPPETEER=$PKG/node_modules/puppeteer-core HOME=$T_TMP timeout 300 node tests/e2e/dashboard.cjs | tee "$T_TMP/browser"
+grep -q '^ok - \|^not ok - ' "$T_TMP/browser" || not_ok "the browser run printed no result"
+expect_eq "screenshots kept in $ART" "$(ls "$ART"/*.png 2>/dev/null | wc -l | awk '$1 >= 8 { print "yes" }')" yes
+if grep -qF "$A" "$T_TMP/serve.log"; then not_ok "the token never reaches the server's log"; else ok "the token never reaches the server's log"; fi
+
+# "ui": false: no dashboard, no /kiln/v1/
+kill "$SRV"; wait "$SRV" 2>/dev/null
+echo '{"auth": true, "ui": false}' >"$T_TMP/off.json"
+serve_build "$DATA" "$T_TMP/off.json"
+expect_eq '"ui": false: /ui/ and /kiln/v1/ are 404' \
+	"$(curl -s -o /dev/null -w '%{http_code}' "$URL/ui/") $(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $A" "$URL/kiln/v1/repos")" "404 404"
