@@ -29,6 +29,8 @@ struct rt_tunnel {
 	kiln_buf why; /* the helper's stderr */
 };
 
+/* kiln_write_full, but with MSG_NOSIGNAL: kiln serve does not ignore SIGPIPE,
+ * and a client gone mid-answer must not end the daemon. */
 static int send_all(int fd, const void *p, size_t n)
 {
 	const char *b = p;
