@@ -12,6 +12,7 @@
 # Prints p50/p99 of each, the ratio of medians, the load average before and
 # after, and memory per idle sandbox (Pss and private memory of its QEMU, from
 # /proc/PID/smaps_rollup).
+# START_BURST=N: N pooled starts in a row from a pool of N, misses counted.
 # START_PYTHON=1 also builds the real corpus's python template
 # (tests/data/real/python on examples/debian-base.sh: python3 + numpy, its
 # start command `python3 -m http.server`; kept in START_PYTHON_HOME if set)
@@ -46,6 +47,13 @@ bin/kiln snapshot -t web --start 'busybox httpd -p 127.0.0.1:8080 -h /www' \
 # alternating, pooled and full restore (bench/jail_ab.py).
 if [ -n "${START_JAIL_AB:-}" ]; then
 	python3 bench/jail_ab.py "$START_JAIL_AB"
+	exit
+fi
+
+# START_BURST=N: only N pooled starts in a row from a pool of N (issue 27:
+# "50 pooled starts in a row without a miss"; bench/start_burst.py).
+if [ -n "${START_BURST:-}" ]; then
+	python3 bench/start_burst.py "$START_BURST"
 	exit
 fi
 
@@ -209,14 +217,35 @@ if [ -n "${START_BASELINE:-}" ]; then
 	KILN_HOME=$basehome "$START_BASELINE" snapshot -t web --start 'busybox httpd -p 127.0.0.1:8080 -h /www' \
 		--ready 'busybox wget -q -O- http://127.0.0.1:8080/index.html' "$work/root.ext4" >/dev/null || exit 1
 fi
+# and the python template from the same rootfs (its disk as main built it;
+# the baseline's snapshot of a bare ext4 has no ENV, WORKDIR or USER, and
+# the start command does not need them).
+pybasehome=$work/home-base-py
+if [ -n "${START_BASELINE:-}" ] && [ "${START_PYTHON:-0}" = 1 ]; then
+	mkdir -p "$pybasehome"
+	pyroot=$(python3 - "$pyhome" <<'EOF2'
+import json, os, sys
+home = sys.argv[1]
+d = open(os.path.join(home, "snapshots/refs/real-python/latest")).read().split()[0]
+c = json.load(open(os.path.join(home, "snapshots/blobs/sha256", d.split(":")[1])))
+print(os.path.join(home, "snapshots/blobs/sha256", c["rootfs"]["digest"].split(":")[1]))
+EOF2
+) || exit 1
+	cp --sparse=always "$pyroot" "$work/py-root.ext4" || exit 1
+	echo "snapshotting the python rootfs with the baseline..."
+	KILN_HOME=$pybasehome "$START_BASELINE" snapshot -t real-python \
+		--start 'python3 -m http.server 8000 --bind 127.0.0.1' \
+		--ready "bash -c 'exec 3<>/dev/tcp/127.0.0.1/8000'" --ready-timeout 900 "$work/py-root.ext4" \
+		>"$work/py-base.log" 2>&1 || { tail -5 "$work/py-base.log"; exit 1; }
+fi
 # Full restores (no pool) of both templates, to the first byte of a trivial
 # command and of an HTTP response from the start command's server, with
 # kiln's --time breakdown and QEMU's CPU time until that byte (all its
 # threads, /proc/PID/task/*/schedstat: what the load average inflates least).
-python3 - "$starts" "$KILN_HOME" "$pyhome" "$basehome" <<'EOF'
+python3 - "$starts" "$KILN_HOME" "$pyhome" "$basehome" "$pybasehome" <<'EOF'
 import json, os, re, subprocess, sys, time
 n = max(2, int(sys.argv[1]) // 2)
-basehome = sys.argv[4]
+basehome, pybasehome = sys.argv[4], sys.argv[5]
 K = "bin/kiln"
 RESTORE_RE = re.compile(r"started in ([0-9.]+) ms \(check ([0-9.]+), (?:jail ([0-9.]+), )?qemu ([0-9.]+), load ([0-9.]+), "
                         r"agent ([0-9.]+), setup [0-9.]+\); first output ([0-9.]+) ms")
@@ -269,8 +298,8 @@ for label, home, tmpl, cases in templates:
                                        "HELLO + EXEC to first output (guest, cold TCG)")}
         for i in range(n):
             for tag, kiln in kilns:
-                if tag == " [baseline]" and home == sys.argv[2]:
-                    home_k = basehome
+                if tag == " [baseline]":
+                    home_k = basehome if home == sys.argv[2] else pybasehome
                 else:
                     home_k = home
                 env = dict(os.environ, KILN_HOME=home_k)

@@ -101,6 +101,8 @@ char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_sta
  * (defer_setup above leaves it to the caller: snap_run sends it with the
  * command). */
 int snap_guest_setup(guest_conn *c, const char *id, bool wait, kiln_error **err);
+/* Only the clock, for a claimed pool member (made with its identity). */
+int snap_guest_setup_claimed(guest_conn *c, bool wait, kiln_error **err);
 json_t *snap_sandbox_new_state(const snap_template *t, const char *id, const char *state);
 
 /* Connect to the agent of the VM whose directory is dir (its QEMU running as

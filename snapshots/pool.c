@@ -1,6 +1,7 @@
 /* pool.c — sandboxes restored ahead of time: restored, warmed up (TCG has
  * translated what a first command runs), paused; a claim is one atomic
- * rename of the pool mark, then `cont`, a handshake and IDENTITY.  Fills of a
+ * rename of the pool mark, then `cont`, a handshake and the clock (the rest
+ * of its identity was given when it was made).  Fills of a
  * template are serialised by a lock on its record (snapshots/pools/HEX). */
 #include <dirent.h>
 #include <errno.h>
@@ -49,7 +50,7 @@ static void pooled_ids(const char *digest, kiln_strv *out)
 	free(root);
 }
 
-static int resume(const char *dir, const char *id, pid_t qemu, uid_t uid, bool defer_setup,
+static int resume(const char *dir, const char *id, pid_t qemu, uid_t uid, bool own_identity, bool defer_setup,
 		  struct snap_create_stats *s, guest_conn **conn, kiln_error **err)
 {
 	char *qmp_path = kiln_path_join(dir, "qmp.sock");
@@ -74,7 +75,11 @@ static int resume(const char *dir, const char *id, pid_t qemu, uid_t uid, bool d
 	json_decref(r);
 	s->load_ms = kiln_now_ms() - t0;
 	t0 = kiln_now_ms();
-	if (!defer_setup && snap_guest_setup(g, id, true, err) < 0)
+	/* A member an older kiln made went to the pool as "kiln-pool": it gets
+	 * its whole identity now, queued ahead of the clock. */
+	if (!own_identity && snap_guest_setup(g, id, false, err) < 0)
+		goto out;
+	if (!defer_setup && snap_guest_setup_claimed(g, true, err) < 0)
 		goto out;
 	s->setup_ms = kiln_now_ms() - t0;
 	if (conn) {
@@ -105,7 +110,8 @@ char *snap_pool_claim(snap_template *t, bool defer_setup, struct snap_create_sta
 		if (rename(mark, claim) == 0) {
 			st = snap_sandbox_state(ids.v[i], err);
 			if (st && resume(dir, ids.v[i], (pid_t)kiln_json_int(st, "pid", 0),
-						 (uid_t)kiln_json_int(st, "uid", 0), defer_setup, s, conn, err) == 0) {
+					 (uid_t)kiln_json_int(st, "uid", 0),
+					 json_is_true(json_object_get(st, "identity")), defer_setup, s, conn, err) == 0) {
 				json_object_set_new(st, "state", json_string("running"));
 				json_object_set_new(st, "creator", json_integer(getpid()));
 				json_object_set_new(st, "creator_start", json_integer((json_int_t)vm_proc_start_time(getpid())));

@@ -54,13 +54,13 @@ static char *log_tail(const char *dir, const char *name)
  * the template's random state), and the wall clock, which stood still while
  * the template was stored (the guest's TSC is QEMU's virtual one).  Without
  * wait the request rides along with the next one (snap_run's command). */
-int snap_guest_setup(guest_conn *c, const char *id, bool wait, kiln_error **err)
+static int setup(guest_conn *c, const char *id, bool clock_only, bool wait, kiln_error **err)
 {
 	uint8_t seed[64];
 	struct timespec now;
 	struct guest_identity m = { .hostname = (char *)id, .entropy = seed, .entropy_len = sizeof(seed) };
 
-	for (size_t got = 0; got < sizeof(seed);) {
+	for (size_t got = 0; !clock_only && got < sizeof(seed);) {
 		ssize_t n = getrandom(seed + got, sizeof(seed) - got, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -72,10 +72,31 @@ int snap_guest_setup(guest_conn *c, const char *id, bool wait, kiln_error **err)
 	m.set_time = true;
 	m.time_sec = (int64_t)now.tv_sec;
 	m.time_nsec = (uint32_t)now.tv_nsec;
-	snap_net_identity(id, &m); /* eth0's own MAC and address (no eth0: ignored) */
+	if (clock_only) {
+		m.hostname = NULL;
+		m.entropy = NULL;
+		m.entropy_len = 0;
+	} else {
+		snap_net_identity(id, &m); /* eth0's own MAC and address (no eth0: ignored) */
+	}
 	if (guest_set_identity(c, &m, wait, AGENT_TIMEOUT_MS, err) < 0)
 		return kiln_error_wrap(err, "setting the sandbox's identity");
 	return 0;
+}
+
+int snap_guest_setup(guest_conn *c, const char *id, bool wait, kiln_error **err)
+{
+	return setup(c, id, false, wait, err);
+}
+
+/* A pool member was given its own identity (its id is known when it is
+ * made) before it was warmed up and paused: claimed, it only needs the
+ * clock, which stood still while it was paused.  The guest is spared a MAC
+ * and address change (and the IPv6 and route work that follows it) and
+ * two ioctls on the claim's path. */
+int snap_guest_setup_claimed(guest_conn *c, bool wait, kiln_error **err)
+{
+	return setup(c, NULL, true, wait, err);
 }
 
 /* Under TCG every guest code path runs slowly the first time (translated,
@@ -189,8 +210,10 @@ static int restore(snap_template *t, const char *id, const char *dir, json_t *st
 		goto died;
 	s->agent_ms = kiln_now_ms() - t0;
 	t0 = kiln_now_ms();
-	if ((pooled || !defer_setup) && snap_guest_setup(g, pooled ? "kiln-pool" : id, true, err) < 0)
+	if ((pooled || !defer_setup) && snap_guest_setup(g, id, true, err) < 0)
 		goto died;
+	if (pooled) /* a claim then sends only the clock */
+		json_object_set_new(state, "identity", json_true());
 	s->setup_ms = kiln_now_ms() - t0;
 	if (pooled) {
 		warm_up(t, g, id);
@@ -375,11 +398,14 @@ char *snap_sandbox_create_net(const char *template_ref, const struct snap_net_op
 char *snap_sandbox_create_sent(const char *template_ref, const struct snap_net_opts *net,
 			       struct snap_create_stats *stats, guest_conn **conn, kiln_error **err)
 {
-	char *id = create(template_ref, net, true, stats, conn, NULL, err);
+	struct snap_create_stats own;
+	struct snap_create_stats *s = stats ? stats : &own;
+	char *id = create(template_ref, net, true, s, conn, NULL, err);
 
 	/* sent now, its answer read with the next request's: the caller's
 	 * first command does not wait for the guest to apply it first */
-	if (id && (snap_guest_setup(*conn, id, false, err) < 0 || guest_flush(*conn, AGENT_TIMEOUT_MS, err) < 0)) {
+	if (id && ((s->pooled ? snap_guest_setup_claimed(*conn, false, err) : snap_guest_setup(*conn, id, false, err)) < 0 ||
+		   guest_flush(*conn, AGENT_TIMEOUT_MS, err) < 0)) {
 		kiln_error *e = NULL;
 		guest_close(*conn);
 		*conn = NULL;
@@ -413,7 +439,7 @@ int snap_run_with(const char *template_ref, const char *const *argv, const struc
 	 * one round trip, and the agent applies it before it forks. */
 	if ((id = create(template_ref, o ? o->net : NULL, true, s, &c, &t, err)) == NULL)
 		return -1;
-	if (snap_guest_setup(c, id, false, err) == 0)
+	if ((s->pooled ? snap_guest_setup_claimed(c, false, err) : snap_guest_setup(c, id, false, err)) == 0)
 		rc = snap_exec_conn_with(c, id, argv, o, on_stdout, on_stderr, user, res, err);
 	guest_close(c);
 	if (snap_sandbox_kill(id, &e) < 0) {

@@ -116,7 +116,8 @@ struct snap_create_stats {
 	double agent_ms;     /* connecting to the agent (its HELLO is not awaited: it comes
 			      * with the answer to the first request) */
 	double setup_ms;     /* clock, hostname and entropy set through the agent */
-	bool pooled;         /* claimed from the pool (spawn and load happened before) */
+	bool pooled;         /* claimed from the pool (spawn and load happened before; the
+			      * sandbox's identity too: only its clock is left to set) */
 };
 
 /* A sandbox's network (docs/snapshots.md "Network"; vm/vm.h): the

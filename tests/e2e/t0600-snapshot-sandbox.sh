@@ -168,6 +168,21 @@ for i in $(seq 600); do [ "$(grep -c ' pooled ' <($KILN sandbox ls))" = 2 ] && b
 expect_eq "the pool is refilled in the background" "$(grep -c ' pooled ' <($KILN sandbox ls))" "2"
 expect_exit 0 "kiln run from the pool" $KILN run --time web:v1 -- hostname
 expect_grep "...says it came from the pool" "started in [0-9.]+ ms from the pool" "$T_TMP/err"
+# A member gets its hostname and random state when it is made, not when claimed:
+# claimed, it must still be its own:
+# a fresh 12-hex id, never the template's or another member's.
+h1=$(cat "$T_TMP/out")
+[[ "$h1" =~ ^[0-9a-f]{12}$ ]] && ok "...its hostname is its own id ($h1)" || not_ok "kiln run from the pool: hostname '$h1'"
+for i in $(seq 600); do [ "$(grep -c ' pooled ' <($KILN sandbox ls))" = 2 ] && break; sleep 0.1; done
+$KILN run web:v1 -- sh -c 'hostname; head -c 16 /dev/urandom | od -An -tx1' >"$T_TMP/pr1" 2>&1
+for i in $(seq 600); do [ "$(grep -c ' pooled ' <($KILN sandbox ls))" = 2 ] && break; sleep 0.1; done
+$KILN run web:v1 -- sh -c 'hostname; head -c 16 /dev/urandom | od -An -tx1' >"$T_TMP/pr2" 2>&1
+if [ "$(wc -l <"$T_TMP/pr1")" = 2 ] && [ "$(head -1 "$T_TMP/pr1")" != "$(head -1 "$T_TMP/pr2")" ] &&
+	[ "$(sed -n 2p "$T_TMP/pr1")" != "$(sed -n 2p "$T_TMP/pr2")" ] && [ "$(head -1 "$T_TMP/pr1")" != "$h1" ]; then
+	ok "two pooled sandboxes have their own hostnames and random state"
+else
+	not_ok "two pooled sandboxes: $(tr '\n' ' ' <"$T_TMP/pr1") / $(tr '\n' ' ' <"$T_TMP/pr2")"
+fi
 expect_exit 5 "kiln run exits with the command's code" $KILN run web:v1 -- sh -c 'echo $GREETING; exit 5'
 expect_eq "...and the command had the template's env" "$(cat "$T_TMP/out")" "hi"
 expect_exit 127 "kiln run of a missing program" $KILN run web:v1 -- no-such-program
