@@ -8,8 +8,8 @@ RE = re.compile(r"started in ([0-9.]+) ms( from the pool)?")
 def pct(v, q):
     v = sorted(v)
     return v[min(len(v) - 1, max(0, int(round(q * len(v) + 0.4999)) - 1))]
-subprocess.run([K, "sandbox", "pool", "-n", str(n), "web"], check=True, capture_output=True)
 t0 = time.monotonic()
+subprocess.run([K, "sandbox", "pool", "-n", str(n), "web"], check=True, capture_output=True)
 while True:  # the fill runs in the background: wait until all N are pooled
     ls = subprocess.run([K, "sandbox", "ls", "--json"], capture_output=True, text=True).stdout
     ready = sum(1 for s in json.loads(ls or "[]") if s.get("state") == "pooled")
