@@ -76,8 +76,13 @@ int cli_verify_pulled(rc_client *c, const struct oci_imgref *r, const struct rc_
 	if (sign_verify(c, &rule, r->host, r->repo, r->digest ? NULL : r->tag, m->digest,
 			oci_tmpl_is_artifact(m->data, m->len) && cfg[0] ? cfg : NULL, &v, err) < 0)
 		goto out;
-	fprintf(stderr, "kiln: %s/%s (%s): signed by %zu key%s the policy requires (%s, %.1f ms)\n", r->host, r->repo,
-		m->digest, rule.nkeys, rule.nkeys == 1 ? "" : "s", v.cached ? "trust record" : "verified", v.ms);
+	char where[96];
+	snprintf(where, sizeof(where), "%zu referrer%s%s", v.found.referrers, v.found.referrers == 1 ? "" : "s",
+		 v.found.tagged ? " and the .sig tag" : "");
+	fprintf(stderr, "kiln: %s/%s (%s): signed by %zu key%s the policy requires (%s%s%s, %.1f ms)\n", r->host,
+		r->repo, m->digest, rule.nkeys, rule.nkeys == 1 ? "" : "s", v.cached ? "trust record" : "verified",
+		v.cached ? "" : ": signatures from ", v.cached ? "" : (v.found.api ? where : "the .sig tag (no referrers API)"),
+		v.ms);
 	rc = 0;
 out:
 	sign_policy_free(p);

@@ -155,9 +155,11 @@ int sign_verify(rc_client *c, const struct sign_rule *rule, const char *host, co
 	}
 	if (sign_fetch(c, repo, digest, &sigs, err) < 0)
 		goto wrap;
+	v->found = sigs.found;
 	if (sigs.n == 0) {
-		kiln_err(err, KILN_E_INVALID, "%s (%s): refused: not signed (no signature manifest %s-%s.sig in %s)",
-			 shown, digest, "sha256", kiln_digest_hex(digest), repo);
+		kiln_err(err, KILN_E_INVALID, "%s (%s): refused: not signed (no signature %s nor a manifest %s-%s.sig in %s)",
+			 shown, digest, sigs.found.api ? "among its referrers" : "referrer (the registry has no referrers API)",
+			 "sha256", kiln_digest_hex(digest), repo);
 		goto out;
 	}
 	for (size_t i = 0; i < rule->nkeys; i++) {
