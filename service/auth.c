@@ -181,7 +181,7 @@ unsigned svc_err_status(const kiln_error *err)
 	case KILN_E_INVALID: case KILN_E_USAGE: return 400;
 	case KILN_E_EXISTS: return 409;
 	case KILN_E_LIMIT: return 413;
-	case KILN_E_QUOTA: return 403;
+	case KILN_E_QUOTA: case KILN_E_DENIED: return 403;
 	default: return 500;
 	}
 }

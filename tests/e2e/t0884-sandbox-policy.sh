@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # t0884-sandbox-policy.sh — the sandbox service consults the host's signing
 # policy as kiln run does: a template registry (`kiln serve`) holding a signed
-# template and an unsigned copy, and `kiln serve --sandboxes` on a runtime
+# template and an unsigned one, and `kiln serve --sandboxes` on a runtime
 # host whose $KILN_POLICY names the team's key: POST /sandboxes (curl, an E2B
 # key) of the unsigned one is refused with E2B's JSON error naming the
 # reference, the digest and the reason, before any chunk is fetched and with
-# no template stored; the signed one starts.  Real QEMU.
+# no template stored, answered 403 (forbidden); the signed one starts.  Real
+# QEMU.
 . tests/e2e/lib.sh
 . tests/e2e/vmlib.sh
 . tests/e2e/registry-lib.sh
@@ -28,6 +29,9 @@ c=$T_TMP/ctx
 mkdir -p "$c" && echo "signed app" >"$c/app.txt"
 printf 'FROM oci:%s:base\nCOPY app.txt /app/app.txt\n' "$B" >"$c/Dockerfile"
 expect_exit 0 "build template app:v1" "$KILN" build -t app:v1 --start-cmd 'true' --memory 128 "$c"
+# the unsigned one of other content: a digest verified under one name is trusted under any
+echo "unsigned app" >"$c/app.txt"
+expect_exit 0 "build template plain:v1" "$KILN" build -t plain:v1 --start-cmd 'true' --memory 128 "$c"
 
 H2=$T_TMP/h2
 reg_start "$T_TMP/reg" || exit 0
@@ -35,7 +39,7 @@ TREG=$REG TPID=$REG_PID
 cd "$T_TMP" || exit 1
 "$KILN" key generate team >/dev/null
 "$KILN" push --sign team.key app:v1 "$TREG/team/app:v1" >/dev/null 2>&1 || not_ok "push --sign of the template"
-"$KILN" push app:v1 "$TREG/team/plain:v1" >/dev/null 2>&1 || not_ok "push of the unsigned copy"
+"$KILN" push plain:v1 "$TREG/team/plain:v1" >/dev/null 2>&1 || not_ok "push of the unsigned template"
 echo "{\"scopes\": {\"$TREG/team\": {\"keys\": [\"$T_TMP/team.pub\"]}}}" >policy.json
 
 # the runtime host: its own KILN_HOME, the policy in its environment
@@ -56,13 +60,13 @@ KILN_HOME=$H2 KILN_POLICY=$T_TMP/policy.json reg_start "$D" --config serve.json 
 
 create() { req POST /sandboxes -H "X-API-Key: $KEY" -H 'Content-Type: application/json' -d "{\"templateID\":\"$1\"}"; }
 create "$TREG/team/plain:v1"
-expect_eq "POST /sandboxes of the unsigned template: refused" "$CODE" 400
+expect_eq "POST /sandboxes of the unsigned template: refused, 403 forbidden" "$CODE" 403
 msg=$(jq -r '.message' "$T_TMP/body")
 case $msg in
 *"$TREG/team/plain:v1 (sha256:"*"): refused: not signed"*) ok "  ... E2B's JSON error naming reference, digest and reason" ;;
 *) not_ok "  ... E2B's JSON error naming reference, digest and reason"; echo "#   $(cat "$T_TMP/body")" ;;
 esac
-expect_eq "  ... with E2B's code field" "$(jq -r '.code' "$T_TMP/body")" 400
+expect_eq "  ... with E2B's code field" "$(jq -r '.code' "$T_TMP/body")" 403
 n=$(find "$H2/chunks" -type f -path '*sha256*' 2>/dev/null | wc -l)
 expect_eq "  ... before any chunk was fetched" "$n" 0
 expect_eq "  ... and no template stored" "$(KILN_HOME=$H2 "$KILN" snapshot ls --json 2>/dev/null | jq length)" 0
@@ -74,4 +78,5 @@ SB=$(jq -r '.sandboxID // ""' "$T_TMP/body")
 [ -n "$SB" ] && req DELETE "/sandboxes/$SB" -H "X-API-Key: $KEY"
 expect_eq "  ... and killed" "$CODE" 204
 create "$TREG/team/plain:v1"
-expect_eq "the unsigned one is still refused after the signed one ran" "$CODE" 400
+expect_eq "the unsigned one is still refused after the signed one ran" "$CODE" 403
+
