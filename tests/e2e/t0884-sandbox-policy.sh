@@ -5,8 +5,9 @@
 # host whose $KILN_POLICY names the team's key: POST /sandboxes (curl, an E2B
 # key) of the unsigned one is refused with E2B's JSON error naming the
 # reference, the digest and the reason, before any chunk is fetched and with
-# no template stored, answered 403 (forbidden); the signed one starts.  Real
-# QEMU.
+# no template stored, answered 403 (forbidden); the signed one starts.  With
+# a warm pool naming both, only the signed one is restored into it (the
+# other's refusal logged, naming reference, digest and reason).  Real QEMU.
 . tests/e2e/lib.sh
 . tests/e2e/vmlib.sh
 . tests/e2e/registry-lib.sh
@@ -80,3 +81,27 @@ expect_eq "  ... and killed" "$CODE" 204
 create "$TREG/team/plain:v1"
 expect_eq "the unsigned one is still refused after the signed one ran" "$CODE" 403
 
+# ---- the warm pool: a configured template is checked before it is restored
+reg_stop
+KILN_HOME=$H2 "$KILN" pull "$TREG/team/plain:v1" >/dev/null 2>&1 || not_ok "the unsigned template pulled without a policy"
+PD=$(KILN_HOME=$H2 "$KILN" snapshot ls --json 2>/dev/null | jq -r --arg r "$TREG/team/plain:v1" '.[] | select(.name == $r) | .digest')
+AD=$(KILN_HOME=$H2 "$KILN" snapshot ls --json 2>/dev/null | jq -r --arg r "$TREG/team/app:v1" '.[] | select(.name == $r) | .digest')
+[ -n "$PD" ] && [ -n "$AD" ] && ok "both templates are on the runtime host" || { not_ok "both templates are on the runtime host"; KILN_HOME=$H2 "$KILN" snapshot ls --json | sed 's/^/#   /'; }
+echo "{\"auth\": true, \"sandboxes\": {\"domain\": \"kiln.test\", \"pool_size\": 1,
+  \"pool\": [\"$TREG/team/plain:v1\", \"$TREG/team/app:v1\"]}}" >pool.json
+KILN_HOME=$H2 KILN_POLICY=$T_TMP/policy.json reg_start "$D" --config pool.json --sandboxes ||
+	{ not_ok "kiln serve --sandboxes starts with a pool"; exit 0; }
+pooled() { KILN_HOME=$H2 "$KILN" sandbox ls --json 2>/dev/null | jq --arg d "$1" '[.[] | select(.state == "pooled" and .template == $d)] | length'; }
+for _ in $(seq 1 600); do [ "$(pooled "$AD")" -ge 1 ] && break; sleep 0.1; done
+expect_eq "the signed template is restored into its pool" "$(pooled "$AD")" 1
+expect_eq "  ... the unsigned one is not" "$(pooled "$PD")" 0
+expect_grep "  ... the log naming its reference, digest and what was wrong" \
+	"sandbox pool of $TREG/team/plain:v1: not restored: .*$TREG/team/plain:v1 \\($PD\\): refused: not verified on this host" "$REG_LOG"
+create "$TREG/team/plain:v1"
+expect_eq "  ... and a create of it is refused (403)" "$CODE" 403
+PID1=$(KILN_HOME=$H2 "$KILN" sandbox ls --json 2>/dev/null | jq -r --arg d "$AD" '.[] | select(.state == "pooled" and .template == $d) | .id')
+create "$TREG/team/app:v1"
+expect_eq "a create of the signed one is served" "$CODE" 201
+SB=$(jq -r '.sandboxID // ""' "$T_TMP/body")
+expect_eq "  ... by its pooled sandbox" "$SB" "$PID1"
+[ -n "$SB" ] && req DELETE "/sandboxes/$SB" -H "X-API-Key: $KEY"
