@@ -107,7 +107,7 @@ out:
 }
 
 int cli_provenance_record(const struct build_options *o, const struct build_result *res, double started,
-			  double finished, kiln_error **err)
+			  double finished, const char *builder_id, kiln_error **err)
 {
 	char dfd[KILN_DIGEST_MAX] = "", *df = NULL;
 	kiln_strv args = KILN_STRV_INIT, refs = KILN_STRV_INIT, digests = KILN_STRV_INIT;
@@ -130,7 +130,8 @@ int cli_provenance_record(const struct build_options *o, const struct build_resu
 				     .context_digest = res->context_digest[0] ? res->context_digest : NULL,
 				     .base_refs = (const char *const *)refs.v, .base_digests = (const char *const *)digests.v,
 				     .n_bases = res->n_bases, .args = (const char *const *)args.v,
-				     .n_args = args.n, .target = o->target, .started = started, .finished = finished };
+				     .n_args = args.n, .target = o->target, .builder_id = builder_id,
+				     .started = started, .finished = finished };
 	pred = sign_provenance_predicate(&b);
 	/* under the template's digest and the image's: either may be pushed (the service pushes both) */
 	rc = sign_provenance_save(res->manifest, pred, err);

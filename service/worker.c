@@ -455,8 +455,17 @@ static int build_argv(svc *s, const json_t *req, const char *dfname, const char 
 	argv_add(a, path);
 	argv_add(a, "-f");
 	argv_add(a, dfname);
-	if (s->cfg.provenance)
+	if (s->cfg.provenance) {
+		/* the service's own builder, so a policy can tell its builds from
+		 * a local one signed with the same key */
+		char host[256] = "", *id;
+		gethostname(host, sizeof(host) - 1);
+		id = s->cfg.builder_id ? kiln_xstrdup(s->cfg.builder_id) : kiln_xasprintf("kiln-serve@%s", host);
 		argv_add(a, "--provenance");
+		argv_add(a, "--builder-id");
+		argv_add(a, id);
+		free(id);
+	}
 out:
 	json_decref(out);
 	free(digests);
