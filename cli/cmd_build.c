@@ -337,7 +337,7 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	kiln_strv tags = KILN_STRV_INIT;
 	struct cli_build_flags bf = { 0 };
 	kiln_error *err = NULL;
-	bool json = false, provenance = false;
+	bool json = false;
 	const char *remote = getenv("KILN_BUILDER"), *request = NULL, *builder_id = NULL;
 	int i, rc;
 	struct cli_option opts[OPTS_MAX] = {
@@ -350,9 +350,6 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		CLI_CALLBACK(0, "ssh", &bf, "default|ID[=SOCKET]", cli_build_ssh,
 			     "an ssh-agent for RUN --mount=type=ssh (default:\n"
 			     "$SSH_AUTH_SOCK), relayed into the builder VM"),
-		CLI_BOOL(0, "provenance", &provenance, "record SLSA provenance of the result (Dockerfile and context\n"
-			 "digests, base images, build args, builder, times), attached by\n"
-			 "kiln push --sign"),
 		CLI_STRING(0, "builder-id", &builder_id, "ID", "the builder --provenance names (default kiln@HOSTNAME; the build\n"
 			   "service's children: kiln-serve@HOSTNAME or build.builder_id).  A\n"
 			   "claim of the signer: a policy's builder is as good as its keys"),
@@ -424,12 +421,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		rc = run_remote(remote, &o, &br, json);
 		goto out;
 	}
-	if (builder_id && (!provenance || (remote && *remote))) {
+	if (builder_id && (!br.provenance || (remote && *remote))) {
 		rc = cli_usage_error(cmd, "--builder-id names a local --provenance build's builder (a remote build's "
 				     "is the service's own)");
 		goto out;
 	}
-	rc = run_local(&o, &tpl, &tags, json, provenance, builder_id);
+	rc = run_local(&o, &tpl, &tags, json, br.provenance, builder_id);
 out:
 	build_request_free(&br);
 	kiln_strv_free(&tags);

@@ -6,7 +6,9 @@
 # signed provenance names the service's builder, kiln-serve@HOSTNAME or
 # build.builder_id, the Dockerfile, the context and, for a build FROM it, the
 # base's digest; a local build signed with the same key is refused by a
-# policy requiring the service's builder); the other team's build is signed by its
+# policy requiring the service's builder); kiln build --remote --provenance
+# asks the service for it (attached where its config has it off, refused
+# with the reason where it signs nothing of the team's); the other team's build is signed by its
 # own key only; the private keys are nowhere in the data directory or logs;
 # a config naming a public key as the signing key does not start.
 . tests/e2e/lib.sh
@@ -87,6 +89,30 @@ for k in svc.key tb.key; do
 done
 [ -z "$leak" ] && ok "the private keys are nowhere in the data directory or the server's log" ||
 	not_ok "the private keys are nowhere in the data directory or the server's log (found:$leak)"
+kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null
+
+# kiln build --remote --provenance asks for it: a service with "provenance": false attaches it to
+# that build only, and one that signs nothing of the team's refuses the request
+cat >np.json <<JSON
+{"auth": true, "build": {"host_builds": 1, "provenance": false, "team_sign_keys": {"team-b": "$T_TMP/tb.key"}}}
+JSON
+serve_build "$DATA" np.json || not_ok "kiln serve --build starts with provenance off"
+"$KILN" login -u x --password-stdin "$HOST" <<<"$A" >/dev/null 2>&1
+KILN_HOME=$T_TMP/hb "$KILN" login -u x --password-stdin "$HOST" <<<"$B" >/dev/null 2>&1
+mkdir -p ctx4 && echo four >ctx4/a.txt && printf 'FROM scratch\nCOPY a.txt /d.txt\n' >ctx4/Dockerfile
+expect_exit 0 "a remote build (provenance off in the service)" env KILN_TOKEN="$B" "$KILN" build --remote "$URL" -t np:v1 ctx4
+expect_exit 1 "  ... attaches no provenance" env KILN_HOME="$T_TMP/hb" "$KILN" inspect --provenance --key tb.pub "$HOST/team-b/np:v1"
+expect_grep "  ... (kiln inspect says so)" "team-b/np:v1 \(sha256:[0-9a-f]{64}\): no provenance attached" "$T_TMP/err"
+mkdir -p ctx5 && echo five >ctx5/a.txt && printf 'FROM scratch\nCOPY a.txt /e.txt\n' >ctx5/Dockerfile
+expect_exit 0 "kiln build --remote --provenance there" env KILN_TOKEN="$B" "$KILN" build --remote "$URL" --provenance -t p:v1 ctx5
+D5=$(head -1 "$T_TMP/out")
+KILN_HOME=$T_TMP/hb "$KILN" inspect --provenance --key tb.pub "$HOST/team-b/p:v1" >p.json.out 2>"$T_TMP/err"
+expect_eq "  ... attaches a signed statement about the result, naming the service's builder" \
+	"$(jq -r '.[0] | [.key != null, .statement.subject[0].digest.sha256, .statement.predicate.runDetails.builder.id] | join(" ")' p.json.out)" \
+	"true ${D5#sha256:} kiln-serve@$(hostname)"
+expect_exit 1 "kiln build --remote --provenance where the service signs nothing of the team's" \
+	env KILN_TOKEN="$A" "$KILN" build --remote "$URL" --provenance -t p:v1 ctx5
+expect_grep "  ... refused, saying why" "provenance: this build service signs nothing of team team-a's .*cannot attach provenance" "$T_TMP/err"
 kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null
 
 # build.builder_id: the operator's name for the service's builder
