@@ -212,7 +212,9 @@ int rc_referrers(rc_client *c, const char *repo, const char *digest, const char 
 	r.out_max = MANIFEST_MAX;
 	if (rc_http_do(&r, err) < 0)
 		goto out;
-	if (r.status == 404) {
+	/* no such route: 404 by the spec; 400, 405 and 501 from registries
+	 * that route /v2/NAME/referrers/ as something else */
+	if (r.status == 404 || r.status == 400 || r.status == 405 || r.status == 501) {
 		rc = 0;
 		goto out;
 	}

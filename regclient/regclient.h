@@ -120,7 +120,8 @@ int rc_manifest_put(rc_client *c, const char *repo, const char *ref, const char 
 /* The OCI 1.1 referrers of manifest digest (GET /v2/REPO/referrers/DIGEST),
  * only those of artifact_type if given (filtered here when the registry did
  * not): 1 with *index the image index it answered, 0 when the registry has
- * no referrers API (404: read cosign's sha256-HEX tags instead). */
+ * no referrers API (404, or 400/405/501: read cosign's sha256-HEX tags
+ * instead). */
 int rc_referrers(rc_client *c, const char *repo, const char *digest, const char *artifact_type, json_t **index,
 		 kiln_error **err);
 
