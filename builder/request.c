@@ -20,6 +20,11 @@ const struct build_field build_fields[] = {
 	{ "build_args", "build-arg", BUILD_FIELD_ARGS, OFF(build_args), 0, 0, NULL, NULL, 0, "KEY[=VALUE]",
 	  "set a build-time ARG" },
 	{ "no_cache", "no-cache", BUILD_FIELD_BOOL, OFF(no_cache), 0, 0, NULL, NULL, 0, NULL, "do not reuse cached steps" },
+	{ "provenance", "provenance", BUILD_FIELD_BOOL, OFF(provenance), 0, 0, NULL, NULL, 0, NULL,
+	  "record SLSA provenance of the result (Dockerfile and context\n"
+	  "digests, base images, build args, builder, times), attached by\n"
+	  "kiln push --sign; with --remote, asked of the service, which signs\n"
+	  "and attaches it (refused by one that signs nothing of the team's)" },
 	{ "compression", "compression", BUILD_FIELD_STRING, OFF(compression), 0, 8, compressions, NULL, 0, "C",
 	  "layer compression: gzip (default), zstd or none" },
 	{ "template", "template", BUILD_FIELD_BOOL, OFF(template_), 0, 0, NULL, NULL, 0, NULL,

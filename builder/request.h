@@ -32,6 +32,7 @@ struct build_request {
 	struct df_kv *build_args;
 	size_t n_build_args;
 	bool no_cache;
+	bool provenance;              /* record SLSA provenance (a service's build: ask it to attach it) */
 	const char *compression;      /* "gzip" (NULL), "zstd", "none" */
 	bool template_;
 	const char *start_cmd, *ready_cmd;

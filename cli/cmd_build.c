@@ -251,7 +251,7 @@ static int check_tags(const struct kiln_command *cmd, const kiln_strv *tags)
 /* The build here, in builder VMs: progress on stderr (or JSON events), the
  * image's digest (and the template's) on stdout. */
 static int run_local(struct build_options *o, struct build_template_opts *tpl, const kiln_strv *tags, bool json,
-		     bool provenance)
+		     bool provenance, const char *builder_id)
 {
 	struct build_result res;
 	kiln_error *err = NULL;
@@ -270,7 +270,7 @@ static int run_local(struct build_options *o, struct build_template_opts *tpl, c
 	double started = (double)time(NULL);
 	int brc = build_run(o, &res, &err);
 	cli_prechunk_end(&pc, brc < 0 ? NULL : res.template_digest);
-	if (brc == 0 && provenance && cli_provenance_record(o, &res, started, (double)time(NULL), &err) < 0)
+	if (brc == 0 && provenance && cli_provenance_record(o, &res, started, (double)time(NULL), builder_id, &err) < 0)
 		brc = -1;
 	build_result_free(&res);
 	if (brc < 0) {
@@ -337,8 +337,8 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 	kiln_strv tags = KILN_STRV_INIT;
 	struct cli_build_flags bf = { 0 };
 	kiln_error *err = NULL;
-	bool json = false, provenance = false;
-	const char *remote = getenv("KILN_BUILDER"), *request = NULL;
+	bool json = false;
+	const char *remote = getenv("KILN_BUILDER"), *request = NULL, *builder_id = NULL;
 	int i, rc;
 	struct cli_option opts[OPTS_MAX] = {
 		CLI_STRING('f', "file", &o.dockerfile, "FILE", "the Dockerfile (- for standard input)"),
@@ -350,9 +350,9 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		CLI_CALLBACK(0, "ssh", &bf, "default|ID[=SOCKET]", cli_build_ssh,
 			     "an ssh-agent for RUN --mount=type=ssh (default:\n"
 			     "$SSH_AUTH_SOCK), relayed into the builder VM"),
-		CLI_BOOL(0, "provenance", &provenance, "record SLSA provenance of the result (Dockerfile and context\n"
-			 "digests, base images, build args, builder, times), attached by\n"
-			 "kiln push --sign"),
+		CLI_STRING(0, "builder-id", &builder_id, "ID", "the builder --provenance names (default kiln@HOSTNAME; the build\n"
+			   "service's children: kiln-serve@HOSTNAME or build.builder_id).  A\n"
+			   "claim of the signer: a policy's builder is as good as its keys"),
 		CLI_STRING(0, "oci-out", &o.oci_out, "DIR", "also write an OCI image layout to DIR"),
 		CLI_STRING(0, "rootfs-out", &o.rootfs_out, "FILE", "also write the image's filesystem as ext4 (rootfs stage)"),
 		CLI_BOOL(0, "json", &json, "one JSON event per line on stdout (step, step_done, output,\n"
@@ -421,7 +421,12 @@ static int run(const struct kiln_command *cmd, int argc, char **argv)
 		rc = run_remote(remote, &o, &br, json);
 		goto out;
 	}
-	rc = run_local(&o, &tpl, &tags, json, provenance);
+	if (builder_id && (!br.provenance || (remote && *remote))) {
+		rc = cli_usage_error(cmd, "--builder-id names a local --provenance build's builder (a remote build's "
+				     "is the service's own)");
+		goto out;
+	}
+	rc = run_local(&o, &tpl, &tags, json, br.provenance, builder_id);
 out:
 	build_request_free(&br);
 	kiln_strv_free(&tags);

@@ -76,8 +76,13 @@ int cli_verify_pulled(rc_client *c, const struct oci_imgref *r, const struct rc_
 	if (sign_verify(c, &rule, r->host, r->repo, r->digest ? NULL : r->tag, m->digest,
 			oci_tmpl_is_artifact(m->data, m->len) && cfg[0] ? cfg : NULL, &v, err) < 0)
 		goto out;
-	fprintf(stderr, "kiln: %s/%s (%s): signed by %zu key%s the policy requires (%s, %.1f ms)\n", r->host, r->repo,
-		m->digest, rule.nkeys, rule.nkeys == 1 ? "" : "s", v.cached ? "trust record" : "verified", v.ms);
+	char where[96];
+	snprintf(where, sizeof(where), "%zu referrer%s%s", v.found.referrers, v.found.referrers == 1 ? "" : "s",
+		 v.found.tagged ? " and the .sig tag" : "");
+	fprintf(stderr, "kiln: %s/%s (%s): signed by %zu key%s the policy requires (%s%s%s, %.1f ms)\n", r->host,
+		r->repo, m->digest, rule.nkeys, rule.nkeys == 1 ? "" : "s", v.cached ? "trust record" : "verified",
+		v.cached ? "" : ": signatures from ", v.cached ? "" : (v.found.api ? where : "the .sig tag (no referrers API)"),
+		v.ms);
 	rc = 0;
 out:
 	sign_policy_free(p);
@@ -102,7 +107,7 @@ out:
 }
 
 int cli_provenance_record(const struct build_options *o, const struct build_result *res, double started,
-			  double finished, kiln_error **err)
+			  double finished, const char *builder_id, kiln_error **err)
 {
 	char dfd[KILN_DIGEST_MAX] = "", *df = NULL;
 	kiln_strv args = KILN_STRV_INIT, refs = KILN_STRV_INIT, digests = KILN_STRV_INIT;
@@ -125,7 +130,8 @@ int cli_provenance_record(const struct build_options *o, const struct build_resu
 				     .context_digest = res->context_digest[0] ? res->context_digest : NULL,
 				     .base_refs = (const char *const *)refs.v, .base_digests = (const char *const *)digests.v,
 				     .n_bases = res->n_bases, .args = (const char *const *)args.v,
-				     .n_args = args.n, .target = o->target, .started = started, .finished = finished };
+				     .n_args = args.n, .target = o->target, .builder_id = builder_id,
+				     .started = started, .finished = finished };
 	pred = sign_provenance_predicate(&b);
 	/* under the template's digest and the image's: either may be pushed (the service pushes both) */
 	rc = sign_provenance_save(res->manifest, pred, err);

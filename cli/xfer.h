@@ -87,11 +87,12 @@ int cli_verify_pulled(rc_client *c, const struct oci_imgref *r, const struct rc_
 		      kiln_error **err);
 int cli_verify_local(const char *ref, const char *digest, kiln_error **err);
 /* kiln build --provenance: the build's SLSA predicate, kept under the
- * template's (else the image's) digest until kiln push --sign attaches it. */
+ * template's (else the image's) digest until kiln push --sign attaches it;
+ * builder_id NULL: kiln@HOSTNAME. */
 struct build_options;
 struct build_result;
 int cli_provenance_record(const struct build_options *o, const struct build_result *res, double started,
-			  double finished, kiln_error **err);
+			  double finished, const char *builder_id, kiln_error **err);
 /* After a signed push of local (a template or image) as dest, digest: its
  * recorded provenance, if any, signed and attached. */
 int cli_provenance_pushed(const char *key_path, const char *local_digest, const char *dest, const char *digest,

@@ -45,6 +45,7 @@ enum kiln_errkind {
 	KILN_E_LIMIT,      /* a configured limit was hit */
 	KILN_E_IO,
 	KILN_E_QUOTA,      /* a team's quota (stored bytes, repositories, build minutes...) would be passed */
+	KILN_E_DENIED,     /* well formed, but a policy forbids it (the signing policy's refusals) */
 };
 
 typedef struct kiln_error_frame {

@@ -1,7 +1,8 @@
 /* manifest.c — manifests (GET with the OCI and Docker Accept types,
- * an index resolved to linux/amd64, HEAD, PUT) and the small synchronous
- * blob calls (HEAD, GET into memory).  Every digest is computed over the
- * bytes received; headers are never trusted for it. */
+ * an index resolved to linux/amd64, HEAD, PUT, the OCI 1.1 referrers of
+ * one) and the small synchronous blob calls (HEAD, GET into memory).
+ * Every digest is computed over the bytes received; headers are never
+ * trusted for it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,6 +192,62 @@ out:
 	rc_http_free(&r);
 	free(scope);
 	free(ct);
+	return rc;
+}
+
+int rc_referrers(rc_client *c, const char *repo, const char *digest, const char *artifact_type, json_t **index,
+		 kiln_error **err)
+{
+	char *scope = scope_of(repo, "pull"), *q = artifact_type ? curl_easy_escape(NULL, artifact_type, 0) : NULL;
+	json_t *j = NULL, *list, *d;
+	struct rc_http r;
+	size_t i;
+	int rc = -1;
+
+	*index = NULL;
+	rc_http_init(&r, c, "GET",
+		     q ? rc_url(c, "/v2/%s/referrers/%s?artifactType=%s", repo, digest, q)
+		       : rc_url(c, "/v2/%s/referrers/%s", repo, digest), scope);
+	r.headers = curl_slist_append(NULL, "Accept: " OCI_MT_OCI_INDEX);
+	r.out_max = MANIFEST_MAX;
+	if (rc_http_do(&r, err) < 0)
+		goto out;
+	/* no such route: 404 by the spec; 400, 405 and 501 from registries
+	 * that route /v2/NAME/referrers/ as something else */
+	if (r.status == 404 || r.status == 400 || r.status == 405 || r.status == 501) {
+		rc = 0;
+		goto out;
+	}
+	if (r.status != 200) {
+		rc_http_fail(&r, "referrers", err);
+		goto out;
+	}
+	if ((j = kiln_json_loadb(r.out.buf, r.out.len, "referrers", err)) == NULL)
+		goto out;
+	if (!json_is_array(list = json_object_get(j, "manifests"))) {
+		kiln_err(err, KILN_E_INVALID, "referrers: an answer without a manifests list");
+		goto out;
+	}
+	/* a registry may ignore the filter (no OCI-Filters-Applied): apply it */
+	if (artifact_type) {
+		json_t *keep = json_array();
+		json_array_foreach(list, i, d) {
+			const char *at = kiln_json_str(d, "artifactType");
+			if (at && strcmp(at, artifact_type) == 0)
+				json_array_append(keep, d);
+		}
+		json_object_set_new(j, "manifests", keep);
+	}
+	*index = j;
+	j = NULL;
+	rc = 1;
+out:
+	if (rc < 0)
+		kiln_error_wrap(err, "%s/%s@%s", c->host, repo, digest);
+	json_decref(j);
+	rc_http_free(&r);
+	curl_free(q);
+	free(scope);
 	return rc;
 }
 

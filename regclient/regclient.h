@@ -117,6 +117,14 @@ int rc_manifest_exists(rc_client *c, const char *repo, const char *ref, char dig
 int rc_manifest_put(rc_client *c, const char *repo, const char *ref, const char *media_type, const void *data,
 		     size_t len, char digest[KILN_DIGEST_MAX], kiln_error **err);
 
+/* The OCI 1.1 referrers of manifest digest (GET /v2/REPO/referrers/DIGEST),
+ * only those of artifact_type if given (filtered here when the registry did
+ * not): 1 with *index the image index it answered, 0 when the registry has
+ * no referrers API (404, or 400/405/501: read cosign's sha256-HEX tags
+ * instead). */
+int rc_referrers(rc_client *c, const char *repo, const char *digest, const char *artifact_type, json_t **index,
+		 kiln_error **err);
+
 /* 1 present (*size if not NULL), 0 missing: HEAD of the blob. */
 int rc_blob_exists(rc_client *c, const char *repo, const char *digest, int64_t *size, kiln_error **err);
 /* A whole blob into memory (at most max bytes), verified. */

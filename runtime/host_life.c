@@ -24,10 +24,13 @@ static void *refill_main(void *arg)
 		h->refill_q.n--;
 		pthread_mutex_unlock(&h->mu);
 		kiln_error *e = NULL;
-		if (snap_pool_fill(ref, h->cfg.pool_size, &e) < 0) {
+		/* the check a create makes (the signing policy: a template that
+		 * fails it is never restored, not even into a pool nobody claims) */
+		if (h->cfg.ensure_template && h->cfg.ensure_template(h->cfg.ud, ref, &e) < 0)
+			kiln_warn("sandbox pool of %s: not restored: %s", ref, kiln_error_message(e));
+		else if (snap_pool_fill(ref, h->cfg.pool_size, &e) < 0)
 			kiln_warn("sandbox pool of %s: %s", ref, kiln_error_message(e));
-			kiln_error_free(e);
-		}
+		kiln_error_free(e);
 		free(ref);
 		pthread_mutex_lock(&h->mu);
 	}

@@ -197,8 +197,9 @@ struct rt_host_config {
 	struct rt_limits host, team;
 	int pool_size;           /* warm sandboxes kept per template once used (0: none) */
 	const char *const *pool_templates; /* filled at start; NULL-terminated, may be NULL */
-	/* Make a template reference restorable here (pull it, lazily): NULL
-	 * when only local templates are served.  Called before each create. */
+	/* Make a template reference restorable here (pull it, lazily) and check
+	 * it (the signing policy): NULL when only local templates are served.
+	 * Called before each create and each pool refill. */
 	int (*ensure_template)(void *ud, const char *ref, kiln_error **err);
 	void *ud;
 	/* team's own limits (its quotas) over the copy of `team` it is given;

@@ -120,11 +120,14 @@ int svc_config_load(struct svc_config *c, const json_t *build, kiln_error **err)
 		return 0;
 	json_object_foreach((json_t *)build, key, v) {
 		int r = 0;
-		if (strcmp(key, "db") == 0 || strcmp(key, "host_id") == 0 || strcmp(key, "state_dir") == 0) {
+		if (strcmp(key, "db") == 0 || strcmp(key, "host_id") == 0 || strcmp(key, "state_dir") == 0 ||
+		    strcmp(key, "builder_id") == 0) {
 			if (!json_is_string(v) || !*json_string_value(v))
 				return kiln_err(err, KILN_E_INVALID, "build.%s: want a string", key);
-			*(strcmp(key, "db") == 0 ? &c->db : strcmp(key, "host_id") == 0 ? &c->host_id : &c->state_dir) =
-				json_string_value(v);
+			*(strcmp(key, "db") == 0	  ? &c->db
+			  : strcmp(key, "host_id") == 0 ? &c->host_id
+			  : strcmp(key, "builder_id") == 0 ? &c->builder_id
+							 : &c->state_dir) = json_string_value(v);
 		} else if (strcmp(key, "host_builds") == 0) {
 			r = get_uint(v, key, &c->host_builds, err);
 		} else if (strcmp(key, "team_builds") == 0) {
@@ -181,7 +184,7 @@ unsigned svc_err_status(const kiln_error *err)
 	case KILN_E_INVALID: case KILN_E_USAGE: return 400;
 	case KILN_E_EXISTS: return 409;
 	case KILN_E_LIMIT: return 413;
-	case KILN_E_QUOTA: return 403;
+	case KILN_E_QUOTA: case KILN_E_DENIED: return 403;
 	default: return 500;
 	}
 }

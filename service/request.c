@@ -327,6 +327,12 @@ static int check_options(svc *s, const char *team, json_t *req, struct build_req
 	}
 	if (build_request_wants_template(br))
 		json_object_set_new(req, "template", json_true());
+	/* provenance is attached by the signed push: without a key it would be
+	 * recorded and never reach the registry */
+	if (br->provenance && !kiln_json_str(s->cfg.team_sign_keys, team) && !s->cfg.sign_key)
+		return kiln_err(err, KILN_E_INVALID,
+				"provenance: this build service signs nothing of team %s's (no build.sign_key, no "
+				"build.team_sign_keys entry), so it cannot attach provenance to the result", team);
 	if (tl && (!json_is_integer(tl) || json_integer_value(tl) < 1))
 		return kiln_err(err, KILN_E_INVALID, "time_limit_s: want a positive number");
 	if (json_object_get(req, "source_date_epoch") &&

@@ -38,6 +38,8 @@ struct svc_config {
 	uint64_t cache_max;         /* per team: step cache + image store bytes kept by prune (default 10 GiB) */
 	int64_t cache_age_s;        /* prune removes cache entries unused this long (default 7 days) */
 	bool provenance;            /* builds record SLSA provenance (kiln build --provenance; default true) */
+	const char *builder_id;     /* the builder their provenance names (NULL: "kiln-serve@HOSTNAME",
+	                             * never a local build's "kiln@HOSTNAME") */
 	const char *sign_key;       /* private key (kiln key generate) signing what builds publish, and
 	                             * their provenance, or NULL; read by the push alone, never logged */
 	const json_t *team_sign_keys; /* {"TEAM": "KEY"}: a team's own key, instead of sign_key */
@@ -46,7 +48,7 @@ struct svc_config {
 /* Defaults, then the "build" value of the registry config (true or an object
  * with keys db, host_id, state_dir, host_builds, team_builds, time_limit_s,
  * context_max, context_files, fetch_private, cache_max, cache_age_s,
- * provenance, sign_key, team_sign_keys).  Strings point into `build`; each
+ * provenance, builder_id, sign_key, team_sign_keys).  Strings point into `build`; each
  * key file is checked to be a readable private key. */
 int svc_config_load(struct svc_config *c, const json_t *build, kiln_error **err);
 

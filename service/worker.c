@@ -440,6 +440,9 @@ static int build_argv(svc *s, const json_t *req, const char *dfname, const char 
 		goto out;
 	br.registry_bases = true;
 	br.public_urls = !s->cfg.fetch_private;
+	/* asked by the request, or the service's default for every build */
+	br.provenance = br.provenance || s->cfg.provenance;
+	bool provenance = br.provenance;
 	br.context_digests = digests;
 	build_request_to_json(&br, out);
 	build_request_free(&br);
@@ -455,8 +458,16 @@ static int build_argv(svc *s, const json_t *req, const char *dfname, const char 
 	argv_add(a, path);
 	argv_add(a, "-f");
 	argv_add(a, dfname);
-	if (s->cfg.provenance)
-		argv_add(a, "--provenance");
+	if (provenance) {
+		/* the service's own builder, so a policy can tell its builds from
+		 * a local one signed with the same key */
+		char host[256] = "", *id;
+		gethostname(host, sizeof(host) - 1);
+		id = s->cfg.builder_id ? kiln_xstrdup(s->cfg.builder_id) : kiln_xasprintf("kiln-serve@%s", host);
+		argv_add(a, "--builder-id");
+		argv_add(a, id);
+		free(id);
+	}
 out:
 	json_decref(out);
 	free(digests);

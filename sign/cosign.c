@@ -1,7 +1,9 @@
 /* cosign.c — signatures in cosign's storage format: a simple-signing payload
  * per signature, the layers of the manifest tagged sha256-HEX.sig, so that
  * any registry stores them and cosign or skopeo read them (and kiln reads
- * theirs).  Only the format and its transfer: trust decisions are verify.c's. */
+ * theirs); that manifest also names what it signs as its OCI 1.1 subject, so
+ * a registry with the referrers API lists it.  Only the format and its
+ * transfer: trust decisions are verify.c's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +11,9 @@
 
 #define SIG_MAX_LAYERS 64
 #define SIG_PAYLOAD_MAX (64u << 10)
+/* referrer manifests read per subject: the newest (listed last), so a flood
+ * of pushed referrers costs a bounded number of requests */
+#define SIG_MAX_REFERRERS 16
 
 char *sign_docker_ref(const char *host, const char *repo, const char *tag)
 {
@@ -81,7 +86,7 @@ static int put_blob(rc_client *c, const char *repo, const char *data, size_t len
  * tagged tag, with a config listing them (cosign's shape) and, when subject
  * is set, an OCI 1.1 subject so the referrers API lists it. */
 int sign_attach_put(rc_client *c, const char *repo, const char *tag, json_t *layers, const char *artifact_type,
-		    const char *subject, size_t subject_size, kiln_error **err)
+		    const char *subject, const char *subject_media, size_t subject_size, kiln_error **err)
 {
 	json_t *ids = json_array(), *l, *cfg = NULL, *m = NULL;
 	char cdig[KILN_DIGEST_MAX], *cs = NULL, *ms = NULL;
@@ -102,8 +107,8 @@ int sign_attach_put(rc_client *c, const char *repo, const char *tag, json_t *lay
 		json_object_set_new(m, "artifactType", json_string(artifact_type));
 	if (subject)
 		json_object_set_new(m, "subject",
-				    json_pack("{s:s, s:s, s:I}", "mediaType", OCI_MT_OCI_MANIFEST, "digest", subject, "size",
-					      (json_int_t)subject_size));
+				    json_pack("{s:s, s:s, s:I}", "mediaType", subject_media ? subject_media : OCI_MT_OCI_MANIFEST,
+					      "digest", subject, "size", (json_int_t)subject_size));
 	ms = json_dumps(m, JSON_COMPACT);
 	rc = rc_manifest_put(c, repo, tag, OCI_MT_OCI_MANIFEST, ms, strlen(ms), NULL, err);
 out:
@@ -120,13 +125,19 @@ int sign_attach_append(rc_client *c, const char *repo, const char *tag, json_t *
 {
 	kiln_error *e = NULL;
 	json_t *old = sign_attach_get(c, repo, tag, &e), *layers = json_array(), *l;
+	struct rc_doc sd = { 0 };
 	size_t i;
-	int rc;
+	int rc = -1;
 
 	if (e) {
 		*err = e;
 		json_decref(layers);
 		return kiln_error_wrap(err, "read the attachments %s", tag);
+	}
+	/* the subject descriptor's type and size are the signed manifest's own */
+	if (subject && rc_manifest_get(c, repo, subject, NULL, &sd, err) < 0) {
+		kiln_error_wrap(err, "read the signed manifest %s", subject);
+		goto out;
 	}
 	if (old) {
 		json_array_foreach(json_object_get(old, "layers"), i, l)
@@ -134,10 +145,87 @@ int sign_attach_append(rc_client *c, const char *repo, const char *tag, json_t *
 				json_array_append(layers, l);
 	}
 	json_array_append(layers, layer);
-	rc = sign_attach_put(c, repo, tag, layers, artifact_type, subject, 0, err);
+	rc = sign_attach_put(c, repo, tag, layers, artifact_type, subject, sd.media_type, sd.len, err);
+out:
+	rc_doc_free(&sd);
 	json_decref(layers);
 	json_decref(old);
 	return rc;
+}
+
+/* Add the layers of manifest m (a referrer or the tagged attachment) to
+ * out, each once. */
+static void add_layers(json_t *out, json_t *m)
+{
+	json_t *l, *o;
+	size_t i, k;
+
+	json_array_foreach(json_object_get(m, "layers"), i, l) {
+		bool seen = false;
+		json_array_foreach(out, k, o)
+			if (json_equal(o, l))
+				seen = true;
+		if (!seen && json_array_size(out) < SIG_MAX_LAYERS)
+			json_array_append(out, l);
+	}
+}
+
+json_t *sign_attach_layers(rc_client *c, const char *repo, const char *digest, const char *suffix,
+			   const char *artifact_type, struct sign_found *found, kiln_error **err)
+{
+	char *tag = sign_attach_tag(digest, suffix);
+	json_t *out = json_array(), *idx = NULL, *list, *m;
+	kiln_error *e = NULL;
+	int has = rc_referrers(c, repo, digest, artifact_type, &idx, err);
+	size_t n, first;
+
+	memset(found, 0, sizeof(*found));
+	if (has < 0)
+		goto fail;
+	found->api = has == 1;
+	list = json_object_get(idx, "manifests");
+	n = json_array_size(list);
+	first = n > SIG_MAX_REFERRERS ? n - SIG_MAX_REFERRERS : 0;
+	for (size_t i = first; i < n; i++) {
+		const char *d = kiln_json_str(json_array_get(list, i), "digest");
+		struct rc_doc doc = { 0 };
+
+		if (!d || kiln_digest_parse(d, NULL, NULL) < 0)
+			continue;
+		/* fetched by digest: rc_manifest_get checks the bytes against it */
+		if (rc_manifest_get(c, repo, d, OCI_MT_OCI_MANIFEST, &doc, err) < 0 ||
+		    (m = kiln_json_loadb(doc.data, doc.len, d, err)) == NULL) {
+			rc_doc_free(&doc);
+			kiln_error_wrap(err, "read the referrer %s", d);
+			goto fail;
+		}
+		/* a referrer names its subject itself: one that names another is not this digest's */
+		const char *subj = kiln_json_str(json_object_get(m, "subject"), "digest");
+		if (subj && strcmp(subj, digest) == 0) {
+			add_layers(out, m);
+			found->referrers++;
+		}
+		json_decref(m);
+		rc_doc_free(&doc);
+	}
+	if ((m = sign_attach_get(c, repo, tag, &e)) == NULL && e) {
+		*err = e;
+		kiln_error_wrap(err, "read %s", tag);
+		goto fail;
+	}
+	if (m) {
+		add_layers(out, m);
+		found->tagged = true;
+		json_decref(m);
+	}
+	json_decref(idx);
+	free(tag);
+	return out;
+fail:
+	json_decref(idx);
+	json_decref(out);
+	free(tag);
+	return NULL;
 }
 
 int sign_push(rc_client *c, const char *repo, const char *docker_ref, const char *digest, const sign_key *k,
@@ -153,7 +241,7 @@ int sign_push(rc_client *c, const char *repo, const char *docker_ref, const char
 		goto out;
 	layer = json_pack("{s:s, s:s, s:I, s:{s:s}}", "mediaType", SIGN_PAYLOAD_MEDIA, "digest", pdig, "size",
 			  (json_int_t)strlen(payload), "annotations", SIGN_ANNOTATION, b64);
-	rc = sign_attach_append(c, repo, tag, layer, NULL, NULL, err);
+	rc = sign_attach_append(c, repo, tag, layer, SIGN_SIG_ARTIFACT, digest, err);
 out:
 	if (rc < 0)
 		kiln_error_wrap(err, "sign %s (%s)", docker_ref, digest);
@@ -166,23 +254,14 @@ out:
 
 int sign_fetch(rc_client *c, const char *repo, const char *digest, struct sign_sigs *out, kiln_error **err)
 {
-	char *tag = sign_attach_tag(digest, "sig");
-	kiln_error *e = NULL;
-	json_t *m = sign_attach_get(c, repo, tag, &e), *l;
+	json_t *layers, *l;
 	size_t i;
-	int rc = -1;
 
 	memset(out, 0, sizeof(*out));
-	if (e) {
-		*err = e;
-		kiln_error_wrap(err, "read the signatures of %s (%s)", digest, tag);
-		goto out;
-	}
-	rc = 0;
-	if (m == NULL)
-		goto out;
+	if ((layers = sign_attach_layers(c, repo, digest, "sig", SIGN_SIG_ARTIFACT, &out->found, err)) == NULL)
+		return kiln_error_wrap(err, "read the signatures of %s", digest);
 	out->v = kiln_xcalloc(SIG_MAX_LAYERS, sizeof(*out->v));
-	json_array_foreach(json_object_get(m, "layers"), i, l) {
+	json_array_foreach(layers, i, l) {
 		const char *mt = kiln_json_str(l, "mediaType"), *d = kiln_json_str(l, "digest");
 		const char *b64 = kiln_json_str(json_object_get(l, "annotations"), SIGN_ANNOTATION);
 		struct sign_sig *s;
@@ -193,18 +272,16 @@ int sign_fetch(rc_client *c, const char *repo, const char *digest, struct sign_s
 			continue;
 		s = &out->v[out->n];
 		if (rc_blob_get_mem(c, repo, d, SIG_PAYLOAD_MAX, &s->payload, &s->payload_len, err) < 0) {
-			kiln_error_wrap(err, "read the signature payload %s (%s)", d, tag);
+			kiln_error_wrap(err, "read the signature payload %s of %s", d, digest);
 			sign_sigs_free(out);
-			rc = -1;
-			goto out;
+			json_decref(layers);
+			return -1;
 		}
 		s->b64 = b64 ? kiln_xstrdup(b64) : NULL;
 		out->n++;
 	}
-out:
-	json_decref(m);
-	free(tag);
-	return rc;
+	json_decref(layers);
+	return 0;
 }
 
 int sign_payload_check(const char *payload, size_t len, const char *host, const char *repo, const char *tag,

@@ -1,7 +1,8 @@
 /* provenance.c — build provenance as an in-toto v1 statement with a SLSA v1
  * predicate: recorded by kiln build --provenance under the result's digest,
  * then signed in a DSSE envelope and stored by kiln push --sign as the
- * sha256-HEX.att manifest (cosign's attestation) of the pushed manifest. */
+ * sha256-HEX.att manifest (cosign's attestation) of the pushed manifest,
+ * which names it as its OCI 1.1 subject (a referrer). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,7 +130,9 @@ int sign_provenance_push(rc_client *c, const char *repo, const char *docker_ref,
 	layer = json_pack("{s:s, s:s, s:I, s:{s:s, s:s}}", "mediaType", SIGN_DSSE_MEDIA, "digest", edig, "size",
 			  (json_int_t)strlen(env_s), "annotations", SIGN_ANNOTATION, "", "predicateType",
 			  SIGN_SLSA_PREDICATE);
-	rc = sign_attach_append(c, repo, tag, layer, SIGN_DSSE_MEDIA, NULL, err);
+	/* as a referrer, typed by what the envelope carries (an in-toto
+	 * statement), as cosign's later releases type their attestations */
+	rc = sign_attach_append(c, repo, tag, layer, SIGN_INTOTO_TYPE, digest, err);
 out:
 	if (rc < 0)
 		kiln_error_wrap(err, "attach provenance to %s (%s)", docker_ref, digest);
@@ -143,17 +146,15 @@ out:
 json_t *sign_provenance_fetch(rc_client *c, const char *repo, const char *digest, sign_key *const *keys,
 			      size_t nkeys, kiln_error **err)
 {
-	char *tag = sign_attach_tag(digest, "att");
-	kiln_error *e = NULL;
-	json_t *m = sign_attach_get(c, repo, tag, &e), *out = json_array(), *l;
+	struct sign_found found;
+	json_t *m = sign_attach_layers(c, repo, digest, "att", SIGN_INTOTO_TYPE, &found, err), *out = json_array(), *l;
 	size_t i;
 
-	if (e) {
-		*err = e;
-		kiln_error_wrap(err, "read the attestations of %s (%s)", digest, tag);
+	if (m == NULL) {
+		kiln_error_wrap(err, "read the attestations of %s", digest);
 		goto fail;
 	}
-	json_array_foreach(json_object_get(m, "layers"), i, l) {
+	json_array_foreach(m, i, l) {
 		const char *d = kiln_json_str(l, "digest"), *mt = kiln_json_str(l, "mediaType");
 		char *data = NULL, *body = NULL, *msg = NULL;
 		size_t len, blen = 0, mlen;
@@ -193,11 +194,9 @@ json_t *sign_provenance_fetch(rc_client *c, const char *repo, const char *digest
 		json_decref(env), json_decref(st), free(data), free(body), free(msg);
 	}
 	json_decref(m);
-	free(tag);
 	return out;
 fail:
 	json_decref(m);
 	json_decref(out);
-	free(tag);
 	return NULL;
 }

@@ -45,6 +45,10 @@ int sign_key_verify(const sign_key *k, const void *data, size_t len, const char 
 #define SIGN_PAYLOAD_MEDIA "application/vnd.dev.cosign.simplesigning.v1+json"
 #define SIGN_ANNOTATION "dev.cosignproject.cosign/signature"
 #define SIGN_PAYLOAD_TYPE "cosign container image signature"
+/* the artifactType of a signature manifest as a referrer: cosign's (what
+ * `cosign sign --registry-referrers-mode=oci-1-1` writes as its config's
+ * type and `cosign verify --experimental-oci11` asks the referrers API for) */
+#define SIGN_SIG_ARTIFACT "application/vnd.dev.cosign.artifact.sig.v1+json"
 
 /* The docker reference a signature names: "HOST/REPO[:TAG]", Docker Hub as
  * "docker.io/…" (tag NULL: the repository alone). */
@@ -54,7 +58,10 @@ char *sign_payload_make(const char *docker_ref, const char *digest);
 /* The tag of an attachment of digest: "sha256-HEX.sig" / ".att". */
 char *sign_attach_tag(const char *digest, const char *suffix);
 /* Sign repo's manifest digest as docker_ref with k and store it, keeping the
- * signatures already there (another signer's, a previous one). */
+ * signatures already there (another signer's, a previous one): tagged
+ * sha256-HEX.sig, with digest as its OCI 1.1 subject and SIGN_SIG_ARTIFACT
+ * as its artifactType, so the referrers API lists it where the registry has
+ * one (the tag's earlier manifests stay listed too: each holds a subset). */
 int sign_push(rc_client *c, const char *repo, const char *docker_ref, const char *digest, const sign_key *k,
 	      kiln_error **err);
 
@@ -64,12 +71,22 @@ struct sign_sig {
 	size_t payload_len;
 	char *b64;                     /* its signature annotation, or NULL */
 };
+/* Where attachments were found. */
+struct sign_found {
+	bool api;                      /* the registry answered the referrers API */
+	size_t referrers;              /* referrer manifests read */
+	bool tagged;                   /* the sha256-HEX.SUFFIX tag was there */
+};
 struct sign_sigs {
 	struct sign_sig *v;
 	size_t n;
+	struct sign_found found;
 };
 void sign_sigs_free(struct sign_sigs *s);
-/* The signatures attached to digest in repo (none: n = 0, not an error). */
+/* The signatures attached to digest in repo (none: n = 0, not an error):
+ * those of its referrers of SIGN_SIG_ARTIFACT (what cosign's OCI 1.1 mode
+ * writes, with no tag), when the registry has the referrers API (a 404: it
+ * has not), and those of the sha256-HEX.sig tag, each once. */
 int sign_fetch(rc_client *c, const char *repo, const char *digest, struct sign_sigs *out, kiln_error **err);
 /* Check a payload: its type, that it names digest, and that its identity
  * matches what was asked for: the exact "HOST/REPO:TAG" when pulled by tag,
@@ -108,10 +125,13 @@ json_t *sign_provenance_predicate(const struct sign_build_info *b);
 int sign_provenance_save(const char *digest, const json_t *predicate, kiln_error **err);
 json_t *sign_provenance_load(const char *digest, kiln_error **err);
 /* The statement of predicate for subject (docker_ref, digest), signed with
- * k, stored as digest's attestation in repo. */
+ * k, stored as digest's attestation in repo: tagged sha256-HEX.att, with
+ * digest as its subject and SIGN_INTOTO_TYPE as its artifactType. */
 int sign_provenance_push(rc_client *c, const char *repo, const char *docker_ref, const char *digest,
 			 const json_t *predicate, const sign_key *k, kiln_error **err);
-/* The statements attached to digest: a JSON array of {"statement", "key"}
+/* The statements attached to digest (its referrers of SIGN_INTOTO_TYPE, as
+ * cosign's later releases write them, and the sha256-HEX.att tag): a JSON
+ * array of {"statement", "key"}
  * (key: the id of the one of keys[0..nkeys) whose signature verifies, or
  * null); empty when none.  A statement about another subject is an error. */
 json_t *sign_provenance_fetch(rc_client *c, const char *repo, const char *digest, sign_key *const *keys,
@@ -163,6 +183,7 @@ bool sign_rule_active(const struct sign_rule *r);
 struct sign_verified {
 	bool cached;                   /* a trust record answered: nothing fetched */
 	double ms;                     /* the time it took */
+	struct sign_found found;       /* where the signatures were (not cached) */
 };
 
 /* Check repo's manifest digest, fetched as host/repo:tag (tag NULL: by

@@ -126,7 +126,7 @@ static int builder_ok(rc_client *c, const struct sign_rule *rule, const char *re
 			found = true;
 	}
 	if (!found)
-		kiln_err(err, KILN_E_INVALID, "%s (%s): refused: no signed provenance naming builder %s%s", shown, digest,
+		kiln_err(err, KILN_E_DENIED, "%s (%s): refused: no signed provenance naming builder %s%s", shown, digest,
 			 rule->builder, why.len ? why.buf : " (none attached)");
 	json_decref(prov);
 	kiln_buf_free(&why);
@@ -144,7 +144,7 @@ int sign_verify(rc_client *c, const struct sign_rule *rule, const char *host, co
 
 	memset(v, 0, sizeof(*v));
 	if (rule->reject) {
-		kiln_err(err, KILN_E_INVALID, "%s (%s): refused: the signing policy rejects %s", shown, digest,
+		kiln_err(err, KILN_E_DENIED, "%s (%s): refused: the signing policy rejects %s", shown, digest,
 			 rule->scope ? rule->scope : "every registry it does not name");
 		goto out;
 	}
@@ -155,9 +155,11 @@ int sign_verify(rc_client *c, const struct sign_rule *rule, const char *host, co
 	}
 	if (sign_fetch(c, repo, digest, &sigs, err) < 0)
 		goto wrap;
+	v->found = sigs.found;
 	if (sigs.n == 0) {
-		kiln_err(err, KILN_E_INVALID, "%s (%s): refused: not signed (no signature manifest %s-%s.sig in %s)",
-			 shown, digest, "sha256", kiln_digest_hex(digest), repo);
+		kiln_err(err, KILN_E_DENIED, "%s (%s): refused: not signed (no signature %s nor a manifest %s-%s.sig in %s)",
+			 shown, digest, sigs.found.api ? "among its referrers" : "referrer (the registry has no referrers API)",
+			 "sha256", kiln_digest_hex(digest), repo);
 		goto out;
 	}
 	for (size_t i = 0; i < rule->nkeys; i++) {
@@ -166,7 +168,7 @@ int sign_verify(rc_client *c, const struct sign_rule *rule, const char *host, co
 		if (!signed_by(&sigs, rule->keys[i], host, repo, rule->match_repository ? NULL : tag, digest, &why,
 			       err)) {
 			if (!*err)
-				kiln_err(err, KILN_E_INVALID, "%s (%s): refused: no valid signature by key %s (%s)%s", shown,
+				kiln_err(err, KILN_E_DENIED, "%s (%s): refused: no valid signature by key %s (%s)%s", shown,
 					 digest, sign_key_id(rule->keys[i]), sign_key_path(rule->keys[i]), why.len ? why.buf : "");
 			goto out;
 		}
@@ -191,11 +193,11 @@ out:
 int sign_trusted(const struct sign_rule *rule, const char *ref, const char *digest, kiln_error **err)
 {
 	if (rule->reject)
-		return kiln_err(err, KILN_E_INVALID, "%s (%s): refused: the signing policy rejects %s", ref, digest,
+		return kiln_err(err, KILN_E_DENIED, "%s (%s): refused: the signing policy rejects %s", ref, digest,
 				rule->scope ? rule->scope : "every registry it does not name");
 	if (record_covers(digest, NULL, rule))
 		return 0;
-	return kiln_err(err, KILN_E_INVALID,
+	return kiln_err(err, KILN_E_DENIED,
 			"%s (%s): refused: not verified on this host against the signing policy (scope %s needs "
 			"signatures by %zu key%s); pull it again from its registry to verify it", ref, digest,
 			rule->scope ? rule->scope : "default", rule->nkeys, rule->nkeys == 1 ? "" : "s");

@@ -92,8 +92,12 @@ refused "a signature made for another tag, replayed, is refused" "it was made fo
 # a truncated signature
 "$KILN" push --sign team.key demo:2 "$REG/team/trunc:v1" >/dev/null 2>&1
 req GET "/v2/team/trunc/manifests/$(sig_tag "$D2")"
+good=$(hdr Docker-Content-Digest)
 jq -c '.layers[0].annotations."dev.cosignproject.cosign/signature" |= .[0:40]' body >trunc.json
 req PUT "/v2/team/trunc/manifests/$(sig_tag "$D2")" -H 'Content-Type: application/vnd.oci.image.manifest.v1+json' --data-binary @trunc.json
+# the untruncated manifest is a referrer of D2 (its subject) until deleted
+req DELETE "/v2/team/trunc/manifests/$good"
+expect_code "the untruncated signature manifest deleted (the truncated one its only referrer)" 202
 refused "a truncated signature is refused" "not a valid signature by this key" "$REG/team/trunc:v1"
 echo "{\"scopes\": {\"$REG/team/trunc\": {\"reject\": true}, \"$REG/team\": {\"keys\": [\"team.pub\"]}}}" >rej.json
 expect_exit 1 "the most specific scope applies (reject)" env KILN_HOME="$H2" "$KILN" pull --policy rej.json "$REG/team/trunc:v1"
