@@ -279,42 +279,103 @@ fail:
 	reg_internal(r, err);
 }
 
+void reg_usage_set(json_t *quotas, const char *key, int64_t used, int64_t limit)
+{
+	json_object_set_new(quotas, key, json_pack("{s:I,s:o}", "used", (json_int_t)used, "limit",
+						   limit < 0 ? json_null() : json_integer(limit)));
+}
+
+static int64_t limit_of(const struct reg_quota *q, enum reg_quota_key k)
+{
+	return q->src[k] == REG_QUOTA_UNSET || q->v[k] == REG_QUOTA_NONE ? -1 : q->v[k];
+}
+
+/* A team's row: what it holds, and each quota that applies to it with its
+ * use, counted where the quota is checked: bytes and repos here, the
+ * services' through their observers (builds, build minutes, sandboxes).  A
+ * quota set for a service this server does not run has no use ("used": null). */
+static json_t *team_row(reg_req *r, const struct reg_team_usage *u, kiln_error **err)
+{
+	unsigned no = __atomic_load_n(&r->srv->nobservers, __ATOMIC_ACQUIRE);
+	json_t *quotas;
+	struct reg_quota q;
+
+	if (reg_server_quota(r->srv, u->team, &q, err) < 0)
+		return NULL;
+	quotas = json_object();
+	for (int k = 0; k < REG_QUOTA_N; k++)
+		if (q.src[k] != REG_QUOTA_UNSET)
+			json_object_set_new(quotas, reg_quota_key_name((enum reg_quota_key)k),
+					    json_pack("{s:n,s:o}", "used", "limit",
+						      q.v[k] == REG_QUOTA_NONE ? json_null() : json_integer(q.v[k])));
+	reg_usage_set(quotas, "bytes", u->bytes, limit_of(&q, REG_QUOTA_BYTES));
+	reg_usage_set(quotas, "repos", u->repos, limit_of(&q, REG_QUOTA_REPOS));
+	for (unsigned i = 0; i < no; i++) {
+		const struct reg_observer *o = r->srv->observers[i];
+		if (o->usage && o->usage(o->ud, u->team, quotas, err) < 0) {
+			json_decref(quotas);
+			return NULL;
+		}
+	}
+	return json_pack("{s:s,s:I,s:I,s:I,s:I,s:o}", "team", u->team, "repos", (json_int_t)u->repos, "tags",
+			 (json_int_t)u->tags, "blobs", (json_int_t)u->blobs, "bytes", (json_int_t)u->bytes, "quotas", quotas);
+}
+
+static int cmp_team(const void *a, const void *b)
+{
+	return strcmp(((const struct reg_team_usage *)a)->team, ((const struct reg_team_usage *)b)->team);
+}
+
+/* The teams of the caller's own namespaces that hold nothing yet: their
+ * builds and sandboxes count too. */
+static void caller_teams(reg_req *r, struct reg_team_usage **u, size_t *n)
+{
+	char *ns = reg_req_namespaces(r, REG_PULL), *save = NULL;
+	size_t had = *n;
+
+	for (char *p = ns ? strtok_r(ns, ";", &save) : NULL; p; p = strtok_r(NULL, ";", &save)) {
+		bool seen = false;
+
+		p[strcspn(p, "/")] = '\0';
+		if (!reg_quota_team_valid(p))
+			continue;
+		for (size_t i = 0; i < *n && !seen; i++)
+			seen = strcmp((*u)[i].team, p) == 0;
+		if (seen)
+			continue;
+		*u = kiln_xrealloc(*u, (*n + 1) * sizeof(**u));
+		(*u)[(*n)++] = (struct reg_team_usage){ .team = kiln_xstrdup(p) };
+	}
+	free(ns);
+	if (*n != had)
+		qsort(*u, *n, sizeof(**u), cmp_team);
+}
+
 /* GET /kiln/v1/usage: what each team the caller may pull from holds, and its quotas. */
 static void usage(reg_req *r)
 {
 	struct reg_team_usage *u = NULL;
 	kiln_error *err = NULL;
-	json_t *out = json_array();
+	json_t *out = json_array(), *row;
 	size_t n = 0;
 
-	if (reg_db_team_usage(r->srv->db, &u, &n, &err) < 0) {
-		json_decref(out);
-		reg_internal(r, err);
-		return;
-	}
+	if (reg_db_team_usage(r->srv->db, &u, &n, &err) < 0)
+		goto fail;
+	caller_teams(r, &u, &n);
 	for (size_t i = 0; i < n; i++) {
-		struct reg_quota q;
-		json_t *quotas = json_object();
-
 		if (!reg_req_allows(r, u[i].team, REG_PULL))
 			continue;
-		if (reg_server_quota(r->srv, u[i].team, &q, &err) < 0) {
-			json_decref(quotas);
-			json_decref(out);
-			reg_team_usage_free(u, n);
-			reg_internal(r, err);
-			return;
-		}
-		for (int k = 0; k < REG_QUOTA_N; k++)
-			if (q.v[k] != REG_QUOTA_NONE && q.src[k] != REG_QUOTA_UNSET)
-				json_object_set_new(quotas, reg_quota_key_name((enum reg_quota_key)k), json_integer(q.v[k]));
-		json_array_append_new(out, json_pack("{s:s,s:I,s:I,s:I,s:I,s:o}", "team", u[i].team, "repos",
-						     (json_int_t)u[i].repos, "tags", (json_int_t)u[i].tags, "blobs",
-						     (json_int_t)u[i].blobs, "bytes", (json_int_t)u[i].bytes, "quotas",
-						     quotas));
+		if ((row = team_row(r, &u[i], &err)) == NULL)
+			goto fail;
+		json_array_append_new(out, row);
 	}
 	reg_team_usage_free(u, n);
 	reg_respond_json(r, 200, json_pack("{s:o}", "teams", out), NULL);
+	return;
+fail:
+	reg_team_usage_free(u, n);
+	json_decref(out);
+	reg_internal(r, err);
 }
 
 void reg_overview_handle(reg_req *r)

@@ -407,29 +407,50 @@ async function viewSandboxes() {
 
 // ---- usage -----------------------------------------------------------------
 
+// Every quota a team may have (docs/operations.md "Quotas per team"), how
+// its use and limit read.
+const mins = (q) => ((q.used_seconds !== undefined ? q.used_seconds : q.used * 60) / 60).toFixed(1) + ' min';
+const QUOTAS = [
+  ['bytes', 'stored bytes (after deduplication)', (q) => bytes(q.used), (v) => bytes(v)],
+  ['repos', 'repositories', (q) => String(q.used), String],
+  ['builds', 'builds running at once', (q) => String(q.used), String],
+  ['build_minutes', 'build minutes today (UTC)', mins, (v) => v + ' min'],
+  ['sandboxes', 'sandboxes running on this host', (q) => String(q.used), String],
+  ['sandbox_memory_mib', "their memory", (q) => q.used + ' MiB', (v) => v + ' MiB'],
+  ['sandbox_vcpus', 'their vCPUs', (q) => String(q.used), String],
+];
+
 async function viewUsage() {
   const u = await api('/kiln/v1/usage');
   const meter = (used, limit) => {
-    if (limit === undefined) return el('span', { class: 'muted' }, 'no quota');
     const pct = limit > 0 ? Math.min(100, (100 * used) / limit) : 100;
     const bar = el('span');
     bar.style.width = pct.toFixed(1) + '%'; // CSSOM, allowed by the CSP (no inline style attribute)
-    return el('span', { class: 'row' }, el('span', { class: 'meter' + (used > limit ? ' over' : ''), role: 'img',
+    return el('span', { class: 'row' }, el('span', { class: 'meter' + (used >= limit ? ' over' : ''), role: 'img',
       'aria-label': `${pct.toFixed(0)} percent` }, bar), `${pct.toFixed(0)}%`);
   };
-  const rows = u.teams.map((t) => el('tr', { 'data-team': t.team },
-    el('td', {}, t.team),
-    el('td', { class: 'num' }, String(t.repos)), el('td', {}, t.quotas.repos !== undefined ? 'of ' + t.quotas.repos : ''),
-    el('td', { class: 'num' }, String(t.tags)),
-    el('td', { class: 'num' }, bytes(t.bytes)),
-    el('td', {}, t.quotas.bytes !== undefined ? 'of ' + bytes(t.quotas.bytes) : ''),
-    el('td', {}, meter(t.bytes, t.quotas.bytes)),
-    el('td', {}, Object.entries(t.quotas).filter(([k]) => k !== 'bytes' && k !== 'repos')
-      .map(([k, v]) => `${k} ${v}`).join(', '))));
-  show(el('h1', {}, 'Usage against quotas'),
-    el('table', { class: 'usage' }, el('thead', {}, el('tr', {}, el('th', {}, 'team'), el('th', { class: 'num' }, 'repositories'),
-      el('th', {}, ''), el('th', { class: 'num' }, 'tags'), el('th', { class: 'num' }, 'stored'), el('th', {}, ''),
-      el('th', {}, 'stored / quota'), el('th', {}, 'other quotas'))), el('tbody', {}, rows)));
+  const out = [el('h1', {}, 'Usage against quotas')];
+  if (!u.teams.length) out.push(el('p', { class: 'muted' }, 'No team to show.'));
+  for (const t of u.teams) {
+    const rows = QUOTAS.filter(([k]) => t.quotas[k]).map(([k, what, used, lim]) => {
+      const q = t.quotas[k];
+      const counted = q.used !== null && q.used !== undefined;
+      const usedVal = k === 'build_minutes' && q.used_seconds !== undefined ? q.used_seconds / 60 : q.used;
+      return el('tr', { 'data-quota': k },
+        el('th', { scope: 'row' }, what),
+        el('td', { class: 'num used' }, counted ? used(q) : el('span', { class: 'muted' }, 'not counted here')),
+        el('td', { class: 'num limit' }, q.limit === null ? el('span', { class: 'muted' }, 'no limit') : lim(q.limit)),
+        el('td', {}, counted && q.limit !== null ? meter(usedVal, q.limit) : ''));
+    });
+    out.push(el('section', { 'data-team': t.team, 'aria-labelledby': 'usage-' + t.team },
+      el('h2', { id: 'usage-' + t.team }, t.team),
+      el('p', { class: 'muted' }, `${t.repos} repositories, ${t.tags} tags, ${t.blobs} blobs, ${bytes(t.bytes)} stored`),
+      el('table', { class: 'usage' },
+        el('thead', {}, el('tr', {}, el('th', {}, 'quota'), el('th', { class: 'num' }, 'used'),
+          el('th', { class: 'num' }, 'limit'), el('th', {}, 'used / limit'))),
+        el('tbody', {}, rows))));
+  }
+  show(...out);
 }
 
 // ---- routing ---------------------------------------------------------------

@@ -149,9 +149,22 @@ async function contrast(page, where) {
   await shot('builds');
   await contrast(page, 'builds page');
   await page.goto(E.URL + '/ui/#/usage', { waitUntil: 'networkidle0' });
-  await page.waitForSelector('tr[data-team="team-a"]', { timeout: 10000 }).catch(() => {});
-  const urow = await page.$eval('tr[data-team="team-a"]', (tr) => tr.textContent).catch(() => '');
-  ok(/of 50\.0 MiB/.test(urow) && /%/.test(urow), "usage: the team's stored bytes against its quota", urow);
+  await page.waitForSelector('section[data-team="team-a"] tr[data-quota]', { timeout: 10000 }).catch(() => {});
+  const quota = await page.$$eval('section[data-team="team-a"] tr[data-quota]', (trs) => Object.fromEntries(trs.map((tr) =>
+    [tr.dataset.quota, [...tr.children].map((td) => td.textContent)]))).catch(() => ({}));
+  ok(quota.bytes && /^\d+(\.\d)? (B|KiB|MiB)$/.test(quota.bytes[1]) && quota.bytes[2] === '50.0 MiB' && /%$/.test(quota.bytes[3]),
+     "usage: the team's stored bytes against its 50 MiB quota", JSON.stringify(quota.bytes));
+  ok(quota.builds && quota.builds[1] === '0' && quota.builds[2] === '2', 'usage: builds running now, 0 of 2 (the default team_builds)', JSON.stringify(quota.builds));
+  // build minutes today: what the builds API says team-a's builds ran, summed here
+  const list = await (await fetch(E.URL + '/build/v1/builds', { headers: { 'X-API-Key': E.TOKEN } })).json();
+  const day = Math.floor(Date.now() / 86400000) * 86400;
+  const secs = list.builds.filter((b) => b.started && b.ended > day).reduce((a, b) => a + b.ended - Math.max(b.started, day), 0);
+  ok(quota.build_minutes && secs >= 8 && quota.build_minutes[1] === (secs / 60).toFixed(1) + ' min' && quota.build_minutes[2] === '600 min' &&
+     /^\d+%$/.test(quota.build_minutes[3]), `usage: build minutes today against build_minutes 600 (${secs} s of builds in the builds API)`,
+     JSON.stringify(quota.build_minutes));
+  ok(quota.sandboxes && quota.sandboxes[1] === 'not counted here' && quota.sandboxes[2] === '3',
+     'usage: a sandbox quota on a server without the sandbox service: its limit, no use', JSON.stringify(quota.sandboxes));
+  ok(!quota.sandbox_vcpus, 'usage: a quota set nowhere (and enforced by no service here) is not listed', JSON.stringify(quota));
   await shot('usage');
   await contrast(page, 'usage page');
   const tabs = [];

@@ -19,7 +19,7 @@ trap 'kill "$SRV" "$SLOW" 2>/dev/null; wait 2>/dev/null; rm -rf "$T_TMP"' EXIT
 
 DATA=$T_TMP/data
 cat >"$T_TMP/serve.json" <<JSON
-{"auth": true, "build": {"host_builds": 1, "fetch_private": true}, "quotas": {"team-a": {"bytes": "50M"}}}
+{"auth": true, "build": {"host_builds": 1, "fetch_private": true}, "quotas": {"team-a": {"bytes": "50M", "build_minutes": 600, "sandboxes": 3}}}
 JSON
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
 B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)
@@ -72,6 +72,14 @@ for _ in $(seq 50); do [ -s "$T_TMP/slow.port" ] && break; sleep 0.1; done
 LIVE=$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" \
 	-d "{\"dockerfile\":\"FROM scratch\\nADD http://127.0.0.1:$(cat "$T_TMP/slow.port")/x /x\\n\"}" | jq -r .id)
 expect_grep "the live build is queued" '^b-' <(echo "$LIVE")
+# usage counts it where the claim does: one build of team-a running
+for _ in $(seq 100); do
+	[ "$(curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$LIVE" | jq -r .state)" = building ] && break
+	sleep 0.1
+done
+expect_eq "/kiln/v1/usage: team-a runs 1 build of its 2 (team_builds)" \
+	"$(curl -s -H "Authorization: Bearer $A" "$URL/kiln/v1/usage" | jq -c '.teams[] | select(.team == "team-a") | .quotas.builds')" \
+	'{"used":1,"limit":2}'
 
 if [ ! -x "$CHROMIUM" ]; then
 	skip "the dashboard in Chromium" "no $CHROMIUM (deps/ui.txt: apt-get install chromium)"
