@@ -167,27 +167,42 @@ function tagRow(repo, t) {
     el('td', {}, t.build ? el('a', { href: '#/build/' + encodeURIComponent(t.build.replace(/^build /, '')) },
       t.build.replace(/^build /, '')) : ''),
     el('td', {}, t.signed ? 'signed' : ''),
-    el('td', {}, t.attestation ? el('button', { type: 'button', class: 'secondary',
+    el('td', {}, t.attestation ? el('button', { type: 'button', class: 'secondary', 'aria-expanded': 'false',
       on: { click: (ev) => provenance(ev.target, repo.name, t.attestation) } }, 'provenance') : ''));
 }
 
 // The build's signed provenance (the .att tag's DSSE layer), read over the
-// distribution API: builder, base images and inputs.
+// distribution API: builder, Dockerfile, context, base images, times.  The
+// page shows what the statement says; verifying it is kiln pull's and
+// kiln inspect --provenance's (docs/security.md).
 async function provenance(button, repo, att) {
-  const cell = button.parentNode;
+  // shown in a row of its own under the tag's, the table's whole width
+  const row = button.closest('tr');
+  const next = row.nextElementSibling;
+  if (next && next.classList.contains('provenance')) {
+    next.remove();
+    button.setAttribute('aria-expanded', 'false');
+    return;
+  }
+  const cell = el('td', { colspan: row.children.length });
+  row.after(el('tr', { class: 'provenance' }, cell));
+  button.setAttribute('aria-expanded', 'true');
   try {
     const m = await api(`/v2/${repo}/manifests/${att}`,
       { headers: { Accept: 'application/vnd.oci.image.manifest.v1+json' } });
     const layer = (m.layers || [])[0];
     const env = await api(`/v2/${repo}/blobs/${layer.digest}`);
-    const st = JSON.parse(atob(env.payload));
+    const st = JSON.parse(new TextDecoder().decode(Uint8Array.from(atob(env.payload), (c) => c.charCodeAt(0))));
     const p = st.predicate || {};
-    const bd = p.buildDefinition || {}, rd = p.runDetails || {};
-    const deps = (bd.resolvedDependencies || []).map((d) => `${d.uri} ${Object.values(d.digest || {})[0] || ''}`);
-    cell.replaceChildren(el('dl', { class: 'kv' },
-      el('dt', {}, 'builder'), el('dd', {}, (rd.builder || {}).id || ''),
-      el('dt', {}, 'base'), el('dd', {}, deps.join(', ') || 'none'),
-      el('dt', {}, 'finished'), el('dd', {}, ((rd.metadata || {}).finishedOn) || '')));
+    const bd = p.buildDefinition || {}, rd = p.runDetails || {}, ext = bd.externalParameters || {};
+    const dig = (o) => { const d = (o || {}).digest || {}; const k = Object.keys(d)[0]; return k ? `${k}:${d[k]}` : ''; };
+    const deps = (bd.resolvedDependencies || []).map((d) => `${d.uri} ${dig(d)}`);
+    const kv = [['builder', (rd.builder || {}).id || ''], ['Dockerfile', dig(ext.dockerfile)], ['context', dig(ext.context)],
+      ['base images', deps.length ? deps : ['none (FROM scratch)']], ['started', (rd.metadata || {}).startedOn || ''],
+      ['finished', (rd.metadata || {}).finishedOn || ''], ['key id', ((env.signatures || [])[0] || {}).keyid || '']];
+    cell.replaceChildren(el('dl', { class: 'kv provenance', 'aria-label': 'provenance' },
+      kv.flatMap(([k, v]) => [el('dt', {}, k), el('dd', { class: 'mono', 'data-key': k },
+        [v].flat().map((x) => el('div', {}, printable(x))))])));
   } catch (e) {
     cell.replaceChildren(el('span', { class: 'error' }, 'provenance: ' + e.message));
   }

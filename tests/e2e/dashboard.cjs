@@ -97,6 +97,32 @@ async function contrast(page, where) {
   await shot('templates');
   await contrast(page, 'templates page');
 
+  // a version's provenance: opened with the keyboard, shown as text
+  const prow = 'h2[data-repo="team-a/app2"] + p + table tr[data-tag="v1"]';
+  ok(await page.$eval(prow, (tr) => tr.children[7].textContent).catch(() => '') === 'signed', 'app2:v1 is shown signed');
+  await page.focus(prow + ' button');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector(prow + ' + tr.provenance dl.provenance', { timeout: 10000 }).catch(() => {});
+  const prov = await page.$$eval(prow + ' + tr.provenance dl.provenance dd', (dds) => Object.fromEntries(dds.map((d) =>
+    [d.dataset.key, [...d.children].map((x) => x.textContent)]))).catch(() => ({}));
+  ok(prov.builder && prov.builder[0] === E.PROV_BUILDER, 'its provenance: the builder', JSON.stringify(prov.builder));
+  ok(prov.Dockerfile && prov.Dockerfile[0] === E.PROV_DOCKERFILE, "...the Dockerfile's digest", JSON.stringify(prov.Dockerfile));
+  ok(prov['base images'] && prov['base images'].length === 1 && prov['base images'][0] === E.PROV_BASE,
+     "...the base image and its digest", JSON.stringify(prov['base images']));
+  ok(prov.context && /^sha256:[0-9a-f]{64}$/.test(prov.context[0]) && /^\d{4}-\d\d-\d\dT/.test((prov.finished || [''])[0]),
+     "...the context's digest and the build's end", JSON.stringify(prov));
+  const v1prov = 'h2[data-repo="team-a/app"] + p + table tr[data-tag="v1"]';
+  await page.click(v1prov + ' button').catch(() => {});
+  await page.waitForSelector(v1prov + ' + tr.provenance dl.provenance', { timeout: 10000 }).catch(() => {});
+  ok(await page.$eval(v1prov + ' + tr.provenance dd[data-key="base images"]', (d) => d.textContent).catch(() => '') === 'none (FROM scratch)',
+     'a FROM scratch version: no base image', await page.$eval(v1prov, (tr) => tr.textContent).catch(() => ''));
+  ok(await page.$$eval('dl.provenance', (d) => d.length) === 2 && await page.$$eval('dl.provenance *', (es) => es.every((e) => ['DT', 'DD', 'DIV'].includes(e.tagName))),
+     '...and nothing in it but text in dt/dd');
+  ok(await page.$eval(prow + ' button', (b) => b.getAttribute('aria-expanded')) === 'true', '...its button says it is expanded');
+  await page.$eval(prow, (tr) => tr.scrollIntoView());
+  await shot('provenance');
+  await contrast(page, 'templates page with provenance');
+
   // the token: in sessionStorage only, never in a URL or a cookie
   const store = await page.evaluate(() => ({ s: sessionStorage.getItem('kiln-token'), l: localStorage.length, c: document.cookie }));
   ok(store.s === E.TOKEN && store.l === 0 && store.c === '', 'the token is kept in sessionStorage only (no cookie, no localStorage)');
@@ -132,7 +158,9 @@ async function contrast(page, where) {
 
   // ---- a hostile Dockerfile: HTML and ANSI shown as text ----
   await page.goto(E.URL + '/ui/#/build/' + E.HOSTILE, { waitUntil: 'domcontentloaded' });
-  await page.waitForFunction(() => (document.getElementById('log-state') || {}).dataset?.done === '1', { timeout: 30000 }).catch(() => {});
+  // this build's view (not the one before it, whose log is complete too)
+  await page.waitForFunction((id) => document.querySelector('#view h1')?.textContent === 'Build ' + id &&
+    (document.getElementById('log-state') || {}).dataset?.done === '1', { timeout: 30000 }, E.HOSTILE).catch(() => {});
   const hostile = await page.evaluate(() => ({ pwned: window.pwned, img: document.querySelectorAll('#view img, #view script').length,
     log: document.getElementById('build-log').textContent, steps: document.querySelector('table.steps').textContent }));
   ok(hostile.log.includes('<img src=x onerror=window.pwned=1>') && hostile.steps.includes('<img src=x onerror=window.pwned=1>'),

@@ -18,8 +18,10 @@ mkdir -p "$ART"
 trap 'kill "$SRV" "$SLOW" 2>/dev/null; wait 2>/dev/null; rm -rf "$T_TMP"' EXIT
 
 DATA=$T_TMP/data
+# the service signs what it builds: each version gets its signature and provenance
+(cd "$T_TMP" && $KILN key generate svc >/dev/null)
 cat >"$T_TMP/serve.json" <<JSON
-{"auth": true, "build": {"host_builds": 1, "fetch_private": true}, "quotas": {"team-a": {"bytes": "50M", "build_minutes": 600, "sandboxes": 3}}}
+{"auth": true, "build": {"host_builds": 1, "fetch_private": true, "sign_key": "$T_TMP/svc.key"}, "quotas": {"team-a": {"bytes": "50M", "build_minutes": 600, "sandboxes": 3}}}
 JSON
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
 B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)
@@ -49,6 +51,13 @@ $KILN build --remote "$URL" -t app:latest "$T_TMP/ctx" >/dev/null 2>&1
 echo changed >"$T_TMP/ctx/sub/b.txt"
 expect_exit 0 "...and v2, one file changed" $KILN build --remote "$URL" -t app:v2 "$T_TMP/ctx"
 $KILN build --remote "$URL" -t app:latest "$T_TMP/ctx" >/dev/null 2>&1
+# a build FROM v1: its provenance names the base's digest
+mkdir -p "$T_TMP/ctx2"
+echo three >"$T_TMP/ctx2/c.txt"
+printf 'FROM %s/team-a/app:v1\nCOPY c.txt /c.txt\n' "$HOST" >"$T_TMP/ctx2/Dockerfile"
+expect_exit 0 "team-a/app2:v1, FROM team-a/app:v1, signed with provenance" $KILN build --remote "$URL" -t app2:v1 "$T_TMP/ctx2"
+expect_eq "...its attestation is stored" "$(curl -s -H "Authorization: Bearer $A" "$URL/kiln/v1/repos?team=team-a" |
+	jq -r '.repositories[] | select(.name == "team-a/app2") | .tags[0] | (.signed | tostring) + " " + (.attestation != null | tostring)')" "true true"
 KILN_TOKEN=$B expect_exit 0 "team-b builds its own" $KILN build --remote "$URL" -t secret:v1 "$T_TMP/ctx"
 # HTML and an ANSI escape in a Dockerfile, shown by the page as text
 printf 'FROM scratch\nLABEL x="<img src=x onerror=window.pwned=1> \033[31mred"\nCOPY a.txt /a.txt\n' >"$T_TMP/ctx/Dockerfile.hostile"
@@ -96,7 +105,8 @@ if [ ! -d "$PKG/node_modules/puppeteer-core" ]; then
 		exit 0
 	fi
 fi
-URL=$URL TOKEN=$A TOKEN_MANY=$C LIVE=$LIVE HOSTILE=$HOSTILE DIGEST_V1=$D1 ART=$ART CHROMIUM=$CHROMIUM \
+PROV_BUILDER="kiln@$(hostname)" PROV_DOCKERFILE="sha256:$(sha256sum "$T_TMP/ctx2/Dockerfile" | cut -d' ' -f1)" \
+PROV_BASE="$HOST/team-a/app:v1 $D1" URL=$URL TOKEN=$A TOKEN_MANY=$C LIVE=$LIVE HOSTILE=$HOSTILE DIGEST_V1=$D1 ART=$ART CHROMIUM=$CHROMIUM \
 	PUPPETEER=$PKG/node_modules/puppeteer-core HOME=$T_TMP timeout 300 node tests/e2e/dashboard.cjs | tee "$T_TMP/browser"
 grep -q '^ok - \|^not ok - ' "$T_TMP/browser" || not_ok "the browser run printed no result"
 expect_eq "screenshots kept in $ART" "$(ls "$ART"/*.png 2>/dev/null | wc -l | awk '$1 >= 8 { print "yes" }')" yes
