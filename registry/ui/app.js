@@ -107,8 +107,10 @@ async function login(token) {
 function logout() {
   stopView();
   sessionStorage.removeItem(KEY);
+  sessionStorage.removeItem(TEAM_KEY);
   me = null;
   $('nav').hidden = true;
+  $('team-pick').hidden = true;
   $('logout').hidden = true;
   $('who').textContent = '';
   $('view').replaceChildren();
@@ -121,18 +123,44 @@ function teams(kind) {
   return me && me.namespaces ? me.namespaces[kind] || [] : [];
 }
 
-// The ?team= a service call names: none when the token has one team (the
-// service takes it) or every team; else the chosen one.
-function teamArg(kind) {
-  const t = teams(kind).filter((n) => n !== '*' && !n.includes('/'));
-  return t.length > 1 ? 'team=' + encodeURIComponent(t[0]) : '';
+// The teams the token names (the first component of its namespaces, for
+// any action); none when it holds every team ("*", or auth off).
+function myTeams() {
+  const all = new Set();
+  for (const kind of ['pull', 'build', 'sandbox'])
+    for (const n of teams(kind)) if (n !== '*') all.add(n.split('/')[0]);
+  return [...all].sort();
+}
+
+// The team the pages show: with a token for several teams, the one picked
+// in the header (kept in this tab's sessionStorage, like the token).
+const TEAM_KEY = 'kiln-team';
+function team() {
+  const t = myTeams();
+  if (t.length < 2) return null;
+  const picked = sessionStorage.getItem(TEAM_KEY);
+  return t.includes(picked) ? picked : t[0];
+}
+
+// The ?team= a call names: the picked team, none with one team (the
+// service takes it) or every team.
+function teamArg() {
+  const t = team();
+  return t ? 'team=' + encodeURIComponent(t) : '';
+}
+
+function teamPicker() {
+  const t = myTeams(), sel = $('team');
+  $('team-pick').hidden = t.length < 2;
+  sel.replaceChildren(...t.map((n) => el('option', { value: n, selected: n === team() }, n)));
 }
 
 // ---- templates and images ----------------------------------------------
 
 async function viewTemplates() {
   const started = performance.now();
-  const data = await api('/kiln/v1/repos');
+  const q = teamArg();
+  const data = await api('/kiln/v1/repos' + (q ? '?' + q : ''));
   const out = [el('h1', {}, 'Templates and images')];
   if (!data.repositories.length) out.push(el('p', { class: 'muted' }, 'No repository yet: push one with kiln push.'));
   for (const repo of data.repositories) {
@@ -236,7 +264,7 @@ function duration(b) {
 
 async function viewBuilds() {
   if (!me.build) { show(el('h1', {}, 'Builds'), el('p', { class: 'muted' }, 'This server runs no build service (kiln serve --build).')); return; }
-  const q = teamArg('build');
+  const q = teamArg();
   const data = await api('/build/v1/builds' + (q ? '?' + q : ''));
   const groups = { queued: [], building: [], finished: [] };
   for (const b of data.builds) (groups[b.state] || groups.finished).push(b);
@@ -260,7 +288,7 @@ async function viewBuilds() {
 }
 
 async function viewBuild(id) {
-  const q = teamArg('build');
+  const q = teamArg();
   const base = '/build/v1/builds/' + encodeURIComponent(id);
   let st = await api(base + (q ? '?' + q : ''));
   const head = el('dl', { class: 'kv', id: 'build-status' });
@@ -388,7 +416,7 @@ async function viewBuild(id) {
 
 async function viewSandboxes() {
   if (!me.sandboxes) { show(el('h1', {}, 'Sandboxes'), el('p', { class: 'muted' }, 'This server runs no sandbox service (kiln serve --sandboxes).')); return; }
-  const q = teamArg('sandbox');
+  const q = teamArg();
   const list = await api('/v2/sandboxes' + (q ? '?' + q : ''));
   const now = Date.now();
   const act = async (ev, method, path, json) => {
@@ -437,6 +465,8 @@ const QUOTAS = [
 
 async function viewUsage() {
   const u = await api('/kiln/v1/usage');
+  const picked = team();
+  if (picked) u.teams = u.teams.filter((t) => t.team === picked);
   const meter = (used, limit) => {
     const pct = limit > 0 ? Math.min(100, (100 * used) / limit) : 100;
     const bar = el('span');
@@ -496,6 +526,7 @@ function enter() {
   $('login').hidden = true;
   $('nav').hidden = false;
   $('logout').hidden = !me.auth;
+  teamPicker();
   const ns = teams('pull');
   $('who').textContent = me.auth ? 'teams: ' + (ns.join(', ') || 'none') : 'auth off';
   route();
@@ -511,6 +542,7 @@ async function start() {
     if (!err) enter();
   });
   $('logout').addEventListener('click', logout);
+  $('team').addEventListener('change', (ev) => { sessionStorage.setItem(TEAM_KEY, ev.target.value); route(); });
   window.addEventListener('hashchange', route);
   // A server without auth, or a token kept in this tab, needs no login.
   if (!(await login())) enter();

@@ -204,6 +204,57 @@ async function contrast(page, where) {
   ok(await page.evaluate(() => sessionStorage.getItem('kiln-token') === null && !document.getElementById('login').hidden),
      'log out forgets the token and shows the login page');
 
+  // ---- a token for two teams: the team picker, with the keyboard ----
+  await page.goto(E.URL + '/ui/#/templates', { waitUntil: 'networkidle0' });
+  await page.focus('#token');
+  await page.keyboard.type(E.TOKEN_MULTI);
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('h2[data-repo]', { timeout: 15000 }).catch(() => {});
+  const pick = await page.evaluate(() => ({ shown: !document.getElementById('team-pick').hidden &&
+      document.getElementById('team-pick').getClientRects().length > 0,
+    options: [...document.querySelectorAll('#team option')].map((o) => o.value), value: document.getElementById('team').value,
+    label: document.querySelector('label[for="team"]').textContent }));
+  ok(pick.shown && pick.options.join(',') === 'team-a,team-b' && pick.value === 'team-a' && pick.label === 'Team',
+     'a token for two teams: a labelled team picker with both, the first picked', JSON.stringify(pick));
+  const shown = () => page.$$eval('h2[data-repo]', (hs) => hs.map((e) => e.dataset.repo));
+  const before = await shown();
+  ok(before.length > 0 && before.every((r) => r.startsWith('team-a/')), 'the templates page shows the picked team only', before.join(','));
+  await page.focus('a.skip'); // the page's first stop
+  let reached = null;
+  for (let i = 0; i < 10 && !reached; i++) {
+    await page.keyboard.press('Tab');
+    reached = await page.evaluate(() => { const a = document.activeElement; const cs = getComputedStyle(a);
+      return a.id === 'team' ? { outline: cs.outlineStyle !== 'none' && parseFloat(cs.outlineWidth) >= 2 } : null; });
+  }
+  ok(reached && reached.outline, 'Tab reaches the team picker, its focus visible', JSON.stringify(reached));
+  await page.keyboard.press('ArrowDown');
+  await page.waitForFunction(() => document.querySelector('h2[data-repo="team-b/secret"]'), { timeout: 10000 }).catch(() => {});
+  const after = await shown();
+  ok(after.join(',') === 'team-b/secret', 'ArrowDown picks team-b: its repositories, not team-a\'s', after.join(','));
+  await shot('team-picker');
+  await contrast(page, 'templates page with the team picker');
+  await page.goto(E.URL + '/ui/#/builds', { waitUntil: 'networkidle0' });
+  await page.waitForSelector('table.builds', { timeout: 10000 }).catch(() => {});
+  const bl = async () => page.$$eval('tr[data-build]', (trs) => trs.map((t) => t.dataset.build));
+  let builds = await bl();
+  ok(builds.includes(E.TEAMB_BUILD) && !builds.includes(E.LIVE), "the builds page follows the pick: team-b's build, not team-a's",
+     builds.join(','));
+  await page.goto(E.URL + '/ui/#/usage', { waitUntil: 'networkidle0' });
+  await page.waitForSelector('section[data-team]', { timeout: 10000 }).catch(() => {});
+  const ut = await page.$$eval('section[data-team]', (ss) => ss.map((e) => e.dataset.team));
+  ok(ut.join(',') === 'team-b', 'the usage page too', ut.join(','));
+  await page.goto(E.URL + '/ui/#/builds', { waitUntil: 'networkidle0' });
+  await page.waitForSelector('table.builds', { timeout: 10000 }).catch(() => {});
+  await page.focus('#team');
+  await page.keyboard.press('ArrowUp');
+  await page.waitForFunction((id) => document.querySelector(`tr[data-build="${id}"]`), { timeout: 10000 }, E.LIVE).catch(() => {});
+  builds = await bl();
+  ok(builds.includes(E.LIVE) && !builds.includes(E.TEAMB_BUILD), 'ArrowUp back to team-a: the page shows its builds again', builds.join(','));
+  ok(!urls.some((u) => u.includes(E.TOKEN_MULTI)), 'no URL holds the two-team token');
+  await page.click('#logout');
+  ok(await page.evaluate(() => sessionStorage.length === 0 && document.getElementById('team-pick').hidden),
+     'log out forgets the token and the pick, and hides the picker');
+
   // ---- 1,000 tags: first paint ----
   if (E.TOKEN_MANY) {
     await page.goto(E.URL + '/ui/#/templates', { waitUntil: 'networkidle0' });

@@ -26,6 +26,7 @@ JSON
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
 B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)
 C=$($KILN token create --data "$DATA" --scope team-c:pull,push c)
+M=$($KILN token create --data "$DATA" --scope team-a:build,pull --scope team-b:build,pull m) # two teams: the picker
 . tests/e2e/service-lib.sh
 serve_build "$DATA" "$T_TMP/serve.json" || { not_ok "kiln serve --build starts"; exit 0; }
 
@@ -59,6 +60,7 @@ expect_exit 0 "team-a/app2:v1, FROM team-a/app:v1, signed with provenance" $KILN
 expect_eq "...its attestation is stored" "$(curl -s -H "Authorization: Bearer $A" "$URL/kiln/v1/repos?team=team-a" |
 	jq -r '.repositories[] | select(.name == "team-a/app2") | .tags[0] | (.signed | tostring) + " " + (.attestation != null | tostring)')" "true true"
 KILN_TOKEN=$B expect_exit 0 "team-b builds its own" $KILN build --remote "$URL" -t secret:v1 "$T_TMP/ctx"
+TEAMB_BUILD=$(grep -o 'as build b-[0-9a-f]*' "$T_TMP/err" | cut -d' ' -f3)
 # HTML and an ANSI escape in a Dockerfile, shown by the page as text
 printf 'FROM scratch\nLABEL x="<img src=x onerror=window.pwned=1> \033[31mred"\nCOPY a.txt /a.txt\n' >"$T_TMP/ctx/Dockerfile.hostile"
 expect_exit 0 "a build whose LABEL holds HTML and ANSI" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.hostile" -t hostile:1 "$T_TMP/ctx"
@@ -106,7 +108,7 @@ if [ ! -d "$PKG/node_modules/puppeteer-core" ]; then
 	fi
 fi
 PROV_BUILDER="kiln@$(hostname)" PROV_DOCKERFILE="sha256:$(sha256sum "$T_TMP/ctx2/Dockerfile" | cut -d' ' -f1)" \
-PROV_BASE="$HOST/team-a/app:v1 $D1" URL=$URL TOKEN=$A TOKEN_MANY=$C LIVE=$LIVE HOSTILE=$HOSTILE DIGEST_V1=$D1 ART=$ART CHROMIUM=$CHROMIUM \
+PROV_BASE="$HOST/team-a/app:v1 $D1" TOKEN_MULTI=$M TEAMB_BUILD=$TEAMB_BUILD URL=$URL TOKEN=$A TOKEN_MANY=$C LIVE=$LIVE HOSTILE=$HOSTILE DIGEST_V1=$D1 ART=$ART CHROMIUM=$CHROMIUM \
 	PUPPETEER=$PKG/node_modules/puppeteer-core HOME=$T_TMP timeout 300 node tests/e2e/dashboard.cjs | tee "$T_TMP/browser"
 grep -q '^ok - \|^not ok - ' "$T_TMP/browser" || not_ok "the browser run printed no result"
 expect_eq "screenshots kept in $ART" "$(ls "$ART"/*.png 2>/dev/null | wc -l | awk '$1 >= 8 { print "yes" }')" yes
