@@ -1,9 +1,10 @@
 /* overview_s3.c — the dashboard's /kiln/v1/ (overview.c) with the S3
  * backend, whose metadata is objects in the bucket (meta_s3.c): a
- * repository's manifests, links and tags listed, each manifest read once,
- * the same sizes, history and counts as the filesystem's queries give.  It
- * costs listings and a GET per manifest, tag and change read: fine for a
- * page, not for a hot path. */
+ * repository's manifests, links, tags and tag history listed, each manifest
+ * and each tag's newest change read once (KILN_PARALLEL_MAX at a time), the
+ * same sizes, history and counts as the filesystem's queries give.  It
+ * costs listings and a GET per manifest and tag: fine for a page, not for a
+ * hot path. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@ struct man {
 	int64_t size, mtime;
 	char *media_type;
 	struct oci_manifest m;
+	bool ok;         /* read and parsed */
 };
 
 struct scan {
@@ -92,12 +94,46 @@ static char *rprefix(const char *repo, const char *kind)
 	return kiln_xasprintf("repositories/%s/%s/", repo, kind);
 }
 
+struct man_job {
+	const reg_store *st;
+	const char *prefix;
+	const struct listing *l;
+	struct man *man;
+};
+
+/* Manifest i of the listing, read and parsed into man[i] (ok unless it
+ * was deleted meanwhile or is not one kiln could have stored). */
+static int read_man(void *ud, size_t i, unsigned worker, kiln_error **err)
+{
+	struct man_job *j = ud;
+	struct man *m = &j->man[i];
+	kiln_buf b = KILN_BUF_INIT;
+	char *key;
+	int r;
+
+	(void)worker;
+	if (!key_digest(j->l->keys.v[i], m->digest))
+		return 0;
+	key = kiln_xasprintf("%s%s", j->prefix, j->l->keys.v[i]);
+	r = reg_s3_get_small(&j->st->s3, key, (size_t)64 << 20, &b, &m->media_type, err);
+	free(key);
+	if (r == 1 && oci_manifest_parse(b.buf ? b.buf : "", b.len, m->media_type, &m->m, NULL) == 0) {
+		m->ok = true;
+		m->size = (int64_t)b.len;
+		m->mtime = j->l->mtime[i];
+	} else {
+		free(m->media_type);
+		m->media_type = NULL;
+	}
+	kiln_buf_free(&b);
+	return r < 0 ? -1 : 0;
+}
+
 /* A repository's manifests (read and parsed), blob links with their sizes
  * (from the manifests' descriptors, else the link's body) and tags. */
 static int scan(const reg_store *st, const char *repo, struct scan *sc, kiln_error **err)
 {
 	struct listing l = { .keys = KILN_STRV_INIT };
-	kiln_buf b = KILN_BUF_INIT;
 	char *prefix = rprefix(repo, "_manifests");
 	int ret = -1;
 
@@ -105,28 +141,20 @@ static int scan(const reg_store *st, const char *repo, struct scan *sc, kiln_err
 	if (list(st, prefix, &l, err) < 0)
 		goto out;
 	sc->man = kiln_xcalloc(l.keys.n + 1, sizeof(*sc->man));
-	for (size_t i = 0; i < l.keys.n; i++) {
-		struct man *m = &sc->man[sc->nman];
-		char *key;
-		int r;
-
-		if (!key_digest(l.keys.v[i], m->digest))
+	struct man_job job = { st, prefix, &l, sc->man };
+	if (kiln_parallel(l.keys.n, KILN_PARALLEL_MAX, read_man, &job, err) < 0) {
+		sc->nman = l.keys.n; /* so that scan_free frees what was read */
+		goto out;
+	}
+	for (size_t i = 0; i < l.keys.n; i++) { /* those read, in the listing's order */
+		if (!sc->man[i].ok)
 			continue;
-		kiln_buf_reset(&b);
-		key = kiln_xasprintf("%s%s", prefix, l.keys.v[i]);
-		r = reg_s3_get_small(&st->s3, key, (size_t)64 << 20, &b, &m->media_type, err);
-		free(key);
-		if (r < 0)
-			goto out;
-		if (r == 0 || oci_manifest_parse(b.buf ? b.buf : "", b.len, m->media_type, &m->m, NULL) < 0) {
-			free(m->media_type); /* deleted meanwhile, or not one kiln could have stored */
-			m->media_type = NULL;
-			continue;
+		if (sc->man[i].mtime < sc->first)
+			sc->first = sc->man[i].mtime;
+		if (i != sc->nman) {
+			sc->man[sc->nman] = sc->man[i];
+			memset(&sc->man[i], 0, sizeof(sc->man[i]));
 		}
-		m->size = (int64_t)b.len;
-		m->mtime = l.mtime[i];
-		if (m->mtime < sc->first)
-			sc->first = m->mtime;
 		sc->nman++;
 	}
 	listing_free(&l);
@@ -167,7 +195,6 @@ static int scan(const reg_store *st, const char *repo, struct scan *sc, kiln_err
 	ret = 0;
 out:
 	listing_free(&l);
-	kiln_buf_free(&b);
 	free(prefix);
 	if (ret < 0)
 		scan_free(sc);
@@ -195,7 +222,8 @@ static bool earlier(const struct man *m, const struct man *n)
 	return m->mtime < n->mtime || (m->mtime == n->mtime && strcmp(m->digest, n->digest) < 0);
 }
 
-/* The newest change of repo:tag to digest, and the note on it (NULL: none). */
+/* The newest change of repo:tag to digest, and the note on it (NULL: none),
+ * walking its history back: for a tag whose newest change is not its digest. */
 static int note_of(const reg_store *st, const char *repo, const char *tag, const char *digest, char **note,
 		   kiln_error **err)
 {
@@ -257,32 +285,79 @@ static int tag_digest(const reg_store *st, const char *repo, const char *tag, ch
 	return r;
 }
 
-static int tag_row(const reg_store *st, const char *repo, const struct scan *sc, size_t i, json_t *tags,
-		   int64_t *logical, kiln_error **err)
+/* What a tag row needs of the bucket beyond the scan. */
+struct trow {
+	const char *tag;
+	int64_t updated;
+	char digest[KILN_DIGEST_MAX], att[KILN_DIGEST_MAX];
+	char *note;
+	bool found;
+};
+
+struct tag_job {
+	const reg_store *st;
+	const char *repo;
+	const json_t *newest; /* tag: key of its newest change */
+	const json_t *names;  /* every tag of the repository */
+	struct trow *rows;
+};
+
+/* A tag's digest and the build note on it, from its newest change ("DIGEST
+ * NOTE": one GET), which a tag put always writes; the tag object, and the
+ * history walked back, when it has none. */
+static int resolve(const struct tag_job *j, const char *tag, char d[KILN_DIGEST_MAX], char **note, kiln_error **err)
 {
-	const char *tag = sc->tags.v[i];
-	char d[KILN_DIGEST_MAX], *sig, *att, *note = NULL, ad[KILN_DIGEST_MAX] = "";
-	const struct man *m;
-	int64_t bytes = 0, fresh = 0, blobs = 0;
-	bool signed_ = false;
+	const char *key = json_string_value(json_object_get(j->newest, tag));
+	kiln_buf b = KILN_BUF_INIT;
+	int r = 0;
+
+	*note = NULL;
+	if (key) {
+		r = reg_s3_get_small(&j->st->s3, key, 1024, &b, NULL, err);
+		if (r == 1) {
+			size_t dl = strcspn(b.buf ? b.buf : "", " ");
+			snprintf(d, KILN_DIGEST_MAX, "%.*s", (int)dl, b.buf ? b.buf : "");
+			if (kiln_digest_parse(d, NULL, NULL) < 0)
+				r = 0; /* a deletion, or not one of ours */
+			else if (b.len > dl + 1)
+				*note = kiln_xstrndup(b.buf + dl + 1, b.len - dl - 1);
+		}
+	}
+	kiln_buf_free(&b);
+	if (r != 0)
+		return r;
+	if ((r = tag_digest(j->st, j->repo, tag, d, err)) <= 0)
+		return r;
+	return note_of(j->st, j->repo, tag, d, note, err) < 0 ? -1 : 1;
+}
+
+static int read_tag(void *ud, size_t i, unsigned worker, kiln_error **err)
+{
+	struct tag_job *j = ud;
+	struct trow *t = &j->rows[i];
+	char *att, *unused = NULL;
 	int r;
 
-	if ((r = tag_digest(st, repo, tag, d, err)) <= 0)
+	(void)worker;
+	if ((r = resolve(j, t->tag, t->digest, &t->note, err)) <= 0)
 		return r;
-	if ((m = find(sc, d)) == NULL)
-		return 0;
-	sig = kiln_xasprintf("sha256-%s.sig", kiln_digest_hex(d));
-	att = kiln_xasprintf("sha256-%s.att", kiln_digest_hex(d));
-	for (size_t j = 0; j < sc->tags.n; j++) {
-		if (strcmp(sc->tags.v[j], sig) == 0)
-			signed_ = true;
-		else if (strcmp(sc->tags.v[j], att) == 0 && (r = tag_digest(st, repo, att, ad, err)) < 0)
-			break;
-	}
-	free(sig);
+	t->found = true;
+	att = kiln_xasprintf("sha256-%s.att", kiln_digest_hex(t->digest));
+	if (json_object_get(j->names, att) && resolve(j, att, t->att, &unused, err) < 0)
+		r = -1;
+	free(unused);
 	free(att);
-	if (r < 0 || note_of(st, repo, tag, d, &note, err) < 0)
-		return -1;
+	return r < 0 ? -1 : 0;
+}
+
+static void tag_row(const struct scan *sc, const struct trow *t, const json_t *names, json_t *tags, int64_t *logical)
+{
+	const struct man *m = find(sc, t->digest);
+	int64_t bytes = 0, fresh = 0, blobs = 0;
+	char *sig;
+
+	if (!t->found || m == NULL)
+		return;
 	for (size_t k = 0; k < m->m.nrefs; k++) {
 		const struct oci_ref *f = &m->m.refs[k];
 		json_t *v = json_object_get(sc->links, f->digest);
@@ -303,13 +378,13 @@ static int tag_row(const reg_store *st, const char *repo, const struct scan *sc,
 			fresh += json_integer_value(v);
 	}
 	*logical += m->size + bytes;
+	sig = kiln_xasprintf("sha256-%s.sig", kiln_digest_hex(t->digest));
 	json_array_append_new(tags, reg_ov_tag_json(&(struct reg_ov_tag){
-		.tag = tag, .digest = d, .updated = sc->tag_mtime[i], .media_type = m->media_type,
+		.tag = t->tag, .digest = t->digest, .updated = t->updated, .media_type = m->media_type,
 		.artifact_type = m->m.artifact_type, .created = m->mtime, .size = m->size + bytes, .blobs = blobs,
-		.new_bytes = m->size + fresh, .manifest_size = m->size, .build = note, .signed_ = signed_,
-		.attestation = ad[0] ? ad : NULL }));
-	free(note);
-	return 1;
+		.new_bytes = m->size + fresh, .manifest_size = m->size, .build = t->note,
+		.signed_ = json_object_get(names, sig) != NULL, .attestation = t->att[0] ? t->att : NULL }));
+	free(sig);
 }
 
 static int cmp_updated(const void *a, const void *b)
@@ -322,34 +397,76 @@ static int cmp_updated(const void *a, const void *b)
 	return strcmp(json_string_value(json_object_get(x, "tag")), json_string_value(json_object_get(y, "tag")));
 }
 
+/* The repository's tag rows, newest tag first as the filesystem's query
+ * orders them: each tag's newest change found in one listing of the
+ * repository's history (keys TAG/NANOSECONDS-RANDOM, in order). */
+static int tag_rows(const reg_store *st, const char *repo, const struct scan *sc, json_t *tags, int64_t *logical,
+		    kiln_error **err)
+{
+	char *prefix = rprefix(repo, "_history");
+	struct listing l = { .keys = KILN_STRV_INIT };
+	json_t *newest = json_object(), *names = json_object(), **v;
+	struct trow *rows = kiln_xcalloc(sc->tags.n + 1, sizeof(*rows));
+	size_t n = 0, nt;
+	int ret = -1;
+
+	if (list(st, prefix, &l, err) < 0)
+		goto out;
+	for (size_t i = 0; i < l.keys.n; i++) {
+		const char *slash = strchr(l.keys.v[i], '/');
+		if (slash) {
+			char *tag = kiln_xstrndup(l.keys.v[i], (size_t)(slash - l.keys.v[i]));
+			char *key = kiln_xasprintf("%s%s", prefix, l.keys.v[i]);
+			json_object_set_new(newest, tag, json_string(key)); /* the last one listed: the newest */
+			free(key);
+			free(tag);
+		}
+	}
+	for (size_t i = 0; i < sc->tags.n; i++) {
+		json_object_set_new(names, sc->tags.v[i], json_true());
+		if (!sig_tag(sc->tags.v[i], ".sig") && !sig_tag(sc->tags.v[i], ".att"))
+			rows[n++] = (struct trow){ .tag = sc->tags.v[i], .updated = sc->tag_mtime[i] };
+	}
+	struct tag_job job = { st, repo, newest, names, rows };
+	if (kiln_parallel(n, KILN_PARALLEL_MAX, read_tag, &job, err) < 0)
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		tag_row(sc, &rows[i], names, tags, logical);
+	nt = json_array_size(tags);
+	v = kiln_xcalloc(nt + 1, sizeof(*v));
+	for (size_t i = 0; i < nt; i++)
+		v[i] = json_incref(json_array_get(tags, i));
+	qsort(v, nt, sizeof(*v), cmp_updated);
+	json_array_clear(tags);
+	for (size_t i = 0; i < nt; i++)
+		json_array_append_new(tags, v[i]);
+	free(v);
+	ret = 0;
+out:
+	for (size_t i = 0; i < n; i++)
+		free(rows[i].note);
+	free(rows);
+	json_decref(newest);
+	json_decref(names);
+	listing_free(&l);
+	free(prefix);
+	return ret;
+}
+
 int reg_ov_s3_repo(reg_server *s, const char *repo, json_t **out, kiln_error **err)
 {
 	const reg_store *st = &s->store;
 	struct scan sc;
-	json_t *tags = json_array(), **v;
+	json_t *tags = json_array();
 	int64_t logical = 0, stored = 0;
-	size_t n;
 	const char *k;
 	json_t *x;
 	int pub;
 
 	*out = NULL;
-	if (scan(st, repo, &sc, err) < 0 || (pub = reg_s3a_public(st, repo, err)) < 0)
+	if (scan(st, repo, &sc, err) < 0 || (pub = reg_s3a_public(st, repo, err)) < 0 ||
+	    tag_rows(st, repo, &sc, tags, &logical, err) < 0)
 		goto fail;
-	for (size_t i = 0; i < sc.tags.n; i++)
-		if (!sig_tag(sc.tags.v[i], ".sig") && !sig_tag(sc.tags.v[i], ".att") &&
-		    tag_row(st, repo, &sc, i, tags, &logical, err) < 0)
-			goto fail;
-	/* newest tag first, as the filesystem's query orders them */
-	n = json_array_size(tags);
-	v = kiln_xcalloc(n + 1, sizeof(*v));
-	for (size_t i = 0; i < n; i++)
-		v[i] = json_incref(json_array_get(tags, i));
-	qsort(v, n, sizeof(*v), cmp_updated);
-	json_array_clear(tags);
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(tags, v[i]);
-	free(v);
 	json_object_foreach(sc.links, k, x)
 		stored += json_integer_value(x);
 	for (size_t i = 0; i < sc.nman; i++)
@@ -365,12 +482,33 @@ fail:
 	return -1;
 }
 
+struct change_job {
+	const reg_store *st;
+	const char *prefix;
+	const struct listing *l;
+	kiln_buf *body;
+	bool *found;
+};
+
+static int read_change(void *ud, size_t i, unsigned worker, kiln_error **err)
+{
+	struct change_job *j = ud;
+	char *key = kiln_xasprintf("%s%s", j->prefix, j->l->keys.v[i]);
+	int r = reg_s3_get_small(&j->st->s3, key, 1024, &j->body[i], NULL, err);
+
+	(void)worker;
+	free(key);
+	j->found[i] = r == 1;
+	return r < 0 ? -1 : 0;
+}
+
 int reg_ov_s3_history(reg_server *s, const char *repo, const char *tag, json_t *out, kiln_error **err)
 {
 	const reg_store *st = &s->store;
 	char *prefix = kiln_xasprintf("repositories/%s/_history/%s/", repo, tag);
 	struct listing l = { .keys = KILN_STRV_INIT };
-	kiln_buf b = KILN_BUF_INIT;
+	kiln_buf *body = NULL;
+	bool *found = NULL;
 	struct scan sc;
 	json_t *prev = NULL;
 	int ret = -1;
@@ -381,22 +519,21 @@ int reg_ov_s3_history(reg_server *s, const char *repo, const char *tag, json_t *
 	}
 	if (list(st, prefix, &l, err) < 0)
 		goto out;
+	body = kiln_xcalloc(l.keys.n + 1, sizeof(*body));
+	found = kiln_xcalloc(l.keys.n + 1, sizeof(*found));
+	struct change_job job = { st, prefix, &l, body, found };
+	if (kiln_parallel(l.keys.n, KILN_PARALLEL_MAX, read_change, &job, err) < 0)
+		goto out;
 	for (size_t i = 0; i < l.keys.n; i++) { /* NANOSECONDS-RANDOM: oldest first */
-		char *key = kiln_xasprintf("%s%s", prefix, l.keys.v[i]), d[KILN_DIGEST_MAX] = "";
-		const char *note = NULL;
+		const char *b = body[i].buf ? body[i].buf : "", *note = NULL;
+		char d[KILN_DIGEST_MAX] = "";
 		json_t *row, *set;
-		int r;
 
-		kiln_buf_reset(&b);
-		r = reg_s3_get_small(&st->s3, key, 1024, &b, NULL, err);
-		free(key);
-		if (r < 0)
-			goto out;
-		if (r == 0)
-			continue;
-		if (b.len) {
-			char *sp = strchr(b.buf, ' ');
-			snprintf(d, sizeof(d), "%.*s", sp ? (int)(sp - b.buf) : (int)b.len, b.buf);
+		if (!found[i])
+			continue; /* gone meanwhile */
+		if (body[i].len) {
+			const char *sp = strchr(b, ' ');
+			snprintf(d, sizeof(d), "%.*s", sp ? (int)(sp - b) : (int)body[i].len, b);
 			note = sp ? sp + 1 : NULL;
 		}
 		row = json_pack("{s:I,s:o,s:o}", "at", (json_int_t)(strtoll(l.keys.v[i], NULL, 10) / 1000000000LL),
@@ -411,9 +548,12 @@ int reg_ov_s3_history(reg_server *s, const char *repo, const char *tag, json_t *
 	}
 	ret = 0;
 out:
+	for (size_t i = 0; body && i < l.keys.n; i++)
+		kiln_buf_free(&body[i]);
+	free(body);
+	free(found);
 	json_decref(prev);
 	listing_free(&l);
-	kiln_buf_free(&b);
 	scan_free(&sc);
 	free(prefix);
 	return ret;

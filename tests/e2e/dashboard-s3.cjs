@@ -1,7 +1,7 @@
 // dashboard-s3.cjs — the dashboard's pages on an S3-backed kiln serve, in
 // headless Chromium, for tests/e2e/t1102-dashboard-s3.sh; a TAP line per check.
 // Env: URL, TOKEN (team-a), EXPECT (team-a/app as /kiln/v1/repos gave it),
-// ART, PUPPETEER, CHROMIUM.
+// PROV_BUILDER and PROV_DOCKERFILE (team-a/signed:v1's), ART, PUPPETEER, CHROMIUM.
 'use strict';
 const puppeteer = require(process.env.PUPPETEER);
 const E = process.env;
@@ -30,6 +30,14 @@ const want = JSON.parse(E.EXPECT);
   ok(rows.map((r) => r.tag).join(',') === want.tags.map((t) => t.tag).join(','), 'S3: the templates page lists the tags, newest first', JSON.stringify(rows));
   ok(rows.length === 3 && rows.every((r, i) => r.digest === want.tags[i].digest && /^\d+(\.\d)? (B|KiB|MiB)$/.test(r.size) && r.fresh !== ''),
      '...each with its digest, size and new bytes', JSON.stringify(rows));
+  // a signed version's provenance, read over /v2/ from the bucket
+  const srow = 'h2[data-repo="team-a/signed"] + p + table tr[data-tag="v1"]';
+  await page.focus(srow + ' button').catch(() => {});
+  await page.keyboard.press('Enter');
+  await page.waitForSelector(srow + ' + tr.provenance dl.provenance', { timeout: 10000 }).catch(() => {});
+  const prov = await page.$$eval(srow + ' + tr.provenance dd', (dds) => Object.fromEntries(dds.map((d) => [d.dataset.key, d.textContent]))).catch(() => ({}));
+  ok(prov.builder === E.PROV_BUILDER && prov.Dockerfile === E.PROV_DOCKERFILE && prov['base images'] === 'none (FROM scratch)',
+     "S3: a signed version's provenance: builder, Dockerfile digest, no base", JSON.stringify(prov));
   await page.screenshot({ path: `${E.ART}/templates-s3.png` });
   await page.goto(E.URL + '/ui/#/history/team-a%2Fapp/latest', { waitUntil: 'networkidle0' });
   await page.waitForSelector('table.history tbody tr', { timeout: 10000 }).catch(() => {});

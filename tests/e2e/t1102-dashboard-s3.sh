@@ -93,6 +93,21 @@ expect_eq "S3: usage agrees (repositories, tags, blobs, bytes, build quotas)" \
 expect_eq "...and is real" "$(get "$S3" "$SA" usage | jq -c '.teams[] | [.team, .repos, .tags, .blobs > 0, .quotas.build_minutes.used_seconds >= 0]')" \
 	'["team-a",1,3,true,true]'
 
+# signatures and provenance on S3: the S3 server again, now signing what it builds
+kill "$S3_SRV"; wait "$S3_SRV" 2>/dev/null
+(cd "$T_TMP" && $KILN key generate svc >/dev/null)
+jq --arg k "$T_TMP/svc.key" '.build.sign_key = $k' "$T_TMP/s3.json" >"$T_TMP/s3s.json"
+serve_build "$T_TMP/s3" "$T_TMP/s3s.json" || { not_ok "kiln serve --build (S3, signing) starts"; exit 1; }
+S3_SRV=$SRV S3=$URL
+expect_exit 0 "a signed build into S3: team-a/signed:v1" env KILN_TOKEN="$SA" $KILN build --remote "$S3" -t signed:v1 "$T_TMP/ctx"
+SD=$(head -1 "$T_TMP/out")
+ATT=$(curl -s -o /dev/null -D - -H "Authorization: Bearer $SA" -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+	"$S3/v2/team-a/signed/manifests/sha256-${SD#sha256:}.att" | tr -d '\r' | sed -n 's/^[Dd]ocker-[Cc]ontent-[Dd]igest: //p')
+expect_eq "S3: the version is signed, its attestation the .att tag's manifest, its build noted" \
+	"$(get "$S3" "$SA" repos | jq -r '.repositories[] | select(.name == "team-a/signed") | .tags | map(.tag + " " + .digest + " " +
+		(.signed | tostring) + " " + (.attestation // "none") + " " + (.build | tostring | test("^build b-") | tostring)) | join(";")')" \
+	"v1 $SD true $ATT true"
+
 # the pages on the S3 server, in Chromium
 if [ ! -x "$CHROMIUM" ]; then skip "the dashboard on S3 in Chromium" "no $CHROMIUM (deps/ui.txt)"; exit 0; fi
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then skip "the dashboard on S3 in Chromium" "node and npm are needed"; exit 0; fi
@@ -103,6 +118,7 @@ if [ ! -d "$PKG/node_modules/puppeteer-core" ]; then
 		exit 0
 	fi
 fi
+PROV_BUILDER="kiln@$(hostname)" PROV_DOCKERFILE="sha256:$(sha256sum "$T_TMP/ctx/Dockerfile" | cut -d' ' -f1)" \
 URL=$S3 TOKEN=$SA EXPECT="$(jq -c '.repositories[0]' "$T_TMP/s3-repos.json")" ART=$ART CHROMIUM=$CHROMIUM \
 	PUPPETEER=$PKG/node_modules/puppeteer-core HOME=$T_TMP timeout 120 node tests/e2e/dashboard-s3.cjs | tee "$T_TMP/browser"
 grep -q '^ok - \|^not ok - ' "$T_TMP/browser" || not_ok "the browser run printed no result"
