@@ -22,6 +22,7 @@ struct scan {
 	struct man *man;
 	size_t nman;
 	json_t *links;    /* digest: size (the repository's blob links) */
+	json_t *owner;    /* blob digest: index in man of the earliest manifest referencing it */
 	kiln_strv tags;   /* names */
 	int64_t *tag_mtime;
 	int64_t first;    /* the oldest object's time */
@@ -76,6 +77,7 @@ static void scan_free(struct scan *sc)
 	}
 	free(sc->man);
 	json_decref(sc->links);
+	json_decref(sc->owner);
 	kiln_strv_free(&sc->tags);
 	free(sc->tag_mtime);
 	*sc = (struct scan){ .tags = KILN_STRV_INIT };
@@ -92,6 +94,12 @@ static const struct man *find(const struct scan *sc, const char *digest)
 static char *rprefix(const char *repo, const char *kind)
 {
 	return kiln_xasprintf("repositories/%s/%s/", repo, kind);
+}
+
+/* Was m stored before n (by time, then digest)? */
+static bool earlier(const struct man *m, const struct man *n)
+{
+	return m->mtime < n->mtime || (m->mtime == n->mtime && strcmp(m->digest, n->digest) < 0);
 }
 
 struct man_job {
@@ -135,9 +143,10 @@ static int scan(const reg_store *st, const char *repo, struct scan *sc, kiln_err
 {
 	struct listing l = { .keys = KILN_STRV_INIT };
 	char *prefix = rprefix(repo, "_manifests");
+	json_t *sizes = json_object(); /* blob digest: size, as the manifests' descriptors say */
 	int ret = -1;
 
-	*sc = (struct scan){ .links = json_object(), .tags = KILN_STRV_INIT, .first = INT64_MAX };
+	*sc = (struct scan){ .links = json_object(), .owner = json_object(), .tags = KILN_STRV_INIT, .first = INT64_MAX };
 	if (list(st, prefix, &l, err) < 0)
 		goto out;
 	sc->man = kiln_xcalloc(l.keys.n + 1, sizeof(*sc->man));
@@ -157,6 +166,18 @@ static int scan(const reg_store *st, const char *repo, struct scan *sc, kiln_err
 		}
 		sc->nman++;
 	}
+	/* each blob's size and the earliest manifest referencing it, once */
+	for (size_t j = 0; j < sc->nman; j++)
+		for (size_t k = 0; k < sc->man[j].m.nrefs; k++) {
+			const struct oci_ref *f = &sc->man[j].m.refs[k];
+			json_t *o = json_object_get(sc->owner, f->digest);
+			if (f->kind == OCI_REF_MANIFEST)
+				continue;
+			if (o == NULL || earlier(&sc->man[j], &sc->man[json_integer_value(o)]))
+				json_object_set_new(sc->owner, f->digest, json_integer((json_int_t)j));
+			if (json_object_get(sizes, f->digest) == NULL)
+				json_object_set_new(sizes, f->digest, json_integer(f->size));
+		}
 	listing_free(&l);
 	free(prefix);
 	prefix = rprefix(repo, "_layers");
@@ -164,14 +185,13 @@ static int scan(const reg_store *st, const char *repo, struct scan *sc, kiln_err
 		goto out;
 	for (size_t i = 0; i < l.keys.n; i++) {
 		char d[KILN_DIGEST_MAX];
+		json_t *known;
 		int64_t size = -1;
 
 		if (!key_digest(l.keys.v[i], d))
 			continue;
-		for (size_t j = 0; j < sc->nman && size < 0; j++)
-			for (size_t k = 0; k < sc->man[j].m.nrefs && size < 0; k++)
-				if (strcmp(sc->man[j].m.refs[k].digest, d) == 0)
-					size = sc->man[j].m.refs[k].size;
+		if ((known = json_object_get(sizes, d)) != NULL)
+			size = json_integer_value(known);
 		if (size < 0) { /* linked, referenced by no manifest: the link holds its size */
 			int r = reg_s3m_blob_linked(st, repo, d, &size, err);
 			if (r < 0)
@@ -194,6 +214,7 @@ static int scan(const reg_store *st, const char *repo, struct scan *sc, kiln_err
 	l.mtime = NULL;
 	ret = 0;
 out:
+	json_decref(sizes);
 	listing_free(&l);
 	free(prefix);
 	if (ret < 0)
@@ -214,12 +235,6 @@ static json_t *blob_set(const struct scan *sc, const struct man *m)
 			json_object_set(set, f->digest, v);
 	}
 	return set;
-}
-
-/* Was m stored before n (by time, then digest)? */
-static bool earlier(const struct man *m, const struct man *n)
-{
-	return m->mtime < n->mtime || (m->mtime == n->mtime && strcmp(m->digest, n->digest) < 0);
 }
 
 /* The newest change of repo:tag to digest, and the note on it (NULL: none),
@@ -361,20 +376,13 @@ static void tag_row(const struct scan *sc, const struct trow *t, const json_t *n
 	for (size_t k = 0; k < m->m.nrefs; k++) {
 		const struct oci_ref *f = &m->m.refs[k];
 		json_t *v = json_object_get(sc->links, f->digest);
-		bool seen = false;
 
 		if (f->kind == OCI_REF_MANIFEST || v == NULL)
 			continue;
 		blobs++;
 		bytes += json_integer_value(v);
-		for (size_t j = 0; j < sc->nman && !seen; j++) {
-			const struct man *o = &sc->man[j];
-			if (o == m || !earlier(o, m))
-				continue;
-			for (size_t q = 0; q < o->m.nrefs && !seen; q++)
-				seen = o->m.refs[q].kind != OCI_REF_MANIFEST && strcmp(o->m.refs[q].digest, f->digest) == 0;
-		}
-		if (!seen)
+		/* new: no manifest stored before this one references it */
+		if (&sc->man[json_integer_value(json_object_get(sc->owner, f->digest))] == m)
 			fresh += json_integer_value(v);
 	}
 	*logical += m->size + bytes;
