@@ -437,6 +437,22 @@ void reg_metrics_handle(reg_req *r);
 void reg_health_handle(reg_req *r);   /* R_HEALTHZ and R_READYZ */
 void reg_ui_handle(reg_req *r);       /* R_UI (ui.c) */
 void reg_overview_handle(reg_req *r); /* R_OVERVIEW (overview.c) */
+/* What /kiln/v1/ says of a tag and of a change (overview.c), for either
+ * backend; with S3 the bucket is read for it (overview_s3.c). */
+struct reg_ov_tag {
+	const char *tag, *digest, *media_type, *artifact_type, *build, *attestation; /* the last four may be NULL */
+	int64_t updated, created, size, blobs, new_bytes, manifest_size;
+	bool signed_;
+};
+json_t *reg_ov_tag_json(const struct reg_ov_tag *t);
+/* Adds to row the counts of set's blobs (digest: size) new and shared against prev (NULL: the first). */
+void reg_ov_change(json_t *row, const json_t *prev, const json_t *set);
+/* The repository object of /kiln/v1/repos; 0 when it is gone. */
+int reg_ov_s3_repo(reg_server *s, const char *repo, json_t **out, kiln_error **err);
+/* The changes of repo:tag, oldest first, each with its blobs (the digests'). */
+int reg_ov_s3_history(reg_server *s, const char *repo, const char *tag, json_t *out, kiln_error **err);
+/* What the team holds in the bucket (repos, tags, blobs and bytes: each once). */
+int reg_ov_s3_team(reg_server *s, struct reg_team_usage *u, kiln_error **err);
 /* The access log (access_log.c): the id taken once the headers are in, the
  * line written as the request ends. */
 void reg_req_take_id(reg_req *r);

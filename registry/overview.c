@@ -4,7 +4,8 @@
  * the repository: after deduplication), build note and signatures, a tag's
  * history with chunks new and shared against the version before, and the
  * teams' usage against their quotas.  GET /kiln/v1/..., JSON, read-only; a
- * token sees only the repositories it may pull (filesystem metadata only). */
+ * token sees only the repositories it may pull.  The filesystem backend's
+ * metadata is queried here, the S3 bucket's read by overview_s3.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,8 +52,43 @@ static void whoami(reg_req *r)
 			 json_pack("{s:b,s:{s:o,s:o,s:o},s:b,s:b,s:b}", "auth", c->auth, "namespaces", "pull",
 				   namespaces(r, REG_PULL), "build", namespaces(r, REG_BUILD), "sandbox",
 				   namespaces(r, REG_SANDBOX), "build", c->build != NULL, "sandboxes",
-				   c->sandboxes != NULL, "metadata", c->s3_endpoint == NULL),
+				   c->sandboxes != NULL, "metadata", r->srv->db != NULL),
 			 NULL);
+}
+
+static json_t *str_or_null(const char *s)
+{
+	return s ? json_string(s) : json_null();
+}
+
+json_t *reg_ov_tag_json(const struct reg_ov_tag *t)
+{
+	return json_pack("{s:s,s:s,s:I,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:o,s:b,s:o}", "tag", t->tag, "digest", t->digest,
+			 "updated", (json_int_t)t->updated, "media_type", str_or_null(t->media_type), "artifact_type",
+			 str_or_null(t->artifact_type), "created", (json_int_t)t->created, "size", (json_int_t)t->size,
+			 "blobs", (json_int_t)t->blobs, "new_bytes", (json_int_t)t->new_bytes, "manifest_size",
+			 (json_int_t)t->manifest_size, "build", str_or_null(t->build), "signed", t->signed_,
+			 "attestation", str_or_null(t->attestation));
+}
+
+void reg_ov_change(json_t *row, const json_t *prev, const json_t *set)
+{
+	int64_t nb = 0, nn = 0, sb = 0, sn = 0;
+	const char *k;
+	json_t *v;
+
+	json_object_foreach((json_t *)set, k, v) {
+		if (prev && json_object_get(prev, k)) {
+			sn++;
+			sb += json_integer_value(v);
+		} else {
+			nn++;
+			nb += json_integer_value(v);
+		}
+	}
+	json_object_update_new(row, json_pack("{s:I,s:I,s:I,s:I,s:b}", "new_blobs", (json_int_t)nn, "new_bytes",
+					      (json_int_t)nb, "shared_blobs", (json_int_t)sn, "shared_bytes",
+					      (json_int_t)sb, "first", prev == NULL));
 }
 
 static int64_t col64(sqlite3_stmt *st, int i)
@@ -106,15 +142,13 @@ static int repo_tags(reg_db *db, int64_t id, json_t *tags, int64_t *logical, kil
 			fresh = col64(sz, 2);
 		}
 		*logical += msize + bytes;
-		json_array_append_new(tags,
-			json_pack("{s:s,s:s,s:I,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:o,s:b,s:o}", "tag",
-				  (const char *)sqlite3_column_text(st, 0), "digest",
-				  (const char *)sqlite3_column_text(st, 1), "updated", (json_int_t)col64(st, 2),
-				  "media_type", text_or_null(st, 3), "artifact_type", text_or_null(st, 4), "created",
-				  (json_int_t)col64(st, 6), "size", (json_int_t)(msize + bytes), "blobs",
-				  (json_int_t)blobs, "new_bytes", (json_int_t)(msize + fresh), "manifest_size",
-				  (json_int_t)msize, "build", text_or_null(st, 7), "signed", sqlite3_column_int(st, 8),
-				  "attestation", text_or_null(st, 9)));
+		json_array_append_new(tags, reg_ov_tag_json(&(struct reg_ov_tag){
+			.tag = (const char *)sqlite3_column_text(st, 0), .digest = (const char *)sqlite3_column_text(st, 1),
+			.updated = col64(st, 2), .media_type = (const char *)sqlite3_column_text(st, 3),
+			.artifact_type = (const char *)sqlite3_column_text(st, 4), .created = col64(st, 6),
+			.size = msize + bytes, .blobs = blobs, .new_bytes = msize + fresh, .manifest_size = msize,
+			.build = (const char *)sqlite3_column_text(st, 7), .signed_ = sqlite3_column_int(st, 8) != 0,
+			.attestation = (const char *)sqlite3_column_text(st, 9) }));
 	}
 	if (rc != SQLITE_DONE) {
 		reg_db_fail(db, err, "a repository's tags");
@@ -127,16 +161,53 @@ out:
 	return ret;
 }
 
+static bool in_team(const char *name, const char *team)
+{
+	size_t n = team ? strlen(team) : 0;
+
+	return team == NULL || (strncmp(name, team, n) == 0 && (name[n] == '\0' || name[n] == '/'));
+}
+
+/* The same from the bucket's objects (overview_s3.c). */
+static void repos_s3(reg_req *r, const char *team)
+{
+	kiln_strv names = KILN_STRV_INIT;
+	kiln_error *err = NULL;
+	json_t *out = json_array(), *repo;
+
+	if (reg_s3m_catalog(&r->srv->store, NULL, -1, &names, NULL, &err) < 0)
+		goto fail;
+	for (size_t i = 0; i < names.n; i++) {
+		if (!in_team(names.v[i], team) || !reg_req_allows(r, names.v[i], REG_PULL))
+			continue;
+		if (reg_ov_s3_repo(r->srv, names.v[i], &repo, &err) < 0)
+			goto fail;
+		json_array_append_new(out, repo);
+	}
+	kiln_strv_free(&names);
+	reg_respond_json(r, 200, json_pack("{s:o}", "repositories", out), NULL);
+	return;
+fail:
+	kiln_strv_free(&names);
+	json_decref(out);
+	reg_internal(r, err);
+}
+
 /* GET /kiln/v1/repos[?team=T]: the repositories the caller may pull. */
 static void repos(reg_req *r)
 {
 	const char *team = reg_query(r, "team");
 	reg_db *db = r->srv->db;
 	kiln_error *err = NULL;
-	json_t *out = json_array();
+	json_t *out;
 	sqlite3_stmt *st;
 	int rc;
 
+	if (r->srv->cfg.s3_endpoint) {
+		repos_s3(r, team);
+		return;
+	}
+	out = json_array();
 	pthread_mutex_lock(&db->lock);
 	st = reg_db_prep(db, "SELECT r.id, r.name, r.public, r.created,"
 			     " (SELECT coalesce(sum(size), 0) FROM blob_links l WHERE l.repo = r.id),"
@@ -216,7 +287,7 @@ static void history(reg_req *r)
 	sqlite3_stmt *st = NULL;
 	int rc;
 
-	if (repo == NULL || tag == NULL || !oci_name_valid(repo)) {
+	if (repo == NULL || tag == NULL || !oci_name_valid(repo) || !oci_tag_valid(tag)) {
 		json_decref(out);
 		fail(r, 400, "want ?repo=NAME&tag=TAG");
 		return;
@@ -224,6 +295,15 @@ static void history(reg_req *r)
 	if (!reg_req_allows(r, repo, REG_PULL)) { /* as if it did not exist */
 		json_decref(out);
 		fail(r, 404, "no such repository");
+		return;
+	}
+	if (r->srv->cfg.s3_endpoint) {
+		if (reg_ov_s3_history(r->srv, repo, tag, out, &err) < 0) {
+			json_decref(out);
+			reg_internal(r, err);
+			return;
+		}
+		reg_respond_json(r, 200, json_pack("{s:s,s:s,s:o}", "repo", repo, "tag", tag, "history", out), NULL);
 		return;
 	}
 	pthread_mutex_lock(&db->lock);
@@ -238,27 +318,13 @@ static void history(reg_req *r)
 		json_t *row = json_pack("{s:I,s:o,s:o}", "at", (json_int_t)col64(st, 0), "digest", text_or_null(st, 1),
 					"build", text_or_null(st, 2));
 		json_t *set;
-		int64_t nb = 0, nn = 0, sb = 0, sn = 0;
-		const char *k;
-		json_t *v;
 
 		json_array_append_new(out, row);
 		if (d == NULL)
 			continue;
 		if ((set = blob_set(db, repo, d, &err)) == NULL)
 			goto fail;
-		json_object_foreach(set, k, v) {
-			if (prev && json_object_get(prev, k)) {
-				sn++;
-				sb += json_integer_value(v);
-			} else {
-				nn++;
-				nb += json_integer_value(v);
-			}
-		}
-		json_object_update(row, json_pack("{s:I,s:I,s:I,s:I,s:b}", "new_blobs", (json_int_t)nn, "new_bytes",
-						  (json_int_t)nb, "shared_blobs", (json_int_t)sn, "shared_bytes",
-						  (json_int_t)sb, "first", prev == NULL));
+		reg_ov_change(row, prev, set);
 		json_decref(prev);
 		prev = set;
 	}
@@ -279,42 +345,125 @@ fail:
 	reg_internal(r, err);
 }
 
+void reg_usage_set(json_t *quotas, const char *key, int64_t used, int64_t limit)
+{
+	json_object_set_new(quotas, key, json_pack("{s:I,s:o}", "used", (json_int_t)used, "limit",
+						   limit < 0 ? json_null() : json_integer(limit)));
+}
+
+static int64_t limit_of(const struct reg_quota *q, enum reg_quota_key k)
+{
+	return q->src[k] == REG_QUOTA_UNSET || q->v[k] == REG_QUOTA_NONE ? -1 : q->v[k];
+}
+
+/* A team's row: what it holds, and each quota that applies to it with its
+ * use, counted where the quota is checked: bytes and repos here, the
+ * services' through their observers (builds, build minutes, sandboxes).  A
+ * quota set for a service this server does not run has no use ("used": null). */
+static json_t *team_row(reg_req *r, const struct reg_team_usage *u, kiln_error **err)
+{
+	unsigned no = __atomic_load_n(&r->srv->nobservers, __ATOMIC_ACQUIRE);
+	json_t *quotas;
+	struct reg_quota q;
+
+	if (reg_server_quota(r->srv, u->team, &q, err) < 0)
+		return NULL;
+	quotas = json_object();
+	for (int k = 0; k < REG_QUOTA_N; k++)
+		if (q.src[k] != REG_QUOTA_UNSET)
+			json_object_set_new(quotas, reg_quota_key_name((enum reg_quota_key)k),
+					    json_pack("{s:n,s:o}", "used", "limit",
+						      q.v[k] == REG_QUOTA_NONE ? json_null() : json_integer(q.v[k])));
+	reg_usage_set(quotas, "bytes", u->bytes, limit_of(&q, REG_QUOTA_BYTES));
+	reg_usage_set(quotas, "repos", u->repos, limit_of(&q, REG_QUOTA_REPOS));
+	for (unsigned i = 0; i < no; i++) {
+		const struct reg_observer *o = r->srv->observers[i];
+		if (o->usage && o->usage(o->ud, u->team, quotas, err) < 0) {
+			json_decref(quotas);
+			return NULL;
+		}
+	}
+	return json_pack("{s:s,s:I,s:I,s:I,s:I,s:o}", "team", u->team, "repos", (json_int_t)u->repos, "tags",
+			 (json_int_t)u->tags, "blobs", (json_int_t)u->blobs, "bytes", (json_int_t)u->bytes, "quotas", quotas);
+}
+
+static int cmp_team(const void *a, const void *b)
+{
+	return strcmp(((const struct reg_team_usage *)a)->team, ((const struct reg_team_usage *)b)->team);
+}
+
+/* The teams of the caller's own namespaces that hold nothing yet: their
+ * builds and sandboxes count too. */
+static void caller_teams(reg_req *r, struct reg_team_usage **u, size_t *n)
+{
+	char *ns = reg_req_namespaces(r, REG_PULL), *save = NULL;
+	size_t had = *n;
+
+	for (char *p = ns ? strtok_r(ns, ";", &save) : NULL; p; p = strtok_r(NULL, ";", &save)) {
+		bool seen = false;
+
+		p[strcspn(p, "/")] = '\0';
+		if (!reg_quota_team_valid(p))
+			continue;
+		for (size_t i = 0; i < *n && !seen; i++)
+			seen = strcmp((*u)[i].team, p) == 0;
+		if (seen)
+			continue;
+		*u = kiln_xrealloc(*u, (*n + 1) * sizeof(**u));
+		(*u)[(*n)++] = (struct reg_team_usage){ .team = kiln_xstrdup(p) };
+	}
+	free(ns);
+	if (*n != had)
+		qsort(*u, *n, sizeof(**u), cmp_team);
+}
+
+/* The teams of the bucket's catalog, nothing counted yet (reg_ov_s3_team
+ * counts those the caller may see). */
+static int s3_teams(reg_req *r, struct reg_team_usage **u, size_t *n, kiln_error **err)
+{
+	kiln_strv names = KILN_STRV_INIT;
+
+	if (reg_s3m_catalog(&r->srv->store, NULL, -1, &names, NULL, err) < 0)
+		return -1;
+	for (size_t i = 0; i < names.n; i++) {
+		char *t = names.v[i];
+
+		t[strcspn(t, "/")] = '\0';
+		if (*n == 0 || strcmp((*u)[*n - 1].team, t) != 0) { /* the catalog is sorted */
+			*u = kiln_xrealloc(*u, (*n + 1) * sizeof(**u));
+			(*u)[(*n)++] = (struct reg_team_usage){ .team = kiln_xstrdup(t) };
+		}
+	}
+	kiln_strv_free(&names);
+	return 0;
+}
+
 /* GET /kiln/v1/usage: what each team the caller may pull from holds, and its quotas. */
 static void usage(reg_req *r)
 {
 	struct reg_team_usage *u = NULL;
 	kiln_error *err = NULL;
-	json_t *out = json_array();
+	json_t *out = json_array(), *row;
 	size_t n = 0;
+	bool s3 = r->srv->cfg.s3_endpoint != NULL;
 
-	if (reg_db_team_usage(r->srv->db, &u, &n, &err) < 0) {
-		json_decref(out);
-		reg_internal(r, err);
-		return;
-	}
+	if (s3 ? s3_teams(r, &u, &n, &err) < 0 : reg_db_team_usage(r->srv->db, &u, &n, &err) < 0)
+		goto fail;
+	caller_teams(r, &u, &n);
 	for (size_t i = 0; i < n; i++) {
-		struct reg_quota q;
-		json_t *quotas = json_object();
-
 		if (!reg_req_allows(r, u[i].team, REG_PULL))
 			continue;
-		if (reg_server_quota(r->srv, u[i].team, &q, &err) < 0) {
-			json_decref(quotas);
-			json_decref(out);
-			reg_team_usage_free(u, n);
-			reg_internal(r, err);
-			return;
-		}
-		for (int k = 0; k < REG_QUOTA_N; k++)
-			if (q.v[k] != REG_QUOTA_NONE && q.src[k] != REG_QUOTA_UNSET)
-				json_object_set_new(quotas, reg_quota_key_name((enum reg_quota_key)k), json_integer(q.v[k]));
-		json_array_append_new(out, json_pack("{s:s,s:I,s:I,s:I,s:I,s:o}", "team", u[i].team, "repos",
-						     (json_int_t)u[i].repos, "tags", (json_int_t)u[i].tags, "blobs",
-						     (json_int_t)u[i].blobs, "bytes", (json_int_t)u[i].bytes, "quotas",
-						     quotas));
+		if ((s3 && reg_ov_s3_team(r->srv, &u[i], &err) < 0) || (row = team_row(r, &u[i], &err)) == NULL)
+			goto fail;
+		json_array_append_new(out, row);
 	}
 	reg_team_usage_free(u, n);
 	reg_respond_json(r, 200, json_pack("{s:o}", "teams", out), NULL);
+	return;
+fail:
+	reg_team_usage_free(u, n);
+	json_decref(out);
+	reg_internal(r, err);
 }
 
 void reg_overview_handle(reg_req *r)
@@ -327,8 +476,8 @@ void reg_overview_handle(reg_req *r)
 		whoami(r);
 		goto out;
 	}
-	if (r->srv->db == NULL || r->srv->cfg.s3_endpoint) {
-		fail(r, 501, "the dashboard reads the filesystem metadata (meta.db); not with the s3 backend yet");
+	if (r->srv->db == NULL) {
+		fail(r, 501, "no metadata open");
 		goto out;
 	}
 	if (strcmp(what, "repos") == 0)

@@ -115,16 +115,22 @@ struct reg_routes {
 /* rt is borrowed until reg_server_stop(). */
 int reg_server_mount(reg_server *s, const struct reg_routes *rt, kiln_error **err);
 
-/* What a module adds to GET /metrics and GET /readyz.  metrics appends
- * whole metric families in Prometheus' text format (reg_metric_head, then
- * samples); ready returns 0, or -1 with err saying what is failing.  Either
- * may be NULL; both run on request threads.  o is borrowed until stop. */
+/* What a module adds to GET /metrics, GET /readyz and GET /kiln/v1/usage.
+ * metrics appends whole metric families in Prometheus' text format
+ * (reg_metric_head, then samples); ready returns 0, or -1 with err saying
+ * what is failing; usage sets, in quotas, each quota key the module enforces
+ * to what team uses of it now, counted as its check counts:
+ * reg_usage_set().  Any may be NULL; all run on request threads.  o is
+ * borrowed until stop. */
 struct reg_observer {
 	const char *name;          /* its line in /readyz: "queue", "sandboxes" */
 	void *ud;
 	void (*metrics)(void *ud, kiln_buf *out);
 	int (*ready)(void *ud, kiln_error **err);
+	int (*usage)(void *ud, const char *team, json_t *quotas, kiln_error **err);
 };
+/* quotas[key] = {"used": used, "limit": limit}; limit < 0: none. */
+void reg_usage_set(json_t *quotas, const char *key, int64_t used, int64_t limit);
 int reg_server_observe(reg_server *s, const struct reg_observer *o, kiln_error **err);
 void reg_metric_head(kiln_buf *out, const char *name, const char *type, const char *help);
 void reg_metric_label(kiln_buf *out, const char *value); /* escaped for inside "..." */

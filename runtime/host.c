@@ -191,6 +191,19 @@ static void usage_locked(rt_host *h, const char *team, struct usage *host, struc
 	}
 }
 
+void rt_host_team_usage(rt_host *h, const char *team, struct rt_limits *used, struct rt_limits *limit)
+{
+	struct usage host, mine;
+
+	pthread_mutex_lock(&h->mu);
+	*limit = h->cfg.team;
+	if (h->cfg.team_limits)
+		h->cfg.team_limits(h->cfg.limits_ud, team, limit);
+	usage_locked(h, team, &host, &mine);
+	pthread_mutex_unlock(&h->mu);
+	*used = (struct rt_limits){ .sandboxes = mine.sandboxes, .memory_mib = mine.memory_mib, .vcpus = mine.cpus };
+}
+
 /* Refuse a create that would pass a limit, naming it (KILN_E_LIMIT, with
  * *host_limit telling the host's from the team's: 503 and 429). */
 int rt_host_check_limits_locked(rt_host *h, const char *team, unsigned cpus, uint64_t mem, bool *host_limit,

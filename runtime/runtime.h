@@ -239,6 +239,10 @@ struct rt_create {
 	json_t *metadata;         /* object of strings, may be NULL (borrowed) */
 	int64_t timeout_s;        /* 0: none */
 };
+/* What team holds now as its limits count it (running sandboxes and creates
+ * under way: their number, memory, vCPUs), and the limits that apply to it
+ * (0: none). */
+void rt_host_team_usage(rt_host *h, const char *team, struct rt_limits *used, struct rt_limits *limit);
 /* KILN_E_LIMIT names the limit (out->host_limit: the host's). */
 int rt_host_create(rt_host *h, const struct rt_create *c, struct rt_info *out, kiln_error **err);
 /* Another team's sandbox is KILN_E_NOTFOUND, as one that does not exist. */

@@ -132,6 +132,7 @@ int svc_q_claim(svc *s, char id[SVC_ID_MAX], kiln_error **err);   /* 1 claimed, 
 int svc_quota_builds(svc *s, json_t **teams, int64_t *dflt, kiln_error **err);
 int svc_quota_minutes_today(svc *s, const char *team, int64_t now, int64_t *seconds, kiln_error **err);
 int svc_quota_check_minutes(svc *s, const char *team, kiln_error **err);
+int svc_quota_usage(void *ud, const char *team, json_t *quotas, kiln_error **err);
 int svc_q_job(svc *s, const char *id, char **team, char **request, int64_t *time_limit, kiln_error **err);
 int svc_q_heartbeat(svc *s, const char *id, kiln_error **err);    /* 1: cancel asked */
 int svc_q_finish(svc *s, const char *id, enum svc_state state, const char *reason, const char *location,

@@ -91,5 +91,6 @@ static int ready(void *ud, kiln_error **err)
 
 void svc_observe(svc *s)
 {
-	s->observer = (struct reg_observer){ .name = "build queue", .ud = s, .metrics = metrics, .ready = ready };
+	s->observer = (struct reg_observer){ .name = "build queue", .ud = s, .metrics = metrics, .ready = ready,
+					   .usage = svc_quota_usage };
 }

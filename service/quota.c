@@ -83,3 +83,30 @@ int svc_quota_check_minutes(svc *s, const char *team, kiln_error **err)
 			" was queued; the count starts again at 00:00 UTC, in %" PRId64 " h %" PRId64 " min",
 			team, used / 60, q.v[REG_QUOTA_BUILD_MINUTES], left / 3600, left % 3600 / 60);
 }
+
+/* GET /kiln/v1/usage's build quotas of a team (reg_observer.usage): its
+ * builds running now on every host of the queue, as the claim counts them,
+ * against `builds` (the service's team_builds when unset), and its minutes
+ * of building today against `build_minutes`. */
+int svc_quota_usage(void *ud, const char *team, json_t *quotas, kiln_error **err)
+{
+	svc *s = ud;
+	struct reg_quota q;
+	struct svc_rows r;
+	const char *p[] = { team };
+	int64_t running, seconds, builds, minutes;
+
+	if (reg_server_quota(s->srv, team, &q, err) < 0 ||
+	    svc_db_q(s->db, &r, "SELECT count(*) FROM svc_builds WHERE team = $1 AND state = 'building'", p, 1, err) < 0)
+		return -1;
+	running = r.n ? svc_row_int(&r, 0, 0) : 0;
+	svc_rows_free(&r);
+	if (svc_quota_minutes_today(s, team, svc_now(), &seconds, err) < 0)
+		return -1;
+	builds = value_or(&q, REG_QUOTA_BUILDS, s->cfg.team_builds);
+	minutes = q.src[REG_QUOTA_BUILD_MINUTES] == REG_QUOTA_UNSET ? REG_QUOTA_NONE : q.v[REG_QUOTA_BUILD_MINUTES];
+	reg_usage_set(quotas, "builds", running, builds >= NO_LIMIT ? -1 : builds);
+	reg_usage_set(quotas, "build_minutes", seconds / 60, minutes);
+	json_object_set_new(json_object_get(quotas, "build_minutes"), "used_seconds", json_integer(seconds));
+	return 0;
+}

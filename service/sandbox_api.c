@@ -660,6 +660,20 @@ static void team_quota(void *ud, const char *team, struct rt_limits *l)
 		l->vcpus = (unsigned)(v[2] > 1 << 30 ? 1 << 30 : v[2]);
 }
 
+/* GET /kiln/v1/usage's sandbox quotas of a team, as a create checks them. */
+static int sbx_usage(void *ud, const char *team, json_t *quotas, kiln_error **err)
+{
+	struct svc_sandboxes *s = ud;
+	struct rt_limits used, lim;
+
+	(void)err;
+	rt_host_team_usage(s->host, team, &used, &lim);
+	reg_usage_set(quotas, "sandboxes", used.sandboxes, lim.sandboxes ? (int64_t)lim.sandboxes : -1);
+	reg_usage_set(quotas, "sandbox_memory_mib", (int64_t)used.memory_mib, lim.memory_mib ? (int64_t)lim.memory_mib : -1);
+	reg_usage_set(quotas, "sandbox_vcpus", used.vcpus, lim.vcpus ? (int64_t)lim.vcpus : -1);
+	return 0;
+}
+
 svc_sandboxes *svc_sandboxes_start(reg_server *srv, const json_t *config, e2b *templates,
 				   int (*ensure)(void *ud, const char *ref, kiln_error **err), void *ud,
 				   kiln_error **err)
@@ -716,7 +730,7 @@ svc_sandboxes *svc_sandboxes_start(reg_server *srv, const json_t *config, e2b *t
 					 .end = end, .done = done };
 	if (reg_server_mount(srv, &s->routes, err) < 0)
 		goto fail;
-	s->observer = (struct reg_observer){ .name = "sandboxes", .ud = s, .metrics = sbx_metrics };
+	s->observer = (struct reg_observer){ .name = "sandboxes", .ud = s, .metrics = sbx_metrics, .usage = sbx_usage };
 	if (reg_server_observe(srv, &s->observer, err) < 0)
 		goto fail;
 	free(key);

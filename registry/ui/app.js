@@ -107,8 +107,10 @@ async function login(token) {
 function logout() {
   stopView();
   sessionStorage.removeItem(KEY);
+  sessionStorage.removeItem(TEAM_KEY);
   me = null;
   $('nav').hidden = true;
+  $('team-pick').hidden = true;
   $('logout').hidden = true;
   $('who').textContent = '';
   $('view').replaceChildren();
@@ -121,18 +123,44 @@ function teams(kind) {
   return me && me.namespaces ? me.namespaces[kind] || [] : [];
 }
 
-// The ?team= a service call names: none when the token has one team (the
-// service takes it) or every team; else the chosen one.
-function teamArg(kind) {
-  const t = teams(kind).filter((n) => n !== '*' && !n.includes('/'));
-  return t.length > 1 ? 'team=' + encodeURIComponent(t[0]) : '';
+// The teams the token names (the first component of its namespaces, for
+// any action); none when it holds every team ("*", or auth off).
+function myTeams() {
+  const all = new Set();
+  for (const kind of ['pull', 'build', 'sandbox'])
+    for (const n of teams(kind)) if (n !== '*') all.add(n.split('/')[0]);
+  return [...all].sort();
+}
+
+// The team the pages show: with a token for several teams, the one picked
+// in the header (kept in this tab's sessionStorage, like the token).
+const TEAM_KEY = 'kiln-team';
+function team() {
+  const t = myTeams();
+  if (t.length < 2) return null;
+  const picked = sessionStorage.getItem(TEAM_KEY);
+  return t.includes(picked) ? picked : t[0];
+}
+
+// The ?team= a call names: the picked team, none with one team (the
+// service takes it) or every team.
+function teamArg() {
+  const t = team();
+  return t ? 'team=' + encodeURIComponent(t) : '';
+}
+
+function teamPicker() {
+  const t = myTeams(), sel = $('team');
+  $('team-pick').hidden = t.length < 2;
+  sel.replaceChildren(...t.map((n) => el('option', { value: n, selected: n === team() }, n)));
 }
 
 // ---- templates and images ----------------------------------------------
 
 async function viewTemplates() {
   const started = performance.now();
-  const data = await api('/kiln/v1/repos');
+  const q = teamArg();
+  const data = await api('/kiln/v1/repos' + (q ? '?' + q : ''));
   const out = [el('h1', {}, 'Templates and images')];
   if (!data.repositories.length) out.push(el('p', { class: 'muted' }, 'No repository yet: push one with kiln push.'));
   for (const repo of data.repositories) {
@@ -167,27 +195,42 @@ function tagRow(repo, t) {
     el('td', {}, t.build ? el('a', { href: '#/build/' + encodeURIComponent(t.build.replace(/^build /, '')) },
       t.build.replace(/^build /, '')) : ''),
     el('td', {}, t.signed ? 'signed' : ''),
-    el('td', {}, t.attestation ? el('button', { type: 'button', class: 'secondary',
+    el('td', {}, t.attestation ? el('button', { type: 'button', class: 'secondary', 'aria-expanded': 'false',
       on: { click: (ev) => provenance(ev.target, repo.name, t.attestation) } }, 'provenance') : ''));
 }
 
 // The build's signed provenance (the .att tag's DSSE layer), read over the
-// distribution API: builder, base images and inputs.
+// distribution API: builder, Dockerfile, context, base images, times.  The
+// page shows what the statement says; verifying it is kiln pull's and
+// kiln inspect --provenance's (docs/security.md).
 async function provenance(button, repo, att) {
-  const cell = button.parentNode;
+  // shown in a row of its own under the tag's, the table's whole width
+  const row = button.closest('tr');
+  const next = row.nextElementSibling;
+  if (next && next.classList.contains('provenance')) {
+    next.remove();
+    button.setAttribute('aria-expanded', 'false');
+    return;
+  }
+  const cell = el('td', { colspan: row.children.length });
+  row.after(el('tr', { class: 'provenance' }, cell));
+  button.setAttribute('aria-expanded', 'true');
   try {
     const m = await api(`/v2/${repo}/manifests/${att}`,
       { headers: { Accept: 'application/vnd.oci.image.manifest.v1+json' } });
     const layer = (m.layers || [])[0];
     const env = await api(`/v2/${repo}/blobs/${layer.digest}`);
-    const st = JSON.parse(atob(env.payload));
+    const st = JSON.parse(new TextDecoder().decode(Uint8Array.from(atob(env.payload), (c) => c.charCodeAt(0))));
     const p = st.predicate || {};
-    const bd = p.buildDefinition || {}, rd = p.runDetails || {};
-    const deps = (bd.resolvedDependencies || []).map((d) => `${d.uri} ${Object.values(d.digest || {})[0] || ''}`);
-    cell.replaceChildren(el('dl', { class: 'kv' },
-      el('dt', {}, 'builder'), el('dd', {}, (rd.builder || {}).id || ''),
-      el('dt', {}, 'base'), el('dd', {}, deps.join(', ') || 'none'),
-      el('dt', {}, 'finished'), el('dd', {}, ((rd.metadata || {}).finishedOn) || '')));
+    const bd = p.buildDefinition || {}, rd = p.runDetails || {}, ext = bd.externalParameters || {};
+    const dig = (o) => { const d = (o || {}).digest || {}; const k = Object.keys(d)[0]; return k ? `${k}:${d[k]}` : ''; };
+    const deps = (bd.resolvedDependencies || []).map((d) => `${d.uri} ${dig(d)}`);
+    const kv = [['builder', (rd.builder || {}).id || ''], ['Dockerfile', dig(ext.dockerfile)], ['context', dig(ext.context)],
+      ['base images', deps.length ? deps : ['none (FROM scratch)']], ['started', (rd.metadata || {}).startedOn || ''],
+      ['finished', (rd.metadata || {}).finishedOn || ''], ['key id', ((env.signatures || [])[0] || {}).keyid || '']];
+    cell.replaceChildren(el('dl', { class: 'kv provenance', 'aria-label': 'provenance' },
+      kv.flatMap(([k, v]) => [el('dt', {}, k), el('dd', { class: 'mono', 'data-key': k },
+        [v].flat().map((x) => el('div', {}, printable(x))))])));
   } catch (e) {
     cell.replaceChildren(el('span', { class: 'error' }, 'provenance: ' + e.message));
   }
@@ -221,7 +264,7 @@ function duration(b) {
 
 async function viewBuilds() {
   if (!me.build) { show(el('h1', {}, 'Builds'), el('p', { class: 'muted' }, 'This server runs no build service (kiln serve --build).')); return; }
-  const q = teamArg('build');
+  const q = teamArg();
   const data = await api('/build/v1/builds' + (q ? '?' + q : ''));
   const groups = { queued: [], building: [], finished: [] };
   for (const b of data.builds) (groups[b.state] || groups.finished).push(b);
@@ -245,7 +288,7 @@ async function viewBuilds() {
 }
 
 async function viewBuild(id) {
-  const q = teamArg('build');
+  const q = teamArg();
   const base = '/build/v1/builds/' + encodeURIComponent(id);
   let st = await api(base + (q ? '?' + q : ''));
   const head = el('dl', { class: 'kv', id: 'build-status' });
@@ -373,7 +416,7 @@ async function viewBuild(id) {
 
 async function viewSandboxes() {
   if (!me.sandboxes) { show(el('h1', {}, 'Sandboxes'), el('p', { class: 'muted' }, 'This server runs no sandbox service (kiln serve --sandboxes).')); return; }
-  const q = teamArg('sandbox');
+  const q = teamArg();
   const list = await api('/v2/sandboxes' + (q ? '?' + q : ''));
   const now = Date.now();
   const act = async (ev, method, path, json) => {
@@ -407,29 +450,52 @@ async function viewSandboxes() {
 
 // ---- usage -----------------------------------------------------------------
 
+// Every quota a team may have (docs/operations.md "Quotas per team"), how
+// its use and limit read.
+const mins = (q) => ((q.used_seconds !== undefined ? q.used_seconds : q.used * 60) / 60).toFixed(1) + ' min';
+const QUOTAS = [
+  ['bytes', 'stored bytes (after deduplication)', (q) => bytes(q.used), (v) => bytes(v)],
+  ['repos', 'repositories', (q) => String(q.used), String],
+  ['builds', 'builds running at once', (q) => String(q.used), String],
+  ['build_minutes', 'build minutes today (UTC)', mins, (v) => v + ' min'],
+  ['sandboxes', 'sandboxes running on this host', (q) => String(q.used), String],
+  ['sandbox_memory_mib', "their memory", (q) => q.used + ' MiB', (v) => v + ' MiB'],
+  ['sandbox_vcpus', 'their vCPUs', (q) => String(q.used), String],
+];
+
 async function viewUsage() {
   const u = await api('/kiln/v1/usage');
+  const picked = team();
+  if (picked) u.teams = u.teams.filter((t) => t.team === picked);
   const meter = (used, limit) => {
-    if (limit === undefined) return el('span', { class: 'muted' }, 'no quota');
     const pct = limit > 0 ? Math.min(100, (100 * used) / limit) : 100;
     const bar = el('span');
     bar.style.width = pct.toFixed(1) + '%'; // CSSOM, allowed by the CSP (no inline style attribute)
-    return el('span', { class: 'row' }, el('span', { class: 'meter' + (used > limit ? ' over' : ''), role: 'img',
+    return el('span', { class: 'row' }, el('span', { class: 'meter' + (used >= limit ? ' over' : ''), role: 'img',
       'aria-label': `${pct.toFixed(0)} percent` }, bar), `${pct.toFixed(0)}%`);
   };
-  const rows = u.teams.map((t) => el('tr', { 'data-team': t.team },
-    el('td', {}, t.team),
-    el('td', { class: 'num' }, String(t.repos)), el('td', {}, t.quotas.repos !== undefined ? 'of ' + t.quotas.repos : ''),
-    el('td', { class: 'num' }, String(t.tags)),
-    el('td', { class: 'num' }, bytes(t.bytes)),
-    el('td', {}, t.quotas.bytes !== undefined ? 'of ' + bytes(t.quotas.bytes) : ''),
-    el('td', {}, meter(t.bytes, t.quotas.bytes)),
-    el('td', {}, Object.entries(t.quotas).filter(([k]) => k !== 'bytes' && k !== 'repos')
-      .map(([k, v]) => `${k} ${v}`).join(', '))));
-  show(el('h1', {}, 'Usage against quotas'),
-    el('table', { class: 'usage' }, el('thead', {}, el('tr', {}, el('th', {}, 'team'), el('th', { class: 'num' }, 'repositories'),
-      el('th', {}, ''), el('th', { class: 'num' }, 'tags'), el('th', { class: 'num' }, 'stored'), el('th', {}, ''),
-      el('th', {}, 'stored / quota'), el('th', {}, 'other quotas'))), el('tbody', {}, rows)));
+  const out = [el('h1', {}, 'Usage against quotas')];
+  if (!u.teams.length) out.push(el('p', { class: 'muted' }, 'No team to show.'));
+  for (const t of u.teams) {
+    const rows = QUOTAS.filter(([k]) => t.quotas[k]).map(([k, what, used, lim]) => {
+      const q = t.quotas[k];
+      const counted = q.used !== null && q.used !== undefined;
+      const usedVal = k === 'build_minutes' && q.used_seconds !== undefined ? q.used_seconds / 60 : q.used;
+      return el('tr', { 'data-quota': k },
+        el('th', { scope: 'row' }, what),
+        el('td', { class: 'num used' }, counted ? used(q) : el('span', { class: 'muted' }, 'not counted here')),
+        el('td', { class: 'num limit' }, q.limit === null ? el('span', { class: 'muted' }, 'no limit') : lim(q.limit)),
+        el('td', {}, counted && q.limit !== null ? meter(usedVal, q.limit) : ''));
+    });
+    out.push(el('section', { 'data-team': t.team, 'aria-labelledby': 'usage-' + t.team },
+      el('h2', { id: 'usage-' + t.team }, t.team),
+      el('p', { class: 'muted' }, `${t.repos} repositories, ${t.tags} tags, ${t.blobs} blobs, ${bytes(t.bytes)} stored`),
+      el('table', { class: 'usage' },
+        el('thead', {}, el('tr', {}, el('th', {}, 'quota'), el('th', { class: 'num' }, 'used'),
+          el('th', { class: 'num' }, 'limit'), el('th', {}, 'used / limit'))),
+        el('tbody', {}, rows))));
+  }
+  show(...out);
 }
 
 // ---- routing ---------------------------------------------------------------
@@ -460,6 +526,7 @@ function enter() {
   $('login').hidden = true;
   $('nav').hidden = false;
   $('logout').hidden = !me.auth;
+  teamPicker();
   const ns = teams('pull');
   $('who').textContent = me.auth ? 'teams: ' + (ns.join(', ') || 'none') : 'auth off';
   route();
@@ -475,6 +542,7 @@ async function start() {
     if (!err) enter();
   });
   $('logout').addEventListener('click', logout);
+  $('team').addEventListener('change', (ev) => { sessionStorage.setItem(TEAM_KEY, ev.target.value); route(); });
   window.addEventListener('hashchange', route);
   // A server without auth, or a token kept in this tab, needs no login.
   if (!(await login())) enter();

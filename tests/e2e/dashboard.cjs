@@ -97,6 +97,32 @@ async function contrast(page, where) {
   await shot('templates');
   await contrast(page, 'templates page');
 
+  // a version's provenance: opened with the keyboard, shown as text
+  const prow = 'h2[data-repo="team-a/app2"] + p + table tr[data-tag="v1"]';
+  ok(await page.$eval(prow, (tr) => tr.children[7].textContent).catch(() => '') === 'signed', 'app2:v1 is shown signed');
+  await page.focus(prow + ' button');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector(prow + ' + tr.provenance dl.provenance', { timeout: 10000 }).catch(() => {});
+  const prov = await page.$$eval(prow + ' + tr.provenance dl.provenance dd', (dds) => Object.fromEntries(dds.map((d) =>
+    [d.dataset.key, [...d.children].map((x) => x.textContent)]))).catch(() => ({}));
+  ok(prov.builder && prov.builder[0] === E.PROV_BUILDER, 'its provenance: the builder', JSON.stringify(prov.builder));
+  ok(prov.Dockerfile && prov.Dockerfile[0] === E.PROV_DOCKERFILE, "...the Dockerfile's digest", JSON.stringify(prov.Dockerfile));
+  ok(prov['base images'] && prov['base images'].length === 1 && prov['base images'][0] === E.PROV_BASE,
+     "...the base image and its digest", JSON.stringify(prov['base images']));
+  ok(prov.context && /^sha256:[0-9a-f]{64}$/.test(prov.context[0]) && /^\d{4}-\d\d-\d\dT/.test((prov.finished || [''])[0]),
+     "...the context's digest and the build's end", JSON.stringify(prov));
+  const v1prov = 'h2[data-repo="team-a/app"] + p + table tr[data-tag="v1"]';
+  await page.click(v1prov + ' button').catch(() => {});
+  await page.waitForSelector(v1prov + ' + tr.provenance dl.provenance', { timeout: 10000 }).catch(() => {});
+  ok(await page.$eval(v1prov + ' + tr.provenance dd[data-key="base images"]', (d) => d.textContent).catch(() => '') === 'none (FROM scratch)',
+     'a FROM scratch version: no base image', await page.$eval(v1prov, (tr) => tr.textContent).catch(() => ''));
+  ok(await page.$$eval('dl.provenance', (d) => d.length) === 2 && await page.$$eval('dl.provenance *', (es) => es.every((e) => ['DT', 'DD', 'DIV'].includes(e.tagName))),
+     '...and nothing in it but text in dt/dd');
+  ok(await page.$eval(prow + ' button', (b) => b.getAttribute('aria-expanded')) === 'true', '...its button says it is expanded');
+  await page.$eval(prow, (tr) => tr.scrollIntoView());
+  await shot('provenance');
+  await contrast(page, 'templates page with provenance');
+
   // the token: in sessionStorage only, never in a URL or a cookie
   const store = await page.evaluate(() => ({ s: sessionStorage.getItem('kiln-token'), l: localStorage.length, c: document.cookie }));
   ok(store.s === E.TOKEN && store.l === 0 && store.c === '', 'the token is kept in sessionStorage only (no cookie, no localStorage)');
@@ -132,7 +158,9 @@ async function contrast(page, where) {
 
   // ---- a hostile Dockerfile: HTML and ANSI shown as text ----
   await page.goto(E.URL + '/ui/#/build/' + E.HOSTILE, { waitUntil: 'domcontentloaded' });
-  await page.waitForFunction(() => (document.getElementById('log-state') || {}).dataset?.done === '1', { timeout: 30000 }).catch(() => {});
+  // this build's view (not the one before it, whose log is complete too)
+  await page.waitForFunction((id) => document.querySelector('#view h1')?.textContent === 'Build ' + id &&
+    (document.getElementById('log-state') || {}).dataset?.done === '1', { timeout: 30000 }, E.HOSTILE).catch(() => {});
   const hostile = await page.evaluate(() => ({ pwned: window.pwned, img: document.querySelectorAll('#view img, #view script').length,
     log: document.getElementById('build-log').textContent, steps: document.querySelector('table.steps').textContent }));
   ok(hostile.log.includes('<img src=x onerror=window.pwned=1>') && hostile.steps.includes('<img src=x onerror=window.pwned=1>'),
@@ -149,9 +177,22 @@ async function contrast(page, where) {
   await shot('builds');
   await contrast(page, 'builds page');
   await page.goto(E.URL + '/ui/#/usage', { waitUntil: 'networkidle0' });
-  await page.waitForSelector('tr[data-team="team-a"]', { timeout: 10000 }).catch(() => {});
-  const urow = await page.$eval('tr[data-team="team-a"]', (tr) => tr.textContent).catch(() => '');
-  ok(/of 50\.0 MiB/.test(urow) && /%/.test(urow), "usage: the team's stored bytes against its quota", urow);
+  await page.waitForSelector('section[data-team="team-a"] tr[data-quota]', { timeout: 10000 }).catch(() => {});
+  const quota = await page.$$eval('section[data-team="team-a"] tr[data-quota]', (trs) => Object.fromEntries(trs.map((tr) =>
+    [tr.dataset.quota, [...tr.children].map((td) => td.textContent)]))).catch(() => ({}));
+  ok(quota.bytes && /^\d+(\.\d)? (B|KiB|MiB)$/.test(quota.bytes[1]) && quota.bytes[2] === '50.0 MiB' && /%$/.test(quota.bytes[3]),
+     "usage: the team's stored bytes against its 50 MiB quota", JSON.stringify(quota.bytes));
+  ok(quota.builds && quota.builds[1] === '0' && quota.builds[2] === '2', 'usage: builds running now, 0 of 2 (the default team_builds)', JSON.stringify(quota.builds));
+  // build minutes today: what the builds API says team-a's builds ran, summed here
+  const list = await (await fetch(E.URL + '/build/v1/builds', { headers: { 'X-API-Key': E.TOKEN } })).json();
+  const day = Math.floor(Date.now() / 86400000) * 86400;
+  const secs = list.builds.filter((b) => b.started && b.ended > day).reduce((a, b) => a + b.ended - Math.max(b.started, day), 0);
+  ok(quota.build_minutes && secs >= 8 && quota.build_minutes[1] === (secs / 60).toFixed(1) + ' min' && quota.build_minutes[2] === '600 min' &&
+     /^\d+%$/.test(quota.build_minutes[3]), `usage: build minutes today against build_minutes 600 (${secs} s of builds in the builds API)`,
+     JSON.stringify(quota.build_minutes));
+  ok(quota.sandboxes && quota.sandboxes[1] === 'not counted here' && quota.sandboxes[2] === '3',
+     'usage: a sandbox quota on a server without the sandbox service: its limit, no use', JSON.stringify(quota.sandboxes));
+  ok(!quota.sandbox_vcpus, 'usage: a quota set nowhere (and enforced by no service here) is not listed', JSON.stringify(quota));
   await shot('usage');
   await contrast(page, 'usage page');
   const tabs = [];
@@ -162,6 +203,57 @@ async function contrast(page, where) {
   await page.click('#logout');
   ok(await page.evaluate(() => sessionStorage.getItem('kiln-token') === null && !document.getElementById('login').hidden),
      'log out forgets the token and shows the login page');
+
+  // ---- a token for two teams: the team picker, with the keyboard ----
+  await page.goto(E.URL + '/ui/#/templates', { waitUntil: 'networkidle0' });
+  await page.focus('#token');
+  await page.keyboard.type(E.TOKEN_MULTI);
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('h2[data-repo]', { timeout: 15000 }).catch(() => {});
+  const pick = await page.evaluate(() => ({ shown: !document.getElementById('team-pick').hidden &&
+      document.getElementById('team-pick').getClientRects().length > 0,
+    options: [...document.querySelectorAll('#team option')].map((o) => o.value), value: document.getElementById('team').value,
+    label: document.querySelector('label[for="team"]').textContent }));
+  ok(pick.shown && pick.options.join(',') === 'team-a,team-b' && pick.value === 'team-a' && pick.label === 'Team',
+     'a token for two teams: a labelled team picker with both, the first picked', JSON.stringify(pick));
+  const shown = () => page.$$eval('h2[data-repo]', (hs) => hs.map((e) => e.dataset.repo));
+  const before = await shown();
+  ok(before.length > 0 && before.every((r) => r.startsWith('team-a/')), 'the templates page shows the picked team only', before.join(','));
+  await page.focus('a.skip'); // the page's first stop
+  let reached = null;
+  for (let i = 0; i < 10 && !reached; i++) {
+    await page.keyboard.press('Tab');
+    reached = await page.evaluate(() => { const a = document.activeElement; const cs = getComputedStyle(a);
+      return a.id === 'team' ? { outline: cs.outlineStyle !== 'none' && parseFloat(cs.outlineWidth) >= 2 } : null; });
+  }
+  ok(reached && reached.outline, 'Tab reaches the team picker, its focus visible', JSON.stringify(reached));
+  await page.keyboard.press('ArrowDown');
+  await page.waitForFunction(() => document.querySelector('h2[data-repo="team-b/secret"]'), { timeout: 10000 }).catch(() => {});
+  const after = await shown();
+  ok(after.join(',') === 'team-b/secret', 'ArrowDown picks team-b: its repositories, not team-a\'s', after.join(','));
+  await shot('team-picker');
+  await contrast(page, 'templates page with the team picker');
+  await page.goto(E.URL + '/ui/#/builds', { waitUntil: 'networkidle0' });
+  await page.waitForSelector('table.builds', { timeout: 10000 }).catch(() => {});
+  const bl = async () => page.$$eval('tr[data-build]', (trs) => trs.map((t) => t.dataset.build));
+  let builds = await bl();
+  ok(builds.includes(E.TEAMB_BUILD) && !builds.includes(E.LIVE), "the builds page follows the pick: team-b's build, not team-a's",
+     builds.join(','));
+  await page.goto(E.URL + '/ui/#/usage', { waitUntil: 'networkidle0' });
+  await page.waitForSelector('section[data-team]', { timeout: 10000 }).catch(() => {});
+  const ut = await page.$$eval('section[data-team]', (ss) => ss.map((e) => e.dataset.team));
+  ok(ut.join(',') === 'team-b', 'the usage page too', ut.join(','));
+  await page.goto(E.URL + '/ui/#/builds', { waitUntil: 'networkidle0' });
+  await page.waitForSelector('table.builds', { timeout: 10000 }).catch(() => {});
+  await page.focus('#team');
+  await page.keyboard.press('ArrowUp');
+  await page.waitForFunction((id) => document.querySelector(`tr[data-build="${id}"]`), { timeout: 10000 }, E.LIVE).catch(() => {});
+  builds = await bl();
+  ok(builds.includes(E.LIVE) && !builds.includes(E.TEAMB_BUILD), 'ArrowUp back to team-a: the page shows its builds again', builds.join(','));
+  ok(!urls.some((u) => u.includes(E.TOKEN_MULTI)), 'no URL holds the two-team token');
+  await page.click('#logout');
+  ok(await page.evaluate(() => sessionStorage.length === 0 && document.getElementById('team-pick').hidden),
+     'log out forgets the token and the pick, and hides the picker');
 
   // ---- 1,000 tags: first paint ----
   if (E.TOKEN_MANY) {

@@ -18,12 +18,15 @@ mkdir -p "$ART"
 trap 'kill "$SRV" "$SLOW" 2>/dev/null; wait 2>/dev/null; rm -rf "$T_TMP"' EXIT
 
 DATA=$T_TMP/data
+# the service signs what it builds: each version gets its signature and provenance
+(cd "$T_TMP" && $KILN key generate svc >/dev/null)
 cat >"$T_TMP/serve.json" <<JSON
-{"auth": true, "build": {"host_builds": 1, "fetch_private": true}, "quotas": {"team-a": {"bytes": "50M"}}}
+{"auth": true, "build": {"host_builds": 1, "fetch_private": true, "sign_key": "$T_TMP/svc.key"}, "quotas": {"team-a": {"bytes": "50M", "build_minutes": 600, "sandboxes": 3}}}
 JSON
 A=$($KILN token create --data "$DATA" --scope team-a:build,pull,push a)
 B=$($KILN token create --data "$DATA" --scope team-b:build,pull,push b)
 C=$($KILN token create --data "$DATA" --scope team-c:pull,push c)
+M=$($KILN token create --data "$DATA" --scope team-a:build,pull --scope team-b:build,pull m) # two teams: the picker
 . tests/e2e/service-lib.sh
 serve_build "$DATA" "$T_TMP/serve.json" || { not_ok "kiln serve --build starts"; exit 0; }
 
@@ -49,7 +52,15 @@ $KILN build --remote "$URL" -t app:latest "$T_TMP/ctx" >/dev/null 2>&1
 echo changed >"$T_TMP/ctx/sub/b.txt"
 expect_exit 0 "...and v2, one file changed" $KILN build --remote "$URL" -t app:v2 "$T_TMP/ctx"
 $KILN build --remote "$URL" -t app:latest "$T_TMP/ctx" >/dev/null 2>&1
+# a build FROM v1: its provenance names the base's digest
+mkdir -p "$T_TMP/ctx2"
+echo three >"$T_TMP/ctx2/c.txt"
+printf 'FROM %s/team-a/app:v1\nCOPY c.txt /c.txt\n' "$HOST" >"$T_TMP/ctx2/Dockerfile"
+expect_exit 0 "team-a/app2:v1, FROM team-a/app:v1, signed with provenance" $KILN build --remote "$URL" -t app2:v1 "$T_TMP/ctx2"
+expect_eq "...its attestation is stored" "$(curl -s -H "Authorization: Bearer $A" "$URL/kiln/v1/repos?team=team-a" |
+	jq -r '.repositories[] | select(.name == "team-a/app2") | .tags[0] | (.signed | tostring) + " " + (.attestation != null | tostring)')" "true true"
 KILN_TOKEN=$B expect_exit 0 "team-b builds its own" $KILN build --remote "$URL" -t secret:v1 "$T_TMP/ctx"
+TEAMB_BUILD=$(grep -o 'as build b-[0-9a-f]*' "$T_TMP/err" | cut -d' ' -f3)
 # HTML and an ANSI escape in a Dockerfile, shown by the page as text
 printf 'FROM scratch\nLABEL x="<img src=x onerror=window.pwned=1> \033[31mred"\nCOPY a.txt /a.txt\n' >"$T_TMP/ctx/Dockerfile.hostile"
 expect_exit 0 "a build whose LABEL holds HTML and ANSI" $KILN build --remote "$URL" -f "$T_TMP/ctx/Dockerfile.hostile" -t hostile:1 "$T_TMP/ctx"
@@ -72,6 +83,14 @@ for _ in $(seq 50); do [ -s "$T_TMP/slow.port" ] && break; sleep 0.1; done
 LIVE=$(curl -s -H "X-API-Key: $A" -XPOST "$URL/build/v1/builds" \
 	-d "{\"dockerfile\":\"FROM scratch\\nADD http://127.0.0.1:$(cat "$T_TMP/slow.port")/x /x\\n\"}" | jq -r .id)
 expect_grep "the live build is queued" '^b-' <(echo "$LIVE")
+# usage counts it where the claim does: one build of team-a running
+for _ in $(seq 100); do
+	[ "$(curl -s -H "X-API-Key: $A" "$URL/build/v1/builds/$LIVE" | jq -r .state)" = building ] && break
+	sleep 0.1
+done
+expect_eq "/kiln/v1/usage: team-a runs 1 build of its 2 (team_builds)" \
+	"$(curl -s -H "Authorization: Bearer $A" "$URL/kiln/v1/usage" | jq -c '.teams[] | select(.team == "team-a") | .quotas.builds')" \
+	'{"used":1,"limit":2}'
 
 if [ ! -x "$CHROMIUM" ]; then
 	skip "the dashboard in Chromium" "no $CHROMIUM (deps/ui.txt: apt-get install chromium)"
@@ -88,7 +107,8 @@ if [ ! -d "$PKG/node_modules/puppeteer-core" ]; then
 		exit 0
 	fi
 fi
-URL=$URL TOKEN=$A TOKEN_MANY=$C LIVE=$LIVE HOSTILE=$HOSTILE DIGEST_V1=$D1 ART=$ART CHROMIUM=$CHROMIUM \
+PROV_BUILDER="kiln@$(hostname)" PROV_DOCKERFILE="sha256:$(sha256sum "$T_TMP/ctx2/Dockerfile" | cut -d' ' -f1)" \
+PROV_BASE="$HOST/team-a/app:v1 $D1" TOKEN_MULTI=$M TEAMB_BUILD=$TEAMB_BUILD URL=$URL TOKEN=$A TOKEN_MANY=$C LIVE=$LIVE HOSTILE=$HOSTILE DIGEST_V1=$D1 ART=$ART CHROMIUM=$CHROMIUM \
 	PUPPETEER=$PKG/node_modules/puppeteer-core HOME=$T_TMP timeout 300 node tests/e2e/dashboard.cjs | tee "$T_TMP/browser"
 grep -q '^ok - \|^not ok - ' "$T_TMP/browser" || not_ok "the browser run printed no result"
 expect_eq "screenshots kept in $ART" "$(ls "$ART"/*.png 2>/dev/null | wc -l | awk '$1 >= 8 { print "yes" }')" yes

@@ -43,7 +43,7 @@ expect_exit 0 "a template kiln build made" "$KILN" build -t sbx:1 --template --s
 
 D=$T_TMP/reg
 mkdir -p "$D"
-echo '{"auth": true, "sandboxes": {"domain": "kiln.test"}}' >"$T_TMP/serve.json"
+echo '{"auth": true, "sandboxes": {"domain": "kiln.test"}, "quotas": {"team": {"sandboxes": 4, "sandbox_memory_mib": 1024}}}' >"$T_TMP/serve.json"
 KEY=$("$KILN" token create --data "$D" --e2b --scope team:sandbox,pull web 2>/dev/null)
 OTHER=$("$KILN" token create --data "$D" --e2b --scope other:sandbox other 2>/dev/null)
 reg_start "$D" --config "$T_TMP/serve.json" --sandboxes || { not_ok "kiln serve --sandboxes starts"; exit 0; }
