@@ -10,9 +10,7 @@
 # build/test-artifacts/t1100/.
 . tests/e2e/lib.sh
 
-PUPPETEER_VERSION=23.11.1
-CHROMIUM=${KILN_CHROMIUM:-/usr/bin/chromium}
-PKG=${KILN_PUPPETEER:-$HOME/.cache/kiln/npm/puppeteer-core-$PUPPETEER_VERSION}
+. tests/e2e/browser-lib.sh
 ART=${KILN_ARTIFACTS:-$PWD/build/test-artifacts}/t1100
 mkdir -p "$ART"
 trap 'kill "$SRV" "$SLOW" 2>/dev/null; wait 2>/dev/null; rm -rf "$T_TMP"' EXIT
@@ -92,24 +90,10 @@ expect_eq "/kiln/v1/usage: team-a runs 1 build of its 2 (team_builds)" \
 	"$(curl -s -H "Authorization: Bearer $A" "$URL/kiln/v1/usage" | jq -c '.teams[] | select(.team == "team-a") | .quotas.builds')" \
 	'{"used":1,"limit":2}'
 
-if [ ! -x "$CHROMIUM" ]; then
-	skip "the dashboard in Chromium" "no $CHROMIUM (deps/ui.txt: apt-get install chromium)"
-	exit 0
-fi
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-	skip "the dashboard in Chromium" "node and npm are needed"
-	exit 0
-fi
-if [ ! -d "$PKG/node_modules/puppeteer-core" ]; then
-	mkdir -p "$PKG"
-	if ! npm install --prefix "$PKG" --no-audit --no-fund "puppeteer-core@$PUPPETEER_VERSION" >"$T_TMP/npm.log" 2>&1; then
-		skip "the dashboard in Chromium" "npm install puppeteer-core@$PUPPETEER_VERSION failed: $(tail -1 "$T_TMP/npm.log")"
-		exit 0
-	fi
-fi
-PROV_BUILDER="kiln@$(hostname)" PROV_DOCKERFILE="sha256:$(sha256sum "$T_TMP/ctx2/Dockerfile" | cut -d' ' -f1)" \
+need_browser "the dashboard in Chromium" || exit 0
+PROV_BUILDER="kiln-serve@$(hostname)" PROV_DOCKERFILE="sha256:$(sha256sum "$T_TMP/ctx2/Dockerfile" | cut -d' ' -f1)" \
 PROV_BASE="$HOST/team-a/app:v1 $D1" TOKEN_MULTI=$M TEAMB_BUILD=$TEAMB_BUILD URL=$URL TOKEN=$A TOKEN_MANY=$C LIVE=$LIVE HOSTILE=$HOSTILE DIGEST_V1=$D1 ART=$ART CHROMIUM=$CHROMIUM \
-	PUPPETEER=$PKG/node_modules/puppeteer-core HOME=$T_TMP timeout 300 node tests/e2e/dashboard.cjs | tee "$T_TMP/browser"
+	PUPPETEER=$PUPPETEER HOME=$T_TMP timeout 300 node tests/e2e/dashboard.cjs | tee "$T_TMP/browser"
 grep -q '^ok - \|^not ok - ' "$T_TMP/browser" || not_ok "the browser run printed no result"
 expect_eq "screenshots kept in $ART" "$(ls "$ART"/*.png 2>/dev/null | wc -l | awk '$1 >= 8 { print "yes" }')" yes
 if grep -qF "$A" "$T_TMP/serve.log"; then not_ok "the token never reaches the server's log"; else ok "the token never reaches the server's log"; fi

@@ -8,19 +8,9 @@
 . tests/e2e/vmlib.sh
 . tests/e2e/registry-lib.sh
 
-PUPPETEER_VERSION=23.11.1
-CHROMIUM=${KILN_CHROMIUM:-/usr/bin/chromium}
-PKG=${KILN_PUPPETEER:-$HOME/.cache/kiln/npm/puppeteer-core-$PUPPETEER_VERSION}
+. tests/e2e/browser-lib.sh
 ART=${KILN_ARTIFACTS:-$PWD/build/test-artifacts}/t1101
-if [ ! -x "$CHROMIUM" ]; then skip "the sandboxes page in Chromium" "no $CHROMIUM (deps/ui.txt)"; exit 0; fi
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then skip "the sandboxes page in Chromium" "node and npm are needed"; exit 0; fi
-if [ ! -d "$PKG/node_modules/puppeteer-core" ]; then
-	mkdir -p "$PKG"
-	if ! npm install --prefix "$PKG" --no-audit --no-fund "puppeteer-core@$PUPPETEER_VERSION" >"$T_TMP/npm.log" 2>&1; then
-		skip "the sandboxes page in Chromium" "npm install puppeteer-core@$PUPPETEER_VERSION failed: $(tail -1 "$T_TMP/npm.log")"
-		exit 0
-	fi
-fi
+need_browser "the sandboxes page in Chromium" || exit 0
 mkdir -p "$ART"
 vm_setup
 
@@ -56,7 +46,7 @@ expect_grep "the team's sandbox runs" '.' <(echo "$S1" | grep -v null)
 expect_grep "...and another team's" '.' <(echo "$S2" | grep -v null)
 
 URL=$URL TOKEN=$KEY SANDBOX=$S1 OTHER_SANDBOX=$S2 ART=$ART CHROMIUM=$CHROMIUM \
-	PUPPETEER=$PKG/node_modules/puppeteer-core HOME=$T_TMP timeout 180 node tests/e2e/dashboard-sandboxes.cjs | tee "$T_TMP/browser"
+	PUPPETEER=$PUPPETEER HOME=$T_TMP timeout 180 node tests/e2e/dashboard-sandboxes.cjs | tee "$T_TMP/browser"
 grep -q '^ok - \|^not ok - ' "$T_TMP/browser" || not_ok "the browser run printed no result"
 expect_eq "the killed sandbox is gone from the API" "$(curl -s -o /dev/null -w '%{http_code}' -H "X-API-Key: $KEY" "$URL/sandboxes/$S1")" 404
 expect_eq "the other team's still runs" "$(curl -s -H "X-API-Key: $OTHER" "$URL/sandboxes/$S2" | jq -r .state)" running

@@ -10,9 +10,7 @@
 . tests/e2e/radosgw-lib.sh
 . tests/e2e/service-lib.sh
 
-PUPPETEER_VERSION=23.11.1
-CHROMIUM=${KILN_CHROMIUM:-/usr/bin/chromium}
-PKG=${KILN_PUPPETEER:-$HOME/.cache/kiln/npm/puppeteer-core-$PUPPETEER_VERSION}
+. tests/e2e/browser-lib.sh
 ART=${KILN_ARTIFACTS:-$PWD/build/test-artifacts}/t1102
 mkdir -p "$ART"
 FS_SRV= S3_SRV=
@@ -109,16 +107,8 @@ expect_eq "S3: the version is signed, its attestation the .att tag's manifest, i
 	"v1 $SD true $ATT true"
 
 # the pages on the S3 server, in Chromium
-if [ ! -x "$CHROMIUM" ]; then skip "the dashboard on S3 in Chromium" "no $CHROMIUM (deps/ui.txt)"; exit 0; fi
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then skip "the dashboard on S3 in Chromium" "node and npm are needed"; exit 0; fi
-if [ ! -d "$PKG/node_modules/puppeteer-core" ]; then
-	mkdir -p "$PKG"
-	if ! npm install --prefix "$PKG" --no-audit --no-fund "puppeteer-core@$PUPPETEER_VERSION" >"$T_TMP/npm.log" 2>&1; then
-		skip "the dashboard on S3 in Chromium" "npm install puppeteer-core@$PUPPETEER_VERSION failed: $(tail -1 "$T_TMP/npm.log")"
-		exit 0
-	fi
-fi
-PROV_BUILDER="kiln@$(hostname)" PROV_DOCKERFILE="sha256:$(sha256sum "$T_TMP/ctx/Dockerfile" | cut -d' ' -f1)" \
+need_browser "the dashboard on S3 in Chromium" || exit 0
+PROV_BUILDER="kiln-serve@$(hostname)" PROV_DOCKERFILE="sha256:$(sha256sum "$T_TMP/ctx/Dockerfile" | cut -d' ' -f1)" \
 URL=$S3 TOKEN=$SA EXPECT="$(jq -c '.repositories[0]' "$T_TMP/s3-repos.json")" ART=$ART CHROMIUM=$CHROMIUM \
-	PUPPETEER=$PKG/node_modules/puppeteer-core HOME=$T_TMP timeout 120 node tests/e2e/dashboard-s3.cjs | tee "$T_TMP/browser"
+	PUPPETEER=$PUPPETEER HOME=$T_TMP timeout 120 node tests/e2e/dashboard-s3.cjs | tee "$T_TMP/browser"
 grep -q '^ok - \|^not ok - ' "$T_TMP/browser" || not_ok "the browser run printed no result"
