@@ -258,15 +258,7 @@ json_t *build_cache_list(build_store *s, kiln_error **err)
 	closedir(d);
 	free(dir);
 	/* sort by last use, oldest first */
-	size_t n = json_array_size(arr);
-	json_t **v = kiln_xcalloc(n ? n : 1, sizeof(*v));
-	for (size_t i = 0; i < n; i++)
-		v[i] = json_incref(json_array_get(arr, i));
-	qsort(v, n, sizeof(*v), cmp_used);
-	json_array_clear(arr);
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(arr, v[i]);
-	free(v);
+	kiln_json_array_sort(arr, cmp_used);
 	return arr;
 }
 

@@ -1,5 +1,6 @@
 /* json.c — thin helpers over jansson: loading with positioned errors,
  * canonical dumps for content addressing, atomic writes of JSON files. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "kiln.h"
@@ -64,4 +65,18 @@ json_int_t kiln_json_int(const json_t *obj, const char *key, json_int_t fallback
 {
 	json_t *v = json_object_get(obj, key);
 	return json_is_integer(v) ? json_integer_value(v) : fallback;
+}
+
+void kiln_json_array_sort(json_t *arr, int (*cmp)(const void *, const void *))
+{
+	size_t n = json_array_size(arr);
+	json_t **v = kiln_xcalloc(n ? n : 1, sizeof(*v));
+
+	for (size_t i = 0; i < n; i++)
+		v[i] = json_incref(json_array_get(arr, i));
+	qsort(v, n, sizeof(*v), cmp);
+	json_array_clear(arr);
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, v[i]);
+	free(v);
 }

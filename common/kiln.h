@@ -215,6 +215,8 @@ int kiln_json_write_file(const char *path, const json_t *v, kiln_error **err);
 /* Typed getters: NULL / fallback when the key is absent or of another type. */
 const char *kiln_json_str(const json_t *obj, const char *key);
 json_int_t kiln_json_int(const json_t *obj, const char *key, json_int_t fallback);
+/* Sort an array's elements in place; cmp gets two (json_t *const *) as qsort's. */
+void kiln_json_array_sort(json_t *arr, int (*cmp)(const void *, const void *));
 
 /* ---------------------------------------------------------------------------
  * Filesystem helpers.

@@ -413,9 +413,9 @@ static int tag_rows(const reg_store *st, const char *repo, const struct scan *sc
 {
 	char *prefix = rprefix(repo, "_history");
 	struct listing l = { .keys = KILN_STRV_INIT };
-	json_t *newest = json_object(), *names = json_object(), **v;
+	json_t *newest = json_object(), *names = json_object();
 	struct trow *rows = kiln_xcalloc(sc->tags.n + 1, sizeof(*rows));
-	size_t n = 0, nt;
+	size_t n = 0;
 	int ret = -1;
 
 	if (list(st, prefix, &l, err) < 0)
@@ -440,15 +440,7 @@ static int tag_rows(const reg_store *st, const char *repo, const struct scan *sc
 		goto out;
 	for (size_t i = 0; i < n; i++)
 		tag_row(sc, &rows[i], names, tags, logical);
-	nt = json_array_size(tags);
-	v = kiln_xcalloc(nt + 1, sizeof(*v));
-	for (size_t i = 0; i < nt; i++)
-		v[i] = json_incref(json_array_get(tags, i));
-	qsort(v, nt, sizeof(*v), cmp_updated);
-	json_array_clear(tags);
-	for (size_t i = 0; i < nt; i++)
-		json_array_append_new(tags, v[i]);
-	free(v);
+	kiln_json_array_sort(tags, cmp_updated);
 	ret = 0;
 out:
 	for (size_t i = 0; i < n; i++)
