@@ -395,6 +395,13 @@ char *snap_sandbox_create_net(const char *template_ref, const struct snap_net_op
 	return create(template_ref, net, false, stats, conn, NULL, err);
 }
 
+/* The identity a new sandbox's first request carries: a claimed pool
+ * member's is only the clock (it got the rest when it was made). */
+static int queue_identity(guest_conn *c, const char *id, bool pooled, kiln_error **err)
+{
+	return pooled ? snap_guest_setup_claimed(c, false, err) : snap_guest_setup(c, id, false, err);
+}
+
 char *snap_sandbox_create_sent(const char *template_ref, const struct snap_net_opts *net,
 			       struct snap_create_stats *stats, guest_conn **conn, kiln_error **err)
 {
@@ -404,7 +411,7 @@ char *snap_sandbox_create_sent(const char *template_ref, const struct snap_net_o
 
 	/* sent now, its answer read with the next request's: the caller's
 	 * first command does not wait for the guest to apply it first */
-	if (id && ((s->pooled ? snap_guest_setup_claimed(*conn, false, err) : snap_guest_setup(*conn, id, false, err)) < 0 ||
+	if (id && (queue_identity(*conn, id, s->pooled, err) < 0 ||
 		   guest_flush(*conn, AGENT_TIMEOUT_MS, err) < 0)) {
 		kiln_error *e = NULL;
 		guest_close(*conn);
@@ -439,7 +446,7 @@ int snap_run_with(const char *template_ref, const char *const *argv, const struc
 	 * one round trip, and the agent applies it before it forks. */
 	if ((id = create(template_ref, o ? o->net : NULL, true, s, &c, &t, err)) == NULL)
 		return -1;
-	if ((s->pooled ? snap_guest_setup_claimed(c, false, err) : snap_guest_setup(c, id, false, err)) == 0)
+	if (queue_identity(c, id, s->pooled, err) == 0)
 		rc = snap_exec_conn_with(c, id, argv, o, on_stdout, on_stderr, user, res, err);
 	guest_close(c);
 	if (snap_sandbox_kill(id, &e) < 0) {
